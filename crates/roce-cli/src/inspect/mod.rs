@@ -1,0 +1,199 @@
+//! `roce inspect`: decode and verify RoCE v2 traffic in capture files.
+//!
+//! Exit status: 0 when every RoCE packet parsed and its ICRC verified, 1
+//! when any ICRC failed or a RoCE packet was malformed, 2 when a file could
+//! not be read or was truncated (reported in one line on stderr).
+
+mod render;
+mod summary;
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use roce_capture::{CaptureReader, Payload};
+use roce_wire::Frame;
+
+use summary::Summary;
+
+/// Options of `roce inspect`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct InspectArgs {
+    /// Capture files (pcap or pcapng; Ethernet, raw IP or Linux cooked).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Print only the per-QP summary table.
+    #[arg(long)]
+    summary: bool,
+    /// One JSON object per packet, then the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Show only packets to this QP (destination QP, or DETH source QP);
+    /// hex with 0x or decimal.
+    #[arg(long, value_name = "QPN", value_parser = parse_qpn)]
+    qp: Option<u32>,
+}
+
+fn parse_qpn(s: &str) -> Result<u32, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("'{s}' is not a QP number"))?;
+    if v > 0xff_ffff {
+        return Err(format!("QP number {s} is wider than 24 bits"));
+    }
+    Ok(v)
+}
+
+/// How inspecting one file ended.
+enum FileOutcome {
+    Clean,
+    Unreadable,
+}
+
+/// Runs the command; returns the process exit status.
+pub(crate) fn run(args: &InspectArgs) -> i32 {
+    let stdout = io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut worst = 0;
+    for (i, path) in args.files.iter().enumerate() {
+        if args.files.len() > 1 && !args.json {
+            let sep = if i == 0 { "" } else { "\n" };
+            if writeln!(out, "{sep}==> {} <==", path.display()).is_err() {
+                return worst;
+            }
+        }
+        let mut summary = Summary::default();
+        let outcome = inspect_file(args, path, &mut summary, &mut out);
+        let res = match outcome {
+            Ok(o) => {
+                if let FileOutcome::Unreadable = o {
+                    worst = 2;
+                }
+                write_summary(args, path, &summary, &mut out)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = res {
+            if e.kind() == io::ErrorKind::BrokenPipe {
+                return worst;
+            }
+            eprintln!("roce inspect: writing output: {e}");
+            return 2;
+        }
+        if worst == 0 && (summary.icrc_bad > 0 || summary.malformed > 0) {
+            worst = 1;
+        }
+    }
+    if out.flush().is_err() {
+        return worst.max(2);
+    }
+    worst
+}
+
+fn write_summary(
+    args: &InspectArgs,
+    path: &std::path::Path,
+    summary: &Summary,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    if args.json {
+        let mut v = summary.to_json();
+        v["summary"]["file"] = serde_json::json!(path.display().to_string());
+        writeln!(out, "{v}")
+    } else {
+        summary.write_table(out)
+    }
+}
+
+fn inspect_file(
+    args: &InspectArgs,
+    path: &std::path::Path,
+    summary: &mut Summary,
+    out: &mut impl Write,
+) -> io::Result<FileOutcome> {
+    let mut reader = match CaptureReader::open(path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("roce inspect: {}: {e}", path.display());
+            return Ok(FileOutcome::Unreadable);
+        }
+    };
+    let mut first_ts = None;
+    let mut line = String::with_capacity(256);
+    let print = !args.summary;
+    while let Some(next) = reader.next_packet() {
+        let pkt = match next {
+            Ok(p) => p,
+            Err(e) => {
+                out.flush()?;
+                eprintln!("roce inspect: {}: {e}", path.display());
+                return Ok(FileOutcome::Unreadable);
+            }
+        };
+        let first = *first_ts.get_or_insert(pkt.ts_ns);
+        let time = render::rel_time(pkt.ts_ns, first);
+        let frame = match pkt.payload() {
+            Ok(Payload::Ethernet(b)) => Frame::parse_ethernet(b),
+            Ok(Payload::Ip(b)) => Frame::parse_ip(b),
+            Ok(Payload::Cooked { protocol, data }) => Frame::parse_with_ethertype(protocol, data),
+            Ok(Payload::Unsupported(_)) => Ok(Frame::Other),
+            Err(_) => Ok(Frame::Other),
+        };
+        match frame {
+            Ok(Frame::Roce(p)) => {
+                if let Some(q) = args.qp {
+                    let src_qp = p.ext.deth.map(|d| d.src_qp.value());
+                    if p.bth.dest_qp.value() != q && src_qp != Some(q) {
+                        continue;
+                    }
+                }
+                let expected = p.computed_icrc();
+                let retx = summary.add(&p, expected == p.icrc);
+                if print {
+                    if args.json {
+                        let v = render::roce_json(pkt.index, time, &p, expected, retx);
+                        writeln!(out, "{v}")?;
+                    } else {
+                        line.clear();
+                        render::roce_line(&mut line, pkt.index, time, &p, expected, retx);
+                        line.push('\n');
+                        out.write_all(line.as_bytes())?;
+                    }
+                }
+            }
+            Ok(Frame::MacControl { eth, ctrl }) => {
+                summary.mac_control += 1;
+                if print && args.qp.is_none() {
+                    let src = eth.map(|e| e.src);
+                    if args.json {
+                        writeln!(
+                            out,
+                            "{}",
+                            render::mac_control_json(pkt.index, time, src, &ctrl)
+                        )?;
+                    } else {
+                        line.clear();
+                        render::mac_control_line(&mut line, pkt.index, time, src, &ctrl);
+                        line.push('\n');
+                        out.write_all(line.as_bytes())?;
+                    }
+                }
+            }
+            Ok(Frame::Other) => summary.other += 1,
+            Err(e) => {
+                summary.malformed += 1;
+                if print && args.qp.is_none() {
+                    if args.json {
+                        let v = serde_json::json!({"n": pkt.index, "time": time,
+                            "kind": "malformed", "error": e.to_string()});
+                        writeln!(out, "{v}")?;
+                    } else {
+                        writeln!(out, "{} {time:.6} MALFORMED {e}", pkt.index)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(FileOutcome::Clean)
+}

@@ -1,0 +1,118 @@
+//! [`FrameRepr`]: building a complete RoCE v2 frame from reprs.
+
+use crate::bth::{self, BthRepr};
+use crate::error::{Error, Result};
+use crate::ethernet::EthernetRepr;
+use crate::ext::ExtHeaders;
+use crate::icrc;
+use crate::ip::IpRepr;
+use crate::opcode::PayloadRule;
+use crate::udp::{self, UdpChecksum, UdpRepr};
+
+/// Everything needed to emit one RoCE v2 packet.
+///
+/// [`FrameRepr::emit`] writes it into a caller-provided buffer without
+/// allocating: Ethernet (when `eth` is set; its EtherType is taken from the
+/// IP version), IP with its length and checksum, UDP with its length, the
+/// BTH with PadCnt derived from the payload, the extended headers, the
+/// payload, zero pad bytes, the ICRC, and last the UDP checksum if asked
+/// for (it covers the ICRC).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameRepr<'a> {
+    /// Ethernet header; `None` emits a bare IP datagram.
+    pub eth: Option<EthernetRepr>,
+    /// IP header (its payload length is recomputed).
+    pub ip: IpRepr,
+    /// UDP header.
+    pub udp: UdpRepr,
+    /// BTH (its pad count is recomputed).
+    pub bth: BthRepr,
+    /// Extended headers: exactly the opcode's set.
+    pub ext: ExtHeaders,
+    /// Payload.
+    pub payload: &'a [u8],
+}
+
+impl FrameRepr<'_> {
+    /// Pad bytes after the payload.
+    pub const fn pad_len(&self) -> usize {
+        (4 - self.payload.len() % 4) % 4
+    }
+
+    /// Length of the UDP payload: BTH, extended headers, payload, pad, ICRC.
+    pub fn transport_len(&self) -> usize {
+        bth::HEADER_LEN
+            + self.bth.opcode.headers().len()
+            + self.payload.len()
+            + self.pad_len()
+            + icrc::LEN
+    }
+
+    /// Length of the IP datagram.
+    pub fn ip_len(&self) -> usize {
+        self.ip.header_len() + udp::HEADER_LEN + self.transport_len()
+    }
+
+    /// Length of the whole emitted buffer.
+    pub fn len(&self) -> usize {
+        self.eth.map_or(0, |e| e.header_len()) + self.ip_len()
+    }
+
+    /// Always false: a frame has headers.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Emits the frame into the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let opcode = self.bth.opcode;
+        let rule = opcode.payload();
+        let plen = self.payload.len();
+        let len_ok = if rule == PayloadRule::None {
+            plen == 0
+        } else {
+            rule.allows_any_pmtu(plen)
+        };
+        if !len_ok {
+            return Err(Error::BadPayloadLength { opcode, len: plen });
+        }
+        let total = self.len();
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { needed: total });
+        }
+        let buf = &mut buf[..total];
+        let mut at = 0;
+        if let Some(mut eth) = self.eth {
+            eth.ethertype = self.ip.ethertype();
+            eth.emit(buf)?;
+            at = eth.header_len();
+        }
+        let ip_start = at;
+        let udp_len = udp::HEADER_LEN + self.transport_len();
+        let mut ip = self.ip;
+        ip.set_payload_len(udp_len);
+        ip.emit(&mut buf[at..])?;
+        at += ip.header_len();
+        let udp_start = at;
+        self.udp.emit(&mut buf[at..], udp_len)?;
+        at += udp::HEADER_LEN;
+        let mut bth = self.bth;
+        bth.pad_count = self.pad_len() as u8;
+        bth.emit(&mut buf[at..])?;
+        at += bth::HEADER_LEN;
+        at += self.ext.emit(opcode, &mut buf[at..])?;
+        buf[at..at + plen].copy_from_slice(self.payload);
+        at += plen;
+        buf[at..at + self.pad_len()].fill(0);
+        at += self.pad_len();
+        let crc = icrc::compute(&buf[ip_start..at])?;
+        buf[at..at + icrc::LEN].copy_from_slice(&icrc::to_wire(crc));
+        at += icrc::LEN;
+        if self.udp.checksum == UdpChecksum::Compute {
+            let pseudo = ip.pseudo_header_sum(udp_len);
+            udp::fill_checksum(&mut buf[udp_start..at], pseudo);
+        }
+        debug_assert_eq!(at, total);
+        Ok(total)
+    }
+}
