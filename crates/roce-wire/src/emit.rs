@@ -65,9 +65,31 @@ impl FrameRepr<'_> {
 
     /// Emits the frame into the start of `buf`; returns its length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let payload = self.payload;
+        self.emit_inner(buf, payload.len(), |dst| dst.copy_from_slice(payload))
+    }
+
+    /// Emits the frame with a payload of `payload_len` bytes that `fill`
+    /// writes in place (the `payload` field is ignored), so that a caller
+    /// can gather the payload straight into the transmit buffer. `fill`
+    /// receives exactly `payload_len` bytes; the ICRC is computed after it.
+    pub fn emit_with(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize> {
+        self.emit_inner(buf, payload_len, fill)
+    }
+
+    fn emit_inner(
+        &self,
+        buf: &mut [u8],
+        plen: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<usize> {
         let opcode = self.bth.opcode;
         let rule = opcode.payload();
-        let plen = self.payload.len();
         let len_ok = if rule == PayloadRule::None {
             plen == 0
         } else {
@@ -76,7 +98,11 @@ impl FrameRepr<'_> {
         if !len_ok {
             return Err(Error::BadPayloadLength { opcode, len: plen });
         }
-        let total = self.len();
+        let pad = (4 - plen % 4) % 4;
+        let transport_len = bth::HEADER_LEN + opcode.headers().len() + plen + pad + icrc::LEN;
+        let udp_len = udp::HEADER_LEN + transport_len;
+        let eth_len = self.eth.map_or(0, |e| e.header_len());
+        let total = eth_len + self.ip.header_len() + udp_len;
         if buf.len() < total {
             return Err(Error::BufferTooSmall { needed: total });
         }
@@ -88,7 +114,6 @@ impl FrameRepr<'_> {
             at = eth.header_len();
         }
         let ip_start = at;
-        let udp_len = udp::HEADER_LEN + self.transport_len();
         let mut ip = self.ip;
         ip.set_payload_len(udp_len);
         ip.emit(&mut buf[at..])?;
@@ -97,14 +122,14 @@ impl FrameRepr<'_> {
         self.udp.emit(&mut buf[at..], udp_len)?;
         at += udp::HEADER_LEN;
         let mut bth = self.bth;
-        bth.pad_count = self.pad_len() as u8;
+        bth.pad_count = pad as u8;
         bth.emit(&mut buf[at..])?;
         at += bth::HEADER_LEN;
         at += self.ext.emit(opcode, &mut buf[at..])?;
-        buf[at..at + plen].copy_from_slice(self.payload);
+        fill(&mut buf[at..at + plen]);
         at += plen;
-        buf[at..at + self.pad_len()].fill(0);
-        at += self.pad_len();
+        buf[at..at + pad].fill(0);
+        at += pad;
         let crc = icrc::compute(&buf[ip_start..at])?;
         buf[at..at + icrc::LEN].copy_from_slice(&icrc::to_wire(crc));
         at += icrc::LEN;

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Benchmark: `roce inspect --summary` against tshark on the same synthetic
+# RoCE v2 capture (crates/roce-cli/examples/gen_capture.rs).
+#
+# Usage: benches/inspect_vs_tshark.sh [PACKETS]        (default 1000000)
+#   RUNS=N       timed runs of the fast commands (default 10)
+#   SLOW_RUNS=N  timed runs of the dissecting tshark command (default 3)
+#   TIMER=bash   time with bash even when hyperfine is installed
+#
+# Builds the release binaries, installs tshark (and hyperfine, GNU time) with
+# apt-get if missing, generates the capture into a temporary directory, checks
+# that roce exits 0 and that roce and tshark count the same RoCE packets, then
+# times each command (hyperfine if present, else a median of bash-timed runs
+# after one warm-up; the file is in the page cache for every run) and
+# measures peak RSS with /usr/bin/time. Three commands are timed:
+#   roce inspect --summary FILE   decode every layer, verify every ICRC, per-QP table
+#   tshark -q -r FILE             what tshark does with -q and nothing else: it
+#                                 only reads the records (tshark.c sets
+#                                 do_dissection only for packet output, filters
+#                                 or taps), so no packet is dissected
+#   tshark -q -z io,phs -r FILE   every packet dissected (protocol hierarchy
+#                                 statistics), the like-for-like comparison
+set -euo pipefail
+
+N=${1:-1000000}
+RUNS=${RUNS:-10}
+SLOW_RUNS=${SLOW_RUNS:-3}
+TIMER=${TIMER:-hyperfine}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+updated=0
+apt_install() { # apt_install PACKAGE: install a Debian package, saying so
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+        echo "cannot install $1 (not root or no apt-get)" >&2
+        return 1
+    fi
+    if [ "$updated" = 0 ]; then
+        echo "+ apt-get update"
+        apt-get update -qq
+        updated=1
+    fi
+    echo "+ DEBIAN_FRONTEND=noninteractive apt-get install -y $1"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+}
+
+command -v tshark >/dev/null || apt_install tshark
+if [ "$TIMER" = hyperfine ] && ! command -v hyperfine >/dev/null; then
+    apt_install hyperfine || TIMER=bash
+fi
+[ -x /usr/bin/time ] || apt_install time || echo "GNU time unavailable: no RSS figures"
+
+echo "+ cargo build --release -p roce-cli --bin roce --example gen_capture"
+cargo build --release --quiet -p roce-cli --bin roce --example gen_capture
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+ROCE=$TARGET/release/roce
+GEN=$TARGET/release/examples/gen_capture
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/roce-bench.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+CAP=$TMP/capture.pcap
+echo "+ gen_capture $CAP $N"
+"$GEN" "$CAP" "$N"
+size=$(stat -c %s "$CAP")
+
+# Correctness, untimed: roce must exit 0 and both tools must agree on the count.
+rc=0
+"$ROCE" inspect --summary "$CAP" >"$TMP/roce.txt" || rc=$?
+if [ "$rc" != 0 ]; then
+    cat "$TMP/roce.txt"
+    echo "FAIL: roce inspect exited $rc (an ICRC failed or a packet was malformed)" >&2
+    exit 1
+fi
+roce_pkts=$(awk '/ RoCE packets in /{print $1}' "$TMP/roce.txt")
+tshark_pkts=$(tshark -r "$CAP" -Y infiniband -T fields -e frame.number 2>/dev/null | wc -l)
+if [ "$roce_pkts" != "$tshark_pkts" ] || [ "$roce_pkts" != "$N" ]; then
+    echo "FAIL: RoCE packets: roce $roce_pkts, tshark $tshark_pkts, generated $N" >&2
+    exit 1
+fi
+
+q() { printf '%q' "$1"; }
+names=("roce inspect --summary" "tshark -q -r" "tshark -q -z io,phs -r")
+cmds=("$(q "$ROCE") inspect --summary $(q "$CAP")"
+    "tshark -q -r $(q "$CAP")"
+    "tshark -q -z io,phs -r $(q "$CAP")")
+counts=("$RUNS" "$RUNS" "$SLOW_RUNS")
+
+median_wall() { # median_wall RUNS CMD NAME: median wall seconds, after one warm-up
+    local runs=$1 cmd=$2 name=${3//,/_} t0 t1 i
+    if [ "$TIMER" = hyperfine ]; then
+        hyperfine --style basic --warmup 1 --runs "$runs" --command-name "$name" \
+            --export-csv "$TMP/h.csv" "$cmd" >&2
+        awk -F, 'NR == 2 {print $4}' "$TMP/h.csv" # the median column
+        return
+    fi
+    bash -c "$cmd" >/dev/null 2>&1
+    for ((i = 0; i < runs; i++)); do
+        t0=$(date +%s%N)
+        bash -c "$cmd" >/dev/null 2>&1
+        t1=$(date +%s%N)
+        echo $(((t1 - t0) / 1000))
+    done | sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)] / 1e6}'
+}
+
+peak_rss_kb() { # peak_rss_kb CMD
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -f '%M' -o "$TMP/rss" bash -c "exec $1" >/dev/null 2>&1
+        cat "$TMP/rss"
+    else
+        echo "n/a"
+    fi
+}
+
+walls=() rss=()
+for i in "${!cmds[@]}"; do
+    echo "+ timing: ${cmds[$i]}  (${counts[$i]} runs)" >&2
+    walls+=("$(median_wall "${counts[$i]}" "${cmds[$i]}" "${names[$i]}")")
+    rss+=("$(peak_rss_kb "${cmds[$i]}")")
+done
+
+echo
+echo "capture: $N packets, $size bytes ($(awk -v b="$size" 'BEGIN {printf "%.0f", b / 1e6}') MB), generated by gen_capture"
+echo "RoCE packets counted: roce $roce_pkts, tshark (-Y infiniband) $tshark_pkts; roce exit status $rc"
+tshark --version 2>/dev/null | sed -n 1p
+echo "$(nproc) cores; wall time is the median of the timed runs ($TIMER, one warm-up run first)"
+echo
+printf '%-26s %12s %14s %14s %14s\n' tool "wall s" "packets/s" "peak RSS MB" "roce speed-up"
+for i in "${!cmds[@]}"; do
+    awk -v name="${names[$i]}" -v w="${walls[$i]}" -v r="${rss[$i]}" -v n="$N" -v base="${walls[0]}" \
+        'BEGIN {
+            rss = (r == "n/a") ? "n/a" : sprintf("%.1f", r / 1024)
+            ratio = (name ~ /^roce/) ? "-" : sprintf("%.1fx", w / base)
+            printf "%-26s %12.3f %14.0f %14s %14s\n", name, w, n / w, rss, ratio
+        }'
+done
+echo
+echo "'tshark -q -r' dissects nothing (it only reads the records); 'tshark -q -z io,phs -r'"
+echo "dissects every packet. roce decodes every layer and verifies every ICRC."
