@@ -440,7 +440,7 @@ impl State {
 
 /// Validates a pcapng block total length.
 fn check_block_len(len: u32) -> Result<usize, ErrorKind> {
-    if len < 12 || len % 4 != 0 {
+    if len < 12 || !len.is_multiple_of(4) {
         Err(ErrorKind::Malformed("invalid block length"))
     } else if len as usize > MAX_RECORD_LEN {
         Err(ErrorKind::Malformed("block length over the 64 MiB limit"))

@@ -93,7 +93,7 @@ pub struct Trickle<'a> {
 impl Read for Trickle<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.calls += 1;
-        if self.calls % 3 == 0 {
+        if self.calls.is_multiple_of(3) {
             return Err(io::ErrorKind::Interrupted.into());
         }
         let n = self.chunk.min(buf.len()).min(self.data.len());

@@ -1,0 +1,70 @@
+//! Per-QP and per-device counters.
+
+/// Counters of one QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// Packets sent (all kinds).
+    pub tx_packets: u64,
+    /// Payload bytes sent.
+    pub tx_bytes: u64,
+    /// Packets received and accepted for processing.
+    pub rx_packets: u64,
+    /// Payload bytes received.
+    pub rx_bytes: u64,
+    /// Request packets sent again (go-back-N, timeouts, RNR).
+    pub retransmitted: u64,
+    /// Local ACK timeouts.
+    pub timeouts: u64,
+    /// PSN sequence error NAKs sent / received.
+    pub seq_naks_sent: u64,
+    /// PSN sequence error NAKs received.
+    pub seq_naks_received: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Other NAKs (invalid request, remote access, remote operational) sent.
+    pub error_naks_sent: u64,
+    /// Other NAKs received.
+    pub error_naks_received: u64,
+    /// ACK packets sent (including coalesced ones that went out).
+    pub acks_sent: u64,
+    /// Duplicate requests received (re-ACKed or replayed).
+    pub duplicates: u64,
+    /// Duplicate READs served again.
+    pub read_replays: u64,
+    /// Duplicate atomics answered from the stored result.
+    pub atomic_replays: u64,
+    /// Packets dropped: out of sequence (beyond the expected PSN).
+    pub drop_out_of_sequence: u64,
+    /// Packets dropped: responses outside the outstanding window (ghost ACKs).
+    pub drop_ghost_response: u64,
+    /// Packets dropped: the QP state does not accept them.
+    pub drop_bad_state: u64,
+    /// Packets dropped: UD Q_Key mismatch.
+    pub drop_qkey: u64,
+    /// Packets dropped: no receive posted (UC/UD), or UC message broken.
+    pub drop_no_recv: u64,
+    /// Packets dropped: wrong source address or opcode for this QP.
+    pub drop_invalid: u64,
+}
+
+/// Counters of a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Datagrams handed to the device.
+    pub rx_datagrams: u64,
+    /// Datagrams that did not parse as RoCE v2.
+    pub rx_malformed: u64,
+    /// Datagrams whose ICRC failed.
+    pub rx_bad_icrc: u64,
+    /// Datagrams whose ICRC could not be checked (the backend lacked the
+    /// real IP header).
+    pub rx_icrc_unchecked: u64,
+    /// Datagrams for a QP that does not exist.
+    pub rx_unknown_qp: u64,
+    /// CNPs received.
+    pub rx_cnp: u64,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+}

@@ -1,0 +1,100 @@
+//! Completion queues (IBTA Vol 1 §11.2.8). A full CQ is an error, never a
+//! silent loss: the completion that did not fit puts the CQ in error, and
+//! every later poll reports it.
+
+use std::collections::VecDeque;
+
+use crate::wc::Wc;
+
+/// A completion queue handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqId(pub u32);
+
+/// Polling an overflowed CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqOverflow;
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct Cq {
+    entries: VecDeque<Wc>,
+    capacity: usize,
+    overflowed: bool,
+    armed: Option<bool>,
+    notified: bool,
+}
+
+impl Cq {
+    /// A CQ holding `capacity` completions.
+    pub fn new(capacity: usize) -> Cq {
+        Cq {
+            entries: VecDeque::with_capacity(capacity.min(1 << 16)),
+            capacity,
+            overflowed: false,
+            armed: None,
+            notified: false,
+        }
+    }
+
+    /// Adds a completion; false (and the CQ in error) when full.
+    pub(crate) fn push(&mut self, wc: Wc, solicited: bool) -> bool {
+        if self.overflowed || self.entries.len() >= self.capacity {
+            self.overflowed = true;
+            return false;
+        }
+        self.entries.push_back(wc);
+        if let Some(solicited_only) = self.armed {
+            if !solicited_only || solicited || wc.status != crate::wc::WcStatus::Success {
+                self.armed = None;
+                self.notified = true;
+            }
+        }
+        true
+    }
+
+    /// Moves up to `out.len()` completions into `out`.
+    pub fn poll(&mut self, out: &mut [Wc]) -> Result<usize, CqOverflow> {
+        if self.overflowed {
+            return Err(CqOverflow);
+        }
+        let n = out.len().min(self.entries.len());
+        for slot in out.iter_mut().take(n) {
+            // `n` is bounded by the queue length.
+            if let Some(wc) = self.entries.pop_front() {
+                *slot = wc;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when none waits.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// True once a completion was lost for lack of room.
+    pub fn is_overflowed(&self) -> bool {
+        self.overflowed
+    }
+
+    /// Arms the completion event (`ibv_req_notify_cq`): the next completion
+    /// (or the next solicited or error one) raises it.
+    pub fn req_notify(&mut self, solicited_only: bool) {
+        self.armed = Some(solicited_only);
+    }
+
+    /// Takes a raised completion event.
+    pub fn take_notification(&mut self) -> bool {
+        std::mem::take(&mut self.notified)
+    }
+}

@@ -1,0 +1,479 @@
+//! [`Device`]: the sans-IO engine that owns every verbs object of one
+//! RoCE v2 device and runs their transport.
+//!
+//! Call order (as quinn-proto's `Connection`): feed received datagrams to
+//! [`Device::handle_datagram`]; drain packets to send with
+//! [`Device::poll_transmit`] until it returns `None`; ask
+//! [`Device::poll_timeout`] when to call [`Device::handle_timeout`]; read
+//! completions with [`Device::poll_cq`] and events with
+//! [`Device::poll_event`]. Time is always passed in; the device has no
+//! clock, socket or thread.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::IpAddr;
+
+use roce_wire::{Ecn, Error as WireError, MessageKind, Qpn, RocePacket, Transport};
+
+use crate::counters::{DeviceCounters, QpCounters};
+use crate::cq::{Cq, CqId, CqOverflow};
+use crate::mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
+use crate::qp::state::{ModifyError, QpAttrMask, QpState, QpType};
+use crate::qp::{Ctx, PostError, Qp, QpAttr, QpInitAttr};
+use crate::srq::{Srq, SrqId};
+use crate::wc::Wc;
+use crate::wr::{RecvWr, SendWr};
+use crate::{AsyncEvent, Nanos};
+
+/// Device-wide settings.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// Local addresses; index = GID index.
+    pub addrs: Vec<IpAddr>,
+    /// ECN codepoint of data packets (ECT(0) makes them ECN-capable).
+    pub ecn: Ecn,
+    /// First QPN handed out (rxe starts at 17).
+    pub first_qpn: u32,
+    /// Active MTU of the port in bytes (256..=4096): the path MTU of UD
+    /// QPs and the default of connected ones.
+    pub active_mtu: u32,
+}
+
+impl DeviceConfig {
+    /// A device with one address.
+    pub fn new(addr: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            addrs: vec![addr],
+            ecn: Ecn::NotEct,
+            first_qpn: 17,
+            active_mtu: 4096,
+        }
+    }
+}
+
+/// What a received datagram carries besides its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxInfo {
+    /// The datagram's real IP header was seen, so the ICRC can be checked.
+    pub icrc_checkable: bool,
+}
+
+impl Default for RxInfo {
+    fn default() -> RxInfo {
+        RxInfo {
+            icrc_checkable: true,
+        }
+    }
+}
+
+/// The engine of one device.
+#[derive(Debug)]
+pub struct Device {
+    config: DeviceConfig,
+    next_pd: u32,
+    mrs: MrTable,
+    cqs: Vec<Option<Cq>>,
+    srqs: Vec<Option<Srq>>,
+    qps: BTreeMap<u32, Qp>,
+    next_qpn: u32,
+    events: VecDeque<AsyncEvent>,
+    /// QPs that may have something to send, in service order.
+    ready: VecDeque<u32>,
+    counters: DeviceCounters,
+}
+
+/// Errors of object management calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerbsError {
+    /// No such object.
+    NotFound,
+    /// Memory registration refused.
+    Access(AccessError),
+    /// A modify was refused.
+    Modify(ModifyError),
+    /// The object is still in use.
+    Busy,
+    /// An argument is out of range.
+    InvalidArgument(&'static str),
+}
+
+impl std::fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerbsError::NotFound => f.write_str("no such object"),
+            VerbsError::Access(e) => write!(f, "memory access refused: {e:?}"),
+            VerbsError::Modify(e) => write!(f, "{e}"),
+            VerbsError::Busy => f.write_str("object in use"),
+            VerbsError::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
+        }
+    }
+}
+
+impl std::error::Error for VerbsError {}
+
+impl From<ModifyError> for VerbsError {
+    fn from(e: ModifyError) -> VerbsError {
+        VerbsError::Modify(e)
+    }
+}
+
+macro_rules! ctx {
+    ($s:ident, $now:expr) => {
+        Ctx {
+            now: $now,
+            mrs: &mut $s.mrs,
+            cqs: &mut $s.cqs,
+            srqs: &mut $s.srqs,
+            events: &mut $s.events,
+            local_addrs: &$s.config.addrs,
+            ecn: $s.config.ecn,
+        }
+    };
+}
+
+impl Device {
+    /// A device with the given configuration.
+    pub fn new(mut config: DeviceConfig) -> Device {
+        if !matches!(config.active_mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            config.active_mtu = 1024;
+        }
+        let next_qpn = config.first_qpn.max(2);
+        Device {
+            config,
+            next_pd: 1,
+            mrs: MrTable::default(),
+            cqs: Vec::new(),
+            srqs: Vec::new(),
+            qps: BTreeMap::new(),
+            next_qpn,
+            events: VecDeque::new(),
+            ready: VecDeque::new(),
+            counters: DeviceCounters::default(),
+        }
+    }
+
+    /// Local addresses (GID table).
+    pub fn addrs(&self) -> &[IpAddr] {
+        &self.config.addrs
+    }
+
+    /// Sets the ECN codepoint of outgoing data packets.
+    pub fn set_ecn(&mut self, ecn: Ecn) {
+        self.config.ecn = ecn;
+    }
+
+    /// Device counters.
+    pub fn counters(&self) -> &DeviceCounters {
+        &self.counters
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> PdId {
+        let pd = PdId(self.next_pd);
+        self.next_pd += 1;
+        pd
+    }
+
+    /// `ibv_reg_mr`: registers `mem` as the bytes at `va`.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+    ) -> Result<MrKeys, VerbsError> {
+        self.mrs
+            .register(pd, va, mem, access)
+            .map_err(VerbsError::Access)
+    }
+
+    /// `ibv_dereg_mr`: hands the memory back.
+    pub fn dereg_mr(&mut self, keys: MrKeys) -> Result<Box<dyn RegionMemory>, VerbsError> {
+        self.mrs.deregister(keys.lkey).ok_or(VerbsError::NotFound)
+    }
+
+    /// Reads registered memory (what the application sees of its buffer).
+    pub fn mr_read(
+        &self,
+        keys: MrKeys,
+        pd: PdId,
+        va: u64,
+        out: &mut [u8],
+    ) -> Result<(), VerbsError> {
+        let span = self
+            .mrs
+            .check(keys.lkey.value(), pd, va, out.len() as u64, Access::NONE)
+            .map_err(VerbsError::Access)?;
+        self.mrs.read(span, 0, out);
+        Ok(())
+    }
+
+    /// Writes registered memory from the application side.
+    pub fn mr_write(
+        &mut self,
+        keys: MrKeys,
+        pd: PdId,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), VerbsError> {
+        let span = self
+            .mrs
+            .check(keys.lkey.value(), pd, va, data.len() as u64, Access::NONE)
+            .map_err(VerbsError::Access)?;
+        self.mrs.write(span, 0, data);
+        Ok(())
+    }
+
+    /// `ibv_create_cq`.
+    pub fn create_cq(&mut self, cqe: usize) -> CqId {
+        self.cqs.push(Some(Cq::new(cqe.max(1))));
+        CqId(self.cqs.len() as u32 - 1)
+    }
+
+    /// The CQ object (to arm notifications, inspect its state).
+    pub fn cq(&mut self, cq: CqId) -> Option<&mut Cq> {
+        self.cqs.get_mut(cq.0 as usize).and_then(|c| c.as_mut())
+    }
+
+    /// `ibv_poll_cq`.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> Result<usize, CqOverflow> {
+        match self.cq(cq) {
+            Some(c) => c.poll(out),
+            None => Ok(0),
+        }
+    }
+
+    /// `ibv_destroy_cq`: refused while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), VerbsError> {
+        if self
+            .qps
+            .values()
+            .any(|q| q.init.send_cq == cq || q.init.recv_cq == cq)
+        {
+            return Err(VerbsError::Busy);
+        }
+        self.cqs
+            .get_mut(cq.0 as usize)
+            .and_then(|c| c.take())
+            .map(|_| ())
+            .ok_or(VerbsError::NotFound)
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&mut self, pd: PdId, max_wr: usize) -> SrqId {
+        self.srqs.push(Some(Srq::new(pd, max_wr)));
+        SrqId(self.srqs.len() as u32 - 1)
+    }
+
+    /// The SRQ object (to set its limit).
+    pub fn srq(&mut self, srq: SrqId) -> Option<&mut Srq> {
+        self.srqs.get_mut(srq.0 as usize).and_then(|s| s.as_mut())
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), PostError> {
+        let s = self.srq(srq).ok_or(PostError::NoSuchObject)?;
+        if s.post(wr) {
+            Ok(())
+        } else {
+            Err(PostError::QueueFull)
+        }
+    }
+
+    /// `ibv_create_qp`: a new QP in RESET.
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, VerbsError> {
+        if self
+            .cqs
+            .get(init.send_cq.0 as usize)
+            .is_none_or(|c| c.is_none())
+            || self
+                .cqs
+                .get(init.recv_cq.0 as usize)
+                .is_none_or(|c| c.is_none())
+        {
+            return Err(VerbsError::NotFound);
+        }
+        if let Some(s) = init.srq {
+            if self.srqs.get(s.0 as usize).is_none_or(|x| x.is_none()) {
+                return Err(VerbsError::NotFound);
+            }
+        }
+        if init.cap.max_inline_data > 4096 {
+            return Err(VerbsError::InvalidArgument("max_inline_data above 4096"));
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) {
+            qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
+        }
+        self.next_qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
+        let mut qp = Qp::new(Qpn::new(qpn), init);
+        qp.attr.path_mtu = self.config.active_mtu;
+        self.qps.insert(qpn, qp);
+        Ok(Qpn::new(qpn))
+    }
+
+    /// `ibv_destroy_qp`.
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
+        self.qps
+            .remove(&qpn.value())
+            .map(|_| ())
+            .ok_or(VerbsError::NotFound)
+    }
+
+    /// The QP (for its state, attributes and counters).
+    pub fn qp(&self, qpn: Qpn) -> Option<&Qp> {
+        self.qps.get(&qpn.value())
+    }
+
+    /// Counters of a QP.
+    pub fn qp_counters(&self, qpn: Qpn) -> Option<QpCounters> {
+        self.qp(qpn).map(|q| *q.counters())
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(
+        &mut self,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn.value()).ok_or(VerbsError::NotFound)?;
+        let mut ctx = ctx!(self, 0);
+        qp.modify(attr, mask, &mut ctx)?;
+        self.mark_ready(qpn.value());
+        Ok(())
+    }
+
+    /// `ibv_post_send`.
+    pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn.value())
+            .ok_or(PostError::NoSuchObject)?;
+        let mut ctx = ctx!(self, 0);
+        qp.post_send(wr, &mut ctx)?;
+        self.mark_ready(qpn.value());
+        Ok(())
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), PostError> {
+        let qp = self
+            .qps
+            .get_mut(&qpn.value())
+            .ok_or(PostError::NoSuchObject)?;
+        let mut ctx = ctx!(self, 0);
+        qp.post_recv(wr, &mut ctx)
+    }
+
+    /// The next asynchronous event (`ibv_get_async_event`).
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    fn mark_ready(&mut self, qpn: u32) {
+        if !self.ready.contains(&qpn) {
+            self.ready.push_back(qpn);
+        }
+    }
+
+    /// Processes one received IP datagram (IPv4 or IPv6 carrying RoCE v2).
+    pub fn handle_datagram(&mut self, now: Nanos, dgram: &[u8], info: RxInfo) {
+        self.counters.rx_datagrams += 1;
+        let p = match RocePacket::parse_ip(dgram) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counters.rx_malformed += 1;
+                return;
+            }
+        };
+        if info.icrc_checkable {
+            if let Err(WireError::BadIcrc { .. }) = p.check_icrc() {
+                self.counters.rx_bad_icrc += 1;
+                return;
+            }
+        } else {
+            self.counters.rx_icrc_unchecked += 1;
+        }
+        let op = p.bth.opcode;
+        if op.transport() == Transport::Cnp {
+            self.counters.rx_cnp += 1;
+            return;
+        }
+        let qpn = p.bth.dest_qp.value();
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            self.counters.rx_unknown_qp += 1;
+            return;
+        };
+        let transport_ok = matches!(
+            (qp.init.qp_type, op.transport()),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        // Connected QPs accept packets from their peer only.
+        let from_peer = qp.init.qp_type == QpType::Ud || p.ip.src() == qp.attr.ah_attr.dest;
+        if !transport_ok || !from_peer {
+            qp.counters.drop_invalid += 1;
+            return;
+        }
+        let ip_hlen = p.ip.header_len().min(dgram.len());
+        let mut ctx = ctx!(self, now);
+        if op.kind().is_request() {
+            qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
+        } else if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            qp.req_handle_response(&p, &mut ctx);
+        } else {
+            qp.counters.drop_bad_state += 1;
+        }
+        let _ = MessageKind::Ack;
+        if qp.wants_to_send() {
+            self.mark_ready(qpn);
+        }
+    }
+
+    /// Writes the next datagram to send into `buf` (which should hold at
+    /// least 4200 bytes); returns its length, or `None` when nothing is due.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        let rounds = self.ready.len();
+        for _ in 0..rounds {
+            let qpn = self.ready.pop_front()?;
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = ctx!(self, now);
+            if let Some(n) = qp.poll_transmit(&mut ctx, buf) {
+                // Round robin: the QP goes to the back if it has more.
+                if qp.wants_to_send() {
+                    self.ready.push_back(qpn);
+                }
+                self.counters.tx_datagrams += 1;
+                return Some(n);
+            }
+            // Nothing now (window, credits, RNR wait): timers or incoming
+            // packets will make it ready again.
+        }
+        None
+    }
+
+    /// Earliest time [`Device::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.qps.values().filter_map(|q| q.poll_timeout()).min()
+    }
+
+    /// Runs expired timers.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for qpn in due {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                let mut ctx = ctx!(self, now);
+                qp.handle_timeout(&mut ctx);
+                if qp.wants_to_send() {
+                    self.mark_ready(qpn);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The sans-IO RoCE v2 transport engine.
+//!
+//! [`Device`] owns protection domains, memory regions, completion queues,
+//! shared receive queues and queue pairs, and runs the RC, UC and UD
+//! transports over them (IBTA Vol 1 chapters 9–11, Annex A17). It does no
+//! I/O and reads no clock: datagrams and time come in as arguments, packets
+//! go out through caller-provided buffers, so the same engine runs over
+//! real sockets, an in-memory fabric in tests, and the fabric simulator.
+//! See [`device`] for the call order.
+#![forbid(unsafe_code)]
+
+mod counters;
+mod cq;
+pub mod device;
+mod mr;
+pub mod qp;
+mod sgl;
+mod srq;
+mod wc;
+mod wr;
+
+pub use counters::{DeviceCounters, QpCounters};
+pub use cq::{Cq, CqId, CqOverflow};
+pub use device::{Device, DeviceConfig, RxInfo, VerbsError};
+pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
+pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
+pub use qp::{AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
+pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey};
+pub use srq::{Srq, SrqId};
+pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
+pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+
+/// Time in nanoseconds, from any fixed origin the caller chooses.
+pub type Nanos = u64;
+
+/// Asynchronous events (`ibv_event_type` subset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A QP entered the error state.
+    QpFatal(Qpn),
+    /// A CQ overflowed.
+    CqError(CqId),
+    /// An SRQ dropped below its armed limit.
+    SrqLimitReached(SrqId),
+}

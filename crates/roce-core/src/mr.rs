@@ -1,0 +1,382 @@
+//! Protection domains and memory regions: keys, access flags and the bounds
+//! checks every local and remote access goes through (IBTA Vol 1 §10.6,
+//! C9-… R_Key checks in §9.7.4.1.5 / §9.7.5.1.5 as rxe applies them).
+//!
+//! The engine never sees application memory as a slice it could keep: each
+//! region's bytes sit behind [`RegionMemory`], which the API layer
+//! implements (an owned buffer, or raw memory at its own `unsafe` boundary).
+
+use std::fmt;
+
+use roce_wire::{Lkey, Rkey};
+
+/// Memory access rights (values as `ibv_access_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// No remote access, local read only.
+    pub const NONE: Access = Access(0);
+    /// The HCA may write (RDMA READ responses, received SENDs).
+    pub const LOCAL_WRITE: Access = Access(1);
+    /// Remote peers may RDMA WRITE.
+    pub const REMOTE_WRITE: Access = Access(2);
+    /// Remote peers may RDMA READ.
+    pub const REMOTE_READ: Access = Access(4);
+    /// Remote peers may run atomics.
+    pub const REMOTE_ATOMIC: Access = Access(8);
+
+    /// Union.
+    pub const fn with(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+    /// True when every right of `o` is granted.
+    pub const fn contains(self, o: Access) -> bool {
+        self.0 & o.0 == o.0
+    }
+    /// Remote write or atomic without local write is invalid (IBTA C10-88).
+    pub const fn is_valid(self) -> bool {
+        let remote_w = self.0 & (Self::REMOTE_WRITE.0 | Self::REMOTE_ATOMIC.0) != 0;
+        !remote_w || self.contains(Self::LOCAL_WRITE)
+    }
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        self.with(o)
+    }
+}
+
+impl fmt::Debug for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [
+            (Self::LOCAL_WRITE, "LOCAL_WRITE"),
+            (Self::REMOTE_WRITE, "REMOTE_WRITE"),
+            (Self::REMOTE_READ, "REMOTE_READ"),
+            (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        ];
+        let set: Vec<&str> = names
+            .iter()
+            .filter(|(a, _)| self.contains(*a))
+            .map(|(_, n)| *n)
+            .collect();
+        if set.is_empty() {
+            f.write_str("NONE")
+        } else {
+            f.write_str(&set.join("|"))
+        }
+    }
+}
+
+/// The bytes of a registered region. Offsets are relative to the region's
+/// start; the engine checks bounds before every call.
+pub trait RegionMemory: Send {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// True when the region is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `out.len()` bytes starting at `offset` into `out`.
+    fn read(&self, offset: usize, out: &mut [u8]);
+    /// Copies `data` into the region at `offset`.
+    fn write(&mut self, offset: usize, data: &[u8]);
+}
+
+impl RegionMemory for Vec<u8> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) {
+        out.copy_from_slice(&self[offset..offset + out.len()]);
+    }
+    fn write(&mut self, offset: usize, data: &[u8]) {
+        self[offset..offset + data.len()].copy_from_slice(data);
+    }
+}
+
+/// A protection domain handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdId(pub u32);
+
+/// Why a memory access was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessError {
+    /// No valid region has this key (never registered, deregistered or invalidated).
+    BadKey,
+    /// The region belongs to another protection domain.
+    WrongPd,
+    /// The range is not inside the region (or overflows).
+    OutOfBounds,
+    /// The region lacks the access right.
+    NoPermission,
+}
+
+#[derive(Debug)]
+struct Region {
+    pd: PdId,
+    va: u64,
+    len: u64,
+    access: Access,
+    key: u32,
+    valid: bool,
+    mem: Box<dyn RegionMemory>,
+}
+
+impl fmt::Debug for dyn RegionMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RegionMemory({} bytes)", self.len())
+    }
+}
+
+/// A checked reference into a region: region slot and byte offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    slot: usize,
+    offset: usize,
+}
+
+/// Keys of a registered region (lkey = rkey, as rxe does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrKeys {
+    /// Local key, for scatter/gather entries.
+    pub lkey: Lkey,
+    /// Remote key, for peers.
+    pub rkey: Rkey,
+}
+
+/// All registered regions of a device. Keys are `slot << 8 | tag`, the tag
+/// changing on every registration so that a stale key never reaches a
+/// region registered later in the same slot.
+#[derive(Debug, Default)]
+pub struct MrTable {
+    slots: Vec<Option<Region>>,
+    free: Vec<usize>,
+    next_tag: u8,
+}
+
+impl MrTable {
+    /// Registers `mem` at virtual address `va` in `pd` with `access`.
+    pub fn register(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+    ) -> Result<MrKeys, AccessError> {
+        if !access.is_valid() {
+            return Err(AccessError::NoPermission);
+        }
+        let len = mem.len() as u64;
+        if va.checked_add(len).is_none() {
+            return Err(AccessError::OutOfBounds);
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                if self.slots.len() >= (1 << 24) - 1 {
+                    return Err(AccessError::BadKey);
+                }
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        self.next_tag = self.next_tag.wrapping_add(1);
+        let key = ((slot as u32 + 1) << 8) | self.next_tag as u32;
+        self.slots[slot] = Some(Region {
+            pd,
+            va,
+            len,
+            access,
+            key,
+            valid: true,
+            mem,
+        });
+        Ok(MrKeys {
+            lkey: Lkey::new(key),
+            rkey: Rkey::new(key),
+        })
+    }
+
+    /// Deregisters the region of `lkey`, handing its memory back.
+    pub fn deregister(&mut self, lkey: Lkey) -> Option<Box<dyn RegionMemory>> {
+        let slot = self.slot_of(lkey.value())?;
+        let r = self.slots[slot].take()?;
+        self.free.push(slot);
+        Some(r.mem)
+    }
+
+    /// Invalidates a remote key (SEND with invalidate, local invalidate):
+    /// later accesses fail with [`AccessError::BadKey`] until re-validated.
+    pub fn invalidate(&mut self, pd: PdId, rkey: Rkey) -> Result<(), AccessError> {
+        let slot = self.slot_of(rkey.value()).ok_or(AccessError::BadKey)?;
+        let r = self.slots[slot].as_mut().ok_or(AccessError::BadKey)?;
+        if r.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        r.valid = false;
+        Ok(())
+    }
+
+    fn slot_of(&self, key: u32) -> Option<usize> {
+        let slot = (key >> 8).checked_sub(1)? as usize;
+        match self.slots.get(slot) {
+            Some(Some(r)) if r.key == key => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// Checks an access of `len` bytes at `va` through `key` and returns
+    /// where it lands.
+    pub fn check(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Span, AccessError> {
+        let slot = self.slot_of(key).ok_or(AccessError::BadKey)?;
+        let r = self.slots[slot].as_ref().ok_or(AccessError::BadKey)?;
+        if !r.valid {
+            return Err(AccessError::BadKey);
+        }
+        if r.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        let end = va.checked_add(len).ok_or(AccessError::OutOfBounds)?;
+        if va < r.va || end > r.va + r.len {
+            return Err(AccessError::OutOfBounds);
+        }
+        if !r.access.contains(need) {
+            return Err(AccessError::NoPermission);
+        }
+        Ok(Span {
+            slot,
+            offset: (va - r.va) as usize,
+        })
+    }
+
+    /// Reads bytes at a checked span (plus `skip` bytes).
+    pub fn read(&self, span: Span, skip: usize, out: &mut [u8]) {
+        if let Some(Some(r)) = self.slots.get(span.slot) {
+            r.mem.read(span.offset + skip, out);
+        }
+    }
+
+    /// Writes bytes at a checked span (plus `skip` bytes).
+    pub fn write(&mut self, span: Span, skip: usize, data: &[u8]) {
+        if let Some(Some(r)) = self.slots.get_mut(span.slot) {
+            r.mem.write(span.offset + skip, data);
+        }
+    }
+
+    /// Reads a 64-bit word in host byte order: atomics operate on the
+    /// host's native words (the wire carries them big-endian).
+    pub fn read_u64(&self, span: Span) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(span, 0, &mut b);
+        u64::from_ne_bytes(b)
+    }
+
+    /// Writes a native-order u64 (see [`MrTable::read_u64`]).
+    pub fn write_u64(&mut self, span: Span, v: u64) {
+        self.write(span, 0, &v.to_ne_bytes());
+    }
+
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> (MrTable, MrKeys) {
+        let mut t = MrTable::default();
+        let k = t
+            .register(
+                PdId(1),
+                0x1000,
+                Box::new(vec![0u8; 256]),
+                Access::LOCAL_WRITE | Access::REMOTE_READ,
+            )
+            .unwrap();
+        (t, k)
+    }
+
+    #[test]
+    fn bounds_keys_pd_and_rights() {
+        let (t, k) = table();
+        let key = k.rkey.value();
+        assert!(t
+            .check(key, PdId(1), 0x1000, 256, Access::REMOTE_READ)
+            .is_ok());
+        assert!(t
+            .check(key, PdId(1), 0x10ff, 1, Access::REMOTE_READ)
+            .is_ok());
+        assert_eq!(
+            t.check(key, PdId(1), 0x10ff, 2, Access::REMOTE_READ),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(key, PdId(1), 0xfff, 1, Access::REMOTE_READ),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(key, PdId(1), u64::MAX, 2, Access::NONE),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            t.check(key, PdId(2), 0x1000, 1, Access::NONE),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(
+            t.check(key, PdId(1), 0x1000, 8, Access::REMOTE_WRITE),
+            Err(AccessError::NoPermission)
+        );
+        assert_eq!(
+            t.check(key ^ 1, PdId(1), 0x1000, 8, Access::NONE),
+            Err(AccessError::BadKey)
+        );
+        assert_eq!(
+            t.check(0, PdId(1), 0x1000, 8, Access::NONE),
+            Err(AccessError::BadKey)
+        );
+    }
+
+    #[test]
+    fn stale_keys_do_not_reach_a_new_region() {
+        let (mut t, k) = table();
+        assert!(t.deregister(k.lkey).is_some());
+        let k2 = t
+            .register(PdId(1), 0x1000, Box::new(vec![0u8; 16]), Access::NONE)
+            .unwrap();
+        assert_ne!(k.lkey, k2.lkey);
+        assert_eq!(
+            t.check(k.lkey.value(), PdId(1), 0x1000, 1, Access::NONE),
+            Err(AccessError::BadKey)
+        );
+        assert!(t.deregister(k.lkey).is_none());
+    }
+
+    #[test]
+    fn invalidation_and_invalid_rights() {
+        let (mut t, k) = table();
+        t.invalidate(PdId(1), k.rkey).unwrap();
+        assert_eq!(
+            t.check(k.rkey.value(), PdId(1), 0x1000, 1, Access::NONE),
+            Err(AccessError::BadKey)
+        );
+        let bad = t.register(PdId(1), 0, Box::new(vec![0u8; 8]), Access::REMOTE_WRITE);
+        assert_eq!(bad, Err(AccessError::NoPermission));
+    }
+}

@@ -1,0 +1,359 @@
+//! Queue pairs: the state machine, the requester (send side) and the
+//! responder (receive side) of RC, UC and UD (IBTA Vol 1 chapter 9, §10.3).
+
+mod attr;
+mod path;
+mod requester;
+mod responder;
+pub mod state;
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use roce_wire::{Ecn, Qpn};
+
+pub use attr::{mtu_from_enum, path_mtu_for_link, AddressVector, QpAttr, QpCaps, QpInitAttr};
+pub(crate) use path::Path;
+use requester::Requester;
+use responder::Responder;
+use state::{check_modify, ModifyError, QpAttrMask, QpState, QpType};
+
+use crate::counters::QpCounters;
+use crate::cq::{Cq, CqId};
+use crate::mr::MrTable;
+use crate::srq::{Srq, SrqId};
+use crate::wc::{Wc, WcOpcode, WcStatus};
+use crate::wr::RecvWr;
+use crate::{AsyncEvent, Nanos};
+
+/// What a QP borrows from its device while it works.
+pub(crate) struct Ctx<'a> {
+    pub(crate) now: Nanos,
+    pub(crate) mrs: &'a mut MrTable,
+    pub(crate) cqs: &'a mut Vec<Option<Cq>>,
+    pub(crate) srqs: &'a mut Vec<Option<Srq>>,
+    pub(crate) events: &'a mut VecDeque<AsyncEvent>,
+    pub(crate) local_addrs: &'a [IpAddr],
+    pub(crate) ecn: Ecn,
+}
+
+impl Ctx<'_> {
+    /// Delivers a completion; a full CQ raises the CQ error event.
+    pub(crate) fn complete(&mut self, cq: CqId, wc: Wc, solicited: bool) {
+        if let Some(Some(c)) = self.cqs.get_mut(cq.0 as usize) {
+            if !c.push(wc, solicited) {
+                self.events.push_back(AsyncEvent::CqError(cq));
+            }
+        }
+    }
+
+    pub(crate) fn srq(&mut self, id: SrqId) -> Option<&mut Srq> {
+        self.srqs.get_mut(id.0 as usize).and_then(|s| s.as_mut())
+    }
+}
+
+/// Why a post was refused (the errno `ibv_post_*` would return).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostError {
+    /// The QP's state does not accept this post (EINVAL).
+    BadState(QpState),
+    /// The queue is full (ENOMEM).
+    QueueFull,
+    /// Too many scatter/gather entries (EINVAL).
+    TooManySge,
+    /// Inline data larger than `max_inline_data` (EINVAL).
+    InlineTooLong,
+    /// The operation is not supported by this QP type (EINVAL).
+    UnsupportedOp,
+    /// A UD send without a destination, or a message too long (EINVAL).
+    InvalidWr(&'static str),
+    /// No such QP or SRQ.
+    NoSuchObject,
+}
+
+impl std::fmt::Display for PostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PostError::BadState(s) => {
+                write!(f, "QP in state {} does not accept this post", s.name())
+            }
+            PostError::QueueFull => f.write_str("queue full"),
+            PostError::TooManySge => f.write_str("too many scatter/gather entries"),
+            PostError::InlineTooLong => f.write_str("inline data longer than max_inline_data"),
+            PostError::UnsupportedOp => f.write_str("operation not supported by this QP type"),
+            PostError::InvalidWr(w) => write!(f, "invalid work request: {w}"),
+            PostError::NoSuchObject => f.write_str("no such QP or SRQ"),
+        }
+    }
+}
+
+impl std::error::Error for PostError {}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    pub(crate) qpn: Qpn,
+    pub(crate) init: QpInitAttr,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) sport: u16,
+    pub(crate) rq: VecDeque<RecvWr>,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
+    pub(crate) counters: QpCounters,
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: Qpn, init: QpInitAttr) -> Qp {
+        Qp {
+            qpn,
+            init,
+            state: QpState::Reset,
+            attr: QpAttr::default(),
+            sport: path::udp_sport(qpn.value()),
+            rq: VecDeque::new(),
+            req: Requester::default(),
+            resp: Responder::default(),
+            counters: QpCounters::default(),
+        }
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    /// Current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.init.qp_type
+    }
+
+    /// Current attributes.
+    pub fn attr(&self) -> &QpAttr {
+        &self.attr
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &QpCounters {
+        &self.counters
+    }
+
+    /// Path MTU in bytes.
+    pub(crate) fn pmtu(&self) -> u32 {
+        self.attr.path_mtu
+    }
+
+    /// `ibv_modify_qp`: validates the transition and its attribute mask
+    /// against the declared table, then applies it.
+    pub(crate) fn modify(
+        &mut self,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), ModifyError> {
+        let next = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            self.state
+        };
+        check_modify(self.init.qp_type, self.state, mask, next)?;
+        if mask.contains(QpAttrMask::PATH_MTU)
+            && !matches!(attr.path_mtu, 256 | 512 | 1024 | 2048 | 4096)
+        {
+            return Err(ModifyError::InvalidValue("path_mtu"));
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) && attr.retry_cnt > 7 {
+            return Err(ModifyError::InvalidValue("retry_cnt"));
+        }
+        if mask.contains(QpAttrMask::RNR_RETRY) && attr.rnr_retry > 7 {
+            return Err(ModifyError::InvalidValue("rnr_retry"));
+        }
+        if mask.contains(QpAttrMask::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
+            return Err(ModifyError::InvalidValue("min_rnr_timer"));
+        }
+        if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
+            return Err(ModifyError::InvalidValue("timeout"));
+        }
+        if mask.contains(QpAttrMask::AV)
+            && ctx
+                .local_addrs
+                .get(attr.ah_attr.sgid_index as usize)
+                .is_none()
+        {
+            return Err(ModifyError::InvalidValue("ah_attr.sgid_index"));
+        }
+        let a = &mut self.attr;
+        macro_rules! take {
+            ($bit:ident, $field:ident) => {
+                if mask.contains(QpAttrMask::$bit) {
+                    a.$field = attr.$field;
+                }
+            };
+        }
+        take!(PATH_MTU, path_mtu);
+        take!(QKEY, qkey);
+        take!(RQ_PSN, rq_psn);
+        take!(SQ_PSN, sq_psn);
+        take!(DEST_QPN, dest_qp_num);
+        take!(ACCESS_FLAGS, qp_access_flags);
+        take!(PKEY_INDEX, pkey_index);
+        take!(PORT, port_num);
+        take!(AV, ah_attr);
+        take!(TIMEOUT, timeout);
+        take!(RETRY_CNT, retry_cnt);
+        take!(RNR_RETRY, rnr_retry);
+        take!(MIN_RNR_TIMER, min_rnr_timer);
+        take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+        take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            self.resp.reset(attr.rq_psn);
+        }
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            self.req.reset_psn(attr.sq_psn);
+        }
+        if mask.contains(QpAttrMask::RETRY_CNT) || mask.contains(QpAttrMask::RNR_RETRY) {
+            self.req
+                .reset_retries(self.attr.retry_cnt, self.attr.rnr_retry);
+        }
+        let prev = self.state;
+        self.state = next;
+        self.attr.qp_state = next;
+        self.attr.cur_qp_state = next;
+        match next {
+            QpState::Reset if prev != QpState::Reset => {
+                // Back to RESET: everything is discarded without completions.
+                self.rq.clear();
+                self.req = Requester::default();
+                self.resp = Responder::default();
+            }
+            QpState::Err if prev != QpState::Err => self.flush(ctx),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Moves the QP to the error state and flushes both queues.
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err;
+        ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
+        self.flush(ctx);
+    }
+
+    /// Completes every outstanding WR with WR_FLUSH_ERR.
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        self.req.flush(self.qpn, self.init.send_cq, ctx);
+        while let Some(wr) = self.rq.pop_front() {
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            ctx.complete(self.init.recv_cq, wc, false);
+        }
+        self.resp.on_error();
+    }
+
+    /// `ibv_post_recv`.
+    pub(crate) fn post_recv(&mut self, wr: RecvWr, ctx: &mut Ctx<'_>) -> Result<(), PostError> {
+        if self.init.srq.is_some() {
+            return Err(PostError::InvalidWr("the QP uses a shared receive queue"));
+        }
+        if self.state == QpState::Reset {
+            return Err(PostError::BadState(self.state));
+        }
+        if wr.sgl.len() > self.init.cap.max_recv_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        if self.rq.len() >= self.init.cap.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+            ctx.complete(self.init.recv_cq, wc, false);
+            return Ok(());
+        }
+        self.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// The next receive WR: from the SRQ or the QP's own queue.
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
+        match self.init.srq {
+            Some(id) => {
+                let srq = ctx.srq(id)?;
+                let wr = srq.take();
+                if srq.check_limit() {
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(id));
+                }
+                wr
+            }
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Gives back a receive WR that a broken UC message had taken.
+    pub(crate) fn untake_recv(&mut self, wr: RecvWr, ctx: &mut Ctx<'_>) {
+        match self.init.srq {
+            Some(id) => {
+                if let Some(srq) = ctx.srq(id) {
+                    srq.push_front(wr);
+                }
+            }
+            None => self.rq.push_front(wr),
+        }
+    }
+
+    /// The addressing of this QP's packets to `dest` (a UD destination, or
+    /// the connected peer when `None`).
+    pub(crate) fn path(&self, dest: Option<IpAddr>, ctx: &Ctx<'_>) -> Option<Path> {
+        let av = &self.attr.ah_attr;
+        Some(Path {
+            src: *ctx.local_addrs.get(av.sgid_index as usize)?,
+            dst: dest.unwrap_or(av.dest),
+            sport: self.sport,
+            dscp: av.traffic_class >> 2,
+            ecn: ctx.ecn,
+            ttl: av.hop_limit,
+            flow_label: av.flow_label,
+        })
+    }
+
+    /// True when the QP may have packets to send.
+    pub(crate) fn wants_to_send(&self) -> bool {
+        self.resp.has_output() || self.req.has_work()
+    }
+
+    /// Emits the next packet (responses first, then requests).
+    pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if let Some(n) = self.resp_poll_transmit(ctx, buf) {
+            self.counters.tx_packets += 1;
+            return Some(n);
+        }
+        let n = self.req_poll_transmit(ctx, buf)?;
+        self.counters.tx_packets += 1;
+        Some(n)
+    }
+
+    /// Earliest timer deadline.
+    pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
+        self.req.poll_timeout()
+    }
+
+    /// Local ACK timeout and RNR timer processing.
+    pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.req_handle_timeout(ctx);
+    }
+
+    /// Local ACK timeout in nanoseconds (None = infinite).
+    pub(crate) fn ack_timeout_ns(&self) -> Option<Nanos> {
+        match self.attr.timeout {
+            0 => None,
+            t => Some(4096u64 << t.min(31)),
+        }
+    }
+}

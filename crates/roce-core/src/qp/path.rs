@@ -1,0 +1,83 @@
+//! Building the IP datagram of one packet of a QP.
+
+use std::net::IpAddr;
+
+use roce_wire::{
+    BthRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpChecksum, UdpRepr,
+    ROCE_V2_PORT,
+};
+
+/// The addressing of a QP's packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Path {
+    pub(crate) src: IpAddr,
+    pub(crate) dst: IpAddr,
+    pub(crate) sport: u16,
+    pub(crate) dscp: u8,
+    pub(crate) ecn: Ecn,
+    pub(crate) ttl: u8,
+    pub(crate) flow_label: u32,
+}
+
+/// The UDP source port of a QP: fixed per QP for ECMP, in 0xC000..=0xFFFF
+/// (RoCE v2 Annex A17.3; rxe hashes the QPN the same way in spirit).
+pub(crate) fn udp_sport(qpn: u32) -> u16 {
+    // A multiplicative hash spreads consecutive QPNs over the 14 bits.
+    let h = qpn.wrapping_mul(0x9e37_79b1) >> 18;
+    0xc000 | (h as u16 & 0x3fff)
+}
+
+impl Path {
+    fn ip(&self) -> Option<IpRepr> {
+        match (self.src, self.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(IpRepr::V4(Ipv4Repr {
+                src,
+                dst,
+                dscp: self.dscp,
+                ecn: self.ecn,
+                // What the kernel writes for an unconnected DF UDP socket
+                // (protocol reference §4), so UDP backends keep the ICRC valid.
+                ident: 0,
+                dont_frag: true,
+                ttl: self.ttl,
+                payload_len: 0,
+            })),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Some(IpRepr::V6(Ipv6Repr {
+                src,
+                dst,
+                dscp: self.dscp,
+                ecn: self.ecn,
+                flow_label: self.flow_label,
+                hop_limit: self.ttl,
+                payload_len: 0,
+            })),
+            _ => None,
+        }
+    }
+
+    /// Emits one packet into `buf`; `fill` writes the payload in place.
+    /// Returns the datagram length, or `None` if it cannot be built
+    /// (address families differ, buffer too small).
+    pub(crate) fn emit(
+        &self,
+        bth: BthRepr,
+        ext: ExtHeaders,
+        payload_len: usize,
+        buf: &mut [u8],
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<usize> {
+        let repr = FrameRepr {
+            eth: None,
+            ip: self.ip()?,
+            udp: UdpRepr {
+                src_port: self.sport,
+                dst_port: ROCE_V2_PORT,
+                checksum: UdpChecksum::Zero,
+            },
+            bth,
+            ext,
+            payload: &[],
+        };
+        repr.emit_with(buf, payload_len, fill).ok()
+    }
+}

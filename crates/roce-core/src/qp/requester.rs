@@ -1,0 +1,790 @@
+//! The requester and completer (IBTA Vol 1 §9.7.2–§9.7.5.1 as rxe applies
+//! them, protocol reference §6): segmentation into PMTU packets, PSN
+//! assignment, ACK/NAK and response processing, go-back-N retransmission
+//! from the exact PSN, the local ACK timeout and RNR timers, and in-order
+//! completion of send work requests.
+
+use std::collections::VecDeque;
+
+use roce_wire::aeth::RNR_TIMER_US;
+use roce_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, MessageKind, NakCode, Opcode, Operation,
+    Position, Psn, Qkey, RethRepr, RocePacket, Syndrome, Transport,
+};
+
+use super::state::{QpState, QpType};
+use super::{Ctx, PostError, Qp};
+use crate::cq::CqId;
+use crate::sgl;
+use crate::wc::{Wc, WcOpcode, WcStatus};
+use crate::wr::{Payload, SendFlags, SendOp, SendWr};
+use crate::Nanos;
+
+/// Most PSNs in flight (unacknowledged) at once; far below the 2^23 window.
+pub(crate) const MAX_INFLIGHT_PSNS: i32 = 4096;
+/// A long message asks for an ACK at least every this many packets.
+pub(crate) const ACK_REQ_INTERVAL: u32 = 64;
+
+/// A send work request in the queue.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    wr: SendWr,
+    len: u64,
+    seq: u64,
+    started: bool,
+    first_psn: Psn,
+    npsn: u32,
+    /// SEND/WRITE: acknowledged; READ/atomic: all response data in.
+    done: bool,
+    /// READ: response packets received in order.
+    read_recv: u32,
+    error: Option<WcStatus>,
+}
+
+impl SendWqe {
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn.saturating_sub(1))
+    }
+    fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.diff(self.first_psn) >= 0 && psn.diff(self.first_psn) < self.npsn as i32
+    }
+    fn wc_opcode(&self) -> WcOpcode {
+        match self.wr.op {
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::SendWithInv(_) => WcOpcode::Send,
+            SendOp::Write | SendOp::WriteWithImm(_) => WcOpcode::RdmaWrite,
+            SendOp::Read => WcOpcode::RdmaRead,
+            SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// Requester state of one QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    sq: VecDeque<SendWqe>,
+    next_seq: u64,
+    /// The WQE (by sequence number) and packet index to transmit next.
+    cursor_seq: u64,
+    cursor_pkt: u32,
+    /// PSN of the next packet never sent before.
+    next_psn: Psn,
+    /// Oldest unacknowledged PSN.
+    una: Psn,
+    retry_left: u8,
+    rnr_left: u8,
+    /// Local ACK timeout deadline.
+    timer: Option<Nanos>,
+    /// No transmission before this time (RNR wait).
+    rnr_until: Option<Nanos>,
+    rd_atomic_outstanding: u32,
+    /// A READ retransmission already requested from this PSN (avoid
+    /// repeating it for every later out-of-order response).
+    read_retry_from: Option<Psn>,
+}
+
+impl Requester {
+    pub(crate) fn reset_psn(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.una = psn;
+    }
+
+    pub(crate) fn reset_retries(&mut self, retry: u8, rnr: u8) {
+        self.retry_left = retry;
+        self.rnr_left = rnr;
+    }
+
+    pub(crate) fn has_work(&self) -> bool {
+        self.sq.iter().any(|w| !w.done && w.error.is_none())
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
+        match (self.timer, self.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(crate) fn flush(&mut self, qpn: roce_wire::Qpn, cq: CqId, ctx: &mut Ctx<'_>) {
+        for w in self.sq.drain(..) {
+            let status = w.error.unwrap_or(WcStatus::WrFlushErr);
+            ctx.complete(cq, Wc::new(w.wr.wr_id, status, w.wc_opcode(), qpn), false);
+        }
+        self.timer = None;
+        self.rnr_until = None;
+        self.rd_atomic_outstanding = 0;
+    }
+
+    fn index_of(&self, seq: u64) -> Option<usize> {
+        let front = self.sq.front()?.seq;
+        let i = seq.checked_sub(front)? as usize;
+        (i < self.sq.len()).then_some(i)
+    }
+
+    fn in_flight(&self) -> bool {
+        self.next_psn != self.una
+    }
+}
+
+/// PSNs a message of `len` bytes takes.
+fn psns_for(op: SendOp, len: u64, pmtu: u32) -> u32 {
+    if op.is_atomic() {
+        return 1;
+    }
+    len.div_ceil(pmtu as u64).max(1) as u32
+}
+
+impl Qp {
+    /// `ibv_post_send`.
+    pub(crate) fn post_send(&mut self, mut wr: SendWr, ctx: &mut Ctx<'_>) -> Result<(), PostError> {
+        let qt = self.init.qp_type;
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            QpState::Sqe if qt != QpType::Rc => {}
+            s => return Err(PostError::BadState(s)),
+        }
+        if self.req.sq.len() >= self.init.cap.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        let allowed = match qt {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.op,
+                SendOp::Send | SendOp::SendWithImm(_) | SendOp::Write | SendOp::WriteWithImm(_)
+            ),
+            QpType::Ud => matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)),
+        };
+        if !allowed {
+            return Err(PostError::UnsupportedOp);
+        }
+        if qt == QpType::Ud && wr.ud.is_none() {
+            return Err(PostError::InvalidWr("UD send without an address handle"));
+        }
+        if let Payload::Sgl(s) = &wr.payload {
+            if s.len() > self.init.cap.max_send_sge as usize {
+                return Err(PostError::TooManySge);
+            }
+        }
+        if wr.flags.contains(SendFlags::INLINE) {
+            if wr.op.is_read_or_atomic() {
+                return Err(PostError::InvalidWr("READ and atomics cannot be inline"));
+            }
+            if wr.payload.len() > self.init.cap.max_inline_data as u64 {
+                return Err(PostError::InlineTooLong);
+            }
+            if let Payload::Sgl(s) = &wr.payload {
+                let mut data = vec![0u8; wr.payload.len() as usize];
+                if sgl::gather(ctx.mrs, self.init.pd, s, 0, &mut data).is_err() {
+                    return Err(PostError::InvalidWr("inline SGE outside registered memory"));
+                }
+                wr.payload = Payload::Inline(data);
+            }
+        }
+        let len = wr.payload.len();
+        if wr.op.is_atomic() && len != 8 {
+            return Err(PostError::InvalidWr(
+                "atomics need one 8-byte result buffer",
+            ));
+        }
+        if len > (1u64 << 31) {
+            return Err(PostError::InvalidWr("message longer than 2 GiB"));
+        }
+        if qt == QpType::Ud && len > self.pmtu() as u64 {
+            return Err(PostError::InvalidWr("UD message longer than the path MTU"));
+        }
+        let seq = self.req.next_seq;
+        self.req.next_seq += 1;
+        let wqe = SendWqe {
+            npsn: psns_for(wr.op, len, self.pmtu()),
+            wr,
+            len,
+            seq,
+            started: false,
+            first_psn: Psn::new(0),
+            done: false,
+            read_recv: 0,
+            error: None,
+        };
+        if self.state == QpState::Err {
+            let wc = Wc::new(
+                wqe.wr.wr_id,
+                WcStatus::WrFlushErr,
+                wqe.wc_opcode(),
+                self.qpn,
+            );
+            ctx.complete(self.init.send_cq, wc, false);
+            return Ok(());
+        }
+        self.req.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// Builds the next request packet, if the QP may send one now.
+    pub(crate) fn req_poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        if self.req.rnr_until.is_some_and(|t| ctx.now < t) {
+            return None;
+        }
+        let pmtu = self.pmtu();
+        let idx = self.req.index_of(self.req.cursor_seq)?;
+        // Gate the start of a new message.
+        if !self.req.sq[idx].started {
+            if self.state == QpState::Sqd {
+                return None;
+            }
+            let w = &self.req.sq[idx];
+            if w.wr.op.is_read_or_atomic()
+                && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic.max(1) as u32
+            {
+                return None;
+            }
+            if w.wr.flags.contains(SendFlags::FENCE)
+                && self
+                    .req
+                    .sq
+                    .iter()
+                    .take(idx)
+                    .any(|p| p.wr.op.is_read_or_atomic() && !p.done)
+            {
+                return None;
+            }
+            if self.init.qp_type == QpType::Rc
+                && self.req.next_psn.add(w.npsn).diff(self.req.una) > MAX_INFLIGHT_PSNS
+                && self.req.in_flight()
+            {
+                return None;
+            }
+            let next_psn = self.req.next_psn;
+            let w = &mut self.req.sq[idx];
+            w.started = true;
+            w.first_psn = next_psn;
+            if w.wr.op.is_read_or_atomic() {
+                self.req.rd_atomic_outstanding += 1;
+            }
+            self.req.cursor_pkt = 0;
+        }
+        let k = self.req.cursor_pkt;
+        let w = &self.req.sq[idx];
+        let psn = w.first_psn.add(k);
+        let retransmission = psn.diff(self.req.next_psn) < 0;
+        let (bth, ext, offset, plen, last_pkt) = self.build_request(idx, k, pmtu);
+        let dest = self.req.sq[idx].wr.ud.map(|u| u.addr);
+        let path = self.path(dest, ctx)?;
+        let w = &self.req.sq[idx];
+        let mut gather_err = None;
+        let n = {
+            let mrs = &*ctx.mrs;
+            let pd = self.init.pd;
+            path.emit(bth, ext, plen, buf, |dst| {
+                let r = match &w.wr.payload {
+                    Payload::Inline(d) => {
+                        dst.copy_from_slice(&d[offset as usize..offset as usize + plen]);
+                        Ok(())
+                    }
+                    Payload::Sgl(s) => sgl::gather(mrs, pd, s, offset, dst),
+                };
+                gather_err = r.err();
+            })
+        };
+        let Some(n) = n else {
+            // Addresses of different families: the WR cannot be sent.
+            self.fail_wqe(idx, WcStatus::LocQpOpErr, ctx);
+            return None;
+        };
+        if gather_err.is_some() {
+            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
+            return None;
+        }
+        // Advance the cursor.
+        if last_pkt {
+            self.req.cursor_seq += 1;
+            self.req.cursor_pkt = 0;
+        } else {
+            self.req.cursor_pkt += 1;
+        }
+        let end = if matches!(self.req.sq[idx].wr.op, SendOp::Read) {
+            self.req.sq[idx].first_psn.add(self.req.sq[idx].npsn)
+        } else {
+            psn.next()
+        };
+        if end.diff(self.req.next_psn) > 0 {
+            self.req.next_psn = end;
+        }
+        self.counters.tx_bytes += plen as u64;
+        if retransmission {
+            self.counters.retransmitted += 1;
+        }
+        match self.init.qp_type {
+            QpType::Rc => {
+                if self.req.timer.is_none() {
+                    self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+                }
+            }
+            // Unreliable: a WR is complete once its last packet is out.
+            QpType::Uc | QpType::Ud => {
+                if last_pkt {
+                    self.req.sq[idx].done = true;
+                    self.req.una = self.req.next_psn;
+                    self.retire(ctx);
+                }
+            }
+        }
+        Some(n)
+    }
+
+    /// Headers, payload offset and length of packet `k` of WQE `idx`.
+    fn build_request(
+        &self,
+        idx: usize,
+        k: u32,
+        pmtu: u32,
+    ) -> (BthRepr, ExtHeaders, u64, usize, bool) {
+        let w = &self.req.sq[idx];
+        let qt = self.init.qp_type;
+        let transport = match qt {
+            QpType::Rc => Transport::Rc,
+            QpType::Uc => Transport::Uc,
+            QpType::Ud => Transport::Ud,
+        };
+        let psn = w.first_psn.add(k);
+        let mut ext = ExtHeaders::default();
+        let dest_qp = w.wr.ud.map_or(self.attr.dest_qp_num, |u| u.qpn);
+        if let Some(u) = w.wr.ud {
+            let qkey = if u.qkey.value() & 0x8000_0000 != 0 {
+                self.attr.qkey
+            } else {
+                u.qkey
+            };
+            ext.deth = Some(DethRepr {
+                qkey: Qkey::new(qkey.value()),
+                src_qp: self.qpn,
+            });
+        }
+        let (op, offset, plen, last) = match w.wr.op {
+            SendOp::Read => {
+                let off = k as u64 * pmtu as u64;
+                ext.reth = Some(RethRepr {
+                    va: w.wr.remote_addr.wrapping_add(off),
+                    rkey: w.wr.rkey,
+                    dma_len: (w.len - off.min(w.len)) as u32,
+                });
+                (Operation::ReadRequest, 0, 0, true)
+            }
+            SendOp::CompareSwap { compare, swap } => {
+                ext.atomic = Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add: swap,
+                    compare,
+                });
+                (Operation::CompareSwap, 0, 0, true)
+            }
+            SendOp::FetchAdd { add } => {
+                ext.atomic = Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+                (Operation::FetchAdd, 0, 0, true)
+            }
+            op => {
+                let off = k as u64 * pmtu as u64;
+                let plen = (w.len - off).min(pmtu as u64) as usize;
+                let first = k == 0;
+                let last = k + 1 >= w.npsn;
+                let pos = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                let write = matches!(op, SendOp::Write | SendOp::WriteWithImm(_));
+                if write && first {
+                    ext.reth = Some(RethRepr {
+                        va: w.wr.remote_addr,
+                        rkey: w.wr.rkey,
+                        dma_len: w.len as u32,
+                    });
+                }
+                let imm = match op {
+                    SendOp::SendWithImm(v) | SendOp::WriteWithImm(v) => Some(v),
+                    _ => None,
+                };
+                if pos.ends() {
+                    ext.imm = imm;
+                    if let SendOp::SendWithInv(r) = op {
+                        ext.ieth = Some(r);
+                    }
+                }
+                let operation = match (
+                    write,
+                    pos,
+                    imm.is_some(),
+                    matches!(op, SendOp::SendWithInv(_)),
+                ) {
+                    (false, Position::First, ..) => Operation::SendFirst,
+                    (false, Position::Middle, ..) => Operation::SendMiddle,
+                    (false, Position::Last, _, true) => Operation::SendLastInv,
+                    (false, Position::Only, _, true) => Operation::SendOnlyInv,
+                    (false, Position::Last, true, _) => Operation::SendLastImm,
+                    (false, Position::Last, false, _) => Operation::SendLast,
+                    (false, Position::Only, true, _) => Operation::SendOnlyImm,
+                    (false, Position::Only, false, _) => Operation::SendOnly,
+                    (true, Position::First, ..) => Operation::WriteFirst,
+                    (true, Position::Middle, ..) => Operation::WriteMiddle,
+                    (true, Position::Last, true, _) => Operation::WriteLastImm,
+                    (true, Position::Last, false, _) => Operation::WriteLast,
+                    (true, Position::Only, true, _) => Operation::WriteOnlyImm,
+                    (true, Position::Only, false, _) => Operation::WriteOnly,
+                };
+                (operation, off, plen, last)
+            }
+        };
+        // Every operation here is valid on this transport (checked at post).
+        let opcode = Opcode::new(transport, op).unwrap_or(Opcode::RC_SEND_ONLY);
+        let mut bth = BthRepr::new(opcode, dest_qp, psn);
+        bth.mig_req = true;
+        bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
+        bth.ack_req = qt == QpType::Rc && (last || (k + 1).is_multiple_of(ACK_REQ_INTERVAL));
+        (bth, ext, offset, plen, last)
+    }
+
+    /// Handles a response packet (ACK, NAK, READ response, atomic ACK).
+    pub(crate) fn req_handle_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+        let psn = p.bth.psn;
+        // A response must acknowledge something outstanding.
+        let outstanding = psn.diff(self.req.una) >= 0 && psn.diff(self.req.next_psn) < 0;
+        let syndrome = p.ext.aeth.map(|a| a.syndrome);
+        let is_dup_ack =
+            matches!(syndrome, Some(Syndrome::Ack { .. })) && psn == self.req.una.sub(1);
+        if !outstanding {
+            if !is_dup_ack {
+                self.counters.drop_ghost_response += 1;
+            }
+            return;
+        }
+        self.counters.rx_packets += 1;
+        match p.bth.opcode.kind() {
+            MessageKind::Ack => match syndrome {
+                Some(Syndrome::Ack { .. }) => {
+                    self.ack_through(psn, ctx);
+                }
+                Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
+                    self.counters.seq_naks_received += 1;
+                    if self.ack_through(psn.sub(1), ctx) {
+                        self.retry(psn, ctx);
+                    }
+                }
+                Some(Syndrome::RnrNak { timer }) => {
+                    self.counters.rnr_naks_received += 1;
+                    if !self.ack_through(psn.sub(1), ctx) {
+                        return;
+                    }
+                    if self.attr.rnr_retry != 7 {
+                        if self.req.rnr_left == 0 {
+                            self.fail_at(psn, WcStatus::RnrRetryExcErr, ctx);
+                            return;
+                        }
+                        self.req.rnr_left -= 1;
+                    }
+                    let wait = RNR_TIMER_US[(timer & 31) as usize] as u64 * 1000;
+                    self.req.rnr_until = Some(ctx.now + wait);
+                    self.req.timer = None;
+                    self.go_back(psn);
+                }
+                Some(Syndrome::Nak(code)) => {
+                    self.counters.error_naks_received += 1;
+                    if !self.ack_through(psn.sub(1), ctx) {
+                        return;
+                    }
+                    let status = match code {
+                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                        _ => WcStatus::BadRespErr,
+                    };
+                    self.fail_at(psn, status, ctx);
+                }
+                _ => self.counters.drop_invalid += 1,
+            },
+            MessageKind::ReadResponse => self.read_response(p, ctx),
+            MessageKind::AtomicAck => self.atomic_ack(p, ctx),
+            _ => self.counters.drop_invalid += 1,
+        }
+    }
+
+    /// Cumulative acknowledgement of every PSN up to and including `psn`.
+    /// Returns false if an unfinished READ/atomic lies inside the range
+    /// (an implied NAK: its request is sent again) or the QP failed.
+    fn ack_through(&mut self, psn: Psn, ctx: &mut Ctx<'_>) -> bool {
+        let mut ok = true;
+        let mut new_una = None;
+        for w in self.req.sq.iter_mut() {
+            if !w.started || w.done || w.error.is_some() {
+                continue;
+            }
+            if w.first_psn.diff(psn) > 0 {
+                break;
+            }
+            if w.wr.op.is_read_or_atomic() {
+                // The responder acknowledged beyond a READ/atomic whose
+                // response we never got: request it again.
+                let resume = w.first_psn.add(w.read_recv);
+                new_una = Some(resume);
+                ok = false;
+                break;
+            }
+            if w.last_psn().diff(psn) <= 0 {
+                w.done = true;
+            } else {
+                break;
+            }
+        }
+        let target = new_una.unwrap_or(psn.next());
+        if target.diff(self.req.una) > 0 {
+            self.req.una = target;
+            self.progress(ctx);
+        }
+        self.retire(ctx);
+        if !ok {
+            // An implied NAK: spend a retry like a sequence error.
+            let resume = self.req.una;
+            self.retry(resume, ctx);
+        }
+        ok && self.state != QpState::Err
+    }
+
+    /// Forward progress: reset the retry budget and restart the timer.
+    fn progress(&mut self, ctx: &mut Ctx<'_>) {
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        self.req.read_retry_from = None;
+        self.req.timer = if self.req.in_flight() {
+            self.ack_timeout_ns().map(|t| ctx.now + t)
+        } else {
+            None
+        };
+    }
+
+    /// A sequence error or timeout: spend one retry and go back to `psn`.
+    fn retry(&mut self, psn: Psn, ctx: &mut Ctx<'_>) {
+        if self.req.retry_left == 0 {
+            self.fail_at(self.req.una, WcStatus::RetryExcErr, ctx);
+            return;
+        }
+        self.req.retry_left -= 1;
+        self.go_back(psn);
+        self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+    }
+
+    /// Go-back-N: the next packet sent is `psn` again, inside whichever
+    /// message holds it (a READ resumes at the first missing response).
+    fn go_back(&mut self, psn: Psn) {
+        for w in self.req.sq.iter() {
+            if w.contains(psn) && !w.done {
+                self.req.cursor_seq = w.seq;
+                self.req.cursor_pkt = if matches!(w.wr.op, SendOp::Read) {
+                    w.read_recv
+                } else {
+                    psn.diff(w.first_psn) as u32
+                };
+                return;
+            }
+        }
+        // Nothing started holds it: continue with the first unstarted WQE.
+        if let Some(w) = self.req.sq.iter().find(|w| !w.started) {
+            self.req.cursor_seq = w.seq;
+            self.req.cursor_pkt = 0;
+        }
+    }
+
+    fn read_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+        let psn = p.bth.psn;
+        let pmtu = self.pmtu() as u64;
+        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            self.counters.drop_ghost_response += 1;
+            return;
+        };
+        if !matches!(self.req.sq[idx].wr.op, SendOp::Read) || self.req.sq[idx].done {
+            self.counters.drop_invalid += 1;
+            return;
+        }
+        // Implicitly acknowledges everything before the READ.
+        let first = self.req.sq[idx].first_psn;
+        if !self.ack_through(first.sub(1), ctx) {
+            return;
+        }
+        let w = &self.req.sq[idx];
+        let expected = w.first_psn.add(w.read_recv);
+        let d = psn.diff(expected);
+        if d < 0 {
+            self.counters.duplicates += 1;
+            return;
+        }
+        if d > 0 {
+            // A response was lost: ask again from the first missing one.
+            self.counters.drop_out_of_sequence += 1;
+            if self.req.read_retry_from != Some(expected) {
+                self.req.read_retry_from = Some(expected);
+                self.retry(expected, ctx);
+            }
+            return;
+        }
+        let offset = w.read_recv as u64 * pmtu;
+        let remaining = w.len - offset.min(w.len);
+        let pos = p.bth.opcode.position();
+        let len = p.payload.len() as u64;
+        let fits = match pos {
+            Position::First | Position::Middle => len == pmtu && remaining > pmtu,
+            Position::Last | Position::Only => len == remaining,
+        };
+        if !fits {
+            self.fail_wqe(idx, WcStatus::BadRespErr, ctx);
+            return;
+        }
+        let sgl_ok = match &w.wr.payload {
+            Payload::Sgl(s) => sgl::scatter(ctx.mrs, self.init.pd, s, offset, p.payload).is_ok(),
+            Payload::Inline(_) => false,
+        };
+        if !sgl_ok {
+            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
+            return;
+        }
+        self.counters.rx_bytes += len;
+        let w = &mut self.req.sq[idx];
+        w.read_recv += 1;
+        if pos.ends() {
+            w.done = true;
+            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+        }
+        let una = psn.next();
+        if una.diff(self.req.una) > 0 {
+            self.req.una = una;
+        }
+        self.progress(ctx);
+        self.retire(ctx);
+    }
+
+    fn atomic_ack(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+        let psn = p.bth.psn;
+        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
+            self.counters.drop_ghost_response += 1;
+            return;
+        };
+        if !self.req.sq[idx].wr.op.is_atomic() || self.req.sq[idx].done {
+            self.counters.drop_invalid += 1;
+            return;
+        }
+        if !self.ack_through(psn.sub(1), ctx) {
+            return;
+        }
+        let orig = p.ext.atomic_ack.unwrap_or(0);
+        let w = &self.req.sq[idx];
+        let ok = match &w.wr.payload {
+            Payload::Sgl(s) => {
+                sgl::scatter(ctx.mrs, self.init.pd, s, 0, &orig.to_ne_bytes()).is_ok()
+            }
+            Payload::Inline(_) => false,
+        };
+        if !ok {
+            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
+            return;
+        }
+        self.req.sq[idx].done = true;
+        self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+        let una = psn.next();
+        if una.diff(self.req.una) > 0 {
+            self.req.una = una;
+        }
+        self.progress(ctx);
+        self.retire(ctx);
+    }
+
+    /// Local ACK timeout / RNR wait expiry.
+    pub(crate) fn req_handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.req.rnr_until.is_some_and(|t| ctx.now >= t) {
+            self.req.rnr_until = None;
+            self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+        }
+        if let Some(t) = self.req.timer {
+            if ctx.now >= t {
+                if !self.req.in_flight() {
+                    self.req.timer = None;
+                    return;
+                }
+                self.counters.timeouts += 1;
+                let una = self.req.una;
+                self.retry(una, ctx);
+            }
+        }
+    }
+
+    /// Completes the WQE holding `psn` with an error status; the QP goes
+    /// to the error state and flushes the rest.
+    fn fail_at(&mut self, psn: Psn, status: WcStatus, ctx: &mut Ctx<'_>) {
+        let idx = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.contains(psn) && !w.done)
+            .or_else(|| self.req.sq.iter().position(|w| !w.done));
+        match idx {
+            Some(i) => self.fail_wqe(i, status, ctx),
+            None => self.enter_error(ctx),
+        }
+    }
+
+    fn fail_wqe(&mut self, idx: usize, status: WcStatus, ctx: &mut Ctx<'_>) {
+        if let Some(w) = self.req.sq.get_mut(idx) {
+            w.error = Some(status);
+        }
+        self.retire(ctx);
+        self.enter_error(ctx);
+    }
+
+    /// Retires finished WQEs from the front of the send queue, in order.
+    fn retire(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.req.sq.front() {
+            if !(w.done || w.error.is_some()) {
+                break;
+            }
+            let Some(w) = self.req.sq.pop_front() else {
+                break;
+            };
+            let signaled = self.init.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
+            if let Some(status) = w.error {
+                ctx.complete(
+                    self.init.send_cq,
+                    Wc::new(w.wr.wr_id, status, w.wc_opcode(), self.qpn),
+                    false,
+                );
+            } else if signaled {
+                let mut wc = Wc::new(w.wr.wr_id, WcStatus::Success, w.wc_opcode(), self.qpn);
+                wc.byte_len = match w.wr.op {
+                    SendOp::Read => w.len as u32,
+                    op if op.is_atomic() => 8,
+                    _ => w.len as u32,
+                };
+                ctx.complete(self.init.send_cq, wc, false);
+            }
+        }
+        if self.req.sq.is_empty() {
+            self.req.cursor_seq = self.req.next_seq;
+            self.req.cursor_pkt = 0;
+        } else if self.req.index_of(self.req.cursor_seq).is_none() {
+            // The cursor pointed at a retired WQE: move to the front.
+            if let Some(f) = self.req.sq.front() {
+                if self.req.cursor_seq < f.seq {
+                    self.req.cursor_seq = f.seq;
+                    self.req.cursor_pkt = 0;
+                }
+            }
+        }
+        if !self.req.in_flight() {
+            self.req.timer = None;
+        }
+    }
+}

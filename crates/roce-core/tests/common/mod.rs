@@ -1,0 +1,377 @@
+//! A deterministic two-device world for engine tests: virtual time, a wire
+//! with latency, and a hook to drop, duplicate or alter datagrams.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use roce_core::*;
+
+/// What the wire does with one datagram.
+pub enum Verdict {
+    Deliver,
+    Drop,
+    Duplicate,
+    /// Deliver these bytes instead.
+    Replace(Vec<u8>),
+}
+
+/// Re-emits `dgram` after `edit` changes its reprs (the ICRC is recomputed).
+pub fn rewrite(dgram: &[u8], edit: impl FnOnce(&mut roce_wire::FrameRepr<'_>)) -> Vec<u8> {
+    let p = roce_wire::RocePacket::parse_ip(dgram).expect("a RoCE datagram");
+    let mut repr = p.to_repr();
+    edit(&mut repr);
+    let mut out = vec![0u8; repr.len()];
+    let n = repr.emit(&mut out).expect("re-emit");
+    out.truncate(n);
+    out
+}
+
+pub struct Host {
+    pub dev: Device,
+    pub pd: PdId,
+    pub cq: CqId,
+    pub mr: MrKeys,
+    pub base: u64,
+    pub len: usize,
+}
+
+impl Host {
+    pub fn new(addr: &str, mem_len: usize, base: u64) -> Host {
+        Host::with_mtu(addr, mem_len, base, 4096)
+    }
+
+    pub fn with_mtu(addr: &str, mem_len: usize, base: u64, mtu: u32) -> Host {
+        let mut cfg = DeviceConfig::new(addr.parse().unwrap());
+        cfg.active_mtu = mtu;
+        let mut dev = Device::new(cfg);
+        let pd = dev.alloc_pd();
+        let cq = dev.create_cq(4096);
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let mr = dev
+            .reg_mr(pd, base, Box::new(vec![0u8; mem_len]), access)
+            .unwrap();
+        Host {
+            dev,
+            pd,
+            cq,
+            mr,
+            base,
+            len: mem_len,
+        }
+    }
+
+    pub fn addr(&self) -> IpAddr {
+        self.dev.addrs()[0]
+    }
+
+    pub fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.base + off,
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    pub fn write(&mut self, off: u64, data: &[u8]) {
+        self.dev
+            .mr_write(self.mr, self.pd, self.base + off, data)
+            .unwrap();
+    }
+
+    pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        self.dev
+            .mr_read(self.mr, self.pd, self.base + off, &mut v)
+            .unwrap();
+        v
+    }
+
+    pub fn poll(&mut self) -> Vec<Wc> {
+        let mut out = vec![Wc::new(0, WcStatus::Success, WcOpcode::Send, Qpn::new(0)); 64];
+        let mut all = Vec::new();
+        loop {
+            let n = self.dev.poll_cq(self.cq, &mut out).expect("CQ overflow");
+            all.extend_from_slice(&out[..n]);
+            if n < out.len() {
+                return all;
+            }
+        }
+    }
+}
+
+/// Decides the fate of each datagram: (sending host index, bytes).
+pub type Filter = Box<dyn FnMut(usize, &[u8]) -> Verdict>;
+
+pub struct World {
+    pub hosts: [Host; 2],
+    pub now: u64,
+    pub latency: u64,
+    wire: VecDeque<(u64, usize, Vec<u8>)>,
+    pub filter: Filter,
+    pub delivered: u64,
+}
+
+impl World {
+    pub fn new(mem_len: usize) -> World {
+        World::with_mtu(mem_len, 4096)
+    }
+
+    pub fn with_mtu(mem_len: usize, mtu: u32) -> World {
+        World {
+            hosts: [
+                Host::with_mtu("10.0.0.1", mem_len, 0x1000_0000, mtu),
+                Host::with_mtu("10.0.0.2", mem_len, 0x2000_0000, mtu),
+            ],
+            now: 0,
+            latency: 1_000,
+            wire: VecDeque::new(),
+            filter: Box::new(|_, _| Verdict::Deliver),
+            delivered: 0,
+        }
+    }
+
+    /// Creates a QP of `qp_type` on each host and connects them (RC/UC) or
+    /// brings them to RTS (UD).
+    pub fn connect(&mut self, qp_type: QpType, pmtu: u32) -> (Qpn, Qpn) {
+        self.connect_with(qp_type, pmtu, |_, _| {})
+    }
+
+    /// As `connect`, with `tweak(host index, attr)` applied before RTR and RTS.
+    pub fn connect_with(
+        &mut self,
+        qp_type: QpType,
+        pmtu: u32,
+        tweak: impl Fn(usize, &mut QpAttr),
+    ) -> (Qpn, Qpn) {
+        let mut qpns = [Qpn::new(0); 2];
+        for (i, h) in self.hosts.iter_mut().enumerate() {
+            let init = QpInitAttr {
+                qp_type,
+                pd: h.pd,
+                send_cq: h.cq,
+                recv_cq: h.cq,
+                srq: None,
+                cap: QpCaps::default(),
+                sq_sig_all: false,
+            };
+            qpns[i] = h.dev.create_qp(init).unwrap();
+        }
+        let addrs = [self.hosts[0].addr(), self.hosts[1].addr()];
+        for i in 0..2 {
+            let peer = 1 - i;
+            let h = &mut self.hosts[i];
+            bring_up_with(
+                &mut h.dev,
+                qpns[i],
+                qp_type,
+                pmtu,
+                addrs[peer],
+                qpns[peer],
+                Psn::new(0x100 * (i as u32 + 1)),
+                Psn::new(0x100 * (peer as u32 + 1)),
+                |a| tweak(i, a),
+            );
+        }
+        (qpns[0], qpns[1])
+    }
+
+    /// One step: move every packet due, deliver what arrived, run timers.
+    /// Returns false when nothing happened and nothing is scheduled.
+    pub fn step(&mut self) -> bool {
+        let mut buf = vec![0u8; 4400];
+        let mut moved = false;
+        for i in 0..2 {
+            while let Some(n) = self.hosts[i].dev.poll_transmit(self.now, &mut buf) {
+                moved = true;
+                let dst = 1 - i;
+                match (self.filter)(i, &buf[..n]) {
+                    Verdict::Deliver => {
+                        self.wire
+                            .push_back((self.now + self.latency, dst, buf[..n].to_vec()))
+                    }
+                    Verdict::Drop => {}
+                    Verdict::Replace(d) => self.wire.push_back((self.now + self.latency, dst, d)),
+                    Verdict::Duplicate => {
+                        self.wire
+                            .push_back((self.now + self.latency, dst, buf[..n].to_vec()));
+                        self.wire
+                            .push_back((self.now + self.latency + 10, dst, buf[..n].to_vec()));
+                    }
+                }
+            }
+        }
+        // Deliver everything due now.
+        let mut i = 0;
+        while i < self.wire.len() {
+            if self.wire[i].0 <= self.now {
+                let (_, dst, d) = self.wire.remove(i).unwrap();
+                self.hosts[dst]
+                    .dev
+                    .handle_datagram(self.now, &d, RxInfo::default());
+                self.delivered += 1;
+                moved = true;
+            } else {
+                i += 1;
+            }
+        }
+        for h in self.hosts.iter_mut() {
+            if h.dev.poll_timeout().is_some_and(|t| t <= self.now) {
+                h.dev.handle_timeout(self.now);
+                moved = true;
+            }
+        }
+        if moved {
+            return true;
+        }
+        // Idle: jump to the next event.
+        let next_wire = self.wire.iter().map(|w| w.0).min();
+        let next_timer = self.hosts.iter().filter_map(|h| h.dev.poll_timeout()).min();
+        match next_wire.into_iter().chain(next_timer).min() {
+            Some(t) => {
+                self.now = t.max(self.now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Steps until `done` holds or nothing more can happen; returns whether
+    /// `done` held. Bounded by `max_steps`.
+    pub fn run_until(
+        &mut self,
+        max_steps: usize,
+        mut done: impl FnMut(&mut World) -> bool,
+    ) -> bool {
+        for _ in 0..max_steps {
+            if done(self) {
+                return true;
+            }
+            if !self.step() {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+
+    /// Runs until both devices are idle.
+    pub fn settle(&mut self, max_steps: usize) {
+        for _ in 0..max_steps {
+            if !self.step() {
+                return;
+            }
+        }
+        panic!(
+            "world did not settle in {max_steps} steps (now {} ns)",
+            self.now
+        );
+    }
+}
+
+/// RESET → INIT → RTR → RTS with the masks ibv_modify_qp requires.
+#[allow(clippy::too_many_arguments)]
+pub fn bring_up(
+    dev: &mut Device,
+    qpn: Qpn,
+    qp_type: QpType,
+    pmtu: u32,
+    peer: IpAddr,
+    peer_qpn: Qpn,
+    sq_psn: Psn,
+    rq_psn: Psn,
+) {
+    bring_up_with(
+        dev,
+        qpn,
+        qp_type,
+        pmtu,
+        peer,
+        peer_qpn,
+        sq_psn,
+        rq_psn,
+        |_| {},
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn bring_up_with(
+    dev: &mut Device,
+    qpn: Qpn,
+    qp_type: QpType,
+    pmtu: u32,
+    peer: IpAddr,
+    peer_qpn: Qpn,
+    sq_psn: Psn,
+    rq_psn: Psn,
+    tweak: impl Fn(&mut QpAttr),
+) {
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        qp_access_flags: access,
+        qkey: Qkey::new(0x1111_1111),
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+    let m = match qp_type {
+        QpType::Ud => m | QpAttrMask::QKEY,
+        _ => m | QpAttrMask::ACCESS_FLAGS,
+    };
+    dev.modify_qp(qpn, &a, m).unwrap();
+    a.qp_state = QpState::Rtr;
+    a.path_mtu = pmtu;
+    a.ah_attr = AddressVector {
+        dest: peer,
+        ..AddressVector::default()
+    };
+    a.dest_qp_num = peer_qpn;
+    a.rq_psn = rq_psn;
+    a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = 1;
+    a.timeout = 10;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 16;
+    a.sq_psn = sq_psn;
+    tweak(&mut a);
+    let m = match qp_type {
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER
+                | QpAttrMask::ACCESS_FLAGS
+        }
+        QpType::Uc => {
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+        }
+        QpType::Ud => QpAttrMask::STATE,
+    };
+    dev.modify_qp(qpn, &a, m).unwrap();
+    a.qp_state = QpState::Rts;
+    let m = match qp_type {
+        QpType::Rc => {
+            QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC
+        }
+        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    };
+    dev.modify_qp(qpn, &a, m).unwrap();
+}

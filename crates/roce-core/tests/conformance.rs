@@ -1,0 +1,242 @@
+//! The requester-side error cases of datenlord's roce-sim conformance suite
+//! (src/case/transport_layer_err/requester_side_err), ported: the peer's
+//! packets are rewritten on the wire the way that suite's hooks rewrite
+//! them, and the same outcomes are asserted.
+
+mod common;
+
+use common::*;
+use roce_core::*;
+use roce_wire::{MessageKind, RocePacket};
+
+fn kind(d: &[u8]) -> MessageKind {
+    RocePacket::parse_ip(d).unwrap().bth.opcode.kind()
+}
+
+/// rxe_ghost_ack: the responder's READ response carries a PSN the requester
+/// never sent. It must be ignored; with retry_cnt 0 the READ then fails
+/// when the ACK timeout expires, and the QP is in ERR.
+#[test]
+fn ghost_ack() {
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect_with(QpType::Rc, 1024, |i, a| {
+        if i == 0 {
+            a.retry_cnt = 0;
+        }
+    });
+    w.filter = Box::new(|from, d| {
+        if from == 1 && kind(d) == MessageKind::ReadResponse {
+            Verdict::Replace(rewrite(d, |r| r.bth.psn = r.bth.psn.add(1)))
+        } else {
+            Verdict::Deliver
+        }
+    });
+    w.hosts[1].write(0, &[0xff]);
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(100, 1)], va, rkey),
+        )
+        .unwrap();
+    w.settle(100_000);
+    let ca = w.hosts[0].poll();
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RetryExcErr));
+    assert_eq!(w.hosts[0].dev.qp(qa).unwrap().state(), QpState::Err);
+    assert_eq!(
+        w.hosts[0].read(100, 1),
+        [0],
+        "no data from a ghost response"
+    );
+    let a = w.hosts[0].dev.qp_counters(qa).unwrap();
+    assert_eq!(
+        (a.drop_ghost_response, a.retransmitted, a.timeouts),
+        (1, 0, 1)
+    );
+    assert_eq!(
+        w.hosts[1].dev.qp_counters(qb).unwrap().acks_sent,
+        0,
+        "a READ is acknowledged by its response only"
+    );
+    assert_eq!(w.hosts[1].dev.qp(qb).unwrap().state(), QpState::Rts);
+}
+
+/// rxe_implied_nak_sequence_error_retry_limit_exceeded: a READ response
+/// arrives with a PSN beyond the expected one (a response was lost): an
+/// implied NAK. With retry_cnt 0 the READ fails at once; the responder saw
+/// exactly one request and stays in RTS; local memory is untouched.
+#[test]
+fn implied_nak_sequence_error_retry_limit_exceeded() {
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect_with(QpType::Rc, 1024, |i, a| {
+        if i == 0 {
+            a.retry_cnt = 0;
+        }
+    });
+    // A 3-packet READ whose first response is rewritten one PSN ahead.
+    let mut first = true;
+    w.filter = Box::new(move |from, d| {
+        if from == 1 && kind(d) == MessageKind::ReadResponse && first {
+            first = false;
+            Verdict::Replace(rewrite(d, |r| r.bth.psn = r.bth.psn.add(1)))
+        } else {
+            Verdict::Deliver
+        }
+    });
+    w.hosts[1].write(0, &[0xff; 3000]);
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(8192, 3000)], va, rkey),
+        )
+        .unwrap();
+    w.settle(100_000);
+    let ca = w.hosts[0].poll();
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RetryExcErr));
+    assert_eq!(w.hosts[0].dev.qp(qa).unwrap().state(), QpState::Err);
+    assert_eq!(w.hosts[0].read(8192, 1), [0]);
+    let b = w.hosts[1].dev.qp_counters(qb).unwrap();
+    assert_eq!(b.rx_packets, 1, "one READ request reached the responder");
+    assert_eq!(w.hosts[1].dev.qp(qb).unwrap().state(), QpState::Rts);
+}
+
+/// The same with retries left: the implied NAK re-requests the READ from
+/// the first missing response and the data arrives intact.
+#[test]
+fn implied_nak_sequence_error_retry_limit_not_exceeded() {
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect_with(QpType::Rc, 1024, |i, a| {
+        if i == 0 {
+            a.retry_cnt = 1;
+        }
+    });
+    let mut n = 0;
+    w.filter = Box::new(move |from, d| {
+        if from == 1 && kind(d) == MessageKind::ReadResponse {
+            n += 1;
+            if n == 2 {
+                // Lose the second response of the first attempt.
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Deliver
+    });
+    let data: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    w.hosts[1].write(0, &data);
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(8192, 3000)], va, rkey),
+        )
+        .unwrap();
+    w.settle(100_000);
+    let ca = w.hosts[0].poll();
+    assert_eq!(
+        (ca[0].wr_id, ca[0].status, ca[0].byte_len),
+        (1, WcStatus::Success, 3000)
+    );
+    assert_eq!(w.hosts[0].read(8192, 3000), data);
+    let b = w.hosts[1].dev.qp_counters(qb).unwrap();
+    assert_eq!(b.read_replays, 1, "the responder served the rest again");
+}
+
+/// rxe_rnr_nak_retry_limit_exceeded: a SEND to a responder with no receive
+/// posted, rnr_retry 0: RNR_RETRY_EXC_ERR and ERR.
+#[test]
+fn rnr_nak_retry_limit_exceeded() {
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect_with(QpType::Rc, 1024, |i, a| {
+        if i == 0 {
+            a.rnr_retry = 0;
+        }
+    });
+    w.hosts[0].write(0, &[0xff]);
+    w.hosts[0]
+        .dev
+        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 1)]))
+        .unwrap();
+    w.settle(100_000);
+    let ca = w.hosts[0].poll();
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RnrRetryExcErr));
+    assert_eq!(w.hosts[0].dev.qp(qa).unwrap().state(), QpState::Err);
+    assert_eq!(
+        w.hosts[1].dev.qp(qb).unwrap().state(),
+        QpState::Rts,
+        "RNR is not an error at the responder"
+    );
+}
+
+/// rxe_rkey_violation: the READ request's R_Key is rewritten to 0 on the
+/// wire: REM_ACCESS_ERR, local memory untouched, QP in ERR.
+#[test]
+fn rkey_violation() {
+    let mut w = World::new(1 << 16);
+    let (qa, _qb) = w.connect(QpType::Rc, 1024);
+    w.filter = Box::new(|from, d| {
+        if from == 0 && kind(d) == MessageKind::ReadRequest {
+            Verdict::Replace(rewrite(d, |r| {
+                if let Some(reth) = r.ext.reth.as_mut() {
+                    reth.rkey = Rkey::new(0);
+                }
+            }))
+        } else {
+            Verdict::Deliver
+        }
+    });
+    w.hosts[1].write(0, &[0xff]);
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(100, 1)], va, rkey),
+        )
+        .unwrap();
+    w.settle(100_000);
+    let ca = w.hosts[0].poll();
+    assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RemAccessErr));
+    assert_eq!(w.hosts[0].read(100, 1), [0]);
+    assert_eq!(w.hosts[0].dev.qp(qa).unwrap().state(), QpState::Err);
+}
+
+/// rxe_write_partial_retry / sim_write_partial_retry: a multi-packet WRITE
+/// whose second packet is lost continues, after the NAK, from that packet
+/// (as a MIDDLE, without a new RETH) and the data is complete.
+#[test]
+fn write_partial_retry() {
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect(QpType::Rc, 1024);
+    let mut n = 0;
+    w.filter = Box::new(move |from, _| {
+        if from == 0 {
+            n += 1;
+            if n == 2 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Deliver
+    });
+    let data: Vec<u8> = (0..4096u32).map(|i| (i / 3) as u8).collect();
+    w.hosts[0].write(0, &data);
+    let (va, rkey) = (w.hosts[1].base + 1024, w.hosts[1].mr.rkey);
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(1, SendOp::Write, vec![w.hosts[0].sge(0, 4096)], va, rkey),
+        )
+        .unwrap();
+    w.settle(100_000);
+    assert_eq!(w.hosts[0].poll()[0].status, WcStatus::Success);
+    assert_eq!(w.hosts[1].read(1024, 4096), data);
+    let a = w.hosts[0].dev.qp_counters(qa).unwrap();
+    let b = w.hosts[1].dev.qp_counters(qb).unwrap();
+    assert_eq!(b.seq_naks_sent, 1);
+    assert_eq!(a.seq_naks_received, 1);
+    assert_eq!(a.retransmitted, 3, "packets 2..4 sent again, not packet 1");
+}

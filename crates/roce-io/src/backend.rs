@@ -1,0 +1,436 @@
+//! The [`Backend`] trait and the [`PacketBatch`] arena that carries datagrams
+//! in and out of it.
+
+use std::io;
+use std::net::IpAddr;
+
+/// Time in nanoseconds.
+///
+/// Backends never read a clock: the caller passes `now` into every call. Tests
+/// on the in-memory [`Fabric`](crate::Fabric) use virtual time (any `u64`
+/// that only moves forward); real-time users pass a monotonic clock, e.g.
+/// nanoseconds since a fixed [`std::time::Instant`].
+pub type Nanos = u64;
+
+/// Per-datagram metadata that a receiving backend attaches.
+///
+/// Small and `Copy`; new fields may be added, so build one with
+/// [`RxMeta::new`] and the `with_*` setters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct RxMeta {
+    /// The backend saw the datagram's full IP header as it was on the wire,
+    /// so the ICRC in the datagram covers exactly these bytes and the
+    /// receiver can (and should) verify it. False when the backend had to
+    /// rebuild the IP header (a UDP socket never shows it, and the IPv4
+    /// identification, which the ICRC covers, is lost), in which case the
+    /// ICRC cannot be checked.
+    pub icrc_verified: bool,
+}
+
+impl RxMeta {
+    /// Metadata with every field at its default (`icrc_verified: false`).
+    pub const fn new() -> Self {
+        RxMeta {
+            icrc_verified: false,
+        }
+    }
+
+    /// Sets [`icrc_verified`](Self::icrc_verified).
+    pub const fn with_icrc_verified(mut self, yes: bool) -> Self {
+        self.icrc_verified = yes;
+        self
+    }
+}
+
+/// A batch of packet buffers: one contiguous arena of `capacity` fixed-size
+/// slots, so nothing is allocated per packet.
+///
+/// Senders fill it with [`push`](Self::push) or, to emit headers straight
+/// into the arena, [`push_with`](Self::push_with); receivers clear it and
+/// push what arrived, with [`push_with_meta`](Self::push_with_meta).
+///
+/// ```
+/// use roce_io::PacketBatch;
+/// let mut batch = PacketBatch::new(2, 64);
+/// assert!(batch.push(&[0x45, 0, 0, 20]));
+/// assert!(batch.push_with(|slot| {
+///     slot[..3].copy_from_slice(b"abc");
+///     3
+/// }));
+/// assert!(batch.is_full());
+/// assert!(!batch.push(b"no room"));
+/// assert_eq!(batch.get(1), b"abc");
+/// ```
+#[derive(Clone)]
+pub struct PacketBatch {
+    arena: Box<[u8]>,
+    lens: Box<[usize]>,
+    metas: Box<[RxMeta]>,
+    slot_size: usize,
+    len: usize,
+}
+
+impl PacketBatch {
+    /// A batch of `capacity` slots of `slot_size` bytes each (for RoCE, the
+    /// largest datagram: e.g. 4096 bytes of payload plus 128 of headers).
+    ///
+    /// Allocates `capacity * slot_size` bytes once.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity * slot_size` overflows `usize`.
+    pub fn new(capacity: usize, slot_size: usize) -> Self {
+        let bytes = capacity
+            .checked_mul(slot_size)
+            .expect("PacketBatch size overflows usize");
+        PacketBatch {
+            arena: vec![0u8; bytes].into_boxed_slice(),
+            lens: vec![0usize; capacity].into_boxed_slice(),
+            metas: vec![RxMeta::default(); capacity].into_boxed_slice(),
+            slot_size,
+            len: 0,
+        }
+    }
+
+    /// Empties the batch (the arena is kept, not zeroed).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Number of datagrams in the batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the batch holds no datagram.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when every slot is used.
+    pub fn is_full(&self) -> bool {
+        self.len == self.lens.len()
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Size of each slot: the largest datagram the batch can hold.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Copies `datagram` into the next free slot. Returns false, changing
+    /// nothing, when the batch is full, the datagram is empty, or it is
+    /// longer than a slot.
+    pub fn push(&mut self, datagram: &[u8]) -> bool {
+        self.push_with_meta(datagram, RxMeta::default())
+    }
+
+    /// Like [`push`](Self::push), with receive metadata.
+    pub fn push_with_meta(&mut self, datagram: &[u8], meta: RxMeta) -> bool {
+        let n = datagram.len();
+        if n > self.slot_size {
+            return false;
+        }
+        let pushed = self.push_with(|slot| {
+            slot[..n].copy_from_slice(datagram);
+            n
+        });
+        if pushed {
+            self.metas[self.len - 1] = meta;
+        }
+        pushed
+    }
+
+    /// Fills the next free slot in place (zero-copy emit): `f` gets the whole
+    /// slot (`slot_size` bytes, holding whatever an earlier datagram left
+    /// there) and returns the length it wrote. Returns true when a datagram
+    /// was pushed; false when the batch is full (then `f` is not called),
+    /// when `f` returned 0, or when it returned more than the slot size.
+    pub fn push_with(&mut self, f: impl FnOnce(&mut [u8]) -> usize) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let at = self.len * self.slot_size;
+        let n = f(&mut self.arena[at..at + self.slot_size]);
+        if n == 0 || n > self.slot_size {
+            return false;
+        }
+        self.lens[self.len] = n;
+        self.metas[self.len] = RxMeta::default();
+        self.len += 1;
+        true
+    }
+
+    /// The `i`-th datagram.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`, as slice indexing does.
+    pub fn get(&self, i: usize) -> &[u8] {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        let at = i * self.slot_size;
+        &self.arena[at..at + self.lens[i]]
+    }
+
+    /// The `i`-th datagram, mutably (for middleware that rewrites headers).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        let at = i * self.slot_size;
+        &mut self.arena[at..at + self.lens[i]]
+    }
+
+    /// The datagrams in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.len).map(move |i| self.get(i))
+    }
+
+    /// The metadata of the `i`-th datagram (the default for datagrams pushed
+    /// without metadata).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn meta(&self, i: usize) -> RxMeta {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.metas[i]
+    }
+
+    /// Sets the metadata of the `i`-th datagram.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn set_meta(&mut self, i: usize, meta: RxMeta) {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.metas[i] = meta;
+    }
+
+    /// Removes the first `n` datagrams (for example those a backend's
+    /// [`send`](Backend::send) took), moving the rest to the front in order.
+    /// Removes everything when `n >= len`.
+    pub fn drain_front(&mut self, n: usize) {
+        if n >= self.len {
+            self.len = 0;
+            return;
+        }
+        for i in n..self.len {
+            let (src, dst) = (i * self.slot_size, (i - n) * self.slot_size);
+            let l = self.lens[i];
+            self.arena.copy_within(src..src + l, dst);
+            self.lens[i - n] = l;
+            self.metas[i - n] = self.metas[i];
+        }
+        self.len -= n;
+    }
+}
+
+impl std::fmt::Debug for PacketBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketBatch")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .field("slot_size", &self.slot_size)
+            .field("lens", &&self.lens[..self.len])
+            .finish()
+    }
+}
+
+/// Something that moves whole IP datagrams (IPv4 or IPv6 header, UDP, BTH,
+/// ..., ICRC; no Ethernet header) to and from the network, a batch at a
+/// time.
+///
+/// Backends are driven: they never block on a timer or read a clock; every
+/// call gets the current time. Middleware ([`FaultInjector`],
+/// [`PcapTap`]) wraps any backend and is a backend itself, so they stack.
+///
+/// [`FaultInjector`]: crate::FaultInjector
+/// [`PcapTap`]: crate::PcapTap
+pub trait Backend {
+    /// Local IP addresses this endpoint owns.
+    fn local_addrs(&self) -> &[IpAddr];
+
+    /// Sends the datagrams of `batch` in order. Returns how many, from the
+    /// front, were taken; the caller offers the rest again later (see
+    /// [`PacketBatch::drain_front`]). A datagram the backend takes but
+    /// cannot deliver (no route, malformed, queue full) counts as taken and
+    /// is counted in [`counters`](Self::counters).
+    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize>;
+
+    /// Clears `batch`, then fills it with up to `batch.capacity()` datagrams
+    /// that have arrived by `now`. Returns how many.
+    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize>;
+
+    /// The earliest time at which something that is not receivable now will
+    /// become so (a datagram still in flight on a virtual-time fabric, a
+    /// packet a fault injector holds back), if known. A time at or before
+    /// `now` means `recv` (or `send`, for held outgoing packets) has work to
+    /// do now. Call again after every `send` / `recv`.
+    fn poll_at(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// Counters (sent, received, dropped by reason, ...) as name/value pairs.
+    /// Middleware lists its own counters followed by those of the backend it
+    /// wraps.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn local_addrs(&self) -> &[IpAddr] {
+        (**self).local_addrs()
+    }
+    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        (**self).send(now, batch)
+    }
+    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        (**self).recv(now, batch)
+    }
+    fn poll_at(&self) -> Option<Nanos> {
+        (**self).poll_at()
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        (**self).counters()
+    }
+}
+
+impl<B: Backend + ?Sized> Backend for &mut B {
+    fn local_addrs(&self) -> &[IpAddr] {
+        (**self).local_addrs()
+    }
+    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        (**self).send(now, batch)
+    }
+    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        (**self).recv(now, batch)
+    }
+    fn poll_at(&self) -> Option<Nanos> {
+        (**self).poll_at()
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        (**self).counters()
+    }
+}
+
+/// Smallest of two optional deadlines.
+pub(crate) fn min_deadline(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_get_full_and_oversize() {
+        let mut b = PacketBatch::new(3, 8);
+        assert!(b.is_empty());
+        assert_eq!((b.capacity(), b.slot_size()), (3, 8));
+        assert!(!b.push(&[0; 9]), "longer than a slot");
+        assert!(b.push(&[1, 2, 3]));
+        assert!(b.push(&[4; 8]), "exactly a slot");
+        assert!(b.push(&[5]));
+        assert!(b.is_full());
+        assert!(!b.push(&[6]));
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.get(0), &[1, 2, 3]);
+        assert_eq!(b.get(1), &[4; 8]);
+        assert_eq!(b.get(2), &[5]);
+        let all: Vec<&[u8]> = b.iter().collect();
+        assert_eq!(all, vec![&[1u8, 2, 3][..], &[4; 8][..], &[5][..]]);
+        b.clear();
+        assert!(b.is_empty() && !b.is_full());
+        assert!(b.push(&[7, 7]));
+        assert_eq!(b.get(0), &[7, 7]);
+    }
+
+    #[test]
+    fn push_with_in_place() {
+        let mut b = PacketBatch::new(2, 16);
+        assert!(b.push_with(|slot| {
+            assert_eq!(slot.len(), 16);
+            slot[..4].copy_from_slice(b"roce");
+            4
+        }));
+        assert!(!b.push_with(|_| 0), "0 pushes nothing");
+        assert!(!b.push_with(|_| 17), "too long pushes nothing");
+        assert_eq!(b.len(), 1);
+        assert!(b.push_with(|slot| {
+            slot.fill(9);
+            16
+        }));
+        let mut called = false;
+        assert!(!b.push_with(|_| {
+            called = true;
+            1
+        }));
+        assert!(!called, "f is not called on a full batch");
+        assert_eq!(b.get(0), b"roce");
+        assert_eq!(b.get(1), &[9; 16]);
+    }
+
+    #[test]
+    fn meta_defaults_and_set() {
+        let mut b = PacketBatch::new(2, 4);
+        let m = RxMeta::new().with_icrc_verified(true);
+        assert!(b.push_with_meta(&[1], m));
+        assert!(b.push(&[2]));
+        assert!(b.meta(0).icrc_verified);
+        assert!(!b.meta(1).icrc_verified);
+        b.set_meta(1, m);
+        assert!(b.meta(1).icrc_verified);
+        // A reused slot does not inherit stale metadata.
+        b.clear();
+        assert!(b.push(&[3]));
+        assert!(!b.meta(0).icrc_verified);
+    }
+
+    #[test]
+    fn drain_front_keeps_order() {
+        let mut b = PacketBatch::new(4, 4);
+        for i in 0..4u8 {
+            assert!(b.push(&vec![i; i as usize + 1]));
+        }
+        b.drain_front(1);
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.get(0), &[1, 1]);
+        assert_eq!(b.get(2), &[3, 3, 3, 3]);
+        b.get_mut(0)[0] = 8;
+        assert_eq!(b.get(0), &[8, 1]);
+        b.drain_front(0);
+        assert_eq!(b.len(), 3);
+        b.drain_front(10);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn zero_sized_batches_are_harmless() {
+        let mut b = PacketBatch::new(0, 64);
+        assert!(b.is_full() && b.is_empty());
+        assert!(!b.push(&[1]));
+        let mut b = PacketBatch::new(2, 0);
+        assert!(!b.push(&[1]));
+        assert!(!b.push(&[]), "empty datagrams are not pushed");
+    }
+
+    #[test]
+    #[should_panic]
+    fn get_out_of_range_panics() {
+        let b = PacketBatch::new(1, 4);
+        let _ = b.get(0);
+    }
+}
