@@ -371,8 +371,11 @@ impl Device {
     }
 
     fn mark_ready(&mut self, qpn: u32) {
-        if !self.ready.contains(&qpn) {
-            self.ready.push_back(qpn);
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.queued {
+                qp.queued = true;
+                self.ready.push_back(qpn);
+            }
         }
     }
 
@@ -438,10 +441,12 @@ impl Device {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            qp.queued = false;
             let mut ctx = ctx!(self, now);
             if let Some(n) = qp.poll_transmit(&mut ctx, buf) {
                 // Round robin: the QP goes to the back if it has more.
                 if qp.wants_to_send() {
+                    qp.queued = true;
                     self.ready.push_back(qpn);
                 }
                 self.counters.tx_datagrams += 1;

@@ -101,6 +101,8 @@ pub struct Qp {
     pub(crate) req: Requester,
     pub(crate) resp: Responder,
     pub(crate) counters: QpCounters,
+    /// On the device's ready list.
+    pub(crate) queued: bool,
 }
 
 impl Qp {
@@ -115,6 +117,7 @@ impl Qp {
             req: Requester::default(),
             resp: Responder::default(),
             counters: QpCounters::default(),
+            queued: false,
         }
     }
 

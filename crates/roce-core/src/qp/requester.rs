@@ -94,8 +94,10 @@ impl Requester {
         self.rnr_left = rnr;
     }
 
+    /// True when the cursor points at a WQE still to (re)send. O(1): this
+    /// runs for every packet.
     pub(crate) fn has_work(&self) -> bool {
-        self.sq.iter().any(|w| !w.done && w.error.is_none())
+        self.index_of(self.cursor_seq).is_some()
     }
 
     pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
