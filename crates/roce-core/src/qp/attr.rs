@@ -111,7 +111,7 @@ pub struct QpAttr {
     pub ah_attr: AddressVector,
     /// Local ACK timeout exponent: 4.096 µs × 2^timeout, 0 = infinite.
     pub timeout: u8,
-    /// Transport retries (3 bits).
+    /// Transport retries (3 bits); 7 retries forever, as in Linux rxe.
     pub retry_cnt: u8,
     /// RNR retries (3 bits, 7 = infinite).
     pub rnr_retry: u8,

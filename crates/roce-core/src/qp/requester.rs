@@ -78,9 +78,11 @@ pub(crate) struct Requester {
     /// No transmission before this time (RNR wait).
     rnr_until: Option<Nanos>,
     rd_atomic_outstanding: u32,
-    /// A READ retransmission already requested from this PSN (avoid
-    /// repeating it for every later out-of-order response).
-    read_retry_from: Option<Psn>,
+    /// A go-back-N retry is under way and no progress was made since: a
+    /// NAK, implied NAK or out-of-order response caused by the same loss
+    /// must not spend the retry budget again (rxe's `started_retry`). Only
+    /// the ACK timeout retries again meanwhile.
+    retry_started: bool,
 }
 
 impl Requester {
@@ -477,7 +479,7 @@ impl Qp {
                 Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
                     self.counters.seq_naks_received += 1;
                     if self.ack_through(psn.sub(1), ctx) {
-                        self.retry(psn, ctx);
+                        self.retry(psn, false, ctx);
                     }
                 }
                 Some(Syndrome::RnrNak { timer }) => {
@@ -552,9 +554,10 @@ impl Qp {
         }
         self.retire(ctx);
         if !ok {
-            // An implied NAK: spend a retry like a sequence error.
+            // An implied NAK: spend a retry like a sequence error, once per
+            // missing PSN (every later ACK would otherwise spend another).
             let resume = self.req.una;
-            self.retry(resume, ctx);
+            self.retry(resume, false, ctx);
         }
         ok && self.state != QpState::Err
     }
@@ -563,7 +566,7 @@ impl Qp {
     fn progress(&mut self, ctx: &mut Ctx<'_>) {
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
-        self.req.read_retry_from = None;
+        self.req.retry_started = false;
         self.req.timer = if self.req.in_flight() {
             self.ack_timeout_ns().map(|t| ctx.now + t)
         } else {
@@ -572,12 +575,22 @@ impl Qp {
     }
 
     /// A sequence error or timeout: spend one retry and go back to `psn`.
-    fn retry(&mut self, psn: Psn, ctx: &mut Ctx<'_>) {
-        if self.req.retry_left == 0 {
-            self.fail_at(self.req.una, WcStatus::RetryExcErr, ctx);
+    /// A NAK-driven retry while one is already under way is ignored.
+    fn retry(&mut self, psn: Psn, timeout: bool, ctx: &mut Ctx<'_>) {
+        if self.req.retry_started && !timeout {
             return;
         }
-        self.req.retry_left -= 1;
+        self.req.retry_started = true;
+        // retry_cnt 7 retries forever, as Linux rxe does (rxe_comp.c only
+        // decrements a count other than 7; IBTA reads it as 7 retries).
+        // Peers built on rdma-core's tools all use 7.
+        if self.attr.retry_cnt != 7 {
+            if self.req.retry_left == 0 {
+                self.fail_at(self.req.una, WcStatus::RetryExcErr, ctx);
+                return;
+            }
+            self.req.retry_left -= 1;
+        }
         self.go_back(psn);
         self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
     }
@@ -615,10 +628,14 @@ impl Qp {
             return;
         }
         // Implicitly acknowledges everything before the READ.
-        let first = self.req.sq[idx].first_psn;
+        let (first, seq) = (self.req.sq[idx].first_psn, self.req.sq[idx].seq);
         if !self.ack_through(first.sub(1), ctx) {
             return;
         }
+        // Acknowledging retires WQEs from the front: find ours again.
+        let Some(idx) = self.req.index_of(seq) else {
+            return;
+        };
         let w = &self.req.sq[idx];
         let expected = w.first_psn.add(w.read_recv);
         let d = psn.diff(expected);
@@ -629,10 +646,7 @@ impl Qp {
         if d > 0 {
             // A response was lost: ask again from the first missing one.
             self.counters.drop_out_of_sequence += 1;
-            if self.req.read_retry_from != Some(expected) {
-                self.req.read_retry_from = Some(expected);
-                self.retry(expected, ctx);
-            }
+            self.retry(expected, false, ctx);
             return;
         }
         let offset = w.read_recv as u64 * pmtu;
@@ -680,9 +694,13 @@ impl Qp {
             self.counters.drop_invalid += 1;
             return;
         }
+        let seq = self.req.sq[idx].seq;
         if !self.ack_through(psn.sub(1), ctx) {
             return;
         }
+        let Some(idx) = self.req.index_of(seq) else {
+            return;
+        };
         let orig = p.ext.atomic_ack.unwrap_or(0);
         let w = &self.req.sq[idx];
         let ok = match &w.wr.payload {
@@ -719,7 +737,7 @@ impl Qp {
                 }
                 self.counters.timeouts += 1;
                 let una = self.req.una;
-                self.retry(una, ctx);
+                self.retry(una, true, ctx);
             }
         }
     }

@@ -224,8 +224,8 @@ impl Qp {
                 });
                 if let Some(&Record {
                     psn: rpsn,
+                    npsn: rnpsn,
                     kind: RecordKind::Read { va, rkey, len },
-                    ..
                 }) = rec
                 {
                     let off = psn.diff(rpsn) as u64 * pmtu;
@@ -235,10 +235,14 @@ impl Qp {
                         && reth.dma_len as u64 <= len - off.min(len);
                     if ok {
                         self.counters.read_replays += 1;
-                        // Drop any unsent remainder of the same READ: it is served again.
-                        self.resp
-                            .out
-                            .retain(|j| !matches!(j, Job::Read { rkey: k, .. } if *k == rkey));
+                        // Drop any unsent remainder of the same READ (its PSN
+                        // range), which is now served again; other READs stay.
+                        self.resp.out.retain(|j| match j {
+                            Job::Read { psn: p, .. } => {
+                                !(p.diff(rpsn) >= 0 && p.diff(rpsn) < rnpsn as i32)
+                            }
+                            _ => true,
+                        });
                         self.resp.out.push_back(Job::Read {
                             psn,
                             va: reth.va,
