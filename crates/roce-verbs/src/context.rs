@@ -1,0 +1,193 @@
+//! [`Context`]: one open device, its engine and its progress thread.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use roce_core::{AsyncEvent, Device, DeviceConfig, DeviceCounters};
+use roce_io::{Backend, Fabric, FabricPort};
+
+use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::error::Error;
+use crate::pd::ProtectionDomain;
+use crate::progress::{self, FabricEndpoint, ProgressConfig};
+use crate::shared::{lock, Shared};
+
+#[derive(Debug)]
+struct ContextInner {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.unpark();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open RDMA device (`ibv_context`): the engine of one RoCE v2 device
+/// over one backend, and the progress thread that drives it.
+///
+/// A cheap handle: clones refer to the same context. Every object made
+/// from it holds it, and the progress thread stops (and is joined) when the
+/// last handle or object is dropped.
+#[derive(Clone, Debug)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl Context {
+    /// Opens a device with `config` over `backend`, with the default
+    /// [`ProgressConfig`].
+    pub fn open(
+        backend: impl Backend + Send + 'static,
+        config: DeviceConfig,
+    ) -> Result<Context, Error> {
+        Context::open_with(backend, config, ProgressConfig::default())
+    }
+
+    /// Opens a device with an explicit progress configuration.
+    pub fn open_with(
+        backend: impl Backend + Send + 'static,
+        config: DeviceConfig,
+        progress: ProgressConfig,
+    ) -> Result<Context, Error> {
+        Context::start(Box::new(backend), config, progress, false)
+    }
+
+    /// Opens a device owning `addr` on an in-memory fabric.
+    pub fn open_fabric(fabric: &Fabric, addr: IpAddr) -> Result<Context, Error> {
+        Context::open_fabric_with(fabric, DeviceConfig::new(addr), |ep| ep)
+    }
+
+    /// Opens a device on an in-memory fabric, owning every address of
+    /// `config`, with `wrap` stacking middleware (fault injection, capture)
+    /// over the endpoint.
+    pub fn open_fabric_with<B, F>(
+        fabric: &Fabric,
+        config: DeviceConfig,
+        wrap: F,
+    ) -> Result<Context, Error>
+    where
+        B: Backend + Send + 'static,
+        F: FnOnce(FabricEndpoint) -> B,
+    {
+        let mut addrs = config.addrs.iter();
+        let first = addrs
+            .next()
+            .ok_or(Error::InvalidArgument("no local address"))?;
+        let mut port: FabricPort = fabric.endpoint(*first)?;
+        for a in addrs {
+            port.add_addr(*a)?;
+        }
+        let backend = wrap(FabricEndpoint::new(port));
+        Context::start(Box::new(backend), config, ProgressConfig::default(), true)
+    }
+
+    fn start(
+        backend: Box<dyn Backend + Send>,
+        config: DeviceConfig,
+        progress: ProgressConfig,
+        doorbell: bool,
+    ) -> Result<Context, Error> {
+        if config.addrs.is_empty() {
+            return Err(Error::InvalidArgument("no local address"));
+        }
+        if progress.batch == 0 {
+            return Err(Error::InvalidArgument("progress batch of 0"));
+        }
+        let shared = Arc::new(Shared::new(Device::new(config), backend, progress));
+        if doorbell {
+            progress::register_doorbell(&shared.addrs, &shared);
+        }
+        let s = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("roce-progress".into())
+            .spawn(move || progress::run(s))
+            .map_err(|_| Error::ThreadSpawn)?;
+        let _ = shared.thread.set(handle.thread().clone());
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                shared,
+                thread: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    pub(crate) fn same(&self, o: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &o.inner)
+    }
+
+    /// Local addresses (the GID table; index = GID index).
+    pub fn addrs(&self) -> &[IpAddr] {
+        &self.inner.shared.addrs
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        let id = self.shared().core().dev.alloc_pd();
+        ProtectionDomain::new(self.clone(), id)
+    }
+
+    /// `ibv_create_cq`: a CQ of `cqe` entries, raising its events on
+    /// `channel` when armed.
+    pub fn create_cq(
+        &self,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue, Error> {
+        CompletionQueue::create(self, cqe, channel)
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> CompletionChannel {
+        CompletionChannel::new(self)
+    }
+
+    /// `ibv_get_async_event`: the next asynchronous event (QP fatal, CQ
+    /// overflow, SRQ limit), waiting up to `timeout` (`None`: forever).
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
+        let shared = self.shared();
+        let end = timeout.map(|t| Instant::now() + t);
+        let mut q = lock(&shared.events);
+        loop {
+            if let Some(e) = q.pop_front() {
+                return Some(e);
+            }
+            q = match end {
+                None => shared
+                    .events_cv
+                    .wait(q)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(end) => {
+                    let left = end.checked_duration_since(Instant::now())?;
+                    shared
+                        .events_cv
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Device counters of the engine.
+    pub fn counters(&self) -> DeviceCounters {
+        *self.shared().core().dev.counters()
+    }
+
+    /// Counters of the backend (and its middleware).
+    pub fn backend_counters(&self) -> Vec<(&'static str, u64)> {
+        lock(&self.shared().io).backend.counters()
+    }
+}

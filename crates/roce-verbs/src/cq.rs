@@ -1,0 +1,279 @@
+//! Completion queues, completions and completion channels.
+
+use std::collections::VecDeque;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use roce_core::{CqId, Wc, WcStatus};
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::progress;
+use crate::shared::{lock, Graveyard, NotifyReg, Shared};
+
+/// A work completion as the application sees it: the engine's [`Wc`] with
+/// the application's `wr_id`, plus the buffer of an owned-buffer work
+/// request ([`QueuePair::post_send_owned`](crate::QueuePair::post_send_owned),
+/// [`QueuePair::post_recv_owned`](crate::QueuePair::post_recv_owned)),
+/// handed back whatever the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The completion.
+    pub wc: Wc,
+    /// The owned buffer of the work request, if it had one.
+    pub buffer: Option<Vec<u8>>,
+}
+
+impl Completion {
+    /// True when the work request succeeded.
+    pub fn is_success(&self) -> bool {
+        self.wc.status == WcStatus::Success
+    }
+
+    /// Takes the owned buffer out.
+    pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        self.buffer.take()
+    }
+}
+
+impl Deref for Completion {
+    type Target = Wc;
+    fn deref(&self) -> &Wc {
+        &self.wc
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct CqInner {
+    pub(crate) id: CqId,
+    pub(crate) ctx: Context,
+    channel: Option<CompletionChannel>,
+    unacked: AtomicU64,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let shared = self.ctx.shared();
+        let mut core = shared.core();
+        core.notify.retain(|r| r.cq != self.id);
+        // No QP uses it: each holds its CQs.
+        let _ = core.dev.destroy_cq(self.id);
+    }
+}
+
+/// A completion queue (`ibv_cq`). A cheap handle: clones refer to the same
+/// CQ, which lives while a handle or a QP using it does.
+#[derive(Clone, Debug)]
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl PartialEq for CompletionQueue {
+    fn eq(&self, o: &CompletionQueue) -> bool {
+        Arc::ptr_eq(&self.inner, &o.inner)
+    }
+}
+
+impl Eq for CompletionQueue {}
+
+impl CompletionQueue {
+    pub(crate) fn create(
+        ctx: &Context,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue, Error> {
+        if cqe == 0 || cqe > 1 << 22 {
+            return Err(Error::InvalidArgument("cqe must be in 1..=4194304"));
+        }
+        if let Some(ch) = channel {
+            if !ch.inner.ctx.same(ctx) {
+                return Err(Error::WrongContext);
+            }
+        }
+        let shared = ctx.shared();
+        let mut core = shared.core();
+        let id = core.dev.create_cq(cqe);
+        let inner = Arc::new(CqInner {
+            id,
+            ctx: ctx.clone(),
+            channel: channel.cloned(),
+            unacked: AtomicU64::new(0),
+        });
+        if let Some(ch) = channel {
+            core.notify.push(NotifyReg {
+                cq: id,
+                handle: Arc::downgrade(&inner),
+                channel: Arc::downgrade(&ch.inner),
+            });
+        }
+        drop(core);
+        Ok(CompletionQueue { inner })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        self.inner.ctx.shared()
+    }
+
+    /// The engine's id of this CQ.
+    pub fn id(&self) -> CqId {
+        self.inner.id
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// The completion channel, if any.
+    pub fn channel(&self) -> Option<&CompletionChannel> {
+        self.inner.channel.as_ref()
+    }
+
+    /// `ibv_poll_cq`: appends up to `max` completions to `out` and returns
+    /// how many. When the CQ is empty and inline progress is on, runs one
+    /// progress step on this thread first (unless another thread is
+    /// driving the I/O), so a polling loop is also the progress loop.
+    pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
+        let n = self.poll_engine(out, max)?;
+        let shared = self.shared();
+        if n > 0 || max == 0 || !shared.cfg.inline_progress {
+            return Ok(n);
+        }
+        shared.last_inline.store(shared.now(), Ordering::Relaxed);
+        if progress::inline_step(shared) {
+            return self.poll_engine(out, max);
+        }
+        Ok(0)
+    }
+
+    /// Polls one completion.
+    pub fn poll_one(&self) -> Result<Option<Completion>, Error> {
+        let mut v = Vec::with_capacity(1);
+        self.poll(&mut v, 1)?;
+        Ok(v.pop())
+    }
+
+    /// Polls until `n` completions arrived or `timeout` passed; returns
+    /// what arrived. Busy-polls (with inline progress): for tests and
+    /// simple programs.
+    pub fn poll_until(&self, n: usize, timeout: Duration) -> Result<Vec<Completion>, Error> {
+        let mut out = Vec::with_capacity(n);
+        let end = Instant::now() + timeout;
+        while out.len() < n {
+            let want = n - out.len();
+            if self.poll(&mut out, want)? == 0 {
+                if Instant::now() >= end {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(out)
+    }
+
+    fn poll_engine(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
+        let mut grave: Graveyard = Vec::new();
+        let r = {
+            let mut core = self.shared().core();
+            core.poll(self.inner.id, max, out, &mut grave)
+        };
+        // Region references released after the lock (the last one
+        // deregisters, which takes the lock).
+        drop(grave);
+        r
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (or, with
+    /// `solicited_only`, the next solicited or error completion) raises an
+    /// event on the CQ's channel.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
+        let shared = self.shared();
+        let mut core = shared.core();
+        let cq = core
+            .dev
+            .cq(self.inner.id)
+            .ok_or(Error::Verbs(roce_core::VerbsError::NotFound))?;
+        cq.req_notify(solicited_only);
+        Ok(())
+    }
+
+    /// `ibv_ack_cq_events`: acknowledges `n` events got from the channel.
+    pub fn ack_events(&self, n: u64) {
+        let _ = self
+            .inner
+            .unacked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    /// Events got from the channel and not yet acknowledged.
+    pub fn unacked_events(&self) -> u64 {
+        self.inner.unacked.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct ChannelInner {
+    pub(crate) queue: Mutex<VecDeque<Weak<CqInner>>>,
+    pub(crate) cv: Condvar,
+    ctx: Context,
+}
+
+/// A completion channel (`ibv_comp_channel`): where armed CQs raise their
+/// events, for a thread to block on instead of polling.
+#[derive(Clone, Debug)]
+pub struct CompletionChannel {
+    inner: Arc<ChannelInner>,
+}
+
+impl CompletionChannel {
+    pub(crate) fn new(ctx: &Context) -> CompletionChannel {
+        CompletionChannel {
+            inner: Arc::new(ChannelInner {
+                queue: Mutex::new(VecDeque::new()),
+                cv: Condvar::new(),
+                ctx: ctx.clone(),
+            }),
+        }
+    }
+
+    /// `ibv_get_cq_event`: blocks until an armed CQ of this channel raises
+    /// its event (or `timeout` passes; `None` waits forever) and returns
+    /// the CQ. Re-arm it with [`CompletionQueue::req_notify`] and
+    /// acknowledge with [`CompletionQueue::ack_events`].
+    pub fn get_event(&self, timeout: Option<Duration>) -> Option<CompletionQueue> {
+        let shared = self.inner.ctx.shared();
+        // Nobody polls while this thread sleeps: let the progress thread
+        // take doorbells again.
+        shared.last_inline.store(0, Ordering::Relaxed);
+        shared.unpark();
+        let end = timeout.map(|t| Instant::now() + t);
+        let mut q = lock(&self.inner.queue);
+        loop {
+            while let Some(w) = q.pop_front() {
+                if let Some(inner) = w.upgrade() {
+                    inner.unacked.fetch_add(1, Ordering::Relaxed);
+                    return Some(CompletionQueue { inner });
+                }
+            }
+            q = match end {
+                None => self
+                    .inner
+                    .cv
+                    .wait(q)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(end) => {
+                    let left = end.checked_duration_since(Instant::now())?;
+                    self.inner
+                        .cv
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Memory regions: owned (safe) and raw (`unsafe`, zero-copy).
+//!
+//! A region's bytes live inside the engine (behind
+//! [`roce_core::RegionMemory`]) for as long as it is registered, and it
+//! stays registered until its [`MemoryRegion`] handle is gone *and* no
+//! outstanding work request references it: each posted WR holds a
+//! reference to the region's [`MrCore`], released when its completion is
+//! polled (or its QP is destroyed or reset). The last reference
+//! deregisters the region.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use roce_core::{Access, Lkey, MrKeys, PdId, RegionMemory, Rkey, Sge};
+
+use crate::error::{DeregError, Error};
+use crate::pd::ProtectionDomain;
+use crate::shared::{lock, Home, Shared};
+
+/// The registration a memory region and its outstanding work requests
+/// share. Dropping the last reference deregisters the region (so it must
+/// never be dropped under the core lock; see `shared`).
+#[derive(Debug)]
+pub(crate) struct MrCore {
+    pub(crate) keys: MrKeys,
+    pub(crate) pd: PdId,
+    pub(crate) va: u64,
+    pub(crate) len: usize,
+    pub(crate) access: Access,
+    shared: Weak<Shared>,
+    /// Where the bytes of an owned region go on deregistration.
+    home: Option<Home>,
+    /// Deregistered explicitly (`into_inner` / `dereg`).
+    released: AtomicBool,
+}
+
+impl Drop for MrCore {
+    fn drop(&mut self) {
+        if self.released.load(Ordering::Relaxed) {
+            return;
+        }
+        // The context may be gone already, and the engine with it.
+        if let Some(shared) = self.shared.upgrade() {
+            let mut core = shared.core();
+            core.mrs.remove(&self.keys.lkey.value());
+            let mem = core.dev.dereg_mr(self.keys);
+            drop(core);
+            drop(mem);
+        }
+    }
+}
+
+/// Where a peer finds a region: what it needs for RDMA READ, WRITE and
+/// atomics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteMr {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: Rkey,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A registered memory region (`ibv_mr`).
+///
+/// Registered with [`ProtectionDomain::reg_mr`] (the buffer moves into the
+/// engine; read and write it with [`read`](Self::read) and
+/// [`write`](Self::write), get it back with [`into_inner`](Self::into_inner))
+/// or with the `unsafe` [`ProtectionDomain::reg_mr_raw`] (zero-copy over
+/// memory the caller keeps).
+///
+/// Dropping the handle deregisters the region once no outstanding work
+/// request references it; until then the engine keeps it alive, so a WR
+/// in flight never touches freed memory.
+#[derive(Debug)]
+pub struct MemoryRegion {
+    core: Arc<MrCore>,
+    pd: ProtectionDomain,
+}
+
+impl MemoryRegion {
+    /// Local key, for scatter/gather entries.
+    pub fn lkey(&self) -> Lkey {
+        self.core.keys.lkey
+    }
+
+    /// Remote key, for peers.
+    pub fn rkey(&self) -> Rkey {
+        self.core.keys.rkey
+    }
+
+    /// Virtual address of the first byte (the address of the memory for a
+    /// raw region; an address chosen by the context for an owned one).
+    pub fn addr(&self) -> u64 {
+        self.core.va
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.core.len
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.core.len == 0
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.core.access
+    }
+
+    /// True when registered with [`ProtectionDomain::reg_mr_raw`].
+    pub fn is_raw(&self) -> bool {
+        self.core.home.is_none()
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// A scatter/gather entry of `len` bytes at `offset`. Bounds are checked
+    /// when a work request using it is posted.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.core.va.wrapping_add(offset),
+            length: len,
+            lkey: self.core.keys.lkey,
+        }
+    }
+
+    /// A scatter/gather entry covering the whole region (at most 4 GiB − 1).
+    pub fn sge_all(&self) -> Sge {
+        self.sge(0, self.core.len.min(u32::MAX as usize) as u32)
+    }
+
+    /// What a peer needs to access this region remotely.
+    pub fn remote(&self) -> RemoteMr {
+        RemoteMr {
+            addr: self.core.va,
+            rkey: self.core.keys.rkey,
+            len: self.core.len as u64,
+        }
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of the region, under the
+    /// engine lock (so never torn by a packet being written, though a
+    /// message may be half delivered).
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), Error> {
+        let va = self
+            .core
+            .va
+            .checked_add(offset)
+            .ok_or(Error::InvalidArgument("offset"))?;
+        let shared = self.pd.shared();
+        let core = shared.core();
+        core.dev
+            .mr_read(self.core.keys, self.core.pd, va, out)
+            .map_err(Error::from)
+    }
+
+    /// Copies `data` into the region at `offset`, under the engine lock.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+        let va = self
+            .core
+            .va
+            .checked_add(offset)
+            .ok_or(Error::InvalidArgument("offset"))?;
+        let shared = self.pd.shared();
+        let mut core = shared.core();
+        core.dev
+            .mr_write(self.core.keys, self.core.pd, va, data)
+            .map_err(Error::from)
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Result<Vec<u8>, Error> {
+        let mut v = vec![0u8; self.core.len];
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+
+    /// Deregisters an owned region and hands its buffer back. Refused
+    /// (with the region returned) while a work request references it or
+    /// for a raw region.
+    pub fn into_inner(self) -> Result<Vec<u8>, DeregError> {
+        let Some(home) = self.core.home.clone() else {
+            return Err(DeregError {
+                mr: self,
+                error: Error::NotOwned,
+            });
+        };
+        self.dereg_now()?;
+        let buf = lock(&home).take().unwrap_or_default();
+        Ok(buf)
+    }
+
+    /// Deregisters the region now (`ibv_dereg_mr`), refused (with the
+    /// region returned) while a work request references it. For a raw
+    /// region, the engine never touches the memory after this returns `Ok`.
+    pub fn dereg(self) -> Result<(), DeregError> {
+        self.dereg_now()
+    }
+
+    fn dereg_now(self) -> Result<(), DeregError> {
+        let shared = self.pd.shared().clone();
+        let mut core = shared.core();
+        // References are only taken under the core lock, so the count
+        // cannot grow while it is held.
+        if Arc::strong_count(&self.core) != 1 {
+            drop(core);
+            return Err(DeregError {
+                mr: self,
+                error: Error::MrInUse,
+            });
+        }
+        core.mrs.remove(&self.core.keys.lkey.value());
+        let mem = core.dev.dereg_mr(self.core.keys);
+        self.core.released.store(true, Ordering::Relaxed);
+        drop(core);
+        drop(mem);
+        Ok(())
+    }
+}
+
+/// Registers `mem` (owned when `home` is set, raw otherwise).
+pub(crate) fn register(
+    pd: &ProtectionDomain,
+    mem: Box<dyn RegionMemory>,
+    va: Option<u64>,
+    home: Option<Home>,
+    access: Access,
+) -> Result<MemoryRegion, Error> {
+    let shared = pd.shared();
+    let len = mem.len();
+    let mut core = shared.core();
+    let va = match va {
+        Some(v) => v,
+        None => core.alloc_va(len),
+    };
+    let keys = core.dev.reg_mr(pd.id(), va, mem, access)?;
+    let mr = Arc::new(MrCore {
+        keys,
+        pd: pd.id(),
+        va,
+        len,
+        access,
+        shared: Arc::downgrade(shared),
+        home,
+        released: AtomicBool::new(false),
+    });
+    core.mrs.insert(keys.lkey.value(), Arc::downgrade(&mr));
+    drop(core);
+    Ok(MemoryRegion {
+        core: mr,
+        pd: pd.clone(),
+    })
+}
+
+/// Raw application memory as region memory: copies through the pointer.
+pub(crate) struct RawMem {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RawMem {
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` must be valid for reads and writes for as long as
+    /// the region is registered (the contract of
+    /// [`ProtectionDomain::reg_mr_raw`]).
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> RawMem {
+        RawMem { ptr, len }
+    }
+}
+
+// SAFETY: `RawMem` is only a pointer and a length; it is touched only
+// inside the engine, under the engine lock, and the `reg_mr_raw` contract
+// makes the memory valid from any thread while registered.
+unsafe impl Send for RawMem {}
+
+impl RegionMemory for RawMem {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) {
+        if offset
+            .checked_add(out.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return;
+        }
+        // SAFETY: `offset + out.len() <= len` (checked above) and the region
+        // `ptr..ptr + len` is valid for reads while registered (reg_mr_raw
+        // contract); `ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) }
+    }
+
+    fn write(&mut self, offset: usize, data: &[u8]) {
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return;
+        }
+        // SAFETY: as in `read`: in bounds and valid for writes while
+        // registered; `ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) }
+    }
+}

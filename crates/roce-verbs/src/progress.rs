@@ -1,0 +1,350 @@
+//! The progress engine: moves datagrams between the engine and the backend,
+//! runs the engine's timers, and wakes completion channels and async event
+//! waiters. See the crate docs for the threading model.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, TryLockError, Weak};
+use std::time::Duration;
+
+use roce_core::{Nanos, RxInfo};
+use roce_io::{Backend, FabricPort, PacketBatch};
+
+use crate::shared::{lock, Io, Shared, RUNNING};
+
+/// Tuning of a context's progress engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgressConfig {
+    /// Let application threads drive progress themselves: a post transmits
+    /// at once, and polling an empty CQ runs one progress step (when no
+    /// other thread is doing so). Lowest latency; on by default.
+    pub inline_progress: bool,
+    /// How long the progress thread keeps polling (yielding the CPU between
+    /// rounds) after the last work before it parks.
+    pub spin: Duration,
+    /// Longest the parked progress thread sleeps when nothing is scheduled:
+    /// the bound on noticing traffic from a backend that cannot wake it.
+    pub max_park: Duration,
+    /// Datagrams per receive / transmit batch.
+    pub batch: usize,
+    /// Transmit batches per progress step before receiving again.
+    pub tx_batches_per_step: usize,
+}
+
+impl Default for ProgressConfig {
+    fn default() -> ProgressConfig {
+        ProgressConfig {
+            inline_progress: true,
+            spin: Duration::from_micros(50),
+            max_park: Duration::from_millis(1),
+            batch: 64,
+            tx_batches_per_step: 4,
+        }
+    }
+}
+
+/// What one progress step did.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct StepOutcome {
+    /// Something was received, sent or timed out.
+    pub(crate) work: bool,
+    /// The step stopped with packets still to send.
+    pub(crate) more: bool,
+    /// The earliest engine timer or backend event.
+    pub(crate) deadline: Option<Nanos>,
+}
+
+fn min_opt(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// One round: receive, run timers, transmit, raise events. With
+/// `ask_backend`, the deadline includes the backend's `poll_at` (which may
+/// take a lock the peer contends for, so inline steps skip it).
+pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool) -> StepOutcome {
+    let now = shared.now();
+    let mut out = StepOutcome::default();
+    let Io { backend, rx, tx } = io;
+
+    // Receive everything that has arrived (bounded, to keep sending).
+    for _ in 0..4 {
+        // Backend errors are counted by the backend; try again next round.
+        let n: usize = backend.recv(now, rx).unwrap_or_default();
+        if n == 0 {
+            break;
+        }
+        out.work = true;
+        let mut core = shared.core();
+        for i in 0..n {
+            let info = RxInfo {
+                icrc_checkable: rx.meta(i).icrc_verified,
+            };
+            core.dev.handle_datagram(now, rx.get(i), info);
+        }
+        drop(core);
+        if n < rx.capacity() {
+            break;
+        }
+    }
+
+    // Timers, transmit and events.
+    let mut channels = Vec::new();
+    let mut events = Vec::new();
+    for round in 0..shared.cfg.tx_batches_per_step.max(1) {
+        let mut core = shared.core();
+        if round == 0 && core.dev.poll_timeout().is_some_and(|t| t <= now) {
+            core.dev.handle_timeout(now);
+            out.work = true;
+        }
+        let mut exhausted = false;
+        while !tx.is_full() {
+            let pushed = tx.push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
+            if !pushed {
+                exhausted = true;
+                break;
+            }
+        }
+        collect_events(&mut core, &mut channels, &mut events);
+        out.deadline = core.dev.poll_timeout();
+        drop(core);
+        if tx.is_empty() {
+            break;
+        }
+        out.work = true;
+        let taken = backend.send(now, tx).unwrap_or(0);
+        tx.drain_front(taken);
+        if !tx.is_empty() {
+            // Back pressure: offer the rest next time.
+            out.more = true;
+            break;
+        }
+        if exhausted {
+            break;
+        }
+        out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);
+    }
+    if ask_backend {
+        out.deadline = min_opt(out.deadline, backend.poll_at());
+    }
+    if out.more {
+        out.deadline = Some(now);
+    }
+    for ch in channels {
+        ch.cv.notify_all();
+    }
+    if !events.is_empty() {
+        lock(&shared.events).extend(events);
+        shared.events_cv.notify_all();
+    }
+    out
+}
+
+fn collect_events(
+    core: &mut crate::shared::Core,
+    channels: &mut Vec<Arc<crate::cq::ChannelInner>>,
+    events: &mut Vec<roce_core::AsyncEvent>,
+) {
+    let crate::shared::Core { dev, notify, .. } = core;
+    for reg in notify.iter() {
+        let fired = dev.cq(reg.cq).is_some_and(|c| c.take_notification());
+        if fired {
+            if let Some(ch) = reg.channel.upgrade() {
+                lock(&ch.queue).push_back(reg.handle.clone());
+                channels.push(ch);
+            }
+        }
+    }
+    while let Some(e) = dev.poll_event() {
+        events.push(e);
+    }
+}
+
+/// Runs a step on the calling (application) thread if no other thread is
+/// driving the I/O, then makes sure the progress thread will see any new
+/// timer. Returns whether a step ran.
+pub(crate) fn inline_step(shared: &Shared) -> bool {
+    let out = match shared.io.try_lock() {
+        Ok(mut io) => step(shared, &mut io, false),
+        Err(TryLockError::WouldBlock) => return false,
+        Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), false),
+    };
+    let wake_at = shared.wake_at.load(Ordering::Acquire);
+    if out.more || out.deadline.is_some_and(|d| d < wake_at) {
+        shared.unpark();
+    }
+    true
+}
+
+/// After a post: transmit now (inline) or have the progress thread do it.
+pub(crate) fn kick(shared: &Shared) {
+    if !(shared.cfg.inline_progress && inline_step(shared)) {
+        shared.unpark();
+    }
+}
+
+/// The progress thread's loop; returns when the context shuts down.
+pub(crate) fn run(shared: Arc<Shared>) {
+    let cfg = shared.cfg;
+    let spin = cfg.spin.as_nanos() as Nanos;
+    let max_park = (cfg.max_park.as_nanos() as Nanos).max(1_000);
+    let min_park = 10_000.min(max_park);
+    let mut park = min_park;
+    let mut last_work = shared.now();
+    while !shared.shutdown.load(Ordering::Acquire) {
+        let out = match shared.io.try_lock() {
+            Ok(mut io) => step(&shared, &mut io, true),
+            // An application thread is driving progress right now: count
+            // it as the last work, and park if it keeps doing so.
+            Err(TryLockError::WouldBlock) => StepOutcome::default(),
+            Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), true),
+        };
+        let now = shared.now();
+        if out.work || out.more {
+            last_work = now;
+            park = min_park;
+            continue;
+        }
+        if out.deadline.is_some_and(|d| d <= now) {
+            std::thread::yield_now();
+            continue;
+        }
+        let inline_active =
+            now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < spin.max(1);
+        if !inline_active && now.saturating_sub(last_work) < spin {
+            std::thread::yield_now();
+            continue;
+        }
+        // While an application thread drives progress, leave the CPU to
+        // it: sleep until the next timer (posts and fabric doorbells wake
+        // this thread when it is needed sooner).
+        let nap = if inline_active { max_park } else { park };
+        let until = match out.deadline {
+            Some(d) => d.min(now + nap),
+            None => now + nap,
+        };
+        shared.wake_at.store(until, Ordering::Release);
+        if !shared.shutdown.load(Ordering::Acquire) {
+            std::thread::park_timeout(Duration::from_nanos(until.saturating_sub(now)));
+        }
+        shared.wake_at.store(RUNNING, Ordering::Release);
+        park = (park * 2).min(max_park);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// In-memory fabric endpoints that wake their peers.
+
+/// Contexts opened on fabric endpoints, by address: a send rings the
+/// receiver's doorbell (unparks its progress thread). Keyed by address
+/// only, so two fabrics in one process that reuse addresses wake each
+/// other's threads spuriously, which costs one idle round.
+fn registry() -> &'static Mutex<HashMap<IpAddr, Vec<Weak<Shared>>>> {
+    static REG: std::sync::OnceLock<Mutex<HashMap<IpAddr, Vec<Weak<Shared>>>>> =
+        std::sync::OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+pub(crate) fn register_doorbell(addrs: &[IpAddr], shared: &Arc<Shared>) {
+    let mut reg = lock(registry());
+    for a in addrs {
+        let list = reg.entry(*a).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(shared));
+    }
+}
+
+fn ring(dst: IpAddr) {
+    let targets: Vec<Arc<Shared>> = {
+        let reg = lock(registry());
+        reg.get(&dst)
+            .map(|l| l.iter().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default()
+    };
+    for s in targets {
+        let now = s.now();
+        let polling = now.saturating_sub(s.last_inline.load(Ordering::Relaxed))
+            < s.cfg.spin.as_nanos() as Nanos;
+        if !polling && s.wake_at.load(Ordering::Acquire) != RUNNING {
+            s.unpark();
+        }
+    }
+}
+
+/// Destination address of an IPv4 or IPv6 datagram.
+fn dst_addr(d: &[u8]) -> Option<IpAddr> {
+    match d.first()? >> 4 {
+        4 => {
+            let b: [u8; 4] = d.get(16..20)?.try_into().ok()?;
+            Some(IpAddr::from(b))
+        }
+        6 => {
+            let b: [u8; 16] = d.get(24..40)?.try_into().ok()?;
+            Some(IpAddr::from(b))
+        }
+        _ => None,
+    }
+}
+
+/// An endpoint of an in-memory [`roce_io::Fabric`] that wakes the
+/// receiving context's progress thread when it sends, so an idle context
+/// reacts at once instead of at its next poll.
+///
+/// Made by [`Context::open_fabric`](crate::Context::open_fabric) and handed
+/// to the `wrap` closure of
+/// [`Context::open_fabric_with`](crate::Context::open_fabric_with), so
+/// middleware stacks over it (a `FaultInjector` that holds datagrams back
+/// rings when it releases them).
+#[derive(Debug)]
+pub struct FabricEndpoint {
+    port: FabricPort,
+}
+
+impl FabricEndpoint {
+    pub(crate) fn new(port: FabricPort) -> FabricEndpoint {
+        FabricEndpoint { port }
+    }
+
+    /// The fabric port.
+    pub fn port(&self) -> &FabricPort {
+        &self.port
+    }
+}
+
+impl Backend for FabricEndpoint {
+    fn local_addrs(&self) -> &[IpAddr] {
+        self.port.local_addrs()
+    }
+
+    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        let n = self.port.send(now, batch)?;
+        let mut last = None;
+        for d in batch.iter().take(n) {
+            let dst = dst_addr(d);
+            if dst != last {
+                if let Some(a) = dst {
+                    ring(a);
+                }
+                last = dst;
+            }
+        }
+        Ok(n)
+    }
+
+    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        self.port.recv(now, batch)
+    }
+
+    fn poll_at(&self) -> Option<Nanos> {
+        self.port.poll_at()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.port.counters()
+    }
+}

@@ -1,0 +1,416 @@
+//! The state one context shares between the application's handles and its
+//! progress thread: the engine behind one lock, the I/O behind another, and
+//! the bookkeeping that keeps registered memory alive while work requests
+//! reference it.
+//!
+//! # Lock order
+//!
+//! `io` before `core` before a channel's or the event queue's lock. A
+//! [`MrCore`] locks `core` when its last reference drops, so no `MrCore`
+//! may be dropped while `core` is held: everything that releases them under
+//! the lock moves them into a [`Graveyard`] that the caller drops after
+//! unlocking.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::thread::Thread;
+use std::time::Instant;
+
+use roce_core::{
+    AsyncEvent, CqId, Device, MrKeys, Nanos, PdId, Qpn, RegionMemory, Sge, SrqId, Wc, WcOpcode,
+    WcStatus,
+};
+use roce_io::{Backend, PacketBatch};
+
+use crate::cq::{ChannelInner, Completion, CqInner};
+use crate::error::Error;
+use crate::mr::MrCore;
+use crate::progress::ProgressConfig;
+
+/// Internal work request ids of receives carry this bit; sends do not.
+pub(crate) const RECV_BIT: u64 = 1 << 63;
+
+/// `wake_at` while the progress thread is awake.
+pub(crate) const RUNNING: u64 = u64::MAX;
+
+/// Memory-region references released under the core lock, to drop after it.
+pub(crate) type Graveyard = Vec<Arc<MrCore>>;
+
+/// Where an owned buffer goes when the engine hands its region back.
+pub(crate) type Home = Arc<Mutex<Option<Vec<u8>>>>;
+
+/// Locks a mutex, carrying on after a panic elsewhere (the state behind
+/// these locks stays consistent between statements).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One clock for every context of the process: contexts that share an
+/// in-memory fabric compare each other's timestamps.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// An owned buffer registered by the engine for the duration of one work
+/// request (the owned-buffer path): handed back with its completion.
+#[derive(Debug)]
+pub(crate) struct OwnedBuf {
+    pub(crate) keys: MrKeys,
+    pub(crate) home: Home,
+}
+
+/// A posted, not yet completed send work request.
+#[derive(Debug)]
+pub(crate) struct SendEntry {
+    pub(crate) id: u64,
+    pub(crate) wr_id: u64,
+    pub(crate) refs: Vec<Arc<MrCore>>,
+    pub(crate) owned: Option<OwnedBuf>,
+}
+
+/// Who holds a posted receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvOwner {
+    Qp(u32),
+    Srq(SrqId),
+}
+
+/// A posted, not yet completed receive work request.
+#[derive(Debug)]
+pub(crate) struct RecvEntry {
+    pub(crate) owner: RecvOwner,
+    pub(crate) wr_id: u64,
+    pub(crate) refs: Vec<Arc<MrCore>>,
+    pub(crate) owned: Option<OwnedBuf>,
+}
+
+/// A CQ armed to raise events on a channel.
+#[derive(Debug)]
+pub(crate) struct NotifyReg {
+    pub(crate) cq: CqId,
+    pub(crate) handle: Weak<CqInner>,
+    pub(crate) channel: Weak<ChannelInner>,
+}
+
+/// The engine and the bookkeeping that must change atomically with it.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) dev: Device,
+    /// Live memory regions by lkey (for resolving scatter/gather entries).
+    pub(crate) mrs: HashMap<u32, Weak<MrCore>>,
+    /// Outstanding send WRs per QP, in post order (the engine retires them
+    /// in order, so a completion also retires every unsignaled WR before it).
+    pub(crate) sends: HashMap<u32, VecDeque<SendEntry>>,
+    /// Outstanding receive WRs by internal id.
+    pub(crate) recvs: HashMap<u64, RecvEntry>,
+    /// CQs attached to completion channels.
+    pub(crate) notify: Vec<NotifyReg>,
+    next_id: u64,
+    next_va: u64,
+}
+
+/// The I/O side: the backend and its batches.
+pub(crate) struct Io {
+    pub(crate) backend: Box<dyn Backend + Send>,
+    pub(crate) rx: PacketBatch,
+    pub(crate) tx: PacketBatch,
+}
+
+/// Everything a context's handles and its progress thread share.
+pub(crate) struct Shared {
+    pub(crate) core: Mutex<Core>,
+    pub(crate) io: Mutex<Io>,
+    pub(crate) cfg: ProgressConfig,
+    pub(crate) addrs: Vec<IpAddr>,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) thread: OnceLock<Thread>,
+    /// When the parked progress thread wakes up by itself ([`RUNNING`]
+    /// while it is awake).
+    pub(crate) wake_at: AtomicU64,
+    /// Last time an application thread polled a CQ and drove progress.
+    pub(crate) last_inline: AtomicU64,
+    pub(crate) events: Mutex<VecDeque<AsyncEvent>>,
+    pub(crate) events_cv: Condvar,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("addrs", &self.addrs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(
+        dev: Device,
+        backend: Box<dyn Backend + Send>,
+        cfg: ProgressConfig,
+    ) -> Shared {
+        let addrs = dev.addrs().to_vec();
+        let slot = 4096 + 256;
+        Shared {
+            core: Mutex::new(Core {
+                dev,
+                mrs: HashMap::new(),
+                sends: HashMap::new(),
+                recvs: HashMap::new(),
+                notify: Vec::new(),
+                next_id: 1,
+                next_va: 0x1_0000_0000,
+            }),
+            io: Mutex::new(Io {
+                backend,
+                rx: PacketBatch::new(cfg.batch, slot),
+                tx: PacketBatch::new(cfg.batch, slot),
+            }),
+            cfg,
+            addrs,
+            shutdown: AtomicBool::new(false),
+            thread: OnceLock::new(),
+            wake_at: AtomicU64::new(RUNNING),
+            last_inline: AtomicU64::new(0),
+            events: Mutex::new(VecDeque::new()),
+            events_cv: Condvar::new(),
+        }
+    }
+
+    /// Nanoseconds on the process-wide monotonic clock.
+    pub(crate) fn now(&self) -> Nanos {
+        epoch().elapsed().as_nanos() as Nanos
+    }
+
+    pub(crate) fn core(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+
+    /// Wakes the progress thread (cheap when it is awake: a later park
+    /// returns at once).
+    pub(crate) fn unpark(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+}
+
+impl Core {
+    pub(crate) fn next_send_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub(crate) fn next_recv_id(&mut self) -> u64 {
+        self.next_send_id() | RECV_BIT
+    }
+
+    /// A fresh virtual address range for an owned region: deterministic,
+    /// page aligned, with an unmapped page between regions.
+    pub(crate) fn alloc_va(&mut self, len: usize) -> u64 {
+        let va = self.next_va;
+        let span = (len as u64).div_ceil(4096).saturating_add(1) * 4096;
+        self.next_va = self.next_va.saturating_add(span);
+        va
+    }
+
+    /// Registers an owned buffer in the engine; its bytes come back through
+    /// `home` when the engine drops the region.
+    pub(crate) fn register_owned(
+        &mut self,
+        pd: PdId,
+        buf: Vec<u8>,
+        access: roce_core::Access,
+    ) -> Result<(MrKeys, u64, Home), (Error, Vec<u8>)> {
+        if !access.is_valid() {
+            return Err((
+                Error::Verbs(roce_core::VerbsError::Access(
+                    roce_core::AccessError::NoPermission,
+                )),
+                buf,
+            ));
+        }
+        let va = self.alloc_va(buf.len());
+        let home: Home = Arc::new(Mutex::new(None));
+        let mem = OwnedMem::new(buf, home.clone());
+        match self.dev.reg_mr(pd, va, Box::new(mem), access) {
+            Ok(keys) => Ok((keys, va, home)),
+            Err(e) => {
+                // The engine dropped the memory: it went home.
+                let buf = lock(&home).take().unwrap_or_default();
+                Err((e.into(), buf))
+            }
+        }
+    }
+
+    /// Deregisters an owned region and returns its buffer.
+    pub(crate) fn take_owned(&mut self, o: OwnedBuf) -> Option<Vec<u8>> {
+        let mem = self.dev.dereg_mr(o.keys).ok()?;
+        drop(mem);
+        lock(&o.home).take()
+    }
+
+    /// Resolves the memory regions an SGL names, checking PD and bounds.
+    pub(crate) fn resolve(
+        &self,
+        pd: PdId,
+        sgl: &[Sge],
+        refs: &mut Vec<Arc<MrCore>>,
+    ) -> Result<(), Error> {
+        for sge in sgl {
+            let mr = self
+                .mrs
+                .get(&sge.lkey.value())
+                .and_then(Weak::upgrade)
+                .ok_or(Error::UnknownLkey(sge.lkey))?;
+            let wrong_pd = mr.pd != pd;
+            let in_bounds = sge.addr >= mr.va
+                && sge
+                    .addr
+                    .checked_add(sge.length as u64)
+                    .is_some_and(|end| end <= mr.va + mr.len as u64);
+            refs.push(mr);
+            if wrong_pd {
+                return Err(Error::WrongPd);
+            }
+            if !in_bounds {
+                return Err(Error::SgeOutOfBounds(sge.lkey));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the bookkeeping of a QP that was destroyed or reset: the
+    /// engine discarded its queues, so it no longer references their memory.
+    pub(crate) fn forget_qp(&mut self, qpn: Qpn, grave: &mut Graveyard) {
+        let q = qpn.value();
+        let mut owned = Vec::new();
+        if let Some(list) = self.sends.remove(&q) {
+            for e in list {
+                grave.extend(e.refs);
+                owned.extend(e.owned);
+            }
+        }
+        let ids: Vec<u64> = self
+            .recvs
+            .iter()
+            .filter(|(_, e)| e.owner == RecvOwner::Qp(q))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some(e) = self.recvs.remove(&id) {
+                grave.extend(e.refs);
+                owned.extend(e.owned);
+            }
+        }
+        for o in owned {
+            drop(self.take_owned(o));
+        }
+    }
+
+    /// Polls up to `max` completions of `cq` into `out`, mapping internal
+    /// ids back to the application's and releasing what each WR held.
+    pub(crate) fn poll(
+        &mut self,
+        cq: CqId,
+        max: usize,
+        out: &mut Vec<Completion>,
+        grave: &mut Graveyard,
+    ) -> Result<usize, Error> {
+        const CHUNK: usize = 16;
+        let mut wcs = [Wc::new(0, WcStatus::Success, WcOpcode::Send, Qpn::new(0)); CHUNK];
+        let mut produced = 0;
+        while produced < max {
+            let want = (max - produced).min(CHUNK);
+            let n = self
+                .dev
+                .poll_cq(cq, &mut wcs[..want])
+                .map_err(|_| Error::CqOverflow)?;
+            for wc in &wcs[..n] {
+                if let Some(c) = self.map(*wc, grave) {
+                    out.push(c);
+                    produced += 1;
+                }
+            }
+            if n < want {
+                break;
+            }
+        }
+        Ok(produced)
+    }
+
+    fn map(&mut self, mut wc: Wc, grave: &mut Graveyard) -> Option<Completion> {
+        let entry_owned;
+        if wc.wr_id & RECV_BIT != 0 {
+            let e = self.recvs.remove(&wc.wr_id)?;
+            grave.extend(e.refs);
+            wc.wr_id = e.wr_id;
+            entry_owned = e.owned;
+        } else {
+            let list = self.sends.get_mut(&wc.qp_num.value())?;
+            // Unsignaled WRs before this one retired silently, in order.
+            let mut earlier = Vec::new();
+            while list.front().is_some_and(|f| f.id < wc.wr_id) {
+                if let Some(e) = list.pop_front() {
+                    grave.extend(e.refs);
+                    earlier.extend(e.owned);
+                }
+            }
+            let hit = list.front().is_some_and(|f| f.id == wc.wr_id);
+            let e = if hit { list.pop_front() } else { None };
+            for o in earlier {
+                drop(self.take_owned(o));
+            }
+            let e = e?;
+            grave.extend(e.refs);
+            wc.wr_id = e.wr_id;
+            entry_owned = e.owned;
+        }
+        let buffer = entry_owned.and_then(|o| self.take_owned(o));
+        Some(Completion { wc, buffer })
+    }
+}
+
+/// An owned buffer as the engine's region memory. When the engine drops the
+/// region (deregistration), the buffer moves to `home` instead of being
+/// freed, so it can be handed back without a copy.
+pub(crate) struct OwnedMem {
+    buf: Vec<u8>,
+    home: Home,
+}
+
+impl OwnedMem {
+    pub(crate) fn new(buf: Vec<u8>, home: Home) -> OwnedMem {
+        OwnedMem { buf, home }
+    }
+}
+
+impl RegionMemory for OwnedMem {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+    fn read(&self, offset: usize, out: &mut [u8]) {
+        if let Some(src) = offset
+            .checked_add(out.len())
+            .and_then(|end| self.buf.get(offset..end))
+        {
+            out.copy_from_slice(src);
+        }
+    }
+    fn write(&mut self, offset: usize, data: &[u8]) {
+        if let Some(dst) = offset
+            .checked_add(data.len())
+            .and_then(|end| self.buf.get_mut(offset..end))
+        {
+            dst.copy_from_slice(data);
+        }
+    }
+}
+
+impl Drop for OwnedMem {
+    fn drop(&mut self) {
+        *lock(&self.home) = Some(std::mem::take(&mut self.buf));
+    }
+}

@@ -1,0 +1,105 @@
+//! Shared receive queues.
+
+use std::sync::Arc;
+
+use roce_core::{RecvWr, SrqId};
+
+use crate::error::{Error, OwnedPostError};
+use crate::pd::ProtectionDomain;
+use crate::qp::{post_recv_locked, post_recv_owned};
+use crate::shared::RecvOwner;
+
+#[derive(Debug)]
+struct SrqInner {
+    id: SrqId,
+    pd: ProtectionDomain,
+}
+
+/// A shared receive queue (`ibv_srq`): receives that any QP created with it
+/// consumes. A cheap handle; QPs using it hold it.
+///
+/// The engine cannot destroy an SRQ, so its id and any receives still
+/// posted (with their regions) live as long as the context.
+#[derive(Clone, Debug)]
+pub struct SharedReceiveQueue {
+    inner: Arc<SrqInner>,
+}
+
+impl SharedReceiveQueue {
+    pub(crate) fn create(
+        pd: &ProtectionDomain,
+        max_wr: usize,
+    ) -> Result<SharedReceiveQueue, Error> {
+        if max_wr == 0 || max_wr > 1 << 20 {
+            return Err(Error::InvalidArgument("max_wr must be in 1..=1048576"));
+        }
+        let id = pd.shared().core().dev.create_srq(pd.id(), max_wr);
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner { id, pd: pd.clone() }),
+        })
+    }
+
+    /// The engine's id of this SRQ.
+    pub fn id(&self) -> SrqId {
+        self.inner.id
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), Error> {
+        let mut refs = Vec::new();
+        let r = post_recv_locked(
+            self.inner.pd.shared(),
+            RecvOwner::Srq(self.inner.id),
+            &self.inner.pd,
+            wr,
+            &mut refs,
+            None,
+        )
+        .map_err(|(e, _)| e);
+        drop(refs);
+        r
+    }
+
+    /// An owned-buffer receive (see
+    /// [`QueuePair::post_recv_owned`](crate::QueuePair::post_recv_owned)).
+    pub fn post_recv_owned(&self, wr_id: u64, buf: Vec<u8>) -> Result<(), OwnedPostError> {
+        post_recv_owned(
+            self.inner.pd.shared(),
+            RecvOwner::Srq(self.inner.id),
+            &self.inner.pd,
+            wr_id,
+            buf,
+        )
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: an
+    /// [`AsyncEvent::SrqLimitReached`](roce_core::AsyncEvent::SrqLimitReached)
+    /// fires once when fewer than `limit` receives remain; 0 disarms.
+    pub fn set_limit(&self, limit: usize) -> Result<(), Error> {
+        let shared = self.inner.pd.shared();
+        let mut core = shared.core();
+        let srq = core
+            .dev
+            .srq(self.inner.id)
+            .ok_or(Error::Verbs(roce_core::VerbsError::NotFound))?;
+        srq.set_limit(limit);
+        Ok(())
+    }
+
+    /// Receives posted and not yet consumed.
+    pub fn len(&self) -> usize {
+        let shared = self.inner.pd.shared();
+        let mut core = shared.core();
+        core.dev.srq(self.inner.id).map_or(0, |s| s.len())
+    }
+
+    /// True when no receive is posted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
