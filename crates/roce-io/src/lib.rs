@@ -2,6 +2,25 @@
 //! IP datagrams, an in-memory [`Fabric`] for deterministic tests, and
 //! middleware that wraps any backend: [`FaultInjector`] and [`PcapTap`].
 //!
+//! On Linux, two real backends:
+//!
+//! * [`UdpBackend`] — unprivileged UDP sockets on port 4791, per-QP
+//!   source ports, per-packet DSCP/ECN, `sendmmsg`/`recvmmsg` with UDP
+//!   GSO/GRO. The kernel writes the IP header, so the backend keeps the
+//!   ICRC consistent with what goes on the wire and says what it cannot
+//!   verify on receive (IPv4 identification); see its module docs.
+//! * [`PacketBackend`] — whole Ethernet frames through `AF_PACKET` on one
+//!   interface (`CAP_NET_RAW`): 802.1Q PCP from the DSCP, neighbour
+//!   resolution through the kernel, a kernel BPF filter for RoCE, the
+//!   ICRC verifiable on receive, and PAUSE/PFC frames on the side.
+//!
+//! [`interfaces`] lists the interfaces with their MAC, MTU, state and
+//! addresses. Both real backends expose their descriptor ([`AsFd`]) and a
+//! `wait_readable(timeout)` so that a progress engine can sleep until
+//! there is something to receive.
+//!
+//! [`AsFd`]: std::os::fd::AsFd
+//!
 //! The transport engine (`roce-core`) is sans-IO: it emits complete IP
 //! datagrams — IPv4 or IPv6 header, UDP, BTH, extended headers, payload,
 //! ICRC, exactly what `roce_wire::FrameRepr::emit` writes with `eth: None` —
@@ -98,11 +117,28 @@ mod backend;
 mod datagram;
 mod fabric;
 mod fault;
+#[cfg(target_os = "linux")]
+mod iface;
+#[cfg(target_os = "linux")]
+mod neigh;
+#[cfg(target_os = "linux")]
+mod packet;
 mod pcap;
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod sys;
 #[cfg(test)]
 mod testutil;
+#[cfg(target_os = "linux")]
+mod udp;
 
 pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
+#[cfg(target_os = "linux")]
+pub use iface::{interface, interfaces, InterfaceInfo};
+#[cfg(target_os = "linux")]
+pub use packet::{PacketBackend, PacketConfig, PacketStats};
 pub use pcap::{mac_for, PcapStats, PcapTap, ETHERTYPE_UNKNOWN};
+#[cfg(target_os = "linux")]
+pub use udp::{IcrcCheck, SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpStats};

@@ -1,0 +1,161 @@
+//! Send sockets, one per UDP source port, opened on demand and kept in a
+//! bounded least-recently-used cache.
+//!
+//! RoCE v2 peers send each QP's packets from its own source port
+//! (0xC000..=0xFFFF, protocol reference §1) so that switches spread QPs
+//! over ECMP paths, and the ICRC covers that port. A UDP socket has one
+//! source port, so the backend keeps a socket bound to (local IP, port) for
+//! every source port the engine uses. A port that cannot be bound (taken by
+//! another socket, in the ephemeral range, ...) is remembered and its
+//! datagrams take the fallback path (see `UdpBackend`).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::sys;
+
+/// Creates a non-blocking UDP socket for `ip`'s family with DF set
+/// (`IP_PMTUDISC_DO`, so an unconnected socket sends IPv4 ID 0, protocol
+/// reference §4), bound to `(ip, port)`.
+pub(crate) fn udp_socket(ip: IpAddr, port: u16, reuse: bool) -> io::Result<Socket> {
+    let domain = if ip.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))?;
+    if ip.is_ipv4() {
+        sys::setsockopt_int(
+            s.as_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?;
+    } else {
+        s.set_only_v6(true)?;
+        sys::setsockopt_int(
+            s.as_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?;
+    }
+    if reuse {
+        s.set_reuse_port(true)?;
+    }
+    s.bind(&SockAddr::from(SocketAddr::new(ip, port)))?;
+    Ok(s)
+}
+
+/// Sets a socket buffer size, forcing past the sysctl limit when
+/// privileged, and otherwise taking what the kernel allows.
+pub(crate) fn grow_buffer(s: &Socket, bytes: usize, recv: bool) {
+    let (force, plain) = if recv {
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+    } else {
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+    };
+    let v = i32::try_from(bytes).unwrap_or(i32::MAX);
+    if sys::setsockopt_int(s.as_fd(), libc::SOL_SOCKET, force, v).is_err() {
+        let _ = sys::setsockopt_int(s.as_fd(), libc::SOL_SOCKET, plain, v);
+    }
+}
+
+struct Entry {
+    sock: Socket,
+    last_used: u64,
+}
+
+/// The cache.
+pub(crate) struct PortSockets {
+    ip: IpAddr,
+    capacity: usize,
+    reuse_port: bool,
+    send_buffer: usize,
+    map: HashMap<u16, Entry>,
+    failed: Box<[u64; 1024]>,
+    tick: u64,
+    /// Sockets opened so far.
+    pub(crate) opened: u64,
+    /// Ports that could not be bound.
+    pub(crate) bind_failures: u64,
+    /// Sockets closed to make room.
+    pub(crate) evictions: u64,
+}
+
+impl PortSockets {
+    pub(crate) fn new(ip: IpAddr, capacity: usize, reuse_port: bool, send_buffer: usize) -> Self {
+        PortSockets {
+            ip,
+            capacity,
+            reuse_port,
+            send_buffer,
+            map: HashMap::new(),
+            failed: Box::new([0; 1024]),
+            tick: 0,
+            opened: 0,
+            bind_failures: 0,
+            evictions: 0,
+        }
+    }
+
+    /// Number of open sockets.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn has_failed(&self, port: u16) -> bool {
+        self.failed[usize::from(port / 64)] & (1 << (port % 64)) != 0
+    }
+
+    /// The socket for `port`, opening it if needed; `None` when the port
+    /// cannot be bound (now or earlier) or the cache is disabled.
+    pub(crate) fn get(&mut self, port: u16) -> Option<BorrowedFd<'_>> {
+        if self.capacity == 0 || port == 0 || self.has_failed(port) {
+            return None;
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        if !self.map.contains_key(&port) {
+            if self.map.len() >= self.capacity {
+                let oldest = self
+                    .map
+                    .iter()
+                    .min_by_key(|(_, e)| e.last_used)
+                    .map(|(p, _)| *p);
+                if let Some(p) = oldest {
+                    self.map.remove(&p);
+                    self.evictions += 1;
+                }
+            }
+            match udp_socket(self.ip, port, self.reuse_port) {
+                Ok(sock) => {
+                    grow_buffer(&sock, self.send_buffer, false);
+                    // Nothing is ever read here: keep what a stray datagram
+                    // to this port could queue small.
+                    let _ = sock.set_recv_buffer_size(4096);
+                    self.opened += 1;
+                    self.map.insert(
+                        port,
+                        Entry {
+                            sock,
+                            last_used: tick,
+                        },
+                    );
+                }
+                Err(_) => {
+                    self.failed[usize::from(port / 64)] |= 1 << (port % 64);
+                    self.bind_failures += 1;
+                    return None;
+                }
+            }
+        }
+        let e = self.map.get_mut(&port)?;
+        e.last_used = tick;
+        Some(e.sock.as_fd())
+    }
+}
