@@ -1,0 +1,358 @@
+//! Bandwidth tests: WRITE, READ, SEND and FETCH_ADD streams with `tx_depth`
+//! operations in flight per QP, CQ moderation (one signaled WR in
+//! `MODERATION`), and per-size data verification.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
+use serde_json::{json, Value};
+
+use super::control::{expect_type, Control};
+use super::report::{self, BwResult};
+use super::setup::Session;
+use super::{Test, STOP};
+
+/// One signaled work request per this many (perftest's CQ moderation).
+const MODERATION: u64 = 64;
+/// Receive WR ids carry this bit.
+const RECV: u64 = 1 << 63;
+/// Verify one received message in this many.
+const VERIFY_EVERY: u64 = 64;
+
+fn op_for(test: Test) -> SendOp {
+    match test {
+        Test::WriteBw => SendOp::Write,
+        Test::ReadBw => SendOp::Read,
+        Test::SendBw => SendOp::Send,
+        _ => SendOp::FetchAdd { add: 1 },
+    }
+}
+
+/// What one side measured for one size.
+struct Measured {
+    ops: u64,
+    per_qp: Vec<u64>,
+    secs: f64,
+    peak_bps: f64,
+}
+
+pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for size in s.params.sizes.clone() {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        ctl.barrier(&format!("size {size}"))?;
+        prepare(s, size)?;
+        ctl.barrier("go")?;
+        let requester = s.is_client || s.params.bidir;
+        let mine = drive(s, ctl, size, requester)?;
+        let r = exchange(s, ctl, size, &mine)?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Clears what this size will fill, and posts the receive ring.
+fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
+    let test = s.params.test;
+    let requester = s.is_client || s.params.bidir;
+    let target = !s.is_client || s.params.bidir;
+    let zeros = vec![0u8; size as usize];
+    for q in 0..s.qps.len() {
+        let base = s.slot_off(q);
+        if target && matches!(test, Test::WriteBw | Test::AtomicBw) {
+            let n = if test == Test::AtomicBw {
+                8
+            } else {
+                size as usize
+            };
+            s.mr.write(base, &zeros[..n]).map_err(|e| e.to_string())?;
+        }
+        if requester && matches!(test, Test::ReadBw | Test::AtomicBw) {
+            s.mr.write(base + s.max_size, &zeros)
+                .map_err(|e| e.to_string())?;
+        }
+        if target && test == Test::SendBw {
+            for j in 0..s.ring {
+                let sge =
+                    s.mr.sge(base + 2 * s.max_size + j * s.max_size, size as u32);
+                let wr = RecvWr {
+                    wr_id: RECV | (q as u64) << 40 | j,
+                    sgl: vec![sge],
+                };
+                s.qps[q]
+                    .post_recv(wr)
+                    .map_err(|e| format!("post_recv: {e}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn failed(c: &Completion) -> String {
+    format!(
+        "work request failed: {} ({:?}) on QP {}",
+        c.status.as_str(),
+        c.status,
+        c.qp_num
+    )
+}
+
+/// The measured loop of one side.
+fn drive(
+    s: &mut Session,
+    ctl: &mut Control,
+    size: u64,
+    requester: bool,
+) -> Result<Measured, String> {
+    let p = s.params.clone();
+    let nq = s.qps.len();
+    let receiver = p.test == Test::SendBw && (!s.is_client || p.bidir);
+    let per_qp_target = if p.duration.is_some() {
+        u64::MAX
+    } else {
+        p.iters
+    };
+    let mut posted = vec![0u64; nq];
+    let mut done = vec![0u64; nq];
+    let mut received = 0u64;
+    let mut peer_ops: Option<u64> = None;
+    let mut sent_done = false;
+    // (seconds since start, operations completed), when the count changes.
+    let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
+    let op = op_for(p.test);
+    let peer_pattern = s.peer_pattern(size as usize);
+    let mut comps = Vec::with_capacity(256);
+    let progress = super::lat::progress_bar(p.duration);
+    let start = Instant::now();
+    let deadline = p.duration.map(|d| start + Duration::from_secs_f64(d));
+    let mut end_time = None;
+    loop {
+        let now = Instant::now();
+        let stop_posting = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d);
+        if requester && !stop_posting {
+            for q in 0..nq {
+                while posted[q] < per_qp_target && posted[q] - done[q] < p.tx_depth as u64 {
+                    let seq = posted[q];
+                    let local = s.mr.sge(
+                        s.slot_off(q) + s.max_size,
+                        if p.test.is_atomic() { 8 } else { size as u32 },
+                    );
+                    let r = &s.remote[q];
+                    let mut wr = SendWr::rdma(
+                        (q as u64) << 40 | seq,
+                        op,
+                        vec![local],
+                        r.vaddr,
+                        Rkey::new(r.rkey),
+                    );
+                    let last = seq + 1 == per_qp_target;
+                    // Signal often enough that a full window always holds a
+                    // signaled WR (else progress would never be seen).
+                    let every = MODERATION.min(p.tx_depth as u64);
+                    if !(last || seq % every == every - 1) {
+                        wr.flags = SendFlags::default();
+                    }
+                    s.qps[q]
+                        .post_send(wr)
+                        .map_err(|e| format!("post_send: {e}"))?;
+                    posted[q] += 1;
+                }
+            }
+        }
+        comps.clear();
+        s.cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
+        for c in &comps {
+            if !c.is_success() {
+                return Err(failed(c));
+            }
+            if c.wr_id & RECV != 0 {
+                let q = ((c.wr_id & !RECV) >> 40) as usize;
+                let j = c.wr_id & 0xff_ffff_ffff;
+                received += 1;
+                let off = s.slot_off(q) + 2 * s.max_size + j * s.max_size;
+                if p.verify && (received % VERIFY_EVERY == 1) {
+                    let mut got = vec![0u8; size as usize];
+                    s.mr.read(off, &mut got).map_err(|e| e.to_string())?;
+                    if got != peer_pattern {
+                        return Err(format!(
+                            "received data differs from what was sent (message {received}, QP {q})"
+                        ));
+                    }
+                }
+                let sge = s.mr.sge(off, size as u32);
+                s.qps[q]
+                    .post_recv(RecvWr {
+                        wr_id: c.wr_id,
+                        sgl: vec![sge],
+                    })
+                    .map_err(|e| format!("post_recv: {e}"))?;
+            } else {
+                let q = (c.wr_id >> 40) as usize;
+                done[q] = (c.wr_id & 0xff_ffff_ffff) + 1;
+            }
+        }
+        let total_done: u64 = done.iter().sum();
+        if requester && samples.last().is_none_or(|&(_, d)| d != total_done) {
+            samples.push((start.elapsed().as_secs_f64(), total_done));
+        }
+        if let Some(pb) = &progress {
+            pb.set_position(start.elapsed().as_millis() as u64);
+        }
+        let own_finished = !requester
+            || (0..nq)
+                .all(|q| done[q] == posted[q] && (posted[q] >= per_qp_target || stop_posting));
+        if own_finished && !sent_done {
+            end_time.get_or_insert_with(|| start.elapsed().as_secs_f64());
+            ctl.send(&json!({"type": "done", "ops": total_done, "per_qp": done}))?;
+            sent_done = true;
+        }
+        if peer_ops.is_none() {
+            // A passive side just waits; the others poll between CQ rounds.
+            let msg = if sent_done && !receiver {
+                ctl.recv_poll(Duration::from_millis(100))?
+            } else {
+                ctl.try_recv()?
+            };
+            if let Some(m) = msg {
+                let m = expect_type(m, "done")?;
+                peer_ops = Some(m.get("ops").and_then(Value::as_u64).unwrap_or(0));
+            }
+        }
+        let receive_finished = !receiver || peer_ops.is_some_and(|n| received >= n);
+        if sent_done && peer_ops.is_some() && receive_finished {
+            break;
+        }
+        if STOP.load(Ordering::SeqCst) && sent_done && peer_ops.is_none() {
+            // Interrupted: do not wait for messages that will not come.
+            break;
+        }
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    let secs = end_time.unwrap_or_else(|| start.elapsed().as_secs_f64());
+    let ops: u64 = done.iter().sum();
+    let peak_bps = peak_rate(&samples, secs / 20.0) * size as f64;
+    Ok(Measured {
+        ops,
+        per_qp: done,
+        secs,
+        peak_bps,
+    })
+}
+
+/// The highest rate (operations per second) over any window of at least
+/// `window` seconds: completions arrive in bursts, so shorter windows
+/// would report the burst, not the bandwidth.
+fn peak_rate(samples: &[(f64, u64)], window: f64) -> f64 {
+    let mut best = 0.0f64;
+    let mut lo = 0;
+    for hi in 0..samples.len() {
+        while lo + 1 < hi && samples[hi].0 - samples[lo + 1].0 >= window {
+            lo += 1;
+        }
+        let dt = samples[hi].0 - samples[lo].0;
+        if dt >= window && dt > 0.0 {
+            best = best.max((samples[hi].1 - samples[lo].1) as f64 / dt);
+        }
+    }
+    best
+}
+
+/// Verifies what the peer did to this side, exchanges measurements, and
+/// builds the result row (both directions summed with -b).
+fn exchange(
+    s: &mut Session,
+    ctl: &mut Control,
+    size: u64,
+    mine: &Measured,
+) -> Result<Value, String> {
+    let p = &s.params;
+    let target = !s.is_client || p.bidir;
+    let requester = s.is_client || p.bidir;
+    let mut problems = Vec::new();
+    ctl.send(&json!({"type": "measured", "ops": mine.ops, "per_qp": mine.per_qp, "secs": mine.secs, "peak": mine.peak_bps}))?;
+    let theirs = ctl.expect("measured")?;
+    let their_ops = theirs.get("ops").and_then(Value::as_u64).unwrap_or(0);
+    let their_per_qp: Vec<u64> = theirs
+        .get("per_qp")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    if p.verify && !STOP.load(Ordering::SeqCst) {
+        let n = size as usize;
+        for q in 0..s.qps.len() {
+            let base = s.slot_off(q);
+            if target && p.test == Test::WriteBw && their_ops > 0 {
+                let mut got = vec![0u8; n];
+                s.mr.read(base, &mut got).map_err(|e| e.to_string())?;
+                if got != s.peer_pattern(n) {
+                    problems.push(format!("WRITE data on QP {q} differs"));
+                }
+            }
+            if target && p.test == Test::AtomicBw {
+                let mut w = [0u8; 8];
+                s.mr.read(base, &mut w).map_err(|e| e.to_string())?;
+                let want = their_per_qp.get(q).copied().unwrap_or(0);
+                if u64::from_ne_bytes(w) != want {
+                    problems.push(format!(
+                        "FETCH_ADD counter on QP {q} is {} after {want} adds",
+                        u64::from_ne_bytes(w)
+                    ));
+                }
+            }
+            if requester && p.test == Test::ReadBw && mine.ops > 0 {
+                let mut got = vec![0u8; n];
+                s.mr.read(base + s.max_size, &mut got)
+                    .map_err(|e| e.to_string())?;
+                if got != s.peer_pattern(n) {
+                    problems.push(format!("READ data on QP {q} differs"));
+                }
+            }
+        }
+    }
+    ctl.send(&json!({"type": "verified", "problems": problems}))?;
+    let peer_v = ctl.expect("verified")?;
+    let mut all: Vec<String> = problems;
+    if let Some(a) = peer_v.get("problems").and_then(Value::as_array) {
+        all.extend(
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|x| format!("peer: {x}")),
+        );
+    }
+    if !all.is_empty() {
+        return Err(format!("data verification failed: {}", all.join("; ")));
+    }
+    // The requester's numbers (both sides' summed when bidirectional).
+    let their_secs = theirs.get("secs").and_then(Value::as_f64).unwrap_or(0.0);
+    let their_peak = theirs.get("peak").and_then(Value::as_f64).unwrap_or(0.0);
+    let mut sides = Vec::new();
+    if requester {
+        sides.push((mine.ops, mine.secs, mine.peak_bps));
+    }
+    if p.bidir || !s.is_client {
+        sides.push((their_ops, their_secs, their_peak));
+    }
+    let mut total = BwResult {
+        bytes: size,
+        iterations: 0,
+        avg_bps: 0.0,
+        peak_bps: 0.0,
+        msg_rate: 0.0,
+    };
+    for (ops, secs, peak) in sides {
+        let r = BwResult::new(size, ops, secs, peak);
+        total.iterations += r.iterations;
+        total.avg_bps += r.avg_bps;
+        total.peak_bps += r.peak_bps;
+        total.msg_rate += r.msg_rate;
+    }
+    let mut v = report::bw_json(&total);
+    v["row"] = json!(report::bw_row(&total, false));
+    v["row_gbits"] = json!(report::bw_row(&total, true));
+    Ok(v)
+}

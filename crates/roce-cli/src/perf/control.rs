@@ -1,0 +1,180 @@
+//! The out-of-band control connection of `roce perf` (TCP, one JSON object
+//! per line). This is the project's own format; the perftest-compatible
+//! exchange is separate.
+//!
+//! Client → server: `Hello` (the test's parameters). Server → client:
+//! `Endpoints`. Client → server: `Endpoints`. Then `Barrier` both ways
+//! before each measured phase, `Result` and `Done` at the end. Either side
+//! may send `Error` and close.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, TcpStream};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// Protocol version; peers must match.
+pub(crate) const VERSION: u64 = 1;
+
+/// One QP's connection data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) qpn: u32,
+    pub(crate) psn: u32,
+    pub(crate) addr: IpAddr,
+    pub(crate) rkey: u32,
+    pub(crate) vaddr: u64,
+    pub(crate) len: u64,
+}
+
+impl Endpoint {
+    pub(crate) fn to_json(self) -> Value {
+        json!({"qpn": self.qpn, "psn": self.psn, "addr": self.addr.to_string(),
+               "rkey": self.rkey, "vaddr": self.vaddr, "len": self.len})
+    }
+
+    pub(crate) fn from_json(v: &Value) -> Result<Endpoint, String> {
+        let num = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .ok_or(format!("endpoint lacks '{k}'"))
+        };
+        let addr = v
+            .get("addr")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+            .ok_or("endpoint lacks a valid 'addr'")?;
+        Ok(Endpoint {
+            qpn: num("qpn")? as u32,
+            psn: num("psn")? as u32,
+            addr,
+            rkey: num("rkey")? as u32,
+            vaddr: num("vaddr")?,
+            len: num("len")?,
+        })
+    }
+}
+
+/// A line-oriented JSON connection. A reader thread turns incoming lines
+/// into messages, so loops can poll for them without blocking.
+pub(crate) struct Control {
+    rx: std::sync::mpsc::Receiver<Result<Value, String>>,
+    writer: TcpStream,
+}
+
+impl Control {
+    pub(crate) fn new(stream: TcpStream) -> std::io::Result<Control> {
+        stream.set_nodelay(true)?;
+        let writer = stream.try_clone()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("perf-control".into())
+            .spawn(move || {
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    let msg = match reader.read_line(&mut line) {
+                        Ok(0) => Err("the peer closed the control connection".to_string()),
+                        Ok(_) => serde_json::from_str::<Value>(&line)
+                            .map_err(|e| format!("bad control message: {e}")),
+                        Err(e) => Err(format!("control connection: {e}")),
+                    };
+                    let end = msg.is_err();
+                    if tx.send(msg).is_err() || end {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Control { rx, writer })
+    }
+
+    /// The local address of the control connection.
+    pub(crate) fn local_ip(&self) -> Option<IpAddr> {
+        self.writer.local_addr().ok().map(|a| a.ip())
+    }
+
+    pub(crate) fn send(&mut self, v: &Value) -> Result<(), String> {
+        let mut line = v.to_string();
+        line.push('\n');
+        self.writer
+            .write_all(line.as_bytes())
+            .map_err(|e| format!("control connection: {e}"))
+    }
+
+    fn check(v: Result<Value, String>) -> Result<Value, String> {
+        let v = v?;
+        if v.get("type").and_then(Value::as_str) == Some("error") {
+            let msg = v
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error");
+            return Err(format!("peer: {msg}"));
+        }
+        Ok(v)
+    }
+
+    /// Receives the next message, waiting at most `timeout` (a minute when
+    /// `None`); an `Error` message from the peer becomes an error here.
+    pub(crate) fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Value, String> {
+        match self
+            .rx
+            .recv_timeout(timeout.unwrap_or(Duration::from_secs(60)))
+        {
+            Ok(v) => Self::check(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err("timed out waiting for the peer".into())
+            }
+            Err(_) => Err("the peer closed the control connection".into()),
+        }
+    }
+
+    /// A message if one arrives within `timeout`.
+    pub(crate) fn recv_poll(&mut self, timeout: Duration) -> Result<Option<Value>, String> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(v) => Self::check(v).map(Some),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(_) => Err("the peer closed the control connection".into()),
+        }
+    }
+
+    /// A message if one has arrived.
+    pub(crate) fn try_recv(&mut self) -> Result<Option<Value>, String> {
+        match self.rx.try_recv() {
+            Ok(v) => Self::check(v).map(Some),
+            Err(std::sync::mpsc::TryRecvError::Empty) => Ok(None),
+            Err(_) => Err("the peer closed the control connection".into()),
+        }
+    }
+
+    /// Receives a message of the given type.
+    pub(crate) fn expect(&mut self, ty: &str) -> Result<Value, String> {
+        let v = self.recv_timeout(None)?;
+        expect_type(v, ty)
+    }
+
+    /// Both sides send and wait for a barrier.
+    pub(crate) fn barrier(&mut self, tag: &str) -> Result<(), String> {
+        self.send(&json!({"type": "barrier", "tag": tag}))?;
+        let v = self.expect("barrier")?;
+        if v.get("tag").and_then(Value::as_str) != Some(tag) {
+            return Err(format!("barrier mismatch (wanted '{tag}')"));
+        }
+        Ok(())
+    }
+
+    /// Tells the peer about a failure (best effort).
+    pub(crate) fn send_error(&mut self, msg: &str) {
+        let _ = self.send(&json!({"type": "error", "message": msg}));
+    }
+}
+
+/// Checks a message's type.
+pub(crate) fn expect_type(v: Value, ty: &str) -> Result<Value, String> {
+    match v.get("type").and_then(Value::as_str) {
+        Some(t) if t == ty => Ok(v),
+        Some(t) => Err(format!(
+            "expected a '{ty}' message from the peer, got '{t}'"
+        )),
+        None => Err(format!("expected a '{ty}' message from the peer")),
+    }
+}

@@ -1,0 +1,350 @@
+//! Latency tests. SEND and WRITE are ping-pongs (the reported latency is
+//! half the round trip, as perftest reports it); READ and FETCH_ADD are
+//! round trips of one operation, reported whole.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
+use serde_json::{json, Value};
+
+use super::control::Control;
+use super::report::{self, LatResult};
+use super::setup::Session;
+use super::{Test, STOP};
+
+/// The WR id of ping-pong receives.
+const RECV_ID: u64 = 1 << 62;
+
+/// Give up on the peer after this long without progress.
+const STALL: Duration = Duration::from_secs(10);
+
+/// A progress bar on stderr for duration runs, when stderr is a terminal.
+pub(super) fn progress_bar(duration: Option<f64>) -> Option<ProgressBar> {
+    use std::io::IsTerminal;
+    let d = duration?;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = ProgressBar::new((d * 1000.0) as u64);
+    pb.set_style(ProgressStyle::with_template("{bar:40} {elapsed_precise} / {msg}").ok()?);
+    pb.set_message(format!("{d:.0}s"));
+    Some(pb)
+}
+
+/// Busy-polls the CQ for one completion (each empty poll also drives the
+/// context's progress on this thread).
+fn wait_one(s: &Session) -> Result<Completion, String> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
+            if !c.is_success() {
+                return Err(format!(
+                    "work request failed: {} ({:?})",
+                    c.status.as_str(),
+                    c.status
+                ));
+            }
+            return Ok(c);
+        }
+        spins += 1;
+        if spins.is_multiple_of(256) {
+            std::thread::yield_now();
+            if STOP.load(Ordering::SeqCst) {
+                return Err("interrupted".into());
+            }
+            if start.elapsed() > STALL {
+                let c = s.qps[0].counters();
+                return Err(format!(
+                    "no completion for 10 s: the peer stopped responding (QP counters: {c:?})"
+                ));
+            }
+        }
+    }
+}
+
+/// Waits until the last byte of this side's target area holds `want`.
+fn wait_byte(s: &Session, off: u64, want: u8) -> Result<(), String> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    let mut b = [0u8; 1];
+    loop {
+        // An empty poll drives progress; then look at the memory.
+        let _ = s.cq.poll_one().map_err(|e| e.to_string())?;
+        s.mr.read(off, &mut b).map_err(|e| e.to_string())?;
+        if b[0] == want {
+            return Ok(());
+        }
+        spins += 1;
+        if spins.is_multiple_of(256) {
+            std::thread::yield_now();
+            if STOP.load(Ordering::SeqCst) {
+                return Err("interrupted".into());
+            }
+            if start.elapsed() > STALL {
+                return Err("the peer's WRITE never arrived: the peer stopped responding".into());
+            }
+        }
+    }
+}
+
+pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for size in s.params.sizes.clone() {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        ctl.barrier(&format!("size {size}"))?;
+        let samples = match s.params.test {
+            Test::SendLat => ping_pong(s, ctl, size, false)?,
+            Test::WriteLat => ping_pong(s, ctl, size, true)?,
+            _ => one_sided(s, ctl, size)?,
+        };
+        let r = results(s, ctl, size, samples)?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// SEND or WRITE ping-pong; the client measures.
+fn ping_pong(
+    s: &mut Session,
+    ctl: &mut Control,
+    size: u64,
+    write: bool,
+) -> Result<Vec<f64>, String> {
+    let p = s.params.clone();
+    let qp = s.qps[0].clone();
+    let base = s.slot_off(0);
+    let r = s.remote[0];
+    let n = size as usize;
+    // The message: this side's pattern, last byte = iteration tag.
+    let mut msg = s.own_pattern(n);
+    let peer = s.peer_pattern(n);
+    let recv_off = base + 2 * s.max_size;
+    let post_recv = |s: &Session| -> Result<(), String> {
+        let sge = s.mr.sge(recv_off, n as u32);
+        qp.post_recv(RecvWr {
+            wr_id: RECV_ID,
+            sgl: vec![sge],
+        })
+        .map_err(|e| format!("post_recv: {e}"))
+    };
+    if !write {
+        post_recv(s)?;
+        post_recv(s)?;
+    } else {
+        s.mr.write(base, &vec![0u8; n]).map_err(|e| e.to_string())?;
+    }
+    ctl.barrier("go")?;
+    let iters = if p.duration.is_some() {
+        u64::MAX
+    } else {
+        p.iters
+    };
+    let deadline = p
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let progress = progress_bar(p.duration);
+    let start = Instant::now();
+    let mut samples = Vec::with_capacity(p.iters.min(1 << 24) as usize);
+    let mut i = 0u64;
+    let mut pending_recv = 0u64;
+    let inline = n <= 256 && !write;
+    while i < iters
+        && !STOP.load(Ordering::SeqCst)
+        && deadline.is_none_or(|d| Instant::now() < d || !s.is_client)
+    {
+        let tag = (i % 255) as u8 + 1;
+        let send = |s: &Session, msg: &mut Vec<u8>| -> Result<(), String> {
+            if let Some(last) = msg.last_mut() {
+                *last = tag;
+            }
+            s.mr.write(base + s.max_size, msg)
+                .map_err(|e| e.to_string())?;
+            let sge = s.mr.sge(base + s.max_size, n as u32);
+            let mut wr = if write {
+                SendWr::rdma(i, SendOp::Write, vec![sge], r.vaddr, Rkey::new(r.rkey))
+            } else {
+                SendWr::send(i, vec![sge])
+            };
+            wr.flags = SendFlags::SIGNALED
+                | if inline {
+                    SendFlags::INLINE
+                } else {
+                    SendFlags::default()
+                };
+            qp.post_send(wr).map_err(|e| format!("post_send: {e}"))
+        };
+        let receive = |s: &Session, pending_recv: &mut u64| -> Result<(), String> {
+            if write {
+                wait_byte(s, base + n as u64 - 1, tag)?;
+            } else {
+                while *pending_recv == 0 {
+                    if wait_one(s)?.wr_id == RECV_ID {
+                        *pending_recv += 1;
+                    }
+                }
+                *pending_recv -= 1;
+                post_recv(s)?;
+            }
+            if p.verify {
+                let mut got = vec![0u8; n];
+                s.mr.read(if write { base } else { recv_off }, &mut got)
+                    .map_err(|e| e.to_string())?;
+                let ok = got[..n - 1] == peer[..n - 1] && got[n - 1] == tag;
+                if !ok {
+                    return Err(format!(
+                        "iteration {i}: the data received differs from what was sent"
+                    ));
+                }
+            }
+            Ok(())
+        };
+        let t0 = Instant::now();
+        if s.is_client {
+            send(s, &mut msg)?;
+            receive(s, &mut pending_recv)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        } else {
+            match receive(s, &mut pending_recv) {
+                Ok(()) => {}
+                // The client stopped (duration over or interrupted).
+                Err(_) if p.duration.is_some() || STOP.load(Ordering::SeqCst) => break,
+                Err(e) => return Err(e),
+            }
+            send(s, &mut msg)?;
+        }
+        // Reap send completions (a receive completion seen here is kept).
+        while let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
+            if !c.is_success() {
+                return Err(format!(
+                    "work request failed: {} ({:?})",
+                    c.status.as_str(),
+                    c.status
+                ));
+            }
+            if c.wr_id == RECV_ID {
+                pending_recv += 1;
+            }
+        }
+        if let Some(pb) = &progress {
+            pb.set_position(start.elapsed().as_millis() as u64);
+        }
+        i += 1;
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    Ok(samples)
+}
+
+/// READ or FETCH_ADD round trips; the server is passive.
+fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, String> {
+    let p = s.params.clone();
+    let base = s.slot_off(0);
+    let r = s.remote[0];
+    ctl.barrier("go")?;
+    let mut samples = Vec::new();
+    if s.is_client {
+        let qp = s.qps[0].clone();
+        let deadline = p
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs_f64(d));
+        let iters = if p.duration.is_some() {
+            u64::MAX
+        } else {
+            p.iters
+        };
+        let progress = progress_bar(p.duration);
+        let start = Instant::now();
+        let mut i = 0;
+        let len = if p.test == Test::AtomicLat {
+            8
+        } else {
+            size as u32
+        };
+        while i < iters
+            && !STOP.load(Ordering::SeqCst)
+            && deadline.is_none_or(|d| Instant::now() < d)
+        {
+            let sge = s.mr.sge(base + s.max_size, len);
+            let op = if p.test == Test::AtomicLat {
+                SendOp::FetchAdd { add: 1 }
+            } else {
+                SendOp::Read
+            };
+            let wr = SendWr::rdma(i, op, vec![sge], r.vaddr, Rkey::new(r.rkey));
+            let t0 = Instant::now();
+            qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+            wait_one(s)?;
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            if let Some(pb) = &progress {
+                pb.set_position(start.elapsed().as_millis() as u64);
+            }
+            i += 1;
+        }
+        if let Some(pb) = progress {
+            pb.finish_and_clear();
+        }
+        if p.verify && !samples.is_empty() {
+            let mut got = vec![0u8; len as usize];
+            s.mr.read(base + s.max_size, &mut got)
+                .map_err(|e| e.to_string())?;
+            if p.test == Test::AtomicLat {
+                let orig = u64::from_ne_bytes(got.try_into().unwrap_or([0; 8]));
+                if orig != i - 1 {
+                    return Err(format!(
+                        "FETCH_ADD returned {orig} on its {i}th add (expected {})",
+                        i - 1
+                    ));
+                }
+            } else if got != s.peer_pattern(len as usize) {
+                return Err("READ data differs from the peer's memory".into());
+            }
+        }
+        ctl.send(&json!({"type": "done", "ops": i}))?;
+    } else {
+        loop {
+            if let Some(m) = ctl.recv_poll(Duration::from_millis(100))? {
+                let ops = m.get("ops").and_then(Value::as_u64).unwrap_or(0);
+                if p.verify && p.test == Test::AtomicLat {
+                    let mut w = [0u8; 8];
+                    s.mr.read(base, &mut w).map_err(|e| e.to_string())?;
+                    if u64::from_ne_bytes(w) != ops {
+                        return Err(format!(
+                            "the FETCH_ADD counter is {} after {ops} adds",
+                            u64::from_ne_bytes(w)
+                        ));
+                    }
+                }
+                break;
+            }
+            if STOP.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+    }
+    Ok(samples)
+}
+
+/// The client sends its statistics; both sides return the row.
+fn results(
+    s: &mut Session,
+    ctl: &mut Control,
+    size: u64,
+    mut samples: Vec<f64>,
+) -> Result<Value, String> {
+    if s.is_client {
+        let r = LatResult::from_samples(size, &mut samples).ok_or("no iteration completed")?;
+        let mut v = report::lat_json(&r);
+        v["row"] = json!(report::lat_row(&r));
+        ctl.send(&json!({"type": "result", "result": v}))?;
+        Ok(v)
+    } else {
+        let m = ctl.expect("result")?;
+        Ok(m.get("result").cloned().unwrap_or(Value::Null))
+    }
+}

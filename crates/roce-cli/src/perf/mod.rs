@@ -1,0 +1,520 @@
+//! `roce perf`: perftest-style bandwidth and latency tests between two
+//! `roce` processes (or two contexts of one process with `--loopback`).
+//!
+//! Roles follow perftest: `roce perf write-bw` waits as the server,
+//! `roce perf write-bw SERVER` connects as the client. The client decides
+//! the parameters and sends them to the server over the TCP control
+//! connection ([`control`]); both sides print the result table. Every run
+//! verifies the transferred data unless `--no-verify`.
+
+mod bw;
+mod control;
+mod lat;
+mod report;
+mod setup;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use control::Control;
+
+/// Set by Ctrl-C: loops stop and report what they measured.
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
+
+/// The tests, named as perftest's binaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Test {
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    WriteBw,
+    /// RDMA READ bandwidth (ib_read_bw).
+    ReadBw,
+    /// SEND bandwidth (ib_send_bw).
+    SendBw,
+    /// FETCH_ADD bandwidth (ib_atomic_bw).
+    AtomicBw,
+    /// RDMA WRITE latency (ib_write_lat).
+    WriteLat,
+    /// RDMA READ latency (ib_read_lat).
+    ReadLat,
+    /// SEND latency (ib_send_lat).
+    SendLat,
+    /// FETCH_ADD latency (ib_atomic_lat).
+    AtomicLat,
+}
+
+impl Test {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write-bw",
+            Test::ReadBw => "read-bw",
+            Test::SendBw => "send-bw",
+            Test::AtomicBw => "atomic-bw",
+            Test::WriteLat => "write-lat",
+            Test::ReadLat => "read-lat",
+            Test::SendLat => "send-lat",
+            Test::AtomicLat => "atomic-lat",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Test> {
+        <Test as clap::ValueEnum>::value_variants()
+            .iter()
+            .copied()
+            .find(|t| t.name() == s)
+    }
+
+    pub(crate) fn is_bw(self) -> bool {
+        matches!(
+            self,
+            Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw
+        )
+    }
+
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(self, Test::AtomicBw | Test::AtomicLat)
+    }
+
+    /// perftest's title line.
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::SendBw => "Send BW Test",
+            Test::AtomicBw => "Atomic FETCH_AND_ADD BW Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::SendLat => "Send Latency Test",
+            Test::AtomicLat => "Atomic FETCH_AND_ADD Latency Test",
+        }
+    }
+}
+
+/// Packet I/O backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum BackendKind {
+    /// UDP sockets on port 4791 (unprivileged).
+    Udp,
+    /// AF_PACKET raw frames (needs CAP_NET_RAW).
+    Packet,
+    /// The in-memory fabric (with --loopback only; for testing the tool).
+    Fabric,
+}
+
+/// Options of `roce perf`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct PerfArgs {
+    /// The test to run.
+    #[arg(value_enum)]
+    test: Test,
+    /// Server to connect to (omit to wait as the server).
+    server: Option<String>,
+    /// Message size in bytes [default: 65536 for BW tests, 2 for latency; 8 for atomics].
+    #[arg(short = 's', long)]
+    size: Option<u64>,
+    /// Iterations per size [default: 5000 for BW, 1000 for latency].
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long)]
+    duration: Option<f64>,
+    /// Number of queue pairs (BW tests).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    qps: u32,
+    /// Work requests in flight per QP.
+    #[arg(short = 't', long = "tx-depth")]
+    tx_depth: Option<u32>,
+    /// Path MTU (256, 512, 1024, 2048, 4096).
+    #[arg(short = 'm', long, default_value_t = 4096)]
+    mtu: u32,
+    /// Run every size from 2 bytes to 8 MiB (powers of two).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Both sides send at once (BW tests).
+    #[arg(short = 'b', long = "bidirectional")]
+    bidir: bool,
+    /// Local GID index to use.
+    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
+    gid_index: u8,
+    /// TCP port of the control connection.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Report bandwidth in Gb/sec instead of MB/sec.
+    #[arg(long = "report_gbits", alias = "report-gbits")]
+    gbits: bool,
+    /// Packet I/O backend.
+    #[arg(long, value_enum, default_value_t = BackendKind::Udp)]
+    backend: BackendKind,
+    /// Run the server and the client in this process, on two loopback
+    /// addresses (127.0.0.1 and 127.0.0.2).
+    #[arg(long)]
+    loopback: bool,
+    /// Local address to use (default: the address that reaches the peer).
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
+    #[arg(long, default_value_t = 4791)]
+    roce_port: u16,
+    /// Skip data verification.
+    #[arg(long)]
+    no_verify: bool,
+    /// Print results as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The parameters both sides agree on (sent by the client).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Params {
+    pub(crate) test: Test,
+    pub(crate) sizes: Vec<u64>,
+    pub(crate) iters: u64,
+    pub(crate) duration: Option<f64>,
+    pub(crate) qps: u32,
+    pub(crate) tx_depth: u32,
+    pub(crate) mtu: u32,
+    pub(crate) bidir: bool,
+    pub(crate) verify: bool,
+    pub(crate) seed: u64,
+}
+
+impl Params {
+    fn from_args(a: &PerfArgs) -> Result<Params, String> {
+        let t = a.test;
+        if !matches!(a.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err(format!(
+                "MTU {} is not one of 256, 512, 1024, 2048, 4096",
+                a.mtu
+            ));
+        }
+        if a.qps == 0 || a.qps > 256 {
+            return Err("the number of QPs must be between 1 and 256".into());
+        }
+        if !t.is_bw() && a.qps > 1 {
+            return Err("latency tests use one QP".into());
+        }
+        if !t.is_bw() && a.bidir {
+            return Err("-b applies to bandwidth tests only".into());
+        }
+        if let Some(d) = a.duration {
+            if !(d > 0.0 && d <= 86_400.0) {
+                return Err("the duration must be between 0 and 86400 seconds".into());
+            }
+            if a.all {
+                return Err("-D and -a cannot be combined".into());
+            }
+        }
+        let sizes = if t.is_atomic() {
+            if a.size.is_some_and(|s| s != 8) || a.all {
+                return Err("atomic tests move 8 bytes".into());
+            }
+            vec![8]
+        } else if a.all {
+            (1..=23).map(|k| 1u64 << k).collect()
+        } else {
+            let s = a.size.unwrap_or(if t.is_bw() { 65536 } else { 2 });
+            if s == 0 || s > (1 << 30) {
+                return Err("the size must be between 1 byte and 1 GiB".into());
+            }
+            vec![s]
+        };
+        let iters = a.iters.unwrap_or(if t.is_bw() { 5000 } else { 1000 });
+        if iters == 0 {
+            return Err("the number of iterations must be at least 1".into());
+        }
+        let tx_depth = a.tx_depth.unwrap_or(if t.is_bw() { 128 } else { 1 });
+        if tx_depth == 0 || tx_depth > 4096 {
+            return Err("the TX depth must be between 1 and 4096".into());
+        }
+        Ok(Params {
+            test: t,
+            sizes,
+            iters,
+            duration: a.duration,
+            qps: a.qps,
+            tx_depth,
+            mtu: a.mtu,
+            bidir: a.bidir,
+            verify: !a.no_verify,
+            seed: 0x5eed_0000 ^ std::process::id() as u64,
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"type": "hello", "version": control::VERSION, "test": self.test.name(),
+               "sizes": self.sizes, "iters": self.iters, "duration": self.duration,
+               "qps": self.qps, "tx_depth": self.tx_depth, "mtu": self.mtu,
+               "bidir": self.bidir, "verify": self.verify, "seed": self.seed})
+    }
+
+    fn from_json(v: &Value) -> Result<Params, String> {
+        if v.get("version").and_then(Value::as_u64) != Some(control::VERSION) {
+            return Err("the peer speaks another version of the roce perf protocol".into());
+        }
+        let num = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .ok_or(format!("hello lacks '{k}'"))
+        };
+        let test = v
+            .get("test")
+            .and_then(Value::as_str)
+            .and_then(Test::from_name)
+            .ok_or("unknown test")?;
+        let sizes: Vec<u64> = v
+            .get("sizes")
+            .and_then(Value::as_array)
+            .ok_or("hello lacks sizes")?
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect();
+        if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > (1 << 30)) {
+            return Err("bad sizes in hello".into());
+        }
+        let p = Params {
+            test,
+            sizes,
+            iters: num("iters")?.max(1),
+            duration: v.get("duration").and_then(Value::as_f64),
+            qps: (num("qps")? as u32).clamp(1, 256),
+            tx_depth: (num("tx_depth")? as u32).clamp(1, 4096),
+            mtu: num("mtu")? as u32,
+            bidir: v.get("bidir").and_then(Value::as_bool).unwrap_or(false),
+            verify: v.get("verify").and_then(Value::as_bool).unwrap_or(true),
+            seed: num("seed")?,
+        };
+        if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
+            return Err("bad MTU in hello".into());
+        }
+        Ok(p)
+    }
+}
+
+/// Runs `roce perf`; returns the exit status.
+pub(crate) fn run(args: &PerfArgs) -> i32 {
+    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
+    let res = if args.loopback {
+        run_loopback(args)
+    } else if args.server.is_some() {
+        run_client(args, None).map(|_| ())
+    } else {
+        run_server(args, None)
+    };
+    match res {
+        Ok(()) if STOP.load(Ordering::SeqCst) => 130,
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("roce perf: {e}");
+            1
+        }
+    }
+}
+
+/// Where the loopback server listens and the two local addresses.
+const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+const LOOP_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+fn run_loopback(args: &PerfArgs) -> Result<(), String> {
+    if args.server.is_some() {
+        return Err("--loopback runs both sides; do not name a server".into());
+    }
+    // Refuse bad parameters before a server thread starts waiting.
+    Params::from_args(args)?;
+    let listener = TcpListener::bind((LOOP_SERVER, args.port))
+        .map_err(|e| format!("cannot listen on {LOOP_SERVER}:{}: {e}", args.port))?;
+    let fabric = (args.backend == BackendKind::Fabric).then(roce_io::Fabric::new);
+    let mut server_args = args.clone();
+    server_args.json = false;
+    let fabric2 = fabric.clone();
+    let server = std::thread::spawn(move || serve(&server_args, listener, fabric2.as_ref(), true));
+    let mut client_args = args.clone();
+    client_args.server = Some(LOOP_SERVER.to_string());
+    client_args.bind = Some(IpAddr::V4(LOOP_CLIENT));
+    let client = run_client(&client_args, fabric.as_ref());
+    if let Err(e) = &client {
+        if !server.is_finished() {
+            // The server may still wait for a connection that will never
+            // come; the process ends with the client's error.
+            std::thread::sleep(Duration::from_millis(200));
+            if !server.is_finished() {
+                return Err(e.clone());
+            }
+        }
+    }
+    let server = server
+        .join()
+        .map_err(|_| "the server thread panicked".to_string())?;
+    match (client, server) {
+        (Ok(_), Ok(())) => Ok(()),
+        (Err(c), Ok(())) => Err(c),
+        (Ok(_), Err(s)) => Err(format!("server side: {s}")),
+        // The side that failed first usually explains the other.
+        (Err(c), Err(s)) if s.starts_with("peer:") => Err(c),
+        (Err(c), Err(s)) => Err(format!("{c} (server side: {s})")),
+    }
+}
+
+fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), String> {
+    if args.backend == BackendKind::Fabric {
+        return Err("the fabric backend needs --loopback".into());
+    }
+    let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let listener = TcpListener::bind((bind, args.port))
+        .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+    if !args.json {
+        eprintln!(
+            "roce perf: waiting for a client on port {} ({})",
+            args.port,
+            args.test.name()
+        );
+    }
+    serve(args, listener, fabric, false)
+}
+
+fn serve(
+    args: &PerfArgs,
+    listener: TcpListener,
+    fabric: Option<&roce_io::Fabric>,
+    quiet: bool,
+) -> Result<(), String> {
+    let (stream, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+    let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
+    let hello = ctl.expect("hello")?;
+    let params = match Params::from_json(&hello) {
+        Ok(p) if p.test == args.test => p,
+        Ok(p) => {
+            let msg = format!(
+                "the client runs {} but this server runs {}",
+                p.test.name(),
+                args.test.name()
+            );
+            ctl.send_error(&msg);
+            return Err(msg);
+        }
+        Err(e) => {
+            ctl.send_error(&e);
+            return Err(e);
+        }
+    };
+    let local = args
+        .bind
+        .filter(|b| !b.is_unspecified())
+        .or(ctl.local_ip())
+        .ok_or("no local address")?;
+    let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
+        .and_then(|mut s| s.run(&mut ctl));
+    match r {
+        Ok(results) => {
+            if !quiet {
+                print_results(args, &params, &results);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            ctl.send_error(&e);
+            Err(e)
+        }
+    }
+}
+
+fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<Value>, String> {
+    let params = Params::from_args(args)?;
+    let server = args.server.as_deref().ok_or("no server")?;
+    let addr = resolve(server, args.port)?;
+    let stream = connect_tcp(addr, args.bind)?;
+    let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
+    ctl.send(&params.to_json())?;
+    let local = args.bind.or(ctl.local_ip()).ok_or("no local address")?;
+    let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
+        .and_then(|mut s| s.run(&mut ctl));
+    match r {
+        Ok(results) => {
+            print_results(args, &params, &results);
+            Ok(results)
+        }
+        Err(e) => {
+            ctl.send_error(&e);
+            Err(e)
+        }
+    }
+}
+
+fn resolve(server: &str, port: u16) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    (server, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("unknown address '{server}': {e}"))?
+        .next()
+        .ok_or(format!("unknown address '{server}'"))
+}
+
+fn connect_tcp(addr: SocketAddr, bind: Option<IpAddr>) -> Result<TcpStream, String> {
+    let domain = socket2::Domain::for_address(addr);
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
+        .map_err(|e| format!("socket: {e}"))?;
+    if let Some(b) = bind {
+        sock.bind(&SocketAddr::new(b, 0).into())
+            .map_err(|e| format!("cannot use local address {b}: {e}"))?;
+    }
+    sock.connect_timeout(&addr.into(), Duration::from_secs(5))
+        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+    Ok(sock.into())
+}
+
+fn print_results(args: &PerfArgs, params: &Params, results: &[Value]) {
+    if args.json {
+        let v = json!({"test": params.test.name(), "qps": params.qps, "mtu": params.mtu,
+                       "bidirectional": params.bidir, "verified": params.verify,
+                       "interrupted": STOP.load(Ordering::SeqCst), "results": results});
+        println!("{v}");
+        return;
+    }
+    println!("{}", report::RULE);
+    println!("                    {}", params.test.title());
+    println!(
+        " Number of qps   : {:<10} Transport type : RoCE v2 ({})",
+        params.qps,
+        args.backend_name()
+    );
+    println!(
+        " Connection type : RC         Mtu            : {}[B]",
+        params.mtu
+    );
+    println!(
+        " TX depth        : {:<10} Data verified  : {}",
+        params.tx_depth,
+        if params.verify { "yes" } else { "no" }
+    );
+    println!("{}", report::RULE);
+    if params.test.is_bw() {
+        println!("{}", report::bw_header(args.gbits));
+    } else {
+        println!("{}", report::lat_header());
+    }
+    for r in results {
+        if let Some(row) = r.get("row").and_then(Value::as_str) {
+            let row = if args.gbits {
+                r.get("row_gbits").and_then(Value::as_str).unwrap_or(row)
+            } else {
+                row
+            };
+            println!("{row}");
+        }
+    }
+    println!("{}", report::RULE);
+    if STOP.load(Ordering::SeqCst) {
+        println!(" (interrupted: partial results)");
+    }
+}
+
+impl PerfArgs {
+    fn backend_name(&self) -> &'static str {
+        match self.backend {
+            BackendKind::Udp => "UDP",
+            BackendKind::Packet => "AF_PACKET",
+            BackendKind::Fabric => "in-memory fabric",
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Opening a context on the chosen backend, the memory layout, and the
+//! exchange that connects the QPs of both sides.
+
+use std::net::IpAddr;
+
+use roce_verbs::{
+    Access, CompletionQueue, ConnectOptions, Context, DeviceConfig, MemoryRegion, ProtectionDomain,
+    Psn, QpCaps, QpEndpoint, QpInitAttr, QpType, QueuePair, RemoteMr, Rkey,
+};
+use serde_json::{json, Value};
+
+use super::control::{Control, Endpoint};
+use super::{BackendKind, Params, PerfArgs, Test};
+
+/// Largest total of registered memory a run uses.
+const MEM_CAP: u64 = 512 << 20;
+
+/// One side's resources for a test.
+pub(crate) struct Session {
+    pub(crate) params: Params,
+    pub(crate) is_client: bool,
+    pub(crate) _ctx: Context,
+    pub(crate) cq: CompletionQueue,
+    pub(crate) qps: Vec<QueuePair>,
+    pub(crate) mr: MemoryRegion,
+    /// Bytes per QP in `mr`: [0, max) the area the peer accesses,
+    /// [max, 2·max) this side's own source/destination, then the receive ring.
+    pub(crate) slot: u64,
+    pub(crate) max_size: u64,
+    /// Receive buffers per QP (SEND tests).
+    pub(crate) ring: u64,
+    /// The peer's endpoints, one per QP.
+    pub(crate) remote: Vec<Endpoint>,
+    _pd: ProtectionDomain,
+}
+
+/// The fill pattern of side `seed` (the same function verifies it).
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(0x9e37_79b1).wrapping_add(seed) >> 13) as u8)
+        .collect()
+}
+
+fn open_context(
+    args: &PerfArgs,
+    local: IpAddr,
+    mtu: u32,
+    fabric: Option<&roce_io::Fabric>,
+) -> Result<Context, String> {
+    let mut cfg = DeviceConfig::new(local);
+    cfg.active_mtu = mtu;
+    match args.backend {
+        BackendKind::Fabric => {
+            let f = fabric.ok_or("the fabric backend needs --loopback")?;
+            Context::open_fabric_with(f, cfg, |ep| ep)
+                .map_err(|e| format!("cannot open a device on {local}: {e}"))
+        }
+        BackendKind::Udp => {
+            let ucfg = roce_io::UdpConfig::new(local)
+                .port(args.roce_port)
+                .remote_port(args.roce_port);
+            let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    format!("UDP port {} on {local} is in use (another RoCE stack, or a kernel rxe device?)", args.roce_port)
+                }
+                std::io::ErrorKind::AddrNotAvailable => format!("{local} is not an address of this host"),
+                _ => format!("cannot open UDP {local}:{}: {e}", args.roce_port),
+            })?;
+            Context::open(backend, cfg).map_err(|e| format!("cannot open a device on {local}: {e}"))
+        }
+        BackendKind::Packet => {
+            Err("the AF_PACKET backend is not available in this build of roce perf yet".into())
+        }
+    }
+}
+
+impl Session {
+    /// Creates the resources, exchanges endpoints and connects the QPs.
+    pub(crate) fn open(
+        args: &PerfArgs,
+        params: &Params,
+        local: IpAddr,
+        fabric: Option<&roce_io::Fabric>,
+        ctl: &mut Control,
+        is_client: bool,
+    ) -> Result<Session, String> {
+        let ctx = open_context(args, local, params.mtu, fabric)?;
+        let pd = ctx.alloc_pd();
+        let nq = params.qps as u64;
+        let max_size = params.sizes.iter().copied().max().unwrap_or(8).max(8);
+        let want_ring = (2 * params.tx_depth as u64).clamp(2, 512);
+        let ring = if params.test == Test::SendBw || params.test == Test::SendLat {
+            want_ring.min((MEM_CAP / nq / max_size).max(2))
+        } else {
+            0
+        };
+        let slot = 2 * max_size + ring * max_size;
+        if slot * nq > 2 * MEM_CAP {
+            return Err(format!(
+                "{} QPs of {} bytes need too much memory",
+                nq, max_size
+            ));
+        }
+        let depth = params.tx_depth as usize * 2 + ring as usize + 64;
+        let cq = ctx
+            .create_cq(depth * params.qps as usize * 2, None)
+            .map_err(|e| e.to_string())?;
+        // The area peers access holds this side's pattern (READ sources).
+        let mut mem = vec![0u8; (slot * nq) as usize];
+        let own = pattern(params.seed ^ is_client as u64, max_size as usize);
+        for q in 0..nq as usize {
+            let at = q * slot as usize;
+            mem[at..at + max_size as usize].copy_from_slice(&own);
+            mem[at + max_size as usize..at + 2 * max_size as usize].copy_from_slice(&own);
+        }
+        if params.test.is_atomic() {
+            for q in 0..nq as usize {
+                mem[q * slot as usize..q * slot as usize + 8].fill(0);
+            }
+        }
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let mr = pd
+            .reg_mr(mem, access)
+            .map_err(|e| format!("cannot register memory: {e}"))?;
+        let cap = QpCaps {
+            max_send_wr: params.tx_depth + 16,
+            max_recv_wr: ring as u32 + 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 256,
+        };
+        let mut qps = Vec::new();
+        for _ in 0..nq {
+            let attr = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap);
+            qps.push(
+                pd.create_qp(&attr)
+                    .map_err(|e| format!("cannot create a QP: {e}"))?,
+            );
+        }
+        let psn_base =
+            (params.seed as u32 ^ if is_client { 0x00a5_a5a5 } else { 0x005a_5a5a }) & 0xff_ffff;
+        let mine: Vec<Endpoint> = qps
+            .iter()
+            .enumerate()
+            .map(|(i, qp)| Endpoint {
+                qpn: qp.qpn().value(),
+                psn: (psn_base + i as u32 * 0x1000) & 0xff_ffff,
+                addr: local,
+                rkey: mr.rkey().value(),
+                vaddr: mr.addr() + i as u64 * slot,
+                len: slot,
+            })
+            .collect();
+        let msg = json!({"type": "endpoints", "qps": mine.iter().map(|e| e.to_json()).collect::<Vec<_>>()});
+        let theirs = if is_client {
+            let v = ctl.expect("endpoints")?;
+            ctl.send(&msg)?;
+            v
+        } else {
+            ctl.send(&msg)?;
+            ctl.expect("endpoints")?
+        };
+        let remote: Vec<Endpoint> = theirs
+            .get("qps")
+            .and_then(Value::as_array)
+            .ok_or("the peer sent no endpoints")?
+            .iter()
+            .map(Endpoint::from_json)
+            .collect::<Result<_, _>>()?;
+        if remote.len() != qps.len() {
+            return Err(format!(
+                "the peer has {} QPs, this side {}",
+                remote.len(),
+                qps.len()
+            ));
+        }
+        let opts = ConnectOptions {
+            path_mtu: Some(params.mtu),
+            // Finite retries, so a dead peer ends the run with RETRY_EXC_ERR
+            // (retry_cnt 7 would retry forever, as in rxe): 7 × 268 ms.
+            retry_cnt: 6,
+            timeout: 16,
+            ..ConnectOptions::default()
+        };
+        for (qp, (m, r)) in qps.iter().zip(mine.iter().zip(&remote)) {
+            let ep = QpEndpoint {
+                qpn: roce_verbs::Qpn::new(r.qpn),
+                psn: Psn::new(r.psn),
+                addr: r.addr,
+                mr: Some(RemoteMr {
+                    addr: r.vaddr,
+                    rkey: Rkey::new(r.rkey),
+                    len: r.len,
+                }),
+            };
+            qp.connect(Psn::new(m.psn), &ep, &opts)
+                .map_err(|e| format!("cannot connect QP {}: {e}", m.qpn))?;
+        }
+        ctl.barrier("connected")?;
+        Ok(Session {
+            params: params.clone(),
+            is_client,
+            _ctx: ctx,
+            cq,
+            qps,
+            mr,
+            slot,
+            max_size,
+            ring,
+            remote,
+            _pd: pd,
+        })
+    }
+
+    /// Runs the test for every size; returns one result object per size.
+    pub(crate) fn run(&mut self, ctl: &mut Control) -> Result<Vec<Value>, String> {
+        if self.params.test.is_bw() {
+            super::bw::run(self, ctl)
+        } else {
+            super::lat::run(self, ctl)
+        }
+    }
+
+    /// Offset in `mr` of QP `q`'s slot.
+    pub(crate) fn slot_off(&self, q: usize) -> u64 {
+        q as u64 * self.slot
+    }
+
+    /// The peer's pattern (what its accessible area holds).
+    pub(crate) fn peer_pattern(&self, len: usize) -> Vec<u8> {
+        pattern(self.params.seed ^ !self.is_client as u64, len)
+    }
+
+    /// This side's pattern.
+    pub(crate) fn own_pattern(&self, len: usize) -> Vec<u8> {
+        pattern(self.params.seed ^ self.is_client as u64, len)
+    }
+}

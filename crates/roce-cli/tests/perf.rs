@@ -1,0 +1,377 @@
+//! `roce perf` end to end: every test over the in-memory fabric and over
+//! UDP on loopback, with data verification, and the failure cases (bad
+//! flags, unknown or unreachable peer, port in use, peer killed, Ctrl-C).
+
+use std::net::UdpSocket;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn roce(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(args)
+        .output()
+        .expect("run roce")
+}
+
+/// A TCP control port and a RoCE UDP port per test, distinct across the
+/// tests of this binary (they run in parallel) and across processes.
+fn ports() -> (String, String) {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let base = 20_000 + (std::process::id() % 500) as u16 * 40;
+    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
+}
+
+fn json_run(args: &[&str]) -> Value {
+    let o = roce(args);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "roce {args:?}\nstdout: {out}\nstderr: {err}"
+    );
+    serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[test]
+fn every_test_over_the_fabric_with_verification() {
+    for test in [
+        "write-bw",
+        "read-bw",
+        "send-bw",
+        "atomic-bw",
+        "write-lat",
+        "read-lat",
+        "send-lat",
+        "atomic-lat",
+    ] {
+        let (port, _) = ports();
+        let v = json_run(&[
+            "perf",
+            test,
+            "--loopback",
+            "--backend",
+            "fabric",
+            "-n",
+            "300",
+            "-p",
+            &port,
+            "--json",
+        ]);
+        assert_eq!(v["test"], test);
+        assert_eq!(v["verified"], true);
+        let r = &v["results"][0];
+        assert_eq!(r["iterations"], 300, "{test}: {v}");
+        if test.ends_with("bw") {
+            assert!(r["bw_avg_mb_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+            assert!(
+                r["bw_peak_mb_per_sec"].as_f64().unwrap()
+                    >= r["bw_avg_mb_per_sec"].as_f64().unwrap() * 0.999
+            );
+        } else {
+            let typ = r["t_typical_usec"].as_f64().unwrap();
+            assert!(typ > 0.0 && typ <= r["t_max_usec"].as_f64().unwrap(), "{v}");
+            assert!(r["t_min_usec"].as_f64().unwrap() <= typ);
+        }
+        let expect_bytes = if test.starts_with("atomic") {
+            8
+        } else if test.ends_with("bw") {
+            65536
+        } else {
+            2
+        };
+        assert_eq!(r["bytes"], expect_bytes, "{test}");
+    }
+}
+
+#[test]
+fn all_sizes_many_qps_and_bidirectional() {
+    let (port, _) = ports();
+    let v = json_run(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "--backend",
+        "fabric",
+        "-a",
+        "-n",
+        "4",
+        "-p",
+        &port,
+        "--json",
+    ]);
+    let sizes: Vec<u64> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        sizes,
+        (1..=23).map(|k| 1u64 << k).collect::<Vec<_>>(),
+        "2 bytes to 8 MiB"
+    );
+    for test in ["send-bw", "read-bw", "write-bw"] {
+        let (port, _) = ports();
+        let v = json_run(&[
+            "perf",
+            test,
+            "--loopback",
+            "--backend",
+            "fabric",
+            "-q",
+            "4",
+            "-b",
+            "-n",
+            "200",
+            "-s",
+            "4096",
+            "-p",
+            &port,
+            "--json",
+        ]);
+        // Both directions, 4 QPs each: 2 × 4 × 200 operations.
+        assert_eq!(v["results"][0]["iterations"], 1600, "{test}: {v}");
+    }
+}
+
+#[test]
+fn udp_loopback_bandwidth_and_latency() {
+    for test in ["write-bw", "send-bw", "read-lat", "send-lat"] {
+        let (port, roce_port) = ports();
+        let v = json_run(&[
+            "perf",
+            test,
+            "--loopback",
+            "-n",
+            "300",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+            "--json",
+        ]);
+        assert_eq!(v["verified"], true, "{v}");
+        assert_eq!(v["results"][0]["iterations"], 300, "{test}: {v}");
+    }
+}
+
+#[test]
+fn text_output_has_the_perftest_tables() {
+    let (port, _) = ports();
+    let o = roce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "--backend",
+        "fabric",
+        "-n",
+        "100",
+        "-p",
+        &port,
+        "--report_gbits",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains(
+            " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+        ),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(" 65536"))
+        .expect("a result row");
+    assert_eq!(row.split_whitespace().nth(1), Some("100"));
+    let (port, _) = ports();
+    let o = roce(&[
+        "perf",
+        "send-lat",
+        "--loopback",
+        "--backend",
+        "fabric",
+        "-n",
+        "100",
+        "-p",
+        &port,
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]"), "{out}");
+}
+
+fn one_line_failure(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_ne!(o.status.code(), Some(0), "expected a failure");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    err
+}
+
+#[test]
+fn bad_flags_unknown_and_unreachable_peers() {
+    let err = one_line_failure(&roce(&["perf", "write-bw", "--loopback", "-m", "1000"]));
+    assert!(err.contains("MTU 1000"), "{err}");
+    let err = one_line_failure(&roce(&["perf", "write-lat", "--loopback", "-q", "2"]));
+    assert!(err.contains("one QP"), "{err}");
+    let err = one_line_failure(&roce(&["perf", "atomic-bw", "--loopback", "-s", "64"]));
+    assert!(err.contains("8 bytes"), "{err}");
+    let o = roce(&["perf", "no-such-test"]);
+    assert_eq!(o.status.code(), Some(2), "usage errors exit 2");
+    let err = one_line_failure(&roce(&[
+        "perf",
+        "write-bw",
+        "no.such.host.invalid",
+        "-n",
+        "10",
+    ]));
+    assert!(err.contains("unknown address"), "{err}");
+    // Nothing listens on this port.
+    let (port, _) = ports();
+    let start = Instant::now();
+    let err = one_line_failure(&roce(&[
+        "perf",
+        "write-bw",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-n",
+        "10",
+    ]));
+    assert!(err.contains("cannot reach"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn roce_port_in_use() {
+    let (port, roce_port) = ports();
+    let _busy = UdpSocket::bind(format!("127.0.0.2:{roce_port}")).unwrap();
+    let err = one_line_failure(&roce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-n",
+        "10",
+        "-p",
+        &port,
+        "--roce-port",
+        &roce_port,
+    ]));
+    assert!(err.contains("in use"), "{err}");
+}
+
+#[test]
+fn peer_killed_mid_run_ends_with_an_error() {
+    let (port, roce_port) = ports();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args([
+            "perf",
+            "write-bw",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args([
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "--bind",
+            "127.0.0.2",
+            "-D",
+            "30",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    server.kill().unwrap();
+    let _ = server.wait();
+    let killed = Instant::now();
+    // The client must end by itself, with an error, long before -D 30.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = client.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client did not notice the dead peer"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let o = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("retry counter exceeded") || err.contains("closed the control connection"),
+        "{err}"
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "noticed after {:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn ctrl_c_ends_a_run_with_a_partial_report() {
+    let (port, roce_port) = ports();
+    let child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args([
+            "perf",
+            "send-lat",
+            "--loopback",
+            "-D",
+            "30",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let start = Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(15));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("interrupted: partial results"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(" 2 "))
+        .expect("a partial result row");
+    let iters: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(iters > 10, "{row}");
+}
