@@ -1,0 +1,92 @@
+//! The ceiling of UDP on loopback for RoCE-sized datagrams: a plain sender
+//! and receiver (no RoCE processing at all) moving 4136-byte IP datagrams
+//! (4108 bytes of UDP payload, what a 4096-byte-MTU RoCE packet makes)
+//! from 127.0.0.1 to 127.0.0.2, with UDP GSO on send and GRO on receive,
+//! and again one datagram per system call. `roce perf write-bw` over the
+//! UDP backend is measured against the GSO/GRO figure.
+//!
+//! `cargo bench -p roce-io --bench udp_ceiling [-- SECONDS]`
+
+use std::io::{IoSlice, IoSliceMut};
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{recvmsg, sendmsg, setsockopt, sockopt, ControlMessage, MsgFlags, SockaddrIn};
+
+const PAYLOAD: usize = 4108;
+const IP_DATAGRAM: usize = PAYLOAD + 28;
+/// Datagrams per GSO send (under the 64 KiB UDP limit).
+const SEGS: usize = 15;
+
+fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
+    let rx = UdpSocket::bind("127.0.0.2:0")?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    let rx_sock = socket2::SockRef::from(&rx);
+    rx_sock.set_recv_buffer_size(16 << 20)?;
+    socket2::SockRef::from(&tx).set_send_buffer_size(16 << 20)?;
+    rx.set_read_timeout(Some(Duration::from_millis(50)))?;
+    if gso {
+        setsockopt(&rx, sockopt::UdpGroSegment, &true).map_err(std::io::Error::from)?;
+    }
+    let dst = rx.local_addr()?;
+    tx.connect(dst)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let receiver = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65536];
+        let mut datagrams = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
+        let mut cmsg = nix::cmsg_space!(u16);
+        while !stop2.load(Ordering::Relaxed) {
+            let mut iov = [IoSliceMut::new(&mut buf)];
+            match recvmsg::<()>(rx.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()) {
+                Ok(m) => {
+                    let n = m.bytes;
+                    first.get_or_insert_with(Instant::now);
+                    last = Instant::now();
+                    datagrams += n.div_ceil(PAYLOAD) as u64;
+                }
+                Err(_) => continue,
+            }
+        }
+        let dt = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
+        (datagrams, dt)
+    });
+    let payload = vec![0x5au8; PAYLOAD * SEGS];
+    let seg = PAYLOAD as u16;
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut sent = 0u64;
+    while Instant::now() < deadline {
+        for _ in 0..64 {
+            let r = if gso {
+                let iov = [IoSlice::new(&payload)];
+                sendmsg::<SockaddrIn>(tx.as_raw_fd(), &iov, &[ControlMessage::UdpGsoSegments(&seg)], MsgFlags::empty(), None)
+                    .map(|_| SEGS as u64)
+            } else {
+                tx.send(&payload[..PAYLOAD]).map(|_| 1).map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(0)))
+            };
+            if let Ok(n) = r {
+                sent += n;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let (got, dt) = receiver.join().expect("receiver thread");
+    let gbit = |n: u64, t: f64| n as f64 * IP_DATAGRAM as f64 * 8.0 / t.max(1e-9) / 1e9;
+    Ok((gbit(sent, secs), gbit(got, dt)))
+}
+
+fn main() -> std::io::Result<()> {
+    let secs: f64 = std::env::args().filter_map(|a| a.parse().ok()).next().unwrap_or(3.0);
+    println!("plain UDP on loopback, {IP_DATAGRAM}-byte IP datagrams, {secs} s each");
+    for (name, gso) in [("one datagram per send/recv", false), ("UDP GSO/GRO", true)] {
+        let (tx, rx) = run(gso, secs)?;
+        println!("  {name:<28} sent {tx:6.1} Gbit/s   received {rx:6.1} Gbit/s");
+    }
+    Ok(())
+}
