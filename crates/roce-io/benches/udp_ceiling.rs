@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{recvmsg, sendmsg, setsockopt, sockopt, ControlMessage, MsgFlags, SockaddrIn};
+use nix::sys::socket::{
+    recvmsg, sendmsg, setsockopt, sockopt, ControlMessage, MsgFlags, SockaddrIn,
+};
 
 const PAYLOAD: usize = 4108;
 const IP_DATAGRAM: usize = PAYLOAD + 28;
@@ -64,10 +66,18 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
         for _ in 0..64 {
             let r = if gso {
                 let iov = [IoSlice::new(&payload)];
-                sendmsg::<SockaddrIn>(tx.as_raw_fd(), &iov, &[ControlMessage::UdpGsoSegments(&seg)], MsgFlags::empty(), None)
-                    .map(|_| SEGS as u64)
+                sendmsg::<SockaddrIn>(
+                    tx.as_raw_fd(),
+                    &iov,
+                    &[ControlMessage::UdpGsoSegments(&seg)],
+                    MsgFlags::empty(),
+                    None,
+                )
+                .map(|_| SEGS as u64)
             } else {
-                tx.send(&payload[..PAYLOAD]).map(|_| 1).map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(0)))
+                tx.send(&payload[..PAYLOAD])
+                    .map(|_| 1)
+                    .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(0)))
             };
             if let Ok(n) = r {
                 sent += n;
@@ -82,7 +92,10 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
 }
 
 fn main() -> std::io::Result<()> {
-    let secs: f64 = std::env::args().filter_map(|a| a.parse().ok()).next().unwrap_or(3.0);
+    let secs: f64 = std::env::args()
+        .filter_map(|a| a.parse().ok())
+        .next()
+        .unwrap_or(3.0);
     println!("plain UDP on loopback, {IP_DATAGRAM}-byte IP datagrams, {secs} s each");
     for (name, gso) in [("one datagram per send/recv", false), ("UDP GSO/GRO", true)] {
         let (tx, rx) = run(gso, secs)?;
