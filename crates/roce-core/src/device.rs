@@ -9,10 +9,11 @@
 //! [`Device::poll_event`]. Time is always passed in; the device has no
 //! clock, socket or thread.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::IpAddr;
 
-use roce_wire::{Ecn, Error as WireError, MessageKind, Qpn, RocePacket, Transport};
+use roce_wire::{Ecn, Error as WireError, Qpn, RocePacket, Transport};
 
 use crate::counters::{DeviceCounters, QpCounters};
 use crate::cq::{Cq, CqId, CqOverflow};
@@ -78,6 +79,10 @@ pub struct Device {
     events: VecDeque<AsyncEvent>,
     /// QPs that may have something to send, in service order.
     ready: VecDeque<u32>,
+    /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
+    /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
+    /// dropped when it reaches the top.
+    timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     counters: DeviceCounters,
 }
 
@@ -147,6 +152,7 @@ impl Device {
             next_qpn,
             events: VecDeque::new(),
             ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
         }
     }
@@ -269,6 +275,24 @@ impl Device {
         self.srqs.get_mut(srq.0 as usize).and_then(|s| s.as_mut())
     }
 
+    /// `ibv_destroy_srq`: refused while a QP uses it; returns the receives
+    /// still posted, so their buffers can be released.
+    pub fn destroy_srq(&mut self, srq: SrqId) -> Result<Vec<RecvWr>, VerbsError> {
+        if self.qps.values().any(|q| q.init.srq == Some(srq)) {
+            return Err(VerbsError::Busy);
+        }
+        let mut s = self
+            .srqs
+            .get_mut(srq.0 as usize)
+            .and_then(|s| s.take())
+            .ok_or(VerbsError::NotFound)?;
+        let mut left = Vec::with_capacity(s.len());
+        while let Some(wr) = s.take() {
+            left.push(wr);
+        }
+        Ok(left)
+    }
+
     /// `ibv_post_srq_recv`.
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), PostError> {
         let s = self.srq(srq).ok_or(PostError::NoSuchObject)?;
@@ -340,6 +364,7 @@ impl Device {
         let mut ctx = ctx!(self, 0);
         qp.modify(attr, mask, &mut ctx)?;
         self.mark_ready(qpn.value());
+        self.note_timer(qpn.value());
         Ok(())
     }
 
@@ -426,10 +451,28 @@ impl Device {
         } else {
             qp.counters.drop_bad_state += 1;
         }
-        let _ = MessageKind::Ack;
         if qp.wants_to_send() {
             self.mark_ready(qpn);
         }
+        self.note_timer(qpn);
+    }
+
+    /// Records a QP's current deadline in the timer heap if it changed.
+    fn note_timer(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            let t = qp.poll_timeout();
+            if t != qp.armed {
+                qp.armed = t;
+                if let Some(t) = t {
+                    self.timers.push(Reverse((t, qpn)));
+                }
+            }
+        }
+    }
+
+    /// True when a heap entry still describes its QP's deadline.
+    fn timer_is_live(&self, t: Nanos, qpn: u32) -> bool {
+        self.qps.get(&qpn).is_some_and(|q| q.armed == Some(t))
     }
 
     /// Writes the next datagram to send into `buf` (which should hold at
@@ -450,35 +493,48 @@ impl Device {
                     self.ready.push_back(qpn);
                 }
                 self.counters.tx_datagrams += 1;
+                self.note_timer(qpn);
                 return Some(n);
             }
+            self.note_timer(qpn);
             // Nothing now (window, credits, RNR wait): timers or incoming
             // packets will make it ready again.
         }
         None
     }
 
-    /// Earliest time [`Device::handle_timeout`] has work.
+    /// Earliest time [`Device::handle_timeout`] has work. O(1); may name a
+    /// deadline that has since moved later (the call then does nothing).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.qps.values().filter_map(|q| q.poll_timeout()).min()
+        self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
-    /// Runs expired timers.
+    /// Runs expired timers; touches only the QPs that are due.
     pub fn handle_timeout(&mut self, now: Nanos) {
-        let due: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, q)| q.poll_timeout().is_some_and(|t| t <= now))
-            .map(|(k, _)| *k)
-            .collect();
-        for qpn in due {
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if !self.timer_is_live(t, qpn) {
+                continue;
+            }
             if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.armed = None;
                 let mut ctx = ctx!(self, now);
                 qp.handle_timeout(&mut ctx);
                 if qp.wants_to_send() {
                     self.mark_ready(qpn);
                 }
             }
+            self.note_timer(qpn);
+        }
+        // Drop stale entries so poll_timeout reports a live deadline.
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            if self.timer_is_live(t, qpn) {
+                break;
+            }
+            self.timers.pop();
         }
     }
 }

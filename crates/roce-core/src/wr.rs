@@ -5,6 +5,8 @@ use std::net::IpAddr;
 
 use roce_wire::{Lkey, Qkey, Qpn, Rkey};
 
+use crate::qp::AddressVector;
+
 /// A scatter/gather entry: `length` bytes at `addr` in the region of `lkey`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Sge {
@@ -93,15 +95,31 @@ impl std::ops::BitOr for SendFlags {
     }
 }
 
-/// Where a UD send goes: an address handle's content plus the remote QP.
+/// Where a UD send goes: an address handle's address vector plus the
+/// remote QP and its Q_Key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdDest {
-    /// Destination address (the peer's GID as an IP address).
-    pub addr: IpAddr,
+    /// The address vector: destination, source GID index, hop limit,
+    /// traffic class and flow label of the packet.
+    pub av: AddressVector,
     /// Destination QP.
     pub qpn: Qpn,
     /// Q_Key; a value with the high bit set means "use the QP's own".
     pub qkey: Qkey,
+}
+
+impl UdDest {
+    /// To `addr` with the default address vector (GID index 0, hop limit 64).
+    pub fn new(addr: IpAddr, qpn: Qpn, qkey: Qkey) -> UdDest {
+        UdDest {
+            av: AddressVector {
+                dest: addr,
+                ..AddressVector::default()
+            },
+            qpn,
+            qkey,
+        }
+    }
 }
 
 /// The payload source of a send work request.

@@ -318,11 +318,7 @@ fn ud_send_every_mtu_with_grh() {
                     },
                 )
                 .unwrap();
-            let dest = UdDest {
-                addr: w.hosts[1].addr(),
-                qpn: qb,
-                qkey: Qkey::new(0x1111_1111),
-            };
+            let dest = UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111));
             let mut wr = SendWr::send(i as u64, vec![w.hosts[0].sge(0, len as u32)]);
             wr.ud = Some(dest);
             if i == 1 {
@@ -352,14 +348,62 @@ fn ud_send_every_mtu_with_grh() {
         }
         // A UD message longer than the path MTU is refused at post time.
         let mut wr = SendWr::send(99, vec![w.hosts[0].sge(0, pmtu as u32 + 1)]);
-        wr.ud = Some(UdDest {
-            addr: w.hosts[1].addr(),
-            qpn: qb,
-            qkey: Qkey::new(0x1111_1111),
-        });
+        wr.ud = Some(UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111)));
         assert!(matches!(
             w.hosts[0].dev.post_send(qa, wr),
             Err(PostError::InvalidWr(_))
         ));
     }
+}
+
+#[test]
+fn ud_send_follows_its_address_vector() {
+    use std::sync::{Arc, Mutex};
+    let mut w = World::new(MIB);
+    let (qa, qb) = w.connect(QpType::Ud, 1024);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    w.filter = Box::new(move |from, d| {
+        if from == 0 {
+            let p = roce_wire::RocePacket::parse_ip(d).unwrap();
+            let ttl = match p.ip {
+                roce_wire::IpRepr::V4(v4) => v4.ttl,
+                roce_wire::IpRepr::V6(v6) => v6.hop_limit,
+            };
+            seen2.lock().unwrap().push((p.ip.dscp(), ttl));
+        }
+        Verdict::Deliver
+    });
+    let sge = w.hosts[1].sge(0, 100);
+    w.hosts[1]
+        .dev
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 1,
+                sgl: vec![sge],
+            },
+        )
+        .unwrap();
+    let mut dest = UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111));
+    dest.av.traffic_class = 26 << 2;
+    dest.av.hop_limit = 9;
+    let mut wr = SendWr::send(7, vec![w.hosts[0].sge(0, 16)]);
+    wr.ud = Some(dest);
+    w.hosts[0].dev.post_send(qa, wr).unwrap();
+    w.settle(10_000);
+    assert_eq!(w.hosts[1].poll()[0].status, WcStatus::Success);
+    assert_eq!(*seen.lock().unwrap(), vec![(26, 9)]);
+    // A GID index the device does not have fails the WR, not the process.
+    let mut bad = UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111));
+    bad.av.sgid_index = 5;
+    let mut wr = SendWr::send(8, vec![w.hosts[0].sge(0, 16)]);
+    wr.ud = Some(bad);
+    w.hosts[0].dev.post_send(qa, wr).unwrap();
+    w.settle(10_000);
+    let c = w.hosts[0].poll();
+    assert_eq!(
+        (c.last().unwrap().wr_id, c.last().unwrap().status),
+        (8, WcStatus::LocQpOpErr)
+    );
 }

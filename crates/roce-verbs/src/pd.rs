@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use roce_core::{Access, PdId, Qkey, Qpn, UdDest};
+use roce_core::{Access, AddressVector, PdId, Qkey, Qpn, UdDest};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -181,8 +181,15 @@ impl AddressHandle {
     /// The UD destination of a send to `remote_qpn` with `qkey` (put it in
     /// [`SendWr::ud`](roce_core::SendWr::ud)).
     pub fn ud_dest(&self, remote_qpn: Qpn, qkey: Qkey) -> UdDest {
+        let av = AddressVector {
+            dest: self.attr.dest,
+            sgid_index: self.attr.sgid_index,
+            hop_limit: self.attr.hop_limit,
+            traffic_class: self.attr.traffic_class,
+            flow_label: 0,
+        };
         UdDest {
-            addr: self.attr.dest,
+            av,
             qpn: remote_qpn,
             qkey,
         }

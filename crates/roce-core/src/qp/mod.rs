@@ -103,6 +103,8 @@ pub struct Qp {
     pub(crate) counters: QpCounters,
     /// On the device's ready list.
     pub(crate) queued: bool,
+    /// The deadline last entered in the device's timer heap.
+    pub(crate) armed: Option<Nanos>,
 }
 
 impl Qp {
@@ -118,6 +120,7 @@ impl Qp {
             resp: Responder::default(),
             counters: QpCounters::default(),
             queued: false,
+            armed: None,
         }
     }
 
@@ -311,13 +314,13 @@ impl Qp {
         }
     }
 
-    /// The addressing of this QP's packets to `dest` (a UD destination, or
-    /// the connected peer when `None`).
-    pub(crate) fn path(&self, dest: Option<IpAddr>, ctx: &Ctx<'_>) -> Option<Path> {
-        let av = &self.attr.ah_attr;
+    /// The addressing of this QP's packets: along `av` (a UD destination's
+    /// address vector), or along the connected path when `None`.
+    pub(crate) fn path(&self, av: Option<&AddressVector>, ctx: &Ctx<'_>) -> Option<Path> {
+        let av = av.unwrap_or(&self.attr.ah_attr);
         Some(Path {
             src: *ctx.local_addrs.get(av.sgid_index as usize)?,
-            dst: dest.unwrap_or(av.dest),
+            dst: av.dest,
             sport: self.sport,
             dscp: av.traffic_class >> 2,
             ecn: ctx.ecn,

@@ -274,8 +274,12 @@ impl Qp {
         let psn = w.first_psn.add(k);
         let retransmission = psn.diff(self.req.next_psn) < 0;
         let (bth, ext, offset, plen, last_pkt) = self.build_request(idx, k, pmtu);
-        let dest = self.req.sq[idx].wr.ud.map(|u| u.addr);
-        let path = self.path(dest, ctx)?;
+        let ud_av = self.req.sq[idx].wr.ud.map(|u| u.av);
+        let Some(path) = self.path(ud_av.as_ref(), ctx) else {
+            // The address vector names a GID index the device does not have.
+            self.fail_wqe(idx, WcStatus::LocQpOpErr, ctx);
+            return None;
+        };
         let w = &self.req.sq[idx];
         let mut gather_err = None;
         let n = {
