@@ -1,0 +1,58 @@
+//! A deterministic discrete-event simulator of a lossless Ethernet fabric
+//! whose hosts run the real roce-core engine.
+//!
+//! * **Time** is integer picoseconds ([`Ps`]); events sit in a binary heap
+//!   keyed by (time, sequence number), so a run is a pure function of the
+//!   scenario and its seed.
+//! * **Packets** are the IP datagrams `roce_core::Device::poll_transmit`
+//!   emits, carried with metadata (priority from the DSCP by the
+//!   `dscp-prio` map, ingress port, destination). Receivers run
+//!   `handle_datagram` on the bytes, so the engine parses them and checks
+//!   the ICRC; switches mark ECN CE in the IPv4 TOS byte and fix the header
+//!   checksum (the ICRC masks TOS). Line time is datagram + 14 (Ethernet)
+//!   + 4 (VLAN) + 4 (FCS) + 20 (preamble, IFG) bytes.
+//! * **Links** are full duplex with a rate and a propagation delay; a frame
+//!   arrives `serialization + delay` after it starts (store and forward).
+//! * **Switches** ([`switch`]) have a shared buffer charged
+//!   per ingress (port, priority), 802.1Qbb PFC with static or dynamic XOFF
+//!   thresholds, XON hysteresis, headroom and pause refresh; per-priority
+//!   egress queues scheduled by ETS (strict TCs, then DWRR over `tc-bw`);
+//!   RED/ECN marking per TC on dequeue; ECMP; a PFC watchdog.
+//! * **Hosts** pull packets from their engine only when the link is idle,
+//!   honour per-priority pause timers, and run the engine's timers.
+//!   Flows are RDMA WRITEs on lazily connected RC QPs; FCT is measured at
+//!   the send completion.
+//!
+//! Use [`Scenario::from_toml`] and [`run`], or build a [`Simulation`]
+//! directly from a [`Topology`], configs and [`FlowSpec`]s.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod dcb;
+mod event;
+mod host;
+pub mod metrics;
+mod packet;
+mod port;
+pub mod scenario;
+mod sim;
+pub mod switch;
+pub mod time;
+pub mod topology;
+pub mod workload;
+
+pub use config::{
+    BufferConfig, EcnTc, FabricConfig, Headroom, HostConfig, MetricsConfig, WatchdogConfig, Xoff,
+};
+pub use dcb::{Dcb, DcbError, Tsa};
+pub use event::Node;
+pub use metrics::{
+    BucketStats, DeadlockReport, EngineTotals, FlowRecord, PortReport, QueueSample, Results,
+    ThroughputSeries,
+};
+pub use scenario::{run, Error, Scenario, Workload};
+pub use sim::{ideal_fct, Simulation};
+pub use switch::{DropCounters, WatchdogEvent};
+pub use time::Ps;
+pub use topology::{gbps, LinkSpec, StaticRoute, Topology};
+pub use workload::{Cdf, FlowSpec};

@@ -1,0 +1,889 @@
+//! Scenarios in TOML: topology, DCB settings as operators write them,
+//! buffer and ECN thresholds, watchdog, workloads, duration and seed.
+//!
+//! ```toml
+//! name = "incast"
+//! seed = 1
+//! duration = "2ms"
+//!
+//! [topology]
+//! kind = "star"          # star | dumbbell | leaf-spine | fat-tree | hpcc | ring
+//! hosts = 9
+//! rate = "40G"
+//! delay = "1us"
+//!
+//! [dcb]
+//! pfc = "prio-pfc all:off 3:on"
+//! ets = "prio-tc 3:3 6:6 tc-tsa all:strict 0:ets 3:ets tc-bw 0:50 3:50"
+//! app = "dscp-prio 26:3 48:6"
+//!
+//! [buffer]
+//! size = "12MB"
+//! xoff = "dynamic"       # or "static" with xoff_bytes
+//! alpha = 0.125
+//!
+//! [ecn]
+//! tc3 = { kmin = "5KB", kmax = "200KB", pmax = 0.01 }
+//!
+//! [[workload]]
+//! kind = "incast"
+//! count = 8
+//! receiver = 0
+//! size = "1MB"
+//! ```
+//!
+//! Units: sizes in B/KB/MB/GB (decimal) or KiB/MiB/GiB, or a bare integer
+//! of bytes; rates in bps/K/M/G/T (`40G`, `100Gbps`); times in
+//! ps/ns/us/ms/s. Unknown keys are errors that name the key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use roce_wire::Ecn;
+use serde::Deserialize;
+
+use crate::config::{
+    BufferConfig, EcnTc, FabricConfig, Headroom, HostConfig, MetricsConfig, WatchdogConfig, Xoff,
+};
+use crate::metrics::Results;
+use crate::sim::Simulation;
+use crate::time::{Ps, MS, NS, SEC, US};
+use crate::topology::Topology;
+use crate::workload::{self, Cdf, FlowSpec};
+
+/// Why a scenario was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// TOML syntax, a type mismatch or an unknown key (the message names
+    /// it and its position).
+    Toml(String),
+    /// A value that parsed but makes no sense.
+    Invalid {
+        /// The key, dotted (`dcb.pfc`, `workload[1].load`).
+        key: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A file could not be read.
+    Io(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Toml(m) => write!(f, "scenario: {m}"),
+            Error::Invalid { key, msg } => write!(f, "scenario: `{key}`: {msg}"),
+            Error::Io(m) => write!(f, "scenario: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn invalid(key: impl Into<String>, msg: impl Into<String>) -> Error {
+    Error::Invalid {
+        key: key.into(),
+        msg: msg.into(),
+    }
+}
+
+/// A number or a string with a unit.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum Q {
+    Int(u64),
+    Float(f64),
+    Str(String),
+}
+
+fn split_unit(s: &str) -> (f64, String) {
+    let s = s.trim();
+    let i = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(s.len());
+    let num = s[..i].replace('_', "").parse().unwrap_or(f64::NAN);
+    (num, s[i..].trim().to_string())
+}
+
+fn bytes(key: &str, q: &Q) -> Result<u64, Error> {
+    let (n, unit) = match q {
+        Q::Int(n) => return Ok(*n),
+        Q::Float(f) => (*f, String::new()),
+        Q::Str(s) => split_unit(s),
+    };
+    let m = match unit.as_str() {
+        "" | "B" => 1.0,
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        u => {
+            return Err(invalid(
+                key,
+                format!("unknown size unit `{u}` (B, KB, MB, GB, KiB, MiB, GiB)"),
+            ))
+        }
+    };
+    if !n.is_finite() || n < 0.0 {
+        return Err(invalid(key, "expected a size like `100KB`"));
+    }
+    Ok((n * m).round() as u64)
+}
+
+fn rate(key: &str, q: &Q) -> Result<u64, Error> {
+    let (n, unit) = match q {
+        Q::Int(n) => (*n as f64, String::new()),
+        Q::Float(f) => (*f, String::new()),
+        Q::Str(s) => split_unit(s),
+    };
+    let u = unit.trim_end_matches("bps").trim_end_matches("b/s");
+    let m = match u {
+        "" => 1.0,
+        "K" | "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        _ => {
+            return Err(invalid(
+                key,
+                format!("unknown rate unit `{unit}` (e.g. `40G`, `100Gbps`)"),
+            ))
+        }
+    };
+    let r = (n * m).round();
+    if !r.is_finite() || r < 1.0 {
+        return Err(invalid(key, "expected a rate like `100G`"));
+    }
+    Ok(r as u64)
+}
+
+fn time(key: &str, q: &Q) -> Result<Ps, Error> {
+    let (n, unit) = match q {
+        Q::Int(0) => return Ok(0),
+        Q::Str(s) => split_unit(s),
+        _ => return Err(invalid(key, "a time needs a unit, e.g. `10us`")),
+    };
+    let m = match unit.as_str() {
+        "ps" => 1.0,
+        "ns" => NS as f64,
+        "us" | "µs" => US as f64,
+        "ms" => MS as f64,
+        "s" => SEC as f64,
+        "" if n == 0.0 => 0.0,
+        u => {
+            return Err(invalid(
+                key,
+                format!("unknown time unit `{u}` (ps, ns, us, ms, s)"),
+            ))
+        }
+    };
+    if !n.is_finite() || n < 0.0 {
+        return Err(invalid(key, "expected a time like `10us`"));
+    }
+    Ok((n * m).round() as Ps)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: Option<String>,
+    seed: Option<u64>,
+    duration: Q,
+    topology: RawTopo,
+    dcb: Option<RawDcb>,
+    buffer: Option<RawBuffer>,
+    ecn: Option<BTreeMap<String, RawEcn>>,
+    watchdog: Option<RawWatchdog>,
+    host: Option<RawHost>,
+    metrics: Option<RawMetrics>,
+    #[serde(default)]
+    workload: Vec<RawWorkload>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+enum RawTopo {
+    Star {
+        hosts: u32,
+        rate: Q,
+        delay: Q,
+    },
+    Dumbbell {
+        left: u32,
+        right: u32,
+        host_rate: Q,
+        core_rate: Q,
+        delay: Q,
+    },
+    LeafSpine {
+        leaves: u32,
+        spines: u32,
+        hosts_per_leaf: u32,
+        host_rate: Q,
+        fabric_rate: Q,
+        delay: Q,
+    },
+    FatTree {
+        k: u32,
+        host_rate: Q,
+        fabric_rate: Q,
+        delay: Q,
+    },
+    Hpcc {},
+    Ring {
+        switches: u32,
+        hosts_per_switch: u32,
+        rate: Q,
+        delay: Q,
+        #[serde(default)]
+        clockwise: bool,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDcb {
+    pfc: Option<String>,
+    ets: Option<String>,
+    app: Option<String>,
+    pfc_quanta: Option<u16>,
+    pfc_refresh: Option<f64>,
+    dwrr_quantum_per_pct: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBuffer {
+    size: Option<Q>,
+    xoff: Option<String>,
+    alpha: Option<f64>,
+    xoff_bytes: Option<Q>,
+    resume_offset: Option<Q>,
+    headroom: Option<Q>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEcn {
+    kmin: Q,
+    kmax: Q,
+    pmax: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatchdog {
+    #[serde(default = "yes")]
+    enabled: bool,
+    poll: Option<Q>,
+    detect: Option<u32>,
+    restore: Option<Q>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    mtu: Option<u32>,
+    ecn: Option<String>,
+    qp_timeout: Option<u8>,
+    dscp: Option<u8>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    sample_interval: Option<Q>,
+    max_queue_samples: Option<usize>,
+    throughput_bin: Option<Q>,
+    deadlock_check: Option<Q>,
+    deadlock_after: Option<Q>,
+    size_buckets: Option<Vec<Q>>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+enum RawWorkload {
+    Poisson {
+        cdf: String,
+        load: f64,
+        start: Option<Q>,
+        stop: Option<Q>,
+        dscp: Option<u8>,
+        hosts: Option<u32>,
+    },
+    Incast {
+        senders: Option<Vec<u32>>,
+        count: Option<u32>,
+        receiver: u32,
+        size: Q,
+        time: Option<Q>,
+        dscp: Option<u8>,
+    },
+    Flow {
+        src: u32,
+        dst: u32,
+        size: Q,
+        start: Option<Q>,
+        dscp: Option<u8>,
+    },
+}
+
+/// A workload of a scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// Poisson arrivals at `load` of the host link rate, all-to-all random
+    /// pairs among the first `hosts` hosts.
+    Poisson {
+        /// Flow sizes.
+        cdf: Cdf,
+        /// Fraction of host link capacity.
+        load: f64,
+        /// Host link rate the load refers to.
+        host_bps: u64,
+        /// Hosts taking part.
+        hosts: u32,
+        /// First arrival no earlier than this.
+        start: Ps,
+        /// No arrival at or after this (None: the scenario's duration).
+        stop: Option<Ps>,
+        /// DSCP.
+        dscp: u8,
+    },
+    /// Explicit flows (incasts and single flows).
+    Flows(Vec<FlowSpec>),
+}
+
+/// A parsed, validated scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// Seed of every random choice (workload, ECMP salt, ECN marking).
+    pub seed: u64,
+    /// Simulated time to run.
+    pub duration: Ps,
+    /// Wiring.
+    pub topology: Topology,
+    /// Switch and link settings.
+    pub fabric: FabricConfig,
+    /// Host settings.
+    pub host: HostConfig,
+    /// Measurements.
+    pub metrics: MetricsConfig,
+    /// Workloads.
+    pub workloads: Vec<Workload>,
+}
+
+impl Scenario {
+    /// Parses a scenario; unknown keys, bad units and bad DCB strings are
+    /// errors that name the key. `cdf` names are `websearch`, `fb_hadoop`,
+    /// or a path (relative to the working directory).
+    pub fn from_toml(text: &str) -> Result<Scenario, Error> {
+        Self::parse(text, None)
+    }
+
+    /// Reads and parses a scenario file; CDF paths are relative to it.
+    pub fn from_file(path: &Path) -> Result<Scenario, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+        Self::parse(&text, path.parent())
+    }
+
+    fn parse(text: &str, base: Option<&Path>) -> Result<Scenario, Error> {
+        let raw: Raw = toml::from_str(text).map_err(|e| Error::Toml(e.to_string()))?;
+        let duration = time("duration", &raw.duration)?;
+        if duration == 0 {
+            return Err(invalid("duration", "must be positive"));
+        }
+        let (topology, host_bps) = topology(&raw.topology)?;
+
+        let mut fabric = FabricConfig::default();
+        if let Some(d) = &raw.dcb {
+            let map = |e: crate::dcb::DcbError| invalid(format!("dcb.{}", e.setting), e.msg);
+            if let Some(s) = &d.pfc {
+                fabric.dcb.set_pfc(s).map_err(map)?;
+            }
+            if let Some(s) = &d.ets {
+                fabric.dcb.set_ets(s).map_err(map)?;
+            }
+            if let Some(s) = &d.app {
+                fabric.dcb.set_app(s).map_err(map)?;
+            }
+            if let Some(q) = d.pfc_quanta {
+                if q == 0 {
+                    return Err(invalid("dcb.pfc_quanta", "must be positive"));
+                }
+                fabric.pfc_quanta = q;
+            }
+            if let Some(r) = d.pfc_refresh {
+                if !(r > 0.0 && r < 1.0) {
+                    return Err(invalid("dcb.pfc_refresh", "must be in (0, 1)"));
+                }
+                fabric.pfc_refresh = r;
+            }
+            if let Some(q) = d.dwrr_quantum_per_pct {
+                fabric.dwrr_quantum_per_pct = q.max(1);
+            }
+        }
+        if let Some(b) = &raw.buffer {
+            fabric.buffer = buffer(b)?;
+        }
+        if let Some(e) = &raw.ecn {
+            for (k, v) in e {
+                let tc = k
+                    .strip_prefix("tc")
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|&n| n < 8)
+                    .ok_or_else(|| invalid(format!("ecn.{k}"), "expected a key tc0..tc7"))?;
+                let key = |f: &str| format!("ecn.{k}.{f}");
+                let kmin = bytes(&key("kmin"), &v.kmin)?;
+                let kmax = bytes(&key("kmax"), &v.kmax)?;
+                if kmax < kmin {
+                    return Err(invalid(key("kmax"), "below kmin"));
+                }
+                if !(0.0..=1.0).contains(&v.pmax) {
+                    return Err(invalid(key("pmax"), "must be in [0, 1]"));
+                }
+                fabric.ecn[tc] = Some(EcnTc {
+                    kmin,
+                    kmax,
+                    pmax: v.pmax,
+                });
+            }
+        }
+        if let Some(w) = &raw.watchdog {
+            if w.enabled {
+                let cfg = WatchdogConfig {
+                    poll: opt_time("watchdog.poll", &w.poll, 100 * MS)?,
+                    detect: w.detect.unwrap_or(2).max(1),
+                    restore: opt_time("watchdog.restore", &w.restore, 200 * MS)?,
+                };
+                if cfg.poll == 0 {
+                    return Err(invalid("watchdog.poll", "must be positive"));
+                }
+                fabric.watchdog = Some(cfg);
+            }
+        }
+        let mut host = HostConfig::default();
+        if let Some(h) = &raw.host {
+            if let Some(m) = h.mtu {
+                if !matches!(m, 256 | 512 | 1024 | 2048 | 4096) {
+                    return Err(invalid("host.mtu", "must be 256, 512, 1024, 2048 or 4096"));
+                }
+                host.mtu = m;
+            }
+            if let Some(e) = &h.ecn {
+                host.ecn = match e.as_str() {
+                    "not-ect" => Ecn::NotEct,
+                    "ect0" => Ecn::Ect0,
+                    "ect1" => Ecn::Ect1,
+                    _ => return Err(invalid("host.ecn", "expected not-ect, ect0 or ect1")),
+                };
+            }
+            if let Some(t) = h.qp_timeout {
+                host.qp_timeout = t.min(31);
+            }
+            if let Some(d) = h.dscp {
+                host.dscp = dscp("host.dscp", d)?;
+            }
+        }
+        let mut metrics = MetricsConfig::default();
+        if let Some(m) = &raw.metrics {
+            let d = MetricsConfig::default();
+            metrics.sample_interval = opt_time(
+                "metrics.sample_interval",
+                &m.sample_interval,
+                d.sample_interval,
+            )?;
+            metrics.throughput_bin = opt_time(
+                "metrics.throughput_bin",
+                &m.throughput_bin,
+                d.throughput_bin,
+            )?;
+            metrics.deadlock_check = opt_time(
+                "metrics.deadlock_check",
+                &m.deadlock_check,
+                d.deadlock_check,
+            )?;
+            metrics.deadlock_after = opt_time(
+                "metrics.deadlock_after",
+                &m.deadlock_after,
+                d.deadlock_after,
+            )?;
+            if let Some(n) = m.max_queue_samples {
+                metrics.max_queue_samples = n;
+            }
+            if let Some(b) = &m.size_buckets {
+                metrics.size_buckets = b
+                    .iter()
+                    .map(|q| bytes("metrics.size_buckets", q))
+                    .collect::<Result<_, _>>()?;
+                if metrics.size_buckets.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err(invalid("metrics.size_buckets", "must increase"));
+                }
+            }
+        }
+        let mut workloads = Vec::new();
+        for (i, w) in raw.workload.iter().enumerate() {
+            let key = |f: &str| format!("workload[{i}].{f}");
+            let check_host = |f: &str, h: u32| {
+                if h < topology.hosts {
+                    Ok(h)
+                } else {
+                    Err(invalid(
+                        key(f),
+                        format!("host {h} does not exist ({} hosts)", topology.hosts),
+                    ))
+                }
+            };
+            let dscp_or = |d: Option<u8>| dscp(&key("dscp"), d.unwrap_or(host.dscp));
+            workloads.push(match w {
+                RawWorkload::Poisson {
+                    cdf,
+                    load,
+                    start,
+                    stop,
+                    dscp,
+                    hosts,
+                } => {
+                    let c = match Cdf::named(cdf) {
+                        Some(c) => c,
+                        None => {
+                            let p = base.map_or_else(|| Path::new(cdf).to_path_buf(), |b| b.join(cdf));
+                            let text = std::fs::read_to_string(&p).map_err(|e| {
+                                invalid(key("cdf"), format!("not a shipped CDF (websearch, fb_hadoop) nor a readable file: {e}"))
+                            })?;
+                            Cdf::parse(&text).map_err(|e| invalid(key("cdf"), e))?
+                        }
+                    };
+                    if !(*load > 0.0 && *load <= 1.0) {
+                        return Err(invalid(key("load"), "must be in (0, 1]"));
+                    }
+                    let hosts = hosts.unwrap_or(topology.hosts);
+                    if hosts < 2 || hosts > topology.hosts {
+                        return Err(invalid(key("hosts"), "must be in 2..=hosts"));
+                    }
+                    Workload::Poisson {
+                        cdf: c,
+                        load: *load,
+                        host_bps,
+                        hosts,
+                        start: opt_time(&key("start"), start, 0)?,
+                        stop: stop.as_ref().map(|q| time(&key("stop"), q)).transpose()?,
+                        dscp: dscp_or(*dscp)?,
+                    }
+                }
+                RawWorkload::Incast {
+                    senders,
+                    count,
+                    receiver,
+                    size,
+                    time: t,
+                    dscp,
+                } => {
+                    let receiver = check_host("receiver", *receiver)?;
+                    let senders: Vec<u32> = match (senders, count) {
+                        (Some(s), None) => s.clone(),
+                        (None, Some(n)) => (0..topology.hosts).filter(|&h| h != receiver).take(*n as usize).collect(),
+                        _ => return Err(invalid(key("senders"), "give either `senders` or `count`")),
+                    };
+                    for &s in &senders {
+                        check_host("senders", s)?;
+                        if s == receiver {
+                            return Err(invalid(key("senders"), "a sender is the receiver"));
+                        }
+                    }
+                    Workload::Flows(workload::incast(
+                        &senders,
+                        receiver,
+                        bytes(&key("size"), size)?,
+                        opt_time(&key("time"), t, 0)?,
+                        dscp_or(*dscp)?,
+                    ))
+                }
+                RawWorkload::Flow {
+                    src,
+                    dst,
+                    size,
+                    start,
+                    dscp,
+                } => {
+                    let (src, dst) = (check_host("src", *src)?, check_host("dst", *dst)?);
+                    if src == dst {
+                        return Err(invalid(key("dst"), "same as src"));
+                    }
+                    Workload::Flows(vec![FlowSpec {
+                        src,
+                        dst,
+                        size: bytes(&key("size"), size)?,
+                        start: opt_time(&key("start"), start, 0)?,
+                        dscp: dscp_or(*dscp)?,
+                    }])
+                }
+            });
+        }
+        Ok(Scenario {
+            name: raw.name.unwrap_or_else(|| "scenario".into()),
+            seed: raw.seed.unwrap_or(1),
+            duration,
+            topology,
+            fabric,
+            host,
+            metrics,
+            workloads,
+        })
+    }
+
+    /// The flows of every workload, in start order (stable).
+    pub fn flows(&self) -> Vec<FlowSpec> {
+        let mut out = Vec::new();
+        for (i, w) in self.workloads.iter().enumerate() {
+            match w {
+                Workload::Poisson {
+                    cdf,
+                    load,
+                    host_bps,
+                    hosts,
+                    start,
+                    stop,
+                    dscp,
+                } => out.extend(workload::poisson(
+                    *hosts,
+                    cdf,
+                    *load,
+                    *host_bps,
+                    *start,
+                    stop.unwrap_or(self.duration).min(self.duration),
+                    *dscp,
+                    self.seed ^ (i as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f),
+                )),
+                Workload::Flows(f) => out.extend_from_slice(f),
+            }
+        }
+        out.sort_by_key(|f| f.start);
+        out
+    }
+
+    /// Builds the simulation of this scenario.
+    pub fn build(&self) -> Simulation {
+        Simulation::new(
+            &self.name,
+            &self.topology,
+            self.fabric.clone(),
+            self.host,
+            self.metrics.clone(),
+            self.flows(),
+            self.seed,
+        )
+    }
+}
+
+fn dscp(key: &str, d: u8) -> Result<u8, Error> {
+    if d < 64 {
+        Ok(d)
+    } else {
+        Err(invalid(key, "a DSCP is 0..=63"))
+    }
+}
+
+fn opt_time(key: &str, q: &Option<Q>, default: Ps) -> Result<Ps, Error> {
+    q.as_ref().map_or(Ok(default), |q| time(key, q))
+}
+
+fn topology(t: &RawTopo) -> Result<(Topology, u64), Error> {
+    let k = |f: &str| format!("topology.{f}");
+    Ok(match t {
+        RawTopo::Star {
+            hosts,
+            rate: r,
+            delay,
+        } => {
+            if *hosts < 2 {
+                return Err(invalid(k("hosts"), "at least 2"));
+            }
+            let r = rate(&k("rate"), r)?;
+            (Topology::star(*hosts, r, time(&k("delay"), delay)?), r)
+        }
+        RawTopo::Dumbbell {
+            left,
+            right,
+            host_rate,
+            core_rate,
+            delay,
+        } => {
+            let r = rate(&k("host_rate"), host_rate)?;
+            (
+                Topology::dumbbell(
+                    *left,
+                    *right,
+                    r,
+                    rate(&k("core_rate"), core_rate)?,
+                    time(&k("delay"), delay)?,
+                ),
+                r,
+            )
+        }
+        RawTopo::LeafSpine {
+            leaves,
+            spines,
+            hosts_per_leaf,
+            host_rate,
+            fabric_rate,
+            delay,
+        } => {
+            let r = rate(&k("host_rate"), host_rate)?;
+            (
+                Topology::leaf_spine(
+                    *leaves,
+                    *spines,
+                    *hosts_per_leaf,
+                    r,
+                    rate(&k("fabric_rate"), fabric_rate)?,
+                    time(&k("delay"), delay)?,
+                ),
+                r,
+            )
+        }
+        RawTopo::FatTree {
+            k: kk,
+            host_rate,
+            fabric_rate,
+            delay,
+        } => {
+            if *kk < 2 || kk % 2 != 0 {
+                return Err(invalid(k("k"), "must be even and at least 2"));
+            }
+            let r = rate(&k("host_rate"), host_rate)?;
+            (
+                Topology::fat_tree(
+                    *kk,
+                    r,
+                    rate(&k("fabric_rate"), fabric_rate)?,
+                    time(&k("delay"), delay)?,
+                ),
+                r,
+            )
+        }
+        RawTopo::Hpcc {} => (Topology::hpcc(), 100_000_000_000),
+        RawTopo::Ring {
+            switches,
+            hosts_per_switch,
+            rate: r,
+            delay,
+            clockwise,
+        } => {
+            if *switches < 3 {
+                return Err(invalid(k("switches"), "a ring needs at least 3"));
+            }
+            let r = rate(&k("rate"), r)?;
+            (
+                Topology::ring(
+                    *switches,
+                    *hosts_per_switch,
+                    r,
+                    time(&k("delay"), delay)?,
+                    *clockwise,
+                ),
+                r,
+            )
+        }
+    })
+}
+
+fn buffer(b: &RawBuffer) -> Result<BufferConfig, Error> {
+    let mut c = BufferConfig::default();
+    if let Some(s) = &b.size {
+        c.size = bytes("buffer.size", s)?;
+    }
+    let alpha = b.alpha.unwrap_or(0.125);
+    if !(alpha > 0.0 && alpha.is_finite()) {
+        return Err(invalid("buffer.alpha", "must be positive"));
+    }
+    c.xoff = match b.xoff.as_deref() {
+        None | Some("dynamic") => {
+            if b.xoff_bytes.is_some() {
+                return Err(invalid("buffer.xoff_bytes", "only with xoff = \"static\""));
+            }
+            Xoff::Dynamic(alpha)
+        }
+        Some("static") => match &b.xoff_bytes {
+            Some(q) => Xoff::Static(bytes("buffer.xoff_bytes", q)?),
+            None => {
+                return Err(invalid(
+                    "buffer.xoff_bytes",
+                    "required with xoff = \"static\"",
+                ))
+            }
+        },
+        Some(o) => {
+            return Err(invalid(
+                "buffer.xoff",
+                format!("`{o}`: expected \"static\" or \"dynamic\""),
+            ))
+        }
+    };
+    if let Some(q) = &b.resume_offset {
+        c.resume_offset = bytes("buffer.resume_offset", q)?;
+    }
+    if let Some(q) = &b.headroom {
+        c.headroom = match q {
+            Q::Str(s) if s == "auto" => Headroom::Auto,
+            q => Headroom::Bytes(bytes("buffer.headroom", q)?),
+        };
+    }
+    Ok(c)
+}
+
+/// Runs a scenario to its duration (or until every flow completed),
+/// reporting progress as a fraction of the duration.
+pub fn run(s: &Scenario, progress: impl FnMut(f64)) -> Results {
+    let mut sim = s.build();
+    sim.run(s.duration, progress);
+    sim.results()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"
+        duration = "1ms"
+        [topology]
+        kind = "star"
+        hosts = 3
+        rate = "40G"
+        delay = "1us"
+    "#;
+
+    #[test]
+    fn units() {
+        assert_eq!(bytes("k", &Q::Str("100KB".into())).unwrap(), 100_000);
+        assert_eq!(bytes("k", &Q::Str("32MiB".into())).unwrap(), 32 << 20);
+        assert_eq!(bytes("k", &Q::Int(42)).unwrap(), 42);
+        assert_eq!(rate("k", &Q::Str("40G".into())).unwrap(), 40_000_000_000);
+        assert_eq!(
+            rate("k", &Q::Str("100Gbps".into())).unwrap(),
+            100_000_000_000
+        );
+        assert_eq!(time("k", &Q::Str("1.5us".into())).unwrap(), 1_500_000);
+        assert!(time("k", &Q::Int(5)).is_err());
+        assert!(bytes("k", &Q::Str("5 parsecs".into())).is_err());
+    }
+
+    #[test]
+    fn minimal_scenario_has_the_defaults() {
+        let s = Scenario::from_toml(MIN).unwrap();
+        assert_eq!(s.duration, MS);
+        assert_eq!(s.topology.hosts, 3);
+        assert!(s.fabric.dcb.pfc_enabled[3]);
+        assert_eq!(s.fabric.dcb.dscp_prio[26], 3);
+        assert_eq!(s.host.mtu, 1024);
+    }
+}
