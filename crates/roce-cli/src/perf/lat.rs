@@ -206,8 +206,12 @@ fn ping_pong(
         let t0 = Instant::now();
         if s.is_client {
             send(s, &mut msg)?;
-            receive(s, &mut pending_recv)?;
-            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            match receive(s, &mut pending_recv) {
+                Ok(()) => samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0),
+                // Ctrl-C while waiting: report what was measured.
+                Err(_) if STOP.load(Ordering::SeqCst) => break,
+                Err(e) => return Err(e),
+            }
         } else {
             match receive(s, &mut pending_recv) {
                 Ok(()) => {}
@@ -279,8 +283,11 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             let wr = SendWr::rdma(i, op, vec![sge], r.vaddr, Rkey::new(r.rkey));
             let t0 = Instant::now();
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-            wait_one(s)?;
-            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            match wait_one(s) {
+                Ok(_) => samples.push(t0.elapsed().as_secs_f64() * 1e6),
+                Err(_) if STOP.load(Ordering::SeqCst) => break,
+                Err(e) => return Err(e),
+            }
             if let Some(pb) = &progress {
                 pb.set_position(start.elapsed().as_millis() as u64);
             }
@@ -289,7 +296,9 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         if let Some(pb) = progress {
             pb.finish_and_clear();
         }
-        if p.verify && !samples.is_empty() {
+        // An interrupted run may leave its last operation in flight.
+        let interrupted = STOP.load(Ordering::SeqCst);
+        if p.verify && !samples.is_empty() && !interrupted {
             let mut got = vec![0u8; len as usize];
             s.mr.read(base + s.max_size, &mut got)
                 .map_err(|e| e.to_string())?;
@@ -305,12 +314,16 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
                 return Err("READ data differs from the peer's memory".into());
             }
         }
-        ctl.send(&json!({"type": "done", "ops": i}))?;
+        ctl.send(&json!({"type": "done", "ops": i, "interrupted": interrupted}))?;
     } else {
         loop {
             if let Some(m) = ctl.recv_poll(Duration::from_millis(100))? {
                 let ops = m.get("ops").and_then(Value::as_u64).unwrap_or(0);
-                if p.verify && p.test == Test::AtomicLat {
+                let interrupted = m
+                    .get("interrupted")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if p.verify && p.test == Test::AtomicLat && !interrupted {
                     let mut w = [0u8; 8];
                     s.mr.read(base, &mut w).map_err(|e| e.to_string())?;
                     if u64::from_ne_bytes(w) != ops {
