@@ -1,0 +1,78 @@
+//! Fuzzes the transport engine's receive path: each input is a sequence of
+//! datagrams (2-byte length prefixes) delivered to a device whose RC, UC
+//! and UD QPs are in RTS with receives posted. The first 40 bytes of every
+//! datagram are rewritten into a valid IPv4/UDP header to this device, and
+//! the ICRC check is skipped, so the fuzzer reaches the transport logic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use roce_core::*;
+
+fn device() -> (Device, Vec<Qpn>) {
+    let mut dev = Device::new(DeviceConfig::new("10.0.0.2".parse().unwrap()));
+    let pd = dev.alloc_pd();
+    let cq = dev.create_cq(256);
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr = dev.reg_mr(pd, 0x1000, Box::new(vec![0u8; 1 << 16]), access).unwrap();
+    let mut qps = Vec::new();
+    for (i, t) in [QpType::Rc, QpType::Uc, QpType::Ud].into_iter().enumerate() {
+        let init = QpInitAttr { qp_type: t, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCaps::default(), sq_sig_all: false };
+        let qpn = dev.create_qp(init).unwrap();
+        let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: access, qkey: Qkey::new(0x1111_1111), ..QpAttr::default() };
+        let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+        let m = if t == QpType::Ud { m | QpAttrMask::QKEY } else { m | QpAttrMask::ACCESS_FLAGS };
+        dev.modify_qp(qpn, &a, m).unwrap();
+        a.qp_state = QpState::Rtr;
+        a.ah_attr = AddressVector { dest: "10.0.0.1".parse().unwrap(), ..AddressVector::default() };
+        let m = match t {
+            QpType::Rc => QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
+            QpType::Uc => QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN,
+            QpType::Ud => QpAttrMask::STATE,
+        };
+        dev.modify_qp(qpn, &a, m).unwrap();
+        a.qp_state = QpState::Rts;
+        let m = match t {
+            QpType::Rc => QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC,
+            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        };
+        dev.modify_qp(qpn, &a, m).unwrap();
+        for k in 0..4u64 {
+            let sge = Sge { addr: 0x1000 + 4096 * (i as u64 * 4 + k), length: 4096, lkey: mr.lkey };
+            let _ = dev.post_recv(qpn, RecvWr { wr_id: k, sgl: vec![sge] });
+        }
+        qps.push(qpn);
+    }
+    (dev, qps)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (mut dev, _qps) = device();
+    let mut rest = data;
+    let mut now = 0u64;
+    let mut buf = vec![0u8; 4400];
+    while rest.len() >= 2 {
+        let n = (u16::from_be_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
+        let mut d = rest[2..2 + n].to_vec();
+        rest = &rest[2 + n..];
+        if d.len() >= 28 {
+            // A valid IPv4 + UDP header from the peer to this device.
+            let total = d.len() as u16;
+            d[..20].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+            d[2..4].copy_from_slice(&total.to_be_bytes());
+            let mut sum: u32 = d[..20].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            d[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            d[22..24].copy_from_slice(&4791u16.to_be_bytes());
+            d[24..26].copy_from_slice(&(total - 20).to_be_bytes());
+            d[26..28].fill(0);
+        }
+        dev.handle_datagram(now, &d, RxInfo { icrc_checkable: false });
+        now += 1000;
+        if dev.poll_timeout().is_some_and(|t| t <= now) {
+            dev.handle_timeout(now);
+        }
+        while dev.poll_transmit(now, &mut buf).is_some() {}
+    }
+});
