@@ -15,6 +15,7 @@ use std::net::IpAddr;
 
 use roce_wire::{Ecn, Error as WireError, Qpn, RocePacket, Transport};
 
+use crate::cc::{CcConfig, CcCounters, QpCc};
 use crate::counters::{DeviceCounters, QpCounters};
 use crate::cq::{Cq, CqId, CqOverflow};
 use crate::mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
@@ -30,8 +31,14 @@ use crate::{AsyncEvent, Nanos};
 pub struct DeviceConfig {
     /// Local addresses; index = GID index.
     pub addrs: Vec<IpAddr>,
-    /// ECN codepoint of data packets (ECT(0) makes them ECN-capable).
+    /// ECN codepoint of request (data) packets: Not-ECT (the default),
+    /// ECT(0) or ECT(1). ACKs, NAKs and CNPs are always Not-ECT.
     pub ecn: Ecn,
+    /// Line rate of the port in b/s (the reaction point's ceiling;
+    /// default 100 Gb/s).
+    pub link_bps: u64,
+    /// Congestion control (off by default; the notification point is on).
+    pub cc: CcConfig,
     /// First QPN handed out (rxe starts at 17).
     pub first_qpn: u32,
     /// Active MTU of the port in bytes (256..=4096): the path MTU of UD
@@ -47,6 +54,8 @@ impl DeviceConfig {
             ecn: Ecn::NotEct,
             first_qpn: 17,
             active_mtu: 4096,
+            link_bps: 100_000_000_000,
+            cc: CcConfig::default(),
         }
     }
 }
@@ -165,6 +174,21 @@ impl Device {
     /// Sets the ECN codepoint of outgoing data packets.
     pub fn set_ecn(&mut self, ecn: Ecn) {
         self.config.ecn = ecn;
+    }
+
+    /// Sets the congestion control of QPs created from now on.
+    pub fn set_cc(&mut self, cc: CcConfig) {
+        self.config.cc = cc;
+    }
+
+    /// Sets the port's line rate (b/s) for QPs created from now on.
+    pub fn set_link_bps(&mut self, bps: u64) {
+        self.config.link_bps = bps.max(1);
+    }
+
+    /// The device's congestion control settings.
+    pub fn cc_config(&self) -> &CcConfig {
+        &self.config.cc
     }
 
     /// Device counters.
@@ -331,6 +355,7 @@ impl Device {
         self.next_qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
         let mut qp = Qp::new(Qpn::new(qpn), init);
         qp.attr.path_mtu = self.config.active_mtu;
+        qp.cc = QpCc::new(&self.config.cc, self.config.link_bps);
         self.qps.insert(qpn, qp);
         Ok(Qpn::new(qpn))
     }
@@ -351,6 +376,11 @@ impl Device {
     /// Counters of a QP.
     pub fn qp_counters(&self, qpn: Qpn) -> Option<QpCounters> {
         self.qp(qpn).map(|q| *q.counters())
+    }
+
+    /// Congestion control counters and rate of a QP.
+    pub fn qp_cc_counters(&self, qpn: Qpn) -> Option<CcCounters> {
+        self.qp(qpn).map(|q| q.cc_counters())
     }
 
     /// `ibv_modify_qp`.
@@ -424,7 +454,13 @@ impl Device {
         }
         let op = p.bth.opcode;
         if op.transport() == Transport::Cnp {
+            // Reaction point (dcb.md §4): the CNP names our QP.
             self.counters.rx_cnp += 1;
+            let qpn = p.bth.dest_qp.value();
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.cc.on_cnp(now);
+                self.note_timer(qpn);
+            }
             return;
         }
         let qpn = p.bth.dest_qp.value();
@@ -443,6 +479,10 @@ impl Device {
             return;
         }
         let ip_hlen = p.ip.header_len().min(dgram.len());
+        // Notification point (protocol reference §7): CE → CNP to the peer.
+        if p.ip.ecn() == Ecn::Ce {
+            qp.cc.on_ce(now);
+        }
         let mut ctx = ctx!(self, now);
         if op.kind().is_request() {
             qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);

@@ -9,6 +9,7 @@
 //! See [`device`] for the call order.
 #![forbid(unsafe_code)]
 
+pub mod cc;
 mod counters;
 mod cq;
 pub mod device;
@@ -19,6 +20,7 @@ mod srq;
 mod wc;
 mod wr;
 
+pub use cc::{CcAlgorithm, CcConfig, CcCounters, DcqcnParams, Mlx5Params};
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, CqId, CqOverflow};
 pub use device::{Device, DeviceConfig, RxInfo, VerbsError};

@@ -1,6 +1,7 @@
 //! Fabric, host and measurement parameters (everything but topology and
 //! workload), with the published defaults of `shared/design/dcb.md`.
 
+use roce_core::CcConfig;
 use roce_wire::Ecn;
 use serde::Serialize;
 
@@ -135,6 +136,10 @@ pub struct HostConfig {
     pub qp_timeout: u8,
     /// Default DSCP of flows (26 → priority 3).
     pub dscp: u8,
+    /// Congestion control of every NIC (DCQCN variant and parameters,
+    /// CNP interval and DSCP). Off by default.
+    #[serde(skip)]
+    pub cc: CcConfig,
 }
 
 impl Default for HostConfig {
@@ -144,6 +149,7 @@ impl Default for HostConfig {
             ecn: Ecn::Ect0,
             qp_timeout: 14,
             dscp: 26,
+            cc: CcConfig::default(),
         }
     }
 }
@@ -164,6 +170,9 @@ pub struct MetricsConfig {
     /// Upper bounds (bytes, exclusive) of the flow-size buckets; a last
     /// bucket catches the rest.
     pub size_buckets: Vec<u64>,
+    /// Start of the fairness window (Jain's index over the throughput of
+    /// the flows active from here until the first of them completes).
+    pub convergence: Ps,
 }
 
 impl Default for MetricsConfig {
@@ -175,6 +184,7 @@ impl Default for MetricsConfig {
             deadlock_check: 10 * US,
             deadlock_after: 100 * US,
             size_buckets: vec![1_000, 10_000, 100_000, 1_000_000, 10_000_000],
+            convergence: 0,
         }
     }
 }

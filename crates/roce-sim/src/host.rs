@@ -86,6 +86,9 @@ impl Host {
         let mut c = DeviceConfig::new(IpAddr::V4(host_ip(id)));
         c.ecn = cfg.ecn;
         c.active_mtu = cfg.mtu;
+        // DCQCN (dcb.md §4): the reaction point's ceiling is this NIC's link.
+        c.cc = cfg.cc;
+        c.link_bps = tx.rate_bps;
         let mut dev = Device::new(c);
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(1 << 16);
@@ -276,23 +279,20 @@ impl Host {
         );
     }
 
-    /// Schedules the engine's next timer when none is scheduled.
-    ///
-    /// `Device::poll_timeout` scans every QP, and it dominated large runs
-    /// when asked after every packet, so it is asked only when no timer
-    /// event is pending. That is exact as long as no QP arms a timer
-    /// earlier than one already pending: true here, where every QP has the
-    /// same ACK timeout (a timer armed now expires after any armed before)
-    /// and WRITEs never meet RNR NAKs. A pending event that finds its
-    /// deadline moved later just asks again.
+    /// Schedules the engine's next timer if it is earlier than the one
+    /// pending. `Device::poll_timeout` is O(1) (the top of its timer heap),
+    /// so it is asked after every engine call: with congestion control a
+    /// QP arms deadlines (pacing slots, rate timers, CNP hold-off) earlier
+    /// than the pending ACK timeouts. A superseded event finds `timer_at`
+    /// changed and does nothing; one whose deadline moved later just asks
+    /// again.
     pub(crate) fn resched_timer(&mut self, sh: &mut Shared) {
-        if self.timer_at.is_some() {
-            return;
-        }
         if let Some(t) = self.dev.poll_timeout() {
             let t = (t * NS).max(sh.now);
-            self.timer_at = Some(t);
-            sh.ev.push(t, Ev::HostTimer { host: self.id });
+            if self.timer_at.is_none_or(|p| t < p) {
+                self.timer_at = Some(t);
+                sh.ev.push(t, Ev::HostTimer { host: self.id });
+            }
         }
     }
 
@@ -387,5 +387,14 @@ impl Host {
             }
         }
         t
+    }
+
+    /// Congestion control counters of this host's QPs:
+    /// ((peer, dscp), counters) in QP order.
+    pub(crate) fn cc_counters(&self) -> Vec<((u32, u8), roce_core::CcCounters)> {
+        self.qps
+            .iter()
+            .filter_map(|(&k, &q)| self.dev.qp_cc_counters(q).map(|c| (k, c)))
+            .collect()
     }
 }

@@ -47,10 +47,11 @@ pub use config::{
 pub use dcb::{Dcb, DcbError, Tsa};
 pub use event::Node;
 pub use metrics::{
-    BucketStats, DeadlockReport, EngineTotals, FlowRecord, PortReport, QueueSample, Results,
-    ThroughputSeries,
+    jain_index, BucketStats, DeadlockReport, EngineTotals, Fairness, FlowRecord, PauseTimeline,
+    PortReport, QpCcReport, QueueSample, QueueStats, Results, ThroughputSeries,
 };
-pub use scenario::{run, Error, Scenario, Workload};
+pub use roce_core::{CcAlgorithm, CcConfig, DcqcnParams, Mlx5Params};
+pub use scenario::{parse_time, run, Error, Scenario, Workload};
 pub use sim::{ideal_fct, Simulation};
 pub use switch::{DropCounters, WatchdogEvent};
 pub use time::Ps;

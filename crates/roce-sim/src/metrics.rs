@@ -115,6 +115,34 @@ pub struct QueueSample {
     pub bytes: u64,
 }
 
+/// A transmitter found paused at a sampling instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PauseSample {
+    /// Time.
+    pub time_ps: Ps,
+    /// The paused node.
+    #[serde(skip)]
+    pub node: Node,
+    /// Its port.
+    pub port: u16,
+    /// Priority.
+    pub prio: u8,
+}
+
+/// The pause timeline of one transmitter (node, port, priority): the
+/// sampling instants at which it was paused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PauseTimeline {
+    /// Node name.
+    pub node: String,
+    /// Port.
+    pub port: u16,
+    /// Priority.
+    pub prio: u8,
+    /// Sampling instants at which it was paused.
+    pub paused_at_ps: Vec<Ps>,
+}
+
 /// Bytes received per time bin for one (sender, receiver, priority).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ThroughputSeries {
@@ -142,6 +170,62 @@ impl ThroughputSeries {
     }
 }
 
+/// Queue-length statistics of one egress (switch, port, priority) over
+/// the periodic samples taken from the convergence time on (an absent
+/// sample is an empty queue).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueStats {
+    /// Switch name.
+    pub switch: String,
+    /// Egress port.
+    pub port: u16,
+    /// What the port leads to.
+    pub peer: String,
+    /// Priority.
+    pub prio: u8,
+    /// Sampling instants.
+    pub samples: u64,
+    /// Mean queued bytes.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Largest sample.
+    pub max: u64,
+    /// Fraction of samples with Kmin ≤ q ≤ Kmax of the TC's ECN band
+    /// (None when the TC does not mark).
+    pub in_ecn_band: Option<f64>,
+    /// Fraction of samples above Kmax.
+    pub above_ecn_band: Option<f64>,
+}
+
+/// Jain's fairness index over per-flow throughput in a window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fairness {
+    /// Window start (the configured convergence time).
+    pub from_ps: Ps,
+    /// Window end (the first completion among the flows, or the run's end).
+    pub to_ps: Ps,
+    /// (src, dst, prio) of the flows measured.
+    pub flows: Vec<(u32, u32, u8)>,
+    /// Their mean rates in Gb/s.
+    pub gbps: Vec<f64>,
+    /// (Σx)² / (n·Σx²): 1 is perfectly fair, 1/n is one flow taking all.
+    pub jain: f64,
+}
+
+/// Jain's index of `x` (1 for an empty or all-zero set).
+pub fn jain_index(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let s2: f64 = x.iter().map(|v| v * v).sum();
+    if x.is_empty() || s2 == 0.0 {
+        1.0
+    } else {
+        s * s / (x.len() as f64 * s2)
+    }
+}
+
 /// Engine counters summed over hosts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineTotals {
@@ -157,6 +241,8 @@ pub struct EngineTotals {
     pub rx_ce: u64,
     /// CNPs received.
     pub rx_cnp: u64,
+    /// CNPs sent (notification points).
+    pub tx_cnp: u64,
     /// Retransmitted packets.
     pub retransmitted: u64,
     /// Local ACK timeouts.
@@ -202,10 +288,46 @@ pub struct Results {
     pub deadlocks: Vec<DeadlockReport>,
     /// Queue samples.
     pub queue_samples: Vec<QueueSample>,
+    /// Sampling interval of queues and pauses (0: off).
+    pub sample_interval_ps: Ps,
+    /// Pause timelines (transmitters paused at some sampling instant).
+    pub pauses: Vec<PauseTimeline>,
     /// Throughput per (sender, receiver, priority).
     pub throughput: Vec<ThroughputSeries>,
     /// Engine counters.
     pub engine: EngineTotals,
+    /// Congestion control algorithm of the NICs.
+    pub cc: String,
+    /// Queue-length statistics per egress (switch, port, priority) that
+    /// ever held packets.
+    pub queue_stats: Vec<QueueStats>,
+    /// Jain's index after the convergence time (None without throughput
+    /// bins or with fewer than two flows active over at least two bins).
+    pub fairness: Option<Fairness>,
+    /// Per-QP congestion control state at the end: (host, peer, DSCP,
+    /// counters) for QPs that saw CE or CNPs.
+    pub qp_cc: Vec<QpCcReport>,
+}
+
+/// Congestion control counters of one QP at the end of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct QpCcReport {
+    /// Host.
+    pub host: u32,
+    /// Peer host.
+    pub peer: u32,
+    /// DSCP.
+    pub dscp: u8,
+    /// CE-marked packets received.
+    pub ce_received: u64,
+    /// CNPs sent.
+    pub cnp_sent: u64,
+    /// CNPs received.
+    pub cnp_received: u64,
+    /// Rate at the end, b/s.
+    pub rate_bps: u64,
+    /// Times the pacer held a packet.
+    pub paced: u64,
 }
 
 impl Results {
@@ -353,6 +475,13 @@ pub(crate) struct Inputs<'a> {
     pub(crate) watchdog: &'a [WatchdogEvent],
     pub(crate) deadlocks: &'a [DeadlockReport],
     pub(crate) queue_samples: &'a [QueueSample],
+    pub(crate) sample_ticks: u64,
+    pub(crate) pause_samples: &'a [PauseSample],
+    pub(crate) sample_interval: Ps,
+    pub(crate) ecn: [Option<crate::config::EcnTc>; 8],
+    pub(crate) tc_of: [u8; 8],
+    pub(crate) convergence: Ps,
+    pub(crate) cc: &'a str,
     pub(crate) tput: &'a BTreeMap<(u32, u32, u8), Vec<u64>>,
     pub(crate) tput_bin: Ps,
     pub(crate) pool_high_water: usize,
@@ -449,6 +578,7 @@ pub(crate) fn collect(i: Inputs<'_>) -> Results {
         }
     }
     let mut engine = EngineTotals::default();
+    let mut qp_cc = Vec::new();
     for h in i.hosts {
         let c = h.dev.counters();
         engine.tx_datagrams += c.tx_datagrams;
@@ -457,12 +587,28 @@ pub(crate) fn collect(i: Inputs<'_>) -> Results {
         engine.rx_bad_icrc += c.rx_bad_icrc;
         engine.rx_cnp += c.rx_cnp;
         engine.rx_ce += h.ce_received;
+        for ((peer, dscp), c) in h.cc_counters() {
+            engine.tx_cnp += c.cnp_sent;
+            if c.ce_received + c.cnp_sent + c.cnp_received > 0 {
+                qp_cc.push(QpCcReport {
+                    host: h.id,
+                    peer,
+                    dscp,
+                    ce_received: c.ce_received,
+                    cnp_sent: c.cnp_sent,
+                    cnp_received: c.cnp_received,
+                    rate_bps: c.rate_bps,
+                    paced: c.paced,
+                });
+            }
+        }
         let (r, t, n) = h.qp_totals();
         engine.retransmitted += r;
         engine.timeouts += t;
         engine.seq_naks += n;
     }
-    let throughput = i
+    let queue_stats = queue_stats(&i);
+    let throughput: Vec<ThroughputSeries> = i
         .tput
         .iter()
         .map(|(&(src, dst, prio), b)| ThroughputSeries {
@@ -473,7 +619,28 @@ pub(crate) fn collect(i: Inputs<'_>) -> Results {
             bytes: b.clone(),
         })
         .collect();
+    let fairness = fairness(&flows, &throughput, i.convergence, i.end);
+    let mut pauses: BTreeMap<(String, u16, u8), Vec<Ps>> = BTreeMap::new();
+    for p in i.pause_samples {
+        pauses
+            .entry((node_name(p.node, i.switches), p.port, p.prio))
+            .or_default()
+            .push(p.time_ps);
+    }
+    let pauses = pauses
+        .into_iter()
+        .map(|((node, port, prio), paused_at_ps)| PauseTimeline {
+            node,
+            port,
+            prio,
+            paused_at_ps,
+        })
+        .collect();
     Results {
+        cc: i.cc.to_string(),
+        queue_stats,
+        fairness,
+        qp_cc,
         name: i.name.to_string(),
         topology: i.topology.to_string(),
         seed: i.seed,
@@ -498,14 +665,125 @@ pub(crate) fn collect(i: Inputs<'_>) -> Results {
         watchdog: i.watchdog.to_vec(),
         deadlocks: i.deadlocks.to_vec(),
         queue_samples: i.queue_samples.to_vec(),
+        sample_interval_ps: i.sample_interval,
+        pauses,
         throughput,
         engine,
     }
 }
 
+fn queue_stats(i: &Inputs<'_>) -> Vec<QueueStats> {
+    let mut by: BTreeMap<(u32, u16, u8), Vec<u64>> = BTreeMap::new();
+    for q in i
+        .queue_samples
+        .iter()
+        .filter(|q| q.time_ps >= i.convergence)
+    {
+        by.entry((q.switch, q.port, q.prio))
+            .or_default()
+            .push(q.bytes);
+    }
+    let n = i.sample_ticks.max(1);
+    by.into_iter()
+        .map(|((s, o, pr), mut v)| {
+            v.sort_unstable();
+            let zeros = n.saturating_sub(v.len() as u64);
+            // Nearest rank over `zeros` zero samples followed by `v`.
+            let rank = |p: f64| {
+                let r = ((p / 100.0) * n as f64).ceil().max(1.0) as u64;
+                if r <= zeros {
+                    0
+                } else {
+                    v[((r - zeros - 1) as usize).min(v.len() - 1)]
+                }
+            };
+            let band = i.ecn[i.tc_of[pr as usize & 7] as usize];
+            let frac = |f: &dyn Fn(u64) -> bool| {
+                let k = v.iter().filter(|&&b| f(b)).count() as u64 + if f(0) { zeros } else { 0 };
+                k as f64 / n as f64
+            };
+            let sw = &i.switches[s as usize];
+            QueueStats {
+                switch: sw.name.clone(),
+                port: o,
+                peer: node_name(sw.ports[o as usize].peer, i.switches),
+                prio: pr,
+                samples: n,
+                mean: v.iter().sum::<u64>() as f64 / n as f64,
+                p50: rank(50.0),
+                p99: rank(99.0),
+                max: v.last().copied().unwrap_or(0),
+                in_ecn_band: band.map(|e| frac(&|b| b >= e.kmin && b <= e.kmax)),
+                above_ecn_band: band.map(|e| frac(&|b| b > e.kmax)),
+            }
+        })
+        .collect()
+}
+
+/// Jain's index over the flows that started by `from` and are still
+/// running, from `from` to the first completion among them.
+fn fairness(
+    flows: &[FlowRecord],
+    tput: &[ThroughputSeries],
+    from: Ps,
+    end: Ps,
+) -> Option<Fairness> {
+    let bin = tput.first()?.bin_ps;
+    if bin == 0 {
+        return None;
+    }
+    let active: Vec<&FlowRecord> = flows
+        .iter()
+        .filter(|f| f.start_ps <= from && f.end_ps.is_none_or(|e| e > from))
+        .collect();
+    let to = active
+        .iter()
+        .filter_map(|f| f.end_ps)
+        .min()
+        .unwrap_or(end)
+        .min(end);
+    let (b0, b1) = (from.div_ceil(bin) as usize, (to / bin) as usize);
+    if active.len() < 2 || b1 < b0 + 2 {
+        return None;
+    }
+    let mut keys: Vec<(u32, u32, u8)> = Vec::new();
+    for f in &active {
+        let prio = tput
+            .iter()
+            .find(|s| s.src == f.src && s.dst == f.dst)
+            .map_or(0, |s| s.prio);
+        let k = (f.src, f.dst, prio);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let gbps: Vec<f64> = keys
+        .iter()
+        .map(|&(s, d, p)| {
+            tput.iter()
+                .find(|t| t.src == s && t.dst == d && t.prio == p)
+                .map_or(0.0, |t| t.rate_bps(b0, b1) / 1e9)
+        })
+        .collect();
+    Some(Fairness {
+        from_ps: b0 as u64 * bin,
+        to_ps: b1 as u64 * bin,
+        jain: jain_index(&gbps),
+        flows: keys,
+        gbps,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jain() {
+        assert_eq!(jain_index(&[5.0, 5.0, 5.0]), 1.0);
+        assert!((jain_index(&[10.0, 0.0]) - 0.5).abs() < 1e-12);
+        assert!((jain_index(&[3.0, 1.0]) - 16.0 / 20.0).abs() < 1e-12);
+    }
 
     #[test]
     fn nearest_rank() {

@@ -25,6 +25,11 @@
 //! [ecn]
 //! tc3 = { kmin = "5KB", kmax = "200KB", pmax = 0.01 }
 //!
+//! [cc]                   # congestion control of every NIC (ECT(0) data)
+//! algorithm = "dcqcn-mlx5"   # dcqcn (paper) | dcqcn-mlx5 | none
+//! rpg_ai_rate = 5            # mlx5 roce_rp names and units (Mb/s, µs, …)
+//! min_time_between_cnps = 4  # roce_np: µs (or "4us"); cnp_dscp = 48
+//!
 //! [[workload]]
 //! kind = "incast"
 //! count = 8
@@ -40,6 +45,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use roce_core::{CcAlgorithm, CcConfig, DcqcnParams, Mlx5Params};
 use roce_wire::Ecn;
 use serde::Deserialize;
 
@@ -198,6 +204,7 @@ struct Raw {
     ecn: Option<BTreeMap<String, RawEcn>>,
     watchdog: Option<RawWatchdog>,
     host: Option<RawHost>,
+    cc: Option<RawCc>,
     metrics: Option<RawMetrics>,
     #[serde(default)]
     workload: Vec<RawWorkload>,
@@ -296,6 +303,199 @@ struct RawHost {
     dscp: Option<u8>,
 }
 
+/// `[cc]`: the algorithm, the paper's parameters (`g`, `k`, `t_inc`, `b`,
+/// `f`, `r_ai`, `r_hai`, `r_min`, `initial_alpha`), NVIDIA's `roce_rp`
+/// names (integers in their sysfs units) and the `roce_np` settings.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCc {
+    algorithm: String,
+    // Notification point.
+    min_time_between_cnps: Option<Q>,
+    cnp_dscp: Option<u8>,
+    np_enabled: Option<bool>,
+    // Paper.
+    g: Option<f64>,
+    k: Option<Q>,
+    t_inc: Option<Q>,
+    b: Option<Q>,
+    f: Option<u32>,
+    r_ai: Option<Q>,
+    r_hai: Option<Q>,
+    r_min: Option<Q>,
+    initial_alpha: Option<f64>,
+    // mlx5.
+    rpg_time_reset: Option<u32>,
+    rpg_byte_reset: Option<u32>,
+    rpg_threshold: Option<u32>,
+    rpg_ai_rate: Option<u32>,
+    rpg_hai_rate: Option<u32>,
+    rpg_gd: Option<u32>,
+    rpg_min_dec_fac: Option<u32>,
+    rpg_min_rate: Option<u32>,
+    rate_to_set_on_first_cnp: Option<u32>,
+    dce_tcp_g: Option<u32>,
+    dce_tcp_rtt: Option<u32>,
+    rate_reduce_monitor_period: Option<u32>,
+    initial_alpha_value: Option<u32>,
+    clamp_tgt_rate: Option<bool>,
+    clamp_tgt_rate_after_time_inc: Option<bool>,
+}
+
+fn cc_config(c: &RawCc) -> Result<CcConfig, Error> {
+    let k = |f: &str| format!("cc.{f}");
+    let paper_keys = [
+        ("g", c.g.is_some()),
+        ("k", c.k.is_some()),
+        ("t_inc", c.t_inc.is_some()),
+        ("b", c.b.is_some()),
+        ("f", c.f.is_some()),
+        ("r_ai", c.r_ai.is_some()),
+        ("r_hai", c.r_hai.is_some()),
+        ("r_min", c.r_min.is_some()),
+        ("initial_alpha", c.initial_alpha.is_some()),
+    ];
+    let mlx5_keys = [
+        ("rpg_time_reset", c.rpg_time_reset.is_some()),
+        ("rpg_byte_reset", c.rpg_byte_reset.is_some()),
+        ("rpg_threshold", c.rpg_threshold.is_some()),
+        ("rpg_ai_rate", c.rpg_ai_rate.is_some()),
+        ("rpg_hai_rate", c.rpg_hai_rate.is_some()),
+        ("rpg_gd", c.rpg_gd.is_some()),
+        ("rpg_min_dec_fac", c.rpg_min_dec_fac.is_some()),
+        ("rpg_min_rate", c.rpg_min_rate.is_some()),
+        (
+            "rate_to_set_on_first_cnp",
+            c.rate_to_set_on_first_cnp.is_some(),
+        ),
+        ("dce_tcp_g", c.dce_tcp_g.is_some()),
+        ("dce_tcp_rtt", c.dce_tcp_rtt.is_some()),
+        (
+            "rate_reduce_monitor_period",
+            c.rate_reduce_monitor_period.is_some(),
+        ),
+        ("initial_alpha_value", c.initial_alpha_value.is_some()),
+        ("clamp_tgt_rate", c.clamp_tgt_rate.is_some()),
+        (
+            "clamp_tgt_rate_after_time_inc",
+            c.clamp_tgt_rate_after_time_inc.is_some(),
+        ),
+    ];
+    let refuse = |keys: &[(&str, bool)], alg: &str| -> Result<(), Error> {
+        match keys.iter().find(|(_, set)| *set) {
+            Some((name, _)) => Err(invalid(
+                k(name),
+                format!("not a parameter of algorithm \"{alg}\""),
+            )),
+            None => Ok(()),
+        }
+    };
+    let mut cfg = match c.algorithm.as_str() {
+        "none" => {
+            refuse(&paper_keys, "none")?;
+            refuse(&mlx5_keys, "none")?;
+            CcConfig::default()
+        }
+        "dcqcn" => {
+            refuse(&mlx5_keys, "dcqcn")?;
+            let d = DcqcnParams::default();
+            let ns = |f: &str, q: &Option<Q>, dflt: u64| -> Result<u64, Error> {
+                Ok(q.as_ref()
+                    .map(|q| time(&k(f), q))
+                    .transpose()?
+                    .map_or(dflt, |t| t / NS))
+            };
+            let bps = |f: &str, q: &Option<Q>, dflt: u64| -> Result<u64, Error> {
+                q.as_ref().map_or(Ok(dflt), |q| rate(&k(f), q))
+            };
+            let p = DcqcnParams {
+                g: c.g.unwrap_or(d.g),
+                k: ns("k", &c.k, d.k)?,
+                t_inc: ns("t_inc", &c.t_inc, d.t_inc)?,
+                b: c.b.as_ref().map_or(Ok(d.b), |q| bytes(&k("b"), q))?,
+                f: c.f.unwrap_or(d.f),
+                r_ai: bps("r_ai", &c.r_ai, d.r_ai)?,
+                r_hai: bps("r_hai", &c.r_hai, d.r_hai)?,
+                r_min: bps("r_min", &c.r_min, d.r_min)?,
+                initial_alpha: c.initial_alpha.unwrap_or(d.initial_alpha),
+            };
+            if !(p.g > 0.0 && p.g < 1.0) {
+                return Err(invalid(k("g"), "must be in (0, 1)"));
+            }
+            if !(0.0..=1.0).contains(&p.initial_alpha) {
+                return Err(invalid(k("initial_alpha"), "must be in [0, 1]"));
+            }
+            if p.t_inc == 0 {
+                return Err(invalid(k("t_inc"), "must be positive"));
+            }
+            CcConfig {
+                algorithm: CcAlgorithm::Dcqcn(p),
+                ..CcConfig::dcqcn()
+            }
+        }
+        "dcqcn-mlx5" => {
+            refuse(&paper_keys, "dcqcn-mlx5")?;
+            let d = Mlx5Params::default();
+            let p = Mlx5Params {
+                rpg_time_reset: c.rpg_time_reset.unwrap_or(d.rpg_time_reset),
+                rpg_byte_reset: c.rpg_byte_reset.unwrap_or(d.rpg_byte_reset),
+                rpg_threshold: c.rpg_threshold.unwrap_or(d.rpg_threshold),
+                rpg_ai_rate: c.rpg_ai_rate.unwrap_or(d.rpg_ai_rate),
+                rpg_hai_rate: c.rpg_hai_rate.unwrap_or(d.rpg_hai_rate),
+                rpg_gd: c.rpg_gd.unwrap_or(d.rpg_gd),
+                rpg_min_dec_fac: c.rpg_min_dec_fac.unwrap_or(d.rpg_min_dec_fac),
+                rpg_min_rate: c.rpg_min_rate.unwrap_or(d.rpg_min_rate),
+                rate_to_set_on_first_cnp: c
+                    .rate_to_set_on_first_cnp
+                    .unwrap_or(d.rate_to_set_on_first_cnp),
+                dce_tcp_g: c.dce_tcp_g.unwrap_or(d.dce_tcp_g),
+                dce_tcp_rtt: c.dce_tcp_rtt.unwrap_or(d.dce_tcp_rtt),
+                rate_reduce_monitor_period: c
+                    .rate_reduce_monitor_period
+                    .unwrap_or(d.rate_reduce_monitor_period),
+                initial_alpha_value: c.initial_alpha_value.unwrap_or(d.initial_alpha_value),
+                clamp_tgt_rate: c.clamp_tgt_rate.unwrap_or(d.clamp_tgt_rate),
+                clamp_tgt_rate_after_time_inc: c
+                    .clamp_tgt_rate_after_time_inc
+                    .unwrap_or(d.clamp_tgt_rate_after_time_inc),
+            };
+            if p.rpg_time_reset == 0 {
+                return Err(invalid(k("rpg_time_reset"), "must be positive"));
+            }
+            if p.dce_tcp_g > 1024 {
+                return Err(invalid(k("dce_tcp_g"), "at most 1024"));
+            }
+            if p.initial_alpha_value > 1023 {
+                return Err(invalid(k("initial_alpha_value"), "at most 1023"));
+            }
+            if !(1..=100).contains(&p.rpg_min_dec_fac) {
+                return Err(invalid(k("rpg_min_dec_fac"), "a percentage, 1..=100"));
+            }
+            CcConfig::dcqcn_mlx5_with(p)
+        }
+        o => {
+            return Err(invalid(
+                k("algorithm"),
+                format!("`{o}`: expected \"dcqcn\", \"dcqcn-mlx5\" or \"none\""),
+            ))
+        }
+    };
+    if let Some(q) = &c.min_time_between_cnps {
+        cfg.min_time_between_cnps = match q {
+            // A bare number is µs, as in /sys/class/net/*/ecn/roce_np/.
+            Q::Int(us) => us * 1_000,
+            q => time(&k("min_time_between_cnps"), q)? / NS,
+        };
+    }
+    if let Some(d) = c.cnp_dscp {
+        cfg.cnp_dscp = dscp(&k("cnp_dscp"), d)?;
+    }
+    if let Some(e) = c.np_enabled {
+        cfg.np_enabled = e;
+    }
+    Ok(cfg)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMetrics {
@@ -305,6 +505,7 @@ struct RawMetrics {
     deadlock_check: Option<Q>,
     deadlock_after: Option<Q>,
     size_buckets: Option<Vec<Q>>,
+    convergence: Option<Q>,
 }
 
 #[derive(Deserialize)]
@@ -494,6 +695,15 @@ impl Scenario {
                 host.dscp = dscp("host.dscp", d)?;
             }
         }
+        if let Some(c) = &raw.cc {
+            host.cc = cc_config(c)?;
+            if host.cc.algorithm != CcAlgorithm::None
+                && raw.host.as_ref().is_none_or(|h| h.ecn.is_none())
+            {
+                // DCQCN needs ECN-capable data (the default already).
+                host.ecn = Ecn::Ect0;
+            }
+        }
         let mut metrics = MetricsConfig::default();
         if let Some(m) = &raw.metrics {
             let d = MetricsConfig::default();
@@ -517,6 +727,7 @@ impl Scenario {
                 &m.deadlock_after,
                 d.deadlock_after,
             )?;
+            metrics.convergence = opt_time("metrics.convergence", &m.convergence, d.convergence)?;
             if let Some(n) = m.max_queue_samples {
                 metrics.max_queue_samples = n;
             }
@@ -691,6 +902,12 @@ fn dscp(key: &str, d: u8) -> Result<u8, Error> {
     } else {
         Err(invalid(key, "a DSCP is 0..=63"))
     }
+}
+
+/// Parses a time like `10ms` or `500us` (ps, ns, us, ms, s) into
+/// picoseconds; `key` names it in the error.
+pub fn parse_time(key: &str, s: &str) -> Result<Ps, Error> {
+    time(key, &Q::Str(s.to_string()))
 }
 
 fn opt_time(key: &str, q: &Option<Q>, default: Ps) -> Result<Ps, Error> {

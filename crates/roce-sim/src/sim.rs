@@ -111,6 +111,11 @@ pub struct Simulation {
     /// whether it was reported.
     dl_candidate: Option<(Vec<QueueId>, Ps, bool)>,
     queue_samples: Vec<QueueSample>,
+    /// Paused transmitters at each sampling instant (the pause timeline).
+    pause_samples: Vec<metrics::PauseSample>,
+    /// Sampling instants recorded from the convergence time on (queues
+    /// absent from one were empty).
+    sample_ticks: u64,
     tput: BTreeMap<(u32, u32, u8), Vec<u64>>,
     wall: f64,
     end: Ps,
@@ -278,6 +283,8 @@ impl Simulation {
             deadlocks: Vec::new(),
             dl_candidate: None,
             queue_samples: Vec::new(),
+            pause_samples: Vec::new(),
+            sample_ticks: 0,
             tput: BTreeMap::new(),
             mcfg,
             wall: 0.0,
@@ -480,6 +487,32 @@ impl Simulation {
         if self.queue_samples.len() >= self.mcfg.max_queue_samples {
             return;
         }
+        if self.sh.now >= self.mcfg.convergence {
+            self.sample_ticks += 1;
+        }
+        let now = self.sh.now;
+        let ports = self
+            .switches
+            .iter()
+            .flat_map(|s| {
+                s.ports
+                    .iter()
+                    .enumerate()
+                    .map(move |(o, tx)| (Node::Switch(s.id), o as u16, tx))
+            })
+            .chain(self.hosts.iter().map(|h| (Node::Host(h.id), 0, &h.tx)));
+        for (node, port, tx) in ports {
+            for prio in 0..8u8 {
+                if tx.paused(prio, now) {
+                    self.pause_samples.push(metrics::PauseSample {
+                        time_ps: now,
+                        node,
+                        port,
+                        prio,
+                    });
+                }
+            }
+        }
         for s in &self.switches {
             for (o, qb) in s.qbytes.iter().enumerate() {
                 for (pr, &b) in qb.iter().enumerate() {
@@ -576,6 +609,13 @@ impl Simulation {
             watchdog: &self.watchdog_events,
             deadlocks: &self.deadlocks,
             queue_samples: &self.queue_samples,
+            sample_ticks: self.sample_ticks,
+            pause_samples: &self.pause_samples,
+            sample_interval: self.mcfg.sample_interval,
+            ecn: self.sh.t.cfg.ecn,
+            tc_of: self.sh.t.tc_of,
+            convergence: self.mcfg.convergence,
+            cc: self.host_cfg.cc.algorithm.name(),
             tput: &self.tput,
             tput_bin: self.mcfg.throughput_bin,
             pool_high_water: self.sh.pool.capacity(),

@@ -18,6 +18,7 @@ use requester::Requester;
 use responder::Responder;
 use state::{check_modify, ModifyError, QpAttrMask, QpState, QpType};
 
+use crate::cc::QpCc;
 use crate::counters::QpCounters;
 use crate::cq::{Cq, CqId};
 use crate::mr::MrTable;
@@ -105,6 +106,8 @@ pub struct Qp {
     pub(crate) queued: bool,
     /// The deadline last entered in the device's timer heap.
     pub(crate) armed: Option<Nanos>,
+    /// Congestion control (notification and reaction point, pacing).
+    pub(crate) cc: QpCc,
 }
 
 impl Qp {
@@ -121,6 +124,7 @@ impl Qp {
             counters: QpCounters::default(),
             queued: false,
             armed: None,
+            cc: QpCc::default(),
         }
     }
 
@@ -331,11 +335,15 @@ impl Qp {
 
     /// True when the QP may have packets to send.
     pub(crate) fn wants_to_send(&self) -> bool {
-        self.resp.has_output() || self.req.has_work()
+        self.resp.has_output() || self.req.has_work() || self.cc.cnp_due()
     }
 
     /// Emits the next packet (responses first, then requests).
     pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if let Some(n) = self.cc_poll_cnp(ctx, buf) {
+            self.counters.tx_packets += 1;
+            return Some(n);
+        }
         if let Some(n) = self.resp_poll_transmit(ctx, buf) {
             self.counters.tx_packets += 1;
             return Some(n);
@@ -347,11 +355,15 @@ impl Qp {
 
     /// Earliest timer deadline.
     pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
-        self.req.poll_timeout()
+        match (self.req.poll_timeout(), self.cc.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Local ACK timeout and RNR timer processing.
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.cc.on_timer(ctx.now);
         self.req_handle_timeout(ctx);
     }
 

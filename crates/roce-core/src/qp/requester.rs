@@ -233,6 +233,10 @@ impl Qp {
         }
         let pmtu = self.pmtu();
         let idx = self.req.index_of(self.req.cursor_seq)?;
+        // The rate limiter (congestion control): wait for the pacer's slot.
+        if !self.cc.may_send(ctx.now) {
+            return None;
+        }
         // Gate the start of a new message.
         if !self.req.sq[idx].started {
             if self.state == QpState::Sqd {
@@ -321,6 +325,7 @@ impl Qp {
             self.req.next_psn = end;
         }
         self.counters.tx_bytes += plen as u64;
+        self.cc.on_sent(n as u64, ctx.now);
         if retransmission {
             self.counters.retransmitted += 1;
         }

@@ -687,6 +687,12 @@ impl Qp {
             return None;
         }
         let path = self.path(None, ctx)?;
+        // ACKs and NAKs are not ECN-capable (protocol reference §7); READ
+        // responses carry data and keep the device's codepoint.
+        let ack_path = super::Path {
+            ecn: roce_wire::Ecn::NotEct,
+            ..path
+        };
         let dest = self.attr.dest_qp_num;
         let aeth = |syndrome| {
             Some(AethRepr {
@@ -703,7 +709,7 @@ impl Qp {
                     ..Default::default()
                 };
                 self.counters.acks_sent += 1;
-                path.emit(bth, ext, 0, buf, |_| {})
+                ack_path.emit(bth, ext, 0, buf, |_| {})
             }
             Job::AtomicAck { psn, orig } => {
                 self.resp.out.pop_front();
@@ -713,7 +719,7 @@ impl Qp {
                     atomic_ack: Some(orig),
                     ..Default::default()
                 };
-                path.emit(bth, ext, 0, buf, |_| {})
+                ack_path.emit(bth, ext, 0, buf, |_| {})
             }
             Job::Read {
                 psn,
