@@ -2,6 +2,8 @@
 
 mod inspect;
 mod perf;
+mod pingpong;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +27,17 @@ enum Command {
     /// of perftest: `roce perf write-bw` waits as the server, `roce perf
     /// write-bw SERVER` runs the client; `--loopback` runs both here.
     Perf(perf::PerfArgs),
+    /// Ping-pong SENDs in the manner of rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
+    /// speaking their TCP exchange: `roce pingpong [--transport rc|uc|ud|srq]
+    /// [SERVER]` (see `roce pingpong --help` for the flags).
+    Pingpong(pingpong::RawArgs),
+    /// Run a fabric scenario (TOML) in the discrete-event simulator whose
+    /// hosts run this stack's engine: PFC, ETS, ECN, DCQCN. Prints a
+    /// summary; `--csv`/`--plots DIR` write tables and SVG plots.
+    ///
+    /// Exit status: 0 ran, 1 an output could not be written, 2 the scenario
+    /// was unreadable or invalid.
+    Sim(sim::SimArgs),
 }
 
 fn main() {
@@ -32,6 +45,8 @@ fn main() {
     let code = match &cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Perf(args) => perf::run(args),
+        Command::Pingpong(args) => pingpong::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     std::process::exit(code);
 }

@@ -1,0 +1,757 @@
+//! One run of `roce pingpong`: the context on the UDP backend, the QPs, the
+//! TCP exchange, and the ping-pong loop of the rdma-core tools.
+//!
+//! The loop is theirs: `rx_depth` receives are posted up front (to the QP,
+//! or to the SRQ) and topped up when at most 1 (SRQ: `num_qp`) remain; the
+//! client posts one SEND per QP at the start; per QP a new SEND is posted
+//! when both the previous SEND and a receive have completed, while fewer
+//! than `iters` SENDs have completed; the run ends when `iters` SENDs and
+//! `iters` receives have completed (for SRQ, in total over the QPs). Every
+//! side sends back what it last received on that QP.
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use roce_verbs::{
+    Access, AddressHandle, AddressVector, AhAttr, Completion, CompletionChannel, CompletionQueue,
+    Context, DeviceConfig, MemoryRegion, ProtectionDomain, Psn, Qkey, QpAttr, QpAttrMask, QpCaps,
+    QpInitAttr, QpState, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
+};
+
+use super::wire::{self, Dest};
+use super::{Params, Transport};
+
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+/// Room for the GRH in front of a UD receive.
+const GRH: u32 = 40;
+/// The UD Q_Key of the tools.
+const QKEY: u32 = 0x1111_1111;
+/// Page size the tools' `-c` works in (the first byte of each page).
+const PAGE: usize = 4096;
+
+/// What `-c` expects a sender's buffer to hold: zero at the start of each
+/// page (what rdma-core's `-c` checks) and bytes that change with `k`
+/// elsewhere.
+pub(crate) fn pattern(k: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|j| {
+            if j % PAGE == 0 {
+                0
+            } else {
+                (j as u64)
+                    .wrapping_mul(31)
+                    .wrapping_add(k.wrapping_mul(101))
+                    .wrapping_add(0x5a) as u8
+            }
+        })
+        .collect()
+}
+
+/// True for what an rdma-core client's buffer holds: one byte value
+/// throughout (0x7b, or 0 for srq), the start of each page possibly 0
+/// (their `-c`).
+fn rdma_core_content(b: &[u8]) -> bool {
+    let fill = b.get(1).or(b.first()).copied().unwrap_or(0);
+    b.iter()
+        .enumerate()
+        .all(|(j, &x)| x == fill || (j % PAGE == 0 && x == 0))
+}
+
+/// A pseudo-random 24-bit PSN (the tools: `lrand48() & 0xffffff`).
+fn random_psn(salt: u64) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x =
+        t ^ (u64::from(std::process::id()) << 32) ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((x ^ (x >> 31)) & 0xff_ffff) as u32
+}
+
+fn deadline(t: Option<Duration>) -> Option<Instant> {
+    t.map(|t| Instant::now() + t)
+}
+
+/// The client's TCP connection, retrying while nothing listens yet.
+fn connect_tcp(p: &Params, server: &str) -> Result<TcpStream, String> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = (server, p.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{server}: {e}"))?
+        .collect();
+    let end = deadline(p.timeout);
+    loop {
+        let mut last = None;
+        for a in &addrs {
+            let r = match p.bind {
+                Some(b) => (|| {
+                    let s = socket2::Socket::new(
+                        socket2::Domain::for_address(*a),
+                        socket2::Type::STREAM,
+                        Some(socket2::Protocol::TCP),
+                    )?;
+                    s.bind(&SocketAddr::new(b, 0).into())?;
+                    s.connect_timeout(&(*a).into(), Duration::from_secs(5))?;
+                    Ok::<TcpStream, std::io::Error>(s.into())
+                })(),
+                None => TcpStream::connect_timeout(a, Duration::from_secs(5)),
+            };
+            match r {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        let refused = last
+            .as_ref()
+            .is_some_and(|e| e.kind() == ErrorKind::ConnectionRefused);
+        if !refused || end.is_some_and(|e| Instant::now() >= e) {
+            let why = last.map_or("no address".to_string(), |e| e.to_string());
+            return Err(format!("Couldn't connect to {server}:{} ({why})", p.port));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The server's TCP connection.
+fn accept_tcp(p: &Params) -> Result<TcpStream, String> {
+    let bind = p.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let l = TcpListener::bind((bind, p.port))
+        .map_err(|e| format!("Couldn't listen to port {} ({e})", p.port))?;
+    let (s, _) = l.accept().map_err(|e| format!("accept() failed: {e}"))?;
+    Ok(s)
+}
+
+/// The device's GID table: rxe's shape on an IPv4 netdev (index 0 and 1
+/// both the IPv4 GID; rxe's are the RoCE v1 and v2 entries, this stack
+/// speaks v2 on both).
+fn gid_table(local: IpAddr) -> Vec<IpAddr> {
+    match local {
+        IpAddr::V4(_) => vec![local, local],
+        IpAddr::V6(_) => vec![local],
+    }
+}
+
+fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
+    let mut cfg = DeviceConfig::new(local);
+    cfg.addrs = gid_table(local);
+    cfg.active_mtu = p.mtu;
+    let ucfg = roce_io::UdpConfig::new(local)
+        .port(p.roce_port)
+        .remote_port(p.roce_port);
+    let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
+        ErrorKind::AddrInUse => format!(
+            "UDP port {} on {local} is in use (another RoCE stack, or a kernel rxe device?)",
+            p.roce_port
+        ),
+        ErrorKind::AddrNotAvailable => format!("{local} is not an address of this host"),
+        _ => format!("cannot open UDP {local}:{}: {e}", p.roce_port),
+    })?;
+    Context::open(backend, cfg).map_err(|e| format!("Couldn't open the device on {local}: {e}"))
+}
+
+/// How the server's `-c` reads the client's data, decided on the first
+/// message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    Unknown,
+    /// `roce pingpong -c`: `pattern(k)`.
+    Ours,
+    /// An rdma-core client: its uniform buffer.
+    RdmaCore,
+}
+
+struct Side {
+    p: Params,
+    is_client: bool,
+    ctx: Context,
+    _pd: ProtectionDomain,
+    cq: CompletionQueue,
+    channel: Option<CompletionChannel>,
+    srq: Option<SharedReceiveQueue>,
+    qps: Vec<QueuePair>,
+    mr: MemoryRegion,
+    /// Bytes per receive slot (UD: size + 40).
+    rslot: u32,
+    /// Receive slots start here in `mr`; send slots (one per QP) at 0.
+    rbase: u64,
+    ah: Option<AddressHandle>,
+    remote: Vec<Dest>,
+}
+
+impl Side {
+    fn send_off(&self, q: usize) -> u64 {
+        q as u64 * u64::from(self.p.size)
+    }
+
+    fn recv_off(&self, slot: u32) -> u64 {
+        self.rbase + u64::from(slot) * u64::from(self.rslot)
+    }
+
+    fn post_recv(&self, slot: u32) -> Result<(), String> {
+        let wr = RecvWr {
+            wr_id: RECV | u64::from(slot) << 8,
+            sgl: vec![self.mr.sge(self.recv_off(slot), self.rslot)],
+        };
+        match &self.srq {
+            Some(s) => s.post_recv(wr),
+            None => self.qps[0].post_recv(wr),
+        }
+        .map_err(|e| format!("Couldn't post receive: {e}"))
+    }
+
+    fn post_send(&self, q: usize, data: &[u8]) -> Result<(), String> {
+        self.mr
+            .write(self.send_off(q), data)
+            .map_err(|e| e.to_string())?;
+        let wr = SendWr::send(
+            SEND | (q as u64) << 8,
+            vec![self.mr.sge(self.send_off(q), self.p.size)],
+        );
+        let r = match &self.ah {
+            Some(ah) => {
+                self.qps[q].post_send_ud(wr, ah, Qpn::new(self.remote[q].qpn), Qkey::new(QKEY))
+            }
+            None => self.qps[q].post_send(wr),
+        };
+        r.map_err(|e| format!("Couldn't post send: {e}"))
+    }
+}
+
+fn setup(p: &Params, local: IpAddr, is_client: bool) -> Result<Side, String> {
+    let ctx = open_context(p, local)?;
+    if usize::from(p.gid_idx) >= ctx.addrs().len() {
+        return Err(format!("can't read sgid of index {}", p.gid_idx));
+    }
+    let pd = ctx.alloc_pd();
+    let nq = p.num_qp as usize;
+    let channel = p.events.then(|| ctx.create_comp_channel());
+    let cq = ctx
+        .create_cq((p.rx_depth + p.num_qp) as usize * 2 + 16, channel.as_ref())
+        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+    let srq = if p.transport == Transport::Srq {
+        Some(
+            pd.create_srq(p.rx_depth as usize)
+                .map_err(|e| format!("Couldn't create SRQ: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let rslot = if p.transport == Transport::Ud {
+        p.size + GRH
+    } else {
+        p.size
+    };
+    let rbase = nq as u64 * u64::from(p.size);
+    let total = rbase + u64::from(p.rx_depth) * u64::from(rslot);
+    // The tools' initial buffer: 0x7b (srq: 0).
+    let fill = if p.transport == Transport::Srq {
+        0
+    } else {
+        0x7b
+    };
+    let mr = pd
+        .reg_mr(vec![fill; total as usize], Access::LOCAL_WRITE)
+        .map_err(|e| format!("Couldn't register MR: {e}"))?;
+    let qp_type = match p.transport {
+        Transport::Rc | Transport::Srq => QpType::Rc,
+        Transport::Uc => QpType::Uc,
+        Transport::Ud => QpType::Ud,
+    };
+    let cap = QpCaps {
+        max_send_wr: 4,
+        max_recv_wr: if srq.is_some() { 1 } else { p.rx_depth },
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut qps = Vec::with_capacity(nq);
+    for _ in 0..nq {
+        let mut a = QpInitAttr::new(qp_type, &cq, &cq).cap(cap);
+        if let Some(s) = &srq {
+            a = a.srq(s);
+        }
+        qps.push(
+            pd.create_qp(&a)
+                .map_err(|e| format!("Couldn't create QP: {e}"))?,
+        );
+    }
+    Ok(Side {
+        p: p.clone(),
+        is_client,
+        ctx,
+        _pd: pd,
+        cq,
+        channel,
+        srq,
+        qps,
+        mr,
+        rslot,
+        rbase,
+        ah: None,
+        remote: Vec::new(),
+    })
+}
+
+fn remote_addr(d: &Dest, peer: IpAddr) -> IpAddr {
+    // A peer run without -g sends the zero GID: use its TCP address.
+    wire::addr_of(d.gid).unwrap_or(peer)
+}
+
+/// RESET → INIT, as the tools do before posting receives: P_Key index 0,
+/// port 1, no remote access (UD: Q_Key 0x11111111).
+fn to_init(s: &Side) -> Result<(), String> {
+    let ud = s.p.transport == Transport::Ud;
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        qp_access_flags: Access::NONE,
+        qkey: Qkey::new(QKEY),
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::PKEY_INDEX
+        | QpAttrMask::PORT
+        | if ud {
+            QpAttrMask::QKEY
+        } else {
+            QpAttrMask::ACCESS_FLAGS
+        };
+    for qp in &s.qps {
+        qp.modify(&a, m)
+            .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+    }
+    Ok(())
+}
+
+/// INIT → RTR → RTS against the peer's `remote`, with the tools' attributes
+/// (RTR: max_dest_rd_atomic 1, min_rnr_timer 12, GRH hop limit 1; RTS:
+/// timeout 14, retry_cnt 7, rnr_retry 7, max_rd_atomic 1; UD: only the
+/// state and SQ PSN, then an AH to the peer).
+fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result<(), String> {
+    let p = &s.p;
+    for (q, qp) in s.qps.iter().enumerate() {
+        let r = &remote[q];
+        let addr = remote_addr(r, peer);
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: p.mtu,
+            dest_qp_num: Qpn::new(r.qpn),
+            rq_psn: Psn::new(r.psn),
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            ah_attr: AddressVector {
+                dest: addr,
+                sgid_index: p.gid_idx,
+                hop_limit: 1,
+                traffic_class: 0,
+                flow_label: 0,
+            },
+            ..QpAttr::default()
+        };
+        let m = match p.transport {
+            Transport::Rc | Transport::Srq => {
+                QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN
+                    | QpAttrMask::MAX_DEST_RD_ATOMIC
+                    | QpAttrMask::MIN_RNR_TIMER
+            }
+            Transport::Uc => {
+                QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN
+            }
+            Transport::Ud => QpAttrMask::STATE,
+        };
+        qp.modify(&a, m)
+            .map_err(|e| format!("Failed to modify QP[{q}] to RTR: {e}"))?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = Psn::new(mine[q].psn);
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 1;
+        let m = match p.transport {
+            Transport::Rc | Transport::Srq => {
+                QpAttrMask::STATE
+                    | QpAttrMask::SQ_PSN
+                    | QpAttrMask::TIMEOUT
+                    | QpAttrMask::RETRY_CNT
+                    | QpAttrMask::RNR_RETRY
+                    | QpAttrMask::MAX_QP_RD_ATOMIC
+            }
+            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        };
+        qp.modify(&a, m)
+            .map_err(|e| format!("Failed to modify QP[{q}] to RTS: {e}"))?;
+        if p.transport == Transport::Ud {
+            let ah = s
+                ._pd
+                .create_ah(AhAttr {
+                    dest: addr,
+                    hop_limit: 1,
+                    traffic_class: 0,
+                    sgid_index: p.gid_idx,
+                })
+                .map_err(|e| format!("Failed to create AH: {e}"))?;
+            s.ah = Some(ah);
+        }
+    }
+    s.remote = remote.to_vec();
+    Ok(())
+}
+
+pub(crate) fn run(p: &Params) -> Result<(), String> {
+    let is_client = p.server.is_some();
+    let mut tcp = match &p.server {
+        Some(server) => connect_tcp(p, server)?,
+        None => accept_tcp(p)?,
+    };
+    let _ = tcp.set_nodelay(true);
+    tcp.set_read_timeout(p.timeout).map_err(|e| e.to_string())?;
+    let peer_ip = tcp.peer_addr().map_err(|e| e.to_string())?.ip();
+    let local = match p.bind {
+        Some(b) if !b.is_unspecified() => b,
+        _ => tcp.local_addr().map_err(|e| e.to_string())?.ip(),
+    };
+    let local = match local {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(local, IpAddr::V4),
+        v4 => v4,
+    };
+    let peer_ip = match peer_ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer_ip, IpAddr::V4),
+        v4 => v4,
+    };
+
+    let mut s = setup(p, local, is_client)?;
+    to_init(&s)?;
+    for slot in 0..p.rx_depth {
+        s.post_recv(slot)?;
+    }
+    if s.channel.is_some() {
+        s.cq.req_notify(false).map_err(|e| e.to_string())?;
+    }
+    let gid = wire::gid_of(s.ctx.addrs()[usize::from(p.gid_idx)]);
+    let ud = p.transport == Transport::Ud;
+    let mine: Vec<Dest> = s
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(i, qp)| Dest {
+            lid: 0,
+            qpn: qp.qpn().value(),
+            psn: random_psn(i as u64),
+            gid,
+        })
+        .collect();
+    for d in &mine {
+        println!("{}", wire::address_line(false, ud, d));
+    }
+    let slots = if p.transport == Transport::Srq {
+        wire::SRQ_SLOTS
+    } else {
+        1
+    };
+    if is_client {
+        let theirs = wire::client_exchange(&mut tcp, &mine, slots)?;
+        drop(tcp);
+        let remote = check_remote(p, theirs)?;
+        print_remote(&remote);
+        connect(&mut s, &mine, &remote, peer_ip)?;
+    } else {
+        let theirs = wire::server_read(&mut tcp, slots)?;
+        let remote = check_remote(p, theirs)?;
+        connect(&mut s, &mine, &remote, peer_ip)?;
+        wire::server_finish(&mut tcp, &mine, slots)?;
+        drop(tcp);
+        print_remote(&remote);
+    }
+    let r = pingpong(&s);
+    if p.stats {
+        eprintln!("device: {:?}", s.ctx.counters());
+        for (q, qp) in s.qps.iter().enumerate() {
+            eprintln!("QP[{q}] {:06x}: {:?}", qp.qpn().value(), qp.counters());
+        }
+        for (k, v) in s.ctx.backend_counters() {
+            eprintln!("backend {k} {v}");
+        }
+    }
+    r
+}
+
+fn check_remote(p: &Params, theirs: Vec<Dest>) -> Result<Vec<Dest>, String> {
+    let nq = p.num_qp as usize;
+    let used = theirs.iter().filter(|d| !d.is_zero()).count();
+    if p.transport == Transport::Srq && used != nq {
+        return Err(format!(
+            "the peer has {used} QPs and this side {nq} (run both with the same -q)"
+        ));
+    }
+    let remote: Vec<Dest> = theirs.into_iter().take(nq).collect();
+    if remote.iter().any(|d| d.qpn == 0) {
+        return Err("the peer sent QPN 0".into());
+    }
+    Ok(remote)
+}
+
+fn print_remote(remote: &[Dest]) {
+    for d in remote {
+        println!("{}", wire::address_line(true, false, d));
+    }
+}
+
+/// Waits for completions: busy-polling, or on the channel with `-e`.
+fn wait(s: &Side, out: &mut Vec<Completion>, events: &mut u64) -> Result<(), String> {
+    let end = deadline(s.p.timeout);
+    let idle = || {
+        format!(
+            "no completion for {} s: the peer stopped answering",
+            s.p.timeout.map_or(0, |t| t.as_secs())
+        )
+    };
+    if let Some(ch) = &s.channel {
+        loop {
+            // Completions already queued (more than one event's worth).
+            if s.cq.poll(out, 64).map_err(|e| e.to_string())? > 0 {
+                return Ok(());
+            }
+            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(idle());
+            }
+            let Some(cq) = ch.get_event(left) else {
+                return Err(idle());
+            };
+            *events += 1;
+            cq.req_notify(false).map_err(|e| e.to_string())?;
+        }
+    }
+    let mut spins = 0u64;
+    loop {
+        if s.cq.poll(out, 64).map_err(|e| e.to_string())? > 0 {
+            return Ok(());
+        }
+        spins += 1;
+        if spins.is_multiple_of(64) {
+            std::thread::yield_now();
+            if end.is_some_and(|e| Instant::now() >= e) {
+                return Err(idle());
+            }
+        }
+    }
+}
+
+fn pingpong(s: &Side) -> Result<(), String> {
+    let p = &s.p;
+    let nq = s.qps.len();
+    let size = p.size as usize;
+    let srq = p.transport == Transport::Srq;
+    let iters = u64::from(p.iters);
+    let refill_at = if srq { p.num_qp } else { 1 };
+    // What each QP sends next, and what it last sent (for the client's -c).
+    let initial = {
+        let mut b = vec![0u8; size];
+        s.mr.read(s.send_off(0), &mut b)
+            .map_err(|e| e.to_string())?;
+        b
+    };
+    let mut next: Vec<Vec<u8>> = vec![initial; nq];
+    let mut last_sent: Vec<Vec<u8>> = vec![Vec::new(); nq];
+    let mut sent_k = vec![0u64; nq];
+    let mut recv_k = vec![0u64; nq];
+    let mut pending = vec![0u64; nq];
+    let mut free: Vec<u32> = Vec::new();
+    let mut routs = p.rx_depth;
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut peer = Peer::Unknown;
+    let mut events = 0u64;
+    let qpn_index = |qpn: Qpn| s.qps.iter().position(|q| q.qpn() == qpn);
+    let content = |k: u64| pattern(if srq { 0 } else { k }, size);
+
+    let send = |q: usize,
+                next: &mut Vec<Vec<u8>>,
+                last_sent: &mut Vec<Vec<u8>>,
+                sent_k: &mut Vec<u64>|
+     -> Result<(), String> {
+        if p.chk && s.is_client {
+            next[q] = content(sent_k[q]);
+        }
+        s.post_send(q, &next[q])?;
+        last_sent[q] = next[q].clone();
+        sent_k[q] += 1;
+        Ok(())
+    };
+
+    let start = Instant::now();
+    if s.is_client {
+        for (q, pend) in pending.iter_mut().enumerate() {
+            send(q, &mut next, &mut last_sent, &mut sent_k)?;
+            *pend = SEND | RECV;
+        }
+    } else {
+        pending.fill(RECV);
+    }
+
+    let mut wcs = Vec::with_capacity(64);
+    let mut buf = vec![0u8; s.rslot as usize];
+    while rcnt < iters || scnt < iters {
+        wcs.clear();
+        wait(s, &mut wcs, &mut events)?;
+        for wc in &wcs {
+            if !wc.is_success() {
+                return Err(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status.as_str(),
+                    wc.status as u32,
+                    wc.wr_id & 0xff
+                ));
+            }
+            let Some(q) = qpn_index(wc.qp_num) else {
+                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num.value()));
+            };
+            let kind = wc.wr_id & 0xff;
+            match kind {
+                SEND => scnt += 1,
+                RECV => {
+                    let slot = (wc.wr_id >> 8) as u32;
+                    let off = if p.transport == Transport::Ud {
+                        GRH as usize
+                    } else {
+                        0
+                    };
+                    let want = off + size;
+                    if p.chk && wc.byte_len as usize != want {
+                        return Err(format!(
+                            "received {} bytes on QPN {:06x}, expected {want}",
+                            wc.byte_len,
+                            wc.qp_num.value()
+                        ));
+                    }
+                    s.mr.read(s.recv_off(slot), &mut buf)
+                        .map_err(|e| e.to_string())?;
+                    let got = &buf[off..want];
+                    if p.chk {
+                        let k = recv_k[q];
+                        let ok = if s.is_client {
+                            got == last_sent[q].as_slice()
+                        } else {
+                            if peer == Peer::Unknown {
+                                peer = if got == content(k).as_slice() {
+                                    Peer::Ours
+                                } else {
+                                    Peer::RdmaCore
+                                };
+                            }
+                            match peer {
+                                Peer::Ours => got == content(k).as_slice(),
+                                _ => rdma_core_content(got),
+                            }
+                        };
+                        if !ok {
+                            let bad = first_diff(got, s.is_client.then(|| last_sent[q].as_slice()));
+                            return Err(format!(
+                                "invalid data in message {} on QPN {:06x}{bad}",
+                                k + 1,
+                                wc.qp_num.value()
+                            ));
+                        }
+                    }
+                    recv_k[q] += 1;
+                    next[q].copy_from_slice(got);
+                    free.push(slot);
+                    routs -= 1;
+                    if routs <= refill_at {
+                        for slot in free.drain(..) {
+                            s.post_recv(slot)?;
+                            routs += 1;
+                        }
+                        if routs < p.rx_depth {
+                            return Err(format!("Couldn't post receive ({routs})"));
+                        }
+                    }
+                    rcnt += 1;
+                }
+                _ => return Err(format!("Completion for unknown wr_id {}", wc.wr_id)),
+            }
+            pending[q] &= !kind;
+            if scnt < iters && pending[q] == 0 {
+                send(q, &mut next, &mut last_sent, &mut sent_k)?;
+                pending[q] = SEND | RECV;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    if s.channel.is_some() {
+        s.cq.ack_events(events);
+    }
+    let bytes = u64::from(p.size) * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
+    // The last SENDs may still wait for their ACKs: give the RC peer a
+    // moment so it does not retransmit into a closed port.
+    linger(s);
+    Ok(())
+}
+
+/// Keeps the context (and its progress thread, which sends ACKs) alive a
+/// moment after the last completion.
+fn linger(_s: &Side) {
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+fn first_diff(got: &[u8], want: Option<&[u8]>) -> String {
+    match want {
+        Some(w) => match got.iter().zip(w).position(|(a, b)| a != b) {
+            Some(i) => format!(" (byte {i}: got 0x{:02x}, sent 0x{:02x})", got[i], w[i]),
+            None => String::new(),
+        },
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chk_pattern_zero_at_pages_and_varies() {
+        let a = pattern(0, 9000);
+        let b = pattern(1, 9000);
+        assert_eq!((a[0], a[4096], a[8192]), (0, 0, 0));
+        assert_ne!(a, b);
+        assert!(!rdma_core_content(&a));
+        let mut theirs = vec![0x7bu8; 8192];
+        assert!(rdma_core_content(&theirs));
+        theirs[4096] = 0;
+        theirs[0] = 0;
+        assert!(rdma_core_content(&theirs));
+        theirs[5] = 1;
+        assert!(!rdma_core_content(&theirs));
+        assert!(rdma_core_content(&[0u8; 64]));
+    }
+
+    #[test]
+    fn psn_is_24_bits() {
+        for i in 0..100 {
+            assert!(random_psn(i) <= 0xff_ffff);
+        }
+    }
+}

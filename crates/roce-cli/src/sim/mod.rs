@@ -1,0 +1,307 @@
+//! `roce sim SCENARIO.toml`: runs a fabric scenario in roce-sim (the real
+//! roce-core engine on every host), prints a summary, and writes CSV, JSON
+//! and SVG plots.
+//!
+//! Exit status: 0 the run finished; 1 an output file could not be written;
+//! 2 the scenario was unreadable or invalid.
+
+mod plots;
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use roce_sim::{Results, Scenario};
+
+/// Arguments of `roce sim`.
+#[derive(Args, Debug)]
+pub(crate) struct SimArgs {
+    /// The scenario (TOML: topology, `[dcb]`, `[buffer]`, `[ecn]`, `[cc]`,
+    /// `[[workload]]`; see scenarios/README.md).
+    scenario: PathBuf,
+    /// Print the full results as JSON on stdout instead of the summary.
+    #[arg(long)]
+    json: bool,
+    /// Write flows.csv, queues.csv, queue_stats.csv, ports.csv,
+    /// throughput.csv and results.json into DIR.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    /// Write SVG plots into DIR: throughput.svg, queues.svg, pauses.svg,
+    /// slowdown.svg.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
+    /// Simulated time to run instead of the scenario's `duration` (e.g.
+    /// `500us`, `10ms`).
+    #[arg(long, value_name = "T")]
+    duration: Option<String>,
+}
+
+pub(crate) fn run(args: &SimArgs) -> i32 {
+    let mut sc = match Scenario::from_file(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("roce sim: {}: {e}", args.scenario.display());
+            return 2;
+        }
+    };
+    if let Some(d) = &args.duration {
+        match roce_sim::parse_time("--duration", d) {
+            Ok(t) if t > 0 => sc.duration = t,
+            Ok(_) => {
+                eprintln!("roce sim: --duration must be positive");
+                return 2;
+            }
+            Err(e) => {
+                eprintln!("roce sim: {e}");
+                return 2;
+            }
+        }
+    }
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(1000);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:40}] {percent}% simulated, {elapsed} wall, eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        b.set_message(sc.name.clone());
+        b
+    });
+    let results = roce_sim::run(&sc, |f| {
+        if let Some(b) = &bar {
+            b.set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if args.json {
+        println!("{}", results.to_json());
+    } else {
+        print!("{}", summary(&results));
+    }
+    let mut code = 0;
+    if let Some(dir) = &args.csv {
+        if let Err(e) = write_csv(dir, &results) {
+            eprintln!("roce sim: {}: {e}", dir.display());
+            code = 1;
+        }
+    }
+    if let Some(dir) = &args.plots {
+        if let Err(e) = plots::write_all(dir, &results) {
+            eprintln!("roce sim: {}: {e}", dir.display());
+            code = 1;
+        }
+    }
+    code
+}
+
+fn write_csv(dir: &Path, r: &Results) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("flows.csv"), r.flows_csv())?;
+    std::fs::write(dir.join("queues.csv"), r.queues_csv())?;
+    std::fs::write(dir.join("ports.csv"), r.ports_csv())?;
+    std::fs::write(dir.join("throughput.csv"), r.throughput_csv())?;
+    let mut q = String::from(
+        "switch,port,peer,prio,samples,mean_bytes,p50_bytes,p99_bytes,max_bytes,in_ecn_band,above_ecn_band\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+    for s in &r.queue_stats {
+        let _ = writeln!(
+            q,
+            "{},{},{},{},{},{:.1},{},{},{},{},{}",
+            s.switch,
+            s.port,
+            s.peer,
+            s.prio,
+            s.samples,
+            s.mean,
+            s.p50,
+            s.p99,
+            s.max,
+            opt(s.in_ecn_band),
+            opt(s.above_ecn_band)
+        );
+    }
+    std::fs::write(dir.join("queue_stats.csv"), q)?;
+    std::fs::write(dir.join("results.json"), r.to_json())?;
+    Ok(())
+}
+
+/// `1.5 KB`, `2.3 MB`.
+pub(crate) fn human_bytes(b: f64) -> String {
+    if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} KB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+/// `1KB`, `10MB`, `inf` for a bucket bound.
+fn size_label(b: u64) -> String {
+    match b {
+        u64::MAX => "inf".into(),
+        b if b >= 1_000_000 && b % 1_000_000 == 0 => format!("{}MB", b / 1_000_000),
+        b if b >= 1_000 && b % 1_000 == 0 => format!("{}KB", b / 1_000),
+        b => format!("{b}B"),
+    }
+}
+
+fn ms(ps: u64) -> f64 {
+    ps as f64 / 1e9
+}
+
+/// The text summary.
+pub(crate) fn summary(r: &Results) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "scenario {} ({}, seed {}, cc {}): {:.3} ms simulated",
+        r.name,
+        r.topology,
+        r.seed,
+        r.cc,
+        ms(r.sim_time_ps)
+    );
+    let failed = r.flows.iter().filter(|f| f.failed).count();
+    let _ = writeln!(
+        s,
+        "flows: {} of {} completed, {} failed",
+        r.flows_completed,
+        r.flows.len(),
+        failed
+    );
+    let _ = writeln!(
+        s,
+        "FCT slowdown by size:   count      p50      p95      p99"
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    for b in &r.slowdown {
+        let _ = writeln!(
+            s,
+            "  {:>6} .. {:<6} {:>8} {:>8} {:>8} {:>8}",
+            size_label(b.min_size),
+            size_label(b.max_size),
+            b.count,
+            f(b.p50),
+            f(b.p95),
+            f(b.p99)
+        );
+    }
+    let xoff = r.pfc_xoff_sent();
+    let paused: u64 = r
+        .ports
+        .iter()
+        .map(|p| p.paused_ps.iter().sum::<u64>())
+        .sum();
+    let per_prio: Vec<String> = xoff
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(p, n)| format!("prio {p}: {n}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "pauses: {} XOFF frames sent{}, {:.1} us paused in all",
+        xoff.iter().sum::<u64>(),
+        if per_prio.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", per_prio.join(", "))
+        },
+        paused as f64 / 1e6
+    );
+    let d = &r.drops;
+    let _ = writeln!(
+        s,
+        "drops: {} (buffer overflow {}, headroom exceeded {}, watchdog {}, no route {})",
+        d.total(),
+        d.buffer_overflow,
+        d.headroom_exceeded,
+        d.watchdog,
+        d.no_route
+    );
+    let marked: u64 = r
+        .ports
+        .iter()
+        .map(|p| p.ecn_marked.iter().sum::<u64>())
+        .sum();
+    let _ = writeln!(
+        s,
+        "ecn: {} packets CE-marked, {} CE received; CNPs sent {}, received {}",
+        marked, r.engine.rx_ce, r.engine.tx_cnp, r.engine.rx_cnp
+    );
+    match &r.fairness {
+        Some(fa) => {
+            let rates: Vec<String> = fa.gbps.iter().map(|g| format!("{g:.2}")).collect();
+            let _ = writeln!(
+                s,
+                "fairness: Jain {:.4} over {} flows, {:.3}..{:.3} ms (Gb/s: {})",
+                fa.jain,
+                fa.flows.len(),
+                ms(fa.from_ps),
+                ms(fa.to_ps),
+                rates.join(" ")
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "fairness: - (needs throughput bins and 2+ concurrent flows)"
+            );
+        }
+    }
+    let mut qs: Vec<_> = r.queue_stats.iter().collect();
+    qs.sort_by(|a, b| b.mean.total_cmp(&a.mean));
+    if !qs.is_empty() {
+        let _ = writeln!(s, "queues (busiest by mean):");
+    }
+    for q in qs.iter().take(5) {
+        let band = q.in_ecn_band.map_or(String::new(), |v| {
+            format!(
+                ", in ECN band {:.0}%, above {:.0}%",
+                v * 100.0,
+                q.above_ecn_band.unwrap_or(0.0) * 100.0
+            )
+        });
+        let _ = writeln!(
+            s,
+            "  {} port {} -> {} prio {}: mean {}, p50 {}, p99 {}, max {}{}",
+            q.switch,
+            q.port,
+            q.peer,
+            q.prio,
+            human_bytes(q.mean),
+            human_bytes(q.p50 as f64),
+            human_bytes(q.p99 as f64),
+            human_bytes(q.max as f64),
+            band
+        );
+    }
+    if !r.deadlocks.is_empty() {
+        for dl in &r.deadlocks {
+            let _ = writeln!(
+                s,
+                "DEADLOCK at {:.3} ms: {}",
+                ms(dl.detected_ps),
+                dl.cycle.join(" -> ")
+            );
+        }
+    }
+    if !r.watchdog.is_empty() {
+        let _ = writeln!(s, "watchdog actions: {}", r.watchdog.len());
+    }
+    let _ = writeln!(
+        s,
+        "simulator: {} events in {:.3} s wall ({:.2} M events/s)",
+        r.events,
+        r.wall_seconds,
+        r.events_per_second / 1e6
+    );
+    s
+}

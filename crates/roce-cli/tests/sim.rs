@@ -1,0 +1,189 @@
+//! `roce sim` end to end: a tiny scenario through the real binary, its
+//! summary numbers, CSV/JSON/SVG outputs, and the errors for bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn roce(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(args)
+        .output()
+        .expect("run roce")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+/// 2:1 incast of 300 KB at 40 G with DCQCN: small enough for debug builds.
+const TINY: &str = r#"
+name = "tiny"
+seed = 7
+duration = "2ms"
+
+[topology]
+kind = "star"
+hosts = 3
+rate = "40G"
+delay = "1us"
+
+[buffer]
+size = "4MB"
+
+[ecn]
+tc3 = { kmin = "5KB", kmax = "200KB", pmax = 0.01 }
+
+[cc]
+algorithm = "dcqcn"
+r_ai = "40M"
+
+[metrics]
+sample_interval = "5us"
+throughput_bin = "20us"
+convergence = "20us"
+
+[[workload]]
+kind = "incast"
+count = 2
+receiver = 0
+size = "300KB"
+"#;
+
+fn write_tiny(dir: &Path) -> String {
+    let p = dir.join("tiny.toml");
+    std::fs::write(&p, TINY).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// The number after `key` in `line` (e.g. "CNPs sent 12").
+fn number_after(text: &str, key: &str) -> f64 {
+    let i = text
+        .find(key)
+        .unwrap_or_else(|| panic!("`{key}` in {text}"))
+        + key.len();
+    text[i..]
+        .trim_start()
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("number after `{key}` in {text}"))
+}
+
+#[test]
+fn summary_csv_json_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir.path());
+    let csv = dir.path().join("csv");
+    let plots = dir.path().join("plots");
+    let o = roce(&[
+        "sim",
+        &sc,
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("scenario tiny (star-3, seed 7, cc dcqcn)"),
+        "{out}"
+    );
+    assert!(out.contains("flows: 2 of 2 completed, 0 failed"), "{out}");
+    assert!(out.contains("drops: 0 (buffer overflow 0"), "{out}");
+    // Both flows land in the 100KB..1MB bucket with a slowdown ≥ 1.
+    let line = out.lines().find(|l| l.contains("100KB .. 1MB")).unwrap();
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cols[3], "2", "{line}");
+    let p50: f64 = cols[4].parse().unwrap();
+    assert!((1.0..10.0).contains(&p50), "{line}");
+    // The incast overloads h0's link: CE marks, CNPs both ways.
+    let sent = number_after(&out, "CNPs sent");
+    let recv = number_after(&out, ", received");
+    assert!(sent >= 1.0 && sent == recv, "{out}");
+    let jain = number_after(&out, "fairness: Jain");
+    assert!(jain > 0.9 && jain <= 1.0, "{out}");
+    assert!(out.contains("sw0 port 0 -> h0 prio 3: mean"), "{out}");
+    assert!(number_after(&out, "simulator:") > 1000.0, "{out}");
+    // CSV and JSON agree with the summary.
+    let flows = std::fs::read_to_string(csv.join("flows.csv")).unwrap();
+    assert_eq!(flows.lines().count(), 3, "{flows}");
+    assert!(flows.starts_with("id,src,dst,size"));
+    for f in [
+        "queues.csv",
+        "ports.csv",
+        "throughput.csv",
+        "queue_stats.csv",
+    ] {
+        let t = std::fs::read_to_string(csv.join(f)).unwrap();
+        assert!(t.lines().count() > 1, "{f}: {t}");
+    }
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(csv.join("results.json")).unwrap()).unwrap();
+    assert_eq!(j["flows_completed"], 2);
+    assert_eq!(j["cc"], "dcqcn");
+    assert_eq!(j["engine"]["tx_cnp"].as_f64().unwrap(), sent);
+    // Four SVG plots with data in them.
+    for (f, min) in [
+        ("throughput.svg", 5_000),
+        ("queues.svg", 5_000),
+        ("pauses.svg", 200),
+        ("slowdown.svg", 1_000),
+    ] {
+        let s = std::fs::read_to_string(plots.join(f)).unwrap();
+        assert!(s.starts_with("<svg"), "{f}");
+        assert!(s.len() > min, "{f}: {} bytes", s.len());
+    }
+    let t = std::fs::read_to_string(plots.join("throughput.svg")).unwrap();
+    assert!(t.contains("h1→h0 p3") && t.contains("h2→h0 p3"));
+}
+
+#[test]
+fn json_and_duration_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir.path());
+    let o = roce(&["sim", &sc, "--json", "--duration", "50us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["sim_time_ps"], 50_000_000u64);
+    assert_eq!(j["flows_completed"], 0, "300 KB cannot finish in 50 us");
+    assert_eq!(j["name"], "tiny");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let o = roce(&["sim", "/nonexistent/x.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("/nonexistent/x.toml"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(&p, TINY.replace("r_ai = \"40M\"", "rpg_ai_rate = 5")).unwrap();
+    let o = roce(&["sim", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("cc.rpg_ai_rate") && e.contains("dcqcn"), "{e}");
+
+    std::fs::write(
+        &p,
+        TINY.replace("algorithm = \"dcqcn\"", "algorithm = \"timely\""),
+    )
+    .unwrap();
+    let o = roce(&["sim", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cc.algorithm"), "{}", stderr(&o));
+
+    let dir2 = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir2.path());
+    let o = roce(&["sim", &sc, "--duration", "soon"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--duration"), "{}", stderr(&o));
+}

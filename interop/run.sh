@@ -1,0 +1,164 @@
+#!/bin/bash
+# Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong on a
+# real RoCE peer, both roles, each case captured and every ICRC checked with
+# `roce inspect`. One row per case; exit 0 only when every case passed.
+#
+#   bash interop/run.sh                     # the rxe lab (../shared/lab), VM vmA
+#   PEER_MODE=ssh PEER_SSH=user@host PEER_IP=192.0.2.2 HOST_IP=192.0.2.1 \
+#     PEER_DEV=mlx5_0 PEER_GIDX=3 CAP_IF=enp1s0f0 NS= bash interop/run.sh   # a hardware NIC
+#
+# Variables (defaults in brackets):
+#   PEER_MODE   lab | ssh [lab]. lab: drive the VM with $LAB_DIR/peer.sh (started if
+#               needed, stopped at the end if this script started it); ssh: run the
+#               peer's commands with `ssh $PEER_SSH`.
+#   LAB_DIR     the lab scripts [/work/shared/lab];  PEER  the lab VM [vmA]
+#   NS          network namespace our side runs in ('' = none) [rxelab]
+#   HOST_IP     our address (the RoCE device and the TCP end) [10.77.0.1]
+#   PEER_IP     the peer's address [10.77.0.11]
+#   PEER_DEV / PEER_GIDX   the peer's device and RoCE v2 GID index (ssh mode; the lab
+#               sets $DEV/$GIDX in the guest)
+#   CAP_IF      interface to capture on (our side's namespace) [tap0]
+#   ROCE        our binary [target/release/roce next to this folder]
+#   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
+#   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
+#   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
+#   OUT         where captures and logs go [/tmp/interop-DATE]
+#   TXCSUM_OFF  1: turn off tx checksum offload on $TXCSUM_DEV [br0] first, so the capture
+#               holds real UDP checksums (else locally sent packets show partial ones) [1]
+set -uo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+PEER_MODE=${PEER_MODE:-lab}
+LAB_DIR=${LAB_DIR:-/work/shared/lab}
+PEER=${PEER:-vmA}
+NS=${NS-rxelab}
+HOST_IP=${HOST_IP:-10.77.0.1}
+PEER_IP=${PEER_IP:-10.77.0.11}
+CAP_IF=${CAP_IF:-tap0}
+ROCE=${ROCE:-$HERE/../target/release/roce}
+TRANSPORTS=${TRANSPORTS:-rc uc ud srq}
+ROLES=${ROLES:-our-client our-server}
+ITERS=${ITERS:-20}
+SRQ_QPS=${SRQ_QPS:-4}
+CHK=${CHK--c}
+CASE_TIMEOUT=${CASE_TIMEOUT:-180}
+PORT_BASE=${PORT_BASE:-18600}
+OUT=${OUT:-/tmp/interop-$(date +%Y%m%d-%H%M%S)}
+TXCSUM_OFF=${TXCSUM_OFF:-1}
+TXCSUM_DEV=${TXCSUM_DEV:-br0}
+EXTRA_THEIRS=${EXTRA_THEIRS:-}
+EXTRA_OURS=${EXTRA_OURS:-}
+
+mkdir -p "$OUT"
+ROCE=$(readlink -f "$ROCE")
+[ -x "$ROCE" ] || { echo "no roce binary at $ROCE (cargo build --release -p roce-cli)" >&2; exit 2; }
+
+nsx() { if [ -n "$NS" ]; then ip netns exec "$NS" "$@"; else "$@"; fi; }
+# In a background subshell: exec, so that $! is the program itself.
+nsx_exec() { if [ -n "$NS" ]; then exec ip netns exec "$NS" "$@"; else exec "$@"; fi; }
+
+STARTED_PEER=0
+BG_PIDS=()
+cleanup() {
+    for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    if [ "$PEER_MODE" = lab ] && [ "$STARTED_PEER" = 1 ]; then
+        bash "$LAB_DIR/peer.sh" stop "$PEER" >/dev/null 2>&1
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the peer -------------------------------------------------------------------------
+peer_dev() { if [ "$PEER_MODE" = lab ]; then echo '$DEV'; else echo "${PEER_DEV:?set PEER_DEV}"; fi; }
+peer_gidx() { if [ "$PEER_MODE" = lab ]; then echo '$GIDX'; else echo "${PEER_GIDX:?set PEER_GIDX}"; fi; }
+
+# peer_bg CMD LOG: starts CMD on the peer, its output to LOG; prints a handle.
+peer_bg() {
+    if [ "$PEER_MODE" = lab ]; then
+        bash "$LAB_DIR/peer.sh" bg "$PEER" "$1"
+    else
+        ssh -o BatchMode=yes "$PEER_SSH" "$1" > "$2" 2>&1 &
+        echo $!
+    fi
+}
+# peer_wait HANDLE LOG: waits, output to LOG, returns the command's status.
+peer_wait() {
+    if [ "$PEER_MODE" = lab ]; then
+        TIMEOUT=$((CASE_TIMEOUT + 30)) bash "$LAB_DIR/peer.sh" wait "$PEER" "$1" > "$2" 2>&1
+    else
+        wait "$1"
+    fi
+}
+
+if [ "$PEER_MODE" = lab ]; then
+    bash "$LAB_DIR/netns-setup.sh" up >/dev/null 2>&1
+    if ! TIMEOUT=60 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
+        echo "starting $PEER (slow: 30-90 s)..." >&2
+        bash "$LAB_DIR/peer.sh" start "$PEER" >"$OUT/peer-start.log" 2>&1 \
+            || { echo "the peer did not start; see $OUT/peer-start.log" >&2; exit 2; }
+        STARTED_PEER=1
+    fi
+fi
+if [ "$TXCSUM_OFF" = 1 ]; then
+    nsx python3 - "$TXCSUM_DEV" <<'EOF' >/dev/null 2>&1 || echo "warning: could not turn tx checksum offload off on $TXCSUM_DEV" >&2
+import ctypes, fcntl, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+b = ctypes.create_string_buffer(struct.pack("II", 0x17, 0))   # ETHTOOL_STXCSUM off
+fcntl.ioctl(s.fileno(), 0x8946, struct.pack("16sQ", sys.argv[1].encode(), ctypes.addressof(b)))
+EOF
+fi
+
+# --- one case -------------------------------------------------------------------------
+figures() { # the tools' two result lines, joined
+    grep -E "bytes in .* Mbit/sec|iters in .* usec/iter" "$1" | sed -E 's/ seconds//g' | tr '\n' ';' | sed 's/;$//'
+}
+
+FAILS=0
+N=0
+printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' tool direction tr size result \
+    "their figures" "our figures" "roce inspect"
+for t in $TRANSPORTS; do
+    size=${SIZE:-$([ "$t" = ud ] && echo 1024 || echo 4096)}
+    qflag=""; [ "$t" = srq ] && qflag="-q $SRQ_QPS"
+    for role in $ROLES; do
+        N=$((N + 1))
+        port=$((PORT_BASE + N))
+        case_dir="$OUT/$t-$role"; mkdir -p "$case_dir"
+        pcap="$case_dir/capture.pcap"
+        tool="ibv_${t}_pingpong"
+        common="-p $port -s $size -n $ITERS $qflag $CHK"
+        theirs_cmd="timeout $CASE_TIMEOUT $tool -d $(peer_dev) -g $(peer_gidx) $common $EXTRA_THEIRS"
+        ours=(timeout "$CASE_TIMEOUT" "$ROCE" pingpong --transport "$t" --bind "$HOST_IP" -g 1
+              -p "$port" -s "$size" -n "$ITERS" $qflag $CHK --timeout 60 $EXTRA_OURS)
+        ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791 or tcp port $port" \
+            >"$case_dir/tcpdump.log" 2>&1 ) &
+        cap=$!; BG_PIDS+=("$cap"); sleep 1
+        if [ "$role" = our-client ]; then
+            dir="their-srv<-our-cli"
+            h=$(peer_bg "$theirs_cmd" "$case_dir/theirs.log")
+            nsx "${ours[@]}" "$PEER_IP" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        else
+            dir="our-srv<-their-cli"
+            ( nsx_exec "${ours[@]}" >"$case_dir/ours.log" 2>&1 ) &
+            op=$!; BG_PIDS+=("$op"); sleep 1
+            h=$(peer_bg "$theirs_cmd $HOST_IP" "$case_dir/theirs.log")
+            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+            wait "$op"; rc_ours=$?
+        fi
+        sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+        "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+        insp=$(tail -1 "$case_dir/inspect.txt")
+        flows=$(awk '/^flow/{f=1;next} f&&NF==0{f=0} f{n++} END{print n+0}' "$case_dir/inspect.txt")
+        res=PASS
+        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ "$flows" -lt 2 ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$tool" "$dir" "$t" "$size" "$res" \
+            "$(figures "$case_dir/theirs.log") [rc=$rc_theirs]" \
+            "$(figures "$case_dir/ours.log") [rc=$rc_ours]" \
+            "$insp; flows=$flows [rc=$rc_insp]"
+    done
+done
+echo "$((N - FAILS))/$N cases passed; logs and captures in $OUT"
+[ $FAILS -eq 0 ]
