@@ -1,5 +1,6 @@
 //! `roce`: tools for RoCE v2 (RDMA over Converged Ethernet).
 
+mod devinfo;
 mod inspect;
 mod perf;
 mod pingpong;
@@ -31,6 +32,9 @@ enum Command {
     /// speaking their TCP exchange: `roce pingpong [--transport rc|uc|ud|srq]
     /// [SERVER]` (see `roce pingpong --help` for the flags).
     Pingpong(pingpong::RawArgs),
+    /// The RoCE v2 devices (network interfaces) this stack can open, their
+    /// GID tables and capabilities, in the manner of `ibv_devinfo -v`.
+    Devinfo(devinfo::DevinfoArgs),
     /// Run a fabric scenario (TOML) in the discrete-event simulator whose
     /// hosts run this stack's engine: PFC, ETS, ECN, DCQCN. Prints a
     /// summary; `--csv`/`--plots DIR` write tables and SVG plots.
@@ -46,6 +50,7 @@ fn main() {
         Command::Inspect(args) => inspect::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args),
+        Command::Devinfo(args) => devinfo::run(args),
         Command::Sim(args) => sim::run(args),
     };
     std::process::exit(code);

@@ -7,6 +7,7 @@
 //! connection ([`control`]); both sides print the result table. Every run
 //! verifies the transferred data unless `--no-verify`.
 
+mod backend;
 mod bw;
 mod control;
 mod lat;
@@ -135,9 +136,11 @@ pub(crate) struct PerfArgs {
     /// Both sides send at once (BW tests).
     #[arg(short = 'b', long = "bidirectional")]
     bidir: bool,
-    /// Local GID index to use.
-    #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
-    gid_index: u8,
+    /// Local GID index to use: the RoCE address is entry N of the GID
+    /// table `roce devinfo` prints for the interface (default: the address
+    /// of the control connection).
+    #[arg(short = 'x', long = "gid-index")]
+    gid_index: Option<u8>,
     /// TCP port of the control connection.
     #[arg(short = 'p', long, default_value_t = 18515)]
     port: u16,
@@ -147,6 +150,24 @@ pub(crate) struct PerfArgs {
     /// Packet I/O backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Udp)]
     backend: BackendKind,
+    /// Network interface of the packet backend (default: the one that holds
+    /// the local address); the UDP backend reads its MTU.
+    #[arg(short = 'd', long = "dev", alias = "ib-dev", value_name = "IFACE")]
+    dev: Option<String>,
+    /// Tag frames with this 802.1Q VLAN id (packet backend; 0 = priority
+    /// tag only), PCP from the DSCP.
+    #[arg(long, value_name = "VID", value_parser = clap::value_parser!(u16).range(0..4095))]
+    vlan: Option<u16>,
+    /// Record this side's RoCE datagrams (sent and received, as the
+    /// backend sees them, with synthetic Ethernet headers) to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<std::path::PathBuf>,
+    /// Inject faults into the datagrams this side sends (like `tc netem`,
+    /// seeded and reproducible): comma-separated `loss=P`, `duplicate=P`,
+    /// `reorder=P`, `corrupt=P`, `ce=P` (P as 0.02 or 2%), `delay=TIME`,
+    /// `jitter=TIME` (ns, us, ms), `seed=N`.
+    #[arg(long, value_name = "SPEC", value_parser = backend::check_faults)]
+    faults: Option<String>,
     /// Run the server and the client in this process, on two loopback
     /// addresses (127.0.0.1 and 127.0.0.2).
     #[arg(long)]
@@ -320,6 +341,14 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     if args.server.is_some() {
         return Err("--loopback runs both sides; do not name a server".into());
     }
+    if args.backend == BackendKind::Packet {
+        return Err(
+            "--loopback runs over the udp or fabric backend; the packet backend needs an Ethernet link (two hosts or namespaces)".into(),
+        );
+    }
+    if args.gid_index.is_some() {
+        return Err("--loopback uses 127.0.0.1 and 127.0.0.2; -x does not apply".into());
+    }
     // Refuse bad parameters before a server thread starts waiting.
     Params::from_args(args)?;
     let listener = TcpListener::bind((LOOP_SERVER, args.port))
@@ -327,6 +356,8 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     let fabric = (args.backend == BackendKind::Fabric).then(roce_io::Fabric::new);
     let mut server_args = args.clone();
     server_args.json = false;
+    // The client's side records both directions; one writer per file.
+    server_args.pcap = None;
     let fabric2 = fabric.clone();
     let server = std::thread::spawn(move || serve(&server_args, listener, fabric2.as_ref(), true));
     let mut client_args = args.clone();
@@ -403,10 +434,17 @@ fn serve(
         .filter(|b| !b.is_unspecified())
         .or(ctl.local_ip())
         .ok_or("no local address")?;
+    let local = match backend::gid_address(args, local) {
+        Ok(a) => a,
+        Err(e) => {
+            ctl.send_error(&e);
+            return Err(e);
+        }
+    };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
-        .and_then(|mut s| s.run(&mut ctl));
+        .and_then(|mut s| Ok((s.run(&mut ctl)?, s.params.clone())));
     match r {
-        Ok(results) => {
+        Ok((results, params)) => {
             if !quiet {
                 print_results(args, &params, &results);
             }
@@ -427,10 +465,17 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
     ctl.send(&params.to_json())?;
     let local = args.bind.or(ctl.local_ip()).ok_or("no local address")?;
+    let local = match backend::gid_address(args, local) {
+        Ok(a) => a,
+        Err(e) => {
+            ctl.send_error(&e);
+            return Err(e);
+        }
+    };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
-        .and_then(|mut s| s.run(&mut ctl));
+        .and_then(|mut s| Ok((s.run(&mut ctl)?, s.params.clone())));
     match r {
-        Ok(results) => {
+        Ok((results, params)) => {
             print_results(args, &params, &results);
             Ok(results)
         }

@@ -1,14 +1,15 @@
-//! Opening a context on the chosen backend, the memory layout, and the
-//! exchange that connects the QPs of both sides.
+//! One side of a run: its context (see [`super::backend`]), the memory
+//! layout, and the exchange that connects the QPs of both sides.
 
 use std::net::IpAddr;
 
 use roce_verbs::{
-    Access, CompletionQueue, ConnectOptions, Context, DeviceConfig, MemoryRegion, ProtectionDomain,
-    Psn, QpCaps, QpEndpoint, QpInitAttr, QpType, QueuePair, RemoteMr, Rkey,
+    Access, CompletionQueue, ConnectOptions, Context, MemoryRegion, ProtectionDomain, Psn, QpCaps,
+    QpEndpoint, QpInitAttr, QpType, QueuePair, RemoteMr, Rkey,
 };
 use serde_json::{json, Value};
 
+use super::backend::{link_path_mtu, open_context, prime_neighbours};
 use super::control::{Control, Endpoint};
 use super::{BackendKind, Params, PerfArgs, Test};
 
@@ -41,39 +42,6 @@ pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn open_context(
-    args: &PerfArgs,
-    local: IpAddr,
-    mtu: u32,
-    fabric: Option<&roce_io::Fabric>,
-) -> Result<Context, String> {
-    let mut cfg = DeviceConfig::new(local);
-    cfg.active_mtu = mtu;
-    match args.backend {
-        BackendKind::Fabric => {
-            let f = fabric.ok_or("the fabric backend needs --loopback")?;
-            Context::open_fabric_with(f, cfg, |ep| ep)
-                .map_err(|e| format!("cannot open a device on {local}: {e}"))
-        }
-        BackendKind::Udp => {
-            let ucfg = roce_io::UdpConfig::new(local)
-                .port(args.roce_port)
-                .remote_port(args.roce_port);
-            let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AddrInUse => {
-                    format!("UDP port {} on {local} is in use (another RoCE stack, or a kernel rxe device?)", args.roce_port)
-                }
-                std::io::ErrorKind::AddrNotAvailable => format!("{local} is not an address of this host"),
-                _ => format!("cannot open UDP {local}:{}: {e}", args.roce_port),
-            })?;
-            Context::open(backend, cfg).map_err(|e| format!("cannot open a device on {local}: {e}"))
-        }
-        BackendKind::Packet => {
-            Err("the AF_PACKET backend is not available in this build of roce perf yet".into())
-        }
-    }
-}
-
 impl Session {
     /// Creates the resources, exchanges endpoints and connects the QPs.
     pub(crate) fn open(
@@ -84,7 +52,10 @@ impl Session {
         ctl: &mut Control,
         is_client: bool,
     ) -> Result<Session, String> {
-        let ctx = open_context(args, local, params.mtu, fabric)?;
+        // perftest's rule: a path MTU above what the link carries is
+        // lowered to the largest that fits; both sides use the smaller.
+        let mtu = params.mtu.min(link_path_mtu(args, local));
+        let ctx = open_context(args, local, mtu, fabric)?;
         let pd = ctx.alloc_pd();
         let nq = params.qps as u64;
         let max_size = params.sizes.iter().copied().max().unwrap_or(8).max(8);
@@ -154,7 +125,8 @@ impl Session {
                 len: slot,
             })
             .collect();
-        let msg = json!({"type": "endpoints", "qps": mine.iter().map(|e| e.to_json()).collect::<Vec<_>>()});
+        let msg = json!({"type": "endpoints", "mtu": mtu,
+                         "qps": mine.iter().map(|e| e.to_json()).collect::<Vec<_>>()});
         let theirs = if is_client {
             let v = ctl.expect("endpoints")?;
             ctl.send(&msg)?;
@@ -177,8 +149,25 @@ impl Session {
                 qps.len()
             ));
         }
+        if args.backend == BackendKind::Packet {
+            prime_neighbours(local, &remote);
+        }
+        let theirs_mtu = match theirs.get("mtu").and_then(Value::as_u64) {
+            None => 4096,
+            Some(m @ (256 | 512 | 1024 | 2048 | 4096)) => m as u32,
+            Some(m) => return Err(format!("the peer sent an invalid path MTU {m}")),
+        };
+        let mtu = mtu.min(theirs_mtu);
+        if mtu < params.mtu && is_client && !args.json {
+            eprintln!(
+                "roce perf: requested MTU {} is above what the path carries; using {mtu}",
+                params.mtu
+            );
+        }
+        let mut params = params.clone();
+        params.mtu = mtu;
         let opts = ConnectOptions {
-            path_mtu: Some(params.mtu),
+            path_mtu: Some(mtu),
             // Finite retries, so a dead peer ends the run with RETRY_EXC_ERR
             // (retry_cnt 7 would retry forever, as in rxe): 7 × 268 ms.
             retry_cnt: 6,
@@ -201,7 +190,7 @@ impl Session {
         }
         ctl.barrier("connected")?;
         Ok(Session {
-            params: params.clone(),
+            params,
             is_client,
             _ctx: ctx,
             cq,

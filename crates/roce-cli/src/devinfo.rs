@@ -1,0 +1,295 @@
+//! `roce devinfo`: the RoCE v2 devices this stack can open, in the manner
+//! of `ibv_devinfo -v`.
+//!
+//! A device is a network interface (this stack has no kernel device: the
+//! UDP backend opens any local address, the packet backend any Ethernet
+//! interface). For each: its index, MAC and the node GUID derived from it,
+//! state, netdev MTU and active path MTU, the GID table, and (with `-v`)
+//! the limits of the engine (`roce-core`) and the verbs layer.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use roce_io::InterfaceInfo;
+use roce_verbs::roce_core::qp::path_mtu_for_link;
+use serde_json::{json, Value};
+
+/// Options of `roce devinfo`.
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct DevinfoArgs {
+    /// Show this interface only (loopback and down interfaces included);
+    /// by default every interface that is up, loopback excepted.
+    #[arg(short = 'd', long = "ib-dev", alias = "dev", value_name = "IFACE")]
+    dev: Option<String>,
+    /// Also print the device capabilities (as `ibv_devinfo -v`).
+    #[arg(short = 'v', long)]
+    verbose: bool,
+    /// Print JSON (always with the capabilities).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The largest path MTU of the IB enumeration (`IBV_MTU_4096`).
+const MAX_MTU: u32 = 4096;
+
+/// A capability: its `ibv_devinfo` name and value (a number or a word).
+struct Cap {
+    name: &'static str,
+    value: Value,
+    text: String,
+}
+
+fn num(name: &'static str, v: u64) -> Cap {
+    Cap {
+        name,
+        value: json!(v),
+        text: v.to_string(),
+    }
+}
+
+fn hex(name: &'static str, v: u64) -> Cap {
+    Cap {
+        name,
+        value: json!(v),
+        text: format!("{v:#x}"),
+    }
+}
+
+fn word(name: &'static str, json: Value, text: &str) -> Cap {
+    Cap {
+        name,
+        value: json,
+        text: text.to_string(),
+    }
+}
+
+/// What the stack supports, from the limits in the code: the QPN space
+/// (24 bits, 0 and 1 reserved), memory keys (24-bit index), the verbs
+/// layer's CQ and SRQ bounds, `max_inline_data` (roce-core refuses more
+/// than 4096), messages up to 2^31 bytes, `QpCaps`' 16 SGEs, and the
+/// 16 outstanding READ/atomics that `ConnectOptions` sets.
+fn capabilities() -> Vec<Cap> {
+    vec![
+        hex("max_mr_size", u64::MAX),
+        hex("max_msg_sz", 1 << 31),
+        num("max_qp", 0xff_ffff - 1),
+        num("max_qp_wr", 1 << 20),
+        num("max_sge", 16),
+        num("max_sge_rd", 16),
+        num("max_cqe", 4 << 20),
+        num("max_mr", (1 << 24) - 1),
+        num("max_pd", u32::MAX.into()),
+        num("max_qp_rd_atom", 16),
+        num("max_qp_init_rd_atom", 16),
+        word("atomic_cap", json!("ATOMIC_HCA"), "ATOMIC_HCA (1)"),
+        num("max_srq_wr", 1 << 20),
+        num("max_srq_sge", 16),
+        num("max_inline_data", 4096),
+        word("transports", json!(["RC", "UC", "UD"]), "RC UC UD"),
+        word("srq", json!(true), "yes"),
+        word(
+            "path_mtus",
+            json!([256, 512, 1024, 2048, 4096]),
+            "256 512 1024 2048 4096",
+        ),
+        word(
+            "udp_sport_range",
+            json!([0xc000, 0xffff]),
+            "0xc000-0xffff (per QP, from the QPN)",
+        ),
+        word(
+            "backends",
+            json!(["udp", "packet"]),
+            "udp packet (AF_PACKET)",
+        ),
+    ]
+}
+
+/// The GID table of an interface: each IPv4 address as its IPv4-mapped
+/// IPv6 address, each IPv6 address as itself, in the interface's order
+/// (IPv4 first). Index = GID index; all RoCE v2.
+pub(crate) fn gid_table(i: &InterfaceInfo) -> Vec<Ipv6Addr> {
+    i.addrs
+        .iter()
+        .map(|a| match a {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => *v6,
+        })
+        .collect()
+}
+
+/// The active path MTU of an interface: the largest IB MTU that fits
+/// `netdev MTU - 80` (rxe's rule), 4096 at most.
+pub(crate) fn active_mtu(i: &InterfaceInfo) -> u32 {
+    i.mtu.map_or(1024, path_mtu_for_link).min(MAX_MTU)
+}
+
+/// EUI-64 from a MAC address (universal/local bit flipped, ff:fe in the
+/// middle), written as four groups of 16 bits as `ibv_devinfo` does.
+fn node_guid(mac: [u8; 6]) -> String {
+    let g = [
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ];
+    g.chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// `IBV_MTU_*` of a path MTU in bytes.
+fn mtu_enum(mtu: u32) -> u32 {
+    mtu.trailing_zeros().saturating_sub(7)
+}
+
+fn port_state(i: &InterfaceInfo) -> (&'static str, u32) {
+    if i.up && i.running {
+        ("PORT_ACTIVE", 4)
+    } else {
+        ("PORT_DOWN", 1)
+    }
+}
+
+fn device_json(i: &InterfaceInfo) -> Value {
+    let mac = i.mac.map(|m| m.0).unwrap_or_default();
+    let (state, _) = port_state(i);
+    let gids: Vec<Value> = gid_table(i)
+        .iter()
+        .enumerate()
+        .map(|(k, g)| json!({"index": k, "gid": g.to_string(), "type": "RoCE v2"}))
+        .collect();
+    let caps: serde_json::Map<String, Value> = capabilities()
+        .into_iter()
+        .map(|c| (c.name.to_string(), c.value))
+        .collect();
+    json!({
+        "name": i.name,
+        "ifindex": i.index,
+        "mac": i.mac.map(|m| m.to_string()),
+        "node_guid": node_guid(mac),
+        "state": state,
+        "admin_up": i.up,
+        "loopback": i.loopback,
+        "link_layer": "Ethernet",
+        "mtu": i.mtu,
+        "active_mtu": active_mtu(i),
+        "max_mtu": MAX_MTU,
+        "addrs": i.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "gids": gids,
+        "caps": caps,
+    })
+}
+
+fn device_text(i: &InterfaceInfo, verbose: bool) -> String {
+    use std::fmt::Write;
+    let mac = i.mac.map(|m| m.0).unwrap_or_default();
+    let guid = node_guid(mac);
+    let mut s = String::new();
+    let _ = writeln!(s, "hca_id:\t{}", i.name);
+    let _ = writeln!(s, "\ttransport:\t\t\tRoCE v2 (userspace)");
+    let _ = writeln!(s, "\tnode_guid:\t\t\t{guid}");
+    let _ = writeln!(s, "\tsys_image_guid:\t\t\t{guid}");
+    let _ = writeln!(s, "\tif_index:\t\t\t{}", i.index);
+    let _ = writeln!(
+        s,
+        "\tmac:\t\t\t\t{}",
+        i.mac.map_or("-".to_string(), |m| m.to_string())
+    );
+    let _ = writeln!(s, "\tphys_port_cnt:\t\t\t1");
+    if verbose {
+        for c in capabilities() {
+            let tabs = match c.name.len() {
+                0..=6 => "\t\t\t\t",
+                7..=14 => "\t\t\t",
+                15..=22 => "\t\t",
+                _ => "\t",
+            };
+            let _ = writeln!(s, "\t{}:{tabs}{}", c.name, c.text);
+        }
+    }
+    let (state, n) = port_state(i);
+    let active = active_mtu(i);
+    let _ = writeln!(s, "\t\tport:\t1");
+    let _ = writeln!(s, "\t\t\tstate:\t\t\t{state} ({n})");
+    let _ = writeln!(s, "\t\t\tmax_mtu:\t\t{MAX_MTU} ({})", mtu_enum(MAX_MTU));
+    let _ = writeln!(s, "\t\t\tactive_mtu:\t\t{active} ({})", mtu_enum(active));
+    let _ = writeln!(
+        s,
+        "\t\t\tnetdev_mtu:\t\t{}",
+        i.mtu.map_or("-".to_string(), |m| m.to_string())
+    );
+    let _ = writeln!(s, "\t\t\tlink_layer:\t\tEthernet");
+    for (k, g) in gid_table(i).iter().enumerate() {
+        let _ = writeln!(s, "\t\t\tGID[{k:>3}]:\t\t{g}, RoCE v2");
+    }
+    s
+}
+
+/// The interfaces to show: the named one, or every one that is up and
+/// not loopback.
+fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInfo>, String> {
+    match dev {
+        Some(name) => all
+            .into_iter()
+            .find(|i| i.name == name)
+            .map(|i| vec![i])
+            .ok_or(format!("no interface {name}")),
+        None => Ok(all
+            .into_iter()
+            .filter(|i| i.up && i.running && !i.loopback)
+            .collect()),
+    }
+}
+
+/// Runs `roce devinfo`; returns the exit status.
+pub(crate) fn run(args: &DevinfoArgs) -> i32 {
+    let devs = match roce_io::interfaces()
+        .map_err(|e| format!("cannot list interfaces: {e}"))
+        .and_then(|all| select(all, args.dev.as_deref()))
+    {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("roce devinfo: {e}");
+            return 1;
+        }
+    };
+    if args.json {
+        let v: Vec<Value> = devs.iter().map(device_json).collect();
+        println!("{}", json!({ "devices": v }));
+        return 0;
+    }
+    if devs.is_empty() {
+        eprintln!(
+            "roce devinfo: no device (every interface is down or loopback; name one with -d)"
+        );
+        return 1;
+    }
+    let text: Vec<String> = devs.iter().map(|i| device_text(i, args.verbose)).collect();
+    print!("{}", text.join("\n"));
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guid_is_the_eui64_of_the_mac() {
+        assert_eq!(
+            node_guid([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]),
+            "5054:00ff:fe12:3456"
+        );
+        assert_eq!(node_guid([0; 6]), "0200:00ff:fe00:0000");
+    }
+
+    #[test]
+    fn mtu_enumeration() {
+        let e: Vec<u32> = [256, 512, 1024, 2048, 4096].map(mtu_enum).to_vec();
+        assert_eq!(e, [1, 2, 3, 4, 5]);
+    }
+}

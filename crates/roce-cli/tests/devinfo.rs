@@ -1,0 +1,94 @@
+//! `roce devinfo` on this host's loopback interface (no privileges
+//! needed); interfaces with known MTUs are checked in `perf_netns.rs`.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn devinfo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_roce"))
+        .arg("devinfo")
+        .args(args)
+        .output()
+        .expect("run roce")
+}
+
+fn json(args: &[&str]) -> Value {
+    let o = devinfo(args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+#[test]
+fn loopback_when_named() {
+    let v = json(&["--json", "-d", "lo"]);
+    let d = &v["devices"][0];
+    assert_eq!(d["name"], "lo");
+    assert_eq!(d["loopback"], true);
+    assert!(d["ifindex"].as_u64().unwrap() > 0);
+    assert_eq!(d["active_mtu"], 4096, "{d}");
+    assert_eq!(d["max_mtu"], 4096);
+    assert_eq!(d["link_layer"], "Ethernet");
+    assert_eq!(
+        d["node_guid"], "0200:00ff:fe00:0000",
+        "EUI-64 of 00:00:00:00:00:00"
+    );
+    let gids = d["gids"].as_array().unwrap();
+    assert_eq!(gids[0]["gid"], "::ffff:127.0.0.1", "{d}");
+    assert_eq!(gids[0]["index"], 0);
+    assert_eq!(gids[0]["type"], "RoCE v2");
+    let caps = &d["caps"];
+    assert_eq!(caps["max_sge"], 16);
+    assert_eq!(caps["max_inline_data"], 4096);
+    assert_eq!(caps["max_qp_rd_atom"], 16);
+    assert_eq!(caps["atomic_cap"], "ATOMIC_HCA");
+    assert_eq!(caps["transports"], serde_json::json!(["RC", "UC", "UD"]));
+    assert_eq!(caps["udp_sport_range"], serde_json::json!([0xc000, 0xffff]));
+}
+
+#[test]
+fn loopback_is_skipped_unless_named() {
+    let v = json(&["--json"]);
+    assert!(
+        v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["name"] != "lo" && d["state"] == "PORT_ACTIVE"),
+        "{v}"
+    );
+}
+
+#[test]
+fn text_in_the_manner_of_ibv_devinfo() {
+    let o = devinfo(&["-d", "lo"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(t.starts_with("hca_id:\tlo\n"), "{t}");
+    assert!(t.contains("\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"), "{t}");
+    assert!(t.contains("\t\t\tactive_mtu:\t\t4096 (5)\n"), "{t}");
+    assert!(
+        t.contains("\t\t\tGID[  0]:\t\t::ffff:127.0.0.1, RoCE v2\n"),
+        "{t}"
+    );
+    assert!(!t.contains("max_qp:"), "capabilities only with -v: {t}");
+    let o = devinfo(&["-d", "lo", "-v"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    for line in [
+        "\tmax_qp:\t\t\t\t16777214\n",
+        "\tmax_sge:\t\t\t16\n",
+        "\tmax_inline_data:\t\t4096\n",
+        "\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
+        "\ttransports:\t\t\tRC UC UD\n",
+    ] {
+        assert!(t.contains(line), "{line:?} in {t}");
+    }
+}
+
+#[test]
+fn unknown_interface_is_a_one_line_error() {
+    let o = devinfo(&["-d", "no-such-if0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(err.trim(), "roce devinfo: no interface no-such-if0");
+}
