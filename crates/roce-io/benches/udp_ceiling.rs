@@ -3,7 +3,9 @@
 //! (4108 bytes of UDP payload, what a 4096-byte-MTU RoCE packet makes)
 //! from 127.0.0.1 to 127.0.0.2, with UDP GSO on send and GRO on receive,
 //! and again one datagram per system call. `roce perf write-bw` over the
-//! UDP backend is measured against the GSO/GRO figure.
+//! UDP backend is measured against the GSO/GRO figure. Then a plain UDP
+//! ping-pong of small datagrams (busy-polling, as `roce perf send-lat`
+//! does): its half round trip is the latency baseline.
 //!
 //! `cargo bench -p roce-io --bench udp_ceiling [-- SECONDS]`
 
@@ -91,6 +93,43 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
     Ok((gbit(sent, secs), gbit(got, dt)))
 }
 
+/// Half round trips (µs) of a busy-polling UDP ping-pong with `len`-byte
+/// datagrams between 127.0.0.1 and 127.0.0.2.
+fn ping_pong(len: usize, iters: usize) -> std::io::Result<Vec<f64>> {
+    let a = UdpSocket::bind("127.0.0.1:0")?;
+    let b = UdpSocket::bind("127.0.0.2:0")?;
+    a.connect(b.local_addr()?)?;
+    b.connect(a.local_addr()?)?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let mut done = 0;
+        while done < iters {
+            if let Ok(n) = b.recv(&mut buf) {
+                let _ = b.send(&buf[..n]);
+                done += 1;
+            }
+        }
+    });
+    let msg = vec![7u8; len];
+    let mut buf = [0u8; 2048];
+    let mut out = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        a.send(&msg)?;
+        loop {
+            if a.recv(&mut buf).is_ok() {
+                break;
+            }
+        }
+        out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    echo.join().expect("echo thread");
+    out.sort_by(|x, y| x.total_cmp(y));
+    Ok(out)
+}
+
 fn main() -> std::io::Result<()> {
     let secs: f64 = std::env::args()
         .filter_map(|a| a.parse().ok())
@@ -101,5 +140,14 @@ fn main() -> std::io::Result<()> {
         let (tx, rx) = run(gso, secs)?;
         println!("  {name:<28} sent {tx:6.1} Gbit/s   received {rx:6.1} Gbit/s");
     }
+    // A RoCE SEND of 2 bytes is a 64-byte UDP payload (BTH + pad + ICRC).
+    let lat = ping_pong(64, 20_000)?;
+    let n = lat.len();
+    println!(
+        "  UDP ping-pong, 64 B, busy-poll  half round trip: typical {:.2} us, min {:.2} us, 99% {:.2} us",
+        lat[n / 2],
+        lat[0],
+        lat[(n * 99) / 100]
+    );
     Ok(())
 }
