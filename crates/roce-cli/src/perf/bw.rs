@@ -13,6 +13,9 @@ use super::report::{self, BwResult};
 use super::setup::Session;
 use super::{Test, STOP};
 
+/// Bytes in flight per side across all QPs (the UDP backend's receive
+/// buffer is 8 MiB).
+const INFLIGHT_BUDGET: u64 = 4 << 20;
 /// One signaled work request per this many (perftest's CQ moderation).
 const MODERATION: u64 = 64;
 /// Receive WR ids carry this bit.
@@ -123,6 +126,9 @@ fn drive(
     // (seconds since start, operations completed), when the count changes.
     let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
     let op = op_for(p.test);
+    // UDP has no flow control: keep what all QPs have in flight within what
+    // the peer's receive socket buffers, or overflow drops start go-back-N.
+    let depth = (p.tx_depth as u64).min((INFLIGHT_BUDGET / (size.max(1) * nq as u64)).max(2));
     let peer_pattern = s.peer_pattern(size as usize);
     let mut comps = Vec::with_capacity(256);
     let progress = super::lat::progress_bar(p.duration);
@@ -134,7 +140,7 @@ fn drive(
         let stop_posting = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d);
         if requester && !stop_posting {
             for q in 0..nq {
-                while posted[q] < per_qp_target && posted[q] - done[q] < p.tx_depth as u64 {
+                while posted[q] < per_qp_target && posted[q] - done[q] < depth {
                     let seq = posted[q];
                     let local = s.mr.sge(
                         s.slot_off(q) + s.max_size,
@@ -151,7 +157,7 @@ fn drive(
                     let last = seq + 1 == per_qp_target;
                     // Signal often enough that a full window always holds a
                     // signaled WR (else progress would never be seen).
-                    let every = MODERATION.min(p.tx_depth as u64);
+                    let every = MODERATION.min(depth);
                     if !(last || seq % every == every - 1) {
                         wr.flags = SendFlags::default();
                     }
