@@ -375,3 +375,58 @@ fn ctrl_c_ends_a_run_with_a_partial_report() {
     let iters: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(iters > 10, "{row}");
 }
+
+#[test]
+fn dcqcn_over_udp_reacts_to_ce_marks() {
+    let (port, roce_port) = ports();
+    // The fault injector marks 20 % of the ECN-capable packets CE: the
+    // receiver answers with CNPs and the sender's DCQCN cuts its rate.
+    let v = json_run(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-n",
+        "500",
+        "-p",
+        &port,
+        "--roce-port",
+        &roce_port,
+        "--cc",
+        "dcqcn",
+        "--link-gbps",
+        "40",
+        "--faults",
+        "ce=20%",
+        "--json",
+    ]);
+    let cc = &v["results"][0]["cc"];
+    assert!(cc["cnp_received"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["verified"], true);
+    // Without --cc the data is not ECN-capable: nothing is marked.
+    let (port, roce_port) = ports();
+    let v = json_run(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-n",
+        "200",
+        "-p",
+        &port,
+        "--roce-port",
+        &roce_port,
+        "--faults",
+        "ce=20%",
+        "--json",
+    ]);
+    assert_eq!(v["results"][0]["cc"]["cnp_received"], 0, "{v}");
+    let err = one_line_failure(&roce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "--cc",
+        "dcqcn",
+        "--link-gbps",
+        "0",
+    ]));
+    assert!(err.contains("--link-gbps"), "{err}");
+}

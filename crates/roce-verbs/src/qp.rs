@@ -223,6 +223,16 @@ impl QueuePair {
             .unwrap_or_default()
     }
 
+    /// Congestion-control counters and state (DCQCN rate, CE marks seen,
+    /// CNPs sent and received).
+    pub fn cc_counters(&self) -> roce_core::cc::CcCounters {
+        self.shared()
+            .core()
+            .dev
+            .qp_cc_counters(self.inner.qpn)
+            .unwrap_or_default()
+    }
+
     /// `ibv_post_send`. Every scatter/gather entry must lie inside a live
     /// memory region of this QP's PD; the regions stay registered until the
     /// WR completes (see the crate docs). Unsignaled WRs release their

@@ -194,6 +194,19 @@ pub(crate) fn open_context(
 ) -> Result<Context, String> {
     let mut cfg = DeviceConfig::new(local);
     cfg.active_mtu = mtu;
+    if !(args.link_gbps > 0.0 && args.link_gbps <= 10_000.0) {
+        return Err("--link-gbps must be between 0 and 10000".into());
+    }
+    cfg.link_bps = (args.link_gbps * 1e9) as u64;
+    let cc = match args.cc {
+        super::CcChoice::None => None,
+        super::CcChoice::Dcqcn => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn()),
+        super::CcChoice::DcqcnMlx5 => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn_mlx5()),
+    };
+    if let Some(cc) = cc {
+        cfg.cc = cc;
+        cfg.ecn = roce_wire::Ecn::Ect0;
+    }
     match args.backend {
         BackendKind::Fabric => {
             let f = fabric.ok_or("the fabric backend needs --loopback")?;

@@ -358,6 +358,19 @@ fn exchange(
         total.msg_rate += r.msg_rate;
     }
     let mut v = report::bw_json(&total);
+    // Congestion control on this side's QPs (all zero without --cc).
+    let cc: Vec<_> = s.qps.iter().map(|q| q.cc_counters()).collect();
+    let (ce, sent, recvd) = cc.iter().fold((0, 0, 0), |a, c| {
+        (a.0 + c.ce_received, a.1 + c.cnp_sent, a.2 + c.cnp_received)
+    });
+    let min_rate = cc.iter().map(|c| c.rate_bps).min().unwrap_or(0);
+    v["cc"] = json!({"ce_received": ce, "cnp_sent": sent, "cnp_received": recvd, "min_rate_bps": min_rate});
+    if ce + sent + recvd > 0 {
+        v["note"] = json!(format!(
+            " congestion control: {ce} CE-marked packets received, {sent} CNPs sent, {recvd} CNPs received, slowest QP now {:.2} Gb/s",
+            min_rate as f64 / 1e9
+        ));
+    }
     v["row"] = json!(report::bw_row(&total, false));
     v["row_gbits"] = json!(report::bw_row(&total, true));
     Ok(v)

@@ -93,6 +93,17 @@ impl Test {
     }
 }
 
+/// Congestion control of `--cc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CcChoice {
+    /// None (data not ECN-capable).
+    None,
+    /// DCQCN as in the paper (Zhu et al., SIGCOMM 2015).
+    Dcqcn,
+    /// DCQCN as NVIDIA's mlx5 firmware runs it (rpg_*/dce_tcp_* defaults).
+    DcqcnMlx5,
+}
+
 /// Packet I/O backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum BackendKind {
@@ -178,6 +189,13 @@ pub(crate) struct PerfArgs {
     /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
     #[arg(long, default_value_t = 4791)]
     roce_port: u16,
+    /// Congestion control: ECN-capable data, CNPs on CE, and the DCQCN
+    /// reaction point (the paper's version or NVIDIA's mlx5 variant).
+    #[arg(long, value_enum, default_value_t = CcChoice::None)]
+    pub(crate) cc: CcChoice,
+    /// Line rate DCQCN starts from and recovers to, in Gbit/s.
+    #[arg(long = "link-gbps", default_value_t = 100.0)]
+    pub(crate) link_gbps: f64,
     /// Skip data verification.
     #[arg(long)]
     no_verify: bool,
@@ -549,6 +567,11 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value]) {
         }
     }
     println!("{}", report::RULE);
+    for r in results {
+        if let Some(note) = r.get("note").and_then(Value::as_str) {
+            println!("{note}");
+        }
+    }
     if STOP.load(Ordering::SeqCst) {
         println!(" (interrupted: partial results)");
     }
