@@ -11,6 +11,7 @@ mod backend;
 mod bw;
 mod control;
 mod lat;
+mod perftest;
 mod report;
 mod setup;
 
@@ -183,6 +184,10 @@ pub(crate) struct PerfArgs {
     /// addresses (127.0.0.1 and 127.0.0.2).
     #[arg(long)]
     loopback: bool,
+    /// Speak perftest 4.5's out-of-band exchange (instead of this tool's
+    /// own), to run against ib_write_bw, ib_read_bw, ib_send_bw.
+    #[arg(long)]
+    perftest: bool,
     /// Local address to use (default: the address that reaches the peer).
     #[arg(long)]
     bind: Option<IpAddr>,
@@ -334,7 +339,9 @@ impl Params {
 /// Runs `roce perf`; returns the exit status.
 pub(crate) fn run(args: &PerfArgs) -> i32 {
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
-    let res = if args.loopback {
+    let res = if args.perftest {
+        perftest::run(args)
+    } else if args.loopback {
         run_loopback(args)
     } else if args.server.is_some() {
         run_client(args, None).map(|_| ())
