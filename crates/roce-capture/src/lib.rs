@@ -40,16 +40,16 @@
 //! readers over one circular buffer: blocks borrow the buffer, the caller decides
 //! when to consume, refill or grow it, and `consumed()` is the exact file offset
 //! of the block being parsed, which gives precise error offsets for free. It
-//! needs Rust 1.65, its own code has no unsafe beyond one bounds-checked
+//! needs Rust 1.65, its own code is safe Rust apart from one bounds-checked
 //! slice-to-array cast, and it parses every pcapng block type in both byte
 //! orders. Built on it, this reader reads a 1-million-packet, 116 MB pcap in
 //! about 0.07 s and the pcapng equivalent in 0.09 s (release build, file in the
 //! page cache; `tests/perf.rs`), so reading is I/O bound. `pcap-file`
 //! 2.0 reports no offsets at all, treats EPB timestamp ticks as nanoseconds
 //! whatever the interface's `if_tsresol`, always allocates an 8 MB buffer and
-//! fails on records larger than it, and relies on an `unsafe` lifetime transmute
+//! fails on records larger than it, and relies on a lifetime transmute (unchecked code)
 //! in its buffer; its 3.0 line is still a release candidate and needs Rust 1.93
-//! (the workspace supports 1.80). Three pcap-parser 0.17 quirks are handled
+//! (above this workspace's MSRV, 1.88). Three pcap-parser 0.17 quirks are handled
 //! here: it decodes `if_tsoffset` as little-endian in big-endian sections and
 //! rejects every power-of-two `if_tsresol`, so the IDB options are decoded in
 //! this crate; and a block whose contents overrun its own length surfaces as

@@ -4,7 +4,7 @@
 //!
 //! The engine never sees application memory as a slice it could keep: each
 //! region's bytes sit behind [`RegionMemory`], which the API layer
-//! implements (an owned buffer, or raw memory at its own `unsafe` boundary).
+//! implements (an owned buffer, or raw memory behind roce-verbs' own memory boundary).
 
 use std::fmt;
 

@@ -16,7 +16,7 @@
 //! * [`icrc`] computes the invariant CRC for IPv4 and IPv6;
 //! * [`pfc`] parses and emits 802.3x PAUSE and 802.1Qbb PFC frames.
 //!
-//! The crate is `no_std`, has no `unsafe`, and never allocates. Enable the
+//! The crate is `no_std`, forbids `unsafe_code`, and never allocates. Enable the
 //! default `std` feature for run-time CPU detection in the CRC.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
