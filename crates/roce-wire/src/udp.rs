@@ -93,7 +93,7 @@ impl UdpRepr {
     }
 
     /// Writes the header with the given datagram length and a zero checksum
-    /// (see [`fill_checksum`] for the computed form).
+    /// (`FrameRepr::emit` computes the checksum itself when asked to).
     pub fn emit(&self, buf: &mut [u8], len: usize) -> Result<()> {
         if buf.len() < HEADER_LEN {
             return Err(Error::BufferTooSmall { needed: HEADER_LEN });
