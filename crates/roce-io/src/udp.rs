@@ -375,6 +375,8 @@ pub struct UdpBackend {
     segs: Vec<Seg>,
     plan: Vec<Planned>,
     rx_arena: Box<[u8]>,
+    /// The last receive call found nothing (see `recv`).
+    rx_idle: bool,
     rx_slot: usize,
     rx_info: Vec<RxInfo>,
     rx_cur: usize,
@@ -455,6 +457,7 @@ impl UdpBackend {
             segs: Vec::with_capacity(TX_CHUNK),
             plan: Vec::with_capacity(MAX_MMSG),
             rx_arena: vec![0u8; rx_slot * rx_msgs].into_boxed_slice(),
+            rx_idle: false,
             rx_slot,
             rx_info: Vec::with_capacity(rx_msgs),
             rx_cur: 0,
@@ -808,7 +811,13 @@ impl Backend for UdpBackend {
             if batch.is_full() {
                 break;
             }
-            let want = if self.offloads.gro {
+            let want = if self.rx_idle {
+                // The last look found nothing: a busy-polling caller would
+                // otherwise set up a full batch of headers on every empty
+                // poll. One slot tells whether traffic is back; the next
+                // call takes the rest of a burst in a full batch.
+                1
+            } else if self.offloads.gro {
                 usize::MAX
             } else {
                 batch.capacity() - batch.len()
@@ -822,6 +831,7 @@ impl Backend for UdpBackend {
             )?;
             self.rx_cur = 0;
             self.rx_off = 0;
+            self.rx_idle = n == 0;
             if n == 0 {
                 break;
             }
