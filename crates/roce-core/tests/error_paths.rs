@@ -677,3 +677,76 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
         "fires once, then disarms"
     );
 }
+
+/// A new SEND_FIRST while a SEND is still in progress is an opcode
+/// sequence error: NAK invalid request, the QP goes to ERR, and the
+/// receive the broken message had taken completes (WR_FLUSH_ERR) instead
+/// of vanishing.
+#[test]
+fn new_message_while_one_is_in_progress_is_an_invalid_request() {
+    use roce_wire::{ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, UdpChecksum, UdpRepr};
+    let mut w = World::new(1 << 16);
+    let (_qa, qb) = w.connect(QpType::Rc, 256);
+    for id in [1, 2] {
+        let sge = w.hosts[1].sge(1024 * id, 1024);
+        w.hosts[1]
+            .dev
+            .post_recv(
+                qb,
+                RecvWr {
+                    wr_id: id,
+                    sgl: vec![sge],
+                },
+            )
+            .unwrap();
+    }
+    // B expects PSN 0x100 from A (see World::connect).
+    let send = |op: u8, psn: u32, len: usize| {
+        let repr = FrameRepr {
+            eth: None,
+            ip: IpRepr::V4(Ipv4Repr {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                dscp: 0,
+                ecn: roce_wire::Ecn::NotEct,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+                payload_len: 0,
+            }),
+            udp: UdpRepr {
+                src_port: 0xc000,
+                dst_port: roce_wire::ROCE_V2_PORT,
+                checksum: UdpChecksum::Zero,
+            },
+            bth: roce_wire::BthRepr::new(Opcode::from_u8(op).unwrap(), qb, Psn::new(psn)),
+            ext: ExtHeaders::default(),
+            payload: &vec![0x42u8; len],
+        };
+        let mut buf = vec![0u8; repr.len()];
+        repr.emit(&mut buf).unwrap();
+        buf
+    };
+    w.hosts[1]
+        .dev
+        .handle_datagram(0, &send(0x00, 0x100, 256), RxInfo::default()); // SEND_FIRST
+    w.hosts[1]
+        .dev
+        .handle_datagram(0, &send(0x04, 0x101, 10), RxInfo::default()); // SEND_ONLY
+    let mut buf = vec![0u8; 4400];
+    let n = w.hosts[1].dev.poll_transmit(0, &mut buf).expect("a NAK");
+    let nak = roce_wire::RocePacket::parse_ip(&buf[..n]).unwrap();
+    assert_eq!(
+        nak.ext.aeth.unwrap().syndrome,
+        roce_wire::Syndrome::Nak(roce_wire::NakCode::InvalidRequest)
+    );
+    assert_eq!(nak.bth.psn, Psn::new(0x101));
+    assert_eq!(w.hosts[1].dev.qp(qb).unwrap().state(), QpState::Err);
+    let c = w.hosts[1].poll();
+    let got: Vec<(u64, WcStatus)> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)],
+        "the in-progress receive is not lost"
+    );
+}

@@ -261,7 +261,9 @@ impl Qp {
     /// Completes every outstanding WR with WR_FLUSH_ERR.
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
         self.req.flush(self.qpn, self.init.send_cq, ctx);
-        while let Some(wr) = self.rq.pop_front() {
+        // A receive taken by a SEND still in progress completes first.
+        let in_progress = self.resp.take_in_progress_recv();
+        for wr in in_progress.into_iter().chain(std::mem::take(&mut self.rq)) {
             let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
             ctx.complete(self.init.recv_cq, wc, false);
         }

@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use roce_wire::{
-    AethRepr, BthRepr, ExtHeaders, MessageKind, Msn, NakCode, Opcode, Operation, Position, Psn,
-    Qpn, Rkey, RocePacket, Syndrome, Transport,
+    AethRepr, BthRepr, ExtHeaders, MessageKind, Msn, NakCode, Opcode, Operation, Psn, Qpn, Rkey,
+    RocePacket, Syndrome, Transport,
 };
 
 use super::state::{QpState, QpType};
@@ -86,6 +86,17 @@ impl Responder {
 
     pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()
+    }
+
+    /// The receive WR of a SEND in progress, if any (it must still complete).
+    pub(crate) fn take_in_progress_recv(&mut self) -> Option<RecvWr> {
+        match self.cur.take() {
+            Some(InProgress::Send { wr, .. }) => Some(wr),
+            other => {
+                self.cur = other;
+                None
+            }
+        }
     }
 
     /// In the error state only NAKs already queued still go out.
@@ -170,7 +181,7 @@ impl Qp {
             return;
         }
         if d < 0 {
-            self.duplicate(p, ctx);
+            self.duplicate(p);
             return;
         }
         self.counters.rx_packets += 1;
@@ -209,8 +220,7 @@ impl Qp {
     }
 
     /// A request with a PSN already executed.
-    fn duplicate(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
-        let _ = ctx;
+    fn duplicate(&mut self, p: &RocePacket<'_>) {
         self.counters.duplicates += 1;
         let psn = p.bth.psn;
         match p.bth.opcode.kind() {
@@ -290,20 +300,19 @@ impl Qp {
         } else {
             Failure::Nak(NakCode::InvalidRequest)
         };
-        // Opcode sequence: a message in progress continues with MIDDLE/LAST
-        // of the same kind; otherwise a new message starts.
-        let continuing = match (&self.resp.cur, kind) {
-            (Some(InProgress::Send { .. }), MessageKind::Send) => !pos.starts(),
-            (Some(InProgress::Write { .. }), MessageKind::Write) => !pos.starts(),
-            (Some(_), _) => return Err(invalid),
-            (None, _) => {
-                if !pos.starts() {
-                    return Err(invalid);
-                }
-                false
-            }
+        // Opcode sequence (IBTA 9.7.5.1.1): a message in progress continues
+        // with MIDDLE/LAST of the same kind; anything else, including a new
+        // FIRST/ONLY, is an invalid request. No message in progress: only a
+        // FIRST/ONLY (or a single-packet request) may come.
+        let in_sequence = match (&self.resp.cur, kind) {
+            (Some(InProgress::Send { .. }), MessageKind::Send)
+            | (Some(InProgress::Write { .. }), MessageKind::Write) => !pos.starts(),
+            (Some(_), _) => false,
+            (None, _) => pos.starts(),
         };
-        let _ = continuing;
+        if !in_sequence {
+            return Err(invalid);
+        }
         if !op.payload().allows(len, pmtu) {
             return Err(invalid);
         }
@@ -797,9 +806,4 @@ fn response_bth(op: Operation, dest: Qpn, psn: Psn) -> BthRepr {
     // Every response operation exists on RC.
     let opcode = Opcode::new(Transport::Rc, op).unwrap_or(Opcode::RC_ACK);
     BthRepr::new(opcode, dest, psn)
-}
-
-#[allow(dead_code)]
-fn _position_is_used(p: Position) -> bool {
-    p.starts()
 }
