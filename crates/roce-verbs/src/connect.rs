@@ -90,18 +90,25 @@ impl QueuePair {
         }
     }
 
-    /// Brings a QP in RESET to RTS. RC and UC QPs connect to `remote`
-    /// (whose `psn` is the one it sends from); UD QPs ignore `remote` and
-    /// take `opts.qkey` (see [`QueuePair::ready_ud`]). `local_psn` is the
-    /// first PSN this QP sends (what the peer got in its [`QpEndpoint`]).
+    /// Brings a QP in RESET to RTS ([`to_init`](Self::to_init), then
+    /// [`to_rts`](Self::to_rts)). RC and UC QPs connect to `remote` (whose
+    /// `psn` is the one it sends from); UD QPs ignore `remote` and take
+    /// `opts.qkey` (see [`QueuePair::ready_ud`]). `local_psn` is the first
+    /// PSN this QP sends (what the peer got in its [`QpEndpoint`]).
     pub fn connect(
         &self,
         local_psn: Psn,
         remote: &QpEndpoint,
         opts: &ConnectOptions,
     ) -> Result<(), Error> {
-        let t = self.qp_type();
-        let mut a = QpAttr {
+        self.to_init(opts)?;
+        self.to_rts(local_psn, remote, opts)
+    }
+
+    /// RESET → INIT with `opts.access` (UD: `opts.qkey`), P_Key index 0 and
+    /// port 1. Receives may be posted from here on.
+    pub fn to_init(&self, opts: &ConnectOptions) -> Result<(), Error> {
+        let a = QpAttr {
             qp_state: QpState::Init,
             pkey_index: 0,
             port_num: 1,
@@ -110,13 +117,26 @@ impl QueuePair {
             ..QpAttr::default()
         };
         let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        let m = match t {
+        let m = match self.qp_type() {
             QpType::Ud => base | QpAttrMask::QKEY,
             _ => base | QpAttrMask::ACCESS_FLAGS,
         };
-        self.modify(&a, m)?;
+        self.modify(&a, m)
+    }
 
-        a.qp_state = QpState::Rtr;
+    /// INIT → RTR → RTS against `remote` with the masks `ibv_modify_qp`
+    /// requires for the QP's type.
+    pub fn to_rts(
+        &self,
+        local_psn: Psn,
+        remote: &QpEndpoint,
+        opts: &ConnectOptions,
+    ) -> Result<(), Error> {
+        let t = self.qp_type();
+        let mut a = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
         a.ah_attr = AddressVector {
             dest: remote.addr,
             sgid_index: opts.sgid_index,

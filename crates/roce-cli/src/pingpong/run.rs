@@ -14,9 +14,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, AddressHandle, AddressVector, AhAttr, Completion, CompletionChannel, CompletionQueue,
-    Context, DeviceConfig, MemoryRegion, ProtectionDomain, Psn, Qkey, QpAttr, QpAttrMask, QpCaps,
-    QpInitAttr, QpState, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
+    Access, AddressHandle, AhAttr, Completion, CompletionChannel, CompletionQueue, ConnectOptions,
+    Context, DeviceConfig, MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpEndpoint,
+    QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
 };
 
 use super::wire::{self, Dest};
@@ -302,98 +302,51 @@ fn remote_addr(d: &Dest, peer: IpAddr) -> IpAddr {
     wire::addr_of(d.gid).unwrap_or(peer)
 }
 
-/// RESET → INIT, as the tools do before posting receives: P_Key index 0,
-/// port 1, no remote access (UD: Q_Key 0x11111111).
-fn to_init(s: &Side) -> Result<(), String> {
-    let ud = s.p.transport == Transport::Ud;
-    let a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: Access::NONE,
+/// The tools' QP attributes: no remote access, UD Q_Key 0x11111111; RTR
+/// max_dest_rd_atomic 1, min_rnr_timer 12, GRH hop limit 1; RTS timeout 14,
+/// retry_cnt 7, rnr_retry 7, max_rd_atomic 1.
+fn tool_options(p: &Params) -> ConnectOptions {
+    ConnectOptions {
+        path_mtu: Some(p.mtu),
+        access: Access::NONE,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: 1,
         qkey: Qkey::new(QKEY),
-        ..QpAttr::default()
-    };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::PKEY_INDEX
-        | QpAttrMask::PORT
-        | if ud {
-            QpAttrMask::QKEY
-        } else {
-            QpAttrMask::ACCESS_FLAGS
-        };
+        sgid_index: p.gid_idx,
+        hop_limit: 1,
+        traffic_class: 0,
+    }
+}
+
+/// RESET → INIT, as the tools do before posting receives.
+fn to_init(s: &Side) -> Result<(), String> {
+    let opts = tool_options(&s.p);
     for qp in &s.qps {
-        qp.modify(&a, m)
+        qp.to_init(&opts)
             .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
     }
     Ok(())
 }
 
-/// INIT → RTR → RTS against the peer's `remote`, with the tools' attributes
-/// (RTR: max_dest_rd_atomic 1, min_rnr_timer 12, GRH hop limit 1; RTS:
-/// timeout 14, retry_cnt 7, rnr_retry 7, max_rd_atomic 1; UD: only the
-/// state and SQ PSN, then an AH to the peer).
+/// INIT → RTR → RTS against the peer's `remote` with the tools' attributes
+/// (UD: only the state and SQ PSN, then an AH to the peer).
 fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result<(), String> {
     let p = &s.p;
+    let opts = tool_options(p);
     for (q, qp) in s.qps.iter().enumerate() {
         let r = &remote[q];
         let addr = remote_addr(r, peer);
-        let mut a = QpAttr {
-            qp_state: QpState::Rtr,
-            path_mtu: p.mtu,
-            dest_qp_num: Qpn::new(r.qpn),
-            rq_psn: Psn::new(r.psn),
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ah_attr: AddressVector {
-                dest: addr,
-                sgid_index: p.gid_idx,
-                hop_limit: 1,
-                traffic_class: 0,
-                flow_label: 0,
-            },
-            ..QpAttr::default()
+        let ep = QpEndpoint {
+            qpn: Qpn::new(r.qpn),
+            psn: Psn::new(r.psn),
+            addr,
+            mr: None,
         };
-        let m = match p.transport {
-            Transport::Rc | Transport::Srq => {
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-                    | QpAttrMask::MAX_DEST_RD_ATOMIC
-                    | QpAttrMask::MIN_RNR_TIMER
-            }
-            Transport::Uc => {
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-            }
-            Transport::Ud => QpAttrMask::STATE,
-        };
-        qp.modify(&a, m)
-            .map_err(|e| format!("Failed to modify QP[{q}] to RTR: {e}"))?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = Psn::new(mine[q].psn);
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 1;
-        let m = match p.transport {
-            Transport::Rc | Transport::Srq => {
-                QpAttrMask::STATE
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC
-            }
-            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-        };
-        qp.modify(&a, m)
-            .map_err(|e| format!("Failed to modify QP[{q}] to RTS: {e}"))?;
+        qp.to_rts(Psn::new(mine[q].psn), &ep, &opts)
+            .map_err(|e| format!("Failed to modify QP[{q}] to RTR/RTS: {e}"))?;
         if p.transport == Transport::Ud {
             let ah = s
                 ._pd
