@@ -155,10 +155,10 @@ proptest! {
             let mut buf = vec![0u8; 4400];
             while w.hosts[1].dev.poll_transmit(w.now, &mut buf).is_some() {}
         }
-        // The packets reached the QPs (not only "unknown QP" drops).
+        // No datagram was counted twice (whether the QPs see them is
+        // checked by hostile_packets_reach_the_qps).
         let c = w.hosts[1].dev.counters();
         prop_assert!(c.rx_datagrams as usize <= sent);
-        let _ = c.rx_unknown_qp;
         // The device still works: its CQ polls, events drain, and a fresh
         // RC pair on it carries data.
         let _ = w.hosts[1].poll();
