@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use roce_sim::Results;
 
 type Res = Result<(), Box<dyn std::error::Error>>;
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 const W: u32 = 960;
 const H: u32 = 540;
@@ -32,9 +34,49 @@ fn end_ms(r: &Results) -> f64 {
     (r.sim_time_ps as f64 / 1e9).max(1e-6)
 }
 
-fn empty(path: &Path, title: &str, what: &str) -> Res {
-    let root = SVGBackend::new(path, (W, H)).into_drawing_area();
+/// A white canvas `h` pixels high.
+fn canvas(path: &Path, h: u32) -> Result<Area<'_>, Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(path, (W, h)).into_drawing_area();
     root.fill(&WHITE)?;
+    Ok(root)
+}
+
+/// The frame all plots share: the caption "<scenario>: <what>", margins
+/// and label areas (`y_area` pixels wide for the y labels).
+fn frame<'a, 'b>(
+    root: &'a Area<'b>,
+    r: &Results,
+    what: &str,
+    y_area: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(format!("{}: {what}", r.name), ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(y_area);
+    b
+}
+
+/// The boxed series legend at `pos`.
+fn legend<'a, CT: CoordTranslate>(
+    c: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    pos: SeriesLabelPosition,
+) -> Res {
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(pos)
+        .draw()?;
+    Ok(())
+}
+
+/// A legend key for a line series: a short stroke in `style`.
+fn line_key(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style)
+}
+
+fn empty(path: &Path, title: &str, what: &str) -> Res {
+    let root = canvas(path, H)?;
     root.titled(title, ("sans-serif", 22))?.draw_text(
         what,
         &("sans-serif", 16).into_text_style(&root),
@@ -62,17 +104,9 @@ fn throughput(path: &Path, r: &Results) -> Res {
         .flat_map(|s| s.bytes.iter().map(move |&b| gbps(s, b)))
         .fold(1.0, f64::max)
         * 1.1;
-    let root = SVGBackend::new(path, (W, H)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: throughput per flow", r.name),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..end_ms(r), 0.0..ymax)?;
+    let root = canvas(path, H)?;
+    let mut c =
+        frame(&root, r, "throughput per flow", 60).build_cartesian_2d(0.0..end_ms(r), 0.0..ymax)?;
     c.configure_mesh()
         .x_desc("time (ms)")
         .y_desc("Gb/s")
@@ -88,14 +122,10 @@ fn throughput(path: &Path, r: &Results) -> Res {
         let label = format!("h{}→h{} p{}", s.src, s.dst, s.prio);
         c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+            .legend(line_key(color.stroke_width(2)));
     }
     if series.len() <= 16 {
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
+        legend(&mut c, SeriesLabelPosition::UpperRight)?;
     }
     root.present()?;
     Ok(())
@@ -141,16 +171,8 @@ fn queues(path: &Path, r: &Results) -> Res {
     let ymax = keys.iter().map(|k| k.1).max().unwrap_or(1) as f64 / 1e3 * 1.1;
     let names = switch_names(r);
     let ticks = r.sim_time_ps / dt;
-    let root = SVGBackend::new(path, (W, H)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: egress queue length", r.name),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+    let root = canvas(path, H)?;
+    let mut c = frame(&root, r, "egress queue length", 70)
         .build_cartesian_2d(0.0..end_ms(r), 0.0..ymax.max(1.0))?;
     c.configure_mesh().x_desc("time (ms)").y_desc("KB").draw()?;
     for (i, ((sw, port, prio), _)) in keys.iter().enumerate() {
@@ -173,13 +195,9 @@ fn queues(path: &Path, r: &Results) -> Res {
             .map_or(String::new(), |q| format!("→{}", q.peer));
         c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?
             .label(format!("{sname} port {port}{peer} prio {prio}"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+            .legend(line_key(color.stroke_width(2)));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()?;
+    legend(&mut c, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -198,20 +216,12 @@ fn pauses(path: &Path, r: &Results) -> Res {
     rows.truncate(40);
     rows.sort_by(|a, b| (&a.node, a.port, a.prio).cmp(&(&b.node, b.port, b.prio)));
     let n = rows.len();
-    let root = SVGBackend::new(path, (W, H.max(120 + 18 * n as u32))).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = canvas(path, H.max(120 + 18 * n as u32))?;
     let labels: Vec<String> = rows
         .iter()
         .map(|p| format!("{}:{} p{}", p.node, p.port, p.prio))
         .collect();
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: PFC pause timeline (paused transmitters)", r.name),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(150)
+    let mut c = frame(&root, r, "PFC pause timeline (paused transmitters)", 150)
         .build_cartesian_2d(0.0..end_ms(r), 0.0..n as f64)?;
     c.configure_mesh()
         .x_desc("time (ms)")
@@ -255,16 +265,8 @@ fn slowdown(path: &Path, r: &Results) -> Res {
     let xmin = pts.iter().map(|p| p.0).fold(f64::MAX, f64::min) / 2.0;
     let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 2.0;
     let ymax = pts.iter().map(|p| p.1).fold(2.0, f64::max) * 1.5;
-    let root = SVGBackend::new(path, (W, H)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: FCT slowdown by flow size", r.name),
-            ("sans-serif", 22),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let root = canvas(path, H)?;
+    let mut c = frame(&root, r, "FCT slowdown by flow size", 60)
         .build_cartesian_2d((xmin..xmax).log_scale(), (1.0..ymax).log_scale())?;
     c.configure_mesh()
         .x_desc("flow size (bytes)")
@@ -296,13 +298,9 @@ fn slowdown(path: &Path, r: &Results) -> Res {
             .collect();
         c.draw_series(LineSeries::new(line, color.stroke_width(3)))?
             .label(name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(3)));
+            .legend(line_key(color.stroke_width(3)));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    legend(&mut c, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }
