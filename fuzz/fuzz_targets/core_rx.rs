@@ -19,23 +19,13 @@ fn device() -> (Device, Vec<Qpn>) {
         let init = QpInitAttr { qp_type: t, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCaps::default(), sq_sig_all: false };
         let qpn = dev.create_qp(init).unwrap();
         let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: access, qkey: Qkey::new(0x1111_1111), ..QpAttr::default() };
-        let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        let m = if t == QpType::Ud { m | QpAttrMask::QKEY } else { m | QpAttrMask::ACCESS_FLAGS };
-        dev.modify_qp(qpn, &a, m).unwrap();
+        let req = |from, to| QpAttrMask::required(t, from, to);
+        dev.modify_qp(qpn, &a, req(QpState::Reset, QpState::Init)).unwrap();
         a.qp_state = QpState::Rtr;
         a.ah_attr = AddressVector { dest: "10.0.0.1".parse().unwrap(), ..AddressVector::default() };
-        let m = match t {
-            QpType::Rc => QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER,
-            QpType::Uc => QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN,
-            QpType::Ud => QpAttrMask::STATE,
-        };
-        dev.modify_qp(qpn, &a, m).unwrap();
+        dev.modify_qp(qpn, &a, req(QpState::Init, QpState::Rtr)).unwrap();
         a.qp_state = QpState::Rts;
-        let m = match t {
-            QpType::Rc => QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC,
-            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-        };
-        dev.modify_qp(qpn, &a, m).unwrap();
+        dev.modify_qp(qpn, &a, req(QpState::Rtr, QpState::Rts)).unwrap();
         for k in 0..4u64 {
             let sge = Sge { addr: 0x1000 + 4096 * (i as u64 * 4 + k), length: 4096, lkey: mr.lkey };
             let _ = dev.post_recv(qpn, RecvWr { wr_id: k, sgl: vec![sge] });

@@ -72,10 +72,7 @@ fn connect(s: &mut Side, peer: std::net::IpAddr, peer_qp: Qpn, mtu: u32) {
         .modify_qp(
             s.qp,
             &a,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
+            QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
         )
         .unwrap();
     a.qp_state = QpState::Rtr;
@@ -85,21 +82,10 @@ fn connect(s: &mut Side, peer: std::net::IpAddr, peer_qp: Qpn, mtu: u32) {
         ..AddressVector::default()
     };
     a.dest_qp_num = peer_qp;
-    let m = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let m = QpAttrMask::required(QpType::Rc, QpState::Init, QpState::Rtr);
     s.dev.modify_qp(s.qp, &a, m).unwrap();
     a.qp_state = QpState::Rts;
-    let m = QpAttrMask::STATE
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let m = QpAttrMask::required(QpType::Rc, QpState::Rtr, QpState::Rts);
     s.dev.modify_qp(s.qp, &a, m).unwrap();
 }
 

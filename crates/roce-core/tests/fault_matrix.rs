@@ -129,10 +129,7 @@ fn connect(
         .modify_qp(
             s.qp,
             &a,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
+            QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
         )
         .unwrap();
     a.qp_state = QpState::Rtr;
@@ -145,13 +142,7 @@ fn connect(
     a.rq_psn = Psn::new(rq);
     a.max_dest_rd_atomic = 16;
     a.min_rnr_timer = 1;
-    let m = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let m = QpAttrMask::required(QpType::Rc, QpState::Init, QpState::Rtr);
     s.dev.modify_qp(s.qp, &a, m).unwrap();
     a.qp_state = QpState::Rts;
     a.sq_psn = Psn::new(sq);
@@ -159,12 +150,7 @@ fn connect(
     a.retry_cnt = retry_cnt;
     a.rnr_retry = 7;
     a.max_rd_atomic = 16;
-    let m = QpAttrMask::STATE
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let m = QpAttrMask::required(QpType::Rc, QpState::Rtr, QpState::Rts);
     s.dev.modify_qp(s.qp, &a, m).unwrap();
 }
 

@@ -197,6 +197,24 @@ fn full_bring_up_path_with_exactly_the_required_masks() {
 }
 
 #[test]
+fn required_mask_is_state_plus_the_row_or_state_alone() {
+    for ty in QpType::ALL {
+        let [init, rtr, rts] = path_masks(ty);
+        assert_eq!(A::required(ty, Reset, Init), S | init, "{ty}");
+        assert_eq!(A::required(ty, Init, Rtr), S | rtr, "{ty}");
+        assert_eq!(A::required(ty, Rtr, Rts), S | rts, "{ty}");
+        // No row: STATE alone, and the modify is refused as illegal.
+        assert_eq!(A::required(ty, Reset, Rts), S, "{ty}");
+        assert!(matches!(
+            check_modify(ty, Reset, A::required(ty, Reset, Rts), Rts),
+            Err(ModifyError::IllegalTransition { .. })
+        ));
+    }
+    // SQE exists for unreliable service only.
+    assert_eq!(A::required(QpType::Rc, Sqe, Rts), S);
+}
+
+#[test]
 fn removing_any_required_attribute_is_reported_by_name() {
     let mut checked = 0;
     for t in TRANSITIONS {

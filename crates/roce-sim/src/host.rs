@@ -144,17 +144,15 @@ impl Host {
         self.dev.create_qp(init).expect("CQ exists")
     }
 
-    /// RESET → INIT → RTR → RTS (the masks `ibv_modify_qp` requires).
+    /// RESET → INIT → RTR → RTS with the masks the transition table requires.
     fn bring_up(&mut self, qp: Qpn, peer: u32, peer_qp: Qpn, dscp: u8, cfg: &HostConfig) {
         let mut a = QpAttr {
             qp_state: QpState::Init,
             qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
             ..QpAttr::default()
         };
-        let m = QpAttrMask::STATE
-            | QpAttrMask::PKEY_INDEX
-            | QpAttrMask::PORT
-            | QpAttrMask::ACCESS_FLAGS;
+        let req = |from, to| QpAttrMask::required(QpType::Rc, from, to);
+        let m = req(QpState::Reset, QpState::Init);
         self.dev.modify_qp(qp, &a, m).expect("INIT");
         a.qp_state = QpState::Rtr;
         a.path_mtu = cfg.mtu;
@@ -167,13 +165,7 @@ impl Host {
         a.rq_psn = Psn::new(0);
         a.max_dest_rd_atomic = 16;
         a.min_rnr_timer = 1;
-        let m = QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER;
+        let m = req(QpState::Init, QpState::Rtr);
         self.dev.modify_qp(qp, &a, m).expect("RTR");
         a.qp_state = QpState::Rts;
         a.sq_psn = Psn::new(0);
@@ -181,12 +173,7 @@ impl Host {
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.max_rd_atomic = 16;
-        let m = QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC;
+        let m = req(QpState::Rtr, QpState::Rts);
         self.dev.modify_qp(qp, &a, m).expect("RTS");
     }
 

@@ -116,16 +116,12 @@ impl QueuePair {
             qkey: opts.qkey,
             ..QpAttr::default()
         };
-        let base = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        let m = match self.qp_type() {
-            QpType::Ud => base | QpAttrMask::QKEY,
-            _ => base | QpAttrMask::ACCESS_FLAGS,
-        };
+        let m = QpAttrMask::required(self.qp_type(), QpState::Reset, QpState::Init);
         self.modify(&a, m)
     }
 
-    /// INIT → RTR → RTS against `remote` with the masks `ibv_modify_qp`
-    /// requires for the QP's type.
+    /// INIT → RTR → RTS against `remote` with the masks the transition
+    /// table requires for the QP's type ([`QpAttrMask::required`]).
     pub fn to_rts(
         &self,
         local_psn: Psn,
@@ -152,26 +148,7 @@ impl QueuePair {
         a.rq_psn = remote.psn;
         a.max_dest_rd_atomic = opts.max_rd_atomic;
         a.min_rnr_timer = opts.min_rnr_timer;
-        let m = match t {
-            QpType::Rc => {
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-                    | QpAttrMask::MAX_DEST_RD_ATOMIC
-                    | QpAttrMask::MIN_RNR_TIMER
-            }
-            QpType::Uc => {
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-            }
-            QpType::Ud => QpAttrMask::STATE,
-        };
-        self.modify(&a, m)?;
+        self.modify(&a, QpAttrMask::required(t, QpState::Init, QpState::Rtr))?;
 
         a.qp_state = QpState::Rts;
         a.sq_psn = local_psn;
@@ -179,18 +156,7 @@ impl QueuePair {
         a.retry_cnt = opts.retry_cnt;
         a.rnr_retry = opts.rnr_retry;
         a.max_rd_atomic = opts.max_rd_atomic;
-        let m = match t {
-            QpType::Rc => {
-                QpAttrMask::STATE
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC
-            }
-            _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-        };
-        self.modify(&a, m)
+        self.modify(&a, QpAttrMask::required(t, QpState::Rtr, QpState::Rts))
     }
 
     /// Brings a UD QP from RESET to RTS with `opts.qkey`.

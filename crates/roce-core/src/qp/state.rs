@@ -556,6 +556,17 @@ pub fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<&'stati
         .find(|t| t.from == from && t.to == to && t.is_valid_for(qp_type))
 }
 
+impl QpAttrMask {
+    /// The least mask a `from → to` modify of a `qp_type` QP must carry:
+    /// `STATE` plus the row's required attributes (IBTA Vol 1 §11.2.4.2),
+    /// read from [`TRANSITIONS`] so that callers bringing a QP up do not
+    /// spell the sets out again. Where no row exists it is `STATE` alone,
+    /// which `modify_qp` refuses as an illegal transition.
+    pub fn required(qp_type: QpType, from: QpState, to: QpState) -> Self {
+        transition(qp_type, from, to).map_or(Self::STATE, |t| Self::STATE | t.required_for(qp_type))
+    }
+}
+
 /// Checks a modify request: `mask` is the attribute mask the caller passed
 /// and `next` the requested state (`qp_state`). If `mask` lacks `STATE` the
 /// target is `current` (an attribute-only modify, allowed where the table has

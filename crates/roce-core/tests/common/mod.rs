@@ -318,12 +318,9 @@ pub fn bring_up_with(
         qkey: Qkey::new(0x1111_1111),
         ..QpAttr::default()
     };
-    let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    let m = match qp_type {
-        QpType::Ud => m | QpAttrMask::QKEY,
-        _ => m | QpAttrMask::ACCESS_FLAGS,
-    };
-    dev.modify_qp(qpn, &a, m).unwrap();
+    let req = |from, to| QpAttrMask::required(qp_type, from, to);
+    dev.modify_qp(qpn, &a, req(QpState::Reset, QpState::Init))
+        .unwrap();
     a.qp_state = QpState::Rtr;
     a.path_mtu = pmtu;
     a.ah_attr = AddressVector {
@@ -340,38 +337,13 @@ pub fn bring_up_with(
     a.max_rd_atomic = 16;
     a.sq_psn = sq_psn;
     tweak(&mut a);
+    // RC passes its access flags again (optional) at RTR.
     let m = match qp_type {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER
-                | QpAttrMask::ACCESS_FLAGS
-        }
-        QpType::Uc => {
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-        }
-        QpType::Ud => QpAttrMask::STATE,
+        QpType::Rc => req(QpState::Init, QpState::Rtr) | QpAttrMask::ACCESS_FLAGS,
+        _ => req(QpState::Init, QpState::Rtr),
     };
     dev.modify_qp(qpn, &a, m).unwrap();
     a.qp_state = QpState::Rts;
-    let m = match qp_type {
-        QpType::Rc => {
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC
-        }
-        _ => QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    };
-    dev.modify_qp(qpn, &a, m).unwrap();
+    dev.modify_qp(qpn, &a, req(QpState::Rtr, QpState::Rts))
+        .unwrap();
 }
