@@ -88,7 +88,9 @@ pub enum Phase {
 }
 
 /// The increase step shared by both variants: counters, thresholds and
-/// rates in b/s. Returns the phase it applied.
+/// rates in b/s. Returns the phase it applied, or [`Phase::LineRate`] when
+/// Rc came within [`RELEASE_BPS`] of line rate: then Rc and Rt are set to
+/// line rate and the caller frees the limiter.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn increase(
     t: u32,
@@ -111,11 +113,16 @@ pub(crate) fn increase(
     };
     *rt = rt.min(line);
     *rc = ((*rt + *rc) / 2.0).min(line);
+    if *rc >= line - RELEASE_BPS {
+        *rc = line;
+        *rt = line;
+        return Phase::LineRate;
+    }
     phase
 }
 
 /// Within this of line rate the limiter is released.
-pub(crate) const RELEASE_BPS: f64 = 1e6;
+const RELEASE_BPS: f64 = 1e6;
 
 /// The paper's reaction point of one QP.
 #[derive(Clone, Debug)]
@@ -199,12 +206,7 @@ impl Dcqcn {
             &mut self.rc,
             self.line,
         );
-        if self.rc >= self.line - RELEASE_BPS {
-            self.rc = self.line;
-            self.rt = self.line;
-            self.active = false;
-            self.phase = Phase::LineRate;
-        }
+        self.active = self.phase != Phase::LineRate;
     }
 
     /// `n` bytes were sent (the byte counter).

@@ -24,7 +24,7 @@
 //! with the exact integer recurrence. A limiter released at line rate is
 //! a new flow context: its next CNP is a first CNP again.
 
-use super::dcqcn::{increase, Phase, RELEASE_BPS};
+use super::dcqcn::{increase, Phase};
 use crate::Nanos;
 
 /// mlx5 `roce_rp` parameters, with the firmware's names, units and
@@ -232,12 +232,7 @@ impl DcqcnMlx5 {
             &mut self.rc,
             self.line,
         );
-        if self.rc >= self.line - RELEASE_BPS {
-            self.rc = self.line;
-            self.rt = self.line;
-            self.active = false;
-            self.phase = Phase::LineRate;
-        }
+        self.active = self.phase != Phase::LineRate;
     }
 
     /// `n` bytes were sent (the byte counter).
