@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
+use roce_verbs::{RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{expect_type, Control};
@@ -94,15 +94,6 @@ fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
     Ok(())
 }
 
-fn failed(c: &Completion) -> String {
-    format!(
-        "work request failed: {} ({:?}) on QP {}",
-        c.status.as_str(),
-        c.status,
-        c.qp_num
-    )
-}
-
 /// The measured loop of one side.
 fn drive(
     s: &mut Session,
@@ -172,7 +163,7 @@ fn drive(
         s.cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
         for c in &comps {
             if !c.is_success() {
-                return Err(failed(c));
+                return Err(report::failed(c));
             }
             if c.wr_id & RECV != 0 {
                 let q = ((c.wr_id & !RECV) >> 40) as usize;

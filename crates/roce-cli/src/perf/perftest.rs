@@ -25,8 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, Completion, ConnectOptions, Psn, QpCaps, QpEndpoint, QpInitAttr, QpType, RecvWr,
-    RemoteMr, Rkey, SendOp, SendWr,
+    Access, ConnectOptions, Psn, QpCaps, QpEndpoint, QpInitAttr, QpType, RecvWr, RemoteMr, Rkey,
+    SendOp, SendWr,
 };
 
 use super::backend::{gid_address, link_path_mtu, open_context};
@@ -195,15 +195,6 @@ impl Oob {
     }
 }
 
-fn failed(c: &Completion) -> String {
-    format!(
-        "work request failed: {} ({:?}) on QP {}",
-        c.status.as_str(),
-        c.status,
-        c.qp_num
-    )
-}
-
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let test = args.test;
@@ -369,7 +360,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             let now = Instant::now();
             for c in &comps {
                 if !c.is_success() {
-                    return Err(failed(c));
+                    return Err(report::failed(c));
                 }
                 done += 1;
                 times.push(now);
@@ -401,7 +392,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             let now = Instant::now();
             for c in &comps {
                 if !c.is_success() {
-                    return Err(failed(c));
+                    return Err(report::failed(c));
                 }
                 start.get_or_insert(now);
                 received += 1;

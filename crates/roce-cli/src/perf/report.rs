@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use roce_verbs::Completion;
 use serde_json::json;
 
 /// Bytes per "MB" in perftest's MB/sec (it divides by 0x100000).
@@ -145,6 +146,16 @@ pub(crate) fn lat_json(r: &LatResult) -> serde_json::Value {
 /// The dashed rule perftest prints between sections.
 pub(crate) const RULE: &str =
     "---------------------------------------------------------------------------------------";
+
+/// The error line for a failed work completion.
+pub(super) fn failed(c: &Completion) -> String {
+    format!(
+        "work request failed: {} ({:?}) on QP {}",
+        c.status.as_str(),
+        c.status,
+        c.qp_num
+    )
+}
 
 #[cfg(test)]
 mod tests {
