@@ -356,18 +356,12 @@ impl QueuePair {
     /// `ibv_post_recv`: the scatter/gather entries' regions stay
     /// registered until the receive completes.
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), Error> {
-        let mut refs = Vec::new();
-        let r = post_recv_locked(
+        post_recv(
             self.shared(),
             RecvOwner::Qp(self.inner.qpn.value()),
             self.pd(),
             wr,
-            &mut refs,
-            None,
         )
-        .map_err(|(e, _)| e);
-        drop(refs);
-        r
     }
 
     /// The owned-buffer receive path: `buf` receives the message and comes
@@ -431,6 +425,20 @@ pub(crate) fn post_recv_locked(
         }
         Err(e) => Err((e.into(), owned)),
     }
+}
+
+/// The receive of a QP or an SRQ into registered memory: the region
+/// references a failed post took are dropped here, after the lock.
+pub(crate) fn post_recv(
+    shared: &Shared,
+    owner: RecvOwner,
+    pd: &ProtectionDomain,
+    wr: RecvWr,
+) -> Result<(), Error> {
+    let mut refs = Vec::new();
+    let r = post_recv_locked(shared, owner, pd, wr, &mut refs, None).map_err(|(e, _)| e);
+    drop(refs);
+    r
 }
 
 /// The owned-buffer receive of a QP or an SRQ.

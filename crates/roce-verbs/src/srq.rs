@@ -6,7 +6,7 @@ use roce_core::{RecvWr, SrqId};
 
 use crate::error::{Error, OwnedPostError};
 use crate::pd::ProtectionDomain;
-use crate::qp::{post_recv_locked, post_recv_owned};
+use crate::qp::{post_recv, post_recv_owned};
 use crate::shared::RecvOwner;
 
 #[derive(Debug)]
@@ -51,18 +51,12 @@ impl SharedReceiveQueue {
 
     /// `ibv_post_srq_recv`.
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), Error> {
-        let mut refs = Vec::new();
-        let r = post_recv_locked(
+        post_recv(
             self.inner.pd.shared(),
             RecvOwner::Srq(self.inner.id),
             &self.inner.pd,
             wr,
-            &mut refs,
-            None,
         )
-        .map_err(|(e, _)| e);
-        drop(refs);
-        r
     }
 
     /// An owned-buffer receive (see
