@@ -25,6 +25,8 @@ pub enum Layer {
     Icrc,
     /// A MAC control (PAUSE / PFC) frame.
     MacControl,
+    /// A management datagram (QP1 payload).
+    Mad,
 }
 
 impl Layer {
@@ -40,6 +42,7 @@ impl Layer {
             Layer::ExtHeaders => "extended headers",
             Layer::Icrc => "icrc",
             Layer::MacControl => "mac control",
+            Layer::Mad => "mad",
         }
     }
 }
@@ -136,6 +139,18 @@ pub enum Error {
     },
     /// A field value cannot be represented on the wire.
     InvalidField(&'static str),
+    /// A MAD of a class (or class version) other than CM version 2.
+    NotCmMad {
+        /// `MgmtClass`.
+        class: u8,
+        /// `ClassVersion`.
+        version: u8,
+    },
+    /// A CM MAD with an attribute ID this crate does not know.
+    UnknownCmAttribute {
+        /// The attribute ID.
+        attr_id: u16,
+    },
 }
 
 impl Error {
@@ -180,6 +195,15 @@ impl fmt::Display for Error {
                 write!(f, "buffer too small ({needed} bytes needed)")
             }
             Error::InvalidField(what) => write!(f, "invalid field: {what}"),
+            Error::NotCmMad { class, version } => {
+                write!(
+                    f,
+                    "MAD class {class:#04x} version {version} is not CM version 2"
+                )
+            }
+            Error::UnknownCmAttribute { attr_id } => {
+                write!(f, "unknown CM attribute {attr_id:#06x}")
+            }
         }
     }
 }

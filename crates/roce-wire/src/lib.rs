@@ -14,7 +14,10 @@
 //! * [`opcode`] is the opcode table: per opcode its transport, headers in
 //!   wire order and payload rule;
 //! * [`icrc`] computes the invariant CRC for IPv4 and IPv6;
-//! * [`pfc`] parses and emits 802.3x PAUSE and 802.1Qbb PFC frames.
+//! * [`pfc`] parses and emits 802.3x PAUSE and 802.1Qbb PFC frames;
+//! * [`mad`] and [`cm`] are the QP1 management datagrams and the
+//!   communication manager's messages (REQ/REP/RTU/REJ/MRA/DREQ/DREP/SIDR)
+//!   with rdma_cm's IP private-data header.
 //!
 //! The crate is `no_std`, forbids `unsafe_code`, and never allocates. Enable the
 //! default `std` feature for run-time CPU detection in the CRC.
@@ -26,6 +29,7 @@ mod view;
 
 pub mod aeth;
 pub mod bth;
+pub mod cm;
 mod emit;
 pub mod error;
 pub mod ethernet;
@@ -35,6 +39,7 @@ pub mod icrc;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod opcode;
 mod packet;
 pub mod pfc;
