@@ -124,6 +124,40 @@ fn atomics_reads_ud_and_naks_decode() {
 }
 
 #[test]
+fn cm_mads_decode_in_lines_and_json() {
+    let f = testdata("captures/rdmacm_rping.pcap");
+    let out = stdout(&roce(&["inspect", path_str(&f)]));
+    let cm: Vec<&str> = out.lines().filter(|l| l.contains(" CM ")).collect();
+    assert_eq!(cm.len(), 5, "{out}");
+    assert!(cm[0].contains(
+        "CM REQ comm=0x0d453e89 svc=0x1061c06 qpn=0x000021 psn=0x3913cf mtu=1024 rd=1/1 \
+         ip=10.77.0.12:55234 > 10.77.0.11"
+    ));
+    assert!(cm[1].contains("CM REP comm=0xc438770a remote=0x0d453e89 qpn=0x000021 psn=0x5d9733"));
+    assert!(cm[2].contains("CM RTU"));
+    assert!(cm[3].contains("CM DREQ comm=0x0d453e89 remote=0xc438770a qpn=0x000021"));
+    assert!(cm[4].contains("CM DREP"));
+    let o = roce(&[
+        "inspect",
+        "--json",
+        path_str(&testdata("captures/rdmacm_udaddy_sidr.pcap")),
+    ]);
+    let v: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(v[0]["cm"]
+        .as_str()
+        .unwrap()
+        .starts_with("SIDR_REQ req=0x0f453e89"));
+    assert_eq!(
+        v[1]["cm"],
+        "SIDR_REP req=0x0f453e89 status=0 qpn=0x000023 qkey=0x01234567"
+    );
+    assert!(v[2].get("cm").is_none(), "UD data packets are not CM");
+}
+
+#[test]
 fn qp_filter_and_json() {
     let f = testdata("captures/rdmacm_udaddy_sidr.pcap");
     let all = stdout(&roce(&["inspect", path_str(&f)]));

@@ -96,6 +96,10 @@ pub(crate) fn roce_line(
     if op.payload() != roce_wire::PayloadRule::None {
         let _ = write!(out, " payload={}", p.payload.len());
     }
+    if let Some(cm) = cm_summary(p) {
+        out.push_str(" CM ");
+        out.push_str(&cm);
+    }
     if p.ip.ecn() != Ecn::NotEct {
         let _ = write!(out, " ecn={}", p.ip.ecn());
     }
@@ -111,6 +115,77 @@ pub(crate) fn roce_line(
             icrc::display_value(icrc_expected)
         );
     }
+}
+
+/// A one-line description of the CM message a QP1 packet carries
+/// (`REQ comm=0x0d453e89 svc=0x1061c06 qpn=33 psn=0x3913cf`), or of why it
+/// is not one; `None` for packets not sent to QP1.
+fn cm_summary(p: &RocePacket<'_>) -> Option<String> {
+    use roce_wire::cm::{CmMessage, CmaHeader};
+    if p.bth.dest_qp != roce_wire::mad::GSI_QPN || p.ext.deth.is_none() {
+        return None;
+    }
+    let (_, m) = match CmMessage::parse_mad(p.payload) {
+        Ok(x) => x,
+        Err(e) => return Some(format!("unparsed ({e})")),
+    };
+    let mut s = m.name().to_string();
+    let _ = match m {
+        CmMessage::Req(r) => {
+            let _ = write!(
+                s,
+                " comm={:#010x} svc={:#x} qpn={} psn={:#08x} mtu={} rd={}/{}",
+                r.local_comm_id,
+                r.service_id,
+                r.local_qpn,
+                r.starting_psn.value(),
+                128u32 << r.path_mtu.min(5),
+                r.responder_resources,
+                r.initiator_depth
+            );
+            match CmaHeader::parse(r.private_data) {
+                Ok(c) => write!(s, " ip={}:{} > {}", c.src, c.src_port, c.dst),
+                Err(_) => Ok(()),
+            }
+        }
+        CmMessage::Rep(r) => write!(
+            s,
+            " comm={:#010x} remote={:#010x} qpn={} psn={:#08x} rd={}/{}",
+            r.local_comm_id,
+            r.remote_comm_id,
+            r.local_qpn,
+            r.starting_psn.value(),
+            r.responder_resources,
+            r.initiator_depth
+        ),
+        CmMessage::Rtu(r) | CmMessage::Drep(r) => write!(
+            s,
+            " comm={:#010x} remote={:#010x}",
+            r.local_comm_id, r.remote_comm_id
+        ),
+        CmMessage::Rej(r) => write!(
+            s,
+            " comm={:#010x} remote={:#010x} reason={}",
+            r.local_comm_id, r.remote_comm_id, r.reason
+        ),
+        CmMessage::Mra(r) => write!(
+            s,
+            " comm={:#010x} remote={:#010x} timeout={}",
+            r.local_comm_id, r.remote_comm_id, r.service_timeout
+        ),
+        CmMessage::Dreq(r) => write!(
+            s,
+            " comm={:#010x} remote={:#010x} qpn={}",
+            r.local_comm_id, r.remote_comm_id, r.remote_qpn
+        ),
+        CmMessage::SidrReq(r) => write!(s, " req={:#010x} svc={:#x}", r.request_id, r.service_id),
+        CmMessage::SidrRep(r) => write!(
+            s,
+            " req={:#010x} status={} qpn={} qkey={:#010x}",
+            r.request_id, r.status, r.qpn, r.qkey
+        ),
+    };
+    Some(s)
 }
 
 /// The text line of a PAUSE / PFC frame.
@@ -246,6 +321,9 @@ pub(crate) fn roce_json(
         m.insert("inv_rkey".into(), json!(k.value()));
     }
     m.insert("payload".into(), json!(p.payload.len()));
+    if let Some(cm) = cm_summary(p) {
+        m.insert("cm".into(), json!(cm));
+    }
     m.insert(
         "icrc".into(),
         json!(format!("{:08x}", icrc::display_value(p.icrc))),
