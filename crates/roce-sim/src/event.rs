@@ -83,6 +83,7 @@ pub(crate) struct EventQueue {
     heap: BinaryHeap<Entry>,
     seq: u64,
     processed: u64,
+    high_water: usize,
 }
 
 impl EventQueue {
@@ -91,6 +92,7 @@ impl EventQueue {
             heap: BinaryHeap::with_capacity(n),
             seq: 0,
             processed: 0,
+            high_water: 0,
         }
     }
 
@@ -102,6 +104,7 @@ impl EventQueue {
             seq: self.seq,
             ev,
         });
+        self.high_water = self.high_water.max(self.heap.len());
     }
 
     /// Time of the earliest event.
@@ -119,6 +122,11 @@ impl EventQueue {
     /// Events popped so far.
     pub(crate) fn processed(&self) -> u64 {
         self.processed
+    }
+
+    /// Most events ever pending at once.
+    pub(crate) fn high_water(&self) -> usize {
+        self.high_water
     }
 }
 

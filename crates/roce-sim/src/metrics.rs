@@ -270,6 +270,8 @@ pub struct Results {
     pub events_per_second: f64,
     /// Most packets in flight at once (pool slots).
     pub packet_pool_high_water: usize,
+    /// Most events pending at once in the event queue.
+    pub event_queue_high_water: usize,
     /// Flows.
     pub flows: Vec<FlowRecord>,
     /// Flows that completed successfully.
@@ -485,6 +487,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) tput: &'a BTreeMap<(u32, u32, u8), Vec<u64>>,
     pub(crate) tput_bin: Ps,
     pub(crate) pool_high_water: usize,
+    pub(crate) queue_high_water: usize,
 }
 
 fn node_name(n: Node, switches: &[Switch]) -> String {
@@ -653,6 +656,7 @@ pub(crate) fn collect(i: Inputs<'_>) -> Results {
             0.0
         },
         packet_pool_high_water: i.pool_high_water,
+        event_queue_high_water: i.queue_high_water,
         flows_completed: flows
             .iter()
             .filter(|f| f.end_ps.is_some() && !f.failed)
