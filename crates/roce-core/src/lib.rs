@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cc;
+pub mod cm;
 mod counters;
 mod cq;
 pub mod device;
@@ -23,7 +24,7 @@ mod wr;
 pub use cc::{CcAlgorithm, CcConfig, CcCounters, DcqcnParams, Mlx5Params};
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, CqId, CqOverflow};
-pub use device::{Device, DeviceConfig, RxInfo, VerbsError};
+pub use device::{CmCounters, Device, DeviceConfig, RxInfo, VerbsError};
 pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
 pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};

@@ -2,7 +2,7 @@
 //! responder (receive side) of RC, UC and UD (IBTA Vol 1 chapter 9, §10.3).
 
 mod attr;
-mod path;
+pub(crate) mod path;
 mod requester;
 mod responder;
 pub mod state;

@@ -26,6 +26,9 @@ use crate::wc::Wc;
 use crate::wr::{RecvWr, SendWr};
 use crate::{AsyncEvent, Nanos};
 
+mod cm;
+pub use cm::CmCounters;
+
 /// Device-wide settings.
 #[derive(Clone, Debug)]
 pub struct DeviceConfig {
@@ -93,6 +96,8 @@ pub struct Device {
     /// dropped when it reaches the top.
     timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     counters: DeviceCounters,
+    /// The communication manager (QP1).
+    cm: cm::CmTable,
 }
 
 /// Errors of object management calls.
@@ -163,6 +168,7 @@ impl Device {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
+            cm: cm::CmTable::default(),
         }
     }
 
@@ -463,6 +469,10 @@ impl Device {
             }
             return;
         }
+        if p.bth.dest_qp == roce_wire::mad::GSI_QPN {
+            self.cm_handle(now, &p);
+            return;
+        }
         let qpn = p.bth.dest_qp.value();
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.counters.rx_unknown_qp += 1;
@@ -518,6 +528,10 @@ impl Device {
     /// Writes the next datagram to send into `buf` (which should hold at
     /// least 4200 bytes); returns its length, or `None` when nothing is due.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        if let Some(n) = self.cm_poll_transmit(buf) {
+            self.counters.tx_datagrams += 1;
+            return Some(n);
+        }
         let rounds = self.ready.len();
         for _ in 0..rounds {
             let qpn = self.ready.pop_front()?;
@@ -546,11 +560,18 @@ impl Device {
     /// Earliest time [`Device::handle_timeout`] has work. O(1); may name a
     /// deadline that has since moved later (the call then does nothing).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let qp = self.timers.peek().map(|Reverse((t, _))| *t);
+        match (qp, self.cm.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs expired timers; touches only the QPs that are due.
     pub fn handle_timeout(&mut self, now: Nanos) {
+        if self.cm.next_deadline().is_some_and(|t| t <= now) {
+            self.cm_handle_timeout(now);
+        }
         while let Some(&Reverse((t, qpn))) = self.timers.peek() {
             if t > now {
                 break;

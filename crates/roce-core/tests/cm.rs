@@ -1,0 +1,347 @@
+//! Connection management between two devices (IB CM over QP1 with
+//! rdma_cm's addressing): connect/accept bring both QPs to RTS with each
+//! other's QPN and PSN, data flows, disconnect flushes both sides; and the
+//! failure paths: no listener, consumer reject, lost REP/RTU, a dead peer.
+
+mod common;
+
+use common::{Verdict, World};
+use roce_core::cm::{CmEvent, CmState, ConnParam};
+use roce_core::*;
+use roce_wire::cm::{attr, rej_reason, CmMessage, CmaHeader};
+use roce_wire::RocePacket;
+
+const PORT: u16 = 7174;
+
+fn init_qp(w: &mut World, i: usize) -> Qpn {
+    let h = &mut w.hosts[i];
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        pd: h.pd,
+        send_cq: h.cq,
+        recv_cq: h.cq,
+        srq: None,
+        cap: QpCaps::default(),
+        sq_sig_all: false,
+    };
+    let q = h.dev.create_qp(init).unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC,
+        ..QpAttr::default()
+    };
+    h.dev
+        .modify_qp(
+            q,
+            &a,
+            QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
+        )
+        .unwrap();
+    q
+}
+
+fn events(w: &mut World, i: usize) -> Vec<CmEvent> {
+    std::iter::from_fn(|| w.hosts[i].dev.poll_cm_event()).collect()
+}
+
+/// Runs until host `i` has a CM event; returns it.
+fn next_event(w: &mut World, i: usize) -> CmEvent {
+    let mut got = None;
+    w.run_until(100_000, |w| {
+        got = w.hosts[i].dev.poll_cm_event();
+        got.is_some()
+    });
+    got.unwrap_or_else(|| panic!("host {i}: no CM event (now {} ns)", w.now))
+}
+
+/// Connects host 0's QP to host 1's listener; returns (qp0, qp1, id0, id1).
+fn establish(w: &mut World, p0: &ConnParam, p1: &ConnParam) -> (Qpn, Qpn, cm::CmId, cm::CmId) {
+    let q0 = init_qp(w, 0);
+    let peer = w.hosts[1].addr();
+    let id0 = w.hosts[0]
+        .dev
+        .cm_connect(w.now, q0, peer, PORT, p0)
+        .unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(w, 1) else {
+        panic!("expected a connect request")
+    };
+    assert_eq!(req.remote_qpn, q0);
+    assert_eq!(req.peer, w.hosts[0].addr());
+    assert_eq!(req.private_data, p0.private_data);
+    let q1 = init_qp(w, 1);
+    w.hosts[1].dev.cm_accept(w.now, req.id, q1, p1).unwrap();
+    let e0 = next_event(w, 0);
+    assert_eq!(
+        e0,
+        CmEvent::Established {
+            id: id0,
+            private_data: p1.private_data.clone()
+        }
+    );
+    let e1 = next_event(w, 1);
+    assert!(matches!(e1, CmEvent::Established { id, .. } if id == req.id));
+    (q0, q1, id0, req.id)
+}
+
+#[test]
+fn connect_send_write_and_disconnect() {
+    let mut w = World::new(1 << 16);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let p0 = ConnParam {
+        private_data: b"hello from the active side".to_vec(),
+        ..ConnParam::default()
+    };
+    let p1 = ConnParam {
+        private_data: b"welcome".to_vec(),
+        ..ConnParam::default()
+    };
+    let (q0, q1, id0, id1) = establish(&mut w, &p0, &p1);
+    for (i, q) in [(0, q0), (1, q1)] {
+        assert_eq!(w.hosts[i].dev.qp(q).unwrap().state(), QpState::Rts);
+    }
+    // The QPs point at each other.
+    let a0 = w.hosts[0].dev.qp(q0).unwrap().attr();
+    let a1 = w.hosts[1].dev.qp(q1).unwrap().attr();
+    assert_eq!((a0.dest_qp_num, a1.dest_qp_num), (q1, q0));
+    assert_eq!((a0.sq_psn, a0.rq_psn), (a1.rq_psn, a1.sq_psn));
+    assert_eq!(a0.path_mtu, 4096);
+
+    // SEND and WRITE over the connection, with the bytes checked.
+    w.hosts[0].write(0, b"over rdma_cm");
+    let recv = RecvWr {
+        wr_id: 9,
+        sgl: vec![w.hosts[1].sge(0x100, 64)],
+    };
+    w.hosts[1].dev.post_recv(q1, recv).unwrap();
+    let mut send = SendWr::send(1, vec![w.hosts[0].sge(0, 12)]);
+    send.flags = SendFlags::SIGNALED;
+    w.hosts[0].dev.post_send(q0, send).unwrap();
+    let base1 = w.hosts[1].base;
+    let rkey = w.hosts[1].mr.rkey;
+    let mut write = SendWr::rdma(
+        2,
+        SendOp::Write,
+        vec![w.hosts[0].sge(0, 12)],
+        base1 + 0x800,
+        rkey,
+    );
+    write.flags = SendFlags::SIGNALED;
+    w.hosts[0].dev.post_send(q0, write).unwrap();
+    w.settle(100_000);
+    let c0 = w.hosts[0].poll();
+    assert_eq!(c0.len(), 2);
+    assert!(c0.iter().all(|c| c.status == WcStatus::Success));
+    let c1 = w.hosts[1].poll();
+    assert_eq!((c1.len(), c1[0].wr_id, c1[0].byte_len), (1, 9, 12));
+    assert_eq!(w.hosts[1].read(0x100, 12), b"over rdma_cm");
+    assert_eq!(w.hosts[1].read(0x800, 12), b"over rdma_cm");
+
+    // Disconnect from the passive side: both QPs end in ERR, both sides
+    // see exactly one Disconnected.
+    w.hosts[1].dev.cm_disconnect(w.now, id1).unwrap();
+    assert_eq!(w.hosts[1].dev.cm_state(id1), Some(CmState::DreqSent));
+    w.settle(100_000);
+    assert_eq!(events(&mut w, 0), [CmEvent::Disconnected { id: id0 }]);
+    assert_eq!(events(&mut w, 1), [CmEvent::Disconnected { id: id1 }]);
+    for (i, q) in [(0, q0), (1, q1)] {
+        assert_eq!(w.hosts[i].dev.qp(q).unwrap().state(), QpState::Err);
+    }
+    assert_eq!(w.hosts[0].dev.cm_state(id0), None);
+    // REQ REP RTU DREQ DREP and nothing resent.
+    let sent = w.hosts[0].dev.cm_counters().tx_mads + w.hosts[1].dev.cm_counters().tx_mads;
+    assert_eq!(sent, 5);
+}
+
+#[test]
+fn the_req_on_the_wire_is_what_rdma_cm_sends() {
+    let mut w = World::new(4096);
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let p = ConnParam {
+        responder_resources: 4,
+        initiator_depth: 2,
+        private_data: vec![7; 56],
+        ..ConnParam::default()
+    };
+    w.hosts[0].dev.cm_connect(0, q0, peer, PORT, &p).unwrap();
+    let mut buf = [0u8; 512];
+    let n = w.hosts[0].dev.poll_transmit(0, &mut buf).unwrap();
+    let pkt = RocePacket::parse_ip(&buf[..n]).unwrap();
+    pkt.check_icrc().unwrap();
+    assert_eq!(pkt.bth.dest_qp, roce_wire::mad::GSI_QPN);
+    let deth = pkt.ext.deth.unwrap();
+    assert_eq!(deth.qkey, roce_wire::mad::GSI_QKEY);
+    let (h, m) = CmMessage::parse_mad(pkt.payload).unwrap();
+    assert_eq!(h.attr_id, attr::REQ);
+    let CmMessage::Req(r) = m else { panic!() };
+    assert_eq!(r.service_id, 0x0106_0000 | PORT as u64);
+    assert_eq!(r.local_qpn, q0);
+    assert_eq!((r.responder_resources, r.initiator_depth), (4, 2));
+    assert_eq!((r.path_mtu, r.retry_count, r.rnr_retry_count), (5, 7, 7));
+    assert_eq!(roce_wire::cm::ip_of_gid(r.primary.remote_gid), peer);
+    let c = CmaHeader::parse(r.private_data).unwrap();
+    assert_eq!((c.src, c.dst), (w.hosts[0].addr(), peer));
+    assert_eq!(&r.private_data[36..], &[7; 56][..]);
+    // 57 bytes of consumer data do not fit.
+    let q = init_qp(&mut w, 0);
+    let too_long = ConnParam {
+        private_data: vec![1; 57],
+        ..ConnParam::default()
+    };
+    assert!(w.hosts[0]
+        .dev
+        .cm_connect(0, q, peer, PORT, &too_long)
+        .is_err());
+    // Only an RC QP in INIT may connect.
+    let q2 = init_qp(&mut w, 0);
+    w.hosts[0]
+        .dev
+        .modify_qp(
+            q2,
+            &QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )
+        .unwrap();
+    assert!(w.hosts[0]
+        .dev
+        .cm_connect(0, q2, peer, PORT, &ConnParam::default())
+        .is_err());
+}
+
+#[test]
+fn no_listener_is_rejected_with_invalid_service_id() {
+    let mut w = World::new(4096);
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, 9999, &ConnParam::default())
+        .unwrap();
+    let e = next_event(&mut w, 0);
+    assert_eq!(
+        e,
+        CmEvent::Rejected {
+            id,
+            reason: rej_reason::INVALID_SERVICE_ID,
+            private_data: vec![]
+        }
+    );
+    assert_eq!(w.hosts[1].dev.cm_counters().rejected_reqs, 1);
+    assert_eq!(w.hosts[0].dev.cm_state(id), None);
+    // The QP is untouched (still INIT) and can try again.
+    assert_eq!(w.hosts[0].dev.qp(q0).unwrap().state(), QpState::Init);
+    // A second listener on a taken port is refused.
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    assert_eq!(w.hosts[1].dev.cm_listen(PORT), Err(VerbsError::Busy));
+}
+
+#[test]
+fn consumer_reject_carries_private_data() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+        .unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!()
+    };
+    w.hosts[1].dev.cm_reject(req.id, b"go away").unwrap();
+    assert_eq!(
+        next_event(&mut w, 0),
+        CmEvent::Rejected {
+            id,
+            reason: rej_reason::CONSUMER_DEFINED,
+            private_data: b"go away".to_vec()
+        }
+    );
+    // The request is gone on the passive side too.
+    assert!(w.hosts[1].dev.cm_reject(req.id, b"").is_err());
+}
+
+/// Drops the first MAD host `from` sends with attribute `attr_id`.
+fn drop_first(from: usize, attr_id: u16) -> common::Filter {
+    let mut dropped = false;
+    Box::new(move |i, d| {
+        if dropped || i != from {
+            return Verdict::Deliver;
+        }
+        let p = RocePacket::parse_ip(d).unwrap();
+        if p.bth.dest_qp != roce_wire::mad::GSI_QPN {
+            return Verdict::Deliver;
+        }
+        let (h, _) = CmMessage::parse_mad(p.payload).unwrap();
+        if h.attr_id == attr_id {
+            dropped = true;
+            return Verdict::Drop;
+        }
+        Verdict::Deliver
+    })
+}
+
+#[test]
+fn a_lost_rep_or_rtu_is_recovered_by_retransmission() {
+    for (from, lost) in [(1, attr::REP), (0, attr::RTU), (0, attr::REQ)] {
+        let mut w = World::new(4096);
+        w.hosts[1].dev.cm_listen(PORT).unwrap();
+        w.filter = drop_first(from, lost);
+        let (q0, q1, _, _) = establish(&mut w, &ConnParam::default(), &ConnParam::default());
+        w.settle(100_000);
+        assert_eq!(w.hosts[0].dev.qp(q0).unwrap().state(), QpState::Rts);
+        assert_eq!(w.hosts[1].dev.qp(q1).unwrap().state(), QpState::Rts);
+        let resent = w.hosts[0].dev.cm_counters().resent + w.hosts[1].dev.cm_counters().resent;
+        assert!(resent >= 1, "lost {lost:#x}: nothing resent");
+        // The resend waited the advertised response timeout (~1.07 s).
+        assert!(w.now >= 1_073_741_824, "lost {lost:#x}: now {}", w.now);
+        assert!(events(&mut w, 0).is_empty() && events(&mut w, 1).is_empty());
+    }
+}
+
+#[test]
+fn a_silent_peer_is_unreachable_after_every_retry() {
+    let mut w = World::new(4096);
+    w.filter = Box::new(|i, _| {
+        if i == 0 {
+            Verdict::Drop
+        } else {
+            Verdict::Deliver
+        }
+    });
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+        .unwrap();
+    assert_eq!(next_event(&mut w, 0), CmEvent::Unreachable { id });
+    let gave_up = w.now;
+    w.settle(1000);
+    let c = w.hosts[0].dev.cm_counters();
+    // The REQ, 15 resends, and the closing REJ (timeout).
+    assert_eq!((c.tx_mads, c.resent), (17, 15));
+    // 16 waits of 4.096 µs × 2^18.
+    assert_eq!(gave_up, 16 * (4096u64 << 18));
+    assert_eq!(w.hosts[0].dev.cm_state(id), None);
+}
+
+#[test]
+fn a_dreq_for_an_unknown_connection_still_gets_a_drep() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let (_, _, id0, _) = establish(&mut w, &ConnParam::default(), &ConnParam::default());
+    // Lose the DREP: the DREQ is resent, the passive side (whose
+    // connection is gone by then) answers it again.
+    w.filter = drop_first(1, attr::DREP);
+    w.hosts[0].dev.cm_disconnect(w.now, id0).unwrap();
+    assert_eq!(next_event(&mut w, 0), CmEvent::Disconnected { id: id0 });
+    assert_eq!(w.hosts[0].dev.cm_counters().resent, 1);
+    assert_eq!(events(&mut w, 1).len(), 1);
+}
