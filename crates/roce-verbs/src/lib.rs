@@ -106,6 +106,7 @@
 //! (`mr.rs`), each block with its `SAFETY` argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod cm;
 mod connect;
 mod context;
 mod cq;
@@ -117,6 +118,7 @@ mod qp;
 mod shared;
 mod srq;
 
+pub use cm::{CmConnection, CmError, CmListener, CmRequest};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
@@ -125,6 +127,7 @@ pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::{FabricEndpoint, ProgressConfig};
 pub use qp::{QpInitAttr, QueuePair};
+pub use roce_core::cm::{ConnParam, ConnRequest};
 pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{

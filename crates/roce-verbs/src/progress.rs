@@ -96,6 +96,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool) -> StepOutco
     // Timers, transmit and events.
     let mut channels = Vec::new();
     let mut events = Vec::new();
+    let mut cm_events = Vec::new();
     for round in 0..shared.cfg.tx_batches_per_step.max(1) {
         let mut core = shared.core();
         if round == 0 && core.dev.poll_timeout().is_some_and(|t| t <= now) {
@@ -111,6 +112,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool) -> StepOutco
             }
         }
         collect_events(&mut core, &mut channels, &mut events);
+        cm_events.extend(std::iter::from_fn(|| core.dev.poll_cm_event()));
         out.deadline = core.dev.poll_timeout();
         drop(core);
         if tx.is_empty() {
@@ -141,6 +143,10 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool) -> StepOutco
     if !events.is_empty() {
         lock(&shared.events).extend(events);
         shared.events_cv.notify_all();
+    }
+    if !cm_events.is_empty() {
+        lock(&shared.cm_events).extend(cm_events);
+        shared.cm_cv.notify_all();
     }
     out
 }

@@ -134,6 +134,9 @@ pub(crate) struct Shared {
     pub(crate) last_inline: AtomicU64,
     pub(crate) events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) events_cv: Condvar,
+    /// Connection manager events, taken by the handle they concern.
+    pub(crate) cm_events: Mutex<VecDeque<roce_core::cm::CmEvent>>,
+    pub(crate) cm_cv: Condvar,
 }
 
 impl std::fmt::Debug for Shared {
@@ -175,6 +178,8 @@ impl Shared {
             last_inline: AtomicU64::new(0),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
+            cm_events: Mutex::new(VecDeque::new()),
+            cm_cv: Condvar::new(),
         }
     }
 

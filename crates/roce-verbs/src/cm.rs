@@ -1,0 +1,346 @@
+//! Connection management in the shape of librdmacm: listen on a port,
+//! take a connection request and accept or reject it, connect a QP to a
+//! listening peer, disconnect. The engine speaks IB CM over QP1 with
+//! rdma_cm's addressing (see [`roce_core::cm`]), so the peer may be
+//! librdmacm on Linux (`rping`, `ib_write_bw -R`, ...).
+//!
+//! The calls block until the CM answers (or `timeout` passes); the QP's
+//! transitions to RTR and RTS are made by the engine when the REP (active
+//! side) or the accept (passive side) happens, as the kernel does for
+//! rdma_cm.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId};
+use roce_core::{QpAttr, QpAttrMask, QpState, QpType};
+
+use crate::error::Error;
+use crate::progress::kick;
+use crate::shared::{lock, Shared};
+use crate::{Context, QueuePair};
+
+/// Why a connection attempt or wait failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CmError {
+    /// The verbs layer refused a call.
+    Verbs(Error),
+    /// The peer rejected the connection (`reason` 8: nobody listens on the
+    /// port, 28: the application refused).
+    Rejected {
+        /// IB CM REJ reason.
+        reason: u16,
+        /// The REJ's private data.
+        private_data: Vec<u8>,
+    },
+    /// The peer never answered.
+    Unreachable,
+    /// Nothing happened within the caller's timeout.
+    TimedOut,
+}
+
+impl std::fmt::Display for CmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CmError::Verbs(e) => write!(f, "{e}"),
+            CmError::Rejected { reason: 8, .. } => {
+                f.write_str("connection refused (no listener on that port)")
+            }
+            CmError::Rejected { reason, .. } => write!(f, "connection rejected (reason {reason})"),
+            CmError::Unreachable => f.write_str("peer unreachable (no answer to the CM)"),
+            CmError::TimedOut => f.write_str("timed out"),
+        }
+    }
+}
+
+impl std::error::Error for CmError {}
+
+impl From<Error> for CmError {
+    fn from(e: Error) -> CmError {
+        CmError::Verbs(e)
+    }
+}
+
+impl From<roce_core::VerbsError> for CmError {
+    fn from(e: roce_core::VerbsError) -> CmError {
+        CmError::Verbs(Error::Verbs(e))
+    }
+}
+
+/// Waits for the first CM event `want` selects, taking it off the queue.
+fn wait_event(
+    shared: &Shared,
+    timeout: Duration,
+    mut want: impl FnMut(&CmEvent) -> bool,
+) -> Option<CmEvent> {
+    let end = Instant::now() + timeout;
+    let mut q = lock(&shared.cm_events);
+    loop {
+        if let Some(i) = q.iter().position(&mut want) {
+            return q.remove(i);
+        }
+        let left = end.checked_duration_since(Instant::now())?;
+        // The progress thread delivers events; make sure it is awake.
+        shared.unpark();
+        q = shared
+            .cm_cv
+            .wait_timeout(q, left.min(Duration::from_millis(10)))
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+    }
+}
+
+/// Brings a fresh RC QP to INIT (the state the CM needs) if it is in
+/// RESET.
+fn to_init(qp: &QueuePair) -> Result<(), Error> {
+    if qp.qp_type() != QpType::Rc {
+        return Err(Error::InvalidArgument("rdma_cm connects RC QPs"));
+    }
+    if qp.state() == QpState::Reset {
+        let a = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: roce_core::Access::LOCAL_WRITE
+                | roce_core::Access::REMOTE_WRITE
+                | roce_core::Access::REMOTE_READ
+                | roce_core::Access::REMOTE_ATOMIC,
+            ..QpAttr::default()
+        };
+        qp.modify(
+            &a,
+            QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
+        )?;
+    }
+    Ok(())
+}
+
+/// A listening port (`rdma_listen`); stops listening when dropped.
+#[derive(Debug)]
+pub struct CmListener {
+    ctx: Context,
+    id: ListenId,
+}
+
+impl Context {
+    /// `rdma_bind_addr` + `rdma_listen` on `port` (rdma_cm's TCP port
+    /// space, all local addresses).
+    pub fn cm_listen(&self, port: u16) -> Result<CmListener, Error> {
+        let id = self.shared().core().dev.cm_listen(port)?;
+        Ok(CmListener {
+            ctx: self.clone(),
+            id,
+        })
+    }
+}
+
+impl CmListener {
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.id.0
+    }
+
+    /// Waits for the next connection request (`RDMA_CM_EVENT_CONNECT_REQUEST`).
+    pub fn get_request(&self, timeout: Duration) -> Result<CmRequest, CmError> {
+        let id = self.id;
+        let e = wait_event(
+            self.ctx.shared(),
+            timeout,
+            |e| matches!(e, CmEvent::ConnectRequest(r) if r.listen == id),
+        )
+        .ok_or(CmError::TimedOut)?;
+        match e {
+            CmEvent::ConnectRequest(req) => Ok(CmRequest {
+                ctx: self.ctx.clone(),
+                req,
+                answered: false,
+            }),
+            _ => Err(CmError::TimedOut),
+        }
+    }
+}
+
+impl Drop for CmListener {
+    fn drop(&mut self) {
+        self.ctx.shared().core().dev.cm_stop_listen(self.id);
+    }
+}
+
+/// A connection request to accept or reject; rejected when dropped
+/// unanswered.
+#[derive(Debug)]
+pub struct CmRequest {
+    ctx: Context,
+    req: ConnRequest,
+    answered: bool,
+}
+
+impl CmRequest {
+    /// What the active side asked for (its address, QPN, READ/atomic
+    /// depths and private data).
+    pub fn info(&self) -> &ConnRequest {
+        &self.req
+    }
+
+    /// `rdma_accept`: brings `qp` (RESET or INIT) to RTS against the
+    /// requester and answers with a REP; waits for the RTU.
+    pub fn accept(
+        mut self,
+        qp: &QueuePair,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<CmConnection, CmError> {
+        if !qp.pd().context().same(&self.ctx) {
+            return Err(Error::WrongContext.into());
+        }
+        to_init(qp)?;
+        let shared = self.ctx.shared().clone();
+        let id = self.req.id;
+        {
+            let mut core = shared.core();
+            let now = shared.now();
+            core.dev.cm_accept(now, id, qp.qpn(), param)?;
+        }
+        self.answered = true;
+        kick(&shared);
+        let e = wait_event(&shared, timeout, |e| e.id() == id).ok_or(CmError::TimedOut)?;
+        connection_from(e, qp, shared)
+    }
+
+    /// `rdma_reject` with `private_data` (REJ reason 28).
+    pub fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
+        let shared = self.ctx.shared().clone();
+        shared.core().dev.cm_reject(self.req.id, private_data)?;
+        self.answered = true;
+        kick(&shared);
+        Ok(())
+    }
+}
+
+impl Drop for CmRequest {
+    fn drop(&mut self) {
+        if !self.answered {
+            let shared = self.ctx.shared();
+            let _ = shared.core().dev.cm_reject(self.req.id, &[]);
+            shared.unpark();
+        }
+    }
+}
+
+fn connection_from(
+    e: CmEvent,
+    qp: &QueuePair,
+    shared: Arc<Shared>,
+) -> Result<CmConnection, CmError> {
+    match e {
+        CmEvent::Established { id, private_data } => Ok(CmConnection {
+            shared,
+            id,
+            qp: qp.clone(),
+            private_data,
+        }),
+        CmEvent::Rejected {
+            reason,
+            private_data,
+            ..
+        } => Err(CmError::Rejected {
+            reason,
+            private_data,
+        }),
+        _ => Err(CmError::Unreachable),
+    }
+}
+
+impl QueuePair {
+    /// `rdma_connect` to `port` at `peer`: sends the REQ for this RC QP
+    /// (RESET or INIT) and waits until the connection is established
+    /// (the QP is in RTS) or refused.
+    pub fn cm_connect(
+        &self,
+        peer: IpAddr,
+        port: u16,
+        param: &ConnParam,
+        timeout: Duration,
+    ) -> Result<CmConnection, CmError> {
+        to_init(self)?;
+        let shared = self.pd().context().shared().clone();
+        let id = {
+            let mut core = shared.core();
+            let now = shared.now();
+            core.dev.cm_connect(now, self.qpn(), peer, port, param)?
+        };
+        kick(&shared);
+        let e = wait_event(&shared, timeout, |e| e.id() == id).ok_or(CmError::TimedOut)?;
+        connection_from(e, self, shared)
+    }
+}
+
+/// An established connection. Dropping it disconnects (without waiting).
+#[derive(Debug)]
+pub struct CmConnection {
+    shared: Arc<Shared>,
+    id: CmId,
+    qp: QueuePair,
+    private_data: Vec<u8>,
+}
+
+impl CmConnection {
+    /// The connected QP.
+    pub fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    /// The peer's private data from the REP (active side; empty on the
+    /// passive side).
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// True while the CM has not seen a disconnect.
+    pub fn is_connected(&self) -> bool {
+        let gone = lock(&self.shared.cm_events)
+            .iter()
+            .any(|e| e.id() == self.id && matches!(e, CmEvent::Disconnected { .. }));
+        !gone && self.shared.core().dev.cm_state(self.id).is_some()
+    }
+
+    /// Waits for the peer to disconnect (`RDMA_CM_EVENT_DISCONNECTED`);
+    /// false on timeout.
+    pub fn wait_disconnect(&self, timeout: Duration) -> bool {
+        let id = self.id;
+        wait_event(&self.shared, timeout, |e| {
+            e.id() == id && matches!(e, CmEvent::Disconnected { .. })
+        })
+        .is_some()
+    }
+
+    /// `rdma_disconnect`: the QP goes to ERR (outstanding work requests
+    /// complete with WR_FLUSH_ERR), a DREQ goes out; waits for the DREP.
+    pub fn disconnect(self, timeout: Duration) -> Result<(), CmError> {
+        let id = self.id;
+        {
+            let mut core = self.shared.core();
+            let now = self.shared.now();
+            if core.dev.cm_state(id).is_none() {
+                return Ok(());
+            }
+            core.dev.cm_disconnect(now, id)?;
+        }
+        kick(&self.shared);
+        wait_event(&self.shared, timeout, |e| {
+            e.id() == id && matches!(e, CmEvent::Disconnected { .. })
+        })
+        .map(|_| ())
+        .ok_or(CmError::TimedOut)
+    }
+}
+
+impl Drop for CmConnection {
+    fn drop(&mut self) {
+        let mut core = self.shared.core();
+        let now = self.shared.now();
+        let _ = core.dev.cm_disconnect(now, self.id);
+        drop(core);
+        self.shared.unpark();
+    }
+}
