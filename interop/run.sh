@@ -1,6 +1,6 @@
 #!/bin/bash
-# Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong on a
-# real RoCE peer, both roles, each case captured and every ICRC checked with
+# Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong and
+# `roce rping` against librdmacm's rping (RDMA CM) on a real RoCE peer, both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
 #
 #   bash interop/run.sh                     # the rxe lab (../shared/lab), VM vmA
@@ -21,6 +21,7 @@
 #   ROCE        our binary [target/release/roce next to this folder]
 #   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
+#   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
 #   TXCSUM_OFF  1: turn off tx checksum offload on $TXCSUM_DEV [br0] first, so the capture
@@ -160,5 +161,76 @@ for t in $TRANSPORTS; do
             "$insp; flows=$flows [rc=$rc_insp]"
     done
 done
+
+# --- rping over RDMA CM (IB CM on QP1) -------------------------------------------------
+# Per ping: SEND, RDMA READ, SEND, RDMA WRITE, SEND; then DREQ/DREP. Checked: both exit 0,
+# both print COUNT ping lines, every ICRC valid. Then a refused connection (no listener:
+# REJ reason 8) in each direction.
+RPING_COUNT=${RPING_COUNT:-10}
+RPING_SIZE=${RPING_SIZE:-64}
+RPING_ROLES=${RPING_ROLES-$ROLES}
+pings() { grep -c "$2" "$1" 2>/dev/null || true; }
+for role in $RPING_ROLES; do
+    N=$((N + 1))
+    port=$((PORT_BASE + N))
+    case_dir="$OUT/rping-$role"; mkdir -p "$case_dir"
+    pcap="$case_dir/capture.pcap"
+    ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
+        >"$case_dir/tcpdump.log" 2>&1 ) &
+    cap=$!; BG_PIDS+=("$cap"); sleep 1
+    cflags="-p $port -C $RPING_COUNT -S $RPING_SIZE -v"
+    if [ "$role" = our-client ]; then
+        dir="their-srv<-our-cli"
+        h=$(peer_bg "timeout $CASE_TIMEOUT rping -s -a 0.0.0.0 $cflags" "$case_dir/theirs.log")
+        sleep 5  # the emulated guest needs a moment to listen
+        nsx timeout "$CASE_TIMEOUT" "$ROCE" rping -c -a "$PEER_IP" --bind "$HOST_IP" $cflags -V \
+            --timeout 60 >"$case_dir/ours.log" 2>&1; rc_ours=$?
+        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        want_ours="^ping data"; want_theirs="server ping data"
+    else
+        dir="our-srv<-their-cli"
+        ( nsx_exec timeout "$CASE_TIMEOUT" "$ROCE" rping -s -a "$HOST_IP" -p "$port" -v \
+            --timeout 120 >"$case_dir/ours.log" 2>&1 ) &
+        op=$!; BG_PIDS+=("$op"); sleep 1
+        h=$(peer_bg "timeout $CASE_TIMEOUT rping -c -a $HOST_IP $cflags -V" "$case_dir/theirs.log")
+        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        wait "$op"; rc_ours=$?
+        want_ours="server ping data"; want_theirs="^ping data"
+    fi
+    sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+    "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+    insp=$(tail -1 "$case_dir/inspect.txt")
+    cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
+    po=$(pings "$case_dir/ours.log" "$want_ours"); pt=$(pings "$case_dir/theirs.log" "$want_theirs")
+    res=PASS
+    if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] \
+        || [ "$po" -ne "$RPING_COUNT" ] || [ "$pt" -ne "$RPING_COUNT" ] || [ "$cm" -lt 5 ]; then
+        res=FAIL; FAILS=$((FAILS + 1))
+    fi
+    printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' rping "$dir" rc "$RPING_SIZE" "$res" \
+        "$pt pings [rc=$rc_theirs]" "$po pings [rc=$rc_ours]" "$insp; CM MADs=$cm [rc=$rc_insp]"
+done
+if [ -n "$RPING_ROLES" ]; then
+    # Refused: nobody listens on the port.
+    N=$((N + 1)); port=$((PORT_BASE + N)); case_dir="$OUT/rping-refused"; mkdir -p "$case_dir"
+    nsx timeout 60 "$ROCE" rping -c -a "$PEER_IP" --bind "$HOST_IP" -p "$port" -C 1 \
+        --timeout 30 >"$case_dir/ours.log" 2>&1; rc_ours=$?
+    # Our stack up (listening on another port) so that it answers with a REJ.
+    ( nsx_exec timeout 90 "$ROCE" rping -s -a "$HOST_IP" -p "$((port + 1))" --timeout 60 \
+        >"$case_dir/ours-server.log" 2>&1 ) &
+    op=$!; BG_PIDS+=("$op"); sleep 1
+    h=$(peer_bg "timeout 60 rping -c -a $HOST_IP -p $port -C 1" "$case_dir/theirs.log")
+    peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+    kill "$op" 2>/dev/null; wait "$op" 2>/dev/null
+    res=PASS
+    if [ $rc_ours -ne 1 ] || ! grep -q "connection refused" "$case_dir/ours.log" \
+        || [ $rc_theirs -eq 0 ] || ! grep -q "REJECTED, error 8" "$case_dir/theirs.log"; then
+        res=FAIL; FAILS=$((FAILS + 1))
+    fi
+    printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' rping refused rc - "$res" \
+        "$(tr '\n' ' ' <"$case_dir/theirs.log" | cut -c1-40) [rc=$rc_theirs]" \
+        "$(cut -c1-40 "$case_dir/ours.log" | head -1) [rc=$rc_ours]" "-"
+fi
+
 echo "$((N - FAILS))/$N cases passed; logs and captures in $OUT"
 [ $FAILS -eq 0 ]

@@ -4,6 +4,7 @@ mod devinfo;
 mod inspect;
 mod perf;
 mod pingpong;
+mod rping;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,11 @@ enum Command {
     /// The RoCE v2 devices (network interfaces) this stack can open, their
     /// GID tables and capabilities, in the manner of `ibv_devinfo -v`.
     Devinfo(devinfo::DevinfoArgs),
+    /// librdmacm's rping over this stack: connect through the IB CM
+    /// (rdma_cm addressing), then per ping a SEND, an RDMA READ, a SEND, an
+    /// RDMA WRITE and a SEND. `-s` serves, `-c -a SERVER` pings; either
+    /// side may be the Linux tool.
+    Rping(rping::RpingArgs),
     /// Run a fabric scenario (TOML) in the discrete-event simulator whose
     /// hosts run this stack's engine: PFC, ETS, ECN, DCQCN. Prints a
     /// summary; `--csv`/`--plots DIR` write tables and SVG plots.
@@ -51,6 +57,7 @@ fn main() {
         Command::Perf(args) => perf::run(args),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Devinfo(args) => devinfo::run(args),
+        Command::Rping(args) => rping::run(args),
         Command::Sim(args) => sim::run(args),
     };
     std::process::exit(code);

@@ -90,6 +90,20 @@ fn establish(w: &mut World, p0: &ConnParam, p1: &ConnParam) -> (Qpn, Qpn, cm::Cm
 fn connect_send_write_and_disconnect() {
     let mut w = World::new(1 << 16);
     w.hosts[1].dev.cm_listen(PORT).unwrap();
+    // Record the starting PSNs of the REQ and the REP on the wire.
+    let seen = std::rc::Rc::new(std::cell::RefCell::new((Psn::new(0), Psn::new(0))));
+    let s2 = seen.clone();
+    w.filter = Box::new(move |_, d| {
+        let p = RocePacket::parse_ip(d).unwrap();
+        if p.bth.dest_qp == roce_wire::mad::GSI_QPN {
+            match CmMessage::parse_mad(p.payload).unwrap().1 {
+                CmMessage::Req(r) => s2.borrow_mut().0 = r.starting_psn,
+                CmMessage::Rep(r) => s2.borrow_mut().1 = r.starting_psn,
+                _ => {}
+            }
+        }
+        Verdict::Deliver
+    });
     let p0 = ConnParam {
         private_data: b"hello from the active side".to_vec(),
         ..ConnParam::default()
@@ -107,6 +121,12 @@ fn connect_send_write_and_disconnect() {
     let a1 = w.hosts[1].dev.qp(q1).unwrap().attr();
     assert_eq!((a0.dest_qp_num, a1.dest_qp_num), (q1, q0));
     assert_eq!((a0.sq_psn, a0.rq_psn), (a1.rq_psn, a1.sq_psn));
+    // Each side's starting PSN (REQ for the active side, REP for the
+    // passive side) is the PSN it expects to receive: in the rdmacm_rping
+    // capture the client's first SEND carries the REP's PSN and the
+    // server's first READ the REQ's.
+    let (req_psn, rep_psn) = *seen.borrow();
+    assert_eq!((a0.rq_psn, a1.rq_psn), (req_psn, rep_psn));
     assert_eq!(a0.path_mtu, 4096);
 
     // SEND and WRITE over the connection, with the bytes checked.

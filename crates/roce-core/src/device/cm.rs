@@ -64,7 +64,8 @@ struct Conn {
     local: IpAddr,
     qpn: Option<Qpn>,
     remote_qpn: Qpn,
-    /// Our first PSN.
+    /// The PSN this side expects first (our rq_psn), which the REQ/REP
+    /// carries as its starting PSN.
     psn: Psn,
     param: ConnParam,
     req: Option<ReqInfo>,
@@ -319,10 +320,13 @@ impl Device {
             ah_attr: av,
             path_mtu: req.path_mtu.min(self.config.active_mtu),
             dest_qp_num: req.remote_qpn,
-            rq_psn: req.starting_psn,
+            // A message's starting PSN is the PSN its sender expects to
+            // receive: the other side sends from it (what Linux's CM does,
+            // seen in the rdmacm_rping capture).
+            rq_psn: psn,
             max_dest_rd_atomic: responder_resources.max(1),
             min_rnr_timer: param.min_rnr_timer,
-            sq_psn: psn,
+            sq_psn: req.starting_psn,
             timeout: req.ack_timeout,
             retry_cnt: req.retry_count,
             rnr_retry: req.rnr_retry_count,
@@ -718,10 +722,10 @@ impl Device {
             ah_attr: self.av_to(peer, local, &info),
             path_mtu: info.path_mtu,
             dest_qp_num: r.local_qpn,
-            rq_psn: r.starting_psn,
+            rq_psn: psn,
             max_dest_rd_atomic: param.responder_resources.max(1),
             min_rnr_timer: param.min_rnr_timer,
-            sq_psn: psn,
+            sq_psn: r.starting_psn,
             timeout: if param.ack_timeout == 0 {
                 DEFAULT_PATH_ACK_TIMEOUT
             } else {

@@ -1,0 +1,443 @@
+//! `roce rping`: librdmacm's `rping` over this stack, connecting through
+//! the IB CM (rdma_cm addressing) so either side may be the Linux tool.
+//!
+//! Per ping, as rping does it: the client fills its start buffer with
+//! `rdma-ping-N: ` and a rotating run of letters, SENDs its address, rkey
+//! and length (16 bytes, big-endian: u64, u32, u32); the server RDMA READs
+//! it and SENDs 16 zero bytes ("go ahead"); the client SENDs where its
+//! second buffer is; the server RDMA WRITEs what it read there (the string
+//! and its NUL) and SENDs again; the client compares the two buffers. The
+//! client disconnects after `-C` pings; the server serves until the client
+//! disconnects.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::time::Duration;
+
+use clap::Parser;
+use roce_verbs::{
+    Access, CmConnection, CompletionQueue, ConnParam, Context, DeviceConfig, MemoryRegion,
+    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr,
+    WcStatus,
+};
+
+/// `rping` over this stack (the client with `-c`, the server with `-s`).
+#[derive(Parser, Debug, Clone)]
+#[command(
+    after_help = "Either side may be librdmacm's rping (rdmacm-utils). Exit status: 0 every \
+                  ping completed (server: the client disconnected), 1 a failure, 2 bad flags."
+)]
+pub(crate) struct RpingArgs {
+    /// Run the server.
+    #[arg(short = 's', conflicts_with = "client")]
+    server: bool,
+    /// Run the client.
+    #[arg(short = 'c')]
+    client: bool,
+    /// Client: the server's address. Server: the local address to listen
+    /// on (the RoCE device's IP; 0.0.0.0 takes --bind).
+    #[arg(short = 'a')]
+    addr: IpAddr,
+    /// rdma_cm port.
+    #[arg(short = 'p', default_value_t = 7174)]
+    port: u16,
+    /// Pings (client; 0 = until interrupted).
+    #[arg(short = 'C', default_value_t = 0)]
+    count: u64,
+    /// Ping size in bytes (at least 16 as rping requires).
+    #[arg(short = 'S', default_value_t = 64, value_parser = clap::value_parser!(u32).range(16..=(1 << 24)))]
+    size: u32,
+    /// Print the ping data.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// Validate the ping data (client).
+    #[arg(short = 'V')]
+    validate: bool,
+    /// Local address of the RoCE device [default: the route's source
+    /// address towards -a, or -a itself for the server].
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// Give up after this many seconds without progress (0: wait forever).
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// UDP port of the RoCE traffic, both ends (4791 is the standard).
+    #[arg(long, default_value_t = 4791)]
+    roce_port: u16,
+}
+
+const RECV_ID: u64 = 1;
+const SEND_ID: u64 = 2;
+const RDMA_ID: u64 = 3;
+
+/// The 16-byte buffer advertisement (`struct rping_rdma_info`).
+fn info(mr: &MemoryRegion) -> [u8; 16] {
+    let r = mr.remote();
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&r.addr.to_be_bytes());
+    b[8..12].copy_from_slice(&r.rkey.value().to_be_bytes());
+    b[12..].copy_from_slice(&(mr.len() as u32).to_be_bytes());
+    b
+}
+
+fn parse_info(b: &[u8]) -> (u64, Rkey, u32) {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    let mut k = [0u8; 4];
+    k.copy_from_slice(&b[8..12]);
+    let mut l = [0u8; 4];
+    l.copy_from_slice(&b[12..16]);
+    (
+        u64::from_be_bytes(a),
+        Rkey::new(u32::from_be_bytes(k)),
+        u32::from_be_bytes(l),
+    )
+}
+
+/// The client's ping `n` of `size` bytes: `rdma-ping-N: ` then letters
+/// from `start` ('A'..='z', wrapping), NUL-terminated at `size - 1`.
+pub(crate) fn ping_text(n: u64, start: u8, size: usize) -> Vec<u8> {
+    let mut b = format!("rdma-ping-{n}: ").into_bytes();
+    b.truncate(size.saturating_sub(1));
+    let mut c = start;
+    while b.len() < size.saturating_sub(1) {
+        b.push(c);
+        c = if c >= b'z' { b'A' } else { c + 1 };
+    }
+    b.push(0);
+    b
+}
+
+/// The text of a NUL-terminated buffer.
+fn c_str(b: &[u8]) -> String {
+    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+struct Rig {
+    _ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    recv: MemoryRegion,
+    send: MemoryRegion,
+    wait: Duration,
+    /// Completions that arrived while waiting for another one.
+    early: std::cell::RefCell<Vec<u64>>,
+}
+
+impl Rig {
+    fn open(local: IpAddr, port: u16) -> Result<Rig, String> {
+        let cfg = DeviceConfig::new(local);
+        let ucfg = roce_io::UdpConfig::new(local).port(port).remote_port(port);
+        let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => format!(
+                "UDP port {port} on {local} is in use (another RoCE stack, or a kernel rxe device?)"
+            ),
+            std::io::ErrorKind::AddrNotAvailable => {
+                format!("{local} is not an address of this host")
+            }
+            _ => format!("cannot open UDP {local}:{port}: {e}"),
+        })?;
+        let ctx =
+            Context::open(backend, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let pd = ctx.alloc_pd();
+        let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
+        let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
+        init.cap = QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            ..QpCaps::default()
+        };
+        let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+        let recv = pd
+            .reg_mr(vec![0u8; 16], Access::LOCAL_WRITE)
+            .map_err(|e| e.to_string())?;
+        let send = pd
+            .reg_mr(vec![0u8; 16], Access::NONE)
+            .map_err(|e| e.to_string())?;
+        qp.to_init(&roce_verbs::ConnectOptions::default())
+            .map_err(|e| e.to_string())?;
+        Ok(Rig {
+            _ctx: ctx,
+            pd,
+            cq,
+            qp,
+            recv,
+            send,
+            wait: Duration::from_secs(1 << 40),
+            early: std::cell::RefCell::new(Vec::new()),
+        })
+    }
+
+    fn post_recv(&self) -> Result<(), String> {
+        self.qp
+            .post_recv(RecvWr {
+                wr_id: RECV_ID,
+                sgl: vec![self.recv.sge(0, 16)],
+            })
+            .map_err(|e| format!("post recv: {e}"))
+    }
+
+    fn send_bytes(&self, b: &[u8; 16]) -> Result<(), String> {
+        self.send.write(0, b).map_err(|e| e.to_string())?;
+        self.qp
+            .post_send(SendWr::send(SEND_ID, vec![self.send.sge(0, 16)]))
+            .map_err(|e| format!("post send: {e}"))
+    }
+
+    /// Waits for the completion `id`; a flushed receive means the peer
+    /// disconnected (`Ok(false)`).
+    fn wait_for(&self, id: u64) -> Result<bool, String> {
+        {
+            let mut early = self.early.borrow_mut();
+            if let Some(i) = early.iter().position(|&x| x == id) {
+                early.remove(i);
+                return Ok(true);
+            }
+        }
+        loop {
+            let v = self
+                .cq
+                .poll_until(1, self.wait)
+                .map_err(|e| e.to_string())?;
+            let Some(c) = v.into_iter().next() else {
+                return Err("timed out waiting for a completion".into());
+            };
+            if c.status == WcStatus::WrFlushErr {
+                return Ok(false);
+            }
+            if !c.is_success() {
+                return Err(format!(
+                    "completion error: {:?} (wr_id {})",
+                    c.status, c.wr_id
+                ));
+            }
+            if c.wr_id == id {
+                return Ok(true);
+            }
+            self.early.borrow_mut().push(c.wr_id);
+        }
+    }
+}
+
+/// The source address the kernel would use towards `peer`.
+fn route_source(peer: IpAddr) -> Option<IpAddr> {
+    let any: IpAddr = match peer {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    let s = UdpSocket::bind((any, 0)).ok()?;
+    s.connect((peer, 9)).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+pub(crate) fn run(args: &RpingArgs) -> i32 {
+    if args.server == args.client {
+        eprintln!("roce rping: give -s (server) or -c (client)");
+        return 2;
+    }
+    let r = if args.server {
+        server(args)
+    } else {
+        client(args)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("roce rping: {e}");
+            1
+        }
+    }
+}
+
+fn wait(args: &RpingArgs) -> Duration {
+    if args.timeout == 0 {
+        Duration::from_secs(1 << 40)
+    } else {
+        Duration::from_secs(args.timeout)
+    }
+}
+
+fn param() -> ConnParam {
+    // rping's rdma_conn_param.
+    ConnParam {
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }
+}
+
+fn client(args: &RpingArgs) -> Result<(), String> {
+    let local = match args.bind.or_else(|| route_source(args.addr)) {
+        Some(a) => a,
+        None => return Err(format!("no route to {}", args.addr)),
+    };
+    let mut rig = Rig::open(local, args.roce_port)?;
+    rig.wait = wait(args);
+    let size = args.size as usize;
+    let start_buf = rig
+        .pd
+        .reg_mr(
+            vec![0u8; size],
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+        )
+        .map_err(|e| e.to_string())?;
+    let rdma_buf = rig
+        .pd
+        .reg_mr(
+            vec![0u8; size],
+            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+        )
+        .map_err(|e| e.to_string())?;
+    rig.post_recv()?;
+    let conn: CmConnection = rig
+        .qp
+        .cm_connect(args.addr, args.port, &param(), rig.wait)
+        .map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
+    let mut start = b'A';
+    let mut ping = 0u64;
+    while args.count == 0 || ping < args.count {
+        let text = ping_text(ping, start, size);
+        start = if start >= b'z' { b'A' } else { start + 1 };
+        start_buf.write(0, &text).map_err(|e| e.to_string())?;
+        rdma_buf
+            .write(0, &vec![0u8; size])
+            .map_err(|e| e.to_string())?;
+        // Advertise the start buffer; the server READs it and says go.
+        rig.send_bytes(&info(&start_buf))?;
+        if !rig.wait_for(SEND_ID)? || !rig.wait_for(RECV_ID)? {
+            return Err("the server disconnected".into());
+        }
+        rig.post_recv()?;
+        // Advertise where the server WRITEs the echo.
+        rig.send_bytes(&info(&rdma_buf))?;
+        if !rig.wait_for(SEND_ID)? || !rig.wait_for(RECV_ID)? {
+            return Err("the server disconnected".into());
+        }
+        rig.post_recv()?;
+        let echo = rdma_buf.to_vec().map_err(|e| e.to_string())?;
+        if args.validate && c_str(&echo) != c_str(&text) {
+            return Err(format!(
+                "data mismatch on ping {ping}: sent '{}', got '{}'",
+                c_str(&text),
+                c_str(&echo)
+            ));
+        }
+        if args.verbose {
+            println!("ping data: {}", c_str(&echo));
+        }
+        ping += 1;
+    }
+    conn.disconnect(rig.wait)
+        .map_err(|e| format!("disconnect: {e}"))?;
+    Ok(())
+}
+
+fn server(args: &RpingArgs) -> Result<(), String> {
+    let local = match (args.bind, args.addr) {
+        (Some(b), _) => b,
+        (None, a) if a.is_unspecified() => {
+            return Err("give the RoCE device's address with -a or --bind".into())
+        }
+        (None, a) => a,
+    };
+    let mut rig = Rig::open(local, args.roce_port)?;
+    rig.wait = wait(args);
+    let mut size = args.size as usize;
+    let mut rdma_buf = rig
+        .pd
+        .reg_mr(vec![0u8; size], Access::LOCAL_WRITE)
+        .map_err(|e| e.to_string())?;
+    let listener = rig
+        .qp
+        .pd()
+        .context()
+        .cm_listen(args.port)
+        .map_err(|e| format!("listen on port {}: {e}", args.port))?;
+    let req = listener
+        .get_request(rig.wait)
+        .map_err(|e| format!("waiting for a client: {e}"))?;
+    rig.post_recv()?;
+    let conn = req
+        .accept(&rig.qp, &param(), rig.wait)
+        .map_err(|e| format!("accept: {e}"))?;
+    let mut pings = 0u64;
+    loop {
+        // The client's start buffer, or its disconnect.
+        if !rig.wait_for(RECV_ID)? {
+            break;
+        }
+        let (addr, rkey, len) = parse_info(&rig.recv.to_vec().map_err(|e| e.to_string())?);
+        rig.post_recv()?;
+        if len as usize > size {
+            // The client pings with more than our -S: grow the buffer (up
+            // to rping's 16 MiB limit) rather than cut its string.
+            size = (len as usize).min(1 << 24);
+            rdma_buf = rig
+                .pd
+                .reg_mr(vec![0u8; size], Access::LOCAL_WRITE)
+                .map_err(|e| e.to_string())?;
+        }
+        let len = len.min(size as u32);
+        let read = SendWr::rdma(
+            RDMA_ID,
+            SendOp::Read,
+            vec![rdma_buf.sge(0, len)],
+            addr,
+            rkey,
+        );
+        rig.qp
+            .post_send(read)
+            .map_err(|e| format!("post read: {e}"))?;
+        if !rig.wait_for(RDMA_ID)? {
+            break;
+        }
+        let data = rdma_buf.to_vec().map_err(|e| e.to_string())?;
+        if args.verbose {
+            println!("server ping data: {}", c_str(&data));
+        }
+        rig.send_bytes(&[0u8; 16])?;
+        if !rig.wait_for(SEND_ID)? || !rig.wait_for(RECV_ID)? {
+            break;
+        }
+        let (addr, rkey, _) = parse_info(&rig.recv.to_vec().map_err(|e| e.to_string())?);
+        rig.post_recv()?;
+        let n = (c_str(&data).len() + 1).min(size) as u32;
+        let write = SendWr::rdma(RDMA_ID, SendOp::Write, vec![rdma_buf.sge(0, n)], addr, rkey);
+        rig.qp
+            .post_send(write)
+            .map_err(|e| format!("post write: {e}"))?;
+        if !rig.wait_for(RDMA_ID)? {
+            break;
+        }
+        rig.send_bytes(&[0u8; 16])?;
+        if !rig.wait_for(SEND_ID)? {
+            break;
+        }
+        pings += 1;
+    }
+    // The receive flushed: the client disconnected (or is about to).
+    if !conn.wait_disconnect(Duration::from_secs(5)) {
+        return Err("the connection broke without a disconnect".into());
+    }
+    println!("server DISCONNECT EVENT... ({pings} pings served)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_text_is_rpings() {
+        // The first ping of `rping -S 64` as captured from Linux rping.
+        let t = ping_text(0, b'A', 64);
+        assert_eq!(
+            t,
+            b"rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr\0".to_vec()
+        );
+        assert_eq!(ping_text(7, b'z', 18), b"rdma-ping-7: zABC\0".to_vec());
+        assert_eq!(ping_text(123, b'A', 16), b"rdma-ping-123: \0".to_vec());
+    }
+}
