@@ -232,5 +232,84 @@ if [ -n "$RPING_ROLES" ]; then
         "$(cut -c1-40 "$case_dir/ours.log" | head -1) [rc=$rc_ours]" "-"
 fi
 
+
+# --- recovery across implementations: loss, duplication, reordering ----------------------
+# The peer's egress gets `tc netem loss L duplicate 1%` (its qdisc, on the interface the peer
+# runs RoCE on: PEER_IF [eth0]); ours gets the same through `--faults` (the host kernel may
+# lack sch_netem) plus 2 % reordering. Cases: rping with -V in both roles (data checked by
+# both clients) and perftest's BW tools in both roles. LOSSES='' skips them.
+LOSSES=${LOSSES-1 5}
+PEER_IF=${PEER_IF:-eth0}
+LOSS_OPS=${LOSS_OPS:-write read send}
+peer_run() {
+    if [ "$PEER_MODE" = lab ]; then
+        TIMEOUT=120 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"
+    else
+        ssh -o BatchMode=yes "$PEER_SSH" "$1"
+    fi
+}
+netem_off() { peer_run "tc qdisc del dev $PEER_IF root 2>/dev/null; true" >/dev/null 2>&1; }
+for loss in $LOSSES; do
+    if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${loss}% duplicate 1%" \
+        >"$OUT/netem-$loss.log" 2>&1; then
+        echo "cannot apply netem on the peer (see $OUT/netem-$loss.log); loss cases skipped" >&2
+        break
+    fi
+    trap 'netem_off; cleanup' EXIT
+    faults="loss=${loss}%,duplicate=1%,reorder=2%,seed=$loss"
+    for role in $ROLES; do
+        for tool in rping $LOSS_OPS; do
+            N=$((N + 1)); port=$((PORT_BASE + N))
+            case_dir="$OUT/loss$loss-$tool-$role"; mkdir -p "$case_dir"
+            pcap="$case_dir/capture.pcap"
+            ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
+                >"$case_dir/tcpdump.log" 2>&1 ) &
+            cap=$!; BG_PIDS+=("$cap"); sleep 1
+            if [ "$tool" = rping ]; then
+                name=rping; size=3000
+                cf="-p $port -C $RPING_COUNT -S $size -v -V"
+                theirs_srv="timeout $CASE_TIMEOUT rping -s -a 0.0.0.0 $cf"
+                theirs_cli="timeout $CASE_TIMEOUT rping -c -a $HOST_IP $cf"
+                ours_srv=("$ROCE" rping -s -a "$HOST_IP" -p "$port" -v --faults "$faults" --timeout 120)
+                ours_cli=("$ROCE" rping -c -a "$PEER_IP" --bind "$HOST_IP" $cf --faults "$faults" --timeout 120)
+            else
+                name="ib_${tool}_bw"; size=4096
+                pf="-s $size -n 200 -m 1024 -p $port"
+                theirs_srv="timeout $CASE_TIMEOUT $name -d $(peer_dev) -x $(peer_gidx) $pf"
+                theirs_cli="$theirs_srv $HOST_IP"
+                ours_srv=("$ROCE" perf "$tool-bw" --perftest --bind "$HOST_IP" $pf --faults "$faults")
+                ours_cli=("${ours_srv[@]}" "$PEER_IP")
+            fi
+            if [ "$role" = our-client ]; then
+                dir="their-srv<-our-cli"
+                h=$(peer_bg "$theirs_srv" "$case_dir/theirs.log"); sleep 5
+                nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+                peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+            else
+                dir="our-srv<-their-cli"
+                ( nsx_exec timeout "$CASE_TIMEOUT" "${ours_srv[@]}" >"$case_dir/ours.log" 2>&1 ) &
+                op=$!; BG_PIDS+=("$op"); sleep 1
+                h=$(peer_bg "$theirs_cli" "$case_dir/theirs.log")
+                peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+                wait "$op"; rc_ours=$?
+            fi
+            sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+            "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+            insp=$(tail -1 "$case_dir/inspect.txt")
+            res=PASS
+            if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ]; then
+                res=FAIL; FAILS=$((FAILS + 1))
+            fi
+            their_fig=$(grep -E "^ *[0-9]+ +[0-9]+ " "$case_dir/theirs.log" | tail -1 | tr -s ' ' | cut -c1-40)
+            our_fig=$(grep -E "^ *[0-9]+ +[0-9]+ " "$case_dir/ours.log" | tail -1 | tr -s ' ' | cut -c1-40)
+            [ "$tool" = rping ] && their_fig="$(grep -c 'ping data' "$case_dir/theirs.log") pings" \
+                && our_fig="$(grep -c 'ping data' "$case_dir/ours.log") pings"
+            printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$name loss=$loss%" "$dir" rc "$size" \
+                "$res" "$their_fig [rc=$rc_theirs]" "$our_fig [rc=$rc_ours]" "$insp [rc=$rc_insp]"
+        done
+    done
+    netem_off
+done
+
 echo "$((N - FAILS))/$N cases passed; logs and captures in $OUT"
 [ $FAILS -eq 0 ]

@@ -62,6 +62,10 @@ pub(crate) struct RpingArgs {
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).
     #[arg(long, default_value_t = 4791)]
     roce_port: u16,
+    /// Inject faults into what this side sends, as `roce perf --faults`
+    /// (`loss=5%,duplicate=1%,reorder=2%,seed=N`, ...).
+    #[arg(long, value_parser = crate::perf::backend::check_faults)]
+    faults: Option<String>,
 }
 
 const RECV_ID: u64 = 1;
@@ -125,8 +129,14 @@ struct Rig {
 }
 
 impl Rig {
-    fn open(local: IpAddr, port: u16) -> Result<Rig, String> {
-        let cfg = DeviceConfig::new(local);
+    fn open(local: IpAddr, port: u16, faults: Option<&str>) -> Result<Rig, String> {
+        let mut cfg = DeviceConfig::new(local);
+        // The active MTU follows the link (rxe's rule: 1500 -> 1024): the CM
+        // advertises it in the REQ, and packets must fit the interface.
+        cfg.active_mtu = crate::perf::backend::interface_for(local, None)
+            .ok()
+            .and_then(|i| i.mtu)
+            .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
         let ucfg = roce_io::UdpConfig::new(local).port(port).remote_port(port);
         let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => format!(
@@ -137,8 +147,12 @@ impl Rig {
             }
             _ => format!("cannot open UDP {local}:{port}: {e}"),
         })?;
-        let ctx =
-            Context::open(backend, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let mut b: Box<dyn roce_io::Backend + Send> = Box::new(backend);
+        if let Some(spec) = faults {
+            let f = crate::perf::backend::parse_faults(spec)?;
+            b = Box::new(roce_io::FaultInjector::new(b, f));
+        }
+        let ctx = Context::open(b, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
         let pd = ctx.alloc_pd();
         let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
         let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
@@ -273,7 +287,7 @@ fn client(args: &RpingArgs) -> Result<(), String> {
         Some(a) => a,
         None => return Err(format!("no route to {}", args.addr)),
     };
-    let mut rig = Rig::open(local, args.roce_port)?;
+    let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
     let size = args.size as usize;
     let start_buf = rig
@@ -342,7 +356,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         }
         (None, a) => a,
     };
-    let mut rig = Rig::open(local, args.roce_port)?;
+    let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
     let mut size = args.size as usize;
     let mut rdma_buf = rig

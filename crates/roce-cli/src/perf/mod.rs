@@ -7,7 +7,7 @@
 //! connection ([`control`]); both sides print the result table. Every run
 //! verifies the transferred data unless `--no-verify`.
 
-mod backend;
+pub(crate) mod backend;
 mod bw;
 mod control;
 mod lat;
