@@ -6,6 +6,7 @@ mod perf;
 mod pingpong;
 mod rping;
 mod sim;
+mod udaddy;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,11 @@ enum Command {
     /// RDMA WRITE and a SEND. `-s` serves, `-c -a SERVER` pings; either
     /// side may be the Linux tool.
     Rping(rping::RpingArgs),
+    /// librdmacm's udaddy over this stack: the client resolves the
+    /// server's UD QP through the CM (SIDR), then datagrams go both ways.
+    /// Without `-s SERVER` it serves (`-b ADDR`); either side may be the
+    /// Linux tool.
+    Udaddy(udaddy::UdaddyArgs),
     /// Run a fabric scenario (TOML) in the discrete-event simulator whose
     /// hosts run this stack's engine: PFC, ETS, ECN, DCQCN. Prints a
     /// summary; `--csv`/`--plots DIR` write tables and SVG plots.
@@ -58,6 +64,7 @@ fn main() {
         Command::Pingpong(args) => pingpong::run(args),
         Command::Devinfo(args) => devinfo::run(args),
         Command::Rping(args) => rping::run(args),
+        Command::Udaddy(args) => udaddy::run(args),
         Command::Sim(args) => sim::run(args),
     };
     std::process::exit(code);

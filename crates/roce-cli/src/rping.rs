@@ -234,7 +234,7 @@ impl Rig {
 }
 
 /// The source address the kernel would use towards `peer`.
-fn route_source(peer: IpAddr) -> Option<IpAddr> {
+pub(crate) fn route_source(peer: IpAddr) -> Option<IpAddr> {
     let any: IpAddr = match peer {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),

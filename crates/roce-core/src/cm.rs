@@ -25,6 +25,10 @@
 //! | `Established`| `cm_disconnect`: DREQ      | `DreqSent`    |
 //! | `Established`| DREQ: QP to ERR, send DREP | (gone)        |
 //! | `DreqSent`   | DREP / DREQ / retries out  | (gone)        |
+//! | (none)       | `cm_resolve_ud`: SIDR_REQ  | `SidrSent`    |
+//! | `SidrSent`   | SIDR_REP / retries out     | (gone)        |
+//! | (none)       | SIDR_REQ for a UD listener | `SidrRcvd`    |
+//! | `SidrRcvd`   | `cm_accept_ud` / `cm_reject_ud`: SIDR_REP | (gone) |
 
 use std::net::IpAddr;
 
@@ -34,9 +38,35 @@ use roce_wire::Qpn;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CmId(pub u32);
 
-/// A listener (one TCP-port-space service ID).
+/// A listener: the service ID it serves (rdma_cm's TCP port space for
+/// connections, UDP port space for UD service resolution).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ListenId(pub u16);
+pub struct ListenId(pub u64);
+
+impl ListenId {
+    /// The rdma_cm port.
+    pub fn port(&self) -> u16 {
+        self.0 as u16
+    }
+}
+
+/// A UD service resolution request (SIDR_REQ, rdma_cm's UDP port space)
+/// waiting for `cm_accept_ud` or `cm_reject_ud`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UdRequest {
+    /// The request.
+    pub id: CmId,
+    /// The listener it arrived on.
+    pub listen: ListenId,
+    /// The requester's address.
+    pub peer: IpAddr,
+    /// Our address it was sent to.
+    pub local: IpAddr,
+    /// The requester's rdma_cm source port.
+    pub peer_port: u16,
+    /// The consumer's private data (after rdma_cm's header).
+    pub private_data: Vec<u8>,
+}
 
 /// The connection parameters of `rdma_connect` / `rdma_accept`
 /// (`struct rdma_conn_param`) plus the QP timers the CM programs.
@@ -101,6 +131,19 @@ pub struct ConnRequest {
 pub enum CmEvent {
     /// A REQ for one of our listeners (`RDMA_CM_EVENT_CONNECT_REQUEST`).
     ConnectRequest(ConnRequest),
+    /// A SIDR_REQ for one of our UD listeners (`RDMA_CM_EVENT_CONNECT_REQUEST`
+    /// on an RDMA_PS_UDP id).
+    UdRequest(UdRequest),
+    /// The UD service answered: send to `qpn` with `qkey`
+    /// (`RDMA_CM_EVENT_ESTABLISHED` with `ud` parameters).
+    UdResolved {
+        /// The resolution.
+        id: CmId,
+        /// The service's UD QP.
+        qpn: Qpn,
+        /// Its Q_Key.
+        qkey: u32,
+    },
     /// The connection is up: its QP is in RTS (`RDMA_CM_EVENT_ESTABLISHED`).
     Established {
         /// The connection.
@@ -136,7 +179,9 @@ impl CmEvent {
     pub fn id(&self) -> CmId {
         match self {
             CmEvent::ConnectRequest(r) => r.id,
-            CmEvent::Established { id, .. }
+            CmEvent::UdRequest(r) => r.id,
+            CmEvent::UdResolved { id, .. }
+            | CmEvent::Established { id, .. }
             | CmEvent::Rejected { id, .. }
             | CmEvent::Unreachable { id }
             | CmEvent::Disconnected { id } => *id,
@@ -157,6 +202,10 @@ pub enum CmState {
     Established,
     /// DREQ sent, waiting for DREP.
     DreqSent,
+    /// SIDR_REQ sent, waiting for SIDR_REP.
+    SidrSent,
+    /// SIDR_REQ received, waiting for the application.
+    SidrRcvd,
 }
 
 /// Which CM messages each state takes; anything else is a stray duplicate
@@ -172,5 +221,6 @@ pub(crate) const fn accepts(state: CmState, attr_id: u16) -> bool {
             | (CmState::Established, attr::REP | attr::RTU | attr::DREQ)
             | (CmState::DreqSent, attr::DREP | attr::DREQ)
             | (CmState::ReqRcvd, attr::REJ)
+            | (CmState::SidrSent, attr::SIDR_REP)
     )
 }

@@ -365,3 +365,71 @@ fn a_dreq_for_an_unknown_connection_still_gets_a_drep() {
     assert_eq!(w.hosts[0].dev.cm_counters().resent, 1);
     assert_eq!(events(&mut w, 1).len(), 1);
 }
+
+#[test]
+fn ud_service_resolution_answers_qpn_and_qkey() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen_ud(PORT).unwrap();
+    // A TCP-space listener on the same port is a different service.
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_resolve_ud(0, peer, PORT, b"who serves?")
+        .unwrap();
+    let CmEvent::UdRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected a UD request")
+    };
+    assert_eq!(req.listen.port(), PORT);
+    assert_eq!(req.peer, w.hosts[0].addr());
+    assert_eq!(req.private_data, b"who serves?");
+    w.hosts[1]
+        .dev
+        .cm_accept_ud(req.id, Qpn::new(0x23), 0x0123_4567)
+        .unwrap();
+    assert_eq!(
+        next_event(&mut w, 0),
+        CmEvent::UdResolved {
+            id,
+            qpn: Qpn::new(0x23),
+            qkey: 0x0123_4567
+        }
+    );
+    // Answered once: a second answer is refused.
+    assert!(w.hosts[1].dev.cm_reject_ud(req.id).is_err());
+
+    // Nobody serves port 9: SIDR_REP status 1.
+    let id = w.hosts[0].dev.cm_resolve_ud(w.now, peer, 9, &[]).unwrap();
+    let e = next_event(&mut w, 0);
+    assert!(
+        matches!(e, CmEvent::Rejected { id: i, reason: 1, .. } if i == id),
+        "{e:?}"
+    );
+    // The application refuses: status 2.
+    let id = w.hosts[0]
+        .dev
+        .cm_resolve_ud(w.now, peer, PORT, &[])
+        .unwrap();
+    let CmEvent::UdRequest(req) = next_event(&mut w, 1) else {
+        panic!()
+    };
+    w.hosts[1].dev.cm_reject_ud(req.id).unwrap();
+    let e = next_event(&mut w, 0);
+    assert!(
+        matches!(e, CmEvent::Rejected { id: i, reason: 2, .. } if i == id),
+        "{e:?}"
+    );
+
+    // The SIDR_REQ on the wire is what udaddy sends: UDP port space.
+    let mut buf = [0u8; 512];
+    w.hosts[0]
+        .dev
+        .cm_resolve_ud(w.now, peer, 7174, &[])
+        .unwrap();
+    let n = w.hosts[0].dev.poll_transmit(w.now, &mut buf).unwrap();
+    let p = RocePacket::parse_ip(&buf[..n]).unwrap();
+    let (_, m) = CmMessage::parse_mad(p.payload).unwrap();
+    let CmMessage::SidrReq(r) = m else { panic!() };
+    assert_eq!(r.service_id, 0x0111_1c06);
+    assert_eq!(CmaHeader::parse(r.private_data).unwrap().dst, peer);
+}

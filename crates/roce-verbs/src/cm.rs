@@ -13,8 +13,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId};
-use roce_core::{QpAttr, QpAttrMask, QpState, QpType};
+use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId, UdRequest};
+use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
 use crate::progress::kick;
@@ -134,10 +134,123 @@ impl Context {
     }
 }
 
+impl Context {
+    /// `rdma_listen` on `port` in rdma_cm's UDP port space: UD service
+    /// resolution requests (SIDR) arrive through
+    /// [`CmListener::get_ud_request`].
+    pub fn cm_listen_ud(&self, port: u16) -> Result<CmListener, Error> {
+        let id = self.shared().core().dev.cm_listen_ud(port)?;
+        Ok(CmListener {
+            ctx: self.clone(),
+            id,
+        })
+    }
+
+    /// `rdma_connect` on a UD id (`RDMA_PS_UDP`): asks the service at
+    /// `peer:port` for its QPN and Q_Key (SIDR) and returns them.
+    pub fn cm_resolve_ud(
+        &self,
+        peer: IpAddr,
+        port: u16,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<(Qpn, u32), CmError> {
+        let shared = self.shared().clone();
+        let id = {
+            let mut core = shared.core();
+            let now = shared.now();
+            core.dev.cm_resolve_ud(now, peer, port, private_data)?
+        };
+        kick(&shared);
+        match wait_event(&shared, timeout, |e| e.id() == id).ok_or(CmError::TimedOut)? {
+            CmEvent::UdResolved { qpn, qkey, .. } => Ok((qpn, qkey)),
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => Err(CmError::Rejected {
+                reason,
+                private_data,
+            }),
+            _ => Err(CmError::Unreachable),
+        }
+    }
+}
+
+/// A UD service resolution request to answer with a QP (or refuse);
+/// refused when dropped unanswered.
+#[derive(Debug)]
+pub struct UdCmRequest {
+    ctx: Context,
+    req: UdRequest,
+    answered: bool,
+}
+
+impl UdCmRequest {
+    /// Who asks, and their private data.
+    pub fn info(&self) -> &UdRequest {
+        &self.req
+    }
+
+    /// `rdma_accept`: tells the requester to send to `qp` with `qkey`.
+    pub fn accept(mut self, qp: &QueuePair, qkey: u32) -> Result<(), CmError> {
+        if qp.qp_type() != QpType::Ud {
+            return Err(Error::InvalidArgument("a UD service answers with a UD QP").into());
+        }
+        let shared = self.ctx.shared().clone();
+        shared
+            .core()
+            .dev
+            .cm_accept_ud(self.req.id, qp.qpn(), qkey)?;
+        self.answered = true;
+        kick(&shared);
+        Ok(())
+    }
+
+    /// `rdma_reject` (SIDR_REP status 2).
+    pub fn reject(mut self) -> Result<(), CmError> {
+        let shared = self.ctx.shared().clone();
+        shared.core().dev.cm_reject_ud(self.req.id)?;
+        self.answered = true;
+        kick(&shared);
+        Ok(())
+    }
+}
+
+impl Drop for UdCmRequest {
+    fn drop(&mut self) {
+        if !self.answered {
+            let shared = self.ctx.shared();
+            let _ = shared.core().dev.cm_reject_ud(self.req.id);
+            shared.unpark();
+        }
+    }
+}
+
 impl CmListener {
+    /// Waits for the next UD service resolution request (listeners made
+    /// with [`Context::cm_listen_ud`]).
+    pub fn get_ud_request(&self, timeout: Duration) -> Result<UdCmRequest, CmError> {
+        let id = self.id;
+        let e = wait_event(
+            self.ctx.shared(),
+            timeout,
+            |e| matches!(e, CmEvent::UdRequest(r) if r.listen == id),
+        )
+        .ok_or(CmError::TimedOut)?;
+        match e {
+            CmEvent::UdRequest(req) => Ok(UdCmRequest {
+                ctx: self.ctx.clone(),
+                req,
+                answered: false,
+            }),
+            _ => Err(CmError::TimedOut),
+        }
+    }
+
     /// The port.
     pub fn port(&self) -> u16 {
-        self.id.0
+        self.id.port()
     }
 
     /// Waits for the next connection request (`RDMA_CM_EVENT_CONNECT_REQUEST`).

@@ -118,7 +118,7 @@ mod qp;
 mod shared;
 mod srq;
 
-pub use cm::{CmConnection, CmError, CmListener, CmRequest};
+pub use cm::{CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
@@ -127,7 +127,7 @@ pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::{FabricEndpoint, ProgressConfig};
 pub use qp::{QpInitAttr, QueuePair};
-pub use roce_core::cm::{ConnParam, ConnRequest};
+pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
 pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{

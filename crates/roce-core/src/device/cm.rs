@@ -7,13 +7,13 @@ use std::net::IpAddr;
 
 use roce_wire::cm::{
     self, attr, msg_ref, port_space, rej_reason, CmMessage, CmaHeader, DreqRepr, IdsRepr, PathRepr,
-    RejRepr, RepRepr, ReqRepr, CMA_HEADER_LEN,
+    RejRepr, RepRepr, ReqRepr, SidrRepRepr, SidrReqRepr, CMA_HEADER_LEN,
 };
 use roce_wire::mad::{self, MadHeader, MAD_LEN};
 use roce_wire::{BthRepr, DethRepr, Ecn, ExtHeaders, Opcode, Psn, Qpn, RocePacket};
 
 use super::{Device, VerbsError};
-use crate::cm::{accepts, CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId};
+use crate::cm::{accepts, CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
 use crate::qp::path::Path;
 use crate::qp::state::{QpAttrMask, QpState, QpType};
 use crate::qp::{AddressVector, QpAttr};
@@ -74,6 +74,8 @@ struct Conn {
     deadline: Option<Nanos>,
     interval: Nanos,
     retries_left: u8,
+    /// The service a SIDR exchange is about.
+    service_id: u64,
 }
 
 /// One MAD waiting to be sent.
@@ -102,7 +104,7 @@ pub struct CmCounters {
 /// The CM's part of a device.
 #[derive(Debug, Default)]
 pub(crate) struct CmTable {
-    listeners: BTreeMap<u16, ListenId>,
+    listeners: BTreeMap<u64, ListenId>,
     conns: BTreeMap<u32, Conn>,
     out: VecDeque<OutMad>,
     events: VecDeque<CmEvent>,
@@ -141,6 +143,26 @@ impl CmTable {
 }
 
 impl Conn {
+    fn new(state: CmState, remote_id: u32, tid: u64, peer: IpAddr, local: IpAddr) -> Conn {
+        Conn {
+            state,
+            remote_id,
+            tid,
+            peer,
+            local,
+            qpn: None,
+            remote_qpn: Qpn::new(0),
+            psn: Psn::new(0),
+            param: ConnParam::default(),
+            req: None,
+            last: None,
+            deadline: None,
+            interval: 0,
+            retries_left: 0,
+            service_id: 0,
+        }
+    }
+
     fn arm(&mut self, now: Nanos, mad: Box<[u8; MAD_LEN]>) {
         self.last = Some(mad);
         self.interval = timeout_ns(CM_RESPONSE_TIMEOUT);
@@ -153,15 +175,106 @@ impl Device {
     /// `rdma_listen` on `port` (TCP port space): REQs for it raise
     /// [`CmEvent::ConnectRequest`].
     pub fn cm_listen(&mut self, port: u16) -> Result<ListenId, VerbsError> {
-        if self.cm.listeners.contains_key(&port) {
+        self.listen_service(cm::ip_service_id(port_space::TCP, port))
+    }
+
+    /// `rdma_listen` on `port` in rdma_cm's UDP port space: SIDR_REQs for
+    /// it raise [`CmEvent::UdRequest`].
+    pub fn cm_listen_ud(&mut self, port: u16) -> Result<ListenId, VerbsError> {
+        self.listen_service(cm::ip_service_id(port_space::UDP, port))
+    }
+
+    fn listen_service(&mut self, service: u64) -> Result<ListenId, VerbsError> {
+        if self.cm.listeners.contains_key(&service) {
             return Err(VerbsError::Busy);
         }
-        self.cm.listeners.insert(port, ListenId(port));
-        Ok(ListenId(port))
+        self.cm.listeners.insert(service, ListenId(service));
+        Ok(ListenId(service))
+    }
+
+    /// `rdma_connect` on a UD id: asks the service at `dst:port` for its
+    /// QPN and Q_Key (SIDR_REQ); [`CmEvent::UdResolved`] answers.
+    pub fn cm_resolve_ud(
+        &mut self,
+        now: Nanos,
+        dst: IpAddr,
+        port: u16,
+        private_data: &[u8],
+    ) -> Result<CmId, VerbsError> {
+        if private_data.len() > cm::private_len::SIDR_REQ - CMA_HEADER_LEN {
+            return Err(VerbsError::InvalidArgument(
+                "SIDR_REQ private data over 180 bytes",
+            ));
+        }
+        let local = self.local_for(dst)?;
+        let id = self.cm.new_id(now);
+        let tid = (2u64 << 32) | id as u64;
+        let mut pd = [0u8; cm::private_len::SIDR_REQ];
+        let cma = CmaHeader {
+            src_port: 0x8000 | (id as u16 & 0x7fff),
+            src: local,
+            dst,
+        };
+        cma.emit(&mut pd)
+            .map_err(|_| VerbsError::InvalidArgument("address"))?;
+        pd[CMA_HEADER_LEN..CMA_HEADER_LEN + private_data.len()].copy_from_slice(private_data);
+        let req = SidrReqRepr {
+            request_id: id,
+            pkey: 0xffff,
+            service_id: cm::ip_service_id(port_space::UDP, port),
+            private_data: &pd,
+        };
+        let mad = self.cm.send(local, dst, tid, &CmMessage::SidrReq(req));
+        let mut c = Conn::new(CmState::SidrSent, 0, tid, dst, local);
+        c.arm(now, mad);
+        self.cm.conns.insert(id, c);
+        Ok(CmId(id))
+    }
+
+    /// `rdma_accept` on a UD request: answers with our UD QP and Q_Key.
+    pub fn cm_accept_ud(&mut self, id: CmId, qpn: Qpn, qkey: u32) -> Result<(), VerbsError> {
+        self.answer_sidr(id, 0, qpn, qkey)
+    }
+
+    /// `rdma_reject` on a UD request (SIDR_REP status 2, "rejected").
+    pub fn cm_reject_ud(&mut self, id: CmId) -> Result<(), VerbsError> {
+        self.answer_sidr(id, 2, Qpn::new(0), 0)
+    }
+
+    fn answer_sidr(&mut self, id: CmId, status: u8, qpn: Qpn, qkey: u32) -> Result<(), VerbsError> {
+        let c = self.cm.conns.get(&id.0).ok_or(VerbsError::NotFound)?;
+        if c.state != CmState::SidrRcvd {
+            return Err(VerbsError::InvalidArgument("no pending UD request"));
+        }
+        let rep = SidrRepRepr {
+            request_id: c.remote_id,
+            status,
+            qpn,
+            service_id: c.service_id,
+            qkey,
+            private_data: &[],
+        };
+        let (src, dst, tid) = (c.local, c.peer, c.tid);
+        self.cm.send(src, dst, tid, &CmMessage::SidrRep(rep));
+        self.cm.conns.remove(&id.0);
+        Ok(())
+    }
+
+    /// The local address of the family of `dst`.
+    fn local_for(&self, dst: IpAddr) -> Result<IpAddr, VerbsError> {
+        self.config
+            .addrs
+            .iter()
+            .copied()
+            .find(|a| a.is_ipv4() == dst.is_ipv4())
+            .ok_or(VerbsError::InvalidArgument(
+                "no local address of that family",
+            ))
     }
 
     /// Stops listening; REQs for the port are rejected from now on.
     pub fn cm_stop_listen(&mut self, l: ListenId) {
+        // (The key is the service ID, which the ListenId carries.)
         self.cm.listeners.remove(&l.0);
     }
 
@@ -203,15 +316,7 @@ impl Device {
                 "REQ private data over 56 bytes",
             ));
         }
-        let local = self
-            .config
-            .addrs
-            .iter()
-            .copied()
-            .find(|a| a.is_ipv4() == dst.is_ipv4())
-            .ok_or(VerbsError::InvalidArgument(
-                "no local address of that family",
-            ))?;
+        let local = self.local_for(dst)?;
         let id = self.cm.new_id(now);
         let psn = Psn::new(mix(id as u64) as u32);
         let tid = (2u64 << 32) | id as u64;
@@ -269,22 +374,10 @@ impl Device {
             private_data: &pd,
         };
         let mad = self.cm.send(local, dst, tid, &CmMessage::Req(req));
-        let mut c = Conn {
-            state: CmState::ReqSent,
-            remote_id: 0,
-            tid,
-            peer: dst,
-            local,
-            qpn: Some(qpn),
-            remote_qpn: Qpn::new(0),
-            psn,
-            param: param.clone(),
-            req: None,
-            last: None,
-            deadline: None,
-            interval: 0,
-            retries_left: 0,
-        };
+        let mut c = Conn::new(CmState::ReqSent, 0, tid, dst, local);
+        c.qpn = Some(qpn);
+        c.psn = psn;
+        c.param = param.clone();
         c.arm(now, mad);
         self.cm.conns.insert(id, c);
         Ok(CmId(id))
@@ -510,14 +603,15 @@ impl Device {
         match m {
             CmMessage::Req(r) => self.on_req(now, &h, &r, peer, local),
             CmMessage::Dreq(d) => self.on_dreq(&h, &d, peer, local),
+            CmMessage::SidrReq(r) => self.on_sidr_req(now, &h, &r, peer, local),
             m => {
                 let (to_us, from) = match m {
                     CmMessage::Rep(r) => (r.remote_comm_id, r.local_comm_id),
                     CmMessage::Rtu(r) | CmMessage::Drep(r) => (r.remote_comm_id, r.local_comm_id),
                     CmMessage::Rej(r) => (r.remote_comm_id, r.local_comm_id),
                     CmMessage::Mra(r) => (r.remote_comm_id, r.local_comm_id),
+                    CmMessage::SidrRep(r) => (r.request_id, 0),
                     _ => {
-                        // SIDR is not served yet.
                         self.cm.counters.dropped += 1;
                         return;
                     }
@@ -526,7 +620,8 @@ impl Device {
                     self.cm.counters.dropped += 1;
                     return;
                 };
-                let known_peer = c.remote_id == from || c.state == CmState::ReqSent;
+                let known_peer =
+                    c.remote_id == from || matches!(c.state, CmState::ReqSent | CmState::SidrSent);
                 if c.peer != peer || !known_peer || !accepts(c.state, h.attr_id) {
                     self.cm.counters.dropped += 1;
                     return;
@@ -557,7 +652,7 @@ impl Device {
             return;
         }
         let listen = match cm::ip_service_port(r.service_id) {
-            Some((port_space::TCP, port)) => self.cm.listeners.get(&port).copied(),
+            Some((port_space::TCP, _)) => self.cm.listeners.get(&r.service_id).copied(),
             _ => None,
         };
         let (reason, listen) = match listen {
@@ -597,25 +692,10 @@ impl Device {
             hop_limit: r.primary.hop_limit,
             flow_label: r.primary.flow_label,
         };
-        self.cm.conns.insert(
-            id,
-            Conn {
-                state: CmState::ReqRcvd,
-                remote_id: r.local_comm_id,
-                tid: h.tid,
-                peer,
-                local,
-                qpn: None,
-                remote_qpn: r.local_qpn,
-                psn: Psn::new(0),
-                param: ConnParam::default(),
-                req: Some(info),
-                last: None,
-                deadline: None,
-                interval: 0,
-                retries_left: 0,
-            },
-        );
+        let mut c = Conn::new(CmState::ReqRcvd, r.local_comm_id, h.tid, peer, local);
+        c.remote_qpn = r.local_qpn;
+        c.req = Some(info);
+        self.cm.conns.insert(id, c);
         self.cm
             .events
             .push_back(CmEvent::ConnectRequest(ConnRequest {
@@ -629,6 +709,59 @@ impl Device {
                 initiator_depth: r.initiator_depth,
                 private_data: trim_zeros(user).to_vec(),
             }));
+    }
+
+    fn on_sidr_req(
+        &mut self,
+        now: Nanos,
+        h: &MadHeader,
+        r: &SidrReqRepr<'_>,
+        peer: IpAddr,
+        local: IpAddr,
+    ) {
+        // A resent SIDR_REQ still waiting for the application: nothing new.
+        if self
+            .cm
+            .conns
+            .values()
+            .any(|c| c.state == CmState::SidrRcvd && c.remote_id == r.request_id && c.peer == peer)
+        {
+            return;
+        }
+        let listen = match cm::ip_service_port(r.service_id) {
+            Some((port_space::UDP, _)) => self.cm.listeners.get(&r.service_id).copied(),
+            _ => None,
+        };
+        let Some(listen) = listen else {
+            // Status 1: the service ID is not supported here.
+            self.cm.counters.rejected_reqs += 1;
+            let rep = SidrRepRepr {
+                request_id: r.request_id,
+                status: 1,
+                qpn: Qpn::new(0),
+                service_id: r.service_id,
+                qkey: 0,
+                private_data: &[],
+            };
+            self.cm.send(local, peer, h.tid, &CmMessage::SidrRep(rep));
+            return;
+        };
+        let (peer_port, user) = match CmaHeader::parse(r.private_data) {
+            Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
+            Err(_) => (0, r.private_data),
+        };
+        let id = self.cm.new_id(now);
+        let mut c = Conn::new(CmState::SidrRcvd, r.request_id, h.tid, peer, local);
+        c.service_id = r.service_id;
+        self.cm.conns.insert(id, c);
+        self.cm.events.push_back(CmEvent::UdRequest(UdRequest {
+            id: CmId(id),
+            listen,
+            peer,
+            local,
+            peer_port,
+            private_data: trim_zeros(user).to_vec(),
+        }));
     }
 
     fn on_dreq(&mut self, h: &MadHeader, d: &DreqRepr<'_>, peer: IpAddr, local: IpAddr) {
@@ -690,6 +823,23 @@ impl Device {
                 // The peer needs longer: wait its service timeout once more.
                 let c = self.cm.conns.get_mut(&id).expect("exists");
                 c.deadline = Some(now + timeout_ns(r.service_timeout) + c.interval);
+            }
+            (CmState::SidrSent, CmMessage::SidrRep(r)) => {
+                self.cm.conns.remove(&id);
+                let ev = if r.status == 0 {
+                    CmEvent::UdResolved {
+                        id: CmId(id),
+                        qpn: r.qpn,
+                        qkey: r.qkey,
+                    }
+                } else {
+                    CmEvent::Rejected {
+                        id: CmId(id),
+                        reason: r.status as u16,
+                        private_data: trim_zeros(r.private_data).to_vec(),
+                    }
+                };
+                self.cm.events.push_back(ev);
             }
             (CmState::DreqSent, CmMessage::Drep(_)) => {
                 self.cm.conns.remove(&id);

@@ -1,0 +1,264 @@
+//! `roce udaddy`: librdmacm's `udaddy` over this stack. The client resolves
+//! the server's UD QP through the CM (SIDR in rdma_cm's UDP port space),
+//! then both sides exchange `-C` datagrams of `-S` bytes: the client SENDs
+//! with immediate data = its QPN; the server answers each sender at the
+//! QPN the immediate names and the address the GRH carries. Either side
+//! may be the Linux tool.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use clap::Parser;
+use roce_verbs::{
+    Access, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DeviceConfig,
+    MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
+    SendOp, SendWr, WcFlags,
+};
+
+/// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
+const UDP_QKEY: u32 = 0x0123_4567;
+/// Room for the GRH in front of a UD receive.
+const GRH: usize = 40;
+
+/// `udaddy` over this stack (the client with `-s SERVER`).
+#[derive(Parser, Debug, Clone)]
+#[command(
+    after_help = "Either side may be librdmacm's udaddy (rdmacm-utils). Exit status: 0 every \
+                  datagram went both ways, 1 a failure, 2 bad flags."
+)]
+pub(crate) struct UdaddyArgs {
+    /// The server to contact (omit to be the server).
+    #[arg(short = 's')]
+    server: Option<IpAddr>,
+    /// Local address of the RoCE device (server: required; client: the
+    /// route's source address by default).
+    #[arg(short = 'b', long = "bind")]
+    bind: Option<IpAddr>,
+    /// rdma_cm port (UDP port space).
+    #[arg(short = 'p', default_value_t = 7174)]
+    port: u16,
+    /// Datagrams each way.
+    #[arg(short = 'C', default_value_t = 10)]
+    count: u32,
+    /// Datagram size in bytes.
+    #[arg(short = 'S', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    size: u32,
+    /// Give up after this many seconds without progress.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+    /// UDP port of the RoCE traffic, both ends.
+    #[arg(long, default_value_t = 4791)]
+    roce_port: u16,
+}
+
+struct Ud {
+    ctx: Context,
+    pd: ProtectionDomain,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+    qp: QueuePair,
+    recv: MemoryRegion,
+    send: MemoryRegion,
+    size: usize,
+    wait: Duration,
+}
+
+impl Ud {
+    fn open(local: IpAddr, args: &UdaddyArgs) -> Result<Ud, String> {
+        let mut cfg = DeviceConfig::new(local);
+        cfg.active_mtu = crate::perf::backend::interface_for(local, None)
+            .ok()
+            .and_then(|i| i.mtu)
+            .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
+        if args.size > cfg.active_mtu {
+            return Err(format!(
+                "-S {} is larger than the path MTU {} (a UD message is one packet)",
+                args.size, cfg.active_mtu
+            ));
+        }
+        let ucfg = roce_io::UdpConfig::new(local)
+            .port(args.roce_port)
+            .remote_port(args.roce_port);
+        let backend = roce_io::UdpBackend::bind(ucfg)
+            .map_err(|e| format!("cannot open UDP {local}:{}: {e}", args.roce_port))?;
+        let ctx =
+            Context::open(backend, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let pd = ctx.alloc_pd();
+        let n = args.count as usize;
+        let scq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;
+        let rcq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;
+        let mut init = QpInitAttr::new(QpType::Ud, &scq, &rcq);
+        init.cap = QpCaps {
+            max_send_wr: args.count.max(1),
+            max_recv_wr: args.count.max(1),
+            ..QpCaps::default()
+        };
+        let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+        let opts = ConnectOptions {
+            qkey: Qkey::new(UDP_QKEY),
+            ..ConnectOptions::default()
+        };
+        qp.ready_ud(Psn::new(0), &opts).map_err(|e| e.to_string())?;
+        let size = args.size as usize;
+        let recv = pd
+            .reg_mr(vec![0u8; n.max(1) * (size + GRH)], Access::LOCAL_WRITE)
+            .map_err(|e| e.to_string())?;
+        let send = pd
+            .reg_mr(vec![0x5a; size], Access::NONE)
+            .map_err(|e| e.to_string())?;
+        for i in 0..n {
+            qp.post_recv(RecvWr {
+                wr_id: i as u64,
+                sgl: vec![recv.sge((i * (size + GRH)) as u64, (size + GRH) as u32)],
+            })
+            .map_err(|e| format!("post recv: {e}"))?;
+        }
+        Ok(Ud {
+            ctx,
+            pd,
+            scq,
+            rcq,
+            qp,
+            recv,
+            send,
+            size,
+            wait: Duration::from_secs(args.timeout.max(1)),
+        })
+    }
+
+    /// `n` SENDs with immediate = our QPN to `qpn` at `ah`.
+    fn send_to(&self, ah: &AddressHandle, qpn: Qpn, n: u32) -> Result<(), String> {
+        for i in 0..n {
+            let mut wr = SendWr::send(
+                1_000_000 + i as u64,
+                vec![self.send.sge(0, self.size as u32)],
+            );
+            wr.op = SendOp::SendWithImm(self.qp.qpn().value());
+            self.qp
+                .post_send_ud(wr, ah, qpn, Qkey::new(UDP_QKEY))
+                .map_err(|e| format!("post send: {e}"))?;
+        }
+        let done = self
+            .scq
+            .poll_until(n as usize, self.wait)
+            .map_err(|e| e.to_string())?;
+        if done.len() < n as usize || done.iter().any(|c| !c.is_success()) {
+            return Err(format!(
+                "{} of {n} sends completed",
+                done.iter().filter(|c| c.is_success()).count()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits for `n` datagrams; returns (source address, immediate) of each.
+    fn receive(&self, n: u32) -> Result<Vec<(IpAddr, u32)>, String> {
+        let got = self
+            .rcq
+            .poll_until(n as usize, self.wait)
+            .map_err(|e| e.to_string())?;
+        if got.len() < n as usize {
+            return Err(format!("received {} of {n} datagrams", got.len()));
+        }
+        let mut out = Vec::new();
+        for c in got {
+            if !c.is_success() {
+                return Err(format!("receive completion {:?}", c.status));
+            }
+            let off = c.wr_id as usize * (self.size + GRH);
+            let mut grh = [0u8; GRH];
+            self.recv
+                .read(off as u64, &mut grh)
+                .map_err(|e| e.to_string())?;
+            let src = if !c.wc.wc_flags.contains(WcFlags::GRH) {
+                return Err("a datagram without a GRH".into());
+            } else if grh[20] >> 4 == 4 {
+                IpAddr::V4(Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]))
+            } else {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&grh[8..24]);
+                IpAddr::V6(Ipv6Addr::from(a))
+            };
+            out.push((src, c.wc.imm_data));
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) fn run(args: &UdaddyArgs) -> i32 {
+    let r = match args.server {
+        Some(s) => client(args, s),
+        None => server(args),
+    };
+    match r {
+        Ok(()) => {
+            println!("test complete");
+            0
+        }
+        Err(e) => {
+            eprintln!("roce udaddy: {e}");
+            1
+        }
+    }
+}
+
+fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
+    println!("udaddy: starting client");
+    let local = args
+        .bind
+        .or_else(|| crate::rping::route_source(server))
+        .ok_or(format!("no route to {server}"))?;
+    let ud = Ud::open(local, args)?;
+    println!("udaddy: connecting");
+    let (qpn, qkey) = ud
+        .ctx
+        .cm_resolve_ud(server, args.port, &[], ud.wait)
+        .map_err(|e| format!("resolve {server}:{}: {e}", args.port))?;
+    if qkey != UDP_QKEY {
+        return Err(format!(
+            "the server's Q_Key {qkey:#x} is not rdma_cm's {UDP_QKEY:#x}"
+        ));
+    }
+    let ah = ud
+        .pd
+        .create_ah(AhAttr::new(server))
+        .map_err(|e| e.to_string())?;
+    println!("initiating data transfers");
+    ud.send_to(&ah, qpn, args.count)?;
+    println!("receiving data transfers");
+    let got = ud.receive(args.count)?;
+    if let Some((src, _)) = got.iter().find(|(src, _)| *src != server) {
+        return Err(format!("a reply came from {src}, not {server}"));
+    }
+    println!("data transfers complete");
+    Ok(())
+}
+
+fn server(args: &UdaddyArgs) -> Result<(), String> {
+    println!("udaddy: starting server");
+    let local = args
+        .bind
+        .ok_or("the server needs its RoCE address: -b ADDR")?;
+    let ud = Ud::open(local, args)?;
+    let listener = ud
+        .ctx
+        .cm_listen_ud(args.port)
+        .map_err(|e| format!("listen on port {}: {e}", args.port))?;
+    let req = listener
+        .get_ud_request(ud.wait)
+        .map_err(|e| format!("waiting for a client: {e}"))?;
+    req.accept(&ud.qp, UDP_QKEY)
+        .map_err(|e| format!("accept: {e}"))?;
+    println!("receiving data transfers");
+    let got = ud.receive(args.count)?;
+    println!("sending replies");
+    // Answer each sender at the QPN its immediate data names.
+    let (src, imm) = got[0];
+    let ah = ud
+        .pd
+        .create_ah(AhAttr::new(src))
+        .map_err(|e| e.to_string())?;
+    ud.send_to(&ah, Qpn::new(imm & 0xff_ffff), args.count)?;
+    println!("data transfers complete");
+    Ok(())
+}
