@@ -12,6 +12,7 @@ mod bw;
 mod control;
 mod lat;
 mod perftest;
+mod perftest_cm;
 mod report;
 mod setup;
 
@@ -188,6 +189,11 @@ pub(crate) struct PerfArgs {
     /// own), to run against ib_write_bw, ib_read_bw, ib_send_bw.
     #[arg(long)]
     perftest: bool,
+    /// With --perftest: perftest's rdma_cm mode (`-R`): the control
+    /// channel and the data QP are RDMA CM connections, no TCP
+    /// (write-bw and read-bw).
+    #[arg(short = 'R', long = "rdma-cm", requires = "perftest")]
+    rdma_cm: bool,
     /// Local address to use (default: the address that reaches the peer).
     #[arg(long)]
     bind: Option<IpAddr>,
@@ -339,7 +345,9 @@ impl Params {
 /// Runs `roce perf`; returns the exit status.
 pub(crate) fn run(args: &PerfArgs) -> i32 {
     let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
-    let res = if args.perftest {
+    let res = if args.perftest && args.rdma_cm {
+        perftest_cm::run(args)
+    } else if args.perftest {
         perftest::run(args)
     } else if args.loopback {
         run_loopback(args)

@@ -96,7 +96,7 @@ impl Dest {
         })
     }
 
-    fn addr(&self) -> IpAddr {
+    pub(crate) fn addr(&self) -> IpAddr {
         let v6 = Ipv6Addr::from(self.gid);
         match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -131,7 +131,7 @@ pub(crate) fn mtu_enum(mtu: u32) -> u8 {
     }
 }
 
-fn mtu_of_enum(e: u8) -> Option<u32> {
+pub(crate) fn mtu_of_enum(e: u8) -> Option<u32> {
     match e {
         1 => Some(256),
         2 => Some(512),
@@ -333,52 +333,16 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 
     let mut result = None;
     if client {
-        let op = match test {
-            Test::WriteBw => SendOp::Write,
-            Test::ReadBw => SendOp::Read,
-            _ => SendOp::Send,
-        };
-        let depth = tx_depth.min(iters);
-        let (mut posted, mut done) = (0u64, 0u64);
-        let mut times: Vec<Instant> = Vec::with_capacity(iters as usize);
-        let mut comps = Vec::with_capacity(256);
-        let start = Instant::now();
-        let deadline = start + Duration::from_secs(600);
-        while done < iters {
-            while posted < iters && posted - done < depth {
-                let local = mr.sge(area, size as u32);
-                let wr = if op == SendOp::Send {
-                    SendWr::send(posted, vec![local])
-                } else {
-                    SendWr::rdma(posted, op, vec![local], rem.vaddr, Rkey::new(rem.rkey))
-                };
-                qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-                posted += 1;
-            }
-            comps.clear();
-            cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
-            let now = Instant::now();
-            for c in &comps {
-                if !c.is_success() {
-                    return Err(report::failed(c));
-                }
-                done += 1;
-                times.push(now);
-            }
-            if comps.is_empty() {
-                if now > deadline {
-                    return Err(format!("timed out after {done} of {iters} completions"));
-                }
-                std::thread::yield_now();
-            }
-        }
-        let secs = start.elapsed().as_secs_f64();
-        result = Some(BwResult::new(
+        result = Some(client_traffic(&Traffic {
+            qp: &qp,
+            cq: &cq,
+            local: mr.sge(area, size as u32),
             size,
             iters,
-            secs,
-            peak(&times, start, depth, size),
-        ));
+            depth: tx_depth,
+            test,
+            remote: (rem.vaddr, Rkey::new(rem.rkey)),
+        })?);
     } else if test == Test::SendBw {
         let mut received = 0u64;
         let mut reposted = ring;
@@ -445,20 +409,23 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         }
         if !client {
             // perftest's server prints the client's report.
-            let iters = got[1];
-            let peak = f64::from_bits(got[2]) * 1_048_576.0;
-            let avg = f64::from_bits(got[3]) * 1_048_576.0;
-            let rate = f64::from_bits(got[4]) * 1e6;
-            result = Some(BwResult {
-                bytes: got[0],
-                iterations: iters,
-                avg_bps: avg,
-                peak_bps: peak,
-                msg_rate: rate,
-            });
+            result = Some(report_from(got));
         }
     }
     oob.close(&mine)?;
+    print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
+    drop(qp);
+    Ok(())
+}
+
+/// perftest's result block.
+pub(crate) fn print_result(
+    test: Test,
+    mtu: u32,
+    their_version: &str,
+    result: Option<&BwResult>,
+    gbits: bool,
+) {
     println!("{}", report::RULE);
     println!(
         "                    {} (perftest {VERSION} exchange)",
@@ -466,13 +433,86 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     );
     println!(" Mtu             : {mtu}[B]     Peer version : {their_version}");
     println!("{}", report::RULE);
-    println!("{}", report::bw_header(args.gbits));
+    println!("{}", report::bw_header(gbits));
     if let Some(r) = result {
-        println!("{}", report::bw_row(&r, args.gbits));
+        println!("{}", report::bw_row(r, gbits));
     }
     println!("{}", report::RULE);
-    drop(qp);
-    Ok(())
+}
+
+/// The server's record of the client's report (five big-endian u64s:
+/// size, iterations, then peak, average MB/s and Mpps as f64 bits).
+pub(crate) fn report_from(got: [u64; 5]) -> BwResult {
+    BwResult {
+        bytes: got[0],
+        iterations: got[1],
+        peak_bps: f64::from_bits(got[2]) * 1_048_576.0,
+        avg_bps: f64::from_bits(got[3]) * 1_048_576.0,
+        msg_rate: f64::from_bits(got[4]) * 1e6,
+    }
+}
+
+/// What the client's traffic loop needs.
+pub(crate) struct Traffic<'a> {
+    pub(crate) qp: &'a roce_verbs::QueuePair,
+    pub(crate) cq: &'a roce_verbs::CompletionQueue,
+    pub(crate) local: roce_verbs::Sge,
+    pub(crate) size: u64,
+    pub(crate) iters: u64,
+    pub(crate) depth: u64,
+    pub(crate) test: Test,
+    pub(crate) remote: (u64, Rkey),
+}
+
+/// perftest's client loop: keeps `depth` WRITEs/READs/SENDs in flight
+/// until `iters` completed; returns the bandwidth.
+pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
+    let op = match t.test {
+        Test::WriteBw => SendOp::Write,
+        Test::ReadBw => SendOp::Read,
+        _ => SendOp::Send,
+    };
+    let iters = t.iters;
+    let depth = t.depth.min(iters);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut times: Vec<Instant> = Vec::with_capacity(iters as usize);
+    let mut comps = Vec::with_capacity(256);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(600);
+    while done < iters {
+        while posted < iters && posted - done < depth {
+            let wr = if op == SendOp::Send {
+                SendWr::send(posted, vec![t.local])
+            } else {
+                SendWr::rdma(posted, op, vec![t.local], t.remote.0, t.remote.1)
+            };
+            t.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+            posted += 1;
+        }
+        comps.clear();
+        t.cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        for c in &comps {
+            if !c.is_success() {
+                return Err(report::failed(c));
+            }
+            done += 1;
+            times.push(now);
+        }
+        if comps.is_empty() {
+            if now > deadline {
+                return Err(format!("timed out after {done} of {iters} completions"));
+            }
+            std::thread::yield_now();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(BwResult::new(
+        t.size,
+        iters,
+        secs,
+        peak(&times, start, depth, t.size),
+    ))
 }
 
 /// Best rate over `depth` consecutive completions.
@@ -493,7 +533,7 @@ fn peak(times: &[Instant], start: Instant, depth: u64, size: u64) -> f64 {
     best
 }
 
-fn print_dest(what: &str, d: &Dest, test: Test) {
+pub(crate) fn print_dest(what: &str, d: &Dest, test: Test) {
     let out = if test == Test::ReadBw {
         format!(" OUT {:#04x}", d.out_reads)
     } else {

@@ -1,0 +1,408 @@
+//! `roce perf --perftest -R`: perftest 4.5's rdma_cm mode (`ib_write_bw -R`,
+//! `ib_read_bw -R`). There is no TCP at all: the control channel is its
+//! own RC connection made through the CM on the test port, carrying one
+//! SEND per message into a single 56-byte receive; the data QP is a second
+//! CM connection to the same port. Messages (client sends first, server
+//! answers), as Debian's perftest 4.5+0.17 binary does them:
+//!
+//! 1. version (16 bytes, "6.06" NUL-padded), cycle buffer (4, BE), cache
+//!    line (4, BE), MTU (2, the ibv_mtu enum as an ASCII digit + NUL);
+//! 2. a 56-byte all-zero sync; the server starts listening for the data
+//!    connection only after answering it (the client retries a refused
+//!    connect);
+//! 3. the data connection, then another zero sync;
+//! 4. the keys as the binary `struct pingpong_dest` (56 bytes, see
+//!    [`dest_bytes`]) three times: per QP, again per QP, after RTR;
+//! 5. the traffic; then keys, the report (five 8-byte BE values) and keys;
+//! 6. the server disconnects the data connection; the client waits for it.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use roce_verbs::{
+    Access, CmConnection, CmError, CompletionQueue, ConnParam, ConnectOptions, Context,
+    MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendWr,
+};
+
+use super::backend::{link_path_mtu, open_context};
+use super::perftest::{
+    client_traffic, gid_of, mtu_msg, mtu_of_enum, print_dest, print_result, report_from,
+    report_msgs, version_msg, Dest, Traffic,
+};
+use super::{PerfArgs, Test};
+
+/// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
+const MSG: usize = 56;
+const RECV: u64 = 5;
+const SEND: u64 = 6;
+
+/// The binary `struct pingpong_dest`: lid, out_reads, qpn, psn, rkey (u32
+/// BE each), 4 pad bytes, vaddr (u64 BE), the GID's 16 bytes, srqn and
+/// gid_index (u32 BE).
+pub(crate) fn dest_bytes(d: &Dest, gid_index: u32) -> [u8; MSG] {
+    let mut b = [0u8; MSG];
+    b[0..4].copy_from_slice(&u32::from(d.lid).to_be_bytes());
+    b[4..8].copy_from_slice(&u32::from(d.out_reads).to_be_bytes());
+    b[8..12].copy_from_slice(&d.qpn.to_be_bytes());
+    b[12..16].copy_from_slice(&d.psn.to_be_bytes());
+    b[16..20].copy_from_slice(&d.rkey.to_be_bytes());
+    b[24..32].copy_from_slice(&d.vaddr.to_be_bytes());
+    b[32..48].copy_from_slice(&d.gid);
+    b[48..52].copy_from_slice(&d.srqn.to_be_bytes());
+    b[52..56].copy_from_slice(&gid_index.to_be_bytes());
+    b
+}
+
+/// Reads the fields perftest reads (lid through gid).
+pub(crate) fn parse_dest(b: &[u8]) -> Result<Dest, String> {
+    if b.len() < MSG {
+        return Err(format!("a {}-byte key message (want {MSG})", b.len()));
+    }
+    let u = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&b[24..32]);
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&b[32..48]);
+    Ok(Dest {
+        lid: u(0) as u16,
+        out_reads: u(4) as u16,
+        qpn: u(8) & 0xff_ffff,
+        psn: u(12) & 0xff_ffff,
+        rkey: u(16),
+        vaddr: u64::from_be_bytes(v),
+        gid,
+        srqn: u(48),
+    })
+}
+
+/// The control connection: one RC QP, a 56-byte receive always posted.
+struct Channel {
+    qp: QueuePair,
+    scq: CompletionQueue,
+    rcq: CompletionQueue,
+    send: MemoryRegion,
+    recv: MemoryRegion,
+    client: bool,
+    wait: Duration,
+    conn: Option<CmConnection>,
+}
+
+impl Channel {
+    fn new(ctx: &Context, client: bool) -> Result<Channel, String> {
+        let pd = ctx.alloc_pd();
+        let scq = ctx.create_cq(8, None).map_err(|e| e.to_string())?;
+        let rcq = ctx.create_cq(8, None).map_err(|e| e.to_string())?;
+        let cap = QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            ..QpCaps::default()
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).cap(cap))
+            .map_err(|e| e.to_string())?;
+        let send = pd
+            .reg_mr(vec![0u8; MSG], Access::NONE)
+            .map_err(|e| e.to_string())?;
+        let recv = pd
+            .reg_mr(vec![0u8; MSG], Access::LOCAL_WRITE)
+            .map_err(|e| e.to_string())?;
+        qp.to_init(&ConnectOptions::default())
+            .map_err(|e| e.to_string())?;
+        let ch = Channel {
+            qp,
+            scq,
+            rcq,
+            send,
+            recv,
+            client,
+            wait: Duration::from_secs(300),
+            conn: None,
+        };
+        ch.post_recv()?;
+        Ok(ch)
+    }
+
+    fn post_recv(&self) -> Result<(), String> {
+        self.qp
+            .post_recv(RecvWr {
+                wr_id: RECV,
+                sgl: vec![self.recv.sge(0, MSG as u32)],
+            })
+            .map_err(|e| format!("control receive: {e}"))
+    }
+
+    fn send(&self, mine: &[u8]) -> Result<(), String> {
+        self.send.write(0, mine).map_err(|e| e.to_string())?;
+        self.qp
+            .post_send(SendWr::send(
+                SEND,
+                vec![self.send.sge(0, mine.len() as u32)],
+            ))
+            .map_err(|e| format!("control send: {e}"))?;
+        let c = self
+            .scq
+            .poll_until(1, self.wait)
+            .map_err(|e| e.to_string())?;
+        match c.first() {
+            Some(c) if c.is_success() => Ok(()),
+            Some(c) => Err(format!("control send: {:?}", c.status)),
+            None => Err("control send: no completion".into()),
+        }
+    }
+
+    fn recv(&self, n: usize) -> Result<Vec<u8>, String> {
+        let c = self
+            .rcq
+            .poll_until(1, self.wait)
+            .map_err(|e| e.to_string())?;
+        match c.first() {
+            Some(c) if c.is_success() => {}
+            Some(c) => return Err(format!("control receive: {:?}", c.status)),
+            None => return Err("the peer sent nothing on the control channel".into()),
+        }
+        let mut b = vec![0u8; n.min(MSG)];
+        self.recv.read(0, &mut b).map_err(|e| e.to_string())?;
+        self.post_recv()?;
+        Ok(b)
+    }
+
+    fn xchg(&self, mine: &[u8], n: usize) -> Result<Vec<u8>, String> {
+        if self.client {
+            self.send(mine)?;
+            self.recv(n)
+        } else {
+            let b = self.recv(n)?;
+            self.send(mine)?;
+            Ok(b)
+        }
+    }
+
+    fn keys(&self, mine: &Dest) -> Result<Dest, String> {
+        parse_dest(&self.xchg(&dest_bytes(mine, 0), MSG)?)
+    }
+}
+
+fn param(test: Test) -> ConnParam {
+    let depth = if test == Test::ReadBw { 16 } else { 0 };
+    ConnParam {
+        responder_resources: depth,
+        initiator_depth: depth,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }
+}
+
+/// Connects `qp` to the server's port, retrying while nobody listens yet
+/// (perftest's server listens for the data connection a moment later).
+fn connect_retrying(
+    qp: &QueuePair,
+    server: IpAddr,
+    port: u16,
+    p: &ConnParam,
+) -> Result<CmConnection, String> {
+    let mut tries = 0;
+    loop {
+        match qp.cm_connect(server, port, p, Duration::from_secs(30)) {
+            Ok(c) => return Ok(c),
+            Err(CmError::Rejected { reason: 8, .. }) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(format!("rdma_cm connect to {server}:{port}: {e}")),
+        }
+    }
+}
+
+/// Runs one test in perftest's rdma_cm mode.
+pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
+    let test = args.test;
+    if !matches!(test, Test::WriteBw | Test::ReadBw) {
+        return Err("--perftest -R supports write-bw and read-bw".into());
+    }
+    if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
+        return Err(
+            "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
+        );
+    }
+    let size = args.size.unwrap_or(65536).clamp(1, 1 << 26);
+    let iters = args.iters.unwrap_or(5000).max(1);
+    let tx_depth = args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64;
+    let server = match &args.server {
+        Some(s) => Some(super::resolve(s, args.port)?.ip()),
+        None => None,
+    };
+    let client = server.is_some();
+    let local = match (args.bind, server) {
+        (Some(b), _) => b,
+        (None, Some(s)) => crate::rping::route_source(s).ok_or(format!("no route to {s}"))?,
+        (None, None) => return Err("the -R server needs its RoCE address: --bind ADDR".into()),
+    };
+    let mtu = args.mtu.min(link_path_mtu(args, local));
+    let ctx = open_context(args, local, mtu, None)?;
+
+    // The control connection.
+    let mut ch = Channel::new(&ctx, client)?;
+    let control = ConnParam {
+        responder_resources: 0,
+        initiator_depth: 0,
+        ..param(test)
+    };
+    if let Some(s) = server {
+        ch.conn = Some(connect_retrying(&ch.qp, s, args.port, &control)?);
+    } else {
+        let l = ctx
+            .cm_listen(args.port)
+            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        eprintln!(
+            "roce perf: waiting for a perftest -R client on port {}",
+            args.port
+        );
+        let req = l
+            .get_request(Duration::from_secs(3600))
+            .map_err(|e| format!("waiting for a client: {e}"))?;
+        ch.conn = Some(
+            req.accept(&ch.qp, &control, Duration::from_secs(30))
+                .map_err(|e| format!("accept: {e}"))?,
+        );
+    }
+    let v = ch.xchg(&version_msg(), 16)?;
+    let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+    let their_version = String::from_utf8_lossy(&v[..end]).to_string();
+    ch.xchg(&4096u32.to_be_bytes(), 4)?;
+    ch.xchg(&64u32.to_be_bytes(), 4)?;
+    let m = ch.xchg(&mtu_msg(mtu), 2)?;
+    let mtu = m[0]
+        .checked_sub(b'0')
+        .and_then(mtu_of_enum)
+        .map_or(mtu, |t| t.min(mtu));
+
+    // The data QP and its memory.
+    let pd = ctx.alloc_pd();
+    let area = size.max(4096);
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr = pd
+        .reg_mr(vec![0u8; (2 * area) as usize], access)
+        .map_err(|e| format!("cannot register memory: {e}"))?;
+    let cq = ctx
+        .create_cq(tx_depth as usize * 2 + 64, None)
+        .map_err(|e| e.to_string())?;
+    let cap = QpCaps {
+        max_send_wr: tx_depth as u32 + 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 256,
+    };
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
+        .map_err(|e| format!("cannot create a QP: {e}"))?;
+    let zeros = [0u8; MSG];
+    let data = if let Some(s) = server {
+        ch.xchg(&zeros, MSG)?;
+        connect_retrying(&qp, s, args.port, &param(test))?
+    } else {
+        ch.recv(MSG)?;
+        let l = ctx
+            .cm_listen(args.port)
+            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        ch.send(&zeros)?;
+        let req = l
+            .get_request(Duration::from_secs(60))
+            .map_err(|e| format!("waiting for the data connection: {e}"))?;
+        req.accept(&qp, &param(test), Duration::from_secs(30))
+            .map_err(|e| format!("accept the data connection: {e}"))?
+    };
+    ch.xchg(&zeros, MSG)?;
+
+    let attr = qp.query().map_err(|e| e.to_string())?;
+    let mine = Dest {
+        lid: 0,
+        out_reads: if test == Test::ReadBw { 16 } else { 0 },
+        qpn: qp.qpn().value(),
+        psn: attr.sq_psn.value(),
+        rkey: mr.rkey().value(),
+        vaddr: mr.addr(),
+        gid: gid_of(local),
+        srqn: 0,
+    };
+    let rem = ch.keys(&mine)?;
+    ch.keys(&mine)?;
+    ch.keys(&mine)?;
+    print_dest(" local address", &mine, test);
+    print_dest(" remote address", &rem, test);
+
+    let mut result = if client {
+        Some(client_traffic(&Traffic {
+            qp: &qp,
+            cq: &cq,
+            local: mr.sge(area, size as u32),
+            size,
+            iters,
+            depth: tx_depth,
+            test,
+            remote: (rem.vaddr, Rkey::new(rem.rkey)),
+        })?)
+    } else {
+        None
+    };
+    ch.keys(&mine)?;
+    let msgs = match &result {
+        Some(r) => report_msgs(
+            size,
+            iters,
+            r.peak_bps / 1_048_576.0,
+            r.avg_bps / 1_048_576.0,
+            r.msg_rate / 1e6,
+        ),
+        None => report_msgs(size, iters, 0.0, 0.0, 0.0),
+    };
+    let mut got = [0u64; 5];
+    for (g, m) in got.iter_mut().zip(msgs.iter()) {
+        let b = ch.xchg(m, 8)?;
+        *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+    }
+    if !client {
+        result = Some(report_from(got));
+    }
+    ch.keys(&mine)?;
+    // perftest's server closes the data connections; its client waits.
+    if client {
+        if !data.wait_disconnect(Duration::from_secs(30)) {
+            return Err("the server did not disconnect the data connection".into());
+        }
+    } else {
+        data.disconnect(Duration::from_secs(30))
+            .map_err(|e| format!("disconnect: {e}"))?;
+    }
+    print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dest_layout_is_perftests_struct() {
+        let d = Dest {
+            lid: 0,
+            out_reads: 16,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            rkey: 0x1234,
+            vaddr: 0x0102_0304_0506_0708,
+            gid: gid_of("10.77.0.1".parse().unwrap()),
+            srqn: 0,
+        };
+        let b = dest_bytes(&d, 1);
+        assert_eq!(&b[4..8], &[0, 0, 0, 16]);
+        assert_eq!(&b[8..16], &[0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
+        assert_eq!(&b[24..32], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[42..48], &[0xff, 0xff, 10, 77, 0, 1]);
+        assert_eq!(&b[52..56], &[0, 0, 0, 1]);
+        assert_eq!(parse_dest(&b).unwrap(), d);
+        assert!(parse_dest(&b[..40]).is_err());
+    }
+}
