@@ -430,3 +430,70 @@ fn dcqcn_over_udp_reacts_to_ce_marks() {
     ]));
     assert!(err.contains("--link-gbps"), "{err}");
 }
+
+#[test]
+fn perftest_rdma_cm_mode_between_two_processes() {
+    let (port, roce_port) = ports();
+    for test in ["write-bw", "read-bw"] {
+        let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(["perf", test, "--perftest", "-R", "--bind", "127.0.0.1"])
+            .args([
+                "-s",
+                "8192",
+                "-n",
+                "300",
+                "-p",
+                &port,
+                "--roce-port",
+                &roce_port,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let c = roce(&[
+            "perf",
+            test,
+            "127.0.0.1",
+            "--perftest",
+            "-R",
+            "--bind",
+            "127.0.0.2",
+            "-s",
+            "8192",
+            "-n",
+            "300",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ]);
+        let cout = String::from_utf8_lossy(&c.stdout).into_owned();
+        assert_eq!(
+            c.status.code(),
+            Some(0),
+            "{cout}{}",
+            String::from_utf8_lossy(&c.stderr)
+        );
+        let s = server.wait_with_output().unwrap();
+        let sout = String::from_utf8_lossy(&s.stdout).into_owned();
+        assert_eq!(s.status.code(), Some(0), "{sout}");
+        // Both print the client's row: 8192 bytes, 300 iterations.
+        let row = |o: &str| {
+            o.lines()
+                .find(|l| l.trim_start().starts_with("8192"))
+                .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>().join(" "))
+        };
+        assert!(
+            row(&cout).is_some_and(|r| r.starts_with("8192 300 ")),
+            "{cout}"
+        );
+        assert_eq!(row(&cout), row(&sout), "{test}");
+    }
+    // -R needs --perftest; the server needs an address.
+    assert_eq!(roce(&["perf", "write-bw", "-R"]).status.code(), Some(2));
+    let o = roce(&["perf", "write-bw", "--perftest", "-R"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--bind"));
+}
