@@ -22,6 +22,8 @@
 #   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
+#   PERFTEST_CM_OPS [write read] (ib_*_bw -R; '' skips)  UDADDY_ROLES [$ROLES; '' skips]
+#   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
 #   TXCSUM_OFF  1: turn off tx checksum offload on $TXCSUM_DEV [br0] first, so the capture
@@ -232,6 +234,84 @@ if [ -n "$RPING_ROLES" ]; then
         "$(cut -c1-40 "$case_dir/ours.log" | head -1) [rc=$rc_ours]" "-"
 fi
 
+
+# --- perftest in rdma_cm mode (-R) and udaddy (SIDR) --------------------------------------
+PERFTEST_CM_OPS=${PERFTEST_CM_OPS-write read}
+UDADDY_ROLES=${UDADDY_ROLES-$ROLES}
+row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
+for op in $PERFTEST_CM_OPS; do
+    for role in $ROLES; do
+        N=$((N + 1)); port=$((PORT_BASE + N))
+        case_dir="$OUT/cm-$op-$role"; mkdir -p "$case_dir"
+        pcap="$case_dir/capture.pcap"
+        ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
+            >"$case_dir/tcpdump.log" 2>&1 ) &
+        cap=$!; BG_PIDS+=("$cap"); sleep 1
+        pf="-s 4096 -n 200 -p $port"
+        theirs="timeout $CASE_TIMEOUT ib_${op}_bw -R -d $(peer_dev) $pf"
+        ours=("$ROCE" perf "$op-bw" --perftest -R --bind "$HOST_IP" $pf)
+        if [ "$role" = our-client ]; then
+            dir="their-srv<-our-cli"
+            h=$(peer_bg "$theirs" "$case_dir/theirs.log"); sleep 5
+            nsx timeout "$CASE_TIMEOUT" "${ours[@]}" "$PEER_IP" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        else
+            dir="our-srv<-their-cli"
+            ( nsx_exec timeout "$CASE_TIMEOUT" "${ours[@]}" >"$case_dir/ours.log" 2>&1 ) &
+            op_pid=$!; BG_PIDS+=("$op_pid"); sleep 1
+            h=$(peer_bg "$theirs $HOST_IP" "$case_dir/theirs.log")
+            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+            wait "$op_pid"; rc_ours=$?
+        fi
+        sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+        "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+        cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
+        rt=$(row "$case_dir/theirs.log"); ro=$(row "$case_dir/ours.log")
+        res=PASS
+        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$rt" ] \
+            || [ "$rt" != "$ro" ] || [ "$cm" -lt 6 ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_${op}_bw -R" "$dir" rc 4096 "$res" \
+            "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" "$(tail -1 "$case_dir/inspect.txt"); CM MADs=$cm"
+    done
+done
+for role in $UDADDY_ROLES; do
+    N=$((N + 1)); port=$((PORT_BASE + N))
+    case_dir="$OUT/udaddy-$role"; mkdir -p "$case_dir"
+    pcap="$case_dir/capture.pcap"
+    ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
+        >"$case_dir/tcpdump.log" 2>&1 ) &
+    cap=$!; BG_PIDS+=("$cap"); sleep 1
+    uf="-C 10 -S 100"  # udaddy always uses port 7174
+    if [ "$role" = our-client ]; then
+        dir="their-srv<-our-cli"
+        h=$(peer_bg "timeout $CASE_TIMEOUT udaddy $uf" "$case_dir/theirs.log"); sleep 5
+        nsx timeout "$CASE_TIMEOUT" "$ROCE" udaddy -s "$PEER_IP" -b "$HOST_IP" $uf \
+            >"$case_dir/ours.log" 2>&1; rc_ours=$?
+        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+    else
+        dir="our-srv<-their-cli"
+        ( nsx_exec timeout "$CASE_TIMEOUT" "$ROCE" udaddy -b "$HOST_IP" $uf \
+            >"$case_dir/ours.log" 2>&1 ) &
+        op_pid=$!; BG_PIDS+=("$op_pid"); sleep 1
+        h=$(peer_bg "timeout $CASE_TIMEOUT udaddy -s $HOST_IP $uf" "$case_dir/theirs.log")
+        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        wait "$op_pid"; rc_ours=$?
+    fi
+    sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+    "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+    ud=$(grep -c "UD SEND_ONLY_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
+    res=PASS
+    if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ "$ud" -ne 20 ] \
+        || ! grep -q "data transfers complete" "$case_dir/theirs.log"; then
+        res=FAIL; FAILS=$((FAILS + 1))
+    fi
+    printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' udaddy "$dir" ud 100 "$res" \
+        "$(grep -c 'complete' "$case_dir/theirs.log") 'complete' lines [rc=$rc_theirs]" \
+        "$(grep -c 'complete' "$case_dir/ours.log") 'complete' lines [rc=$rc_ours]" \
+        "$(tail -1 "$case_dir/inspect.txt"); UD datagrams=$ud"
+done
 
 # --- recovery across implementations: loss, duplication, reordering ----------------------
 # The peer's egress gets `tc netem loss L duplicate 1%` (its qdisc, on the interface the peer

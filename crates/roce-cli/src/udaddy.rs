@@ -34,9 +34,12 @@ pub(crate) struct UdaddyArgs {
     /// route's source address by default).
     #[arg(short = 'b', long = "bind")]
     bind: Option<IpAddr>,
-    /// rdma_cm port (UDP port space).
-    #[arg(short = 'p', default_value_t = 7174)]
+    /// rdma_cm port (udaddy itself always uses 7174).
+    #[arg(long, default_value_t = 7174)]
     port: u16,
+    /// Port space, as udaddy's -p: only 0x111 (UDP) is served.
+    #[arg(short = 'p', default_value = "0x111", value_parser = ["0x111", "273", "udp"])]
+    port_space: String,
     /// Datagrams each way.
     #[arg(short = 'C', default_value_t = 10)]
     count: u32,

@@ -66,7 +66,7 @@ fn unknown_service_and_bad_flags() {
     let rp = roce_port(1);
     // A UD server on another port answers SIDR status 1 (no such service).
     let mut server = roce()
-        .args(["udaddy", "-b", "127.0.0.7", "-p", "7000"])
+        .args(["udaddy", "-b", "127.0.0.7", "--port", "7000"])
         .args(["--roce-port", &rp, "--timeout", "10"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -74,7 +74,15 @@ fn unknown_service_and_bad_flags() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let c = roce()
-        .args(["udaddy", "-s", "127.0.0.7", "-b", "127.0.0.8", "-p", "7001"])
+        .args([
+            "udaddy",
+            "-s",
+            "127.0.0.7",
+            "-b",
+            "127.0.0.8",
+            "--port",
+            "7001",
+        ])
         .args(["--roce-port", &rp, "--timeout", "10"])
         .output()
         .unwrap();

@@ -1,0 +1,54 @@
+#!/bin/bash
+# Performance side by side, inside one lab VM, in one run: perftest over the
+# kernel's rxe (server and client in the VM, over its own IPv4 address) and
+# `roce perf --loopback` over this stack (our binary copied into the VM),
+# same sizes. Prints one table row per test.
+#
+#   cargo build --release -p roce-cli && bash interop/side-by-side.sh
+#
+# Variables: LAB_DIR [/work/shared/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
+# DURATION [5] seconds per BW test, ITERS [2000] latency samples,
+# ROCE [target/release/roce], PEER_IP [10.77.0.11] (the VM's address). Our side uses UDP port 4792 on 127.0.0.1/2
+# because rxe holds 4791 on every address of the VM.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+LAB_DIR=${LAB_DIR:-/work/shared/lab}
+LAB=${LAB:-/var/tmp/roce-lab}
+PEER=${PEER:-vmA}
+DURATION=${DURATION:-5}
+ITERS=${ITERS:-2000}
+ROCE=${ROCE:-$HERE/../target/release/roce}
+PEER_IP=${PEER_IP:-10.77.0.11}
+[ -x "$ROCE" ] || { echo "no roce binary at $ROCE" >&2; exit 2; }
+
+bash "$LAB_DIR/netns-setup.sh" up >/dev/null 2>&1
+if ! TIMEOUT=60 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
+    bash "$LAB_DIR/peer.sh" start "$PEER" >/dev/null || { echo "the VM did not start" >&2; exit 2; }
+fi
+cp "$ROCE" "$LAB/share/roce-side-by-side"
+
+run() { TIMEOUT=300 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"; }
+P="-d \$DEV -x \$GIDX -F"
+pair() { # server and client over rxe in the guest
+    run "timeout 120 $1 > /tmp/sbs.srv 2>&1 & sleep 3; timeout 120 $1 $PEER_IP; wait"
+}
+ours() { run "timeout 200 /lab/roce-side-by-side perf $1 --loopback --roce-port 4792"; }
+
+bw_row() { # perftest BW table -> "avg Gb/s"
+    awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/{v=$4} END{print v}'
+}
+lat_row() { # perftest latency table -> "t_typical us"
+    awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/{v=$5} END{print v}'
+}
+
+echo "perftest over rxe vs roce perf over this stack, inside $PEER ($(run 'uname -r'), emulated CPU)"
+printf '%-22s %-18s %-18s %s\n' test rxe+perftest "roce perf" unit
+w_rxe=$(pair "ib_write_bw $P -s 65536 -D $DURATION --report_gbits" | bw_row)
+w_us=$(ours "write-bw -s 65536 -D $DURATION --report_gbits" | bw_row)
+printf '%-22s %-18s %-18s %s\n' "write-bw -s 65536" "$w_rxe" "$w_us" "Gb/s (BW average)"
+s_rxe=$(pair "ib_send_lat $P -s 2 -n $ITERS" | lat_row)
+s_us=$(ours "send-lat -s 2 -n $ITERS" | lat_row)
+printf '%-22s %-18s %-18s %s\n' "send-lat -s 2" "$s_rxe" "$s_us" "us (t_typical)"
+r_rxe=$(pair "ib_read_lat $P -s 2 -n $ITERS" | lat_row)
+r_us=$(ours "read-lat -s 2 -n $ITERS" | lat_row)
+printf '%-22s %-18s %-18s %s\n' "read-lat -s 2" "$r_rxe" "$r_us" "us (t_typical)"
