@@ -435,7 +435,7 @@ fn dcqcn_over_udp_reacts_to_ce_marks() {
 fn perftest_rdma_cm_mode_between_two_processes() {
     let (port, roce_port) = ports();
     for test in ["write-bw", "read-bw"] {
-        let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
+        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
             .args(["perf", test, "--perftest", "-R", "--bind", "127.0.0.1"])
             .args([
                 "-s",
