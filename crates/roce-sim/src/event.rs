@@ -178,7 +178,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 != 0 || pending.is_empty() {
+            if !x.is_multiple_of(3) || pending.is_empty() {
                 let t = now + (x >> 40) % 5000;
                 seq += 1;
                 q.push(t, Ev::HostTimer { host: i });
