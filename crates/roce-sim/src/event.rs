@@ -61,6 +61,8 @@ pub(crate) enum Ev {
 /// sequence), as before.
 pub(crate) struct EventQueue {
     buckets: Vec<Vec<(u128, Ev)>>,
+    /// Bit `i - 1` set when bucket `i` (1..=128) holds entries.
+    nonempty: u128,
     last: u128,
     len: usize,
     seq: u64,
@@ -84,6 +86,7 @@ impl EventQueue {
         buckets[0].reserve(n.min(1024));
         EventQueue {
             buckets,
+            nonempty: 0,
             last: 0,
             len: 0,
             seq: 0,
@@ -98,7 +101,11 @@ impl EventQueue {
         // An event in the past would break the heap's invariant; the
         // simulator never makes one, and clamping keeps the order sane.
         let key = ((time as u128) << 64 | self.seq as u128).max(self.last);
-        self.buckets[bucket_of(key, self.last)].push((key, ev));
+        let b = bucket_of(key, self.last);
+        self.buckets[b].push((key, ev));
+        if b > 0 {
+            self.nonempty |= 1 << (b - 1);
+        }
         self.len += 1;
         self.high_water = self.high_water.max(self.len);
     }
@@ -108,14 +115,20 @@ impl EventQueue {
         if !self.buckets[0].is_empty() {
             return true;
         }
-        let Some(i) = (1..self.buckets.len()).find(|&i| !self.buckets[i].is_empty()) else {
+        if self.nonempty == 0 {
             return false;
-        };
+        }
+        let i = self.nonempty.trailing_zeros() as usize + 1;
+        self.nonempty &= !(1 << (i - 1));
         let moved = std::mem::take(&mut self.buckets[i]);
         let min = moved.iter().map(|e| e.0).min().expect("non-empty");
         self.last = min;
         for e in &moved {
-            self.buckets[bucket_of(e.0, min)].push(*e);
+            let b = bucket_of(e.0, min);
+            self.buckets[b].push(*e);
+            if b > 0 {
+                self.nonempty |= 1 << (b - 1);
+            }
         }
         // Give the emptied bucket its allocation back.
         let mut moved = moved;
