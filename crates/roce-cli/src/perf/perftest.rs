@@ -198,16 +198,25 @@ impl Oob {
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let test = args.test;
-    if !matches!(test, Test::WriteBw | Test::ReadBw | Test::SendBw) {
-        return Err("--perftest supports write-bw, read-bw and send-bw".into());
+    if !matches!(
+        test,
+        Test::WriteBw | Test::ReadBw | Test::SendBw | Test::SendLat
+    ) {
+        return Err("--perftest supports write-bw, read-bw, send-bw and send-lat".into());
     }
+    // SEND tests post receives and add a key round for it.
+    let is_send = matches!(test, Test::SendBw | Test::SendLat);
     if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
         return Err(
             "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
         );
     }
-    let size = args.size.unwrap_or(65536).clamp(1, 1 << 26);
-    let iters = args.iters.unwrap_or(5000).max(1);
+    let lat = test == Test::SendLat;
+    let size = args
+        .size
+        .unwrap_or(if lat { 2 } else { 65536 })
+        .clamp(1, 1 << 26);
+    let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1);
     let tx_depth = args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
@@ -253,7 +262,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     // for SEND, a receive ring.
     let ctx = open_context(args, local, mtu, None)?;
     let pd = ctx.alloc_pd();
-    let ring: u64 = if test == Test::SendBw {
+    let ring: u64 = if is_send {
         iters.min(512).min(((64u64 << 20) / size).max(2))
     } else {
         0
@@ -318,7 +327,8 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     oob.hand_shake(&mine)?;
     print_dest(" local address", &mine, test);
     print_dest(" remote address", &rem, test);
-    if test == Test::SendBw && !client {
+    // send-bw: the server receives; send-lat: both sides do.
+    if (test == Test::SendBw && !client) || lat {
         for j in 0..ring {
             let wr = RecvWr {
                 wr_id: j,
@@ -327,12 +337,21 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
         }
     }
-    if test == Test::SendBw {
+    if is_send {
         oob.hand_shake(&mine)?;
     }
 
     let mut result = None;
-    if client {
+    let mut lat_result = None;
+    if lat {
+        let mut samples = send_ping_pong(&qp, &cq, &mr, area, size, iters, ring, client)?;
+        let mut r =
+            report::LatResult::from_samples(size, &mut samples).ok_or("no iteration completed")?;
+        // perftest prints the iterations asked for (n sends make n - 1
+        // intervals).
+        r.iterations = iters;
+        lat_result = Some(r);
+    } else if client {
         result = Some(client_traffic(&Traffic {
             qp: &qp,
             cq: &cq,
@@ -389,7 +408,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         ));
     }
 
-    if test != Test::SendBw {
+    if !is_send {
         oob.hand_shake(&mine)?;
         let r = result.clone();
         let msgs = match &r {
@@ -413,9 +432,98 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         }
     }
     oob.close(&mine)?;
-    print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
+    if let Some(r) = lat_result {
+        println!("{}", report::RULE);
+        println!(
+            "                    {} (perftest {VERSION} exchange)",
+            test.title()
+        );
+        println!(" Mtu             : {mtu}[B]     Peer version : {their_version}");
+        println!("{}", report::RULE);
+        println!("{}", report::lat_header());
+        println!("{}", report::lat_row(&r));
+        println!("{}", report::RULE);
+    } else {
+        print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
+    }
     drop(qp);
     Ok(())
+}
+
+/// perftest's SEND latency loop: the client sends first, each side sends
+/// after each receive (re-posting it); the latency of each iteration is
+/// half the time between two consecutive sends of this side, as perftest
+/// computes it (microseconds).
+#[allow(clippy::too_many_arguments)]
+fn send_ping_pong(
+    qp: &roce_verbs::QueuePair,
+    cq: &roce_verbs::CompletionQueue,
+    mr: &roce_verbs::MemoryRegion,
+    area: u64,
+    size: u64,
+    iters: u64,
+    ring: u64,
+    client: bool,
+) -> Result<Vec<f64>, String> {
+    const SEND_BIT: u64 = 1 << 62;
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut comps = Vec::with_capacity(16);
+    let mut reposted = ring;
+    let (mut sent, mut received) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while sent < iters {
+        // The server (and the client after its first send) waits for the
+        // peer's message before sending.
+        if client && sent == 0 || received > sent - u64::from(client) {
+            stamps.push(Instant::now());
+            let wr = SendWr::send(SEND_BIT | sent, vec![mr.sge(area, size as u32)]);
+            qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+            sent += 1;
+            continue;
+        }
+        comps.clear();
+        cq.poll(&mut comps, 16).map_err(|e| e.to_string())?;
+        for c in &comps {
+            if !c.is_success() {
+                return Err(report::failed(c));
+            }
+            if c.wr_id & SEND_BIT != 0 {
+                continue;
+            }
+            received += 1;
+            if reposted < iters {
+                reposted += 1;
+                let wr = RecvWr {
+                    wr_id: c.wr_id,
+                    sgl: vec![mr.sge(2 * area + c.wr_id * size, size as u32)],
+                };
+                qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
+            }
+        }
+        if comps.is_empty() && Instant::now() > deadline {
+            return Err(format!("timed out after {sent} sends, {received} receives"));
+        }
+    }
+    // The client's last reply arrives after its last send.
+    while client && received < iters {
+        comps.clear();
+        cq.poll(&mut comps, 16).map_err(|e| e.to_string())?;
+        for c in &comps {
+            if !c.is_success() {
+                return Err(report::failed(c));
+            }
+            if c.wr_id & SEND_BIT == 0 {
+                received += 1;
+            }
+        }
+        if comps.is_empty() && Instant::now() > deadline {
+            return Err(format!("timed out after {received} of {iters} replies"));
+        }
+    }
+    Ok(stamps
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
+        .collect())
 }
 
 /// perftest's result block.
