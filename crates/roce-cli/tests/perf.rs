@@ -499,44 +499,61 @@ fn perftest_rdma_cm_mode_between_two_processes() {
 }
 
 #[test]
-fn perftest_send_lat_between_two_processes() {
-    let (port, roce_port) = ports();
-    let server = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(["perf", "send-lat", "--perftest", "--bind", "127.0.0.1"])
-        .args(["-n", "300", "-p", &port, "--roce-port", &roce_port])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let c = roce(&[
-        "perf",
+fn perftest_latency_and_atomic_tests_between_two_processes() {
+    for test in [
         "send-lat",
-        "127.0.0.1",
-        "--perftest",
-        "--bind",
-        "127.0.0.2",
-        "-n",
-        "300",
-        "-p",
-        &port,
-        "--roce-port",
-        &roce_port,
-    ]);
-    let cout = String::from_utf8_lossy(&c.stdout).into_owned();
-    assert_eq!(c.status.code(), Some(0), "{cout}");
-    let s = server.wait_with_output().unwrap();
-    let sout = String::from_utf8_lossy(&s.stdout).into_owned();
-    assert_eq!(s.status.code(), Some(0), "{sout}");
-    for out in [&cout, &sout] {
-        assert!(out.contains("t_typical[usec]"), "{out}");
-        let row = out
-            .lines()
-            .find(|l| l.trim_start().starts_with("2 "))
-            .unwrap_or_else(|| panic!("no latency row: {out}"));
-        let f: Vec<f64> = row.split_whitespace().map(|x| x.parse().unwrap()).collect();
-        // 2 bytes, 300 iterations, t_min <= t_typical <= t_max.
-        assert_eq!((f[0], f[1]), (2.0, 300.0));
-        assert!(f[2] > 0.0 && f[2] <= f[4] && f[4] <= f[3], "{row}");
+        "write-lat",
+        "read-lat",
+        "atomic-lat",
+        "atomic-bw",
+    ] {
+        let (port, roce_port) = ports();
+        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(["perf", test, "--perftest", "--bind", "127.0.0.1"])
+            .args(["-n", "300", "-p", &port, "--roce-port", &roce_port])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let c = roce(&[
+            "perf",
+            test,
+            "127.0.0.1",
+            "--perftest",
+            "--bind",
+            "127.0.0.2",
+            "-n",
+            "300",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ]);
+        let cout = String::from_utf8_lossy(&c.stdout).into_owned();
+        assert_eq!(c.status.code(), Some(0), "{test}: {cout}");
+        let s = server.wait_with_output().unwrap();
+        let sout = String::from_utf8_lossy(&s.stdout).into_owned();
+        assert_eq!(s.status.code(), Some(0), "{test}: {sout}");
+        let size = if test.starts_with("atomic") { "8" } else { "2" };
+        let row = |out: &str| -> Option<Vec<f64>> {
+            out.lines()
+                .find(|l| l.split_whitespace().next() == Some(size))
+                .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+        };
+        let f = row(&cout).unwrap_or_else(|| panic!("{test}: no result row: {cout}"));
+        assert_eq!(f[1], 300.0, "{test}");
+        if test.ends_with("lat") {
+            // t_min <= t_typical <= t_max, all positive.
+            assert!(f[2] > 0.0 && f[2] <= f[4] && f[4] <= f[3], "{test}: {f:?}");
+            // Ping-pongs are measured on both sides; READ/atomic latency
+            // only by the client.
+            let both = matches!(test, "send-lat" | "write-lat");
+            assert_eq!(row(&sout).is_some(), both, "{test}: {sout}");
+        } else {
+            assert!(f[3] > 0.0, "{test}: {f:?}");
+            // The server prints the client's report.
+            assert_eq!(row(&sout), Some(f), "{test}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `roce perf --perftest`: the out-of-band TCP exchange of perftest 4.5
-//! (Debian `perftest` 4.5+0.17, version string "6.06"), so `ib_write_bw`,
-//! `ib_read_bw` and `ib_send_bw` run against `roce perf` in either role.
+//! (Debian `perftest` 4.5+0.17, version string "6.06"), so the eight tools
+//! (`ib_{write,read,send,atomic}_{bw,lat}`) run against `roce perf` in
+//! either role.
 //!
 //! Every step is one "exchange": the client writes its message, then reads
 //! the server's; the server reads, then writes. Messages, in order (as
@@ -12,13 +13,14 @@
 //! 4. MTU: 2 bytes, the ibv_mtu enum as an ASCII digit + NUL ("3" = 1024);
 //! 5. key strings (108 bytes each, see [`Dest`]): one per QP, one after the
 //!    QPs reach RTR/RTS, one per QP again (the printing pass), and for SEND
-//!    tests one more after the receives are posted;
+//!    and latency tests one more (after the receives are posted);
 //! 6. the traffic;
-//! 7. WRITE/READ: a key-string exchange, then the bandwidth report as five
-//!    8-byte big-endian exchanges (size, iterations, peak, average MB/s,
-//!    Mpps; the server's are meaningless and ignored);
+//! 7. WRITE/READ/atomic BW: a key-string exchange, then the bandwidth
+//!    report as five 8-byte big-endian exchanges (size, iterations, peak,
+//!    average MB/s, Mpps; the server's are meaningless and ignored);
 //! 8. close: a key-string exchange, then each side writes "done\0" (5
-//!    bytes) without waiting for the other and closes.
+//!    bytes) without waiting for the other and closes; ib_write_lat skips
+//!    this and just closes (captured inside the lab VM over lo).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener, TcpStream};
@@ -198,24 +200,28 @@ impl Oob {
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let test = args.test;
-    if !matches!(
-        test,
-        Test::WriteBw | Test::ReadBw | Test::SendBw | Test::SendLat
-    ) {
-        return Err("--perftest supports write-bw, read-bw, send-bw and send-lat".into());
-    }
-    // SEND tests post receives and add a key round for it.
+    // SEND tests post receives; latency tests (and SEND BW) add a key
+    // round before the traffic; after it, BW tests other than SEND
+    // exchange the report, and every test but ib_write_lat closes with a
+    // key round and "done" (as the captures of each tool show).
     let is_send = matches!(test, Test::SendBw | Test::SendLat);
+    let lat = matches!(
+        test,
+        Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
+    );
+    let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
     if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
         return Err(
             "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
         );
     }
-    let lat = test == Test::SendLat;
-    let size = args
-        .size
-        .unwrap_or(if lat { 2 } else { 65536 })
-        .clamp(1, 1 << 26);
+    let size = if atomic {
+        8
+    } else {
+        args.size
+            .unwrap_or(if lat { 2 } else { 65536 })
+            .clamp(1, 1 << 26)
+    };
     let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1);
     let tx_depth = args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64;
     let client = args.server.is_some();
@@ -293,7 +299,14 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         ^ std::process::id().wrapping_mul(0x9e37_79b1);
     let mine = Dest {
         lid: 0,
-        out_reads: if test == Test::ReadBw { OUT_READS } else { 1 },
+        out_reads: if matches!(
+            test,
+            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+        ) {
+            OUT_READS
+        } else {
+            1
+        },
         qpn: qp.qpn().value(),
         psn: seed & 0xff_ffff,
         rkey: mr.rkey().value(),
@@ -337,20 +350,26 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
         }
     }
-    if is_send {
+    if is_send || lat {
         oob.hand_shake(&mine)?;
     }
 
     let mut result = None;
     let mut lat_result = None;
     if lat {
-        let mut samples = send_ping_pong(&qp, &cq, &mr, area, size, iters, ring, client)?;
-        let mut r =
-            report::LatResult::from_samples(size, &mut samples).ok_or("no iteration completed")?;
+        let remote = (rem.vaddr, Rkey::new(rem.rkey));
+        let mut samples = match test {
+            Test::SendLat => send_ping_pong(&qp, &cq, &mr, area, size, iters, ring, client)?,
+            Test::WriteLat => write_ping_pong(&qp, &cq, &mr, area, size, iters, client, remote)?,
+            _ if client => one_sided(&qp, &cq, &mr, area, size, iters, test, remote)?,
+            _ => Vec::new(),
+        };
         // perftest prints the iterations asked for (n sends make n - 1
-        // intervals).
-        r.iterations = iters;
-        lat_result = Some(r);
+        // intervals); the server of a one-sided test measures nothing.
+        lat_result = report::LatResult::from_samples(size, &mut samples).map(|mut r| {
+            r.iterations = iters;
+            r
+        });
     } else if client {
         result = Some(client_traffic(&Traffic {
             qp: &qp,
@@ -408,7 +427,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         ));
     }
 
-    if !is_send {
+    if !is_send && !lat {
         oob.hand_shake(&mine)?;
         let r = result.clone();
         let msgs = match &r {
@@ -431,7 +450,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             result = Some(report_from(got));
         }
     }
-    oob.close(&mine)?;
+    if test != Test::WriteLat {
+        oob.close(&mine)?;
+    }
     if let Some(r) = lat_result {
         println!("{}", report::RULE);
         println!(
@@ -443,11 +464,122 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         println!("{}", report::lat_header());
         println!("{}", report::lat_row(&r));
         println!("{}", report::RULE);
-    } else {
+    } else if !lat {
         print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
     }
     drop(qp);
     Ok(())
+}
+
+/// perftest's WRITE latency loop: each side WRITEs `size` bytes whose
+/// last byte is its write count into the peer's buffer, and waits until
+/// its own buffer's last byte shows the peer's count. The server writes
+/// first (perftest's condition `!(scnt < 1 && machine == SERVER)`): a side
+/// that wrote early would see the peer's next count overwrite the one it
+/// waits for. Latency: half the time between consecutive writes.
+#[allow(clippy::too_many_arguments)]
+fn write_ping_pong(
+    qp: &roce_verbs::QueuePair,
+    cq: &roce_verbs::CompletionQueue,
+    mr: &roce_verbs::MemoryRegion,
+    area: u64,
+    size: u64,
+    iters: u64,
+    client: bool,
+    remote: (u64, Rkey),
+) -> Result<Vec<f64>, String> {
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut comps = Vec::with_capacity(16);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let last = size - 1;
+    let wait_for = |want: u8, comps: &mut Vec<roce_verbs::Completion>| -> Result<(), String> {
+        let mut b = [0u8; 1];
+        loop {
+            comps.clear();
+            cq.poll(comps, 16).map_err(|e| e.to_string())?;
+            if let Some(c) = comps.iter().find(|c| !c.is_success()) {
+                return Err(report::failed(c));
+            }
+            mr.read(last, &mut b).map_err(|e| e.to_string())?;
+            if b[0] == want {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out waiting for the peer's write {want}"));
+            }
+        }
+    };
+    for n in 1..=iters {
+        // The client waits for the server's write n; the server, after
+        // its first write, for the client's write n - 1.
+        if client {
+            wait_for(n as u8, &mut comps)?;
+        } else if n > 1 {
+            wait_for((n - 1) as u8, &mut comps)?;
+        }
+        mr.write(area + last, &[n as u8])
+            .map_err(|e| e.to_string())?;
+        stamps.push(Instant::now());
+        let wr = SendWr::rdma(
+            n,
+            SendOp::Write,
+            vec![mr.sge(area, size as u32)],
+            remote.0,
+            remote.1,
+        );
+        qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+    }
+    // The server's last write is answered by the client's last one.
+    if !client {
+        wait_for(iters as u8, &mut comps)?;
+    }
+    Ok(stamps
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
+        .collect())
+}
+
+/// perftest's READ / atomic latency loop (client only): one operation at
+/// a time; latency is each operation's completion time.
+#[allow(clippy::too_many_arguments)]
+fn one_sided(
+    qp: &roce_verbs::QueuePair,
+    cq: &roce_verbs::CompletionQueue,
+    mr: &roce_verbs::MemoryRegion,
+    area: u64,
+    size: u64,
+    iters: u64,
+    test: Test,
+    remote: (u64, Rkey),
+) -> Result<Vec<f64>, String> {
+    let op = if test == Test::AtomicLat {
+        SendOp::FetchAdd { add: 1 }
+    } else {
+        SendOp::Read
+    };
+    let mut samples = Vec::with_capacity(iters as usize);
+    let mut comps = Vec::with_capacity(4);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for n in 0..iters {
+        let t0 = Instant::now();
+        let wr = SendWr::rdma(n, op, vec![mr.sge(area, size as u32)], remote.0, remote.1);
+        qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+        loop {
+            comps.clear();
+            cq.poll(&mut comps, 4).map_err(|e| e.to_string())?;
+            if let Some(c) = comps.first() {
+                if !c.is_success() {
+                    return Err(report::failed(c));
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out after {n} of {iters} operations"));
+            }
+        }
+        samples.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(samples)
 }
 
 /// perftest's SEND latency loop: the client sends first, each side sends
@@ -578,6 +710,7 @@ pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
     let op = match t.test {
         Test::WriteBw => SendOp::Write,
         Test::ReadBw => SendOp::Read,
+        Test::AtomicBw => SendOp::FetchAdd { add: 1 },
         _ => SendOp::Send,
     };
     let iters = t.iters;
