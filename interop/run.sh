@@ -1,6 +1,8 @@
 #!/bin/bash
-# Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong and
-# `roce rping` against librdmacm's rping (RDMA CM) on a real RoCE peer, both roles, each case captured and every ICRC checked with
+# Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
+# `roce perf --perftest` against perftest's eight tools (also with -R), `roce rping` and
+# `roce udaddy` against librdmacm's rping and udaddy, and loss cases, on a real RoCE peer,
+# both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
 #
 #   bash interop/run.sh                     # the rxe lab (../shared/lab), VM vmA
@@ -22,7 +24,7 @@
 #   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
-#   PERFTEST_CM_OPS [write read] (ib_*_bw -R; '' skips)  UDADDY_ROLES [$ROLES; '' skips]
+#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_CM_OPS [write read] (ib_*_bw -R; '' skips)  UDADDY_ROLES [$ROLES; '' skips]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -234,6 +236,46 @@ if [ -n "$RPING_ROLES" ]; then
         "$(cut -c1-40 "$case_dir/ours.log" | head -1) [rc=$rc_ours]" "-"
 fi
 
+
+# --- perftest's eight tools over its TCP exchange -------------------------------------------
+PERFTEST_TOOLS=${PERFTEST_TOOLS-write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat}
+for tool in $PERFTEST_TOOLS; do
+    for role in $ROLES; do
+        N=$((N + 1)); port=$((PORT_BASE + N))
+        case_dir="$OUT/perftest-$tool-$role"; mkdir -p "$case_dir"
+        pcap="$case_dir/capture.pcap"
+        ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791 or tcp port $port" \
+            >"$case_dir/tcpdump.log" 2>&1 ) &
+        cap=$!; BG_PIDS+=("$cap"); sleep 1
+        pf="-n 200 -p $port"
+        case $tool in *_bw) [ "$tool" = atomic_bw ] || pf="$pf -s 4096" ;; esac
+        theirs="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
+        ours=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
+        if [ "$role" = our-client ]; then
+            dir="their-srv<-our-cli"
+            h=$(peer_bg "$theirs" "$case_dir/theirs.log"); sleep 5
+            nsx timeout "$CASE_TIMEOUT" "${ours[@]}" "$PEER_IP" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        else
+            dir="our-srv<-their-cli"
+            ( nsx_exec timeout "$CASE_TIMEOUT" "${ours[@]}" >"$case_dir/ours.log" 2>&1 ) &
+            op_pid=$!; BG_PIDS+=("$op_pid"); sleep 1
+            h=$(peer_bg "$theirs $HOST_IP" "$case_dir/theirs.log")
+            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+            wait "$op_pid"; rc_ours=$?
+        fi
+        sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+        "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+        rt=$(grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$case_dir/theirs.log" | tail -1 | tr -s ' \t' ' ' | cut -c1-42)
+        ro=$(grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$case_dir/ours.log" | tail -1 | tr -s ' \t' ' ' | cut -c1-42)
+        res=PASS
+        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$rt$ro" ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_$tool" "$dir" rc - "$res" \
+            "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" "$(tail -1 "$case_dir/inspect.txt") [rc=$rc_insp]"
+    done
+done
 
 # --- perftest in rdma_cm mode (-R) and udaddy (SIDR) --------------------------------------
 PERFTEST_CM_OPS=${PERFTEST_CM_OPS-write read}
