@@ -536,7 +536,7 @@ impl Simulation {
             }
         }
         for s in &self.switches {
-            for (o, qb) in s.qbytes.iter().enumerate() {
+            for (o, qb) in s.pq.iter().map(|p| &p.qbytes).enumerate() {
                 for (pr, &b) in qb.iter().enumerate() {
                     if b > 0 {
                         self.queue_samples.push(QueueSample {
@@ -741,7 +741,7 @@ mod tests {
             add(sw, sh);
         }
         // Frame bytes of the TC queue seen at each dequeue.
-        let depth = sw.qbytes[0][3];
+        let depth = sw.pq[0].qbytes[3];
         for _ in 0..samples {
             sw.ports[0].busy_until = 0;
             sw.tx_done(sh, 0);

@@ -89,6 +89,21 @@ struct Wd {
     drop_until: Ps,
 }
 
+/// One egress/ingress port's queues and buffer accounting.
+#[derive(Debug, Default)]
+pub(crate) struct PortQueues {
+    /// Egress queues per priority (packet ids).
+    pub(crate) q: [VecDeque<u32>; 8],
+    /// Bytes queued per priority.
+    pub(crate) qbytes: [u64; 8],
+    /// Bytes queued per traffic class.
+    tcbytes: [u64; 8],
+    /// Ingress accounting per priority (PFC).
+    ing: [Ingress; 8],
+    /// PFC watchdog per priority.
+    wd: [Wd; 8],
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Dwrr {
     ptr: usize,
@@ -102,15 +117,13 @@ pub(crate) struct Switch {
     pub(crate) name: String,
     pub(crate) ports: Vec<PortTx>,
     /// Egress queues per port per priority (packet ids).
-    pub(crate) q: Vec<[VecDeque<u32>; 8]>,
-    pub(crate) qbytes: Vec<[u64; 8]>,
-    tcbytes: Vec<[u64; 8]>,
-    ing: Vec<[Ingress; 8]>,
+    /// Per-port queue and buffer state, kept together: a packet's arrival
+    /// and departure touch one port's entry instead of five vectors.
+    pub(crate) pq: Vec<PortQueues>,
     headroom: Vec<u64>,
     /// PFC frames to send per port: (priority, quanta).
     ctrl: Vec<VecDeque<(u8, u16)>>,
     dwrr: Vec<Dwrr>,
-    wd: Vec<[Wd; 8]>,
     shared_used: u64,
     shared_pool: u64,
     /// Per destination host: (start, len) into `route_ports`.
@@ -160,14 +173,10 @@ impl Switch {
             id,
             name,
             ports,
-            q: (0..n).map(|_| Default::default()).collect(),
-            qbytes: vec![[0; 8]; n],
-            tcbytes: vec![[0; 8]; n],
-            ing: vec![[Ingress::default(); 8]; n],
+            pq: (0..n).map(|_| PortQueues::default()).collect(),
             headroom,
             ctrl: (0..n).map(|_| VecDeque::new()).collect(),
             dwrr: vec![Dwrr::default(); n],
-            wd: vec![[Wd::default(); 8]; n],
             shared_used: 0,
             shared_pool: cfg.buffer.size.saturating_sub(reserve),
             routes,
@@ -214,7 +223,7 @@ impl Switch {
             return;
         };
         let pr = prio as usize;
-        if self.wd[out as usize][pr].drop_until > sh.now {
+        if self.pq[out as usize].wd[pr].drop_until > sh.now {
             self.drops.watchdog += 1;
             sh.pool.free(pkt);
             return;
@@ -222,7 +231,7 @@ impl Switch {
         let ip = in_port as usize;
         if sh.t.lossless[pr] {
             let thr = self.threshold(sh);
-            let ing = &mut self.ing[ip][pr];
+            let ing = &mut self.pq[ip].ing[pr];
             let past = ing.shared + flen > thr || self.shared_used + flen > self.shared_pool;
             if past {
                 if ing.hdrm + flen > self.headroom[ip] {
@@ -235,7 +244,7 @@ impl Switch {
                 ing.shared += flen;
                 self.shared_used += flen;
             }
-            let ing = self.ing[ip][pr];
+            let ing = self.pq[ip].ing[pr];
             if !ing.xoff && (ing.hdrm > 0 || ing.shared >= thr) {
                 self.send_xoff(sh, in_port, prio);
             }
@@ -245,20 +254,20 @@ impl Switch {
                 sh.pool.free(pkt);
                 return;
             }
-            self.ing[ip][pr].shared += flen;
+            self.pq[ip].ing[pr].shared += flen;
             self.shared_used += flen;
         }
         let o = out as usize;
-        self.q[o][pr].push_back(pkt);
-        self.qbytes[o][pr] += flen;
-        self.tcbytes[o][sh.t.tc_of[pr] as usize] += flen;
+        self.pq[o].q[pr].push_back(pkt);
+        self.pq[o].qbytes[pr] += flen;
+        self.pq[o].tcbytes[sh.t.tc_of[pr] as usize] += flen;
         let st = &mut self.ports[o].stats;
-        st.max_queue[pr] = st.max_queue[pr].max(self.qbytes[o][pr]);
+        st.max_queue[pr] = st.max_queue[pr].max(self.pq[o].qbytes[pr]);
         self.start_tx(sh, out);
     }
 
     fn send_xoff(&mut self, sh: &mut Shared, port: u16, prio: u8) {
-        let ing = &mut self.ing[port as usize][prio as usize];
+        let ing = &mut self.pq[port as usize].ing[prio as usize];
         ing.xoff = true;
         ing.gen = ing.gen.wrapping_add(1);
         let gen = ing.gen;
@@ -290,12 +299,12 @@ impl Switch {
 
     /// The refresh timer of an XOFF: re-send while still congested.
     pub(crate) fn refresh(&mut self, sh: &mut Shared, port: u16, prio: u8, gen: u32) {
-        let ing = self.ing[port as usize][prio as usize];
+        let ing = self.pq[port as usize].ing[prio as usize];
         if !ing.xoff || ing.gen != gen {
             return;
         }
         if self.should_resume(sh, port, prio) {
-            self.ing[port as usize][prio as usize].xoff = false;
+            self.pq[port as usize].ing[prio as usize].xoff = false;
             self.queue_pfc(sh, port, prio, 0);
             return;
         }
@@ -303,7 +312,7 @@ impl Switch {
     }
 
     fn should_resume(&self, sh: &Shared, port: u16, prio: u8) -> bool {
-        let ing = &self.ing[port as usize][prio as usize];
+        let ing = &self.pq[port as usize].ing[prio as usize];
         ing.xoff
             && ing.hdrm == 0
             && (ing.shared == 0 || ing.shared + sh.t.cfg.buffer.resume_offset <= self.threshold(sh))
@@ -312,14 +321,14 @@ impl Switch {
     /// Takes a packet's bytes out of its ingress accounting (it left the
     /// switch or was flushed) and sends XON if that ends the congestion.
     fn release(&mut self, sh: &mut Shared, in_port: u16, prio: u8, flen: u64) {
-        let ing = &mut self.ing[in_port as usize][prio as usize];
+        let ing = &mut self.pq[in_port as usize].ing[prio as usize];
         let from_hdrm = ing.hdrm.min(flen);
         ing.hdrm -= from_hdrm;
         let rest = (flen - from_hdrm).min(ing.shared);
         ing.shared -= rest;
         self.shared_used -= rest;
         if self.should_resume(sh, in_port, prio) {
-            let ing = &mut self.ing[in_port as usize][prio as usize];
+            let ing = &mut self.pq[in_port as usize].ing[prio as usize];
             ing.xoff = false;
             ing.gen = ing.gen.wrapping_add(1);
             self.queue_pfc(sh, in_port, prio, 0);
@@ -329,7 +338,7 @@ impl Switch {
     /// A PFC frame arrived on `port`: pause that port's transmitter.
     pub(crate) fn on_pfc(&mut self, sh: &mut Shared, port: u16, frame: &roce_wire::MacControl) {
         let now = sh.now;
-        let wd = &self.wd[port as usize];
+        let wd = &self.pq[port as usize].wd;
         let wake = self.ports[port as usize]
             .on_pause_frame(now, frame, |p| wd[p as usize].drop_until > now);
         if let Some(t) = wake {
@@ -351,7 +360,7 @@ impl Switch {
         let now = sh.now;
         let t = &sh.t;
         let tx = &self.ports[port];
-        let q = &self.q[port];
+        let q = &self.pq[port].q;
         let head = |tc: u8| -> Option<u8> {
             t.prios_of_tc[tc as usize]
                 .iter()
@@ -392,7 +401,7 @@ impl Switch {
     /// the port has more to send (an idle port needs no event: the next
     /// arrival finds the link free, or schedules the wake-up itself).
     fn occupy(&mut self, sh: &mut Shared, o: usize, done: Ps) {
-        let more = !self.ctrl[o].is_empty() || self.q[o].iter().any(|q| !q.is_empty());
+        let more = !self.ctrl[o].is_empty() || self.pq[o].q.iter().any(|q| !q.is_empty());
         let tx = &mut self.ports[o];
         tx.busy_until = done;
         tx.wake_pending = more;
@@ -443,7 +452,7 @@ impl Switch {
             return;
         };
         let pr = prio as usize;
-        let Some(pkt) = self.q[o][pr].pop_front() else {
+        let Some(pkt) = self.pq[o].q[pr].pop_front() else {
             return;
         };
         let tc = sh.t.tc_of[pr] as usize;
@@ -453,7 +462,7 @@ impl Switch {
         };
         // RED on dequeue, on the depth of the TC the packet saw.
         if let Some(e) = sh.t.cfg.ecn[tc] {
-            let prob = e.probability(self.tcbytes[o][tc]);
+            let prob = e.probability(self.pq[o].tcbytes[tc]);
             if prob > 0.0
                 && (prob >= 1.0
                     || (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < prob)
@@ -462,8 +471,8 @@ impl Switch {
                 self.ports[o].stats.ecn_marked[pr] += 1;
             }
         }
-        self.qbytes[o][pr] -= flen;
-        self.tcbytes[o][tc] -= flen;
+        self.pq[o].qbytes[pr] -= flen;
+        self.pq[o].tcbytes[tc] -= flen;
         self.release(sh, in_port, prio, flen);
         let tx = &mut self.ports[o];
         tx.stats.tx_bytes[pr] += flen;
@@ -501,14 +510,13 @@ impl Switch {
                     continue;
                 }
                 let sent = self.ports[o].stats.tx_pkts[pr];
-                let w = &mut self.wd[o][pr];
+                let queued = !self.pq[o].q[pr].is_empty();
+                let w = &mut self.pq[o].wd[pr];
                 if w.drop_until > now {
                     w.last_tx = sent;
                     continue;
                 }
-                let stuck = !self.q[o][pr].is_empty()
-                    && self.ports[o].paused(pr as u8, now)
-                    && sent == w.last_tx;
+                let stuck = queued && self.ports[o].paused(pr as u8, now) && sent == w.last_tx;
                 w.last_tx = sent;
                 w.stuck_polls = if stuck { w.stuck_polls + 1 } else { 0 };
                 if w.stuck_polls < cfg.detect {
@@ -518,13 +526,13 @@ impl Switch {
                 w.drop_until = now + cfg.restore;
                 self.ports[o].force_resume(pr as u8, now);
                 let mut flushed = 0;
-                while let Some(pkt) = self.q[o][pr].pop_front() {
+                while let Some(pkt) = self.pq[o].q[pr].pop_front() {
                     let (flen, in_port) = {
                         let p = sh.pool.get(pkt);
                         (p.frame_len() as u64, p.in_port)
                     };
-                    self.qbytes[o][pr] -= flen;
-                    self.tcbytes[o][sh.t.tc_of[pr] as usize] -= flen;
+                    self.pq[o].qbytes[pr] -= flen;
+                    self.pq[o].tcbytes[sh.t.tc_of[pr] as usize] -= flen;
                     sh.pool.free(pkt);
                     self.drops.watchdog += 1;
                     flushed += 1;
@@ -548,7 +556,7 @@ impl Switch {
         let mut v = Vec::new();
         for o in 0..self.ports.len() {
             for pr in 0..8u8 {
-                let q = &self.q[o][pr as usize];
+                let q = &self.pq[o].q[pr as usize];
                 if q.is_empty() || !self.ports[o].paused(pr, sh.now) {
                     continue;
                 }
