@@ -429,25 +429,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 
     if !is_send && !lat {
         oob.hand_shake(&mine)?;
-        let r = result.clone();
-        let msgs = match &r {
-            Some(r) => report_msgs(
-                size,
-                iters,
-                r.peak_bps / 1_048_576.0,
-                r.avg_bps / 1_048_576.0,
-                r.msg_rate / 1e6,
-            ),
-            None => report_msgs(size, iters, 0.0, 0.0, 0.0),
-        };
-        let mut got = [0u64; 5];
-        for (g, m) in got.iter_mut().zip(msgs.iter()) {
-            let b = oob.xchg(m, 8)?;
-            *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
-        }
+        let got = exchange_report(result.as_ref(), size, iters, |m| oob.xchg(m, 8))?;
         if !client {
             // perftest's server prints the client's report.
-            result = Some(report_from(got));
+            result = Some(got);
         }
     }
     if test != Test::WriteLat {
@@ -678,6 +663,33 @@ pub(crate) fn print_result(
         println!("{}", report::bw_row(r, gbits));
     }
     println!("{}", report::RULE);
+}
+
+/// The report exchange after a BW test: five 8-byte values each way
+/// through `xchg` (ours: `mine`, or zeros on the server); returns the
+/// peer's.
+pub(crate) fn exchange_report(
+    mine: Option<&BwResult>,
+    size: u64,
+    iters: u64,
+    mut xchg: impl FnMut(&[u8]) -> Result<Vec<u8>, String>,
+) -> Result<BwResult, String> {
+    let msgs = match mine {
+        Some(r) => report_msgs(
+            size,
+            iters,
+            r.peak_bps / 1_048_576.0,
+            r.avg_bps / 1_048_576.0,
+            r.msg_rate / 1e6,
+        ),
+        None => report_msgs(size, iters, 0.0, 0.0, 0.0),
+    };
+    let mut got = [0u64; 5];
+    for (g, m) in got.iter_mut().zip(msgs.iter()) {
+        let b = xchg(m)?;
+        *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+    }
+    Ok(report_from(got))
 }
 
 /// The server's record of the client's report (five big-endian u64s:

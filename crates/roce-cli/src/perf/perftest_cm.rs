@@ -26,8 +26,8 @@ use roce_verbs::{
 
 use super::backend::{link_path_mtu, open_context};
 use super::perftest::{
-    client_traffic, gid_of, mtu_msg, mtu_of_enum, print_dest, print_result, report_from,
-    report_msgs, version_msg, Dest, Traffic,
+    client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, print_dest, print_result,
+    version_msg, Dest, Traffic,
 };
 use super::{PerfArgs, Test};
 
@@ -348,23 +348,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         None
     };
     ch.keys(&mine)?;
-    let msgs = match &result {
-        Some(r) => report_msgs(
-            size,
-            iters,
-            r.peak_bps / 1_048_576.0,
-            r.avg_bps / 1_048_576.0,
-            r.msg_rate / 1e6,
-        ),
-        None => report_msgs(size, iters, 0.0, 0.0, 0.0),
-    };
-    let mut got = [0u64; 5];
-    for (g, m) in got.iter_mut().zip(msgs.iter()) {
-        let b = ch.xchg(m, 8)?;
-        *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
-    }
+    let got = exchange_report(result.as_ref(), size, iters, |m| ch.xchg(m, 8))?;
     if !client {
-        result = Some(report_from(got));
+        result = Some(got);
     }
     ch.keys(&mine)?;
     // perftest's server closes the data connections; its client waits.

@@ -210,14 +210,7 @@ impl Device {
         let id = self.cm.new_id(now);
         let tid = (2u64 << 32) | id as u64;
         let mut pd = [0u8; cm::private_len::SIDR_REQ];
-        let cma = CmaHeader {
-            src_port: 0x8000 | (id as u16 & 0x7fff),
-            src: local,
-            dst,
-        };
-        cma.emit(&mut pd)
-            .map_err(|_| VerbsError::InvalidArgument("address"))?;
-        pd[CMA_HEADER_LEN..CMA_HEADER_LEN + private_data.len()].copy_from_slice(private_data);
+        cma_private(&mut pd, id, local, dst, private_data)?;
         let req = SidrReqRepr {
             request_id: id,
             pkey: 0xffff,
@@ -321,15 +314,7 @@ impl Device {
         let psn = Psn::new(mix(id as u64) as u32);
         let tid = (2u64 << 32) | id as u64;
         let mut pd = [0u8; cm::private_len::REQ];
-        let cma = CmaHeader {
-            src_port: 0x8000 | (id as u16 & 0x7fff),
-            src: local,
-            dst,
-        };
-        cma.emit(&mut pd)
-            .map_err(|_| VerbsError::InvalidArgument("address"))?;
-        pd[CMA_HEADER_LEN..CMA_HEADER_LEN + param.private_data.len()]
-            .copy_from_slice(&param.private_data);
+        cma_private(&mut pd, id, local, dst, &param.private_data)?;
         let mtu = self.config.active_mtu;
         let ack = if param.ack_timeout == 0 {
             DEFAULT_PATH_ACK_TIMEOUT
@@ -1008,6 +993,27 @@ impl Device {
         }
         None
     }
+}
+
+/// rdma_cm's private data of a REQ or SIDR_REQ: its IP header (the source
+/// port derived from the connection's ID) and then the consumer's bytes
+/// (whose length the callers checked against `pd`).
+fn cma_private(
+    pd: &mut [u8],
+    id: u32,
+    local: IpAddr,
+    dst: IpAddr,
+    user: &[u8],
+) -> Result<(), VerbsError> {
+    let cma = CmaHeader {
+        src_port: 0x8000 | (id as u16 & 0x7fff),
+        src: local,
+        dst,
+    };
+    cma.emit(pd)
+        .map_err(|_| VerbsError::InvalidArgument("address"))?;
+    pd[CMA_HEADER_LEN..CMA_HEADER_LEN + user.len()].copy_from_slice(user);
+    Ok(())
 }
 
 fn mtu_code(mtu: u32) -> u8 {
