@@ -356,12 +356,22 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 
     let mut result = None;
     let mut lat_result = None;
+    let traffic = Traffic {
+        qp: &qp,
+        cq: &cq,
+        mr: &mr,
+        area,
+        size,
+        iters,
+        depth: tx_depth,
+        test,
+        remote: (rem.vaddr, Rkey::new(rem.rkey)),
+    };
     if lat {
-        let remote = (rem.vaddr, Rkey::new(rem.rkey));
         let mut samples = match test {
-            Test::SendLat => send_ping_pong(&qp, &cq, &mr, area, size, iters, ring, client)?,
-            Test::WriteLat => write_ping_pong(&qp, &cq, &mr, area, size, iters, client, remote)?,
-            _ if client => one_sided(&qp, &cq, &mr, area, size, iters, test, remote)?,
+            Test::SendLat => send_ping_pong(&traffic, ring, client)?,
+            Test::WriteLat => write_ping_pong(&traffic, client)?,
+            _ if client => one_sided(&traffic)?,
             _ => Vec::new(),
         };
         // perftest prints the iterations asked for (n sends make n - 1
@@ -371,16 +381,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             r
         });
     } else if client {
-        result = Some(client_traffic(&Traffic {
-            qp: &qp,
-            cq: &cq,
-            local: mr.sge(area, size as u32),
-            size,
-            iters,
-            depth: tx_depth,
-            test,
-            remote: (rem.vaddr, Rkey::new(rem.rkey)),
-        })?);
+        result = Some(client_traffic(&traffic)?);
     } else if test == Test::SendBw {
         let mut received = 0u64;
         let mut reposted = ring;
@@ -462,17 +463,17 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 /// first (perftest's condition `!(scnt < 1 && machine == SERVER)`): a side
 /// that wrote early would see the peer's next count overwrite the one it
 /// waits for. Latency: half the time between consecutive writes.
-#[allow(clippy::too_many_arguments)]
-fn write_ping_pong(
-    qp: &roce_verbs::QueuePair,
-    cq: &roce_verbs::CompletionQueue,
-    mr: &roce_verbs::MemoryRegion,
-    area: u64,
-    size: u64,
-    iters: u64,
-    client: bool,
-    remote: (u64, Rkey),
-) -> Result<Vec<f64>, String> {
+fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
+    let Traffic {
+        qp,
+        cq,
+        mr,
+        area,
+        size,
+        iters,
+        remote,
+        ..
+    } = *t;
     let mut stamps = Vec::with_capacity(iters as usize);
     let mut comps = Vec::with_capacity(16);
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -526,17 +527,18 @@ fn write_ping_pong(
 
 /// perftest's READ / atomic latency loop (client only): one operation at
 /// a time; latency is each operation's completion time.
-#[allow(clippy::too_many_arguments)]
-fn one_sided(
-    qp: &roce_verbs::QueuePair,
-    cq: &roce_verbs::CompletionQueue,
-    mr: &roce_verbs::MemoryRegion,
-    area: u64,
-    size: u64,
-    iters: u64,
-    test: Test,
-    remote: (u64, Rkey),
-) -> Result<Vec<f64>, String> {
+fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
+    let Traffic {
+        qp,
+        cq,
+        mr,
+        area,
+        size,
+        iters,
+        test,
+        remote,
+        ..
+    } = *t;
     let op = if test == Test::AtomicLat {
         SendOp::FetchAdd { add: 1 }
     } else {
@@ -571,17 +573,16 @@ fn one_sided(
 /// after each receive (re-posting it); the latency of each iteration is
 /// half the time between two consecutive sends of this side, as perftest
 /// computes it (microseconds).
-#[allow(clippy::too_many_arguments)]
-fn send_ping_pong(
-    qp: &roce_verbs::QueuePair,
-    cq: &roce_verbs::CompletionQueue,
-    mr: &roce_verbs::MemoryRegion,
-    area: u64,
-    size: u64,
-    iters: u64,
-    ring: u64,
-    client: bool,
-) -> Result<Vec<f64>, String> {
+fn send_ping_pong(t: &Traffic<'_>, ring: u64, client: bool) -> Result<Vec<f64>, String> {
+    let Traffic {
+        qp,
+        cq,
+        mr,
+        area,
+        size,
+        iters,
+        ..
+    } = *t;
     const SEND_BIT: u64 = 1 << 62;
     let mut stamps = Vec::with_capacity(iters as usize);
     let mut comps = Vec::with_capacity(16);
@@ -704,11 +705,14 @@ pub(crate) fn report_from(got: [u64; 5]) -> BwResult {
     }
 }
 
-/// What the client's traffic loop needs.
+/// What the traffic loops need.
 pub(crate) struct Traffic<'a> {
     pub(crate) qp: &'a roce_verbs::QueuePair,
     pub(crate) cq: &'a roce_verbs::CompletionQueue,
-    pub(crate) local: roce_verbs::Sge,
+    /// The region: the peer's target at 0, our source at `area`, SEND
+    /// receive buffers from `2 * area`.
+    pub(crate) mr: &'a roce_verbs::MemoryRegion,
+    pub(crate) area: u64,
     pub(crate) size: u64,
     pub(crate) iters: u64,
     pub(crate) depth: u64,
@@ -727,6 +731,7 @@ pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
     };
     let iters = t.iters;
     let depth = t.depth.min(iters);
+    let local = t.mr.sge(t.area, t.size as u32);
     let (mut posted, mut done) = (0u64, 0u64);
     let mut times: Vec<Instant> = Vec::with_capacity(iters as usize);
     let mut comps = Vec::with_capacity(256);
@@ -735,9 +740,9 @@ pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
     while done < iters {
         while posted < iters && posted - done < depth {
             let wr = if op == SendOp::Send {
-                SendWr::send(posted, vec![t.local])
+                SendWr::send(posted, vec![local])
             } else {
-                SendWr::rdma(posted, op, vec![t.local], t.remote.0, t.remote.1)
+                SendWr::rdma(posted, op, vec![local], t.remote.0, t.remote.1)
             };
             t.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
             posted += 1;

@@ -337,7 +337,8 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         Some(client_traffic(&Traffic {
             qp: &qp,
             cq: &cq,
-            local: mr.sge(area, size as u32),
+            mr: &mr,
+            area,
             size,
             iters,
             depth: tx_depth,
