@@ -396,7 +396,9 @@ for loss in $LOSSES; do
                 ours_cli=("$ROCE" rping -c -a "$PEER_IP" --bind "$HOST_IP" $cf --faults "$faults" --timeout 120)
             else
                 name="ib_${tool}_bw"; size=4096
-                pf="-s $size -n 200 -m 1024 -p $port"
+                # A 16-message window: at 1 % random loss go-back-N resends whole
+                # windows, and 128 x 4 KiB messages overrun the emulated peer.
+                pf="-s $size -n 200 -m 1024 -t 16 -p $port"
                 theirs_srv="timeout $CASE_TIMEOUT $name -d $(peer_dev) -x $(peer_gidx) $pf"
                 theirs_cli="$theirs_srv $HOST_IP"
                 ours_srv=("$ROCE" perf "$tool-bw" --perftest --bind "$HOST_IP" $pf --faults "$faults")
