@@ -383,49 +383,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     } else if client {
         result = Some(client_traffic(&traffic)?);
     } else if test == Test::SendBw {
-        let mut received = 0u64;
-        let mut reposted = ring;
-        let mut comps = Vec::with_capacity(256);
-        let mut times = Vec::with_capacity(iters as usize);
-        let mut start = None;
-        let deadline = Instant::now() + Duration::from_secs(600);
-        while received < iters {
-            comps.clear();
-            cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
-            let now = Instant::now();
-            for c in &comps {
-                if !c.is_success() {
-                    return Err(report::failed(c));
-                }
-                start.get_or_insert(now);
-                received += 1;
-                times.push(now);
-                if reposted < iters {
-                    reposted += 1;
-                    let wr = RecvWr {
-                        wr_id: c.wr_id,
-                        sgl: vec![mr.sge(2 * area + c.wr_id * size, size as u32)],
-                    };
-                    qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
-                }
-            }
-            if comps.is_empty() {
-                if now > deadline {
-                    return Err(format!("timed out after {received} of {iters} messages"));
-                }
-                std::thread::yield_now();
-            }
-        }
-        let start = start.unwrap_or_else(Instant::now);
-        let secs = times
-            .last()
-            .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
-        result = Some(BwResult::new(
-            size,
-            iters,
-            secs,
-            peak(&times, start, 64, size),
-        ));
+        result = Some(server_receive(&traffic, ring)?);
     }
 
     if !is_send && !lat {
@@ -455,6 +413,64 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     }
     drop(qp);
     Ok(())
+}
+
+/// The SEND BW server: counts `iters` receives (re-posting the `ring`
+/// buffers at `2 * area` until every message has one) and measures their
+/// rate from the first arrival.
+pub(crate) fn server_receive(t: &Traffic<'_>, ring: u64) -> Result<BwResult, String> {
+    let Traffic {
+        qp,
+        cq,
+        mr,
+        area,
+        size,
+        iters,
+        ..
+    } = *t;
+    let mut received = 0u64;
+    let mut reposted = ring;
+    let mut comps = Vec::with_capacity(256);
+    let mut times = Vec::with_capacity(iters as usize);
+    let mut start = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while received < iters {
+        comps.clear();
+        cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        for c in &comps {
+            if !c.is_success() {
+                return Err(report::failed(c));
+            }
+            start.get_or_insert(now);
+            received += 1;
+            times.push(now);
+            if reposted < iters {
+                reposted += 1;
+                let wr = RecvWr {
+                    wr_id: c.wr_id,
+                    sgl: vec![mr.sge(2 * area + c.wr_id * size, size as u32)],
+                };
+                qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
+            }
+        }
+        if comps.is_empty() {
+            if now > deadline {
+                return Err(format!("timed out after {received} of {iters} messages"));
+            }
+            std::thread::yield_now();
+        }
+    }
+    let start = start.unwrap_or_else(Instant::now);
+    let secs = times
+        .last()
+        .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
+    Ok(BwResult::new(
+        size,
+        iters,
+        secs,
+        peak(&times, start, 64, size),
+    ))
 }
 
 /// perftest's WRITE latency loop: each side WRITEs `size` bytes whose
