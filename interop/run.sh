@@ -24,7 +24,7 @@
 #   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
-#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_CM_OPS [write read] (ib_*_bw -R; '' skips)  UDADDY_ROLES [$ROLES; '' skips]
+#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_CM_OPS [write read send] (ib_*_bw -R; '' skips)  UDADDY_ROLES [$ROLES; '' skips]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -278,7 +278,7 @@ for tool in $PERFTEST_TOOLS; do
 done
 
 # --- perftest in rdma_cm mode (-R) and udaddy (SIDR) --------------------------------------
-PERFTEST_CM_OPS=${PERFTEST_CM_OPS-write read}
+PERFTEST_CM_OPS=${PERFTEST_CM_OPS-write read send}
 UDADDY_ROLES=${UDADDY_ROLES-$ROLES}
 row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
 for op in $PERFTEST_CM_OPS; do
@@ -310,6 +310,8 @@ for op in $PERFTEST_CM_OPS; do
         cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
         rt=$(row "$case_dir/theirs.log"); ro=$(row "$case_dir/ours.log")
         res=PASS
+        # SEND: each side prints its own figures; compare size and iterations.
+        [ "$op" = send ] && { rt=$(echo "$rt" | cut -d' ' -f1-2); ro=$(echo "$ro" | cut -d' ' -f1-2); }
         if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$rt" ] \
             || [ "$rt" != "$ro" ] || [ "$cm" -lt 6 ]; then
             res=FAIL; FAILS=$((FAILS + 1))

@@ -15,6 +15,11 @@
 //!    [`dest_bytes`]) three times: per QP, again per QP, after RTR;
 //! 5. the traffic; then keys, the report (five 8-byte BE values) and keys;
 //! 6. the server disconnects the data connection; the client waits for it.
+//!
+//! SEND BW (`ib_send_bw -R`) posts the server's receives and adds a fourth
+//! key round before the traffic, and has no report (each side prints its
+//! own figures), as over TCP. `ROCE_PERFTEST_TRACE=1` prints the size of
+//! every control message received (to work out a peer's sequence).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -27,7 +32,7 @@ use roce_verbs::{
 use super::backend::{link_path_mtu, open_context};
 use super::perftest::{
     client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, print_dest, print_result,
-    version_msg, Dest, Traffic,
+    server_receive, version_msg, Dest, Traffic,
 };
 use super::{PerfArgs, Test};
 
@@ -162,6 +167,12 @@ impl Channel {
         }
         let mut b = vec![0u8; n.min(MSG)];
         self.recv.read(0, &mut b).map_err(|e| e.to_string())?;
+        if std::env::var_os("ROCE_PERFTEST_TRACE").is_some() {
+            eprintln!(
+                "perftest -R: received {} bytes (expected {n})",
+                c.first().map_or(0, |c| c.wc.byte_len)
+            );
+        }
         self.post_recv()?;
         Ok(b)
     }
@@ -217,9 +228,10 @@ fn connect_retrying(
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let test = args.test;
-    if !matches!(test, Test::WriteBw | Test::ReadBw) {
-        return Err("--perftest -R supports write-bw and read-bw".into());
+    if !matches!(test, Test::WriteBw | Test::ReadBw | Test::SendBw) {
+        return Err("--perftest -R supports write-bw, read-bw and send-bw".into());
     }
+    let send = test == Test::SendBw;
     if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
         return Err(
             "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
@@ -282,15 +294,21 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let area = size.max(4096);
     let access =
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    // SEND: a ring of receive buffers after the two halves.
+    let ring: u64 = if send {
+        iters.min(512).min(((64u64 << 20) / size).max(2))
+    } else {
+        0
+    };
     let mr = pd
-        .reg_mr(vec![0u8; (2 * area) as usize], access)
+        .reg_mr(vec![0u8; (2 * area + ring * size) as usize], access)
         .map_err(|e| format!("cannot register memory: {e}"))?;
     let cq = ctx
         .create_cq(tx_depth as usize * 2 + 64, None)
         .map_err(|e| e.to_string())?;
     let cap = QpCaps {
         max_send_wr: tx_depth as u32 + 16,
-        max_recv_wr: 16,
+        max_recv_wr: ring as u32 + 16,
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: 256,
@@ -332,26 +350,44 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     ch.keys(&mine)?;
     print_dest(" local address", &mine, test);
     print_dest(" remote address", &rem, test);
+    let traffic = Traffic {
+        qp: &qp,
+        cq: &cq,
+        mr: &mr,
+        area,
+        size,
+        iters,
+        depth: tx_depth,
+        test,
+        remote: (rem.vaddr, Rkey::new(rem.rkey)),
+    };
+    if send {
+        // As over TCP: the server posts its receives, then one more round.
+        if !client {
+            for j in 0..ring {
+                let wr = RecvWr {
+                    wr_id: j,
+                    sgl: vec![mr.sge(2 * area + j * size, size as u32)],
+                };
+                qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
+            }
+        }
+        ch.keys(&mine)?;
+    }
 
     let mut result = if client {
-        Some(client_traffic(&Traffic {
-            qp: &qp,
-            cq: &cq,
-            mr: &mr,
-            area,
-            size,
-            iters,
-            depth: tx_depth,
-            test,
-            remote: (rem.vaddr, Rkey::new(rem.rkey)),
-        })?)
+        Some(client_traffic(&traffic)?)
+    } else if send {
+        Some(server_receive(&traffic, ring)?)
     } else {
         None
     };
-    ch.keys(&mine)?;
-    let got = exchange_report(result.as_ref(), size, iters, |m| ch.xchg(m, 8))?;
-    if !client {
-        result = Some(got);
+    if !send {
+        ch.keys(&mine)?;
+        let got = exchange_report(result.as_ref(), size, iters, |m| ch.xchg(m, 8))?;
+        if !client {
+            result = Some(got);
+        }
     }
     ch.keys(&mine)?;
     // perftest's server closes the data connections; its client waits.
