@@ -508,23 +508,26 @@ fn perftest_rdma_cm_mode_between_two_processes() {
 
 #[test]
 fn perftest_latency_and_atomic_tests_between_two_processes() {
-    for test in [
+    // Over perftest's TCP exchange, and over RDMA CM (-R).
+    let tests = [
         "send-lat",
         "write-lat",
         "read-lat",
         "atomic-lat",
         "atomic-bw",
-    ] {
+    ];
+    for (test, cm) in tests.into_iter().flat_map(|t| [(t, None), (t, Some("-R"))]) {
         let (port, roce_port) = ports();
         let server = Command::new(env!("CARGO_BIN_EXE_roce"))
             .args(["perf", test, "--perftest", "--bind", "127.0.0.1"])
+            .args(cm)
             .args(["-n", "300", "-p", &port, "--roce-port", &roce_port])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        let c = roce(&[
+        let mut args = vec![
             "perf",
             test,
             "127.0.0.1",
@@ -537,9 +540,11 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
             &port,
             "--roce-port",
             &roce_port,
-        ]);
+        ];
+        args.extend(cm);
+        let c = roce(&args);
         let cout = String::from_utf8_lossy(&c.stdout).into_owned();
-        assert_eq!(c.status.code(), Some(0), "{test}: {cout}");
+        assert_eq!(c.status.code(), Some(0), "{test} {cm:?}: {cout}");
         let s = server.wait_with_output().unwrap();
         let sout = String::from_utf8_lossy(&s.stdout).into_owned();
         assert_eq!(s.status.code(), Some(0), "{test}: {sout}");

@@ -190,8 +190,7 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     perftest: bool,
     /// With --perftest: perftest's rdma_cm mode (`-R`): the control
-    /// channel and the data QP are RDMA CM connections, no TCP
-    /// (write-bw and read-bw).
+    /// channel and the data QP are RDMA CM connections, no TCP.
     #[arg(short = 'R', long = "rdma-cm", requires = "perftest")]
     rdma_cm: bool,
     /// Local address to use (default: the address that reaches the peer).

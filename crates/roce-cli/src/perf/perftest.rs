@@ -398,16 +398,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         oob.close(&mine)?;
     }
     if let Some(r) = lat_result {
-        println!("{}", report::RULE);
-        println!(
-            "                    {} (perftest {VERSION} exchange)",
-            test.title()
-        );
-        println!(" Mtu             : {mtu}[B]     Peer version : {their_version}");
-        println!("{}", report::RULE);
-        println!("{}", report::lat_header());
-        println!("{}", report::lat_row(&r));
-        println!("{}", report::RULE);
+        print_lat(test, mtu, &their_version, &r);
     } else if !lat {
         print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
     }
@@ -479,7 +470,7 @@ pub(crate) fn server_receive(t: &Traffic<'_>, ring: u64) -> Result<BwResult, Str
 /// first (perftest's condition `!(scnt < 1 && machine == SERVER)`): a side
 /// that wrote early would see the peer's next count overwrite the one it
 /// waits for. Latency: half the time between consecutive writes.
-fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
+pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
     let Traffic {
         qp,
         cq,
@@ -543,7 +534,7 @@ fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
 
 /// perftest's READ / atomic latency loop (client only): one operation at
 /// a time; latency is each operation's completion time.
-fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
+pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
     let Traffic {
         qp,
         cq,
@@ -589,7 +580,7 @@ fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
 /// after each receive (re-posting it); the latency of each iteration is
 /// half the time between two consecutive sends of this side, as perftest
 /// computes it (microseconds).
-fn send_ping_pong(t: &Traffic<'_>, ring: u64, client: bool) -> Result<Vec<f64>, String> {
+pub(crate) fn send_ping_pong(t: &Traffic<'_>, ring: u64, client: bool) -> Result<Vec<f64>, String> {
     let Traffic {
         qp,
         cq,
@@ -658,6 +649,20 @@ fn send_ping_pong(t: &Traffic<'_>, ring: u64, client: bool) -> Result<Vec<f64>, 
         .windows(2)
         .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
         .collect())
+}
+
+/// perftest's latency result block.
+pub(crate) fn print_lat(test: Test, mtu: u32, their_version: &str, r: &report::LatResult) {
+    println!("{}", report::RULE);
+    println!(
+        "                    {} (perftest {VERSION} exchange)",
+        test.title()
+    );
+    println!(" Mtu             : {mtu}[B]     Peer version : {their_version}");
+    println!("{}", report::RULE);
+    println!("{}", report::lat_header());
+    println!("{}", report::lat_row(r));
+    println!("{}", report::RULE);
 }
 
 /// perftest's result block.

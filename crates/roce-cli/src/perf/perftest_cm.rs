@@ -1,5 +1,5 @@
-//! `roce perf --perftest -R`: perftest 4.5's rdma_cm mode (`ib_write_bw -R`,
-//! `ib_read_bw -R`). There is no TCP at all: the control channel is its
+//! `roce perf --perftest -R`: perftest 4.5's rdma_cm mode (`ib_write_bw -R`
+//! and the other seven tools with `-R`). There is no TCP at all: the control channel is its
 //! own RC connection made through the CM on the test port, carrying one
 //! SEND per message into a single 56-byte receive; the data QP is a second
 //! CM connection to the same port. Messages (client sends first, server
@@ -16,9 +16,10 @@
 //! 5. the traffic; then keys, the report (five 8-byte BE values) and keys;
 //! 6. the server disconnects the data connection; the client waits for it.
 //!
-//! SEND BW (`ib_send_bw -R`) posts the server's receives and adds a fourth
-//! key round before the traffic, and has no report (each side prints its
-//! own figures), as over TCP. `ROCE_PERFTEST_TRACE=1` prints the size of
+//! SEND BW and the latency tests post their receives (SEND) and add a
+//! fourth key round before the traffic, and have no report (each side
+//! prints its own figures); ib_write_lat has no closing round: all as over
+//! TCP. `ROCE_PERFTEST_TRACE=1` prints the size of
 //! every control message received (to work out a peer's sequence).
 
 use std::net::IpAddr;
@@ -31,8 +32,9 @@ use roce_verbs::{
 
 use super::backend::{link_path_mtu, open_context};
 use super::perftest::{
-    client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, print_dest, print_result,
-    server_receive, version_msg, Dest, Traffic,
+    client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, one_sided, print_dest,
+    print_lat, print_result, send_ping_pong, server_receive, version_msg, write_ping_pong, Dest,
+    Traffic,
 };
 use super::{PerfArgs, Test};
 
@@ -194,7 +196,7 @@ impl Channel {
 }
 
 fn param(test: Test) -> ConnParam {
-    let depth = if test == Test::ReadBw { 16 } else { 0 };
+    let depth = if one_sided_reads(test) { 16 } else { 0 };
     ConnParam {
         responder_resources: depth,
         initiator_depth: depth,
@@ -202,6 +204,15 @@ fn param(test: Test) -> ConnParam {
         rnr_retry_count: 7,
         ..ConnParam::default()
     }
+}
+
+/// Tests whose requests read at the responder (READ, atomics): they need
+/// READ/atomic credits on the connection.
+fn one_sided_reads(test: Test) -> bool {
+    matches!(
+        test,
+        Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+    )
 }
 
 /// Connects `qp` to the server's port, retrying while nobody listens yet
@@ -228,17 +239,25 @@ fn connect_retrying(
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let test = args.test;
-    if !matches!(test, Test::WriteBw | Test::ReadBw | Test::SendBw) {
-        return Err("--perftest -R supports write-bw, read-bw and send-bw".into());
-    }
-    let send = test == Test::SendBw;
+    let send = matches!(test, Test::SendBw | Test::SendLat);
+    let lat = matches!(
+        test,
+        Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
+    );
+    let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
     if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
         return Err(
             "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
         );
     }
-    let size = args.size.unwrap_or(65536).clamp(1, 1 << 26);
-    let iters = args.iters.unwrap_or(5000).max(1);
+    let size = if atomic {
+        8
+    } else {
+        args.size
+            .unwrap_or(if lat { 2 } else { 65536 })
+            .clamp(1, 1 << 26)
+    };
+    let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1);
     let tx_depth = args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64;
     let server = match &args.server {
         Some(s) => Some(super::resolve(s, args.port)?.ip()),
@@ -337,7 +356,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let attr = qp.query().map_err(|e| e.to_string())?;
     let mine = Dest {
         lid: 0,
-        out_reads: if test == Test::ReadBw { 16 } else { 0 },
+        out_reads: if one_sided_reads(test) { 16 } else { 0 },
         qpn: qp.qpn().value(),
         psn: attr.sq_psn.value(),
         rkey: mr.rkey().value(),
@@ -361,9 +380,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         test,
         remote: (rem.vaddr, Rkey::new(rem.rkey)),
     };
-    if send {
-        // As over TCP: the server posts its receives, then one more round.
-        if !client {
+    if send || lat {
+        // As over TCP: SEND and latency tests post their receives (the
+        // SEND BW server; both sides of SEND latency), then one more round.
+        if (test == Test::SendBw && !client) || test == Test::SendLat {
             for j in 0..ring {
                 let wr = RecvWr {
                     wr_id: j,
@@ -375,21 +395,37 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         ch.keys(&mine)?;
     }
 
-    let mut result = if client {
+    let mut lat_result = None;
+    let mut result = if lat {
+        let mut samples = match test {
+            Test::SendLat => send_ping_pong(&traffic, ring, client)?,
+            Test::WriteLat => write_ping_pong(&traffic, client)?,
+            _ if client => one_sided(&traffic)?,
+            _ => Vec::new(),
+        };
+        lat_result = super::report::LatResult::from_samples(size, &mut samples).map(|mut r| {
+            r.iterations = iters;
+            r
+        });
+        None
+    } else if client {
         Some(client_traffic(&traffic)?)
     } else if send {
         Some(server_receive(&traffic, ring)?)
     } else {
         None
     };
-    if !send {
+    if !send && !lat {
         ch.keys(&mine)?;
         let got = exchange_report(result.as_ref(), size, iters, |m| ch.xchg(m, 8))?;
         if !client {
             result = Some(got);
         }
     }
-    ch.keys(&mine)?;
+    // ib_write_lat has no closing round (over TCP it just closes).
+    if test != Test::WriteLat {
+        ch.keys(&mine)?;
+    }
     // perftest's server closes the data connections; its client waits.
     if client {
         if !data.wait_disconnect(Duration::from_secs(30)) {
@@ -399,7 +435,11 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         data.disconnect(Duration::from_secs(30))
             .map_err(|e| format!("disconnect: {e}"))?;
     }
-    print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
+    match lat_result {
+        Some(r) => print_lat(test, mtu, &their_version, &r),
+        None if !lat => print_result(test, mtu, &their_version, result.as_ref(), args.gbits),
+        None => {}
+    }
     Ok(())
 }
 
