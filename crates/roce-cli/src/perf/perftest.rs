@@ -197,33 +197,86 @@ impl Oob {
     }
 }
 
+/// What a perftest-mode run does, from the flags: SEND tests post
+/// receives; latency tests (and SEND BW) add a key round before the
+/// traffic; after it, BW tests other than SEND exchange the report, and
+/// every test but ib_write_lat closes with a key round (and "done" over
+/// TCP), as the captures of each tool show.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Plan {
+    pub(crate) test: Test,
+    pub(crate) is_send: bool,
+    pub(crate) lat: bool,
+    pub(crate) size: u64,
+    pub(crate) iters: u64,
+    pub(crate) tx_depth: u64,
+}
+
+impl Plan {
+    pub(crate) fn from_args(args: &PerfArgs) -> Result<Plan, String> {
+        let test = args.test;
+        let lat = matches!(
+            test,
+            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
+        );
+        let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
+        if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
+            return Err(
+                "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
+            );
+        }
+        let size = if atomic {
+            8
+        } else {
+            args.size
+                .unwrap_or(if lat { 2 } else { 65536 })
+                .clamp(1, 1 << 26)
+        };
+        Ok(Plan {
+            test,
+            is_send: matches!(test, Test::SendBw | Test::SendLat),
+            lat,
+            size,
+            iters: args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1),
+            tx_depth: args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64,
+        })
+    }
+}
+
+/// Runs a latency test's traffic (the server of a READ/atomic test only
+/// waits); the statistics, or `None` where this side measures nothing.
+pub(crate) fn run_lat(
+    t: &Traffic<'_>,
+    ring: u64,
+    client: bool,
+) -> Result<Option<report::LatResult>, String> {
+    let mut samples = match t.test {
+        Test::SendLat => send_ping_pong(t, ring, client)?,
+        Test::WriteLat => write_ping_pong(t, client)?,
+        _ if client => one_sided(t)?,
+        _ => Vec::new(),
+    };
+    // perftest prints the iterations asked for (n sends make n - 1
+    // intervals).
+    Ok(
+        report::LatResult::from_samples(t.size, &mut samples).map(|mut r| {
+            r.iterations = t.iters;
+            r
+        }),
+    )
+}
+
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
-    let test = args.test;
-    // SEND tests post receives; latency tests (and SEND BW) add a key
-    // round before the traffic; after it, BW tests other than SEND
-    // exchange the report, and every test but ib_write_lat closes with a
-    // key round and "done" (as the captures of each tool show).
-    let is_send = matches!(test, Test::SendBw | Test::SendLat);
-    let lat = matches!(
+    let Plan {
         test,
-        Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
-    );
-    let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
-    if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
-        return Err(
-            "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
-        );
-    }
-    let size = if atomic {
-        8
-    } else {
-        args.size
-            .unwrap_or(if lat { 2 } else { 65536 })
-            .clamp(1, 1 << 26)
-    };
-    let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1);
-    let tx_depth = args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64;
+        is_send,
+        lat,
+        size,
+        iters,
+        tx_depth,
+        ..
+    } = Plan::from_args(args)?;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
         let addr = super::resolve(server, args.port)?;
@@ -368,18 +421,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         remote: (rem.vaddr, Rkey::new(rem.rkey)),
     };
     if lat {
-        let mut samples = match test {
-            Test::SendLat => send_ping_pong(&traffic, ring, client)?,
-            Test::WriteLat => write_ping_pong(&traffic, client)?,
-            _ if client => one_sided(&traffic)?,
-            _ => Vec::new(),
-        };
-        // perftest prints the iterations asked for (n sends make n - 1
-        // intervals); the server of a one-sided test measures nothing.
-        lat_result = report::LatResult::from_samples(size, &mut samples).map(|mut r| {
-            r.iterations = iters;
-            r
-        });
+        lat_result = run_lat(&traffic, ring, client)?;
     } else if client {
         result = Some(client_traffic(&traffic)?);
     } else if test == Test::SendBw {

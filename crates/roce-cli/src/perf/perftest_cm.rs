@@ -32,9 +32,8 @@ use roce_verbs::{
 
 use super::backend::{link_path_mtu, open_context};
 use super::perftest::{
-    client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, one_sided, print_dest,
-    print_lat, print_result, send_ping_pong, server_receive, version_msg, write_ping_pong, Dest,
-    Traffic,
+    client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, print_dest, print_lat,
+    print_result, run_lat, server_receive, version_msg, Dest, Plan, Traffic,
 };
 use super::{PerfArgs, Test};
 
@@ -238,27 +237,15 @@ fn connect_retrying(
 
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
-    let test = args.test;
-    let send = matches!(test, Test::SendBw | Test::SendLat);
-    let lat = matches!(
+    let Plan {
         test,
-        Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
-    );
-    let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
-    if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
-        return Err(
-            "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
-        );
-    }
-    let size = if atomic {
-        8
-    } else {
-        args.size
-            .unwrap_or(if lat { 2 } else { 65536 })
-            .clamp(1, 1 << 26)
-    };
-    let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1);
-    let tx_depth = args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64;
+        is_send: send,
+        lat,
+        size,
+        iters,
+        tx_depth,
+        ..
+    } = Plan::from_args(args)?;
     let server = match &args.server {
         Some(s) => Some(super::resolve(s, args.port)?.ip()),
         None => None,
@@ -397,16 +384,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 
     let mut lat_result = None;
     let mut result = if lat {
-        let mut samples = match test {
-            Test::SendLat => send_ping_pong(&traffic, ring, client)?,
-            Test::WriteLat => write_ping_pong(&traffic, client)?,
-            _ if client => one_sided(&traffic)?,
-            _ => Vec::new(),
-        };
-        lat_result = super::report::LatResult::from_samples(size, &mut samples).map(|mut r| {
-            r.iterations = iters;
-            r
-        });
+        lat_result = run_lat(&traffic, ring, client)?;
         None
     } else if client {
         Some(client_traffic(&traffic)?)
