@@ -24,7 +24,7 @@
 #   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
-#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_CM_OPS [write read send] (ib_*_bw -R; '' skips)  UDADDY_ROLES [$ROLES; '' skips]
+#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -278,20 +278,21 @@ for tool in $PERFTEST_TOOLS; do
 done
 
 # --- perftest in rdma_cm mode (-R) and udaddy (SIDR) --------------------------------------
-PERFTEST_CM_OPS=${PERFTEST_CM_OPS-write read send}
+PERFTEST_CM_TOOLS=${PERFTEST_CM_TOOLS-write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat}
 UDADDY_ROLES=${UDADDY_ROLES-$ROLES}
 row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
-for op in $PERFTEST_CM_OPS; do
+for tool in $PERFTEST_CM_TOOLS; do
     for role in $ROLES; do
         N=$((N + 1)); port=$((PORT_BASE + N))
-        case_dir="$OUT/cm-$op-$role"; mkdir -p "$case_dir"
+        case_dir="$OUT/cm-$tool-$role"; mkdir -p "$case_dir"
         pcap="$case_dir/capture.pcap"
         ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
             >"$case_dir/tcpdump.log" 2>&1 ) &
         cap=$!; BG_PIDS+=("$cap"); sleep 1
-        pf="-s 4096 -n 200 -p $port"
-        theirs="timeout $CASE_TIMEOUT ib_${op}_bw -R -d $(peer_dev) $pf"
-        ours=("$ROCE" perf "$op-bw" --perftest -R --bind "$HOST_IP" $pf)
+        pf="-n 200 -p $port"
+        case $tool in write_bw|read_bw|send_bw) pf="$pf -s 4096" ;; esac
+        theirs="timeout $CASE_TIMEOUT ib_$tool -R -d $(peer_dev) $pf"
+        ours=("$ROCE" perf "${tool/_/-}" --perftest -R --bind "$HOST_IP" $pf)
         if [ "$role" = our-client ]; then
             dir="their-srv<-our-cli"
             h=$(peer_bg "$theirs" "$case_dir/theirs.log"); sleep 5
@@ -310,13 +311,19 @@ for op in $PERFTEST_CM_OPS; do
         cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
         rt=$(row "$case_dir/theirs.log"); ro=$(row "$case_dir/ours.log")
         res=PASS
-        # SEND: each side prints its own figures; compare size and iterations.
-        [ "$op" = send ] && { rt=$(echo "$rt" | cut -d' ' -f1-2); ro=$(echo "$ro" | cut -d' ' -f1-2); }
-        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$rt" ] \
-            || [ "$rt" != "$ro" ] || [ "$cm" -lt 6 ]; then
+        # WRITE/READ/atomic BW: both print the client's row. SEND and the
+        # latency tests: each side its own figures (READ/atomic latency: only
+        # the client), so compare size and iterations where both have a row.
+        case $tool in
+            write_bw|read_bw|atomic_bw) ct=$rt; co=$ro ;;
+            *) rt=$(echo "$rt" | cut -d' ' -f1-2); ro=$(echo "$ro" | cut -d' ' -f1-2)
+               ct=${rt:-$ro}; co=${ro:-$rt} ;;
+        esac
+        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$ct" ] \
+            || [ "$ct" != "$co" ] || [ "$cm" -lt 6 ]; then
             res=FAIL; FAILS=$((FAILS + 1))
         fi
-        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_${op}_bw -R" "$dir" rc 4096 "$res" \
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_$tool -R" "$dir" rc - "$res" \
             "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" "$(tail -1 "$case_dir/inspect.txt"); CM MADs=$cm"
     done
 done
