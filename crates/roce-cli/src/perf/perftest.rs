@@ -243,6 +243,56 @@ impl Plan {
     }
 }
 
+/// The data side of a test: one RC QP and one region holding the peer's
+/// target (`[0, area)`), our source (`[area, 2 area)`) and, for SEND tests,
+/// a ring of receive buffers after them.
+pub(crate) struct DataQp {
+    pub(crate) mr: roce_verbs::MemoryRegion,
+    pub(crate) cq: roce_verbs::CompletionQueue,
+    pub(crate) qp: roce_verbs::QueuePair,
+    pub(crate) area: u64,
+    pub(crate) ring: u64,
+}
+
+impl DataQp {
+    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQp, String> {
+        let ring: u64 = if p.is_send {
+            p.iters.min(512).min(((64u64 << 20) / p.size).max(2))
+        } else {
+            0
+        };
+        let area = p.size.max(4096);
+        let pd = ctx.alloc_pd();
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let mr = pd
+            .reg_mr(vec![0u8; (2 * area + ring * p.size) as usize], access)
+            .map_err(|e| format!("cannot register memory: {e}"))?;
+        let cq = ctx
+            .create_cq((p.tx_depth + ring) as usize * 2 + 64, None)
+            .map_err(|e| e.to_string())?;
+        let cap = QpCaps {
+            max_send_wr: p.tx_depth as u32 + 16,
+            max_recv_wr: ring as u32 + 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 256,
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
+            .map_err(|e| format!("cannot create a QP: {e}"))?;
+        Ok(DataQp {
+            mr,
+            cq,
+            qp,
+            area,
+            ring,
+        })
+    }
+}
+
 /// Runs a latency test's traffic (the server of a READ/atomic test only
 /// waits); the statistics, or `None` where this side measures nothing.
 pub(crate) fn run_lat(
@@ -268,6 +318,7 @@ pub(crate) fn run_lat(
 
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
+    let plan = Plan::from_args(args)?;
     let Plan {
         test,
         is_send,
@@ -275,8 +326,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         size,
         iters,
         tx_depth,
-        ..
-    } = Plan::from_args(args)?;
+    } = plan;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
         let addr = super::resolve(server, args.port)?;
@@ -320,32 +370,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     // Resources: one QP, one region of max(size, 4096) for the peer plus,
     // for SEND, a receive ring.
     let ctx = open_context(args, local, mtu, None)?;
-    let pd = ctx.alloc_pd();
-    let ring: u64 = if is_send {
-        iters.min(512).min(((64u64 << 20) / size).max(2))
-    } else {
-        0
-    };
-    let area = size.max(4096);
-    let mem = vec![0u8; (2 * area + ring * size) as usize];
-    let access =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mr = pd
-        .reg_mr(mem, access)
-        .map_err(|e| format!("cannot register memory: {e}"))?;
-    let cq = ctx
-        .create_cq((tx_depth + ring) as usize * 2 + 64, None)
-        .map_err(|e| e.to_string())?;
-    let cap = QpCaps {
-        max_send_wr: tx_depth as u32 + 16,
-        max_recv_wr: ring as u32 + 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 256,
-    };
-    let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
-        .map_err(|e| format!("cannot create a QP: {e}"))?;
+    let DataQp {
+        mr,
+        cq,
+        qp,
+        area,
+        ring,
+    } = DataQp::create(&ctx, &plan)?;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())

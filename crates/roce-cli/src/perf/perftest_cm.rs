@@ -33,7 +33,7 @@ use roce_verbs::{
 use super::backend::{link_path_mtu, open_context};
 use super::perftest::{
     client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, print_dest, print_lat,
-    print_result, run_lat, server_receive, version_msg, Dest, Plan, Traffic,
+    print_result, run_lat, server_receive, version_msg, DataQp, Dest, Plan, Traffic,
 };
 use super::{PerfArgs, Test};
 
@@ -237,6 +237,7 @@ fn connect_retrying(
 
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
+    let plan = Plan::from_args(args)?;
     let Plan {
         test,
         is_send: send,
@@ -244,8 +245,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         size,
         iters,
         tx_depth,
-        ..
-    } = Plan::from_args(args)?;
+    } = plan;
     let server = match &args.server {
         Some(s) => Some(super::resolve(s, args.port)?.ip()),
         None => None,
@@ -296,32 +296,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         .map_or(mtu, |t| t.min(mtu));
 
     // The data QP and its memory.
-    let pd = ctx.alloc_pd();
-    let area = size.max(4096);
-    let access =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    // SEND: a ring of receive buffers after the two halves.
-    let ring: u64 = if send {
-        iters.min(512).min(((64u64 << 20) / size).max(2))
-    } else {
-        0
-    };
-    let mr = pd
-        .reg_mr(vec![0u8; (2 * area + ring * size) as usize], access)
-        .map_err(|e| format!("cannot register memory: {e}"))?;
-    let cq = ctx
-        .create_cq(tx_depth as usize * 2 + 64, None)
-        .map_err(|e| e.to_string())?;
-    let cap = QpCaps {
-        max_send_wr: tx_depth as u32 + 16,
-        max_recv_wr: ring as u32 + 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 256,
-    };
-    let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
-        .map_err(|e| format!("cannot create a QP: {e}"))?;
+    let DataQp {
+        mr,
+        cq,
+        qp,
+        area,
+        ring,
+    } = DataQp::create(&ctx, &plan)?;
     let zeros = [0u8; MSG];
     let data = if let Some(s) = server {
         ch.xchg(&zeros, MSG)?;
