@@ -232,20 +232,18 @@ impl CmListener {
     /// with [`Context::cm_listen_ud`]).
     pub fn get_ud_request(&self, timeout: Duration) -> Result<UdCmRequest, CmError> {
         let id = self.id;
-        let e = wait_event(
+        let Some(CmEvent::UdRequest(req)) = wait_event(
             self.ctx.shared(),
             timeout,
             |e| matches!(e, CmEvent::UdRequest(r) if r.listen == id),
-        )
-        .ok_or(CmError::TimedOut)?;
-        match e {
-            CmEvent::UdRequest(req) => Ok(UdCmRequest {
-                ctx: self.ctx.clone(),
-                req,
-                answered: false,
-            }),
-            _ => Err(CmError::TimedOut),
-        }
+        ) else {
+            return Err(CmError::TimedOut);
+        };
+        Ok(UdCmRequest {
+            ctx: self.ctx.clone(),
+            req,
+            answered: false,
+        })
     }
 
     /// The port.
@@ -256,20 +254,18 @@ impl CmListener {
     /// Waits for the next connection request (`RDMA_CM_EVENT_CONNECT_REQUEST`).
     pub fn get_request(&self, timeout: Duration) -> Result<CmRequest, CmError> {
         let id = self.id;
-        let e = wait_event(
+        let Some(CmEvent::ConnectRequest(req)) = wait_event(
             self.ctx.shared(),
             timeout,
             |e| matches!(e, CmEvent::ConnectRequest(r) if r.listen == id),
-        )
-        .ok_or(CmError::TimedOut)?;
-        match e {
-            CmEvent::ConnectRequest(req) => Ok(CmRequest {
-                ctx: self.ctx.clone(),
-                req,
-                answered: false,
-            }),
-            _ => Err(CmError::TimedOut),
-        }
+        ) else {
+            return Err(CmError::TimedOut);
+        };
+        Ok(CmRequest {
+            ctx: self.ctx.clone(),
+            req,
+            answered: false,
+        })
     }
 }
 
