@@ -2,7 +2,8 @@
 //! out, the per-connection state machine, retransmission timers, and the
 //! QP transitions the CM makes on the application's behalf.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::IpAddr;
 
 use roce_wire::cm::{
@@ -110,6 +111,10 @@ pub(crate) struct CmTable {
     events: VecDeque<CmEvent>,
     counter: u64,
     gsi_psn: u32,
+    /// Resend deadlines as (time, connection), earliest first; an entry
+    /// whose connection is gone or has another deadline is stale and
+    /// skipped when it comes up (as the device's QP timer heap does).
+    timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     pub(crate) counters: CmCounters,
 }
 
@@ -137,8 +142,18 @@ impl CmTable {
         mad
     }
 
+    /// Earliest time a resend may be due: O(1), possibly a stale entry
+    /// (the timeout handler then does nothing).
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
-        self.conns.values().filter_map(|c| c.deadline).min()
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Sets connection `id`'s resend deadline.
+    fn schedule(&mut self, id: u32, t: Nanos) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.deadline = Some(t);
+            self.timers.push(Reverse((t, id)));
+        }
     }
 }
 
@@ -163,10 +178,11 @@ impl Conn {
         }
     }
 
-    fn arm(&mut self, now: Nanos, mad: Box<[u8; MAD_LEN]>) {
+    /// Keeps `mad` for resending and resets the retry budget; the caller
+    /// schedules the first resend at `now + interval`.
+    fn arm(&mut self, mad: Box<[u8; MAD_LEN]>) {
         self.last = Some(mad);
         self.interval = timeout_ns(CM_RESPONSE_TIMEOUT);
-        self.deadline = Some(now + self.interval);
         self.retries_left = MAX_CM_RETRIES;
     }
 }
@@ -219,8 +235,10 @@ impl Device {
         };
         let mad = self.cm.send(local, dst, tid, &CmMessage::SidrReq(req));
         let mut c = Conn::new(CmState::SidrSent, 0, tid, dst, local);
-        c.arm(now, mad);
+        c.arm(mad);
+        let t = now + c.interval;
         self.cm.conns.insert(id, c);
+        self.cm.schedule(id, t);
         Ok(CmId(id))
     }
 
@@ -363,8 +381,10 @@ impl Device {
         c.qpn = Some(qpn);
         c.psn = psn;
         c.param = param.clone();
-        c.arm(now, mad);
+        c.arm(mad);
+        let t = now + c.interval;
         self.cm.conns.insert(id, c);
+        self.cm.schedule(id, t);
         Ok(CmId(id))
     }
 
@@ -435,7 +455,9 @@ impl Device {
         c.psn = psn;
         c.param = param.clone();
         c.state = CmState::RepSent;
-        c.arm(now, mad);
+        c.arm(mad);
+        let t = now + c.interval;
+        self.cm.schedule(id.0, t);
         Ok(())
     }
 
@@ -492,7 +514,9 @@ impl Device {
         let c = self.cm.conns.get_mut(&id.0).ok_or(VerbsError::NotFound)?;
         c.state = CmState::DreqSent;
         c.tid = tid;
-        c.arm(now, mad);
+        c.arm(mad);
+        let t = now + c.interval;
+        self.cm.schedule(id.0, t);
         Ok(())
     }
 
@@ -806,8 +830,8 @@ impl Device {
             }
             (_, CmMessage::Mra(r)) => {
                 // The peer needs longer: wait its service timeout once more.
-                let c = self.cm.conns.get_mut(&id).expect("exists");
-                c.deadline = Some(now + timeout_ns(r.service_timeout) + c.interval);
+                let t = now + timeout_ns(r.service_timeout) + self.cm.conns[&id].interval;
+                self.cm.schedule(id, t);
             }
             (CmState::SidrSent, CmMessage::SidrRep(r)) => {
                 self.cm.conns.remove(&id);
@@ -915,23 +939,26 @@ impl Device {
 
     /// Resends or gives up the connections whose timers expired.
     pub(super) fn cm_handle_timeout(&mut self, now: Nanos) {
-        let due: Vec<u32> = self
-            .cm
-            .conns
-            .iter()
-            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
-            .map(|(&id, _)| id)
-            .collect();
-        for id in due {
-            let c = self.cm.conns.get_mut(&id).expect("listed");
+        while let Some(&Reverse((t, id))) = self.cm.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.cm.timers.pop();
+            let Some(c) = self.cm.conns.get_mut(&id) else {
+                continue;
+            };
+            if c.deadline != Some(t) {
+                continue;
+            }
             if c.retries_left > 0 {
                 c.retries_left -= 1;
-                c.deadline = Some(now + c.interval);
+                let next = now + c.interval;
                 if let Some(m) = c.last.clone() {
                     let (src, dst) = (c.local, c.peer);
                     self.cm.out.push_back(OutMad { src, dst, mad: m });
                     self.cm.counters.resent += 1;
                 }
+                self.cm.schedule(id, next);
                 continue;
             }
             let c = self.cm.conns.remove(&id).expect("listed");
