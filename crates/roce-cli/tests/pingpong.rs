@@ -5,15 +5,15 @@
 //! `src/pingpong/wire.rs`; `exchange_bytes_match_the_capture` below checks
 //! what the binary puts on the TCP connection.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-fn roce() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_roce"))
-}
+use common::{roce, Guard};
 
 /// A TCP port and a RoCE UDP port per test, distinct across the tests of
 /// this binary (they run in parallel), across processes, and from the
@@ -23,32 +23,6 @@ fn ports() -> (String, String) {
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let base = 41_000 + (std::process::id() % 300) as u16 * 40;
     ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
-
-/// Kills the child if the test fails before waiting for it.
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn wait(mut self, limit: Duration) -> Output {
-        let mut c = self.0.take().unwrap();
-        let end = Instant::now() + limit;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > end {
-                let _ = c.kill();
-                panic!("the server did not finish in {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        c.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-        }
-    }
 }
 
 fn text(o: &Output) -> (String, String) {

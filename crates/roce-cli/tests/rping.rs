@@ -3,41 +3,16 @@
 //! refused connection; bad flags. Interop with librdmacm's rping over rxe
 //! is `interop/run.sh` (the README's Interoperability table).
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn roce() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_roce"))
-}
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use common::{roce, Guard};
 
 /// A RoCE UDP port per test (the tests run in parallel).
 fn roce_port(n: u16) -> String {
     (43_000 + (std::process::id() % 500) as u16 * 4 + n).to_string()
-}
-
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn wait(mut self, limit: Duration) -> Output {
-        let mut c = self.0.take().unwrap();
-        let end = Instant::now() + limit;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > end {
-                let _ = c.kill();
-                panic!("the server did not finish in {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        c.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-        }
-    }
 }
 
 fn out(o: &Output) -> String {
