@@ -118,6 +118,34 @@ figures() { # the tools' two result lines, joined
     grep -E "bytes in .* Mbit/sec|iters in .* usec/iter" "$1" | sed -E 's/ seconds//g' | tr '\n' ';' | sed 's/;$//'
 }
 
+# run_case ROLE CASE_DIR FILTER SRV_WAIT: one case in ROLE (our-client / our-server) with
+# the peer's commands in $theirs_srv / $theirs_cli (shell strings) and ours in the arrays
+# ours_srv / ours_cli, capturing FILTER on $CAP_IF and waiting SRV_WAIT seconds for the
+# peer's server to listen. Leaves ours.log, theirs.log, capture.pcap and inspect.txt in
+# CASE_DIR and sets dir, rc_ours, rc_theirs, rc_insp.
+run_case() {
+    local role=$1 case_dir=$2 filter=$3 srv_wait=$4 cap h op
+    mkdir -p "$case_dir"
+    ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$case_dir/capture.pcap" "$filter" \
+        >"$case_dir/tcpdump.log" 2>&1 ) &
+    cap=$!; BG_PIDS+=("$cap"); sleep 1
+    if [ "$role" = our-client ]; then
+        dir="their-srv<-our-cli"
+        h=$(peer_bg "$theirs_srv" "$case_dir/theirs.log"); sleep "$srv_wait"
+        nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+    else
+        dir="our-srv<-their-cli"
+        ( nsx_exec timeout "$CASE_TIMEOUT" "${ours_srv[@]}" >"$case_dir/ours.log" 2>&1 ) &
+        op=$!; BG_PIDS+=("$op"); sleep 1
+        h=$(peer_bg "$theirs_cli" "$case_dir/theirs.log")
+        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        wait "$op"; rc_ours=$?
+    fi
+    sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
+    "$ROCE" inspect "$case_dir/capture.pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+}
+
 FAILS=0
 N=0
 printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' tool direction tr size result \
@@ -128,31 +156,16 @@ for t in $TRANSPORTS; do
     for role in $ROLES; do
         N=$((N + 1))
         port=$((PORT_BASE + N))
-        case_dir="$OUT/$t-$role"; mkdir -p "$case_dir"
-        pcap="$case_dir/capture.pcap"
+        case_dir="$OUT/$t-$role"
         tool="ibv_${t}_pingpong"
         common="-p $port -s $size -n $ITERS $qflag $CHK"
-        theirs_cmd="timeout $CASE_TIMEOUT $tool -d $(peer_dev) -g $(peer_gidx) $common $EXTRA_THEIRS"
-        ours=(timeout "$CASE_TIMEOUT" "$ROCE" pingpong --transport "$t" --bind "$HOST_IP" -g 1
-              -p "$port" -s "$size" -n "$ITERS" $qflag $CHK --timeout 60 $EXTRA_OURS)
-        ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791 or tcp port $port" \
-            >"$case_dir/tcpdump.log" 2>&1 ) &
-        cap=$!; BG_PIDS+=("$cap"); sleep 1
-        if [ "$role" = our-client ]; then
-            dir="their-srv<-our-cli"
-            h=$(peer_bg "$theirs_cmd" "$case_dir/theirs.log")
-            nsx "${ours[@]}" "$PEER_IP" >"$case_dir/ours.log" 2>&1; rc_ours=$?
-            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-        else
-            dir="our-srv<-their-cli"
-            ( nsx_exec "${ours[@]}" >"$case_dir/ours.log" 2>&1 ) &
-            op=$!; BG_PIDS+=("$op"); sleep 1
-            h=$(peer_bg "$theirs_cmd $HOST_IP" "$case_dir/theirs.log")
-            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-            wait "$op"; rc_ours=$?
-        fi
-        sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
-        "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+        theirs_srv="timeout $CASE_TIMEOUT $tool -d $(peer_dev) -g $(peer_gidx) $common $EXTRA_THEIRS"
+        theirs_cli="$theirs_srv $HOST_IP"
+        ours_srv=("$ROCE" pingpong --transport "$t" --bind "$HOST_IP" -g 1
+                  -p "$port" -s "$size" -n "$ITERS" $qflag $CHK --timeout 60 $EXTRA_OURS)
+        ours_cli=("${ours_srv[@]}" "$PEER_IP")
+        # Our pingpong client retries its TCP connect: no wait for their server.
+        run_case "$role" "$case_dir" "udp port 4791 or tcp port $port" 0
         insp=$(tail -1 "$case_dir/inspect.txt")
         flows=$(awk '/^flow/{f=1;next} f&&NF==0{f=0} f{n++} END{print n+0}' "$case_dir/inspect.txt")
         res=PASS
@@ -177,32 +190,18 @@ pings() { grep -c "$2" "$1" 2>/dev/null || true; }
 for role in $RPING_ROLES; do
     N=$((N + 1))
     port=$((PORT_BASE + N))
-    case_dir="$OUT/rping-$role"; mkdir -p "$case_dir"
-    pcap="$case_dir/capture.pcap"
-    ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
-        >"$case_dir/tcpdump.log" 2>&1 ) &
-    cap=$!; BG_PIDS+=("$cap"); sleep 1
+    case_dir="$OUT/rping-$role"
     cflags="-p $port -C $RPING_COUNT -S $RPING_SIZE -v"
+    theirs_srv="timeout $CASE_TIMEOUT rping -s -a 0.0.0.0 $cflags"
+    theirs_cli="timeout $CASE_TIMEOUT rping -c -a $HOST_IP $cflags -V"
+    ours_srv=("$ROCE" rping -s -a "$HOST_IP" -p "$port" -v --timeout 120)
+    ours_cli=("$ROCE" rping -c -a "$PEER_IP" --bind "$HOST_IP" $cflags -V --timeout 60)
+    run_case "$role" "$case_dir" "udp port 4791" 5
     if [ "$role" = our-client ]; then
-        dir="their-srv<-our-cli"
-        h=$(peer_bg "timeout $CASE_TIMEOUT rping -s -a 0.0.0.0 $cflags" "$case_dir/theirs.log")
-        sleep 5  # the emulated guest needs a moment to listen
-        nsx timeout "$CASE_TIMEOUT" "$ROCE" rping -c -a "$PEER_IP" --bind "$HOST_IP" $cflags -V \
-            --timeout 60 >"$case_dir/ours.log" 2>&1; rc_ours=$?
-        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
         want_ours="^ping data"; want_theirs="server ping data"
     else
-        dir="our-srv<-their-cli"
-        ( nsx_exec timeout "$CASE_TIMEOUT" "$ROCE" rping -s -a "$HOST_IP" -p "$port" -v \
-            --timeout 120 >"$case_dir/ours.log" 2>&1 ) &
-        op=$!; BG_PIDS+=("$op"); sleep 1
-        h=$(peer_bg "timeout $CASE_TIMEOUT rping -c -a $HOST_IP $cflags -V" "$case_dir/theirs.log")
-        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-        wait "$op"; rc_ours=$?
         want_ours="server ping data"; want_theirs="^ping data"
     fi
-    sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
-    "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
     insp=$(tail -1 "$case_dir/inspect.txt")
     cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
     po=$(pings "$case_dir/ours.log" "$want_ours"); pt=$(pings "$case_dir/theirs.log" "$want_theirs")
@@ -242,30 +241,14 @@ PERFTEST_TOOLS=${PERFTEST_TOOLS-write_bw read_bw send_bw atomic_bw write_lat rea
 for tool in $PERFTEST_TOOLS; do
     for role in $ROLES; do
         N=$((N + 1)); port=$((PORT_BASE + N))
-        case_dir="$OUT/perftest-$tool-$role"; mkdir -p "$case_dir"
-        pcap="$case_dir/capture.pcap"
-        ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791 or tcp port $port" \
-            >"$case_dir/tcpdump.log" 2>&1 ) &
-        cap=$!; BG_PIDS+=("$cap"); sleep 1
+        case_dir="$OUT/perftest-$tool-$role"
         pf="-n 200 -p $port"
         case $tool in *_bw) [ "$tool" = atomic_bw ] || pf="$pf -s 4096" ;; esac
-        theirs="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
-        ours=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
-        if [ "$role" = our-client ]; then
-            dir="their-srv<-our-cli"
-            h=$(peer_bg "$theirs" "$case_dir/theirs.log"); sleep 5
-            nsx timeout "$CASE_TIMEOUT" "${ours[@]}" "$PEER_IP" >"$case_dir/ours.log" 2>&1; rc_ours=$?
-            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-        else
-            dir="our-srv<-their-cli"
-            ( nsx_exec timeout "$CASE_TIMEOUT" "${ours[@]}" >"$case_dir/ours.log" 2>&1 ) &
-            op_pid=$!; BG_PIDS+=("$op_pid"); sleep 1
-            h=$(peer_bg "$theirs $HOST_IP" "$case_dir/theirs.log")
-            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-            wait "$op_pid"; rc_ours=$?
-        fi
-        sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
-        "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
+        theirs_cli="$theirs_srv $HOST_IP"
+        ours_srv=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
+        ours_cli=("${ours_srv[@]}" "$PEER_IP")
+        run_case "$role" "$case_dir" "udp port 4791 or tcp port $port" 5
         rt=$(grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$case_dir/theirs.log" | tail -1 | tr -s ' \t' ' ' | cut -c1-42)
         ro=$(grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$case_dir/ours.log" | tail -1 | tr -s ' \t' ' ' | cut -c1-42)
         res=PASS
@@ -284,30 +267,14 @@ row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{pri
 for tool in $PERFTEST_CM_TOOLS; do
     for role in $ROLES; do
         N=$((N + 1)); port=$((PORT_BASE + N))
-        case_dir="$OUT/cm-$tool-$role"; mkdir -p "$case_dir"
-        pcap="$case_dir/capture.pcap"
-        ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
-            >"$case_dir/tcpdump.log" 2>&1 ) &
-        cap=$!; BG_PIDS+=("$cap"); sleep 1
+        case_dir="$OUT/cm-$tool-$role"
         pf="-n 200 -p $port"
         case $tool in write_bw|read_bw|send_bw) pf="$pf -s 4096" ;; esac
-        theirs="timeout $CASE_TIMEOUT ib_$tool -R -d $(peer_dev) $pf"
-        ours=("$ROCE" perf "${tool/_/-}" --perftest -R --bind "$HOST_IP" $pf)
-        if [ "$role" = our-client ]; then
-            dir="their-srv<-our-cli"
-            h=$(peer_bg "$theirs" "$case_dir/theirs.log"); sleep 5
-            nsx timeout "$CASE_TIMEOUT" "${ours[@]}" "$PEER_IP" >"$case_dir/ours.log" 2>&1; rc_ours=$?
-            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-        else
-            dir="our-srv<-their-cli"
-            ( nsx_exec timeout "$CASE_TIMEOUT" "${ours[@]}" >"$case_dir/ours.log" 2>&1 ) &
-            op_pid=$!; BG_PIDS+=("$op_pid"); sleep 1
-            h=$(peer_bg "$theirs $HOST_IP" "$case_dir/theirs.log")
-            peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-            wait "$op_pid"; rc_ours=$?
-        fi
-        sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
-        "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -R -d $(peer_dev) $pf"
+        theirs_cli="$theirs_srv $HOST_IP"
+        ours_srv=("$ROCE" perf "${tool/_/-}" --perftest -R --bind "$HOST_IP" $pf)
+        ours_cli=("${ours_srv[@]}" "$PEER_IP")
+        run_case "$role" "$case_dir" "udp port 4791" 5
         cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
         rt=$(row "$case_dir/theirs.log"); ro=$(row "$case_dir/ours.log")
         res=PASS
@@ -329,29 +296,13 @@ for tool in $PERFTEST_CM_TOOLS; do
 done
 for role in $UDADDY_ROLES; do
     N=$((N + 1)); port=$((PORT_BASE + N))
-    case_dir="$OUT/udaddy-$role"; mkdir -p "$case_dir"
-    pcap="$case_dir/capture.pcap"
-    ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
-        >"$case_dir/tcpdump.log" 2>&1 ) &
-    cap=$!; BG_PIDS+=("$cap"); sleep 1
+    case_dir="$OUT/udaddy-$role"
     uf="-C 10 -S 100"  # udaddy always uses port 7174
-    if [ "$role" = our-client ]; then
-        dir="their-srv<-our-cli"
-        h=$(peer_bg "timeout $CASE_TIMEOUT udaddy $uf" "$case_dir/theirs.log"); sleep 5
-        nsx timeout "$CASE_TIMEOUT" "$ROCE" udaddy -s "$PEER_IP" -b "$HOST_IP" $uf \
-            >"$case_dir/ours.log" 2>&1; rc_ours=$?
-        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-    else
-        dir="our-srv<-their-cli"
-        ( nsx_exec timeout "$CASE_TIMEOUT" "$ROCE" udaddy -b "$HOST_IP" $uf \
-            >"$case_dir/ours.log" 2>&1 ) &
-        op_pid=$!; BG_PIDS+=("$op_pid"); sleep 1
-        h=$(peer_bg "timeout $CASE_TIMEOUT udaddy -s $HOST_IP $uf" "$case_dir/theirs.log")
-        peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-        wait "$op_pid"; rc_ours=$?
-    fi
-    sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
-    "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+    theirs_srv="timeout $CASE_TIMEOUT udaddy $uf"
+    theirs_cli="timeout $CASE_TIMEOUT udaddy -s $HOST_IP $uf"
+    ours_srv=("$ROCE" udaddy -b "$HOST_IP" $uf)
+    ours_cli=("$ROCE" udaddy -s "$PEER_IP" -b "$HOST_IP" $uf)
+    run_case "$role" "$case_dir" "udp port 4791" 5
     ud=$(grep -c "UD SEND_ONLY_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
     res=PASS
     if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ "$ud" -ne 20 ] \
@@ -391,11 +342,7 @@ for loss in $LOSSES; do
     for role in $ROLES; do
         for tool in rping $LOSS_OPS; do
             N=$((N + 1)); port=$((PORT_BASE + N))
-            case_dir="$OUT/loss$loss-$tool-$role"; mkdir -p "$case_dir"
-            pcap="$case_dir/capture.pcap"
-            ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$pcap" "udp port 4791" \
-                >"$case_dir/tcpdump.log" 2>&1 ) &
-            cap=$!; BG_PIDS+=("$cap"); sleep 1
+            case_dir="$OUT/loss$loss-$tool-$role"
             if [ "$tool" = rping ]; then
                 name=rping; size=3000
                 cf="-p $port -C $RPING_COUNT -S $size -v -V"
@@ -413,21 +360,7 @@ for loss in $LOSSES; do
                 ours_srv=("$ROCE" perf "$tool-bw" --perftest --bind "$HOST_IP" $pf --faults "$faults")
                 ours_cli=("${ours_srv[@]}" "$PEER_IP")
             fi
-            if [ "$role" = our-client ]; then
-                dir="their-srv<-our-cli"
-                h=$(peer_bg "$theirs_srv" "$case_dir/theirs.log"); sleep 5
-                nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
-                peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-            else
-                dir="our-srv<-their-cli"
-                ( nsx_exec timeout "$CASE_TIMEOUT" "${ours_srv[@]}" >"$case_dir/ours.log" 2>&1 ) &
-                op=$!; BG_PIDS+=("$op"); sleep 1
-                h=$(peer_bg "$theirs_cli" "$case_dir/theirs.log")
-                peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-                wait "$op"; rc_ours=$?
-            fi
-            sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
-            "$ROCE" inspect "$pcap" >"$case_dir/inspect.txt" 2>&1; rc_insp=$?
+            run_case "$role" "$case_dir" "udp port 4791" 5
             insp=$(tail -1 "$case_dir/inspect.txt")
             res=PASS
             if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ]; then
