@@ -24,7 +24,8 @@
 #   TRANSPORTS  [rc uc ud srq];  ROLES  [our-client our-server]
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
-#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
+#   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_FLAGS [lines "tool flags": -a, -q 4,
+#               -b cases over TCP; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -260,10 +261,58 @@ for tool in $PERFTEST_TOOLS; do
     done
 done
 
+row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
+
+# --- perftest's flags: all sizes (-a), several QPs (-q), both directions (-b) -----------------
+# Checked: both exit 0, every ICRC valid, the last rows agree on size and iterations where
+# both sides print one (bidirectional BW: both print the sum of both sides), and with -a the
+# client printed all 23 sizes (2 B .. 8 MiB).
+PERFTEST_FLAGS=${PERFTEST_FLAGS-"write_bw -a -n 5
+write_bw -q 4 -s 4096 -n 100
+write_bw -b -s 4096 -n 100
+write_bw -a -b -q 2 -n 5
+read_bw -a -n 5
+read_bw -q 4 -s 4096 -n 100
+read_bw -b -s 4096 -n 100
+send_bw -a -n 5
+send_bw -q 4 -s 4096 -n 100
+send_bw -b -s 4096 -n 100
+send_bw -a -b -n 5
+atomic_bw -q 4 -n 100
+atomic_bw -b -n 100
+write_lat -a -n 5
+read_lat -a -n 5
+send_lat -a -n 5"}
+rows() { grep -cE "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" || true; }
+while read -r tool flags <&3; do
+    [ -n "$tool" ] || continue
+    for role in $ROLES; do
+        N=$((N + 1)); port=$((PORT_BASE + N))
+        case_dir="$OUT/flags-$tool-${flags// /}-$role"
+        pf="$flags -p $port"
+        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
+        theirs_cli="$theirs_srv $HOST_IP"
+        ours_srv=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
+        ours_cli=("${ours_srv[@]}" "$PEER_IP")
+        run_case "$role" "$case_dir" "udp port 4791 or tcp port $port" 5
+        rt=$(row "$case_dir/theirs.log" | cut -d' ' -f1-2); ro=$(row "$case_dir/ours.log" | cut -d' ' -f1-2)
+        ct=${rt:-$ro}; co=${ro:-$rt}
+        if [ "$role" = our-client ]; then cl="$case_dir/ours.log"; else cl="$case_dir/theirs.log"; fi
+        want=1; case " $flags " in *" -a "*) want=23 ;; esac
+        nr=$(rows "$cl")
+        res=PASS
+        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$ct" ] \
+            || [ "$ct" != "$co" ] || [ "$nr" -ne "$want" ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_$tool $flags" "$dir" rc - "$res" \
+            "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours] client rows=$nr" "$(tail -1 "$case_dir/inspect.txt") [rc=$rc_insp]"
+    done
+done 3<<<"$PERFTEST_FLAGS"
+
 # --- perftest in rdma_cm mode (-R) and udaddy (SIDR) --------------------------------------
 PERFTEST_CM_TOOLS=${PERFTEST_CM_TOOLS-write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_lat}
 UDADDY_ROLES=${UDADDY_ROLES-$ROLES}
-row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
 for tool in $PERFTEST_CM_TOOLS; do
     for role in $ROLES; do
         N=$((N + 1)); port=$((PORT_BASE + N))

@@ -13,6 +13,8 @@ mod control;
 mod lat;
 mod perftest;
 mod perftest_cm;
+mod perftest_session;
+mod perftest_traffic;
 mod report;
 mod setup;
 

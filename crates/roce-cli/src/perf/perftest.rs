@@ -11,28 +11,27 @@
 //! 2. cycle buffer size: 4 bytes, big-endian (4096);
 //! 3. cache line size: 4 bytes, big-endian (64);
 //! 4. MTU: 2 bytes, the ibv_mtu enum as an ASCII digit + NUL ("3" = 1024);
-//! 5. key strings (108 bytes each, see [`Dest`]): one per QP, one after the
-//!    QPs reach RTR/RTS, one per QP again (the printing pass), and for SEND
-//!    and latency tests one more (after the receives are posted);
-//! 6. the traffic;
-//! 7. WRITE/READ/atomic BW: a key-string exchange, then the bandwidth
-//!    report as five 8-byte big-endian exchanges (size, iterations, peak,
-//!    average MB/s, Mpps; the server's are meaningless and ignored);
-//! 8. close: a key-string exchange, then each side writes "done\0" (5
+//! 5. key strings (108 bytes each, see [`Dest`]): one per QP, the same
+//!    again per QP (the printing pass), and one with QP 0's keys after the
+//!    QPs reach RTR/RTS; SEND tests do that single round before the
+//!    printing pass (captured with `-q 4`);
+//! 6. the sync rounds, traffic and reports of each size
+//!    ([`super::perftest_session`]): a key-string exchange per sync, the
+//!    bandwidth report as five 8-byte big-endian exchanges (size,
+//!    iterations, peak, average MB/s, Mpps);
+//! 7. close: a key-string exchange, then each side writes "done\0" (5
 //!    bytes) without waiting for the other and closes; ib_write_lat skips
 //!    this and just closes (captured inside the lab VM over lo).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use roce_verbs::{
-    Access, ConnectOptions, Psn, QpCaps, QpEndpoint, QpInitAttr, QpType, RecvWr, RemoteMr, Rkey,
-    SendOp, SendWr,
-};
+use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
 use super::backend::{gid_address, link_path_mtu, open_context};
-use super::report::{self, BwResult};
+use super::perftest_session::{print_rows, run_session, Control};
+use super::perftest_traffic::DataQp;
 use super::{PerfArgs, Test};
 
 /// The version string perftest 4.5 sends.
@@ -197,19 +196,20 @@ impl Oob {
     }
 }
 
-/// What a perftest-mode run does, from the flags: SEND tests post
-/// receives; latency tests (and SEND BW) add a key round before the
-/// traffic; after it, BW tests other than SEND exchange the report, and
-/// every test but ib_write_lat closes with a key round (and "done" over
-/// TCP), as the captures of each tool show.
-#[derive(Clone, Copy, Debug)]
+/// What a perftest-mode run does, from the flags: the sizes (one, or
+/// 2..8 MiB with `-a`), the QPs, one or both directions; SEND tests post
+/// receives; every test but ib_write_lat closes with a key round (and
+/// "done" over TCP), as the captures of each tool show.
+#[derive(Clone, Debug)]
 pub(crate) struct Plan {
     pub(crate) test: Test,
     pub(crate) is_send: bool,
     pub(crate) lat: bool,
-    pub(crate) size: u64,
+    pub(crate) sizes: Vec<u64>,
     pub(crate) iters: u64,
     pub(crate) tx_depth: u64,
+    pub(crate) qps: usize,
+    pub(crate) bidir: bool,
 }
 
 impl Plan {
@@ -220,113 +220,93 @@ impl Plan {
             Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
         );
         let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
-        if args.qps != 1 || args.bidir || args.all || args.duration.is_some() {
-            return Err(
-                "--perftest supports one QP, one size, -n iterations (no -q, -b, -a, -D)".into(),
-            );
+        if args.duration.is_some() {
+            return Err("--perftest runs -n iterations (no -D)".into());
         }
-        let size = if atomic {
-            8
+        // perftest's own rules (force_dependecies).
+        if lat && args.qps != 1 {
+            return Err("multiple QPs are only available in BW tests".into());
+        }
+        if lat && args.bidir {
+            return Err("-b is only available in BW tests".into());
+        }
+        if atomic && (args.all || args.size.is_some_and(|s| s != 8)) {
+            return Err("atomic tests move 8 bytes (no -a, no -s)".into());
+        }
+        let sizes = if args.all {
+            (1..24).map(|i| 1u64 << i).collect()
+        } else if atomic {
+            vec![8]
         } else {
-            args.size
+            vec![args
+                .size
                 .unwrap_or(if lat { 2 } else { 65536 })
-                .clamp(1, 1 << 26)
+                .clamp(1, 1 << 26)]
         };
         Ok(Plan {
             test,
             is_send: matches!(test, Test::SendBw | Test::SendLat),
             lat,
-            size,
+            sizes,
             iters: args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1),
             tx_depth: args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64,
+            qps: args.qps as usize,
+            bidir: args.bidir,
         })
     }
-}
 
-/// The data side of a test: one RC QP and one region holding the peer's
-/// target (`[0, area)`), our source (`[area, 2 area)`) and, for SEND tests,
-/// a ring of receive buffers after them.
-pub(crate) struct DataQp {
-    pub(crate) mr: roce_verbs::MemoryRegion,
-    pub(crate) cq: roce_verbs::CompletionQueue,
-    pub(crate) qp: roce_verbs::QueuePair,
-    pub(crate) area: u64,
-    pub(crate) ring: u64,
-}
+    /// The largest message (what each QP's buffers are sized for).
+    pub(crate) fn max_size(&self) -> u64 {
+        self.sizes.iter().copied().max().unwrap_or(1)
+    }
 
-impl DataQp {
-    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQp, String> {
-        let ring: u64 = if p.is_send {
-            p.iters.min(512).min(((64u64 << 20) / p.size).max(2))
+    /// Outstanding READs/atomics advertised in the keys.
+    pub(crate) fn out_reads(&self) -> u16 {
+        if matches!(
+            self.test,
+            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+        ) {
+            OUT_READS
         } else {
-            0
-        };
-        let area = p.size.max(4096);
-        let pd = ctx.alloc_pd();
-        let access = Access::LOCAL_WRITE
-            | Access::REMOTE_WRITE
-            | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC;
-        let mr = pd
-            .reg_mr(vec![0u8; (2 * area + ring * p.size) as usize], access)
-            .map_err(|e| format!("cannot register memory: {e}"))?;
-        let cq = ctx
-            .create_cq((p.tx_depth + ring) as usize * 2 + 64, None)
-            .map_err(|e| e.to_string())?;
-        let cap = QpCaps {
-            max_send_wr: p.tx_depth as u32 + 16,
-            max_recv_wr: ring as u32 + 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 256,
-        };
-        let qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
-            .map_err(|e| format!("cannot create a QP: {e}"))?;
-        Ok(DataQp {
-            mr,
-            cq,
-            qp,
-            area,
-            ring,
-        })
+            1
+        }
     }
 }
 
-/// Runs a latency test's traffic (the server of a READ/atomic test only
-/// waits); the statistics, or `None` where this side measures nothing.
-pub(crate) fn run_lat(
-    t: &Traffic<'_>,
-    ring: u64,
-    client: bool,
-) -> Result<Option<report::LatResult>, String> {
-    let mut samples = match t.test {
-        Test::SendLat => send_ping_pong(t, ring, client)?,
-        Test::WriteLat => write_ping_pong(t, client)?,
-        _ if client => one_sided(t)?,
-        _ => Vec::new(),
-    };
-    // perftest prints the iterations asked for (n sends make n - 1
-    // intervals).
-    Ok(
-        report::LatResult::from_samples(t.size, &mut samples).map(|mut r| {
-            r.iterations = t.iters;
-            r
-        }),
-    )
+/// The keys of every QP: QPN, a random starting PSN, the region.
+pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Vec<Dest> {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id().wrapping_mul(0x9e37_79b1);
+    qps.iter()
+        .enumerate()
+        .map(|(i, q)| Dest {
+            lid: 0,
+            out_reads: plan.out_reads(),
+            qpn: q.qp.qpn().value(),
+            psn: seed.wrapping_add(i as u32 * 0x3_1337) & 0xff_ffff,
+            rkey: q.mr.rkey().value(),
+            vaddr: q.mr.addr(),
+            gid: gid_of(local),
+            srqn: 0,
+        })
+        .collect()
+}
+
+impl Control for Oob {
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, String> {
+        self.hand_shake(mine)
+    }
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        self.xchg(mine, 8)
+    }
 }
 
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let plan = Plan::from_args(args)?;
-    let Plan {
-        test,
-        is_send,
-        lat,
-        size,
-        iters,
-        tx_depth,
-    } = plan;
+    let test = plan.test;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
         let addr = super::resolve(server, args.port)?;
@@ -367,522 +347,65 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         .and_then(mtu_of_enum)
         .map_or(mtu, |t| t.min(mtu));
 
-    // Resources: one QP, one region of max(size, 4096) for the peer plus,
-    // for SEND, a receive ring.
+    // One QP and region per -q.
     let ctx = open_context(args, local, mtu, None)?;
-    let DataQp {
-        mr,
-        cq,
-        qp,
-        area,
-        ring,
-    } = DataQp::create(&ctx, &plan)?;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id().wrapping_mul(0x9e37_79b1);
-    let mine = Dest {
-        lid: 0,
-        out_reads: if matches!(
-            test,
-            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
-        ) {
-            OUT_READS
-        } else {
-            1
-        },
-        qpn: qp.qpn().value(),
-        psn: seed & 0xff_ffff,
-        rkey: mr.rkey().value(),
-        vaddr: mr.addr(),
-        gid: gid_of(local),
-        srqn: 0,
-    };
-    let rem = oob.hand_shake(&mine)?;
+    let qps = (0..plan.qps)
+        .map(|_| DataQp::create(&ctx, &plan))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mine = local_dests(&qps, &plan, local);
+    let rem = mine
+        .iter()
+        .map(|d| oob.hand_shake(d))
+        .collect::<Result<Vec<_>, _>>()?;
     let opts = ConnectOptions {
         path_mtu: Some(mtu),
-        max_rd_atomic: rem.out_reads.clamp(1, OUT_READS) as u8,
+        max_rd_atomic: rem[0].out_reads.clamp(1, OUT_READS) as u8,
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
         min_rnr_timer: 12,
         ..ConnectOptions::default()
     };
-    let ep = QpEndpoint {
-        qpn: roce_verbs::Qpn::new(rem.qpn),
-        psn: Psn::new(rem.psn),
-        addr: rem.addr(),
-        mr: Some(RemoteMr {
-            addr: rem.vaddr,
-            rkey: Rkey::new(rem.rkey),
-            len: size,
-        }),
-    };
-    qp.connect(Psn::new(mine.psn), &ep, &opts)
-        .map_err(|e| format!("cannot connect the QP: {e}"))?;
-    oob.hand_shake(&mine)?;
-    oob.hand_shake(&mine)?;
-    print_dest(" local address", &mine, test);
-    print_dest(" remote address", &rem, test);
-    // send-bw: the server receives; send-lat: both sides do.
-    if (test == Test::SendBw && !client) || lat {
-        for j in 0..ring {
-            let wr = RecvWr {
-                wr_id: j,
-                sgl: vec![mr.sge(2 * area + j * size, size as u32)],
-            };
-            qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
-        }
-    }
-    if is_send || lat {
-        oob.hand_shake(&mine)?;
-    }
-
-    let mut result = None;
-    let mut lat_result = None;
-    let traffic = Traffic {
-        qp: &qp,
-        cq: &cq,
-        mr: &mr,
-        area,
-        size,
-        iters,
-        depth: tx_depth,
-        test,
-        remote: (rem.vaddr, Rkey::new(rem.rkey)),
-    };
-    if lat {
-        lat_result = run_lat(&traffic, ring, client)?;
-    } else if client {
-        result = Some(client_traffic(&traffic)?);
-    } else if test == Test::SendBw {
-        result = Some(server_receive(&traffic, ring)?);
-    }
-
-    if !is_send && !lat {
-        oob.hand_shake(&mine)?;
-        let got = exchange_report(result.as_ref(), size, iters, |m| oob.xchg(m, 8))?;
-        if !client {
-            // perftest's server prints the client's report.
-            result = Some(got);
-        }
-    }
-    if test != Test::WriteLat {
-        oob.close(&mine)?;
-    }
-    if let Some(r) = lat_result {
-        print_lat(test, mtu, &their_version, &r);
-    } else if !lat {
-        print_result(test, mtu, &their_version, result.as_ref(), args.gbits);
-    }
-    drop(qp);
-    Ok(())
-}
-
-/// The SEND BW server: counts `iters` receives (re-posting the `ring`
-/// buffers at `2 * area` until every message has one) and measures their
-/// rate from the first arrival.
-pub(crate) fn server_receive(t: &Traffic<'_>, ring: u64) -> Result<BwResult, String> {
-    let Traffic {
-        qp,
-        cq,
-        mr,
-        area,
-        size,
-        iters,
-        ..
-    } = *t;
-    let mut received = 0u64;
-    let mut reposted = ring;
-    let mut comps = Vec::with_capacity(256);
-    let mut times = Vec::with_capacity(iters as usize);
-    let mut start = None;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while received < iters {
-        comps.clear();
-        cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
-        let now = Instant::now();
-        for c in &comps {
-            if !c.is_success() {
-                return Err(report::failed(c));
-            }
-            start.get_or_insert(now);
-            received += 1;
-            times.push(now);
-            if reposted < iters {
-                reposted += 1;
-                let wr = RecvWr {
-                    wr_id: c.wr_id,
-                    sgl: vec![mr.sge(2 * area + c.wr_id * size, size as u32)],
-                };
-                qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
-            }
-        }
-        if comps.is_empty() {
-            if now > deadline {
-                return Err(format!("timed out after {received} of {iters} messages"));
-            }
-            std::thread::yield_now();
-        }
-    }
-    let start = start.unwrap_or_else(Instant::now);
-    let secs = times
-        .last()
-        .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
-    Ok(BwResult::new(
-        size,
-        iters,
-        secs,
-        peak(&times, start, 64, size),
-    ))
-}
-
-/// perftest's WRITE latency loop: each side WRITEs `size` bytes whose
-/// last byte is its write count into the peer's buffer, and waits until
-/// its own buffer's last byte shows the peer's count. The server writes
-/// first (perftest's condition `!(scnt < 1 && machine == SERVER)`): a side
-/// that wrote early would see the peer's next count overwrite the one it
-/// waits for. Latency: half the time between consecutive writes.
-pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
-    let Traffic {
-        qp,
-        cq,
-        mr,
-        area,
-        size,
-        iters,
-        remote,
-        ..
-    } = *t;
-    let mut stamps = Vec::with_capacity(iters as usize);
-    let mut comps = Vec::with_capacity(16);
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let last = size - 1;
-    let wait_for = |want: u8, comps: &mut Vec<roce_verbs::Completion>| -> Result<(), String> {
-        let mut b = [0u8; 1];
-        loop {
-            comps.clear();
-            cq.poll(comps, 16).map_err(|e| e.to_string())?;
-            if let Some(c) = comps.iter().find(|c| !c.is_success()) {
-                return Err(report::failed(c));
-            }
-            mr.read(last, &mut b).map_err(|e| e.to_string())?;
-            if b[0] == want {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("timed out waiting for the peer's write {want}"));
-            }
-        }
-    };
-    for n in 1..=iters {
-        // The client waits for the server's write n; the server, after
-        // its first write, for the client's write n - 1.
-        if client {
-            wait_for(n as u8, &mut comps)?;
-        } else if n > 1 {
-            wait_for((n - 1) as u8, &mut comps)?;
-        }
-        mr.write(area + last, &[n as u8])
-            .map_err(|e| e.to_string())?;
-        stamps.push(Instant::now());
-        let wr = SendWr::rdma(
-            n,
-            SendOp::Write,
-            vec![mr.sge(area, size as u32)],
-            remote.0,
-            remote.1,
-        );
-        qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-    }
-    // The server's last write is answered by the client's last one.
-    if !client {
-        wait_for(iters as u8, &mut comps)?;
-    }
-    Ok(stamps
-        .windows(2)
-        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
-        .collect())
-}
-
-/// perftest's READ / atomic latency loop (client only): one operation at
-/// a time; latency is each operation's completion time.
-pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
-    let Traffic {
-        qp,
-        cq,
-        mr,
-        area,
-        size,
-        iters,
-        test,
-        remote,
-        ..
-    } = *t;
-    let op = if test == Test::AtomicLat {
-        SendOp::FetchAdd { add: 1 }
-    } else {
-        SendOp::Read
-    };
-    let mut samples = Vec::with_capacity(iters as usize);
-    let mut comps = Vec::with_capacity(4);
-    let deadline = Instant::now() + Duration::from_secs(600);
-    for n in 0..iters {
-        let t0 = Instant::now();
-        let wr = SendWr::rdma(n, op, vec![mr.sge(area, size as u32)], remote.0, remote.1);
-        qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-        loop {
-            comps.clear();
-            cq.poll(&mut comps, 4).map_err(|e| e.to_string())?;
-            if let Some(c) = comps.first() {
-                if !c.is_success() {
-                    return Err(report::failed(c));
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!("timed out after {n} of {iters} operations"));
-            }
-        }
-        samples.push(t0.elapsed().as_secs_f64() * 1e6);
-    }
-    Ok(samples)
-}
-
-/// perftest's SEND latency loop: the client sends first, each side sends
-/// after each receive (re-posting it); the latency of each iteration is
-/// half the time between two consecutive sends of this side, as perftest
-/// computes it (microseconds).
-pub(crate) fn send_ping_pong(t: &Traffic<'_>, ring: u64, client: bool) -> Result<Vec<f64>, String> {
-    let Traffic {
-        qp,
-        cq,
-        mr,
-        area,
-        size,
-        iters,
-        ..
-    } = *t;
-    const SEND_BIT: u64 = 1 << 62;
-    let mut stamps = Vec::with_capacity(iters as usize);
-    let mut comps = Vec::with_capacity(16);
-    let mut reposted = ring;
-    let (mut sent, mut received) = (0u64, 0u64);
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while sent < iters {
-        // The server (and the client after its first send) waits for the
-        // peer's message before sending.
-        if client && sent == 0 || received > sent - u64::from(client) {
-            stamps.push(Instant::now());
-            let wr = SendWr::send(SEND_BIT | sent, vec![mr.sge(area, size as u32)]);
-            qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-            sent += 1;
-            continue;
-        }
-        comps.clear();
-        cq.poll(&mut comps, 16).map_err(|e| e.to_string())?;
-        for c in &comps {
-            if !c.is_success() {
-                return Err(report::failed(c));
-            }
-            if c.wr_id & SEND_BIT != 0 {
-                continue;
-            }
-            received += 1;
-            if reposted < iters {
-                reposted += 1;
-                let wr = RecvWr {
-                    wr_id: c.wr_id,
-                    sgl: vec![mr.sge(2 * area + c.wr_id * size, size as u32)],
-                };
-                qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
-            }
-        }
-        if comps.is_empty() && Instant::now() > deadline {
-            return Err(format!("timed out after {sent} sends, {received} receives"));
-        }
-    }
-    // The client's last reply arrives after its last send.
-    while client && received < iters {
-        comps.clear();
-        cq.poll(&mut comps, 16).map_err(|e| e.to_string())?;
-        for c in &comps {
-            if !c.is_success() {
-                return Err(report::failed(c));
-            }
-            if c.wr_id & SEND_BIT == 0 {
-                received += 1;
-            }
-        }
-        if comps.is_empty() && Instant::now() > deadline {
-            return Err(format!("timed out after {received} of {iters} replies"));
-        }
-    }
-    Ok(stamps
-        .windows(2)
-        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
-        .collect())
-}
-
-/// perftest's latency result block.
-pub(crate) fn print_lat(test: Test, mtu: u32, their_version: &str, r: &report::LatResult) {
-    println!("{}", report::RULE);
-    println!(
-        "                    {} (perftest {VERSION} exchange)",
-        test.title()
-    );
-    println!(" Mtu             : {mtu}[B]     Peer version : {their_version}");
-    println!("{}", report::RULE);
-    println!("{}", report::lat_header());
-    println!("{}", report::lat_row(r));
-    println!("{}", report::RULE);
-}
-
-/// perftest's result block.
-pub(crate) fn print_result(
-    test: Test,
-    mtu: u32,
-    their_version: &str,
-    result: Option<&BwResult>,
-    gbits: bool,
-) {
-    println!("{}", report::RULE);
-    println!(
-        "                    {} (perftest {VERSION} exchange)",
-        test.title()
-    );
-    println!(" Mtu             : {mtu}[B]     Peer version : {their_version}");
-    println!("{}", report::RULE);
-    println!("{}", report::bw_header(gbits));
-    if let Some(r) = result {
-        println!("{}", report::bw_row(r, gbits));
-    }
-    println!("{}", report::RULE);
-}
-
-/// The report exchange after a BW test: five 8-byte values each way
-/// through `xchg` (ours: `mine`, or zeros on the server); returns the
-/// peer's.
-pub(crate) fn exchange_report(
-    mine: Option<&BwResult>,
-    size: u64,
-    iters: u64,
-    mut xchg: impl FnMut(&[u8]) -> Result<Vec<u8>, String>,
-) -> Result<BwResult, String> {
-    let msgs = match mine {
-        Some(r) => report_msgs(
-            size,
-            iters,
-            r.peak_bps / 1_048_576.0,
-            r.avg_bps / 1_048_576.0,
-            r.msg_rate / 1e6,
-        ),
-        None => report_msgs(size, iters, 0.0, 0.0, 0.0),
-    };
-    let mut got = [0u64; 5];
-    for (g, m) in got.iter_mut().zip(msgs.iter()) {
-        let b = xchg(m)?;
-        *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
-    }
-    Ok(report_from(got))
-}
-
-/// The server's record of the client's report (five big-endian u64s:
-/// size, iterations, then peak, average MB/s and Mpps as f64 bits).
-pub(crate) fn report_from(got: [u64; 5]) -> BwResult {
-    BwResult {
-        bytes: got[0],
-        iterations: got[1],
-        peak_bps: f64::from_bits(got[2]) * 1_048_576.0,
-        avg_bps: f64::from_bits(got[3]) * 1_048_576.0,
-        msg_rate: f64::from_bits(got[4]) * 1e6,
-    }
-}
-
-/// What the traffic loops need.
-pub(crate) struct Traffic<'a> {
-    pub(crate) qp: &'a roce_verbs::QueuePair,
-    pub(crate) cq: &'a roce_verbs::CompletionQueue,
-    /// The region: the peer's target at 0, our source at `area`, SEND
-    /// receive buffers from `2 * area`.
-    pub(crate) mr: &'a roce_verbs::MemoryRegion,
-    pub(crate) area: u64,
-    pub(crate) size: u64,
-    pub(crate) iters: u64,
-    pub(crate) depth: u64,
-    pub(crate) test: Test,
-    pub(crate) remote: (u64, Rkey),
-}
-
-/// perftest's client loop: keeps `depth` WRITEs/READs/SENDs in flight
-/// until `iters` completed; returns the bandwidth.
-pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
-    let op = match t.test {
-        Test::WriteBw => SendOp::Write,
-        Test::ReadBw => SendOp::Read,
-        Test::AtomicBw => SendOp::FetchAdd { add: 1 },
-        _ => SendOp::Send,
-    };
-    let iters = t.iters;
-    let depth = t.depth.min(iters);
-    let local = t.mr.sge(t.area, t.size as u32);
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut times: Vec<Instant> = Vec::with_capacity(iters as usize);
-    let mut comps = Vec::with_capacity(256);
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(600);
-    while done < iters {
-        while posted < iters && posted - done < depth {
-            let wr = if op == SendOp::Send {
-                SendWr::send(posted, vec![local])
-            } else {
-                SendWr::rdma(posted, op, vec![local], t.remote.0, t.remote.1)
-            };
-            t.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-            posted += 1;
-        }
-        comps.clear();
-        t.cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
-        let now = Instant::now();
-        for c in &comps {
-            if !c.is_success() {
-                return Err(report::failed(c));
-            }
-            done += 1;
-            times.push(now);
-        }
-        if comps.is_empty() {
-            if now > deadline {
-                return Err(format!("timed out after {done} of {iters} completions"));
-            }
-            std::thread::yield_now();
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
-    Ok(BwResult::new(
-        t.size,
-        iters,
-        secs,
-        peak(&times, start, depth, t.size),
-    ))
-}
-
-/// Best rate over `depth` consecutive completions.
-fn peak(times: &[Instant], start: Instant, depth: u64, size: u64) -> f64 {
-    let d = (depth as usize).max(1);
-    let mut best = 0.0f64;
-    for i in 0..times.len() {
-        let (t0, n) = if i >= d {
-            (times[i - d], d)
-        } else {
-            (start, i + 1)
+    for ((q, m), r) in qps.iter().zip(&mine).zip(&rem) {
+        let ep = QpEndpoint {
+            qpn: roce_verbs::Qpn::new(r.qpn),
+            psn: Psn::new(r.psn),
+            addr: r.addr(),
+            mr: Some(RemoteMr {
+                addr: r.vaddr,
+                rkey: Rkey::new(r.rkey),
+                len: plan.max_size(),
+            }),
         };
-        let dt = times[i].duration_since(t0).as_secs_f64();
-        if dt > 0.0 {
-            best = best.max((n as u64 * size) as f64 / dt);
-        }
+        q.qp.connect(Psn::new(m.psn), &ep, &opts)
+            .map_err(|e| format!("cannot connect the QP: {e}"))?;
     }
-    best
+    // The printing pass and the round after RTR: SEND tests do the
+    // single round first (captured with -q 4).
+    if plan.is_send {
+        oob.hand_shake(&mine[0])?;
+    }
+    for d in &mine {
+        oob.hand_shake(d)?;
+    }
+    if !plan.is_send {
+        oob.hand_shake(&mine[0])?;
+    }
+    for d in &mine {
+        print_dest(" local address", d, test);
+    }
+    for d in &rem {
+        print_dest(" remote address", d, test);
+    }
+
+    let remotes: Vec<(u64, Rkey)> = rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect();
+    let rows = run_session(&mut oob, &plan, &qps, &remotes, &mine[0], client)?;
+    if test != Test::WriteLat {
+        oob.close(&mine[0])?;
+    }
+    print_rows(&plan, mtu, &their_version, &rows, args.gbits);
+    drop(qps);
+    Ok(())
 }
 
 pub(crate) fn print_dest(what: &str, d: &Dest, test: Test) {

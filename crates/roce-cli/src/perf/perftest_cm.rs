@@ -31,10 +31,9 @@ use roce_verbs::{
 };
 
 use super::backend::{link_path_mtu, open_context};
-use super::perftest::{
-    client_traffic, exchange_report, gid_of, mtu_msg, mtu_of_enum, print_dest, print_lat,
-    print_result, run_lat, server_receive, version_msg, DataQp, Dest, Plan, Traffic,
-};
+use super::perftest::{gid_of, mtu_msg, mtu_of_enum, print_dest, version_msg, Dest, Plan};
+use super::perftest_session::{print_rows, run_session, Control};
+use super::perftest_traffic::DataQp;
 use super::{PerfArgs, Test};
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
@@ -238,14 +237,10 @@ fn connect_retrying(
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let plan = Plan::from_args(args)?;
-    let Plan {
-        test,
-        is_send: send,
-        lat,
-        size,
-        iters,
-        tx_depth,
-    } = plan;
+    let test = plan.test;
+    if plan.qps != 1 {
+        return Err("--perftest -R runs one QP (no -q)".into());
+    }
     let server = match &args.server {
         Some(s) => Some(super::resolve(s, args.port)?.ip()),
         None => None,
@@ -296,17 +291,11 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         .map_or(mtu, |t| t.min(mtu));
 
     // The data QP and its memory.
-    let DataQp {
-        mr,
-        cq,
-        qp,
-        area,
-        ring,
-    } = DataQp::create(&ctx, &plan)?;
+    let dq = DataQp::create(&ctx, &plan)?;
     let zeros = [0u8; MSG];
     let data = if let Some(s) = server {
         ch.xchg(&zeros, MSG)?;
-        connect_retrying(&qp, s, args.port, &param(test))?
+        connect_retrying(&dq.qp, s, args.port, &param(test))?
     } else {
         ch.recv(MSG)?;
         let l = ctx
@@ -316,19 +305,19 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         let req = l
             .get_request(Duration::from_secs(60))
             .map_err(|e| format!("waiting for the data connection: {e}"))?;
-        req.accept(&qp, &param(test), Duration::from_secs(30))
+        req.accept(&dq.qp, &param(test), Duration::from_secs(30))
             .map_err(|e| format!("accept the data connection: {e}"))?
     };
     ch.xchg(&zeros, MSG)?;
 
-    let attr = qp.query().map_err(|e| e.to_string())?;
+    let attr = dq.qp.query().map_err(|e| e.to_string())?;
     let mine = Dest {
         lid: 0,
         out_reads: if one_sided_reads(test) { 16 } else { 0 },
-        qpn: qp.qpn().value(),
+        qpn: dq.qp.qpn().value(),
         psn: attr.sq_psn.value(),
-        rkey: mr.rkey().value(),
-        vaddr: mr.addr(),
+        rkey: dq.mr.rkey().value(),
+        vaddr: dq.mr.addr(),
         gid: gid_of(local),
         srqn: 0,
     };
@@ -337,50 +326,15 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     ch.keys(&mine)?;
     print_dest(" local address", &mine, test);
     print_dest(" remote address", &rem, test);
-    let traffic = Traffic {
-        qp: &qp,
-        cq: &cq,
-        mr: &mr,
-        area,
-        size,
-        iters,
-        depth: tx_depth,
-        test,
-        remote: (rem.vaddr, Rkey::new(rem.rkey)),
-    };
-    if send || lat {
-        // As over TCP: SEND and latency tests post their receives (the
-        // SEND BW server; both sides of SEND latency), then one more round.
-        if (test == Test::SendBw && !client) || test == Test::SendLat {
-            for j in 0..ring {
-                let wr = RecvWr {
-                    wr_id: j,
-                    sgl: vec![mr.sge(2 * area + j * size, size as u32)],
-                };
-                qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))?;
-            }
-        }
-        ch.keys(&mine)?;
-    }
-
-    let mut lat_result = None;
-    let mut result = if lat {
-        lat_result = run_lat(&traffic, ring, client)?;
-        None
-    } else if client {
-        Some(client_traffic(&traffic)?)
-    } else if send {
-        Some(server_receive(&traffic, ring)?)
-    } else {
-        None
-    };
-    if !send && !lat {
-        ch.keys(&mine)?;
-        let got = exchange_report(result.as_ref(), size, iters, |m| ch.xchg(m, 8))?;
-        if !client {
-            result = Some(got);
-        }
-    }
+    let remotes = [(rem.vaddr, Rkey::new(rem.rkey))];
+    let rows = run_session(
+        &mut ch,
+        &plan,
+        std::slice::from_ref(&dq),
+        &remotes,
+        &mine,
+        client,
+    )?;
     // ib_write_lat has no closing round (over TCP it just closes).
     if test != Test::WriteLat {
         ch.keys(&mine)?;
@@ -394,12 +348,17 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         data.disconnect(Duration::from_secs(30))
             .map_err(|e| format!("disconnect: {e}"))?;
     }
-    match lat_result {
-        Some(r) => print_lat(test, mtu, &their_version, &r),
-        None if !lat => print_result(test, mtu, &their_version, result.as_ref(), args.gbits),
-        None => {}
-    }
+    print_rows(&plan, mtu, &their_version, &rows, args.gbits);
     Ok(())
+}
+
+impl Control for Channel {
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, String> {
+        Channel::keys(self, mine)
+    }
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        self.xchg(mine, 8)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,205 @@
+//! What happens after the QPs are connected in `roce perf --perftest`,
+//! the same over TCP and over perftest's rdma_cm channel: the sync rounds
+//! (a key-string exchange with QP 0's keys), the traffic per size, and the
+//! report exchanges, in the order perftest 4.5's eight tools use them (as
+//! captured between two perftest 4.5 peers with `-a`, `-q 4` and `-b`):
+//!
+//! * WRITE/READ/atomic BW: the client runs every size, then one round and
+//!   the report (the last size's; the server prints it). With `-b`, per
+//!   size: a round, the traffic, with `-a` another round, the report (each
+//!   side prints the sum of both sides' figures);
+//! * SEND BW: per size: receives posted, a round, the traffic (each side
+//!   prints its own figures), with `-b` the report (and the sum), with
+//!   `-a` another round;
+//! * latency: one round before the first size; SEND latency posts its
+//!   receives and has a round before every size.
+//!
+//! The closing round (and ib_write_lat's lack of one) is the caller's.
+
+use roce_verbs::Rkey;
+
+use super::perftest::{report_msgs, Dest, Plan, VERSION};
+use super::perftest_traffic::{
+    client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
+};
+use super::report::{self, BwResult, LatResult};
+
+/// A perftest control channel: key-string rounds and 8-byte report
+/// exchanges, client first.
+pub(crate) trait Control {
+    /// One key-string round; the peer's keys.
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, String>;
+    /// One 8-byte exchange of the report; the peer's 8 bytes.
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// The rows a run prints.
+pub(crate) enum Rows {
+    Bw(Vec<BwResult>),
+    Lat(Vec<LatResult>),
+}
+
+/// Runs the tests of `plan` on connected `qps` (the peer's buffers in
+/// `remotes`), syncing through `ctl` with QP 0's keys `mine`.
+pub(crate) fn run_session(
+    ctl: &mut impl Control,
+    plan: &Plan,
+    qps: &[DataQp],
+    remotes: &[(u64, Rkey)],
+    mine: &Dest,
+    client: bool,
+) -> Result<Rows, String> {
+    let all = plan.sizes.len() > 1;
+    let traffic = |size| Traffic {
+        qps,
+        remotes,
+        size,
+        iters: plan.iters,
+        depth: plan.tx_depth,
+        test: plan.test,
+    };
+    let mut rows = Vec::new();
+    if plan.lat {
+        let mut lat = Vec::new();
+        for (k, &size) in plan.sizes.iter().enumerate() {
+            if plan.is_send {
+                qps[0].post_ring(size, plan.iters)?;
+            }
+            if k == 0 || plan.is_send {
+                ctl.keys(mine)?;
+            }
+            lat.extend(run_lat(&traffic(size), client)?);
+        }
+        return Ok(Rows::Lat(lat));
+    }
+    if plan.is_send {
+        for &size in &plan.sizes {
+            if plan.bidir || !client {
+                for q in qps {
+                    q.post_ring(size, plan.iters)?;
+                }
+            }
+            ctl.keys(mine)?;
+            let t = traffic(size);
+            let mut row = if plan.bidir {
+                send_duplex(&t)?
+            } else if client {
+                client_traffic(&t)?
+            } else {
+                server_receive(&t)?
+            };
+            if plan.bidir {
+                let theirs = exchange_report(Some(&row), &t, ctl)?;
+                row = sum(&row, &theirs);
+            }
+            if all {
+                ctl.keys(mine)?;
+            }
+            rows.push(row);
+        }
+    } else if plan.bidir {
+        for &size in &plan.sizes {
+            ctl.keys(mine)?;
+            let t = traffic(size);
+            let row = client_traffic(&t)?;
+            if all {
+                ctl.keys(mine)?;
+            }
+            let theirs = exchange_report(Some(&row), &t, ctl)?;
+            rows.push(sum(&row, &theirs));
+        }
+    } else if client {
+        for &size in &plan.sizes {
+            rows.push(client_traffic(&traffic(size))?);
+        }
+        ctl.keys(mine)?;
+        exchange_report(rows.last(), &traffic(plan.max_size()), ctl)?;
+    } else {
+        // perftest's server waits, then prints the client's report.
+        ctl.keys(mine)?;
+        rows.push(exchange_report(None, &traffic(plan.max_size()), ctl)?);
+    }
+    Ok(Rows::Bw(rows))
+}
+
+/// A bidirectional row: this side's size and iterations, both sides'
+/// rates added (perftest's `print_full_bw_report`).
+fn sum(mine: &BwResult, theirs: &BwResult) -> BwResult {
+    BwResult {
+        peak_bps: mine.peak_bps + theirs.peak_bps,
+        avg_bps: mine.avg_bps + theirs.avg_bps,
+        msg_rate: mine.msg_rate + theirs.msg_rate,
+        ..mine.clone()
+    }
+}
+
+/// The report exchange: five 8-byte values each way (ours: `mine`, or
+/// zeros with `t`'s size and iterations); returns the peer's.
+pub(crate) fn exchange_report(
+    mine: Option<&BwResult>,
+    t: &Traffic<'_>,
+    ctl: &mut impl Control,
+) -> Result<BwResult, String> {
+    let msgs = match mine {
+        Some(r) => report_msgs(
+            r.bytes,
+            r.iterations,
+            r.peak_bps / 1_048_576.0,
+            r.avg_bps / 1_048_576.0,
+            r.msg_rate / 1e6,
+        ),
+        None => report_msgs(t.size, t.iters, 0.0, 0.0, 0.0),
+    };
+    let mut got = [0u64; 5];
+    for (g, m) in got.iter_mut().zip(msgs.iter()) {
+        let b = ctl.xchg8(m)?;
+        *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+    }
+    Ok(report_from(got))
+}
+
+/// A peer's report (five big-endian u64s: size, iterations, then peak,
+/// average MB/s and Mpps as f64 bits).
+pub(crate) fn report_from(got: [u64; 5]) -> BwResult {
+    BwResult {
+        bytes: got[0],
+        iterations: got[1],
+        peak_bps: f64::from_bits(got[2]) * 1_048_576.0,
+        avg_bps: f64::from_bits(got[3]) * 1_048_576.0,
+        msg_rate: f64::from_bits(got[4]) * 1e6,
+    }
+}
+
+/// perftest's result block: the title, then the BW or latency table.
+pub(crate) fn print_rows(plan: &Plan, mtu: u32, their_version: &str, rows: &Rows, gbits: bool) {
+    // The server of a READ/atomic latency test measures nothing.
+    if matches!(rows, Rows::Lat(r) if r.is_empty()) {
+        return;
+    }
+    let bidir = if plan.bidir { " (bidirectional)" } else { "" };
+    println!("{}", report::RULE);
+    println!(
+        "                    {}{bidir} (perftest {VERSION} exchange)",
+        plan.test.title()
+    );
+    println!(
+        " Mtu             : {mtu}[B]     Peer version : {their_version}     Number of qps : {}",
+        plan.qps
+    );
+    println!("{}", report::RULE);
+    match rows {
+        Rows::Bw(rows) => {
+            println!("{}", report::bw_header(gbits));
+            for r in rows {
+                println!("{}", report::bw_row(r, gbits));
+            }
+        }
+        Rows::Lat(rows) => {
+            println!("{}", report::lat_header());
+            for r in rows {
+                println!("{}", report::lat_row(r));
+            }
+        }
+    }
+    println!("{}", report::RULE);
+}

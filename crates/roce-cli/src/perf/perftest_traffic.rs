@@ -1,0 +1,472 @@
+//! The traffic loops of `roce perf --perftest`, shaped like perftest's
+//! `run_iter_*` functions so that the two ends agree on who posts what:
+//! the BW requester (any number of QPs, `iters` messages on each, `depth`
+//! in flight per QP), the SEND BW receiver, the bidirectional SEND loop,
+//! and the three latency ping-pongs (SEND, WRITE, READ/atomic).
+
+use std::time::{Duration, Instant};
+
+use roce_verbs::{Access, QpCaps, QpInitAttr, QpType, RecvWr, Rkey, SendOp, SendWr};
+
+use super::perftest::Plan;
+use super::report::{self, BwResult};
+use super::Test;
+
+/// How long one loop waits for the peer before giving up.
+const PATIENCE: Duration = Duration::from_secs(600);
+/// Receive buffers per QP at most (as perftest's default rx depth).
+const MAX_RING: u64 = 512;
+/// Memory for one QP's receive ring at most, unless two messages need more.
+const RING_BYTES: u64 = 64 << 20;
+
+/// One data QP and its region: the peer's target at `[0, area)`, our
+/// source at `[area, 2 area)` and, for SEND tests, a ring of receive
+/// buffers of `ring_bytes` after them.
+pub(crate) struct DataQp {
+    pub(crate) mr: roce_verbs::MemoryRegion,
+    pub(crate) cq: roce_verbs::CompletionQueue,
+    pub(crate) qp: roce_verbs::QueuePair,
+    pub(crate) area: u64,
+    pub(crate) ring_bytes: u64,
+}
+
+impl DataQp {
+    /// A QP with room for the plan's largest message.
+    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQp, String> {
+        let max = p.max_size();
+        let ring_bytes = if p.is_send {
+            (p.iters.min(MAX_RING) * max).min(RING_BYTES).max(2 * max)
+        } else {
+            0
+        };
+        let slots = if p.is_send { MAX_RING.min(p.iters) } else { 0 };
+        let area = max.max(4096);
+        let pd = ctx.alloc_pd();
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let mr = pd
+            .reg_mr(vec![0u8; (2 * area + ring_bytes) as usize], access)
+            .map_err(|e| format!("cannot register memory: {e}"))?;
+        let cq = ctx
+            .create_cq((p.tx_depth + slots) as usize * 2 + 64, None)
+            .map_err(|e| e.to_string())?;
+        let cap = QpCaps {
+            max_send_wr: p.tx_depth as u32 + 16,
+            max_recv_wr: slots as u32 + 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 256,
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
+            .map_err(|e| format!("cannot create a QP: {e}"))?;
+        Ok(DataQp {
+            mr,
+            cq,
+            qp,
+            area,
+            ring_bytes,
+        })
+    }
+
+    /// Receive buffers of `size` bytes the ring holds for `iters` messages.
+    pub(crate) fn ring_slots(&self, size: u64, iters: u64) -> u64 {
+        iters.min(MAX_RING).min(self.ring_bytes / size.max(1))
+    }
+
+    /// Posts the ring's receives for messages of `size`; their number.
+    pub(crate) fn post_ring(&self, size: u64, iters: u64) -> Result<u64, String> {
+        let slots = self.ring_slots(size, iters);
+        for j in 0..slots {
+            self.repost(j, size)?;
+        }
+        Ok(slots)
+    }
+
+    fn repost(&self, slot: u64, size: u64) -> Result<(), String> {
+        let wr = RecvWr {
+            wr_id: slot,
+            sgl: vec![self.mr.sge(2 * self.area + slot * size, size as u32)],
+        };
+        self.qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))
+    }
+
+    fn poll(&self, comps: &mut Vec<roce_verbs::Completion>) -> Result<(), String> {
+        comps.clear();
+        self.cq.poll(comps, 256).map_err(|e| e.to_string())?;
+        match comps.iter().find(|c| !c.is_success()) {
+            Some(c) => Err(report::failed(c)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What one run of a traffic loop needs: the QPs, the peer's buffer for
+/// each, the message size and count (per QP) and the send depth per QP.
+pub(crate) struct Traffic<'a> {
+    pub(crate) qps: &'a [DataQp],
+    pub(crate) remotes: &'a [(u64, Rkey)],
+    pub(crate) size: u64,
+    pub(crate) iters: u64,
+    pub(crate) depth: u64,
+    pub(crate) test: Test,
+}
+
+impl Traffic<'_> {
+    fn total(&self) -> u64 {
+        self.iters * self.qps.len() as u64
+    }
+
+    fn send_wr(&self, q: usize, wr_id: u64) -> SendWr {
+        let d = &self.qps[q];
+        let local = d.mr.sge(d.area, self.size as u32);
+        let (addr, rkey) = self.remotes[q];
+        match self.test {
+            Test::WriteBw => SendWr::rdma(wr_id, SendOp::Write, vec![local], addr, rkey),
+            Test::ReadBw => SendWr::rdma(wr_id, SendOp::Read, vec![local], addr, rkey),
+            Test::AtomicBw => {
+                SendWr::rdma(wr_id, SendOp::FetchAdd { add: 1 }, vec![local], addr, rkey)
+            }
+            _ => SendWr::send(wr_id, vec![local]),
+        }
+    }
+}
+
+/// Per-QP counters of a BW loop.
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    posted: u64,
+    sent: u64,
+    received: u64,
+    reposted: u64,
+}
+
+/// perftest's requester loop (`run_iter_bw`), or with `recv` both
+/// directions of a SEND test at once (`run_iter_bi`): every QP posts
+/// `iters` messages keeping `depth` in flight; with `recv` it also takes
+/// `iters` SENDs, re-posting the ring (already posted by the caller).
+/// The result counts this side's messages on all QPs.
+fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
+    const SEND_BIT: u64 = 1 << 62;
+    let (iters, n) = (t.iters, t.qps.len());
+    let depth = t.depth.min(iters).max(1);
+    let mut c = vec![Counts::default(); n];
+    for (q, k) in t.qps.iter().zip(c.iter_mut()) {
+        k.reposted = if recv { q.ring_slots(t.size, iters) } else { 0 };
+    }
+    let mut times: Vec<Instant> = Vec::with_capacity(t.total() as usize);
+    let mut comps = Vec::with_capacity(256);
+    let start = Instant::now();
+    let mut last_progress = start;
+    let mut finished = 0;
+    while finished < n {
+        let mut progress = false;
+        finished = 0;
+        for (i, d) in t.qps.iter().enumerate() {
+            let k = &mut c[i];
+            while k.posted < iters && k.posted - k.sent < depth {
+                let wr = t.send_wr(i, SEND_BIT | k.posted);
+                d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+                k.posted += 1;
+            }
+            d.poll(&mut comps)?;
+            let now = Instant::now();
+            for cmp in &comps {
+                progress = true;
+                if cmp.wr_id & SEND_BIT != 0 {
+                    k.sent += 1;
+                    times.push(now);
+                } else {
+                    k.received += 1;
+                    if k.reposted < iters {
+                        k.reposted += 1;
+                        d.repost(cmp.wr_id, t.size)?;
+                    }
+                }
+            }
+            if k.sent == iters && (!recv || k.received == iters) {
+                finished += 1;
+            }
+        }
+        let now = Instant::now();
+        if progress {
+            last_progress = now;
+        } else if now - last_progress > PATIENCE {
+            let (s, r): (u64, u64) = c
+                .iter()
+                .map(|k| (k.sent, k.received))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            return Err(format!(
+                "timed out after {s} of {} completions ({r} received)",
+                t.total()
+            ));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok(BwResult::new(
+        t.size,
+        t.total(),
+        secs,
+        peak(&times, start, depth * n as u64, t.size),
+    ))
+}
+
+/// The BW client (and both sides of a bidirectional WRITE/READ/atomic
+/// test).
+pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
+    requester(t, false)
+}
+
+/// Both sides of a bidirectional SEND BW test: sends and receives.
+pub(crate) fn send_duplex(t: &Traffic<'_>) -> Result<BwResult, String> {
+    requester(t, true)
+}
+
+/// The SEND BW server: counts `iters` receives on every QP (re-posting the
+/// ring the caller posted until every message has one) and measures their
+/// rate from the first arrival.
+pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
+    let (iters, size) = (t.iters, t.size);
+    let mut got = vec![0u64; t.qps.len()];
+    let mut reposted: Vec<u64> = t.qps.iter().map(|q| q.ring_slots(size, iters)).collect();
+    let mut comps = Vec::with_capacity(256);
+    let mut times = Vec::with_capacity(t.total() as usize);
+    let mut start = None;
+    let mut last_progress = Instant::now();
+    while got.iter().any(|&g| g < iters) {
+        let mut progress = false;
+        for (i, d) in t.qps.iter().enumerate() {
+            d.poll(&mut comps)?;
+            let now = Instant::now();
+            for c in &comps {
+                progress = true;
+                start.get_or_insert(now);
+                got[i] += 1;
+                times.push(now);
+                if reposted[i] < iters {
+                    reposted[i] += 1;
+                    d.repost(c.wr_id, size)?;
+                }
+            }
+        }
+        let now = Instant::now();
+        if progress {
+            last_progress = now;
+        } else if now - last_progress > PATIENCE {
+            let total: u64 = got.iter().sum();
+            return Err(format!("timed out after {total} of {} messages", t.total()));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let start = start.unwrap_or_else(Instant::now);
+    let secs = times
+        .last()
+        .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
+    Ok(BwResult::new(
+        size,
+        t.total(),
+        secs,
+        peak(&times, start, 64, size),
+    ))
+}
+
+/// Runs a latency test's traffic on the first QP (the server of a
+/// READ/atomic test only waits); the statistics, or `None` where this side
+/// measures nothing. SEND tests need the ring posted first.
+pub(crate) fn run_lat(t: &Traffic<'_>, client: bool) -> Result<Option<report::LatResult>, String> {
+    let mut samples = match t.test {
+        Test::SendLat => send_ping_pong(t, client)?,
+        Test::WriteLat => write_ping_pong(t, client)?,
+        _ if client => one_sided(t)?,
+        _ => Vec::new(),
+    };
+    // perftest prints the iterations asked for (n sends make n - 1
+    // intervals).
+    Ok(
+        report::LatResult::from_samples(t.size, &mut samples).map(|mut r| {
+            r.iterations = t.iters;
+            r
+        }),
+    )
+}
+
+/// perftest's WRITE latency loop: each side WRITEs `size` bytes whose
+/// last byte is its write count into the peer's buffer, and waits until
+/// its own buffer's last byte shows the peer's count. The server writes
+/// first (perftest's condition `!(scnt < 1 && machine == SERVER)`): a side
+/// that wrote early would see the peer's next count overwrite the one it
+/// waits for. Latency: half the time between consecutive writes. With
+/// `-a` the sizes grow, so each size's count byte is one no earlier size
+/// wrote.
+pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
+    let d = &t.qps[0];
+    let (size, iters) = (t.size, t.iters);
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut comps = Vec::with_capacity(16);
+    let deadline = Instant::now() + PATIENCE;
+    let last = size - 1;
+    // Our WRITEs completed so far.
+    let mut done = 0u64;
+    let mut wait_for =
+        |want: Option<u8>, comps: &mut Vec<roce_verbs::Completion>| -> Result<(), String> {
+            let mut b = [0u8; 1];
+            loop {
+                d.poll(comps)?;
+                done += comps.len() as u64;
+                match want {
+                    Some(w) => {
+                        d.mr.read(last, &mut b).map_err(|e| e.to_string())?;
+                        if b[0] == w {
+                            return Ok(());
+                        }
+                    }
+                    None if done == iters => return Ok(()),
+                    None => {}
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("timed out waiting for the peer's write {want:?}"));
+                }
+            }
+        };
+    for n in 1..=iters {
+        // The client waits for the server's write n; the server, after
+        // its first write, for the client's write n - 1.
+        if client {
+            wait_for(Some(n as u8), &mut comps)?;
+        } else if n > 1 {
+            wait_for(Some((n - 1) as u8), &mut comps)?;
+        }
+        d.mr.write(d.area + last, &[n as u8])
+            .map_err(|e| e.to_string())?;
+        stamps.push(Instant::now());
+        let (addr, rkey) = t.remotes[0];
+        let wr = SendWr::rdma(
+            n,
+            SendOp::Write,
+            vec![d.mr.sge(d.area, size as u32)],
+            addr,
+            rkey,
+        );
+        d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+    }
+    // The server's last write is answered by the client's last one.
+    if !client {
+        wait_for(Some(iters as u8), &mut comps)?;
+    }
+    // Every WRITE acknowledged before the next size (or the exit: the
+    // test has no closing round, so a process that left with its last
+    // WRITE unsent would leave the peer waiting).
+    wait_for(None, &mut comps)?;
+    Ok(half_intervals(&stamps))
+}
+
+/// perftest's READ / atomic latency loop (client only): one operation at
+/// a time; latency is each operation's completion time.
+pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
+    let d = &t.qps[0];
+    let op = if t.test == Test::AtomicLat {
+        SendOp::FetchAdd { add: 1 }
+    } else {
+        SendOp::Read
+    };
+    let (addr, rkey) = t.remotes[0];
+    let mut samples = Vec::with_capacity(t.iters as usize);
+    let mut comps = Vec::with_capacity(4);
+    let deadline = Instant::now() + PATIENCE;
+    for n in 0..t.iters {
+        let t0 = Instant::now();
+        let wr = SendWr::rdma(n, op, vec![d.mr.sge(d.area, t.size as u32)], addr, rkey);
+        d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+        loop {
+            d.poll(&mut comps)?;
+            if !comps.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("timed out after {n} of {} operations", t.iters));
+            }
+        }
+        samples.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(samples)
+}
+
+/// perftest's SEND latency loop: the client sends first, each side sends
+/// after each receive (re-posting it); the latency of each iteration is
+/// half the time between two consecutive sends of this side, as perftest
+/// computes it (microseconds). The caller posted the ring.
+pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
+    const SEND_BIT: u64 = 1 << 62;
+    let d = &t.qps[0];
+    let (size, iters) = (t.size, t.iters);
+    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut comps = Vec::with_capacity(16);
+    let mut reposted = d.ring_slots(size, iters);
+    let (mut sent, mut received) = (0u64, 0u64);
+    let deadline = Instant::now() + PATIENCE;
+    while sent < iters {
+        // The server (and the client after its first send) waits for the
+        // peer's message before sending.
+        if client && sent == 0 || received > sent - u64::from(client) {
+            stamps.push(Instant::now());
+            let wr = SendWr::send(SEND_BIT | sent, vec![d.mr.sge(d.area, size as u32)]);
+            d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+            sent += 1;
+            continue;
+        }
+        d.poll(&mut comps)?;
+        for c in &comps {
+            if c.wr_id & SEND_BIT != 0 {
+                continue;
+            }
+            received += 1;
+            if reposted < iters {
+                reposted += 1;
+                d.repost(c.wr_id, size)?;
+            }
+        }
+        if comps.is_empty() && Instant::now() > deadline {
+            return Err(format!("timed out after {sent} sends, {received} receives"));
+        }
+    }
+    // The client's last reply arrives after its last send.
+    while client && received < iters {
+        d.poll(&mut comps)?;
+        received += comps.iter().filter(|c| c.wr_id & SEND_BIT == 0).count() as u64;
+        if comps.is_empty() && Instant::now() > deadline {
+            return Err(format!("timed out after {received} of {iters} replies"));
+        }
+    }
+    Ok(half_intervals(&stamps))
+}
+
+/// Half of each interval between consecutive time stamps, in µs.
+fn half_intervals(stamps: &[Instant]) -> Vec<f64> {
+    stamps
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1e6 / 2.0)
+        .collect()
+}
+
+/// Best rate over `depth` consecutive completions.
+fn peak(times: &[Instant], start: Instant, depth: u64, size: u64) -> f64 {
+    let d = (depth as usize).max(1);
+    let mut best = 0.0f64;
+    for i in 0..times.len() {
+        let (t0, n) = if i >= d {
+            (times[i - d], d)
+        } else {
+            (start, i + 1)
+        };
+        let dt = times[i].duration_since(t0).as_secs_f64();
+        if dt > 0.0 {
+            best = best.max((n as u64 * size) as f64 / dt);
+        }
+    }
+    best
+}
