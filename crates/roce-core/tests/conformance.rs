@@ -240,3 +240,84 @@ fn write_partial_retry() {
     assert_eq!(a.seq_naks_received, 1);
     assert_eq!(a.retransmitted, 3, "packets 2..4 sent again, not packet 1");
 }
+
+/// A responder that is still sending the responses of an earlier
+/// (re-requested) READ is alive: duplicate responses restart the transport
+/// timer, so the READ is not requested again while they keep coming; once
+/// they stop, the timeout re-requests it as before. (rxe in an emulated VM
+/// takes longer than the timeout to serve a 4 MiB READ; re-requesting on
+/// every timeout made it serve the same READ over and over.)
+#[test]
+fn duplicate_read_responses_restart_the_timer() {
+    let mut w = World::new(1 << 16);
+    // Local ACK timeout 4.096 us x 2^10 = 4.19 ms.
+    let (qa, _) = w.connect_with(QpType::Rc, 1024, |i, a| {
+        if i == 0 {
+            a.timeout = 10;
+        }
+    });
+    let timeout = 4_096 << 10;
+    // Deliver the first response of a 3-packet READ, keep the rest back.
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    w.filter = Box::new(move |from, d| {
+        if from == 1 && kind(d) == MessageKind::ReadResponse {
+            log.borrow_mut().push(d.to_vec());
+            if log.borrow().len() > 1 {
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Deliver
+    });
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(8192, 3000)], va, rkey),
+        )
+        .unwrap();
+    // Until all three were sent and the first one arrived.
+    w.run_until(10_000, |w| {
+        seen.borrow().len() == 3 && w.hosts[0].dev.qp_counters(qa).unwrap().rx_packets == 1
+    });
+    let first = seen.borrow()[0].clone();
+    let t0 = w.now;
+    // Drive host 0 alone: the first response again every timeout / 2
+    // for five timeouts, then nothing. Count READ requests it sends.
+    let mut buf = vec![0u8; 4400];
+    let mut requests = Vec::new();
+    let host = &mut w.hosts[0];
+    let mut now = t0;
+    let mut replayed = 0;
+    while now < t0 + 8 * timeout {
+        now += timeout / 4;
+        if now < t0 + 5 * timeout && (now - t0).is_multiple_of(timeout / 2) {
+            host.dev.handle_datagram(now, &first, RxInfo::default());
+            replayed += 1;
+        }
+        if host.dev.poll_timeout().is_some_and(|t| t <= now) {
+            host.dev.handle_timeout(now);
+        }
+        while let Some(n) = host.dev.poll_transmit(now, &mut buf) {
+            if kind(&buf[..n]) == MessageKind::ReadRequest {
+                requests.push(now - t0);
+            }
+        }
+    }
+    assert!(
+        !requests.is_empty(),
+        "the timeout still re-requests the READ"
+    );
+    assert!(
+        requests[0] > 5 * timeout,
+        "re-requested at {} ns while duplicates kept coming",
+        requests[0]
+    );
+    assert!(requests[0] <= 6 * timeout + timeout / 4, "{requests:?}");
+    assert_eq!(
+        host.dev.qp_counters(qa).unwrap().duplicates,
+        replayed,
+        "every replayed response counted as a duplicate"
+    );
+}

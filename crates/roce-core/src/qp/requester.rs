@@ -474,7 +474,18 @@ impl Qp {
         let is_dup_ack =
             matches!(syndrome, Some(Syndrome::Ack { .. })) && psn == self.req.una.sub(1);
         if !outstanding {
-            if !is_dup_ack {
+            if psn.diff(self.req.una) < 0 && self.req.timer.is_some() {
+                // An old response: the responder is alive and still serving
+                // requests it got earlier (each re-request makes it send a
+                // READ's responses again). Restart the transport timer,
+                // without restoring the retries; otherwise a responder
+                // slower than the timeout gets a re-request per timeout,
+                // each costing it a whole READ, and never reaches the one
+                // that is waited for (rxe in an emulated VM serving 4 MiB
+                // READs).
+                self.counters.duplicates += 1;
+                self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+            } else if !is_dup_ack {
                 self.counters.drop_ghost_response += 1;
             }
             return;
