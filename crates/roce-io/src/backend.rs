@@ -284,6 +284,15 @@ pub trait Backend {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// A descriptor that polls readable when [`recv`](Self::recv) may
+    /// have datagrams (once `recv` has returned 0), for a thread to sleep
+    /// on; `None` (the default) when the backend cannot wake a sleeper, so
+    /// a progress engine must nap with a bounded timeout instead.
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -302,6 +311,10 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         (**self).counters()
     }
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).wait_fd()
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for &mut B {
@@ -319,6 +332,10 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         (**self).counters()
+    }
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).wait_fd()
     }
 }
 

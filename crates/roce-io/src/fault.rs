@@ -438,6 +438,11 @@ impl<B: Backend> Backend for FaultInjector<B> {
         v.extend(self.inner.counters());
         v
     }
+
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.wait_fd()
+    }
 }
 
 #[cfg(test)]

@@ -15,9 +15,10 @@
 //!   ICRC verifiable on receive, and PAUSE/PFC frames on the side.
 //!
 //! [`interfaces`] lists the interfaces with their MAC, MTU, state and
-//! addresses. Both real backends expose their descriptor ([`AsFd`]) and a
-//! `wait_readable(timeout)` so that a progress engine can sleep until
-//! there is something to receive.
+//! addresses. Both real backends expose their descriptor ([`AsFd`],
+//! [`Backend::wait_fd`]) and a `wait_readable(timeout)`, and a [`Sleeper`]
+//! lets a progress thread sleep until there is something to receive or
+//! another thread wakes it.
 //!
 //! [`AsFd`]: std::os::fd::AsFd
 //!
@@ -125,6 +126,8 @@ mod neigh;
 mod packet;
 mod pcap;
 #[cfg(target_os = "linux")]
+mod sleeper;
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod sys;
 #[cfg(test)]
@@ -140,5 +143,7 @@ pub use iface::{interface, interfaces, InterfaceInfo};
 #[cfg(target_os = "linux")]
 pub use packet::{PacketBackend, PacketConfig, PacketStats};
 pub use pcap::{mac_for, PcapStats, PcapTap, ETHERTYPE_UNKNOWN};
+#[cfg(target_os = "linux")]
+pub use sleeper::{Sleeper, Wake};
 #[cfg(target_os = "linux")]
 pub use udp::{IcrcCheck, SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpStats};

@@ -510,6 +510,11 @@ impl Backend for PacketBackend {
         v.extend(PCP.iter().zip(s.rx_by_pcp).map(|(n, c)| (*n, c)));
         v
     }
+
+    /// The packet socket.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
 }
 
 impl AsFd for PacketBackend {

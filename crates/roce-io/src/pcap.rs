@@ -232,6 +232,11 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
         v.extend(self.inner.counters());
         v
     }
+
+    #[cfg(unix)]
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.wait_fd()
+    }
 }
 
 impl<B: std::fmt::Debug, W: Write> std::fmt::Debug for PcapTap<B, W> {

@@ -869,6 +869,11 @@ impl Backend for UdpBackend {
             ("udp_rx_icrc_dropped", s.rx_icrc_dropped),
         ]
     }
+
+    /// The receive socket.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
 }
 
 impl AsFd for UdpBackend {

@@ -228,15 +228,22 @@ pub(crate) fn run(shared: Arc<Shared>) {
         }
         // While an application thread drives progress, leave the CPU to
         // it: sleep until the next timer (posts and fabric doorbells wake
-        // this thread when it is needed sooner).
-        let nap = if inline_active { max_park } else { park };
+        // this thread when it is needed sooner). Otherwise sleep on the
+        // backend's descriptor where it has one, so that an arriving
+        // datagram is taken at once, or nap with a growing bound.
+        let on_io = !inline_active && shared.has_sleeper();
+        let nap = if inline_active || on_io {
+            max_park
+        } else {
+            park
+        };
         let until = match out.deadline {
             Some(d) => d.min(now + nap),
             None => now + nap,
         };
         shared.wake_at.store(until, Ordering::Release);
         if !shared.shutdown.load(Ordering::Acquire) {
-            std::thread::park_timeout(Duration::from_nanos(until.saturating_sub(now)));
+            shared.sleep(Duration::from_nanos(until.saturating_sub(now)), on_io);
         }
         shared.wake_at.store(RUNNING, Ordering::Release);
         park = (park * 2).min(max_park);

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::thread::Thread;
 use std::time::Instant;
@@ -137,6 +137,14 @@ pub(crate) struct Shared {
     /// Connection manager events, taken by the handle they concern.
     pub(crate) cm_events: Mutex<VecDeque<roce_core::cm::CmEvent>>,
     pub(crate) cm_cv: Condvar,
+    /// Where the idle progress thread sleeps when the backend has a
+    /// descriptor: it wakes on an arriving datagram.
+    #[cfg(target_os = "linux")]
+    pub(crate) sleeper: Option<roce_io::Sleeper>,
+    /// The progress thread is (about to be) asleep in the sleeper.
+    pub(crate) in_sleep: AtomicBool,
+    /// Work was handed to the progress thread since it last looked.
+    pub(crate) kicked: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -155,6 +163,10 @@ impl Shared {
     ) -> Shared {
         let addrs = dev.addrs().to_vec();
         let slot = 4096 + 256;
+        #[cfg(target_os = "linux")]
+        let sleeper = backend
+            .wait_fd()
+            .and_then(|fd| roce_io::Sleeper::new(fd).ok());
         Shared {
             core: Mutex::new(Core {
                 dev,
@@ -180,6 +192,10 @@ impl Shared {
             events_cv: Condvar::new(),
             cm_events: Mutex::new(VecDeque::new()),
             cm_cv: Condvar::new(),
+            #[cfg(target_os = "linux")]
+            sleeper,
+            in_sleep: AtomicBool::new(false),
+            kicked: AtomicBool::new(false),
         }
     }
 
@@ -193,11 +209,47 @@ impl Shared {
     }
 
     /// Wakes the progress thread (cheap when it is awake: a later park
-    /// returns at once).
+    /// returns at once; a system call only when it sleeps on the backend's
+    /// descriptor).
     pub(crate) fn unpark(&self) {
         if let Some(t) = self.thread.get() {
             t.unpark();
         }
+        // Paired with `sleep`: either the thread sees `kicked` or this
+        // sees `in_sleep` (both sequentially consistent).
+        self.kicked.store(true, Ordering::SeqCst);
+        #[cfg(target_os = "linux")]
+        if self.in_sleep.load(Ordering::SeqCst) {
+            if let Some(s) = &self.sleeper {
+                s.wake();
+            }
+        }
+    }
+
+    /// The backend gave a descriptor to sleep on.
+    pub(crate) fn has_sleeper(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.sleeper.is_some();
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// Sleeps the progress thread for at most `d`: on the backend's
+    /// descriptor (an arriving datagram or [`unpark`](Self::unpark) ends
+    /// it) when `on_io` and the backend has one, else parked.
+    pub(crate) fn sleep(&self, d: std::time::Duration, on_io: bool) {
+        #[cfg(target_os = "linux")]
+        if let (true, Some(s)) = (on_io, &self.sleeper) {
+            self.in_sleep.store(true, Ordering::SeqCst);
+            if !self.kicked.swap(false, Ordering::SeqCst) {
+                // An error (none expected from ppoll) only ends the nap.
+                let _ = s.sleep(d);
+            }
+            self.in_sleep.store(false, Ordering::SeqCst);
+            return;
+        }
+        let _ = on_io;
+        std::thread::park_timeout(d);
     }
 }
 
