@@ -159,6 +159,8 @@ pub struct PacketBackend {
     headers: Vec<[u8; 18]>,
     rx_arena: Box<[u8]>,
     rx_info: Vec<RxInfo>,
+    /// Headers and buffers of the mmsg calls, reused.
+    mmsg: sys::MmsgScratch,
     mac_ctl: VecDeque<(MacAddr, MacControl)>,
     stats: PacketStats,
 }
@@ -217,6 +219,7 @@ impl PacketBackend {
             headers: Vec::with_capacity(MAX_MMSG),
             rx_arena: vec![0u8; RX_SLOT * MAX_MMSG].into_boxed_slice(),
             rx_info: Vec::with_capacity(MAX_MMSG),
+            mmsg: sys::MmsgScratch::new(),
             mac_ctl: VecDeque::new(),
             stats: PacketStats::default(),
             cfg,
@@ -424,7 +427,13 @@ impl Backend for PacketBackend {
             }
             let mut done = 0;
             while done < msgs.len() {
-                match sys::sendmmsg(self.sock.as_fd(), false, &msgs[done..], &iovs) {
+                match sys::sendmmsg(
+                    self.sock.as_fd(),
+                    &mut self.mmsg,
+                    false,
+                    &msgs[done..],
+                    &iovs,
+                ) {
                     Ok(n) => {
                         for &(idx, h) in &plan[done..done + n] {
                             self.stats.tx_frames += 1;
@@ -457,6 +466,7 @@ impl Backend for PacketBackend {
             let mut infos = std::mem::take(&mut self.rx_info);
             let n = sys::recvmmsg(
                 self.sock.as_fd(),
+                &mut self.mmsg,
                 &mut self.rx_arena,
                 RX_SLOT,
                 want,

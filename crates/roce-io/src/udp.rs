@@ -379,6 +379,8 @@ pub struct UdpBackend {
     rx_idle: bool,
     rx_slot: usize,
     rx_info: Vec<RxInfo>,
+    /// Headers and buffers of the mmsg calls, reused.
+    mmsg: sys::MmsgScratch,
     rx_cur: usize,
     rx_off: usize,
     solver: hdr::IdSolver,
@@ -460,6 +462,7 @@ impl UdpBackend {
             rx_idle: false,
             rx_slot,
             rx_info: Vec::with_capacity(rx_msgs),
+            mmsg: sys::MmsgScratch::new(),
             rx_cur: 0,
             rx_off: 0,
             solver: hdr::IdSolver::default(),
@@ -628,7 +631,7 @@ impl UdpBackend {
         let mut done = 0;
         let mut result = Sent::All;
         while done < msgs.len() {
-            match sys::sendmmsg(fd, self.v6, &msgs[done..], &iovs) {
+            match sys::sendmmsg(fd, &mut self.mmsg, self.v6, &msgs[done..], &iovs) {
                 Ok(n) => {
                     stats.tx_syscalls += 1;
                     for m in &self.plan[done..done + n] {
@@ -824,6 +827,7 @@ impl Backend for UdpBackend {
             };
             let n = sys::recvmmsg(
                 self.sock.as_fd(),
+                &mut self.mmsg,
                 &mut self.rx_arena,
                 self.rx_slot,
                 want,
