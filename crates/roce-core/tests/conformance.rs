@@ -321,3 +321,63 @@ fn duplicate_read_responses_restart_the_timer() {
         "every replayed response counted as a duplicate"
     );
 }
+
+/// The requester keeps at most 128 PSNs past the oldest unacknowledged
+/// one in flight (rxe's RXE_MAX_UNACKED_PSNS): a 300-packet WRITE sends
+/// 129 packets, the last asking for an ACK, then waits; the ACKs reopen
+/// the window and the WRITE completes intact, never more than 129
+/// packets ahead of the responder's acknowledgements.
+#[test]
+fn requester_window_limits_unacknowledged_packets() {
+    let mut w = World::new(1 << 20);
+    let (qa, _) = w.connect(QpType::Rc, 1024);
+    let data: Vec<u8> = (0..300 * 1024u32).map(|i| (i * 7) as u8).collect();
+    w.hosts[0].write(0, &data);
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    let wr = SendWr::rdma(
+        1,
+        SendOp::Write,
+        vec![w.hosts[0].sge(0, data.len() as u32)],
+        va,
+        rkey,
+    );
+    w.hosts[0].dev.post_send(qa, wr).unwrap();
+    // Alone, host 0 sends 129 packets and stops.
+    let mut buf = vec![0u8; 4400];
+    let mut first = Vec::new();
+    while let Some(n) = w.hosts[0].dev.poll_transmit(0, &mut buf) {
+        first.push(buf[..n].to_vec());
+    }
+    assert_eq!(first.len(), 129);
+    let last = RocePacket::parse_ip(&first[128]).unwrap();
+    assert!(
+        last.bth.ack_req,
+        "the packet that fills the window asks for an ACK"
+    );
+    for d in &first {
+        w.hosts[1].dev.handle_datagram(0, d, RxInfo::default());
+    }
+    // From here through the world: track how far the requester runs ahead.
+    let state = std::rc::Rc::new(std::cell::Cell::new((0u32, 0u32, 0i32)));
+    let s2 = state.clone();
+    w.filter = Box::new(move |from, d| {
+        let p = RocePacket::parse_ip(d).unwrap();
+        let (mut sent, mut acked, mut ahead) = s2.get();
+        let psn = p.bth.psn.value();
+        if from == 0 {
+            sent = sent.max(psn);
+        } else {
+            acked = acked.max(psn);
+        }
+        if acked > 0 {
+            ahead = ahead.max(sent as i32 - acked as i32);
+        }
+        s2.set((sent, acked, ahead));
+        Verdict::Deliver
+    });
+    w.settle(100_000);
+    let c = w.hosts[0].poll();
+    assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::Success));
+    assert_eq!(w.hosts[1].read(0, data.len()), data);
+    assert!(state.get().2 <= 129, "ran {} PSNs ahead", state.get().2);
+}

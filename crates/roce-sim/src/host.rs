@@ -89,6 +89,9 @@ impl Host {
         // DCQCN (dcb.md §4): the reaction point's ceiling is this NIC's link.
         c.cc = cfg.cc;
         c.link_bps = tx.rate_bps;
+        // A hardware NIC's window, not rxe's 128 PSNs: at 100 Gb/s and
+        // microsecond round trips 128 packets would cap a flow.
+        c.max_unacked_psns = 0;
         let mut dev = Device::new(c);
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(1 << 16);

@@ -47,6 +47,13 @@ pub struct DeviceConfig {
     /// Active MTU of the port in bytes (256..=4096): the path MTU of UD
     /// QPs and the default of connected ones.
     pub active_mtu: u32,
+    /// An RC requester sends a new packet only while it is at most this
+    /// many PSNs past the oldest unacknowledged one (a READ counts its
+    /// response packets), as rxe does with 128 (`RXE_MAX_UNACKED_PSNS`):
+    /// a slow responder is not flooded, and a loss costs at most this many
+    /// resent packets. 0: no per-packet limit (a message still starts only
+    /// within 4096 PSNs).
+    pub max_unacked_psns: u32,
 }
 
 impl DeviceConfig {
@@ -59,6 +66,7 @@ impl DeviceConfig {
             active_mtu: 4096,
             link_bps: 100_000_000_000,
             cc: CcConfig::default(),
+            max_unacked_psns: 128,
         }
     }
 }
@@ -145,6 +153,7 @@ macro_rules! ctx {
             events: &mut $s.events,
             local_addrs: &$s.config.addrs,
             ecn: $s.config.ecn,
+            max_unacked: $s.config.max_unacked_psns,
         }
     };
 }

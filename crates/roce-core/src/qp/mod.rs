@@ -36,6 +36,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) events: &'a mut VecDeque<AsyncEvent>,
     pub(crate) local_addrs: &'a [IpAddr],
     pub(crate) ecn: Ecn,
+    /// [`DeviceConfig::max_unacked_psns`](crate::DeviceConfig).
+    pub(crate) max_unacked: u32,
 }
 
 impl Ctx<'_> {

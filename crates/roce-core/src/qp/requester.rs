@@ -277,7 +277,19 @@ impl Qp {
         let w = &self.req.sq[idx];
         let psn = w.first_psn.add(k);
         let retransmission = psn.diff(self.req.next_psn) < 0;
-        let (bth, ext, offset, plen, last_pkt) = self.build_request(idx, k, pmtu);
+        // The per-packet window (rxe's RXE_MAX_UNACKED_PSNS): a new packet
+        // waits for ACKs once it would be too far past the oldest
+        // unacknowledged PSN.
+        let window = ctx.max_unacked as i32;
+        let rc = self.init.qp_type == QpType::Rc;
+        if rc && window > 0 && !retransmission && psn.diff(self.req.una) > window {
+            return None;
+        }
+        let (mut bth, ext, offset, plen, last_pkt) = self.build_request(idx, k, pmtu);
+        // The packet that fills the window asks for the ACK that reopens it.
+        if rc && window > 0 && psn.diff(self.req.una) >= window {
+            bth.ack_req = true;
+        }
         let ud_av = self.req.sq[idx].wr.ud.map(|u| u.av);
         let Some(path) = self.path(ud_av.as_ref(), ctx) else {
             // The address vector names a GID index the device does not have.
