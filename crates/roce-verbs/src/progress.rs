@@ -220,8 +220,13 @@ pub(crate) fn run(shared: Arc<Shared>) {
             std::thread::yield_now();
             continue;
         }
+        // An application thread that polled within the last max_park is
+        // taken to be still polling (one round of its loop can take longer
+        // than the spin, e.g. under an emulated CPU where every system
+        // call is slow): then this thread must not wake on every datagram
+        // and fight it for the I/O lock.
         let inline_active =
-            now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < spin.max(1);
+            now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < max_park;
         if !inline_active && now.saturating_sub(last_work) < spin {
             std::thread::yield_now();
             continue;
