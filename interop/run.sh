@@ -283,7 +283,7 @@ atomic_bw -b -n 100
 write_lat -a -n 5
 read_lat -a -n 5
 send_lat -a -n 5"}
-rows() { grep -cE "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" || true; }
+rows() { grep -cE "^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) " "$1" || true; }
 while read -r tool flags <&3; do
     [ -n "$tool" ] || continue
     for role in $ROLES; do
