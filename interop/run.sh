@@ -261,7 +261,7 @@ for tool in $PERFTEST_TOOLS; do
     done
 done
 
-row() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
+row() { grep -E "^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) +([0-9.]+|inf)" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
 
 # --- perftest's flags: all sizes (-a), several QPs (-q), both directions (-b) -----------------
 # Checked: both exit 0, every ICRC valid, the last rows agree on size and iterations where
