@@ -25,7 +25,7 @@
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
 #   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_FLAGS [lines "tool flags": -a, -q 4,
-#               -b cases over TCP; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
+#               -b, -D cases over TCP; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -264,8 +264,8 @@ done
 row() { grep -E "^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) +([0-9.]+|inf)" "$1" | tail -1 | awk '{print $1, $2, $3, $4}'; }
 
 # --- perftest's flags: all sizes (-a), several QPs (-q), both directions (-b) -----------------
-# Checked: both exit 0, every ICRC valid, the last rows agree on size and iterations where
-# both sides print one (bidirectional BW: both print the sum of both sides), and with -a the
+# Checked: both exit 0, every ICRC valid, the last rows agree on size and iterations (-D:
+# size) where both sides print one (bidirectional BW: both print the sum of both sides), and with -a the
 # client printed all 23 sizes (2 B .. 8 MiB).
 PERFTEST_FLAGS=${PERFTEST_FLAGS-"write_bw -a -n 5
 write_bw -q 4 -s 4096 -n 100
@@ -282,7 +282,15 @@ atomic_bw -q 4 -n 100
 atomic_bw -b -n 100
 write_lat -a -n 5
 read_lat -a -n 5
-send_lat -a -n 5"}
+send_lat -a -n 5
+write_bw -D 3 -s 4096
+read_bw -D 3 -s 4096
+send_bw -D 3 -s 4096
+write_bw -D 3 -b -s 4096
+send_bw -D 3 -b -s 4096
+write_lat -D 3
+read_lat -D 3
+send_lat -D 3"}
 rows() { grep -cE "^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) " "$1" || true; }
 while read -r tool flags <&3; do
     [ -n "$tool" ] || continue
@@ -295,7 +303,9 @@ while read -r tool flags <&3; do
         ours_srv=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
         ours_cli=("${ours_srv[@]}" "$PEER_IP")
         run_case "$role" "$case_dir" "udp port 4791 or tcp port $port" 5
-        rt=$(row "$case_dir/theirs.log" | cut -d' ' -f1-2); ro=$(row "$case_dir/ours.log" | cut -d' ' -f1-2)
+        # Timed runs (-D): each side counts its own iterations; compare sizes.
+        f=1-2; case " $flags " in *" -D "*) f=1 ;; esac
+        rt=$(row "$case_dir/theirs.log" | cut -d' ' -f$f); ro=$(row "$case_dir/ours.log" | cut -d' ' -f$f)
         ct=${rt:-$ro}; co=${ro:-$rt}
         if [ "$role" = our-client ]; then cl="$case_dir/ours.log"; else cl="$case_dir/theirs.log"; fi
         want=1; case " $flags " in *" -a "*) want=23 ;; esac

@@ -210,6 +210,8 @@ pub(crate) struct Plan {
     pub(crate) tx_depth: u64,
     pub(crate) qps: usize,
     pub(crate) bidir: bool,
+    /// `-D`: seconds per run instead of `iters` messages.
+    pub(crate) duration: Option<f64>,
 }
 
 impl Plan {
@@ -220,8 +222,8 @@ impl Plan {
             Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
         );
         let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
-        if args.duration.is_some() {
-            return Err("--perftest runs -n iterations (no -D)".into());
+        if args.duration.is_some() && args.all {
+            return Err("-D and -a cannot be combined".into());
         }
         // perftest's own rules (force_dependecies).
         if lat && args.qps != 1 {
@@ -252,6 +254,7 @@ impl Plan {
             tx_depth: args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64,
             qps: args.qps as usize,
             bidir: args.bidir,
+            duration: args.duration,
         })
     }
 

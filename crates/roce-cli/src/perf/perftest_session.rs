@@ -14,7 +14,12 @@
 //! * latency: one round before the first size; SEND latency posts its
 //!   receives and has a round before every size.
 //!
+//! With `-D` the same sequence holds (one size; every loop runs to its
+//! deadline; a timed bidirectional SEND test exchanges no report).
+//!
 //! The closing round (and ib_write_lat's lack of one) is the caller's.
+
+use std::time::{Duration, Instant};
 
 use roce_verbs::Rkey;
 
@@ -50,13 +55,21 @@ pub(crate) fn run_session(
     client: bool,
 ) -> Result<Rows, String> {
     let all = plan.sizes.len() > 1;
+    // A timed run (-D) starts its clock as its traffic starts.
     let traffic = |size| Traffic {
         qps,
         remotes,
         size,
-        iters: plan.iters,
+        iters: if plan.duration.is_some() {
+            u64::MAX
+        } else {
+            plan.iters
+        },
         depth: plan.tx_depth,
         test: plan.test,
+        until: plan
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs_f64(d)),
     };
     let mut rows = Vec::new();
     if plan.lat {
@@ -88,7 +101,9 @@ pub(crate) fn run_session(
             } else {
                 server_receive(&t)?
             };
-            if plan.bidir {
+            // Timed bidirectional SEND runs exchange no report (each side
+            // prints its own figures), as perftest does.
+            if plan.bidir && plan.duration.is_none() {
                 let theirs = exchange_report(Some(&row), &t, ctl)?;
                 row = sum(&row, &theirs);
             }
@@ -148,7 +163,7 @@ pub(crate) fn exchange_report(
             r.avg_bps / 1_048_576.0,
             r.msg_rate / 1e6,
         ),
-        None => report_msgs(t.size, t.iters, 0.0, 0.0, 0.0),
+        None => report_msgs(t.size, t.iters.min(u64::from(u32::MAX)), 0.0, 0.0, 0.0),
     };
     let mut got = [0u64; 5];
     for (g, m) in got.iter_mut().zip(msgs.iter()) {

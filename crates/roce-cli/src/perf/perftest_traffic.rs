@@ -2,7 +2,8 @@
 //! `run_iter_*` functions so that the two ends agree on who posts what:
 //! the BW requester (any number of QPs, `iters` messages on each, `depth`
 //! in flight per QP), the SEND BW receiver, the bidirectional SEND loop,
-//! and the three latency ping-pongs (SEND, WRITE, READ/atomic).
+//! and the three latency ping-pongs (SEND, WRITE, READ/atomic). With `-D`
+//! every loop runs until its deadline instead of counting to `iters`.
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,10 @@ const PATIENCE: Duration = Duration::from_secs(600);
 /// Receive buffers per QP at most (as perftest's default rx depth).
 const MAX_RING: u64 = 512;
 /// Memory for one QP's receive ring at most, unless two messages need more.
-const RING_BYTES: u64 = 64 << 20;
+const RING_BYTES: u64 = 16 << 20;
+/// After a timed run, how long a requester waits for what it still has
+/// in flight (a peer that stopped receiving never completes it).
+const DRAIN: Duration = Duration::from_secs(2);
 
 /// One data QP and its region: the peer's target at `[0, area)`, our
 /// source at `[area, 2 area)` and, for SEND tests, a ring of receive
@@ -109,14 +113,27 @@ pub(crate) struct Traffic<'a> {
     pub(crate) qps: &'a [DataQp],
     pub(crate) remotes: &'a [(u64, Rkey)],
     pub(crate) size: u64,
+    /// Messages per QP (`u64::MAX` in a timed run).
     pub(crate) iters: u64,
     pub(crate) depth: u64,
     pub(crate) test: Test,
+    /// The end of a timed run (`-D`).
+    pub(crate) until: Option<Instant>,
 }
 
 impl Traffic<'_> {
     fn total(&self) -> u64 {
-        self.iters * self.qps.len() as u64
+        self.iters.saturating_mul(self.qps.len() as u64)
+    }
+
+    /// A timed run's deadline has passed.
+    fn over(&self) -> bool {
+        self.until.is_some_and(|u| Instant::now() >= u)
+    }
+
+    /// Room for this many time stamps.
+    fn cap(&self) -> usize {
+        self.total().min(1 << 20) as usize
     }
 
     fn send_wr(&self, q: usize, wr_id: u64) -> SendWr {
@@ -156,7 +173,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
     for (q, k) in t.qps.iter().zip(c.iter_mut()) {
         k.reposted = if recv { q.ring_slots(t.size, iters) } else { 0 };
     }
-    let mut times: Vec<Instant> = Vec::with_capacity(t.total() as usize);
+    let mut times: Vec<Instant> = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(256);
     let start = Instant::now();
     let mut last_progress = start;
@@ -164,9 +181,15 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
     while finished < n {
         let mut progress = false;
         finished = 0;
+        // A timed run stops posting at its deadline and waits (a while)
+        // for what is in flight.
+        let over = t.over();
+        if over && t.until.is_some_and(|u| Instant::now() > u + DRAIN) {
+            break;
+        }
         for (i, d) in t.qps.iter().enumerate() {
             let k = &mut c[i];
-            while k.posted < iters && k.posted - k.sent < depth {
+            while !over && k.posted < iters && k.posted - k.sent < depth {
                 let wr = t.send_wr(i, SEND_BIT | k.posted);
                 d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
                 k.posted += 1;
@@ -186,7 +209,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
                     }
                 }
             }
-            if k.sent == iters && (!recv || k.received == iters) {
+            if (k.sent == iters && (!recv || k.received == iters)) || (over && k.sent == k.posted) {
                 finished += 1;
             }
         }
@@ -206,13 +229,17 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
             std::thread::yield_now();
         }
     }
-    let secs = start.elapsed().as_secs_f64();
-    Ok(BwResult::new(
-        t.size,
-        t.total(),
-        secs,
-        peak(&times, start, depth * n as u64, t.size),
-    ))
+    let secs = times
+        .last()
+        .map_or(1e-9, |l| l.duration_since(start).as_secs_f64());
+    // A timed run reports no peak (perftest prints 0; ours shows the
+    // average): its first completions arrive in bursts.
+    let best = if t.until.is_some() {
+        0.0
+    } else {
+        peak(&times, start, depth * n as u64, t.size)
+    };
+    Ok(BwResult::new(t.size, times.len() as u64, secs, best))
 }
 
 /// The BW client (and both sides of a bidirectional WRITE/READ/atomic
@@ -234,10 +261,10 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
     let mut got = vec![0u64; t.qps.len()];
     let mut reposted: Vec<u64> = t.qps.iter().map(|q| q.ring_slots(size, iters)).collect();
     let mut comps = Vec::with_capacity(256);
-    let mut times = Vec::with_capacity(t.total() as usize);
+    let mut times = Vec::with_capacity(t.cap());
     let mut start = None;
     let mut last_progress = Instant::now();
-    while got.iter().any(|&g| g < iters) {
+    while got.iter().any(|&g| g < iters) && !t.over() {
         let mut progress = false;
         for (i, d) in t.qps.iter().enumerate() {
             d.poll(&mut comps)?;
@@ -269,7 +296,7 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
         .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
     Ok(BwResult::new(
         size,
-        t.total(),
+        times.len() as u64,
         secs,
         peak(&times, start, 64, size),
     ))
@@ -287,9 +314,10 @@ pub(crate) fn run_lat(t: &Traffic<'_>, client: bool) -> Result<Option<report::La
     };
     // perftest prints the iterations asked for (n sends make n - 1
     // intervals).
+    let n = samples.len() as u64 + 1;
     Ok(
         report::LatResult::from_samples(t.size, &mut samples).map(|mut r| {
-            r.iterations = t.iters;
+            r.iterations = if t.until.is_some() { n } else { t.iters };
             r
         }),
     )
@@ -306,40 +334,58 @@ pub(crate) fn run_lat(t: &Traffic<'_>, client: bool) -> Result<Option<report::La
 pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
     let d = &t.qps[0];
     let (size, iters) = (t.size, t.iters);
-    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut stamps = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(16);
     let deadline = Instant::now() + PATIENCE;
     let last = size - 1;
     // Our WRITEs completed so far.
     let mut done = 0u64;
-    let mut wait_for =
-        |want: Option<u8>, comps: &mut Vec<roce_verbs::Completion>| -> Result<(), String> {
-            let mut b = [0u8; 1];
-            loop {
-                d.poll(comps)?;
-                done += comps.len() as u64;
-                match want {
-                    Some(w) => {
-                        d.mr.read(last, &mut b).map_err(|e| e.to_string())?;
-                        if b[0] == w {
-                            return Ok(());
-                        }
+    // Waits until our buffer's count byte shows `want`, or with `None`
+    // until all `posted` WRITEs completed; false when a timed run ended
+    // first.
+    let mut wait_for = |want: Option<u8>,
+                        posted: u64,
+                        comps: &mut Vec<roce_verbs::Completion>|
+     -> Result<bool, String> {
+        let mut b = [0u8; 1];
+        loop {
+            d.poll(comps)?;
+            done += comps.len() as u64;
+            match want {
+                Some(w) => {
+                    d.mr.read(last, &mut b).map_err(|e| e.to_string())?;
+                    if b[0] == w {
+                        return Ok(true);
                     }
-                    None if done == iters => return Ok(()),
-                    None => {}
+                    if t.over() {
+                        return Ok(false);
+                    }
                 }
-                if Instant::now() > deadline {
-                    return Err(format!("timed out waiting for the peer's write {want:?}"));
-                }
+                None if done == posted => return Ok(true),
+                None => {}
             }
-        };
-    for n in 1..=iters {
+            if Instant::now() > deadline {
+                return Err(format!("timed out waiting for the peer's write {want:?}"));
+            }
+        }
+    };
+    let mut posted = 0u64;
+    while posted < iters {
+        let n = posted + 1;
         // The client waits for the server's write n; the server, after
         // its first write, for the client's write n - 1.
-        if client {
-            wait_for(Some(n as u8), &mut comps)?;
-        } else if n > 1 {
-            wait_for(Some((n - 1) as u8), &mut comps)?;
+        let want = if client {
+            Some(n as u8)
+        } else {
+            (n > 1).then(|| (n - 1) as u8)
+        };
+        if let Some(w) = want {
+            if !wait_for(Some(w), posted, &mut comps)? {
+                break;
+            }
+        }
+        if t.over() {
+            break;
         }
         d.mr.write(d.area + last, &[n as u8])
             .map_err(|e| e.to_string())?;
@@ -353,15 +399,16 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
             rkey,
         );
         d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+        posted = n;
     }
     // The server's last write is answered by the client's last one.
-    if !client {
-        wait_for(Some(iters as u8), &mut comps)?;
+    if !client && t.until.is_none() {
+        wait_for(Some(iters as u8), posted, &mut comps)?;
     }
     // Every WRITE acknowledged before the next size (or the exit: the
     // test has no closing round, so a process that left with its last
     // WRITE unsent would leave the peer waiting).
-    wait_for(None, &mut comps)?;
+    wait_for(None, posted, &mut comps)?;
     Ok(half_intervals(&stamps))
 }
 
@@ -375,10 +422,13 @@ pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
         SendOp::Read
     };
     let (addr, rkey) = t.remotes[0];
-    let mut samples = Vec::with_capacity(t.iters as usize);
+    let mut samples = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(4);
     let deadline = Instant::now() + PATIENCE;
     for n in 0..t.iters {
+        if t.over() {
+            break;
+        }
         let t0 = Instant::now();
         let wr = SendWr::rdma(n, op, vec![d.mr.sge(d.area, t.size as u32)], addr, rkey);
         d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
@@ -404,12 +454,12 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
     const SEND_BIT: u64 = 1 << 62;
     let d = &t.qps[0];
     let (size, iters) = (t.size, t.iters);
-    let mut stamps = Vec::with_capacity(iters as usize);
+    let mut stamps = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(16);
     let mut reposted = d.ring_slots(size, iters);
     let (mut sent, mut received) = (0u64, 0u64);
     let deadline = Instant::now() + PATIENCE;
-    while sent < iters {
+    while sent < iters && !t.over() {
         // The server (and the client after its first send) waits for the
         // peer's message before sending.
         if client && sent == 0 || received > sent - u64::from(client) {
@@ -435,7 +485,7 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
         }
     }
     // The client's last reply arrives after its last send.
-    while client && received < iters {
+    while client && received < iters && !t.over() {
         d.poll(&mut comps)?;
         received += comps.iter().filter(|c| c.wr_id & SEND_BIT == 0).count() as u64;
         if comps.is_empty() && Instant::now() > deadline {
