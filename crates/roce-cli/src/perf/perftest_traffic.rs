@@ -22,6 +22,9 @@ const RING_BYTES: u64 = 16 << 20;
 /// After a timed run, how long a requester waits for what it still has
 /// in flight (a peer that stopped receiving never completes it).
 const DRAIN: Duration = Duration::from_secs(2);
+/// After a timed WRITE ping-pong, how long the QP stays to acknowledge
+/// the peer's last WRITE (the test has no closing round).
+const LINGER: Duration = Duration::from_millis(500);
 
 /// One data QP and its region: the peer's target at `[0, area)`, our
 /// source at `[area, 2 area)` and, for SEND tests, a ring of receive
@@ -409,6 +412,13 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
     // test has no closing round, so a process that left with its last
     // WRITE unsent would leave the peer waiting).
     wait_for(None, posted, &mut comps)?;
+    if t.until.is_some() {
+        // A timed run ends on each side's own clock: the peer may still
+        // answer our last WRITE with one of its own, which must be
+        // acknowledged (rxe's perftest waits for that completion forever)
+        // before the process exits.
+        std::thread::sleep(LINGER);
+    }
     Ok(half_intervals(&stamps))
 }
 
