@@ -141,6 +141,12 @@ run_case() {
         op=$!; BG_PIDS+=("$op"); sleep 1
         h=$(peer_bg "$theirs_cli" "$case_dir/theirs.log")
         peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
+        if [ $rc_theirs -ne 0 ]; then
+            # Their client failed (bad flags, a crash): give our server 10 s
+            # to notice, then stop it instead of waiting for the case timeout.
+            for _ in $(seq 10); do kill -0 "$op" 2>/dev/null || break; sleep 1; done
+            kill -TERM "$op" 2>/dev/null
+        fi
         wait "$op"; rc_ours=$?
     fi
     sleep 1; kill -TERM "$cap" 2>/dev/null; wait "$cap" 2>/dev/null
