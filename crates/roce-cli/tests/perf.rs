@@ -570,3 +570,59 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
         }
     }
 }
+
+#[test]
+fn perftest_mode_prints_json() {
+    // Both sides of a bidirectional SEND test over perftest's exchange,
+    // with --json: one object each, nothing else on stdout.
+    let (port, roce_port) = ports();
+    let common = [
+        "--perftest",
+        "-b",
+        "-s",
+        "8192",
+        "-n",
+        "300",
+        "--json",
+        "-p",
+        &port,
+        "--roce-port",
+        &roce_port,
+    ];
+    let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["perf", "send-bw", "--bind", "127.0.0.1"])
+        .args(common)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut args = vec!["perf", "send-bw", "127.0.0.1", "--bind", "127.0.0.2"];
+    args.extend(common);
+    let c = roce(&args);
+    assert_eq!(
+        c.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    let s = server.wait_with_output().unwrap();
+    assert_eq!(
+        s.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    for out in [&c.stdout, &s.stdout] {
+        let v: Value = serde_json::from_slice(out).expect("stdout is one JSON object");
+        assert_eq!(v["test"], "send-bw");
+        assert_eq!(v["exchange"], "perftest");
+        assert_eq!(v["bidirectional"], true);
+        let r = &v["results"][0];
+        assert_eq!(
+            (r["bytes"].as_u64(), r["iterations"].as_u64()),
+            (Some(8192), Some(300))
+        );
+        assert!(r["bw_avg_mb_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+    }
+}

@@ -394,11 +394,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     if !plan.is_send {
         oob.hand_shake(&mine[0])?;
     }
-    for d in &mine {
-        print_dest(" local address", d, test);
-    }
-    for d in &rem {
-        print_dest(" remote address", d, test);
+    if !args.json {
+        for d in &mine {
+            print_dest(" local address", d, test);
+        }
+        for d in &rem {
+            print_dest(" remote address", d, test);
+        }
     }
 
     let remotes: Vec<(u64, Rkey)> = rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect();
@@ -406,7 +408,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     if test != Test::WriteLat {
         oob.close(&mine[0])?;
     }
-    print_rows(&plan, mtu, &their_version, &rows, args.gbits);
+    print_rows(&plan, mtu, &their_version, &rows, args);
     drop(qps);
     Ok(())
 }

@@ -324,8 +324,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let rem = ch.keys(&mine)?;
     ch.keys(&mine)?;
     ch.keys(&mine)?;
-    print_dest(" local address", &mine, test);
-    print_dest(" remote address", &rem, test);
+    if !args.json {
+        print_dest(" local address", &mine, test);
+        print_dest(" remote address", &rem, test);
+    }
     let remotes = [(rem.vaddr, Rkey::new(rem.rkey))];
     let rows = run_session(
         &mut ch,
@@ -348,7 +350,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         data.disconnect(Duration::from_secs(30))
             .map_err(|e| format!("disconnect: {e}"))?;
     }
-    print_rows(&plan, mtu, &their_version, &rows, args.gbits);
+    print_rows(&plan, mtu, &their_version, &rows, args);
     Ok(())
 }
 

@@ -28,6 +28,7 @@ use super::perftest_traffic::{
     client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
 };
 use super::report::{self, BwResult, LatResult};
+use super::PerfArgs;
 
 /// A perftest control channel: key-string rounds and 8-byte report
 /// exchanges, client first.
@@ -185,12 +186,32 @@ pub(crate) fn report_from(got: [u64; 5]) -> BwResult {
     }
 }
 
-/// perftest's result block: the title, then the BW or latency table.
-pub(crate) fn print_rows(plan: &Plan, mtu: u32, their_version: &str, rows: &Rows, gbits: bool) {
+/// perftest's result block: the title, then the BW or latency table; or
+/// with `--json` one JSON object.
+pub(crate) fn print_rows(plan: &Plan, mtu: u32, their_version: &str, rows: &Rows, args: &PerfArgs) {
+    if args.json {
+        let results: Vec<serde_json::Value> = match rows {
+            Rows::Bw(r) => r.iter().map(report::bw_json).collect(),
+            Rows::Lat(r) => r.iter().map(report::lat_json).collect(),
+        };
+        let v = serde_json::json!({
+            "test": plan.test.name(),
+            "exchange": "perftest",
+            "peer_version": their_version,
+            "mtu": mtu,
+            "qps": plan.qps,
+            "bidirectional": plan.bidir,
+            "duration_sec": plan.duration,
+            "results": results,
+        });
+        println!("{v}");
+        return;
+    }
     // The server of a READ/atomic latency test measures nothing.
     if matches!(rows, Rows::Lat(r) if r.is_empty()) {
         return;
     }
+    let gbits = args.gbits;
     let bidir = if plan.bidir { " (bidirectional)" } else { "" };
     println!("{}", report::RULE);
     println!(
