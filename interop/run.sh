@@ -25,7 +25,7 @@
 #   ITERS [20]  SIZE [4096; ud: 1024]  SRQ_QPS [4]  CHK [-c]  EXTRA_THEIRS / EXTRA_OURS
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
 #   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_FLAGS [lines "tool flags": -a, -q 4,
-#               -b, -D cases over TCP; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
+#               -b, -D cases over TCP, -q with -R; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -251,7 +251,9 @@ for tool in $PERFTEST_TOOLS; do
         case_dir="$OUT/perftest-$tool-$role"
         pf="-n 200 -p $port"
         case $tool in *_bw) [ "$tool" = atomic_bw ] || pf="$pf -s 4096" ;; esac
-        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
+        # rdma_cm mode (-R) picks its GID itself, as in the -R section.
+        xg="-x $(peer_gidx) -F"; case " $flags " in *" -R "*) xg="" ;; esac
+        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) $xg $pf"
         theirs_cli="$theirs_srv $HOST_IP"
         ours_srv=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
         ours_cli=("${ours_srv[@]}" "$PEER_IP")
@@ -296,7 +298,10 @@ write_bw -D 3 -b -s 4096
 send_bw -D 3 -b -s 4096
 write_lat -D 3
 read_lat -D 3
-send_lat -D 3"}
+send_lat -D 3
+write_bw -R -q 4 -s 4096 -n 100
+read_bw -R -q 4 -s 4096 -n 100
+send_bw -R -q 4 -s 4096 -n 100"}
 rows() { grep -cE "^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) " "$1" || true; }
 while read -r tool flags <&3; do
     [ -n "$tool" ] || continue
@@ -304,7 +309,9 @@ while read -r tool flags <&3; do
         N=$((N + 1)); port=$((PORT_BASE + N))
         case_dir="$OUT/flags-$tool-${flags// /}-$role"
         pf="$flags -p $port"
-        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
+        # rdma_cm mode (-R) picks its GID itself, as in the -R section.
+        xg="-x $(peer_gidx) -F"; case " $flags " in *" -R "*) xg="" ;; esac
+        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) $xg $pf"
         theirs_cli="$theirs_srv $HOST_IP"
         ours_srv=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
         ours_cli=("${ours_srv[@]}" "$PEER_IP")

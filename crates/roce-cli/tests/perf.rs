@@ -626,3 +626,56 @@ fn perftest_mode_prints_json() {
         assert!(r["bw_avg_mb_per_sec"].as_f64().unwrap() > 0.0, "{v}");
     }
 }
+
+#[test]
+fn perftest_rdma_cm_mode_with_several_qps() {
+    // -R -q 3: three data connections made through the CM, each QP's
+    // keys exchanged; the rows count the messages of all three.
+    for test in ["write-bw", "send-bw"] {
+        let (port, roce_port) = ports();
+        let common = [
+            "--perftest",
+            "-R",
+            "-q",
+            "3",
+            "-s",
+            "4096",
+            "-n",
+            "100",
+            "--json",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ];
+        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(["perf", test, "--bind", "127.0.0.1"])
+            .args(common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut args = vec!["perf", test, "127.0.0.1", "--bind", "127.0.0.2"];
+        args.extend(common);
+        let c = roce(&args);
+        assert_eq!(
+            c.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&c.stderr)
+        );
+        let s = server.wait_with_output().unwrap();
+        assert_eq!(
+            s.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&s.stderr)
+        );
+        for out in [&c.stdout, &s.stdout] {
+            let v: Value = serde_json::from_slice(out).expect("stdout is one JSON object");
+            assert_eq!(v["qps"], 3, "{v}");
+            assert_eq!(v["results"][0]["iterations"], 300, "{test}: {v}");
+        }
+    }
+}

@@ -238,9 +238,6 @@ fn connect_retrying(
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let plan = Plan::from_args(args)?;
     let test = plan.test;
-    if plan.qps != 1 {
-        return Err("--perftest -R runs one QP (no -q)".into());
-    }
     let server = match &args.server {
         Some(s) => Some(super::resolve(s, args.port)?.ip()),
         None => None,
@@ -290,65 +287,94 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         .and_then(mtu_of_enum)
         .map_or(mtu, |t| t.min(mtu));
 
-    // The data QP and its memory.
-    let dq = DataQp::create(&ctx, &plan)?;
+    // The data QPs and their memory: one CM connection each, made after a
+    // zero sync (the client retries while the server is not listening
+    // yet; the server takes the requests in the order they come) and
+    // followed by another.
+    let dqs = (0..plan.qps)
+        .map(|_| DataQp::create(&ctx, &plan))
+        .collect::<Result<Vec<_>, _>>()?;
     let zeros = [0u8; MSG];
-    let data = if let Some(s) = server {
+    let mut data = Vec::with_capacity(dqs.len());
+    if let Some(s) = server {
         ch.xchg(&zeros, MSG)?;
-        connect_retrying(&dq.qp, s, args.port, &param(test))?
+        for dq in &dqs {
+            data.push(connect_retrying(&dq.qp, s, args.port, &param(test))?);
+        }
     } else {
         ch.recv(MSG)?;
         let l = ctx
             .cm_listen(args.port)
             .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
         ch.send(&zeros)?;
-        let req = l
-            .get_request(Duration::from_secs(60))
-            .map_err(|e| format!("waiting for the data connection: {e}"))?;
-        req.accept(&dq.qp, &param(test), Duration::from_secs(30))
-            .map_err(|e| format!("accept the data connection: {e}"))?
-    };
+        for dq in &dqs {
+            let req = l
+                .get_request(Duration::from_secs(60))
+                .map_err(|e| format!("waiting for a data connection: {e}"))?;
+            data.push(
+                req.accept(&dq.qp, &param(test), Duration::from_secs(30))
+                    .map_err(|e| format!("accept a data connection: {e}"))?,
+            );
+        }
+    }
     ch.xchg(&zeros, MSG)?;
 
-    let attr = dq.qp.query().map_err(|e| e.to_string())?;
-    let mine = Dest {
-        lid: 0,
-        out_reads: if one_sided_reads(test) { 16 } else { 0 },
-        qpn: dq.qp.qpn().value(),
-        psn: attr.sq_psn.value(),
-        rkey: dq.mr.rkey().value(),
-        vaddr: dq.mr.addr(),
-        gid: gid_of(local),
-        srqn: 0,
-    };
-    let rem = ch.keys(&mine)?;
-    ch.keys(&mine)?;
-    ch.keys(&mine)?;
-    if !args.json {
-        print_dest(" local address", &mine, test);
-        print_dest(" remote address", &rem, test);
+    // The keys, as over TCP: per QP, per QP again and one round with QP
+    // 0's (SEND tests do the single round first).
+    let mut mine = Vec::with_capacity(dqs.len());
+    for dq in &dqs {
+        let attr = dq.qp.query().map_err(|e| e.to_string())?;
+        mine.push(Dest {
+            lid: 0,
+            out_reads: if one_sided_reads(test) { 16 } else { 0 },
+            qpn: dq.qp.qpn().value(),
+            psn: attr.sq_psn.value(),
+            rkey: dq.mr.rkey().value(),
+            vaddr: dq.mr.addr(),
+            gid: gid_of(local),
+            srqn: 0,
+        });
     }
-    let remotes = [(rem.vaddr, Rkey::new(rem.rkey))];
-    let rows = run_session(
-        &mut ch,
-        &plan,
-        std::slice::from_ref(&dq),
-        &remotes,
-        &mine,
-        client,
-    )?;
+    let rem = mine
+        .iter()
+        .map(|d| ch.keys(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    if plan.is_send {
+        ch.keys(&mine[0])?;
+    }
+    for d in &mine {
+        ch.keys(d)?;
+    }
+    if !plan.is_send {
+        ch.keys(&mine[0])?;
+    }
+    if !args.json {
+        for d in &mine {
+            print_dest(" local address", d, test);
+        }
+        for d in &rem {
+            print_dest(" remote address", d, test);
+        }
+    }
+    let remotes: Vec<(u64, Rkey)> = rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect();
+    let rows = run_session(&mut ch, &plan, &dqs, &remotes, &mine[0], client)?;
     // ib_write_lat has no closing round (over TCP it just closes).
     if test != Test::WriteLat {
-        ch.keys(&mine)?;
+        ch.keys(&mine[0])?;
     }
     // perftest's server closes the data connections; its client waits.
     if client {
-        if !data.wait_disconnect(Duration::from_secs(30)) {
-            return Err("the server did not disconnect the data connection".into());
+        if !data
+            .iter()
+            .all(|c| c.wait_disconnect(Duration::from_secs(30)))
+        {
+            return Err("the server did not disconnect the data connections".into());
         }
     } else {
-        data.disconnect(Duration::from_secs(30))
-            .map_err(|e| format!("disconnect: {e}"))?;
+        for conn in data {
+            conn.disconnect(Duration::from_secs(30))
+                .map_err(|e| format!("disconnect: {e}"))?;
+        }
     }
     print_rows(&plan, mtu, &their_version, &rows, args);
     Ok(())
