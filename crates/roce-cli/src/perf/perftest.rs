@@ -30,7 +30,7 @@ use std::time::Duration;
 use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
 use super::backend::{gid_address, link_path_mtu, open_context};
-use super::perftest_session::{print_rows, run_session, Control};
+use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
 use super::{PerfArgs, Test};
 
@@ -383,27 +383,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         q.qp.connect(Psn::new(m.psn), &ep, &opts)
             .map_err(|e| format!("cannot connect the QP: {e}"))?;
     }
-    // The printing pass and the round after RTR: SEND tests do the
-    // single round first (captured with -q 4).
-    if plan.is_send {
-        oob.hand_shake(&mine[0])?;
-    }
-    for d in &mine {
-        oob.hand_shake(d)?;
-    }
-    if !plan.is_send {
-        oob.hand_shake(&mine[0])?;
-    }
-    if !args.json {
-        for d in &mine {
-            print_dest(" local address", d, test);
-        }
-        for d in &rem {
-            print_dest(" remote address", d, test);
-        }
-    }
-
-    let remotes: Vec<(u64, Rkey)> = rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect();
+    let remotes = confirm_keys(&mut oob, &plan, &mine, &rem, args)?;
     let rows = run_session(&mut oob, &plan, &qps, &remotes, &mine[0], client)?;
     if test != Test::WriteLat {
         oob.close(&mine[0])?;

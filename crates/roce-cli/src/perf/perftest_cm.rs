@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use roce_verbs::{
     Access, CmConnection, CmError, CompletionQueue, ConnParam, ConnectOptions, Context,
-    MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendWr,
+    MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
 };
 
 use super::backend::{link_path_mtu, open_context};
-use super::perftest::{gid_of, mtu_msg, mtu_of_enum, print_dest, version_msg, Dest, Plan};
-use super::perftest_session::{print_rows, run_session, Control};
+use super::perftest::{gid_of, mtu_msg, mtu_of_enum, version_msg, Dest, Plan};
+use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
 use super::{PerfArgs, Test};
 
@@ -319,8 +319,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     }
     ch.xchg(&zeros, MSG)?;
 
-    // The keys, as over TCP: per QP, per QP again and one round with QP
-    // 0's (SEND tests do the single round first).
+    // The keys, as over TCP: per QP, then the confirming rounds.
     let mut mine = Vec::with_capacity(dqs.len());
     for dq in &dqs {
         let attr = dq.qp.query().map_err(|e| e.to_string())?;
@@ -339,24 +338,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         .iter()
         .map(|d| ch.keys(d))
         .collect::<Result<Vec<_>, _>>()?;
-    if plan.is_send {
-        ch.keys(&mine[0])?;
-    }
-    for d in &mine {
-        ch.keys(d)?;
-    }
-    if !plan.is_send {
-        ch.keys(&mine[0])?;
-    }
-    if !args.json {
-        for d in &mine {
-            print_dest(" local address", d, test);
-        }
-        for d in &rem {
-            print_dest(" remote address", d, test);
-        }
-    }
-    let remotes: Vec<(u64, Rkey)> = rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect();
+    let remotes = confirm_keys(&mut ch, &plan, &mine, &rem, args)?;
     let rows = run_session(&mut ch, &plan, &dqs, &remotes, &mine[0], client)?;
     // ib_write_lat has no closing round (over TCP it just closes).
     if test != Test::WriteLat {

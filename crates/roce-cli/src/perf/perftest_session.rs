@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::Rkey;
 
-use super::perftest::{report_msgs, Dest, Plan, VERSION};
+use super::perftest::{print_dest, report_msgs, Dest, Plan, VERSION};
 use super::perftest_traffic::{
     client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
 };
@@ -43,6 +43,38 @@ pub(crate) trait Control {
 pub(crate) enum Rows {
     Bw(Vec<BwResult>),
     Lat(Vec<LatResult>),
+}
+
+/// The key rounds after the QPs are connected, the same over TCP and
+/// over the rdma_cm channel: each QP's keys again (perftest's printing
+/// pass) and one round with QP 0's keys after RTR, SEND tests doing that
+/// single round first (captured with `-q 4`); then the keys are printed
+/// (not with `--json`). Returns the peer's buffer for each QP.
+pub(crate) fn confirm_keys(
+    ctl: &mut impl Control,
+    plan: &Plan,
+    mine: &[Dest],
+    rem: &[Dest],
+    args: &PerfArgs,
+) -> Result<Vec<(u64, Rkey)>, String> {
+    if plan.is_send {
+        ctl.keys(&mine[0])?;
+    }
+    for d in mine {
+        ctl.keys(d)?;
+    }
+    if !plan.is_send {
+        ctl.keys(&mine[0])?;
+    }
+    if !args.json {
+        for d in mine {
+            print_dest(" local address", d, plan.test);
+        }
+        for d in rem {
+            print_dest(" remote address", d, plan.test);
+        }
+    }
+    Ok(rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect())
 }
 
 /// Runs the tests of `plan` on connected `qps` (the peer's buffers in
