@@ -571,50 +571,48 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
     }
 }
 
-#[test]
-fn perftest_mode_prints_json() {
-    // Both sides of a bidirectional SEND test over perftest's exchange,
-    // with --json: one object each, nothing else on stdout.
+/// Runs `test` with `flags` and `--json` in perftest mode between two
+/// processes (server on 127.0.0.1, client on 127.0.0.2); both must exit 0
+/// and print exactly one JSON object: (client's, server's).
+fn perftest_json_pair(test: &str, flags: &[&str]) -> [Value; 2] {
     let (port, roce_port) = ports();
-    let common = [
+    let mut common = vec![
         "--perftest",
-        "-b",
-        "-s",
-        "8192",
-        "-n",
-        "300",
         "--json",
         "-p",
         &port,
         "--roce-port",
         &roce_port,
     ];
+    common.extend_from_slice(flags);
     let server = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(["perf", "send-bw", "--bind", "127.0.0.1"])
-        .args(common)
+        .args(["perf", test, "--bind", "127.0.0.1"])
+        .args(&common)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let mut args = vec!["perf", "send-bw", "127.0.0.1", "--bind", "127.0.0.2"];
-    args.extend(common);
+    let mut args = vec!["perf", test, "127.0.0.1", "--bind", "127.0.0.2"];
+    args.extend(&common);
     let c = roce(&args);
-    assert_eq!(
-        c.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&c.stderr)
-    );
     let s = server.wait_with_output().unwrap();
-    assert_eq!(
-        s.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&s.stderr)
-    );
-    for out in [&c.stdout, &s.stdout] {
-        let v: Value = serde_json::from_slice(out).expect("stdout is one JSON object");
+    [c, s].map(|o| {
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{test}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON object")
+    })
+}
+
+#[test]
+fn perftest_mode_prints_json() {
+    // Both sides of a bidirectional SEND test over perftest's exchange,
+    // with --json: one object each, nothing else on stdout.
+    for v in perftest_json_pair("send-bw", &["-b", "-s", "8192", "-n", "300"]) {
         assert_eq!(v["test"], "send-bw");
         assert_eq!(v["exchange"], "perftest");
         assert_eq!(v["bidirectional"], true);
@@ -632,48 +630,8 @@ fn perftest_rdma_cm_mode_with_several_qps() {
     // -R -q 3: three data connections made through the CM, each QP's
     // keys exchanged; the rows count the messages of all three.
     for test in ["write-bw", "send-bw"] {
-        let (port, roce_port) = ports();
-        let common = [
-            "--perftest",
-            "-R",
-            "-q",
-            "3",
-            "-s",
-            "4096",
-            "-n",
-            "100",
-            "--json",
-            "-p",
-            &port,
-            "--roce-port",
-            &roce_port,
-        ];
-        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
-            .args(["perf", test, "--bind", "127.0.0.1"])
-            .args(common)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let mut args = vec!["perf", test, "127.0.0.1", "--bind", "127.0.0.2"];
-        args.extend(common);
-        let c = roce(&args);
-        assert_eq!(
-            c.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&c.stderr)
-        );
-        let s = server.wait_with_output().unwrap();
-        assert_eq!(
-            s.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&s.stderr)
-        );
-        for out in [&c.stdout, &s.stdout] {
-            let v: Value = serde_json::from_slice(out).expect("stdout is one JSON object");
+        let flags = ["-R", "-q", "3", "-s", "4096", "-n", "100"];
+        for v in perftest_json_pair(test, &flags) {
             assert_eq!(v["qps"], 3, "{v}");
             assert_eq!(v["results"][0]["iterations"], 300, "{test}: {v}");
         }
