@@ -154,6 +154,29 @@ impl Traffic<'_> {
     }
 }
 
+/// Ends a polling loop that made no progress for [`PATIENCE`].
+struct Stall(Instant);
+
+impl Stall {
+    fn new() -> Stall {
+        Stall(Instant::now())
+    }
+
+    /// After one round of a loop: progress restarts the clock; otherwise
+    /// yield the CPU, or fail with `what` once the patience is spent.
+    fn round(&mut self, progress: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+        let now = Instant::now();
+        if progress {
+            self.0 = now;
+        } else if now - self.0 > PATIENCE {
+            return Err(what());
+        } else {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
 /// Per-QP counters of a BW loop.
 #[derive(Clone, Copy, Default)]
 struct Counts {
@@ -179,7 +202,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
     let mut times: Vec<Instant> = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(256);
     let start = Instant::now();
-    let mut last_progress = start;
+    let mut stall = Stall::new();
     let mut finished = 0;
     while finished < n {
         let mut progress = false;
@@ -216,21 +239,16 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
                 finished += 1;
             }
         }
-        let now = Instant::now();
-        if progress {
-            last_progress = now;
-        } else if now - last_progress > PATIENCE {
+        stall.round(progress, || {
             let (s, r): (u64, u64) = c
                 .iter()
                 .map(|k| (k.sent, k.received))
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-            return Err(format!(
+            format!(
                 "timed out after {s} of {} completions ({r} received)",
                 t.total()
-            ));
-        } else {
-            std::thread::yield_now();
-        }
+            )
+        })?;
     }
     let secs = times
         .last()
@@ -266,7 +284,7 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
     let mut comps = Vec::with_capacity(256);
     let mut times = Vec::with_capacity(t.cap());
     let mut start = None;
-    let mut last_progress = Instant::now();
+    let mut stall = Stall::new();
     while got.iter().any(|&g| g < iters) && !t.over() {
         let mut progress = false;
         for (i, d) in t.qps.iter().enumerate() {
@@ -283,15 +301,10 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
                 }
             }
         }
-        let now = Instant::now();
-        if progress {
-            last_progress = now;
-        } else if now - last_progress > PATIENCE {
+        stall.round(progress, || {
             let total: u64 = got.iter().sum();
-            return Err(format!("timed out after {total} of {} messages", t.total()));
-        } else {
-            std::thread::yield_now();
-        }
+            format!("timed out after {total} of {} messages", t.total())
+        })?;
     }
     let start = start.unwrap_or_else(Instant::now);
     let secs = times
