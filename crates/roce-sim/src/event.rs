@@ -1,6 +1,9 @@
-//! The deterministic event queue: a binary heap keyed by (time, sequence
+//! The deterministic event queue: a radix heap keyed by (time, sequence
 //! number), so events at the same picosecond run in the order they were
-//! scheduled, whatever the heap's internal layout.
+//! scheduled, whatever the heap's internal layout. Each half of the fabric
+//! numbers its events with its own counter, tagged with the half in the
+//! lowest bit, so an event keeps the key it was given however late it
+//! reaches the other half's queue.
 
 use crate::time::Ps;
 
@@ -42,12 +45,32 @@ pub(crate) enum Ev {
     HostTimer { host: u32 },
     /// A flow starts.
     FlowStart { flow: u32 },
-    /// Periodic queue sampling.
-    Sample,
-    /// Periodic PFC watchdog poll.
-    Watchdog,
-    /// Periodic deadlock check.
-    DeadlockCheck,
+}
+
+/// The two halves of the fabric, each with its own event queue: the
+/// hosts (their engines, applications and NIC transmitters) and the
+/// switches. Every link between the halves is a host link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Hosts = 0,
+    Switches = 1,
+}
+
+impl Ev {
+    /// The half whose state this event changes.
+    pub(crate) fn side(&self) -> Side {
+        match self {
+            Ev::Arrive { node, .. }
+            | Ev::Pfc { node, .. }
+            | Ev::TxDone { node, .. }
+            | Ev::Kick { node, .. } => match node {
+                Node::Host(_) => Side::Hosts,
+                Node::Switch(_) => Side::Switches,
+            },
+            Ev::PfcRefresh { .. } => Side::Switches,
+            Ev::HostTimer { .. } | Ev::FlowStart { .. } => Side::Hosts,
+        }
+    }
 }
 
 /// A radix heap (Ahuja, Mehlhorn, Orlin, Tarjan 1990) over 128-bit keys
@@ -64,15 +87,19 @@ pub(crate) struct EventQueue {
     /// Bit `i - 1` set when bucket `i` (1..=128) holds entries.
     nonempty: u128,
     last: u128,
+    /// Key of the last event popped.
+    popped: u128,
     len: usize,
     seq: u64,
+    /// Lowest bit of every sequence number this queue hands out.
+    tag: u64,
     processed: u64,
     high_water: usize,
 }
 
 impl Default for EventQueue {
     fn default() -> EventQueue {
-        EventQueue::with_capacity(0)
+        EventQueue::new(Side::Hosts, 0)
     }
 }
 
@@ -81,26 +108,43 @@ fn bucket_of(key: u128, last: u128) -> usize {
 }
 
 impl EventQueue {
-    pub(crate) fn with_capacity(n: usize) -> EventQueue {
+    /// A queue for `side`, with room for `n` events in the first bucket.
+    pub(crate) fn new(side: Side, n: usize) -> EventQueue {
         let mut buckets: Vec<Vec<(u128, Ev)>> = (0..129).map(|_| Vec::new()).collect();
         buckets[0].reserve(n.min(1024));
         EventQueue {
             buckets,
             nonempty: 0,
             last: 0,
+            popped: 0,
             len: 0,
             seq: 0,
+            tag: side as u64,
             processed: 0,
             high_water: 0,
         }
     }
 
+    /// The key of an event at `time` scheduled now by this queue's half.
+    pub(crate) fn key(&mut self, time: Ps) -> u128 {
+        self.seq += 1;
+        (time as u128) << 64 | (self.seq << 1 | self.tag) as u128
+    }
+
     /// Schedules `ev` at `time` (never earlier than the last event popped).
     pub(crate) fn push(&mut self, time: Ps, ev: Ev) {
-        self.seq += 1;
-        // An event in the past would break the heap's invariant; the
+        let key = self.key(time);
+        self.push_key(key, ev);
+    }
+
+    /// Schedules `ev` under a key from [`EventQueue::key`] of either half.
+    pub(crate) fn push_key(&mut self, key: u128, ev: Ev) {
+        // An event before the last one run would break the order; the
         // simulator never makes one, and clamping keeps the order sane.
-        let key = ((time as u128) << 64 | self.seq as u128).max(self.last);
+        let key = key.max(self.popped);
+        if key < self.last {
+            self.lower_last(key);
+        }
         let b = bucket_of(key, self.last);
         self.buckets[b].push((key, ev));
         if b > 0 {
@@ -108,6 +152,32 @@ impl EventQueue {
         }
         self.len += 1;
         self.high_water = self.high_water.max(self.len);
+    }
+
+    /// Re-bases the buckets on `k`, below `last` (the pending minimum a
+    /// peek settled on): an event from the other half may come in earlier
+    /// than everything pending here. Let `d` be the highest bit where `k`
+    /// and `last` differ (`last` has a one there). A pending key whose
+    /// highest bit differing from `last` is above `d` differs from `k` at
+    /// that same bit, so it keeps its bucket; every other pending key
+    /// agrees with `last` down to `d` and so first differs from `k` at
+    /// `d`: buckets `0..=d` merge into bucket `d + 1`, which was empty
+    /// (a key there would be below `last`).
+    fn lower_last(&mut self, k: u128) {
+        let b = bucket_of(self.last, k);
+        for i in 0..b {
+            if self.buckets[i].is_empty() {
+                continue;
+            }
+            let mut moved = std::mem::take(&mut self.buckets[i]);
+            self.buckets[b].append(&mut moved);
+            self.buckets[i] = moved;
+            if i > 0 {
+                self.nonempty &= !(1 << (i - 1));
+            }
+            self.nonempty |= 1 << (b - 1);
+        }
+        self.last = k;
     }
 
     /// Makes bucket 0 hold the minimum (if any event is pending).
@@ -152,6 +222,7 @@ impl EventQueue {
         }
         // Keys are unique, so bucket 0 (key == last) holds one entry.
         let (key, ev) = self.buckets[0].pop()?;
+        self.popped = key;
         self.len -= 1;
         self.processed += 1;
         Some(((key >> 64) as Ps, ev))
@@ -207,6 +278,49 @@ mod tests {
             }
         }
         assert_eq!(got, expect);
+    }
+
+    /// Keys pushed below the minimum a peek settled on (as the other
+    /// half's events arrive between windows) still come out in order.
+    #[test]
+    fn pushes_below_a_peeked_minimum_keep_the_order() {
+        let mut q = EventQueue::default();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut pending: Vec<u128> = Vec::new();
+        let mut floor: u128 = 0;
+        let mut got = Vec::new();
+        let mut expect = Vec::new();
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 4 {
+                0 | 1 => {
+                    let t = (floor >> 64) as Ps + (x >> 36) % 3000;
+                    let key = (t as u128) << 64 | ((i as u128) << 1 | 1);
+                    q.push_key(key, Ev::HostTimer { host: i });
+                    pending.push(key.max(floor));
+                }
+                2 => {
+                    // A peek: settles on the minimum without popping it.
+                    pending.sort();
+                    let want = pending.first().map(|k| (k >> 64) as Ps);
+                    assert_eq!(q.peek_time(), want);
+                }
+                _ => {
+                    if pending.is_empty() {
+                        continue;
+                    }
+                    pending.sort();
+                    let k = pending.remove(0);
+                    expect.push((k >> 64) as Ps);
+                    floor = k;
+                    got.push(q.pop().unwrap().0);
+                }
+            }
+        }
+        assert_eq!(got, expect);
+        assert!(got.len() > 3000);
     }
 
     #[test]

@@ -258,8 +258,8 @@ impl Host {
         tx.stats.tx_pkts[prio as usize] += 1;
         let done = sh.now + ser_time(wlen, tx.rate_bps);
         let me = Node::Host(self.id);
-        sh.ev.push(done, Ev::TxDone { node: me, port: 0 });
-        sh.ev.push(
+        sh.push(done, Ev::TxDone { node: me, port: 0 });
+        sh.push(
             done + tx.delay,
             Ev::Arrive {
                 node: tx.peer,
@@ -281,7 +281,7 @@ impl Host {
             let t = (t * NS).max(sh.now);
             if self.timer_at.is_none_or(|p| t < p) {
                 self.timer_at = Some(t);
-                sh.ev.push(t, Ev::HostTimer { host: self.id });
+                sh.push(t, Ev::HostTimer { host: self.id });
             }
         }
     }
@@ -299,11 +299,13 @@ impl Host {
 
     /// A datagram for this host; returns the number of flows that completed.
     pub(crate) fn arrive(&mut self, sh: &mut Shared, pkt: u32, done: &mut [FlowDone]) -> usize {
-        let d = &sh.pool.get(pkt).data;
-        if ipv4::ecn(d) == 3 {
+        let p = sh.pool.get(pkt);
+        if ipv4::ecn(p.head()) == 3 {
             self.ce_received += 1;
         }
-        self.dev.handle_datagram(sh.now / NS, d, RxInfo::default());
+        let n = p.write_to(&mut sh.scratch);
+        self.dev
+            .handle_datagram(sh.now / NS, &sh.scratch[..n], RxInfo::default());
         sh.pool.free(pkt);
         self.after_engine(sh, done)
     }
@@ -346,7 +348,7 @@ impl Host {
     /// Pause frame from the switch.
     pub(crate) fn on_pfc(&mut self, sh: &mut Shared, frame: &roce_wire::MacControl) {
         if let Some(t) = self.tx.on_pause_frame(sh.now, frame, |_| false) {
-            sh.ev.push(
+            sh.push(
                 t,
                 Ev::Kick {
                     node: Node::Host(self.id),

@@ -30,10 +30,12 @@
 pub mod config;
 pub mod dcb;
 mod event;
+mod halves;
 mod host;
 pub mod metrics;
 mod packet;
 mod port;
+mod run;
 pub mod scenario;
 mod sim;
 pub mod switch;
@@ -51,7 +53,7 @@ pub use metrics::{
     PortReport, QpCcReport, QueueSample, QueueStats, Results, ThroughputSeries,
 };
 pub use roce_core::{CcAlgorithm, CcConfig, DcqcnParams, Mlx5Params};
-pub use scenario::{parse_time, run, Error, Scenario, Workload};
+pub use scenario::{parse_time, run, run_on, Error, Scenario, Workload};
 pub use sim::{ideal_fct, Simulation};
 pub use switch::{DropCounters, WatchdogEvent};
 pub use time::Ps;

@@ -268,6 +268,8 @@ pub struct Results {
     pub wall_seconds: f64,
     /// Events per wall-clock second.
     pub events_per_second: f64,
+    /// Threads the run used (the results do not depend on it).
+    pub threads: usize,
     /// Most packets in flight at once (pool slots).
     pub packet_pool_high_water: usize,
     /// Most events pending at once in the event queue.
@@ -469,6 +471,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) end: Ps,
     pub(crate) events: u64,
     pub(crate) wall: f64,
+    pub(crate) threads: usize,
     pub(crate) mtu: u32,
     pub(crate) flows: Vec<(FlowSpec, Ps, FlowDone)>,
     pub(crate) size_buckets: &'a [u64],
@@ -650,6 +653,7 @@ pub(crate) fn collect(i: Inputs<'_>) -> Results {
         sim_time_ps: i.end,
         events: i.events,
         wall_seconds: i.wall,
+        threads: i.threads,
         events_per_second: if i.wall > 0.0 {
             i.events as f64 / i.wall
         } else {

@@ -1061,7 +1061,16 @@ fn buffer(b: &RawBuffer) -> Result<BufferConfig, Error> {
 /// Runs a scenario to its duration (or until every flow completed),
 /// reporting progress as a fraction of the duration.
 pub fn run(s: &Scenario, progress: impl FnMut(f64)) -> Results {
+    run_on(s, None, progress)
+}
+
+/// [`run`] on `threads` threads (1 or 2; `None`: as many as the machine
+/// has, up to 2). The results are the same whatever the number.
+pub fn run_on(s: &Scenario, threads: Option<usize>, progress: impl FnMut(f64)) -> Results {
     let mut sim = s.build();
+    if let Some(n) = threads {
+        sim.set_threads(n);
+    }
     sim.run(s.duration, progress);
     sim.results()
 }

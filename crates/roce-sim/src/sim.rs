@@ -8,13 +8,15 @@ use roce_core::Rkey;
 
 use crate::config::{FabricConfig, HostConfig, MetricsConfig};
 use crate::dcb::Tsa;
-use crate::event::{Ev, EventQueue, Node};
-use crate::host::{FlowDone, FlowReq, Host};
-use crate::metrics::{self, DeadlockReport, QueueSample, Results};
-use crate::packet::Pool;
-use crate::port::{pfc_frame, PortTx};
-use crate::switch::{Switch, WatchdogEvent};
-use crate::time::{ser_time, wire_len, Ps};
+use crate::event::{Ev, EventQueue, Node, Side};
+use crate::halves::{HostHalf, Schedule, SwitchHalf};
+use crate::host::{FlowDone, Host};
+use crate::metrics::{self, Results};
+use crate::packet::{Packet, Pool};
+use crate::port::PortTx;
+use crate::run;
+use crate::switch::Switch;
+use crate::time::{ser_time, wire_len, Ps, PFC_FRAME_LEN, PREAMBLE_IFG};
 use crate::topology::Topology;
 use crate::workload::FlowSpec;
 
@@ -27,6 +29,7 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
 }
 
 /// Lookup tables derived from the configuration.
+#[derive(Clone)]
 pub(crate) struct Tables {
     pub(crate) cfg: FabricConfig,
     pub(crate) dscp_prio: [u8; 64],
@@ -85,11 +88,66 @@ pub(crate) struct Shared {
     pub(crate) t: Tables,
     pub(crate) scratch: Vec<u8>,
     pub(crate) rkeys: Vec<Rkey>,
+    /// Which half of the fabric this is.
+    side: Side,
+    /// Events for the other half, in the order they were made.
+    pub(crate) out: Vec<Msg>,
 }
 
-struct FlowState {
-    spec: FlowSpec,
-    ideal: Ps,
+/// An event on its way to the other half, with the packet it carries.
+pub(crate) struct Msg {
+    key: u128,
+    ev: Ev,
+    pkt: Option<Packet>,
+}
+
+impl Shared {
+    fn new(side: Side, t: Tables) -> Shared {
+        Shared {
+            now: 0,
+            ev: EventQueue::new(side, 1 << 16),
+            pool: Pool::default(),
+            t,
+            scratch: vec![0; 8192],
+            rkeys: Vec::new(),
+            side,
+            out: Vec::new(),
+        }
+    }
+
+    /// Schedules `ev` at `time` in the half it belongs to.
+    pub(crate) fn push(&mut self, time: Ps, ev: Ev) {
+        if ev.side() == self.side {
+            self.ev.push(time, ev);
+            return;
+        }
+        let key = self.ev.key(time);
+        let pkt = match ev {
+            Ev::Arrive { pkt, .. } => Some(self.pool.take(pkt)),
+            _ => None,
+        };
+        self.out.push(Msg { key, ev, pkt });
+    }
+
+    /// Takes in the other half's events (emptying `msgs`).
+    pub(crate) fn deliver(&mut self, msgs: &mut Vec<Msg>) {
+        for m in msgs.drain(..) {
+            let ev = match (m.ev, m.pkt) {
+                (Ev::Arrive { node, port, .. }, Some(p)) => Ev::Arrive {
+                    node,
+                    port,
+                    pkt: self.pool.put(p),
+                },
+                (ev, _) => ev,
+            };
+            self.ev.push_key(m.key, ev);
+        }
+    }
+}
+
+pub(crate) struct FlowState {
+    pub(crate) spec: FlowSpec,
+    pub(crate) ideal: Ps,
 }
 
 /// A fabric with its hosts, switches and flows, ready to run.
@@ -97,37 +155,16 @@ pub struct Simulation {
     name: String,
     topo_name: String,
     seed: u64,
-    sh: Shared,
-    switches: Vec<Switch>,
-    hosts: Vec<Host>,
-    host_cfg: HostConfig,
-    mcfg: MetricsConfig,
-    flows: Vec<FlowState>,
-    /// Flow indices by start time; only the next one to start sits in the
-    /// event queue (a 100 ms run has ~10^6 flows, and a heap that holds
-    /// them all makes every event slower).
-    start_order: Vec<u32>,
-    next_start: usize,
-    done: Vec<FlowDone>,
-    completed: usize,
-    watchdog_events: Vec<WatchdogEvent>,
-    deadlocks: Vec<DeadlockReport>,
-    /// The cycle seen at the last check (its queues), since when, and
-    /// whether it was reported.
-    dl_candidate: Option<(Vec<QueueId>, Ps, bool)>,
-    queue_samples: Vec<QueueSample>,
-    /// Paused transmitters at each sampling instant (the pause timeline).
-    pause_samples: Vec<metrics::PauseSample>,
-    /// Sampling instants recorded from the convergence time on (queues
-    /// absent from one were empty).
-    sample_ticks: u64,
-    tput: BTreeMap<(u32, u32, u8), Vec<u64>>,
+    hh: HostHalf,
+    sw: SwitchHalf,
+    sched: Schedule,
+    /// Threads to run on (1 or 2).
+    threads: usize,
+    /// Threads the last run used.
+    used_threads: usize,
     wall: f64,
     end: Ps,
 }
-
-/// An egress queue: (switch, port, priority).
-type QueueId = (u32, u16, u8);
 
 /// Adjacency: per node, (port, peer, peer port, link index).
 type Adj = Vec<Vec<(u16, Node, u16, usize)>>;
@@ -242,14 +279,10 @@ impl Simulation {
     ) -> Simulation {
         let adj = adjacency(topo);
         let mut routes = routes(topo, &adj);
-        let mut sh = Shared {
-            now: 0,
-            ev: EventQueue::with_capacity(1 << 16),
-            pool: Pool::default(),
-            t: Tables::new(fabric, host_cfg.mtu),
-            scratch: vec![0; 8192],
-            rkeys: Vec::new(),
-        };
+        let tables = Tables::new(fabric, host_cfg.mtu);
+        let sched = Schedule::new(&mcfg, tables.cfg.watchdog.map(|w| w.poll));
+        let mut hsh = Shared::new(Side::Hosts, tables.clone());
+        let ssh = Shared::new(Side::Switches, tables);
         let nh = topo.hosts;
         let tx_of = |ni: usize, port: usize| {
             let (_, peer, pp, li) = adj[ni][port];
@@ -264,70 +297,101 @@ impl Simulation {
             );
             hosts.push(Host::new(h, tx_of(h as usize, 0), &host_cfg));
         }
-        sh.rkeys = hosts.iter().map(|h| h.rkey()).collect();
+        hsh.rkeys = hosts.iter().map(|h| h.rkey()).collect();
         let switches: Vec<Switch> = (0..topo.switches.len())
             .map(|s| {
                 let ni = nh as usize + s;
                 let ports = (0..adj[ni].len()).map(|p| tx_of(ni, p)).collect();
                 let r = std::mem::take(&mut routes[s]);
-                Switch::new(s as u32, topo.switches[s].clone(), ports, &sh, seed, r)
+                Switch::new(s as u32, topo.switches[s].clone(), ports, &ssh, seed, r)
             })
             .collect();
         let mut sim = Simulation {
             name: name.to_string(),
             topo_name: topo.name.clone(),
             seed,
-            sh,
-            switches,
-            hosts,
-            host_cfg,
-            flows: Vec::new(),
-            start_order: Vec::new(),
-            next_start: 0,
-            done: Vec::new(),
-            completed: 0,
-            watchdog_events: Vec::new(),
-            deadlocks: Vec::new(),
-            dl_candidate: None,
-            queue_samples: Vec::new(),
-            pause_samples: Vec::new(),
-            sample_ticks: 0,
-            tput: BTreeMap::new(),
-            mcfg,
+            hh: HostHalf {
+                sh: hsh,
+                hosts,
+                host_cfg,
+                flows: Vec::new(),
+                start_order: Vec::new(),
+                next_start: 0,
+                done: Vec::new(),
+                completed: 0,
+                all_done_at: None,
+                tput: BTreeMap::new(),
+                throughput_bin: mcfg.throughput_bin,
+                pause_samples: Vec::new(),
+                max_samples: mcfg.max_queue_samples,
+            },
+            sw: SwitchHalf {
+                sh: ssh,
+                switches,
+                mcfg,
+                watchdog_events: Vec::new(),
+                deadlocks: Vec::new(),
+                dl_candidate: None,
+                queue_samples: Vec::new(),
+                pause_samples: Vec::new(),
+                sample_ticks: 0,
+            },
+            sched,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
+            used_threads: 1,
             wall: 0.0,
             end: 0,
         };
+        let mut fs = Vec::with_capacity(flows.len());
         for f in flows {
             let hops = sim.path(f.src, f.dst);
-            let ideal = ideal_fct(f.size.max(1), sim.host_cfg.mtu, &hops);
-            sim.flows.push(FlowState { spec: f, ideal });
+            let ideal = ideal_fct(f.size.max(1), sim.hh.host_cfg.mtu, &hops);
+            fs.push(FlowState { spec: f, ideal });
         }
-        sim.start_order = (0..sim.flows.len() as u32).collect();
-        sim.start_order
-            .sort_by_key(|&i| sim.flows[i as usize].spec.start);
-        sim.schedule_next_start();
-        sim.done = vec![FlowDone::default(); sim.flows.len()];
-        if sim.mcfg.sample_interval > 0 {
-            sim.sh.ev.push(0, Ev::Sample);
-        }
-        if let Some(w) = sim.sh.t.cfg.watchdog {
-            sim.sh.ev.push(w.poll, Ev::Watchdog);
-        }
-        if sim.mcfg.deadlock_check > 0 {
-            sim.sh.ev.push(sim.mcfg.deadlock_check, Ev::DeadlockCheck);
-        }
+        let hh = &mut sim.hh;
+        hh.flows = fs;
+        hh.start_order = (0..hh.flows.len() as u32).collect();
+        let flows = &hh.flows;
+        hh.start_order
+            .sort_by_key(|&i| flows[i as usize].spec.start);
+        hh.schedule_next_start();
+        hh.done = vec![FlowDone::default(); hh.flows.len()];
         sim
+    }
+
+    /// Runs on at most `n` threads (1 or 2; the result is the same).
+    pub fn set_threads(&mut self, n: usize) {
+        self.threads = n.clamp(1, 2);
+    }
+
+    /// The smallest delay plus PFC-frame time of any host link: how far
+    /// one half may run ahead of the other (see [`crate::run`]).
+    fn lookahead(&self) -> Ps {
+        self.hh
+            .hosts
+            .iter()
+            .map(|h| &h.tx)
+            .chain(
+                self.sw
+                    .switches
+                    .iter()
+                    .flat_map(|s| s.ports.iter().filter(|p| matches!(p.peer, Node::Host(_)))),
+            )
+            .map(|tx| tx.delay + ser_time(PFC_FRAME_LEN + PREAMBLE_IFG, tx.rate_bps))
+            .min()
+            .unwrap_or(Ps::MAX)
+            .max(1)
     }
 
     /// The hops (rate, delay) from host `src` to host `dst`, following the
     /// first equal-cost next hop at each switch.
     pub fn path(&self, src: u32, dst: u32) -> Vec<(u64, Ps)> {
         let mut hops = Vec::new();
-        let h = &self.hosts[src as usize].tx;
+        let h = &self.hh.hosts[src as usize].tx;
         hops.push((h.rate_bps, h.delay));
         let mut at = h.peer;
         while let Node::Switch(s) = at {
-            let sw = &self.switches[s as usize];
+            let sw = &self.sw.switches[s as usize];
             let Some(&p) = sw.routes_to(dst).first() else {
                 break;
             };
@@ -341,349 +405,76 @@ impl Simulation {
         hops
     }
 
-    /// Puts the next flow (in start-time order) into the event queue.
-    fn schedule_next_start(&mut self) {
-        if let Some(&i) = self.start_order.get(self.next_start) {
-            let t = self.flows[i as usize].spec.start.max(self.sh.now);
-            self.sh.ev.push(t, Ev::FlowStart { flow: i });
-        }
-    }
-
-    fn start_flow(&mut self, i: u32) {
-        let f = self.flows[i as usize].spec;
-        if f.src == f.dst
-            || f.src as usize >= self.hosts.len()
-            || f.dst as usize >= self.hosts.len()
-        {
-            self.done[i as usize].failed = true;
-            return;
-        }
-        let qp = Host::connect(&mut self.hosts, f.src, f.dst, f.dscp, &self.host_cfg);
-        let rkey = self.sh.rkeys[f.dst as usize];
-        let req = FlowReq {
-            dst: f.dst,
-            size: f.size,
-        };
-        self.hosts[f.src as usize].post(&mut self.sh, qp, i, req, rkey);
-    }
-
     /// Runs until `end` (or until every flow has completed, whichever is
     /// first), calling `progress` with the fraction of `end` reached.
     pub fn run(&mut self, end: Ps, mut progress: impl FnMut(f64)) {
         let t0 = Instant::now();
-        let mut n: u64 = 0;
-        let total = self.flows.len();
-        while let Some(t) = self.sh.ev.peek_time() {
-            if t > end {
-                break;
-            }
-            let (t, ev) = self.sh.ev.pop().expect("peeked");
-            self.sh.now = t;
-            self.dispatch(ev);
-            n += 1;
-            if n & 0xffff == 0 {
-                progress(t as f64 / end.max(1) as f64);
-            }
-            if total > 0 && self.completed == total {
-                break;
-            }
-        }
-        let all_done = total > 0 && self.completed == total;
-        self.end = if all_done {
-            self.sh.now
+        let lookahead = self.lookahead();
+        let sched = self.sched.clone();
+        let (hh, sw) = (&mut self.hh, &mut self.sw);
+        let two = self.threads > 1 && lookahead >= run::MIN_PARALLEL_LOOKAHEAD;
+        self.used_threads = if two { 2 } else { 1 };
+        let stop = if two {
+            run::parallel(hh, sw, sched, lookahead, end, &mut progress)
         } else {
-            end.max(self.sh.now)
+            run::sequential(hh, sw, sched, lookahead, end, &mut progress)
         };
-        self.sh.now = self.end;
-        for h in &mut self.hosts {
+        progress(1.0);
+        self.end = stop.end;
+        self.hh.sh.now = self.end;
+        self.sw.sh.now = self.end;
+        for h in &mut self.hh.hosts {
             h.tx.finish(self.end);
         }
-        for s in &mut self.switches {
+        for s in &mut self.sw.switches {
             for p in &mut s.ports {
                 p.finish(self.end);
             }
         }
         self.wall += t0.elapsed().as_secs_f64();
-        progress(1.0);
-    }
-
-    fn dispatch(&mut self, ev: Ev) {
-        let sh = &mut self.sh;
-        match ev {
-            Ev::Arrive {
-                node: Node::Host(h),
-                pkt,
-                ..
-            } => {
-                self.record_tput(h, pkt);
-                self.completed += self.hosts[h as usize].arrive(&mut self.sh, pkt, &mut self.done);
-            }
-            Ev::Arrive {
-                node: Node::Switch(s),
-                port,
-                pkt,
-            } => self.switches[s as usize].arrive(sh, port, pkt),
-            Ev::Pfc {
-                node: Node::Host(h),
-                prio,
-                quanta,
-                ..
-            } => self.hosts[h as usize].on_pfc(sh, &pfc_frame(prio, quanta)),
-            Ev::Pfc {
-                node: Node::Switch(s),
-                port,
-                prio,
-                quanta,
-            } => self.switches[s as usize].on_pfc(sh, port, &pfc_frame(prio, quanta)),
-            Ev::TxDone {
-                node: Node::Host(h),
-                ..
-            } => self.hosts[h as usize].tx_done(sh),
-            Ev::TxDone {
-                node: Node::Switch(s),
-                port,
-            } => self.switches[s as usize].tx_done(sh, port),
-            Ev::Kick {
-                node: Node::Host(h),
-                ..
-            } => self.hosts[h as usize].try_tx(sh),
-            Ev::Kick {
-                node: Node::Switch(s),
-                port,
-            } => self.switches[s as usize].tx_done(sh, port),
-            Ev::PfcRefresh {
-                sw,
-                port,
-                prio,
-                gen,
-            } => self.switches[sw as usize].refresh(sh, port, prio, gen),
-            Ev::HostTimer { host } => {
-                self.completed += self.hosts[host as usize].on_timer(&mut self.sh, &mut self.done);
-            }
-            Ev::FlowStart { flow } => {
-                self.start_flow(flow);
-                self.next_start += 1;
-                self.schedule_next_start();
-            }
-            Ev::Sample => {
-                self.sample();
-                let dt = self.mcfg.sample_interval;
-                self.sh.ev.push(self.sh.now + dt, Ev::Sample);
-            }
-            Ev::Watchdog => {
-                for s in &mut self.switches {
-                    s.watchdog(&mut self.sh, &mut self.watchdog_events);
-                }
-                if let Some(w) = self.sh.t.cfg.watchdog {
-                    self.sh.ev.push(self.sh.now + w.poll, Ev::Watchdog);
-                }
-            }
-            Ev::DeadlockCheck => {
-                self.check_deadlock();
-                let dt = self.mcfg.deadlock_check;
-                self.sh.ev.push(self.sh.now + dt, Ev::DeadlockCheck);
-            }
-        }
-    }
-
-    fn record_tput(&mut self, h: u32, pkt: u32) {
-        let bin = self.mcfg.throughput_bin;
-        if bin == 0 {
-            return;
-        }
-        let p = self.sh.pool.get(pkt);
-        // BTH opcode after IPv4 (20) and UDP (8): skip ACKs and CNPs.
-        let op = p.data.get(28).copied().unwrap_or(0x11);
-        if matches!(op, 0x11 | 0x12 | 0x81) {
-            return;
-        }
-        let series = self.tput.entry((p.src_host, h, p.prio)).or_default();
-        let i = (self.sh.now / bin) as usize;
-        if series.len() <= i {
-            series.resize(i + 1, 0);
-        }
-        series[i] += p.data.len() as u64;
-    }
-
-    fn sample(&mut self) {
-        if self.queue_samples.len() >= self.mcfg.max_queue_samples {
-            return;
-        }
-        if self.sh.now >= self.mcfg.convergence {
-            self.sample_ticks += 1;
-        }
-        let now = self.sh.now;
-        let ports = self
-            .switches
-            .iter()
-            .flat_map(|s| {
-                s.ports
-                    .iter()
-                    .enumerate()
-                    .map(move |(o, tx)| (Node::Switch(s.id), o as u16, tx))
-            })
-            .chain(self.hosts.iter().map(|h| (Node::Host(h.id), 0, &h.tx)));
-        for (node, port, tx) in ports {
-            for prio in 0..8u8 {
-                if tx.paused(prio, now) {
-                    self.pause_samples.push(metrics::PauseSample {
-                        time_ps: now,
-                        node,
-                        port,
-                        prio,
-                    });
-                }
-            }
-        }
-        for s in &self.switches {
-            for (o, qb) in s.pq.iter().map(|p| &p.qbytes).enumerate() {
-                for (pr, &b) in qb.iter().enumerate() {
-                    if b > 0 {
-                        self.queue_samples.push(QueueSample {
-                            time_ps: self.sh.now,
-                            switch: s.id,
-                            port: o as u16,
-                            prio: pr as u8,
-                            bytes: b,
-                        });
-                    }
-                }
-            }
-        }
-    }
-
-    /// Builds the wait-for graph of paused, non-empty egress queues: queue
-    /// (S, p, prio) waits for queue (T, r, prio) when S's port p leads to T
-    /// and (T, r, prio) holds packets that entered T through that link. A
-    /// cycle that persists for `deadlock_after` is a PFC deadlock.
-    fn check_deadlock(&mut self) {
-        let now = self.sh.now;
-        let mut nodes: Vec<(u32, u16, u8, Vec<u16>)> = Vec::new();
-        for s in &self.switches {
-            for (o, pr, ins) in s.blocked_queues(&self.sh) {
-                nodes.push((s.id, o, pr, ins));
-            }
-        }
-        let cycle = find_cycle(&nodes, |i| {
-            let (s, o, pr, _) = &nodes[i];
-            let tx = &self.switches[*s as usize].ports[*o as usize];
-            let Node::Switch(t) = tx.peer else {
-                return Vec::new();
-            };
-            nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.0 == t && n.2 == *pr && n.3.contains(&tx.peer_port))
-                .map(|(j, _)| j)
-                .collect()
-        });
-        let Some(cycle) = cycle else {
-            self.dl_candidate = None;
-            return;
-        };
-        let mut key: Vec<QueueId> = cycle
-            .iter()
-            .map(|&i| (nodes[i].0, nodes[i].1, nodes[i].2))
-            .collect();
-        key.sort_unstable();
-        match &mut self.dl_candidate {
-            Some((k, since, reported)) if *k == key => {
-                if !*reported && now - *since >= self.mcfg.deadlock_after {
-                    *reported = true;
-                    let members = cycle
-                        .iter()
-                        .map(|&i| {
-                            let (s, o, pr, _) = &nodes[i];
-                            let sw = &self.switches[*s as usize];
-                            format!("{}:port{}:prio{}", sw.name, o, pr)
-                        })
-                        .collect();
-                    self.deadlocks.push(DeadlockReport {
-                        detected_ps: now,
-                        since_ps: *since,
-                        cycle: members,
-                    });
-                }
-            }
-            _ => self.dl_candidate = Some((key, now, false)),
-        }
     }
 
     /// Results so far.
     pub fn results(&self) -> Results {
+        let mut pause_samples = self.sw.pause_samples.clone();
+        pause_samples.extend_from_slice(&self.hh.pause_samples);
+        // Per instant: the switches' ports, then the hosts'.
+        pause_samples.sort_by_key(|p| p.time_ps);
+        let (hh, sw) = (&self.hh, &self.sw);
         metrics::collect(metrics::Inputs {
             name: &self.name,
             topology: &self.topo_name,
             seed: self.seed,
             end: self.end,
-            events: self.sh.ev.processed(),
+            events: hh.sh.ev.processed() + sw.sh.ev.processed(),
             wall: self.wall,
-            mtu: self.host_cfg.mtu,
-            flows: self
+            threads: self.used_threads,
+            mtu: hh.host_cfg.mtu,
+            flows: hh
                 .flows
                 .iter()
-                .zip(&self.done)
+                .zip(&hh.done)
                 .map(|(f, d)| (f.spec, f.ideal, *d))
                 .collect(),
-            size_buckets: &self.mcfg.size_buckets,
-            switches: &self.switches,
-            hosts: &self.hosts,
-            watchdog: &self.watchdog_events,
-            deadlocks: &self.deadlocks,
-            queue_samples: &self.queue_samples,
-            sample_ticks: self.sample_ticks,
-            pause_samples: &self.pause_samples,
-            sample_interval: self.mcfg.sample_interval,
-            ecn: self.sh.t.cfg.ecn,
-            tc_of: self.sh.t.tc_of,
-            convergence: self.mcfg.convergence,
-            cc: self.host_cfg.cc.algorithm.name(),
-            tput: &self.tput,
-            tput_bin: self.mcfg.throughput_bin,
-            pool_high_water: self.sh.pool.capacity(),
-            queue_high_water: self.sh.ev.high_water(),
+            size_buckets: &sw.mcfg.size_buckets,
+            switches: &sw.switches,
+            hosts: &hh.hosts,
+            watchdog: &sw.watchdog_events,
+            deadlocks: &sw.deadlocks,
+            queue_samples: &sw.queue_samples,
+            sample_ticks: sw.sample_ticks,
+            pause_samples: &pause_samples,
+            sample_interval: sw.mcfg.sample_interval,
+            ecn: sw.sh.t.cfg.ecn,
+            tc_of: sw.sh.t.tc_of,
+            convergence: sw.mcfg.convergence,
+            cc: hh.host_cfg.cc.algorithm.name(),
+            tput: &hh.tput,
+            tput_bin: sw.mcfg.throughput_bin,
+            pool_high_water: hh.sh.pool.capacity() + sw.sh.pool.capacity(),
+            queue_high_water: hh.sh.ev.high_water() + sw.sh.ev.high_water(),
         })
     }
-}
-
-/// Some cycle in the directed graph given by `succ`, as node indices.
-fn find_cycle(
-    nodes: &[(u32, u16, u8, Vec<u16>)],
-    succ: impl Fn(usize) -> Vec<usize>,
-) -> Option<Vec<usize>> {
-    let n = nodes.len();
-    // 0 = unvisited, 1 = on stack, 2 = done.
-    let mut color = vec![0u8; n];
-    let mut stack: Vec<(usize, Vec<usize>, usize)> = Vec::new();
-    for root in 0..n {
-        if color[root] != 0 {
-            continue;
-        }
-        color[root] = 1;
-        stack.push((root, succ(root), 0));
-        while let Some((u, ss, k)) = stack.last_mut() {
-            if *k < ss.len() {
-                let v = ss[*k];
-                *k += 1;
-                match color[v] {
-                    0 => {
-                        color[v] = 1;
-                        let sv = succ(v);
-                        stack.push((v, sv, 0));
-                    }
-                    1 => {
-                        let pos = stack.iter().position(|e| e.0 == v).unwrap_or(0);
-                        return Some(stack[pos..].iter().map(|e| e.0).collect());
-                    }
-                    _ => {}
-                }
-            } else {
-                color[*u] = 2;
-                stack.pop();
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -727,8 +518,8 @@ mod tests {
         };
         let mut d = vec![0u8; 998];
         repr.emit(&mut d).unwrap();
-        let sw = &mut sim.switches[0];
-        let sh = &mut sim.sh;
+        let sw = &mut sim.sw.switches[0];
+        let sh = &mut sim.sw.sh;
         let add = |sw: &mut Switch, sh: &mut Shared| {
             let id = sh.pool.alloc(&d);
             let p = sh.pool.get_mut(id);
@@ -796,7 +587,7 @@ mod tests {
             flows,
             1,
         );
-        sim.sh.ev.push(
+        sim.hh.sh.push(
             20_000_000,
             Ev::Pfc {
                 node: Node::Host(0),

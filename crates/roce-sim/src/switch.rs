@@ -275,7 +275,7 @@ impl Switch {
         let p = &self.ports[port as usize];
         let dur = roce_wire::pfc::quanta_to_ps(sh.t.cfg.pfc_quanta, p.rate_bps);
         let refresh = ((dur as f64 * sh.t.cfg.pfc_refresh) as Ps).max(1);
-        sh.ev.push(
+        sh.push(
             sh.now + refresh,
             Ev::PfcRefresh {
                 sw: self.id,
@@ -342,7 +342,7 @@ impl Switch {
         let wake = self.ports[port as usize]
             .on_pause_frame(now, frame, |p| wd[p as usize].drop_until > now);
         if let Some(t) = wake {
-            sh.ev.push(
+            sh.push(
                 t,
                 Ev::Kick {
                     node: Node::Switch(self.id),
@@ -406,7 +406,7 @@ impl Switch {
         tx.busy_until = done;
         tx.wake_pending = more;
         if more {
-            sh.ev.push(
+            sh.push(
                 done,
                 Ev::TxDone {
                     node: Node::Switch(self.id),
@@ -423,7 +423,7 @@ impl Switch {
         if sh.now < tx.busy_until {
             if !tx.wake_pending {
                 tx.wake_pending = true;
-                sh.ev.push(
+                sh.push(
                     tx.busy_until,
                     Ev::Kick {
                         node: Node::Switch(self.id),
@@ -436,7 +436,7 @@ impl Switch {
         if let Some((prio, quanta)) = self.ctrl[o].pop_front() {
             let tx = &self.ports[o];
             let done = sh.now + ser_time(PFC_FRAME_LEN + PREAMBLE_IFG, tx.rate_bps);
-            sh.ev.push(
+            sh.push(
                 done + tx.delay,
                 Ev::Pfc {
                     node: tx.peer,
@@ -466,7 +466,7 @@ impl Switch {
             if prob > 0.0
                 && (prob >= 1.0
                     || (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < prob)
-                && ipv4::mark_ce(&mut sh.pool.get_mut(pkt).data)
+                && ipv4::mark_ce(sh.pool.get_mut(pkt).head_mut())
             {
                 self.ports[o].stats.ecn_marked[pr] += 1;
             }
@@ -478,7 +478,7 @@ impl Switch {
         tx.stats.tx_bytes[pr] += flen;
         tx.stats.tx_pkts[pr] += 1;
         let done = sh.now + ser_time(wlen, tx.rate_bps);
-        sh.ev.push(
+        sh.push(
             done + tx.delay,
             Ev::Arrive {
                 node: tx.peer,

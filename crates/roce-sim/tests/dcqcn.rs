@@ -110,16 +110,31 @@ fn mlx5_variant_converges_too() {
 fn dcqcn_spares_the_victim_flow() {
     // Dumbbell 4 + 6 at 40 G: h0 → h5 shares only the left → right link
     // with an incast into h4 (senders h1..h3 on the left, h6..h9 right).
-    // The victim starts at 2 ms, into the incast's steady state.
+    // The victim starts at 2 ms, into the incast's steady state. One run
+    // is one trajectory of a chaotic system (seed 1 leaves the victim
+    // 11.8 Gb/s with DCQCN, seeds 2 and 3 about 21), so the figures are
+    // the medians of three seeds.
     let topo = Topology::dumbbell(4, 6, gbps(40), gbps(40), US);
     let mut flows = vec![flow(0, 5, 1 << 30, 2 * MS)];
     for s in [1, 2, 3, 6, 7, 8, 9] {
         flows.push(flow(s, 4, 1 << 30, 0));
     }
-    let none = run(&topo, flows.clone(), CcConfig::default(), 6 * MS, 3 * MS);
-    let dcqcn = run(&topo, flows, CcConfig::dcqcn(), 6 * MS, 3 * MS);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let victim = |r: &Results| r.series(0, 5, 3).unwrap().rate_bps(60, 120) / 1e9;
-    let (v0, v1) = (victim(&none), victim(&dcqcn));
+    let left_up = |r: &Results| r.port("left", 4).unwrap().paused_ps[3] as f64;
+    let (mut v0, mut v1, mut p0, mut p1) = (vec![], vec![], vec![], vec![]);
+    for seed in 1..=3 {
+        let none = run_seeded(&topo, flows.clone(), CcConfig::default(), seed);
+        let dcqcn = run_seeded(&topo, flows.clone(), CcConfig::dcqcn(), seed);
+        v0.push(victim(&none));
+        v1.push(victim(&dcqcn));
+        p0.push(left_up(&none));
+        p1.push(left_up(&dcqcn));
+    }
+    let (v0, v1, p0, p1) = (median(v0), median(v1), median(p0), median(p1));
     // PFC alone: the victim is paused with the incast, down to about the
     // incast's per-flow share; DCQCN leaves it the link's spare capacity.
     assert!(v0 < 10.0, "victim without CC: {v0} Gb/s");
@@ -127,8 +142,27 @@ fn dcqcn_spares_the_victim_flow() {
         v1 > 2.0 * v0 && v1 > 15.0,
         "victim with DCQCN: {v1} vs {v0}"
     );
-    let left_up = |r: &Results| r.port("left", 4).unwrap().paused_ps[3];
-    let (p0, p1) = (left_up(&none), left_up(&dcqcn));
-    assert!(p0 > 1_000_000_000, "left→right paused {p0} ps");
-    assert!(p1 * 10 < p0, "left→right paused {p1} ps with DCQCN vs {p0}");
+    assert!(p0 > 1e9, "left→right paused {p0} ps");
+    assert!(
+        p1 * 10.0 < p0,
+        "left→right paused {p1} ps with DCQCN vs {p0}"
+    );
+}
+
+/// The victim scenario's 6 ms run (converged from 3 ms) with `seed`.
+fn run_seeded(topo: &Topology, flows: Vec<FlowSpec>, cc: CcConfig, seed: u64) -> Results {
+    let host = HostConfig {
+        cc,
+        ..HostConfig::default()
+    };
+    let m = MetricsConfig {
+        sample_interval: 5 * US,
+        throughput_bin: 50 * US,
+        deadlock_check: 0,
+        convergence: 3 * MS,
+        ..MetricsConfig::default()
+    };
+    let mut sim = Simulation::new("dcqcn", topo, fabric(), host, m, flows, seed);
+    sim.run(6 * MS, |_| {});
+    sim.results()
 }

@@ -134,6 +134,7 @@ fn shipped_scenarios_parse() {
 fn strip_wall(mut r: Results) -> Results {
     r.wall_seconds = 0.0;
     r.events_per_second = 0.0;
+    r.threads = 0;
     r
 }
 
@@ -150,6 +151,25 @@ fn same_seed_same_results_other_seed_other_results() {
     let c = strip_wall(run(&s2, |_| {}));
     assert_ne!(a.flows, c.flows);
     assert_ne!(a.events, c.events);
+}
+
+/// The hosts and the switches on two threads give exactly the results of
+/// one thread: every flow, counter, sample, pause and watchdog action
+/// (the scenario has PFC, ECN, a watchdog, sampling and an incast).
+#[test]
+fn two_threads_give_the_results_of_one() {
+    let s = Scenario::from_toml(BASE).unwrap();
+    let one = run_on(&s, Some(1), |_| {});
+    let two = run_on(&s, Some(2), |_| {});
+    assert_eq!((one.threads, two.threads), (1, 2));
+    let (one, two) = (strip_wall(one), strip_wall(two));
+    assert!(one.flows_completed > 10 && !one.queue_samples.is_empty());
+    assert!(one
+        .ports
+        .iter()
+        .any(|p| p.tx_pkts.iter().sum::<u64>() > 1000));
+    assert_eq!(one, two);
+    assert_eq!(one.to_json(), two.to_json());
 }
 
 #[test]

@@ -35,6 +35,10 @@ pub(crate) struct SimArgs {
     /// `500us`, `10ms`).
     #[arg(long, value_name = "T")]
     duration: Option<String>,
+    /// Threads: 1, or 2 to run the hosts and the switches on two cores
+    /// (the default when the machine has two; the results are identical).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=2))]
+    threads: Option<u8>,
 }
 
 pub(crate) fn run(args: &SimArgs) -> i32 {
@@ -70,7 +74,7 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
         b.set_message(sc.name.clone());
         b
     });
-    let results = roce_sim::run(&sc, |f| {
+    let results = roce_sim::run_on(&sc, args.threads.map(usize::from), |f| {
         if let Some(b) = &bar {
             b.set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
         }
