@@ -1,9 +1,13 @@
 //! A deterministic discrete-event simulator of a lossless Ethernet fabric
 //! whose hosts run the real roce-core engine.
 //!
-//! * **Time** is integer picoseconds ([`Ps`]); events sit in a binary heap
+//! * **Time** is integer picoseconds ([`Ps`]); events sit in radix heaps
 //!   keyed by (time, sequence number), so a run is a pure function of the
 //!   scenario and its seed.
+//! * **Two halves**: the hosts and the switches each have their own event
+//!   queue and exchange messages between windows as long as the smallest
+//!   host-link delay (conservative synchronisation, `run.rs`), on one
+//!   thread or two; the results are identical either way.
 //! * **Packets** are the IP datagrams `roce_core::Device::poll_transmit`
 //!   emits, carried with metadata (priority from the DSCP by the
 //!   `dscp-prio` map, ingress port, destination). Receivers run
