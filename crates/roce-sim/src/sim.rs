@@ -606,6 +606,77 @@ mod tests {
         assert!(extra <= pause && extra + 90_000 >= pause, "extra {extra}");
     }
 
+    /// Which priorities leave port 0 of a star's switch, in order, when 20
+    /// data frames (DSCP 26, priority 3) from h1 are queued for h0 and
+    /// then a CNP from h2 arrives with `cnp_dscp`.
+    fn departures_after_a_cnp(cnp_dscp: u8) -> Vec<u8> {
+        let topo = Topology::star(3, gbps(100), 1_000_000);
+        let mut sim = Simulation::new(
+            "cnp",
+            &topo,
+            FabricConfig::default(),
+            HostConfig::default(),
+            MetricsConfig::default(),
+            Vec::new(),
+            1,
+        );
+        let dgram = |dscp: u8, len: usize| {
+            let repr = roce_wire::Ipv4Repr {
+                src: crate::host::host_ip(1),
+                dst: crate::host::host_ip(0),
+                dscp,
+                ecn: roce_wire::Ecn::NotEct,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+                payload_len: len - 20,
+            };
+            let mut d = vec![0u8; len];
+            repr.emit(&mut d).unwrap();
+            d
+        };
+        let data = dgram(26, 1068);
+        // IPv4 + UDP + BTH (opcode 0x81) + 16 reserved bytes + ICRC.
+        let mut cnp = dgram(cnp_dscp, 60);
+        cnp[28] = 0x81;
+        let sw = &mut sim.sw.switches[0];
+        let sh = &mut sim.sw.sh;
+        let add = |sw: &mut Switch, sh: &mut Shared, d: &[u8], in_port: u16| {
+            let id = sh.pool.alloc(d);
+            let prio = sh.t.dscp_prio[crate::packet::ipv4::dscp(d) as usize];
+            let p = sh.pool.get_mut(id);
+            p.prio = prio;
+            p.dst_host = 0;
+            sw.arrive(sh, in_port, id);
+        };
+        for _ in 0..20 {
+            add(sw, sh, &data, 1);
+        }
+        assert_eq!(sh.out.len(), 1, "one frame on the wire, 19 queued");
+        add(sw, sh, &cnp, 2);
+        while sh.out.len() < 21 {
+            sh.now = sw.ports[0].busy_until;
+            sw.tx_done(sh, 0);
+        }
+        sh.out
+            .iter()
+            .map(|m| m.pkt.as_ref().unwrap().prio)
+            .collect()
+    }
+
+    #[test]
+    fn a_cnp_overtakes_the_data_queued_at_its_egress() {
+        // DSCP 48 is priority 6, a strict TC: the CNP leaves right after
+        // the frame already on the wire.
+        let strict = departures_after_a_cnp(48);
+        assert_eq!(strict[..3], [3, 6, 3]);
+        assert_eq!(strict.iter().filter(|&&p| p == 6).count(), 1);
+        // Sent in the data's class instead, it waits behind all 19.
+        let same = departures_after_a_cnp(26);
+        assert!(same.iter().all(|&p| p == 3));
+        assert_eq!(same.len(), 21);
+    }
+
     #[test]
     fn ecmp_routes_use_every_equal_cost_next_hop() {
         let t = Topology::leaf_spine(2, 4, 2, gbps(100), gbps(100), 1_000_000);
