@@ -92,6 +92,8 @@ impl Host {
         // A hardware NIC's window, not rxe's 128 PSNs: at 100 Gb/s and
         // microsecond round trips 128 packets would cap a flow.
         c.max_unacked_psns = 0;
+        // A NIC that arbitrates between QPs packet by packet.
+        c.tx_burst = 1;
         let mut dev = Device::new(c);
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(1 << 16);

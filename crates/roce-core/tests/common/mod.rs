@@ -42,8 +42,18 @@ impl Host {
     }
 
     pub fn with_mtu(addr: &str, mem_len: usize, base: u64, mtu: u32) -> Host {
+        Host::with_config(addr, mem_len, base, |c| c.active_mtu = mtu)
+    }
+
+    /// A host whose device configuration `tweak` adjusts.
+    pub fn with_config(
+        addr: &str,
+        mem_len: usize,
+        base: u64,
+        tweak: impl Fn(&mut DeviceConfig),
+    ) -> Host {
         let mut cfg = DeviceConfig::new(addr.parse().unwrap());
-        cfg.active_mtu = mtu;
+        tweak(&mut cfg);
         let mut dev = Device::new(cfg);
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(4096);
@@ -121,10 +131,15 @@ impl World {
     }
 
     pub fn with_mtu(mem_len: usize, mtu: u32) -> World {
+        World::with_config(mem_len, |c| c.active_mtu = mtu)
+    }
+
+    /// Two hosts whose device configurations `tweak` adjusts.
+    pub fn with_config(mem_len: usize, tweak: impl Fn(&mut DeviceConfig)) -> World {
         World {
             hosts: [
-                Host::with_mtu("10.0.0.1", mem_len, 0x1000_0000, mtu),
-                Host::with_mtu("10.0.0.2", mem_len, 0x2000_0000, mtu),
+                Host::with_config("10.0.0.1", mem_len, 0x1000_0000, &tweak),
+                Host::with_config("10.0.0.2", mem_len, 0x2000_0000, &tweak),
             ],
             now: 0,
             latency: 1_000,
