@@ -22,6 +22,18 @@ fn fabric() -> FabricConfig {
 }
 
 fn run(topo: &Topology, flows: Vec<FlowSpec>, cc: CcConfig, end: Ps, conv: Ps) -> Results {
+    run_seeded(topo, flows, cc, end, conv, 1)
+}
+
+/// Runs until `end`, fairness measured from `conv`, with `seed`.
+fn run_seeded(
+    topo: &Topology,
+    flows: Vec<FlowSpec>,
+    cc: CcConfig,
+    end: Ps,
+    conv: Ps,
+    seed: u64,
+) -> Results {
     let host = HostConfig {
         cc,
         ..HostConfig::default()
@@ -33,7 +45,7 @@ fn run(topo: &Topology, flows: Vec<FlowSpec>, cc: CcConfig, end: Ps, conv: Ps) -
         convergence: conv,
         ..MetricsConfig::default()
     };
-    let mut sim = Simulation::new("dcqcn", topo, fabric(), host, m, flows, 1);
+    let mut sim = Simulation::new("dcqcn", topo, fabric(), host, m, flows, seed);
     sim.run(end, |_| {});
     sim.results()
 }
@@ -127,8 +139,22 @@ fn dcqcn_spares_the_victim_flow() {
     let left_up = |r: &Results| r.port("left", 4).unwrap().paused_ps[3] as f64;
     let (mut v0, mut v1, mut p0, mut p1) = (vec![], vec![], vec![], vec![]);
     for seed in 1..=3 {
-        let none = run_seeded(&topo, flows.clone(), CcConfig::default(), seed);
-        let dcqcn = run_seeded(&topo, flows.clone(), CcConfig::dcqcn(), seed);
+        let none = run_seeded(
+            &topo,
+            flows.clone(),
+            CcConfig::default(),
+            6 * MS,
+            3 * MS,
+            seed,
+        );
+        let dcqcn = run_seeded(
+            &topo,
+            flows.clone(),
+            CcConfig::dcqcn(),
+            6 * MS,
+            3 * MS,
+            seed,
+        );
         v0.push(victim(&none));
         v1.push(victim(&dcqcn));
         p0.push(left_up(&none));
@@ -147,22 +173,4 @@ fn dcqcn_spares_the_victim_flow() {
         p1 * 10.0 < p0,
         "left→right paused {p1} ps with DCQCN vs {p0}"
     );
-}
-
-/// The victim scenario's 6 ms run (converged from 3 ms) with `seed`.
-fn run_seeded(topo: &Topology, flows: Vec<FlowSpec>, cc: CcConfig, seed: u64) -> Results {
-    let host = HostConfig {
-        cc,
-        ..HostConfig::default()
-    };
-    let m = MetricsConfig {
-        sample_interval: 5 * US,
-        throughput_bin: 50 * US,
-        deadlock_check: 0,
-        convergence: 3 * MS,
-        ..MetricsConfig::default()
-    };
-    let mut sim = Simulation::new("dcqcn", topo, fabric(), host, m, flows, seed);
-    sim.run(6 * MS, |_| {});
-    sim.results()
 }
