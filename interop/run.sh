@@ -251,9 +251,7 @@ for tool in $PERFTEST_TOOLS; do
         case_dir="$OUT/perftest-$tool-$role"
         pf="-n 200 -p $port"
         case $tool in *_bw) [ "$tool" = atomic_bw ] || pf="$pf -s 4096" ;; esac
-        # rdma_cm mode (-R) picks its GID itself, as in the -R section.
-        xg="-x $(peer_gidx) -F"; case " $flags " in *" -R "*) xg="" ;; esac
-        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) $xg $pf"
+        theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
         theirs_cli="$theirs_srv $HOST_IP"
         ours_srv=("$ROCE" perf "${tool/_/-}" --perftest --bind "$HOST_IP" $pf)
         ours_cli=("${ours_srv[@]}" "$PEER_IP")
