@@ -384,6 +384,10 @@ fn tcpdump(lab: &Lab, file: &Path) -> Option<Guard> {
         &f,
         "-U",
         "--immediate-mode",
+        // A 64 MiB ring: at AF_PACKET rates the default 2 MiB drops most
+        // of a run, and with it the few ACKs of the passive side.
+        "-B",
+        "65536",
         "-s",
         "0",
         "-Z",
