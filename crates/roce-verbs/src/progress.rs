@@ -64,16 +64,17 @@ fn min_opt(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
     }
 }
 
-/// One round: receive, run timers, transmit, raise events. With
-/// `ask_backend`, the deadline includes the backend's `poll_at` (which may
-/// take a lock the peer contends for, so inline steps skip it).
-pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool) -> StepOutcome {
+/// One round: receive (unless `receive` is false), run timers, transmit,
+/// raise events. With `ask_backend`, the deadline includes the backend's
+/// `poll_at` (which may take a lock the peer contends for, so inline steps
+/// skip it).
+pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool, receive: bool) -> StepOutcome {
     let now = shared.now();
     let mut out = StepOutcome::default();
     let Io { backend, rx, tx } = io;
 
     // Receive everything that has arrived (bounded, to keep sending).
-    for _ in 0..4 {
+    for _ in 0..if receive { 4 } else { 0 } {
         // Backend errors are counted by the backend; try again next round.
         let n: usize = backend.recv(now, rx).unwrap_or_default();
         if n == 0 {
@@ -174,11 +175,11 @@ fn collect_events(
 /// Runs a step on the calling (application) thread if no other thread is
 /// driving the I/O, then makes sure the progress thread will see any new
 /// timer. Returns whether a step ran.
-pub(crate) fn inline_step(shared: &Shared) -> bool {
+pub(crate) fn inline_step(shared: &Shared, receive: bool) -> bool {
     let out = match shared.io.try_lock() {
-        Ok(mut io) => step(shared, &mut io, false),
+        Ok(mut io) => step(shared, &mut io, false, receive),
         Err(TryLockError::WouldBlock) => return false,
-        Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), false),
+        Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), false, receive),
     };
     let wake_at = shared.wake_at.load(Ordering::Acquire);
     if out.more || out.deadline.is_some_and(|d| d < wake_at) {
@@ -188,8 +189,11 @@ pub(crate) fn inline_step(shared: &Shared) -> bool {
 }
 
 /// After a post: transmit now (inline) or have the progress thread do it.
+/// The inline step only transmits: whatever has arrived is taken by the
+/// next poll (or the progress thread), and the post is not held up by a
+/// receive call that usually finds nothing.
 pub(crate) fn kick(shared: &Shared) {
-    if !(shared.cfg.inline_progress && inline_step(shared)) {
+    if !(shared.cfg.inline_progress && inline_step(shared, false)) {
         shared.unpark();
     }
 }
@@ -204,11 +208,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let mut last_work = shared.now();
     while !shared.shutdown.load(Ordering::Acquire) {
         let out = match shared.io.try_lock() {
-            Ok(mut io) => step(&shared, &mut io, true),
+            Ok(mut io) => step(&shared, &mut io, true, true),
             // An application thread is driving progress right now: count
             // it as the last work, and park if it keeps doing so.
             Err(TryLockError::WouldBlock) => StepOutcome::default(),
-            Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), true),
+            Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), true, true),
         };
         let now = shared.now();
         if out.work || out.more {
