@@ -252,6 +252,43 @@ impl QueuePair {
         r
     }
 
+    /// `ibv_post_send` with a list: posts `wrs` in order under one lock
+    /// and transmits once, so a burst of small messages leaves in a few
+    /// system calls instead of one each. Stops at the first WR refused and
+    /// returns how many were posted before it with the error (as
+    /// `bad_wr`); the WRs after it are not posted.
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<(), (usize, Error)> {
+        let shared = self.shared();
+        let mut posted = 0;
+        let mut refused = None;
+        // Region references a post did not keep are dropped unlocked.
+        let mut refs = Vec::new();
+        let mut unkept = Vec::new();
+        {
+            let mut core = shared.core();
+            for wr in wrs {
+                let r = self.post_send_locked(&mut core, wr, &mut refs, None);
+                unkept.append(&mut refs);
+                if let Err((e, _)) = r {
+                    refused = Some(e);
+                    break;
+                }
+                posted += 1;
+            }
+        }
+        drop(unkept);
+        if posted > 0 {
+            progress::kick(shared);
+        }
+        match refused {
+            None => Ok(()),
+            Some(e) => Err((posted, e)),
+        }
+    }
+
     /// A UD send through an address handle: sets `wr.ud` to `ah`'s
     /// destination, `remote_qpn` and `qkey`, then posts.
     pub fn post_send_ud(

@@ -330,3 +330,54 @@ fn post_errors_are_values() {
     assert_eq!(a.qp.state(), QpState::Rts);
     assert_eq!(a.qp.query().unwrap().dest_qp_num, b.qp.qpn());
 }
+
+/// A list of WRITEs posted at once lands in order; a WR refused in the
+/// middle stops the list there, as `bad_wr` does.
+#[test]
+fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
+    let (a, b) = pair(QpType::Rc);
+    let local = a.pd.reg_mr(pattern(64 * 100, 3), Access::NONE).unwrap();
+    let remote = b.pd.reg_mr(vec![0u8; 64 * 100], ALL).unwrap();
+    let r = remote.remote();
+    let write = |i: u64| {
+        SendWr::rdma(
+            i,
+            SendOp::Write,
+            vec![local.sge(64 * i, 64)],
+            r.addr + 64 * i,
+            r.rkey,
+        )
+    };
+    a.qp.post_send_list((0..100).map(write)).unwrap();
+    let done = a.cq.poll_until(100, WAIT).unwrap();
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (0..100).collect::<Vec<_>>());
+    assert!(done.iter().all(|c| c.is_success()));
+    assert_eq!(remote.to_vec().unwrap(), pattern(64 * 100, 3));
+
+    // WR 2 of 4 names an lkey that does not exist: 0 and 1 are posted.
+    let mut bad = write(101);
+    bad.payload = roce_core::Payload::Sgl(vec![Sge {
+        addr: 0,
+        length: 8,
+        lkey: roce_core::Lkey::new(0xdead),
+    }]);
+    let list = vec![write(0), write(1), bad, write(3)];
+    let (posted, err) = a.qp.post_send_list(list).unwrap_err();
+    assert_eq!(posted, 2);
+    assert!(matches!(err, Error::UnknownLkey(_)), "{err:?}");
+    let ids: Vec<u64> =
+        a.cq.poll_until(2, WAIT)
+            .unwrap()
+            .iter()
+            .map(|c| c.wr_id)
+            .collect();
+    assert_eq!(ids, [0, 1]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(
+        a.cq.poll_until(1, std::time::Duration::from_millis(50))
+            .unwrap()
+            .len(),
+        0
+    );
+}

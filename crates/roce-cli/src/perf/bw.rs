@@ -122,6 +122,7 @@ fn drive(
     let depth = (p.tx_depth as u64).min((INFLIGHT_BUDGET / (size.max(1) * nq as u64)).max(2));
     let peer_pattern = s.peer_pattern(size as usize);
     let mut comps = Vec::with_capacity(256);
+    let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let progress = super::lat::progress_bar(p.duration);
     let start = Instant::now();
     let deadline = p.duration.map(|d| start + Duration::from_secs_f64(d));
@@ -131,8 +132,11 @@ fn drive(
         let stop_posting = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d);
         if requester && !stop_posting {
             for q in 0..nq {
-                while posted[q] < per_qp_target && posted[q] - done[q] < depth {
-                    let seq = posted[q];
+                // What the window has room for goes out as one list (one
+                // doorbell: a few system calls for a burst of messages).
+                let mut next = posted[q];
+                while next < per_qp_target && next - done[q] < depth {
+                    let seq = next;
                     let local = s.mr.sge(
                         s.slot_off(q) + s.max_size,
                         if p.test.is_atomic() { 8 } else { size as u32 },
@@ -152,10 +156,15 @@ fn drive(
                     if !(last || seq % every == every - 1) {
                         wr.flags = SendFlags::default();
                     }
-                    s.qps[q]
-                        .post_send(wr)
-                        .map_err(|e| format!("post_send: {e}"))?;
-                    posted[q] += 1;
+                    batch.push(wr);
+                    next += 1;
+                }
+                if !batch.is_empty() {
+                    let r = s.qps[q].post_send_list(batch.drain(..));
+                    posted[q] = next;
+                    if let Err((n, e)) = r {
+                        return Err(format!("post_send (WR {} of the list): {e}", n + 1));
+                    }
                 }
             }
         }

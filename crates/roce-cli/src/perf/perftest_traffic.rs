@@ -215,10 +215,18 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
         }
         for (i, d) in t.qps.iter().enumerate() {
             let k = &mut c[i];
-            while !over && k.posted < iters && k.posted - k.sent < depth {
-                let wr = t.send_wr(i, SEND_BIT | k.posted);
-                d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-                k.posted += 1;
+            // What the window has room for goes out as one list.
+            let room = if over {
+                0
+            } else {
+                (iters.saturating_sub(k.posted)).min(depth.saturating_sub(k.posted - k.sent))
+            };
+            if room > 0 {
+                let first = k.posted;
+                let list = (first..first + room).map(|j| t.send_wr(i, SEND_BIT | j));
+                let r = d.qp.post_send_list(list);
+                k.posted += room;
+                r.map_err(|(_, e)| format!("post_send: {e}"))?;
             }
             d.poll(&mut comps)?;
             let now = Instant::now();
