@@ -585,7 +585,23 @@ impl UdpBackend {
                 ident: u16::try_from(k).unwrap_or(0),
                 sport,
             };
-            let icrc = (!wire.matches(&h)).then(|| hdr::icrc_for_wire(d, &h, &wire));
+            let icrc = if wire.matches(&h) {
+                None
+            } else if h.ip_hlen == ipv4::HEADER_LEN
+                && h.src == wire.src
+                && h.sport == wire.sport
+                && h.dont_frag
+                && h.ident.max(wire.ident) <= hdr::MAX_SOLVED_ID
+            {
+                // Only the IPv4 ID differs (a GSO segment's number): move
+                // the engine's ICRC to it instead of computing it again.
+                let mut own = [0u8; 4];
+                own.copy_from_slice(&d[d.len() - 4..]);
+                let udp_len = d.len() - h.ip_hlen;
+                Some(self.solver.move_id(udp_len, own, h.ident, wire.ident))
+            } else {
+                Some(hdr::icrc_for_wire(d, &h, &wire))
+            };
             self.segs.push(Seg {
                 idx: i,
                 payload_at,

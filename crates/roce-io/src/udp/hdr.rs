@@ -329,6 +329,26 @@ impl IdSolver {
         b
     }
 
+    /// The ICRC (wire bytes) of an IPv4 datagram whose UDP length is
+    /// `udp_len` and whose ICRC is `icrc` while its identification is
+    /// `from`, once the identification is `to` (both at most
+    /// [`MAX_SOLVED_ID`]): the same linearity, run forwards. A GSO sender
+    /// gets each segment's ICRC from the engine's for ID 0 with a few XORs
+    /// instead of a second CRC over the datagram.
+    pub(crate) fn move_id(&mut self, udp_len: usize, icrc: [u8; 4], from: u16, to: u16) -> [u8; 4] {
+        debug_assert!(from <= MAX_SOLVED_ID && to <= MAX_SOLVED_ID);
+        let r = 8 + ipv4::HEADER_LEN + udp_len - icrc::LEN - 14;
+        let b = self.basis(r);
+        let k = from ^ to;
+        let mut d = 0;
+        for (j, v) in b.iter().enumerate() {
+            if k & (1 << j) != 0 {
+                d ^= v;
+            }
+        }
+        (u32::from_le_bytes(icrc) ^ d).to_le_bytes()
+    }
+
     /// The identification in 1..=[`MAX_SOLVED_ID`] that turns `computed`
     /// (the ICRC for ID 0, wire bytes) into `received`, for an IPv4
     /// datagram whose UDP length is `udp_len`.
@@ -493,6 +513,16 @@ mod solver_tests {
                 let wk = WireFields { ident: k, ..w0 };
                 let ck = icrc_for_wire(&d, &h, &wk);
                 assert_eq!(solver.solve(udp_len, c0, ck), Some(k), "len {len} id {k}");
+            }
+            // Forwards: the ICRC for ID k from the one for ID j.
+            for (j, k) in [(0u16, 1u16), (0, 63), (5, 64), (127, 0)] {
+                let cj = icrc_for_wire(&d, &h, &WireFields { ident: j, ..w0 });
+                let ck = icrc_for_wire(&d, &h, &WireFields { ident: k, ..w0 });
+                assert_eq!(
+                    solver.move_id(udp_len, cj, j, k),
+                    ck,
+                    "len {len} {j} -> {k}"
+                );
             }
             let far = WireFields {
                 ident: 0x4321,
