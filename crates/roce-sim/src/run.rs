@@ -26,12 +26,6 @@ use crate::time::Ps;
 /// Windows shorter than this are not worth a thread handover.
 pub(crate) const MIN_PARALLEL_LOOKAHEAD: Ps = 100_000;
 
-/// Where a run stopped.
-pub(crate) struct Stop {
-    /// Last instant simulated: `end`, or when the last flow completed.
-    pub(crate) end: Ps,
-}
-
 /// The next window: starts at the earliest pending instant (events of
 /// either half, or a periodic task); `None` when the run is over.
 fn next_start(peeks: [Option<Ps>; 2], sched: &Schedule, end: Ps) -> Option<Ps> {
@@ -52,7 +46,8 @@ fn swap_mail(from: &mut Shared, to: &mut Shared) {
     from.out = out;
 }
 
-/// Runs both halves on this thread.
+/// Runs both halves on this thread. Returns the last instant simulated:
+/// `end`, or when the last flow completed.
 pub(crate) fn sequential(
     h: &mut HostHalf,
     s: &mut SwitchHalf,
@@ -60,7 +55,7 @@ pub(crate) fn sequential(
     lookahead: Ps,
     end: Ps,
     mut progress: impl FnMut(f64),
-) -> Stop {
+) -> Ps {
     let mut windows: u64 = 0;
     loop {
         swap_mail(&mut h.sh, &mut s.sh);
@@ -88,9 +83,7 @@ pub(crate) fn sequential(
             progress(start as f64 / end.max(1) as f64);
         }
     }
-    Stop {
-        end: h.all_done_at.unwrap_or(end),
-    }
+    h.all_done_at.unwrap_or(end)
 }
 
 /// A two-party barrier that spins briefly, then yields. If the other
@@ -197,7 +190,8 @@ fn half_loop(
     }
 }
 
-/// Runs the switches on a second thread and the hosts on this one.
+/// Runs the switches on a second thread and the hosts on this one; the
+/// result is [`sequential`]'s.
 pub(crate) fn parallel(
     h: &mut HostHalf,
     s: &mut SwitchHalf,
@@ -205,7 +199,7 @@ pub(crate) fn parallel(
     lookahead: Ps,
     end: Ps,
     mut progress: impl FnMut(f64),
-) -> Stop {
+) -> Ps {
     let link = Link {
         mail: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
         peek: [AtomicU64::new(NONE), AtomicU64::new(NONE)],
@@ -231,7 +225,5 @@ pub(crate) fn parallel(
         });
     });
     // Messages still in the mailboxes were for instants past the end.
-    Stop {
-        end: h.all_done_at.unwrap_or(end),
-    }
+    h.all_done_at.unwrap_or(end)
 }

@@ -414,13 +414,12 @@ impl Simulation {
         let (hh, sw) = (&mut self.hh, &mut self.sw);
         let two = self.threads > 1 && lookahead >= run::MIN_PARALLEL_LOOKAHEAD;
         self.used_threads = if two { 2 } else { 1 };
-        let stop = if two {
+        self.end = if two {
             run::parallel(hh, sw, sched, lookahead, end, &mut progress)
         } else {
             run::sequential(hh, sw, sched, lookahead, end, &mut progress)
         };
         progress(1.0);
-        self.end = stop.end;
         self.hh.sh.now = self.end;
         self.sw.sh.now = self.end;
         for h in &mut self.hh.hosts {
