@@ -150,7 +150,9 @@ impl CompletionQueue {
 
     /// Polls one completion.
     pub fn poll_one(&self) -> Result<Option<Completion>, Error> {
-        let mut v = Vec::with_capacity(1);
+        // Allocates only when a completion is there: busy-polling loops
+        // call this on an empty CQ over and over.
+        let mut v = Vec::new();
         self.poll(&mut v, 1)?;
         Ok(v.pop())
     }
