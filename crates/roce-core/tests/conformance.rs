@@ -32,14 +32,7 @@ fn ghost_ack() {
         }
     });
     w.hosts[1].write(0, &[0xff]);
-    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    w.hosts[0]
-        .dev
-        .post_send(
-            qa,
-            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(100, 1)], va, rkey),
-        )
-        .unwrap();
+    w.post_rdma(qa, SendOp::Read, 100, 1, 0);
     w.settle(100_000);
     let ca = w.hosts[0].poll();
     assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RetryExcErr));
@@ -85,14 +78,7 @@ fn implied_nak_sequence_error_retry_limit_exceeded() {
         }
     });
     w.hosts[1].write(0, &[0xff; 3000]);
-    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    w.hosts[0]
-        .dev
-        .post_send(
-            qa,
-            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(8192, 3000)], va, rkey),
-        )
-        .unwrap();
+    w.post_rdma(qa, SendOp::Read, 8192, 3000, 0);
     w.settle(100_000);
     let ca = w.hosts[0].poll();
     assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RetryExcErr));
@@ -126,14 +112,7 @@ fn implied_nak_sequence_error_retry_limit_not_exceeded() {
     });
     let data: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
     w.hosts[1].write(0, &data);
-    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    w.hosts[0]
-        .dev
-        .post_send(
-            qa,
-            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(8192, 3000)], va, rkey),
-        )
-        .unwrap();
+    w.post_rdma(qa, SendOp::Read, 8192, 3000, 0);
     w.settle(100_000);
     let ca = w.hosts[0].poll();
     assert_eq!(
@@ -189,14 +168,7 @@ fn rkey_violation() {
         }
     });
     w.hosts[1].write(0, &[0xff]);
-    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    w.hosts[0]
-        .dev
-        .post_send(
-            qa,
-            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(100, 1)], va, rkey),
-        )
-        .unwrap();
+    w.post_rdma(qa, SendOp::Read, 100, 1, 0);
     w.settle(100_000);
     let ca = w.hosts[0].poll();
     assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RemAccessErr));
@@ -223,14 +195,7 @@ fn write_partial_retry() {
     });
     let data: Vec<u8> = (0..4096u32).map(|i| (i / 3) as u8).collect();
     w.hosts[0].write(0, &data);
-    let (va, rkey) = (w.hosts[1].base + 1024, w.hosts[1].mr.rkey);
-    w.hosts[0]
-        .dev
-        .post_send(
-            qa,
-            SendWr::rdma(1, SendOp::Write, vec![w.hosts[0].sge(0, 4096)], va, rkey),
-        )
-        .unwrap();
+    w.post_rdma(qa, SendOp::Write, 0, 4096, 1024);
     w.settle(100_000);
     assert_eq!(w.hosts[0].poll()[0].status, WcStatus::Success);
     assert_eq!(w.hosts[1].read(1024, 4096), data);
@@ -269,14 +234,7 @@ fn duplicate_read_responses_restart_the_timer() {
         }
         Verdict::Deliver
     });
-    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    w.hosts[0]
-        .dev
-        .post_send(
-            qa,
-            SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(8192, 3000)], va, rkey),
-        )
-        .unwrap();
+    w.post_rdma(qa, SendOp::Read, 8192, 3000, 0);
     // Until all three were sent and the first one arrived.
     w.run_until(10_000, |w| {
         seen.borrow().len() == 3 && w.hosts[0].dev.qp_counters(qa).unwrap().rx_packets == 1
@@ -333,15 +291,7 @@ fn requester_window_limits_unacknowledged_packets() {
     let (qa, _) = w.connect(QpType::Rc, 1024);
     let data: Vec<u8> = (0..300 * 1024u32).map(|i| (i * 7) as u8).collect();
     w.hosts[0].write(0, &data);
-    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    let wr = SendWr::rdma(
-        1,
-        SendOp::Write,
-        vec![w.hosts[0].sge(0, data.len() as u32)],
-        va,
-        rkey,
-    );
-    w.hosts[0].dev.post_send(qa, wr).unwrap();
+    w.post_rdma(qa, SendOp::Write, 0, data.len() as u32, 0);
     // Alone, host 0 sends 129 packets and stops.
     let mut buf = vec![0u8; 4400];
     let mut first = Vec::new();

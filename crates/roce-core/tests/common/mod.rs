@@ -149,6 +149,15 @@ impl World {
         }
     }
 
+    /// Posts, on host 0's `qp`, an RDMA `op` (wr_id 1) between host 0's
+    /// memory at `local_off` and host 1's at `remote_off`, `len` bytes.
+    pub fn post_rdma(&mut self, qp: Qpn, op: SendOp, local_off: u64, len: u32, remote_off: u64) {
+        let (va, rkey) = (self.hosts[1].base + remote_off, self.hosts[1].mr.rkey);
+        let sge = self.hosts[0].sge(local_off, len);
+        let wr = SendWr::rdma(1, op, vec![sge], va, rkey);
+        self.hosts[0].dev.post_send(qp, wr).unwrap();
+    }
+
     /// Creates a QP of `qp_type` on each host and connects them (RC/UC) or
     /// brings them to RTS (UD).
     pub fn connect(&mut self, qp_type: QpType, pmtu: u32) -> (Qpn, Qpn) {
