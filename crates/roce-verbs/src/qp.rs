@@ -238,18 +238,7 @@ impl QueuePair {
     /// WR completes (see the crate docs). Unsignaled WRs release their
     /// regions when a later signaled WR of the QP completes.
     pub fn post_send(&self, wr: SendWr) -> Result<(), Error> {
-        let shared = self.shared();
-        let mut refs = Vec::new();
-        let r = {
-            let mut core = shared.core();
-            self.post_send_locked(&mut core, wr, &mut refs, None)
-                .map_err(|(e, _)| e)
-        };
-        drop(refs);
-        if r.is_ok() {
-            progress::kick(shared);
-        }
-        r
+        self.post_send_list(std::iter::once(wr)).map_err(|(_, e)| e)
     }
 
     /// `ibv_post_send` with a list: posts `wrs` in order under one lock
