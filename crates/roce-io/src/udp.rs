@@ -592,9 +592,14 @@ impl UdpBackend {
                 && h.sport == wire.sport
                 && h.dont_frag
                 && h.ident.max(wire.ident) <= hdr::MAX_SOLVED_ID
+                && size == m.seg_size
             {
                 // Only the IPv4 ID differs (a GSO segment's number): move
                 // the engine's ICRC to it instead of computing it again.
+                // Full-size segments only: their length recurs, so the
+                // solver's per-length basis (seven CRCs over that length
+                // to build) is reused; a GSO send's shorter last segment
+                // is recomputed.
                 let mut own = [0u8; 4];
                 own.copy_from_slice(&d[d.len() - 4..]);
                 let udp_len = d.len() - h.ip_hlen;
