@@ -17,7 +17,7 @@ use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId, UdRequest};
 use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
-use crate::progress::kick;
+use crate::progress::{kick, settle};
 use crate::shared::{lock, Shared};
 use crate::{Context, QueuePair};
 
@@ -427,6 +427,7 @@ impl CmConnection {
     /// complete with WR_FLUSH_ERR), a DREQ goes out; waits for the DREP.
     pub fn disconnect(self, timeout: Duration) -> Result<(), CmError> {
         let id = self.id;
+        settle(&self.shared);
         {
             let mut core = self.shared.core();
             let now = self.shared.now();
@@ -446,6 +447,7 @@ impl CmConnection {
 
 impl Drop for CmConnection {
     fn drop(&mut self) {
+        settle(&self.shared);
         let mut core = self.shared.core();
         let now = self.shared.now();
         let _ = core.dev.cm_disconnect(now, self.id);

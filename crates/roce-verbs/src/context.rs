@@ -23,6 +23,7 @@ struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        crate::progress::settle(&self.shared);
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.unpark();
         if let Some(t) = lock(&self.thread).take() {

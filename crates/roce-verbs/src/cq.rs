@@ -142,7 +142,7 @@ impl CompletionQueue {
             return Ok(n);
         }
         shared.last_inline.store(shared.now(), Ordering::Relaxed);
-        if progress::inline_step(shared, true) {
+        if progress::inline_step(shared, progress::Driver::Poll) {
             return self.poll_engine(out, max);
         }
         Ok(0)

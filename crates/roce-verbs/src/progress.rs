@@ -64,14 +64,76 @@ fn min_opt(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
     }
 }
 
-/// One round: receive (unless `receive` is false), run timers, transmit,
-/// raise events. With `ask_backend`, the deadline includes the backend's
+/// Whether a polling step holds its transmit back for the application's
+/// answer (see [`step`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hold {
+    /// Hold after requests: the application answers them (it posted after
+    /// a held step, or after requests that were not held for), and no
+    /// requests came while a hold was on since.
+    pub(crate) pays: bool,
+    /// A polling step received requests without holding for them, and the
+    /// application has not posted since.
+    pub(crate) unanswered: bool,
+}
+
+impl Default for Hold {
+    fn default() -> Hold {
+        Hold {
+            pays: true,
+            unanswered: false,
+        }
+    }
+}
+
+/// Who runs a progress step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Driver {
+    /// The progress thread: receives, transmits, and asks the backend for
+    /// its next event.
+    Thread,
+    /// An application thread polling a CQ: receives and transmits, but may
+    /// hold the transmit back once (see [`step`]).
+    Poll,
+    /// An application thread that posted or changed something: transmits
+    /// only (whatever has arrived is taken by the next poll).
+    Post,
+}
+
+/// One round: receive (unless a [`Driver::Post`]), run timers, transmit,
+/// raise events. The progress thread's deadline includes the backend's
 /// `poll_at` (which may take a lock the peer contends for, so inline steps
 /// skip it).
-pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool, receive: bool) -> StepOutcome {
+///
+/// A [`Driver::Poll`] step that received an RC SEND or WRITE may return
+/// before transmitting: the application is about to see what arrived and,
+/// in a ping-pong, answers at once; the ACK the request owes then leaves
+/// in the same send call as the answer, one system call fewer on the round
+/// trip. The transmit is owed ([`Shared::tx_owed`]) until the next step of
+/// any kind, which never holds back again, or until [`settle`] before
+/// anything that changes a QP's or a connection's state; the progress
+/// thread takes it within `max_park` if the application makes no further
+/// call. Whether holding pays is learnt ([`Hold`]): when more requests
+/// arrive while ACKs are held, the peer is streaming (a bandwidth test)
+/// and holding would only delay its window, so it stops until the
+/// application answers requests again.
+pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome {
     let now = shared.now();
     let mut out = StepOutcome::default();
-    let Io { backend, rx, tx } = io;
+    let Io {
+        backend,
+        rx,
+        tx,
+        hold,
+    } = io;
+    let receive = driver != Driver::Post;
+    let owed = shared.tx_owed.load(Ordering::Relaxed);
+    if driver == Driver::Post {
+        // The application answered after requests: holding pays (again).
+        hold.pays |= owed || hold.unanswered;
+        hold.unanswered = false;
+    }
+    let mut requests = false;
 
     // Receive everything that has arrived (bounded, to keep sending).
     for _ in 0..if receive { 4 } else { 0 } {
@@ -88,10 +150,26 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool, receive: boo
             };
             core.dev.handle_datagram(now, rx.get(i), info);
         }
+        requests |= core.dev.take_ack_requests_seen();
         drop(core);
         if n < rx.capacity() {
             break;
         }
+    }
+    if requests && driver == Driver::Poll {
+        if owed {
+            // More requests came while the last ones' ACKs were held: the
+            // peer streams instead of waiting for an answer (a bandwidth
+            // test), and holding would only slow its window down.
+            hold.pays = false;
+        } else if hold.pays {
+            shared.tx_owed.store(true, Ordering::Relaxed);
+            return out;
+        }
+        hold.unanswered = true;
+    }
+    if owed {
+        shared.tx_owed.store(false, Ordering::Relaxed);
     }
 
     // Timers, transmit and events.
@@ -132,7 +210,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, ask_backend: bool, receive: boo
         }
         out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);
     }
-    if ask_backend {
+    if driver == Driver::Thread {
         out.deadline = min_opt(out.deadline, backend.poll_at());
     }
     if out.more {
@@ -175,11 +253,11 @@ fn collect_events(
 /// Runs a step on the calling (application) thread if no other thread is
 /// driving the I/O, then makes sure the progress thread will see any new
 /// timer. Returns whether a step ran.
-pub(crate) fn inline_step(shared: &Shared, receive: bool) -> bool {
+pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> bool {
     let out = match shared.io.try_lock() {
-        Ok(mut io) => step(shared, &mut io, false, receive),
+        Ok(mut io) => step(shared, &mut io, driver),
         Err(TryLockError::WouldBlock) => return false,
-        Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), false, receive),
+        Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), driver),
     };
     let wake_at = shared.wake_at.load(Ordering::Acquire);
     if out.more || out.deadline.is_some_and(|d| d < wake_at) {
@@ -193,8 +271,20 @@ pub(crate) fn inline_step(shared: &Shared, receive: bool) -> bool {
 /// next poll (or the progress thread), and the post is not held up by a
 /// receive call that usually finds nothing.
 pub(crate) fn kick(shared: &Shared) {
-    if !(shared.cfg.inline_progress && inline_step(shared, false)) {
+    if !(shared.cfg.inline_progress && inline_step(shared, Driver::Post)) {
         shared.unpark();
+    }
+}
+
+/// Sends what a polling step held back (see [`step`]) before a change of
+/// state (a QP modified or destroyed, a connection closed, the context
+/// shut down) can overtake or discard it. Cheap when nothing is owed.
+pub(crate) fn settle(shared: &Shared) {
+    if shared.tx_owed.load(Ordering::Relaxed) {
+        let mut io = lock(&shared.io);
+        if shared.tx_owed.load(Ordering::Relaxed) {
+            step(shared, &mut io, Driver::Post);
+        }
     }
 }
 
@@ -208,11 +298,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let mut last_work = shared.now();
     while !shared.shutdown.load(Ordering::Acquire) {
         let out = match shared.io.try_lock() {
-            Ok(mut io) => step(&shared, &mut io, true, true),
+            Ok(mut io) => step(&shared, &mut io, Driver::Thread),
             // An application thread is driving progress right now: count
             // it as the last work, and park if it keeps doing so.
             Err(TryLockError::WouldBlock) => StepOutcome::default(),
-            Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), true, true),
+            Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), Driver::Thread),
         };
         let now = shared.now();
         if out.work || out.more {

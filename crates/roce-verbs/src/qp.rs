@@ -88,6 +88,7 @@ struct QpInner {
 impl Drop for QpInner {
     fn drop(&mut self) {
         let shared = self.pd.shared();
+        progress::settle(shared);
         let mut grave = Graveyard::new();
         let mut core = shared.core();
         let _ = core.dev.destroy_qp(self.qpn);
@@ -177,6 +178,7 @@ impl QueuePair {
     /// (their buffers' references are released).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
         let shared = self.shared();
+        progress::settle(shared);
         let mut grave = Graveyard::new();
         let r = {
             let mut core = shared.core();

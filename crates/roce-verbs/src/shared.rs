@@ -117,6 +117,7 @@ pub(crate) struct Io {
     pub(crate) backend: Box<dyn Backend + Send>,
     pub(crate) rx: PacketBatch,
     pub(crate) tx: PacketBatch,
+    pub(crate) hold: crate::progress::Hold,
 }
 
 /// Everything a context's handles and its progress thread share.
@@ -145,6 +146,8 @@ pub(crate) struct Shared {
     pub(crate) in_sleep: AtomicBool,
     /// Work was handed to the progress thread since it last looked.
     pub(crate) kicked: AtomicBool,
+    /// A polling step held its transmit back: the next step must send.
+    pub(crate) tx_owed: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -181,6 +184,7 @@ impl Shared {
                 backend,
                 rx: PacketBatch::new(cfg.batch, slot),
                 tx: PacketBatch::new(cfg.batch, slot),
+                hold: Default::default(),
             }),
             cfg,
             addrs,
@@ -196,6 +200,7 @@ impl Shared {
             sleeper,
             in_sleep: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
+            tx_owed: AtomicBool::new(false),
         }
     }
 

@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::IpAddr;
 
-use roce_wire::{Ecn, Error as WireError, Qpn, RocePacket, Transport};
+use roce_wire::{Ecn, Error as WireError, MessageKind, Qpn, RocePacket, Transport};
 
 use crate::cc::{CcConfig, CcCounters, QpCc};
 use crate::counters::{DeviceCounters, QpCounters};
@@ -110,6 +110,9 @@ pub struct Device {
     ready: VecDeque<u32>,
     /// Packets the QP at the front of `ready` has sent in a row.
     burst: u32,
+    /// An RC SEND or WRITE packet reached a responder since the last
+    /// [`Device::take_ack_requests_seen`].
+    ack_requests_seen: bool,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
@@ -187,6 +190,7 @@ impl Device {
             events: VecDeque::new(),
             ready: VecDeque::new(),
             burst: 0,
+            ack_requests_seen: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
             cm: cm::CmTable::default(),
@@ -516,6 +520,8 @@ impl Device {
         }
         let mut ctx = ctx!(self, now);
         if op.kind().is_request() {
+            self.ack_requests_seen |= qp.init.qp_type == QpType::Rc
+                && matches!(op.kind(), MessageKind::Send | MessageKind::Write);
             qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
         } else if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
             qp.req_handle_response(&p, &mut ctx);
@@ -526,6 +532,17 @@ impl Device {
             self.mark_ready(qpn);
         }
         self.note_timer(qpn);
+    }
+
+    /// Whether an RC SEND or WRITE packet (a request answered by an ACK)
+    /// reached a QP's responder since the last call; clears the flag. A
+    /// driver that runs inside the application's polling loop can hold its
+    /// transmit back for a moment after such a packet, so that the ACK
+    /// leaves in the same batch as the application's answer instead of in
+    /// a system call of its own ahead of it. (READ and atomic requests are
+    /// not counted: their response is the answer the peer waits for.)
+    pub fn take_ack_requests_seen(&mut self) -> bool {
+        std::mem::take(&mut self.ack_requests_seen)
     }
 
     /// Records a QP's current deadline in the timer heap if it changed.
