@@ -109,7 +109,7 @@ pub(crate) enum Driver {
 /// before transmitting: the application is about to see what arrived and,
 /// in a ping-pong, answers at once; the ACK the request owes then leaves
 /// in the same send call as the answer, one system call fewer on the round
-/// trip. The transmit is owed ([`Shared::tx_owed`]) until the next step of
+/// trip (the answer first, then the ACK). The transmit is owed ([`Shared::tx_owed`]) until the next step of
 /// any kind, which never holds back again, or until [`settle`] before
 /// anything that changes a QP's or a connection's state; the progress
 /// thread takes it within `max_park` if the application makes no further
@@ -182,6 +182,10 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             core.dev.handle_timeout(now);
             out.work = true;
         }
+        // The application's answer to held requests leaves before their
+        // ACKs: the peer is waiting for it.
+        let answer_first = round == 0 && driver == Driver::Post && owed;
+        core.dev.set_requests_first(answer_first);
         let mut exhausted = false;
         while !tx.is_full() {
             let pushed = tx.push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
@@ -189,6 +193,9 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
                 exhausted = true;
                 break;
             }
+        }
+        if answer_first {
+            core.dev.set_requests_first(false);
         }
         collect_events(&mut core, &mut channels, &mut events);
         cm_events.extend(std::iter::from_fn(|| core.dev.poll_cm_event()));

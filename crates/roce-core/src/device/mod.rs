@@ -113,6 +113,8 @@ pub struct Device {
     /// An RC SEND or WRITE packet reached a responder since the last
     /// [`Device::take_ack_requests_seen`].
     ack_requests_seen: bool,
+    /// See [`Device::set_requests_first`].
+    requests_first: bool,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
@@ -168,6 +170,7 @@ macro_rules! ctx {
             local_addrs: &$s.config.addrs,
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
+            requests_first: $s.requests_first,
         }
     };
 }
@@ -191,6 +194,7 @@ impl Device {
             ready: VecDeque::new(),
             burst: 0,
             ack_requests_seen: false,
+            requests_first: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
             cm: cm::CmTable::default(),
@@ -543,6 +547,16 @@ impl Device {
     /// not counted: their response is the answer the peer waits for.)
     pub fn take_ack_requests_seen(&mut self) -> bool {
         std::mem::take(&mut self.ack_requests_seen)
+    }
+
+    /// While on, [`Device::poll_transmit`] takes a QP's requests before its
+    /// responses (normally responses go first, to release the peer's
+    /// window). For a driver that held ACKs back for the application's
+    /// answer: the answer is what the peer waits for, so it leaves first
+    /// and the ACKs follow in the same batch. Each direction's packets keep
+    /// their PSN order either way.
+    pub fn set_requests_first(&mut self, on: bool) {
+        self.requests_first = on;
     }
 
     /// Records a QP's current deadline in the timer heap if it changed.

@@ -38,6 +38,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) ecn: Ecn,
     /// [`DeviceConfig::max_unacked_psns`](crate::DeviceConfig).
     pub(crate) max_unacked: u32,
+    /// A QP emits its requests before its responses.
+    pub(crate) requests_first: bool,
 }
 
 impl Ctx<'_> {
@@ -342,17 +344,20 @@ impl Qp {
         self.resp.has_output() || self.req.has_work() || self.cc.cnp_due()
     }
 
-    /// Emits the next packet (responses first, then requests).
+    /// Emits the next packet: responses first, then requests (requests
+    /// first while [`Device::set_requests_first`](crate::Device) is on).
     pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(n) = self.cc_poll_cnp(ctx, buf) {
             self.counters.tx_packets += 1;
             return Some(n);
         }
-        if let Some(n) = self.resp_poll_transmit(ctx, buf) {
-            self.counters.tx_packets += 1;
-            return Some(n);
-        }
-        let n = self.req_poll_transmit(ctx, buf)?;
+        let n = if ctx.requests_first {
+            self.req_poll_transmit(ctx, buf)
+                .or_else(|| self.resp_poll_transmit(ctx, buf))
+        } else {
+            self.resp_poll_transmit(ctx, buf)
+                .or_else(|| self.req_poll_transmit(ctx, buf))
+        }?;
         self.counters.tx_packets += 1;
         Some(n)
     }
