@@ -141,7 +141,7 @@ impl CompletionQueue {
         if n > 0 || max == 0 || !shared.cfg.inline_progress {
             return Ok(n);
         }
-        shared.last_inline.store(shared.now(), Ordering::Relaxed);
+        shared.last_inline.store(shared.recent(), Ordering::Relaxed);
         if progress::inline_step(shared, progress::Driver::Poll) {
             return self.poll_engine(out, max);
         }

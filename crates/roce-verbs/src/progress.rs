@@ -27,6 +27,15 @@ pub struct ProgressConfig {
     /// Longest the parked progress thread sleeps when nothing is scheduled:
     /// the bound on noticing traffic from a backend that cannot wake it.
     pub max_park: Duration,
+    /// Longest the progress thread leaves an application thread that
+    /// polls a CQ alone: it looks whether the polling goes on after
+    /// `max_park`, then at doubling intervals up to this bound, and takes
+    /// over when it has stopped. Datagrams that arrive after the
+    /// application stopped polling (without blocking on a channel, which
+    /// hands over at once) can wait this long. Waking the thread costs the
+    /// polling thread a context switch: under an emulated CPU one wake per
+    /// millisecond doubled the latency of a ping-pong.
+    pub poller_park: Duration,
     /// Datagrams per receive / transmit batch.
     pub batch: usize,
     /// Transmit batches per progress step before receiving again.
@@ -39,6 +48,7 @@ impl Default for ProgressConfig {
             inline_progress: true,
             spin: Duration::from_micros(50),
             max_park: Duration::from_millis(1),
+            poller_park: Duration::from_millis(16),
             batch: 64,
             tx_batches_per_step: 4,
         }
@@ -75,6 +85,9 @@ pub(crate) struct Hold {
     /// A polling step received requests without holding for them, and the
     /// application has not posted since.
     pub(crate) unanswered: bool,
+    /// Holds in a row that the progress thread had to send (the
+    /// application made no call after them).
+    pub(crate) stranded: u8,
 }
 
 impl Default for Hold {
@@ -82,9 +95,13 @@ impl Default for Hold {
         Hold {
             pays: true,
             unanswered: false,
+            stranded: 0,
         }
     }
 }
+
+/// Empty polling rounds that may reuse the last clock reading.
+const STALE_POLLS: u32 = 8;
 
 /// Who runs a progress step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,30 +125,59 @@ pub(crate) enum Driver {
 /// A [`Driver::Poll`] step that received an RC SEND or WRITE may return
 /// before transmitting: the application is about to see what arrived and,
 /// in a ping-pong, answers at once; the ACK the request owes then leaves
-/// in the same send call as the answer, one system call fewer on the round
-/// trip (the answer first, then the ACK). The transmit is owed ([`Shared::tx_owed`]) until the next step of
-/// any kind, which never holds back again, or until [`settle`] before
-/// anything that changes a QP's or a connection's state; the progress
-/// thread takes it within `max_park` if the application makes no further
-/// call. Whether holding pays is learnt ([`Hold`]): when more requests
-/// arrive while ACKs are held, the peer is streaming (a bandwidth test)
-/// and holding would only delay its window, so it stops until the
-/// application answers requests again.
+/// in the same send call as the answer (the answer first, then the ACK),
+/// one system call fewer on the round trip. The held transmit is sent by
+/// the next step of any kind, which never holds back again, or by
+/// [`settle`] before anything that changes a QP's or a connection's state;
+/// the progress thread takes it when it sees the application stop polling.
+/// Whether holding pays is learnt ([`Hold`]): when more requests arrive
+/// while ACKs are held, the peer is streaming (a bandwidth test) and
+/// holding would only delay its window, so it stops until the application
+/// answers requests again; when the progress thread had to send held ACKs
+/// twice in a row, it stops for good.
+///
+/// [`Shared::tx_owed`] is set from the moment a request's completion or
+/// data is visible to the application until its ACK has left (or is
+/// held), in every kind of step: [`settle`] waits for it.
 pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome {
-    let now = shared.now();
-    let mut out = StepOutcome::default();
     let Io {
         backend,
         rx,
         tx,
         hold,
+        stale_polls,
     } = io;
+    // A polling step that finds nothing needs no fresh time: it reuses the
+    // last reading for up to STALE_POLLS rounds (timers then run late by
+    // that many rounds) and reads the clock when something arrives.
+    let mut fresh = driver != Driver::Poll || *stale_polls >= STALE_POLLS;
+    let mut now = if fresh {
+        *stale_polls = 0;
+        shared.now()
+    } else {
+        *stale_polls += 1;
+        shared.recent()
+    };
+    let mut out = StepOutcome::default();
     let receive = driver != Driver::Post;
     let owed = shared.tx_owed.load(Ordering::Relaxed);
-    if driver == Driver::Post {
-        // The application answered after requests: holding pays (again).
-        hold.pays |= owed || hold.unanswered;
-        hold.unanswered = false;
+    match driver {
+        Driver::Post => {
+            // The application answered after requests: holding pays (again),
+            // unless held ACKs were left to the progress thread twice in a
+            // row (a program that drives several contexts from one thread
+            // answers on another context, and the peer waits).
+            if owed {
+                hold.stranded = 0;
+            }
+            hold.pays |= (owed || hold.unanswered) && hold.stranded < 2;
+            hold.unanswered = false;
+        }
+        Driver::Thread if owed => {
+            hold.pays = false;
+            hold.stranded = hold.stranded.saturating_add(1);
+        }
+        _ => {}
     }
     let mut requests = false;
 
@@ -143,6 +189,11 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             break;
         }
         out.work = true;
+        if !fresh {
+            fresh = true;
+            *stale_polls = 0;
+            now = shared.now();
+        }
         let mut core = shared.core();
         for i in 0..n {
             let info = RxInfo {
@@ -150,7 +201,11 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             };
             core.dev.handle_datagram(now, rx.get(i), info);
         }
-        requests |= core.dev.take_ack_requests_seen();
+        if core.dev.take_ack_requests_seen() && !requests {
+            // Before the completions become visible (the core unlocks).
+            requests = true;
+            shared.tx_owed.store(true, Ordering::Relaxed);
+        }
         drop(core);
         if n < rx.capacity() {
             break;
@@ -163,13 +218,9 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             // test), and holding would only slow its window down.
             hold.pays = false;
         } else if hold.pays {
-            shared.tx_owed.store(true, Ordering::Relaxed);
             return out;
         }
         hold.unanswered = true;
-    }
-    if owed {
-        shared.tx_owed.store(false, Ordering::Relaxed);
     }
 
     // Timers, transmit and events.
@@ -216,6 +267,11 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             break;
         }
         out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);
+    }
+    // Sent, or still in `tx` after back pressure (a settle sends it).
+    let unsent = !tx.is_empty();
+    if owed || requests || unsent {
+        shared.tx_owed.store(unsent, Ordering::Relaxed);
     }
     if driver == Driver::Thread {
         out.deadline = min_opt(out.deadline, backend.poll_at());
@@ -302,8 +358,33 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let max_park = (cfg.max_park.as_nanos() as Nanos).max(1_000);
     let min_park = 10_000.min(max_park);
     let mut park = min_park;
+    let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(max_park);
+    let mut watch = max_park;
     let mut last_work = shared.now();
     while !shared.shutdown.load(Ordering::Acquire) {
+        // While an application thread polls, its steps receive, transmit
+        // and run the timers: this thread only watches for the polling to
+        // stop (or for a kick: work handed over by a post or a step), and
+        // does not touch the I/O. Waking it costs a context switch that
+        // the polling thread pays for on a busy CPU, so it stays away
+        // until the poller would count as gone. The watch starts at
+        // max_park and doubles, up to poller_park, each time the
+        // application is found still polling.
+        let now = shared.now();
+        let polled = shared.last_inline.load(Ordering::Relaxed);
+        let since = now.saturating_sub(polled);
+        if since < watch && !shared.kicked.swap(false, Ordering::SeqCst) {
+            shared.wake_at.store(polled + watch, Ordering::Release);
+            if !shared.shutdown.load(Ordering::Acquire) {
+                shared.sleep(Duration::from_nanos(watch - since), false);
+            }
+            shared.wake_at.store(RUNNING, Ordering::Release);
+            watch = (watch * 2).min(poller_park);
+            continue;
+        }
+        if since >= watch {
+            watch = max_park;
+        }
         let out = match shared.io.try_lock() {
             Ok(mut io) => step(&shared, &mut io, Driver::Thread),
             // An application thread is driving progress right now: count

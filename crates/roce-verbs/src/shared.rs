@@ -118,6 +118,8 @@ pub(crate) struct Io {
     pub(crate) rx: PacketBatch,
     pub(crate) tx: PacketBatch,
     pub(crate) hold: crate::progress::Hold,
+    /// Polling steps since the clock was last read for one.
+    pub(crate) stale_polls: u32,
 }
 
 /// Everything a context's handles and its progress thread share.
@@ -146,8 +148,13 @@ pub(crate) struct Shared {
     pub(crate) in_sleep: AtomicBool,
     /// Work was handed to the progress thread since it last looked.
     pub(crate) kicked: AtomicBool,
-    /// A polling step held its transmit back: the next step must send.
+    /// ACKs are owed for requests the application may have seen (a
+    /// polling step held its transmit back, or a step is between receiving
+    /// and transmitting), or datagrams wait in the I/O's transmit batch:
+    /// [`crate::progress::settle`] sends them.
     pub(crate) tx_owed: AtomicBool,
+    /// The last reading of [`Shared::now`] (see [`Shared::recent`]).
+    clock: AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -185,6 +192,7 @@ impl Shared {
                 rx: PacketBatch::new(cfg.batch, slot),
                 tx: PacketBatch::new(cfg.batch, slot),
                 hold: Default::default(),
+                stale_polls: 0,
             }),
             cfg,
             addrs,
@@ -201,12 +209,24 @@ impl Shared {
             in_sleep: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
             tx_owed: AtomicBool::new(false),
+            clock: AtomicU64::new(0),
         }
     }
 
     /// Nanoseconds on the process-wide monotonic clock.
     pub(crate) fn now(&self) -> Nanos {
-        epoch().elapsed().as_nanos() as Nanos
+        let t = epoch().elapsed().as_nanos() as Nanos;
+        self.clock.fetch_max(t, Ordering::Relaxed);
+        t
+    }
+
+    /// The last reading of the clock by any thread of this context: for a
+    /// busy-polling loop, which should not read the clock on every empty
+    /// round. Reading it is a system call where the kernel's clock source
+    /// has no vDSO path (an emulated CPU whose TSC the kernel distrusts,
+    /// as in the lab VM: about 2 us a reading there).
+    pub(crate) fn recent(&self) -> Nanos {
+        self.clock.load(Ordering::Relaxed)
     }
 
     pub(crate) fn core(&self) -> MutexGuard<'_, Core> {

@@ -155,9 +155,11 @@ fn a_held_ack_leaves_before_the_qp_goes_to_error() {
         let c = one(&a.cq);
         assert!(
             c.is_success(),
-            "round {round}: A's SEND ended {:?}; B sent {:?}",
+            "round {round}: A's SEND ended {:?}; B sent {:?}; A {:?}; B {:?}",
             c.status,
-            log.lock().unwrap()
+            log.lock().unwrap(),
+            a.qp.counters(),
+            b.qp.counters()
         );
     }
 }
