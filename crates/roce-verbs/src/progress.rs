@@ -125,8 +125,9 @@ pub(crate) enum Driver {
 /// A [`Driver::Poll`] step that received an RC SEND or WRITE may return
 /// before transmitting: the application is about to see what arrived and,
 /// in a ping-pong, answers at once; the ACK the request owes then leaves
-/// in the same send call as the answer (the answer first, then the ACK),
-/// one system call fewer on the round trip. The held transmit is sent by
+/// right after the answer, in a send call of its own (so that its system
+/// call runs while the peer works on the answer, not before the answer
+/// on the round trip). The held transmit is sent by
 /// the next step of any kind, which never holds back again, or by
 /// [`settle`] before anything that changes a QP's or a connection's state;
 /// the progress thread takes it when it sees the application stop polling.
@@ -233,10 +234,11 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             core.dev.handle_timeout(now);
             out.work = true;
         }
-        // The application's answer to held requests leaves before their
-        // ACKs: the peer is waiting for it.
+        // The application's answer to held requests leaves in a send call
+        // of its own, before their ACKs: the peer is waiting for it, and
+        // the ACKs' call then runs while the peer works on the answer.
         let answer_first = round == 0 && driver == Driver::Post && owed;
-        core.dev.set_requests_first(answer_first);
+        core.dev.set_requests_only(answer_first);
         let mut exhausted = false;
         while !tx.is_full() {
             let pushed = tx.push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
@@ -246,13 +248,16 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             }
         }
         if answer_first {
-            core.dev.set_requests_first(false);
+            core.dev.set_requests_only(false);
         }
         collect_events(&mut core, &mut channels, &mut events);
         cm_events.extend(std::iter::from_fn(|| core.dev.poll_cm_event()));
         out.deadline = core.dev.poll_timeout();
         drop(core);
         if tx.is_empty() {
+            if answer_first {
+                continue;
+            }
             break;
         }
         out.work = true;
@@ -263,7 +268,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             out.more = true;
             break;
         }
-        if exhausted {
+        if exhausted && !answer_first {
             break;
         }
         out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);

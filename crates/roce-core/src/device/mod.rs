@@ -113,8 +113,8 @@ pub struct Device {
     /// An RC SEND or WRITE packet reached a responder since the last
     /// [`Device::take_ack_requests_seen`].
     ack_requests_seen: bool,
-    /// See [`Device::set_requests_first`].
-    requests_first: bool,
+    /// See [`Device::set_requests_only`].
+    requests_only: bool,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
@@ -170,7 +170,7 @@ macro_rules! ctx {
             local_addrs: &$s.config.addrs,
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
-            requests_first: $s.requests_first,
+            requests_only: $s.requests_only,
         }
     };
 }
@@ -194,7 +194,7 @@ impl Device {
             ready: VecDeque::new(),
             burst: 0,
             ack_requests_seen: false,
-            requests_first: false,
+            requests_only: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
             cm: cm::CmTable::default(),
@@ -549,14 +549,13 @@ impl Device {
         std::mem::take(&mut self.ack_requests_seen)
     }
 
-    /// While on, [`Device::poll_transmit`] takes a QP's requests before its
-    /// responses (normally responses go first, to release the peer's
-    /// window). For a driver that held ACKs back for the application's
-    /// answer: the answer is what the peer waits for, so it leaves first
-    /// and the ACKs follow in the same batch. Each direction's packets keep
-    /// their PSN order either way.
-    pub fn set_requests_first(&mut self, on: bool) {
-        self.requests_first = on;
+    /// While on, [`Device::poll_transmit`] emits only requests (and CM
+    /// messages and CNPs): QPs keep their responses queued, and stay ready
+    /// to send them once it is off. For a driver that held ACKs back for
+    /// the application's answer: the answer, which the peer is waiting
+    /// for, leaves in a send call of its own, and the ACKs in the next.
+    pub fn set_requests_only(&mut self, on: bool) {
+        self.requests_only = on;
     }
 
     /// Records a QP's current deadline in the timer heap if it changed.
@@ -611,8 +610,17 @@ impl Device {
                 self.note_timer(qpn);
                 return Some(n);
             }
+            // Responses held back: ready again when they may go.
+            let held = self.requests_only && qp.wants_to_send();
+            if held {
+                qp.queued = true;
+            }
             self.note_timer(qpn);
             self.burst = 0;
+            if held {
+                self.ready.push_back(qpn);
+                continue;
+            }
             // Nothing now (window, credits, RNR wait): timers or incoming
             // packets will make it ready again.
         }

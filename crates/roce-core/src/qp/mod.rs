@@ -38,8 +38,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) ecn: Ecn,
     /// [`DeviceConfig::max_unacked_psns`](crate::DeviceConfig).
     pub(crate) max_unacked: u32,
-    /// A QP emits its requests before its responses.
-    pub(crate) requests_first: bool,
+    /// A QP emits only its requests (responses wait).
+    pub(crate) requests_only: bool,
 }
 
 impl Ctx<'_> {
@@ -345,15 +345,14 @@ impl Qp {
     }
 
     /// Emits the next packet: responses first, then requests (requests
-    /// first while [`Device::set_requests_first`](crate::Device) is on).
+    /// only while [`Device::set_requests_only`](crate::Device) is on).
     pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(n) = self.cc_poll_cnp(ctx, buf) {
             self.counters.tx_packets += 1;
             return Some(n);
         }
-        let n = if ctx.requests_first {
+        let n = if ctx.requests_only {
             self.req_poll_transmit(ctx, buf)
-                .or_else(|| self.resp_poll_transmit(ctx, buf))
         } else {
             self.resp_poll_transmit(ctx, buf)
                 .or_else(|| self.req_poll_transmit(ctx, buf))
