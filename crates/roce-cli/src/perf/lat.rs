@@ -42,13 +42,7 @@ fn wait_one(s: &Session) -> Result<Completion, String> {
     let mut spins = 0u32;
     loop {
         if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
-            if !c.is_success() {
-                return Err(format!(
-                    "work request failed: {} ({:?})",
-                    c.status.as_str(),
-                    c.status
-                ));
-            }
+            check(&c)?;
             return Ok(c);
         }
         spins += 1;
@@ -67,17 +61,35 @@ fn wait_one(s: &Session) -> Result<Completion, String> {
     }
 }
 
-/// Waits until the last byte of this side's target area holds `want`.
-fn wait_byte(s: &Session, off: u64, want: u8) -> Result<(), String> {
+/// Fails on an unsuccessful completion.
+fn check(c: &Completion) -> Result<(), String> {
+    if c.is_success() {
+        return Ok(());
+    }
+    Err(format!(
+        "work request failed: {} ({:?})",
+        c.status.as_str(),
+        c.status
+    ))
+}
+
+/// Waits until the last byte of this side's target area holds `want`,
+/// counting the send completions its polls find off `unreaped`.
+fn wait_byte(s: &Session, off: u64, want: u8, unreaped: &mut u64) -> Result<(), String> {
     let mut start = None;
     let mut spins = 0u32;
     let mut b = [0u8; 1];
     loop {
-        // An empty poll drives progress; then look at the memory.
-        let _ = s.cq.poll_one().map_err(|e| e.to_string())?;
+        // Look at the memory first: a poll that comes after the WRITE
+        // landed would send its held ACK alone instead of with our answer.
         s.mr.read(off, &mut b).map_err(|e| e.to_string())?;
         if b[0] == want {
             return Ok(());
+        }
+        // An empty poll drives progress.
+        if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
+            check(&c)?;
+            *unreaped = unreaped.saturating_sub(1);
         }
         spins += 1;
         if spins.is_multiple_of(256) {
@@ -154,6 +166,8 @@ fn ping_pong(
     let mut samples = Vec::with_capacity(p.iters.min(1 << 24) as usize);
     let mut i = 0u64;
     let mut pending_recv = 0u64;
+    // Signaled sends whose completion has not been polled yet.
+    let mut unreaped = 0u64;
     let inline = n <= 256 && !write;
     while i < iters
         && !STOP.load(Ordering::SeqCst)
@@ -180,13 +194,15 @@ fn ping_pong(
                 };
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))
         };
-        let receive = |s: &Session, pending_recv: &mut u64| -> Result<(), String> {
+        let receive = |s: &Session, pending_recv: &mut u64, unreaped: &mut u64| {
             if write {
-                wait_byte(s, base + n as u64 - 1, tag)?;
+                wait_byte(s, base + n as u64 - 1, tag, unreaped)?;
             } else {
                 while *pending_recv == 0 {
                     if wait_one(s)?.wr_id == RECV_ID {
                         *pending_recv += 1;
+                    } else {
+                        *unreaped = unreaped.saturating_sub(1);
                     }
                 }
                 *pending_recv -= 1;
@@ -203,38 +219,43 @@ fn ping_pong(
                     ));
                 }
             }
-            Ok(())
+            Ok::<(), String>(())
         };
         let t0 = Instant::now();
         if s.is_client {
             send(s, &mut msg)?;
-            match receive(s, &mut pending_recv) {
+            unreaped += 1;
+            match receive(s, &mut pending_recv, &mut unreaped) {
                 Ok(()) => samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0),
                 // Ctrl-C while waiting: report what was measured.
                 Err(_) if STOP.load(Ordering::SeqCst) => break,
                 Err(e) => return Err(e),
             }
         } else {
-            match receive(s, &mut pending_recv) {
+            match receive(s, &mut pending_recv, &mut unreaped) {
                 Ok(()) => {}
                 // The client stopped (duration over or interrupted).
                 Err(_) if p.duration.is_some() || STOP.load(Ordering::SeqCst) => break,
                 Err(e) => return Err(e),
             }
             send(s, &mut msg)?;
+            unreaped += 1;
         }
-        // Reap send completions (a receive completion seen here is kept).
-        while let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
-            if !c.is_success() {
-                return Err(format!(
-                    "work request failed: {} ({:?})",
-                    c.status.as_str(),
-                    c.status
-                ));
-            }
+        // Reap send completions while some are due; a receive completion
+        // seen here is kept and ends it. No poll beyond that: one that finds the peer's
+        // next message would send the ACK it holds for it on its own, ahead
+        // of our answer (see roce_verbs' progress step), a system call more
+        // on the round trip.
+        while unreaped > 0 {
+            let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? else {
+                break;
+            };
+            check(&c)?;
             if c.wr_id == RECV_ID {
                 pending_recv += 1;
+                break;
             }
+            unreaped -= 1;
         }
         if let Some(pb) = &progress {
             pb.set_position(start.elapsed().as_millis() as u64);
