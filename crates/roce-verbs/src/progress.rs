@@ -88,6 +88,8 @@ pub(crate) struct Hold {
     /// Holds in a row that the progress thread had to send (the
     /// application made no call after them).
     pub(crate) stranded: u8,
+    /// The last step held its transmit back.
+    pub(crate) held: bool,
 }
 
 impl Default for Hold {
@@ -96,6 +98,7 @@ impl Default for Hold {
             pays: true,
             unanswered: false,
             stranded: 0,
+            held: false,
         }
     }
 }
@@ -162,19 +165,21 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     let mut out = StepOutcome::default();
     let receive = driver != Driver::Post;
     let owed = shared.tx_owed.load(Ordering::Relaxed);
+    // This step sends what a hold kept back (or holds anew below).
+    let held = std::mem::take(&mut hold.held);
     match driver {
         Driver::Post => {
             // The application answered after requests: holding pays (again),
             // unless held ACKs were left to the progress thread twice in a
             // row (a program that drives several contexts from one thread
             // answers on another context, and the peer waits).
-            if owed {
+            if held {
                 hold.stranded = 0;
             }
-            hold.pays |= (owed || hold.unanswered) && hold.stranded < 2;
+            hold.pays |= (held || hold.unanswered) && hold.stranded < 2;
             hold.unanswered = false;
         }
-        Driver::Thread if owed => {
+        Driver::Thread if held => {
             hold.pays = false;
             hold.stranded = hold.stranded.saturating_add(1);
         }
@@ -213,12 +218,13 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         }
     }
     if requests && driver == Driver::Poll {
-        if owed {
+        if held {
             // More requests came while the last ones' ACKs were held: the
             // peer streams instead of waiting for an answer (a bandwidth
             // test), and holding would only slow its window down.
             hold.pays = false;
         } else if hold.pays {
+            hold.held = true;
             return out;
         }
         hold.unanswered = true;
@@ -237,7 +243,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         // The application's answer to held requests leaves in a send call
         // of its own, before their ACKs: the peer is waiting for it, and
         // the ACKs' call then runs while the peer works on the answer.
-        let answer_first = round == 0 && driver == Driver::Post && owed;
+        let answer_first = round == 0 && driver == Driver::Post && held;
         core.dev.set_requests_only(answer_first);
         let mut exhausted = false;
         while !tx.is_full() {
