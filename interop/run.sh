@@ -133,7 +133,13 @@ run_case() {
     if [ "$role" = our-client ]; then
         dir="their-srv<-our-cli"
         h=$(peer_bg "$theirs_srv" "$case_dir/theirs.log"); sleep "$srv_wait"
-        nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+        # The emulated guest can take longer than srv_wait to start its
+        # server: a refused connection exchanged nothing, so try again.
+        for try in 1 2 3 4 5 6; do
+            nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
+            [ $rc_ours -ne 0 ] && grep -q 'Connection refused' "$case_dir/ours.log" || break
+            sleep 5
+        done
         peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
     else
         dir="our-srv<-their-cli"
