@@ -2,7 +2,11 @@
 # Performance side by side, inside one lab VM, in one run: perftest over the
 # kernel's rxe (server and client in the VM, over its own IPv4 address) and
 # `roce perf --loopback` over this stack (our binary copied into the VM),
-# same sizes. Prints one table row per test.
+# same sizes. Prints one table row per test. Two more columns for context: our
+# stack in process (`--backend fabric`: both ends' packets handed over in
+# memory, as rxe hands packets for its own address over inside the kernel),
+# and for latency the floor of any stack over UDP sockets in that VM (a bare
+# UDP ping-pong between two threads, the udp_ceiling bench copied in).
 #
 #   cargo build --release -p roce-cli && bash interop/side-by-side.sh
 #
@@ -26,6 +30,9 @@ if ! TIMEOUT=60 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
     bash "$LAB_DIR/peer.sh" start "$PEER" >/dev/null || { echo "the VM did not start" >&2; exit 2; }
 fi
 cp "$ROCE" "$LAB/share/roce-side-by-side"
+# The bench binary (cargo bench -p roce-io --bench udp_ceiling --no-run).
+CEIL=$(ls -t "$HERE"/../target/release/deps/udp_ceiling-* 2>/dev/null | grep -v '\.d$' | head -1)
+[ -n "$CEIL" ] && cp "$CEIL" "$LAB/share/udp-ceiling"
 
 run() { TIMEOUT=300 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"; }
 P="-d \$DEV -x \$GIDX -F"
@@ -39,6 +46,11 @@ pair() { # port, command: server and client over rxe in the guest
          timeout 120 $2 -p $1 $PEER_IP; wait"
 }
 ours() { run "timeout 200 /lab/roce-side-by-side perf $1 --loopback --roce-port 4792"; }
+in_process() { run "timeout 200 /lab/roce-side-by-side perf $1 --loopback --backend fabric"; }
+udp_floor() { # the bare UDP ping-pong's typical half round trip
+    [ -n "$CEIL" ] || return 0
+    run "timeout 200 /lab/udp-ceiling 0.2" | sed -n 's/.*typical \([0-9.]*\) us.*/\1/p'
+}
 
 bw_row() { # perftest BW table -> "avg Gb/s"
     awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/{v=$4} END{print v}'
@@ -48,12 +60,13 @@ lat_row() { # perftest latency table -> "t_typical us"
 }
 
 echo "perftest over rxe vs roce perf over this stack, inside $PEER ($(run 'uname -r'), emulated CPU)"
-printf '%-22s %-18s %-18s %s\n' test rxe+perftest "roce perf" unit
-# A run that prints no table is tried once more. Raw outputs go to $LOGS.
+printf '%-22s %-14s %-14s %-16s %-10s %s\n' test rxe+perftest "roce perf" "in process" "UDP floor" unit
+# A run that prints no table (or perftest's "inf" when it misreads the emulated
+# CPU's clock) is tried up to three times. Raw outputs go to $LOGS.
 LOGS=${LOGS:-/tmp/side-by-side-logs}; mkdir -p "$LOGS"
-measure() { # name, parser, command...: the figure, retried once if missing
+measure() { # name, parser, command...: the figure, retried if missing
     local name=$1 parse=$2 v; shift 2
-    for try in 1 2; do
+    for try in 1 2 3; do
         "$@" > "$LOGS/$name.$try.log" 2>&1
         v=$($parse < "$LOGS/$name.$try.log")
         [ -n "$v" ] && break
@@ -62,10 +75,16 @@ measure() { # name, parser, command...: the figure, retried once if missing
 }
 w_rxe=$(measure rxe-write-bw bw_row pair 18701 "ib_write_bw $P -s 65536 -D $DURATION --report_gbits")
 w_us=$(measure ours-write-bw bw_row ours "write-bw -s 65536 -D $DURATION --report_gbits")
-printf '%-22s %-18s %-18s %s\n' "write-bw -s 65536" "$w_rxe" "$w_us" "Gb/s (BW average)"
+w_in=$(measure ours-fabric-write-bw bw_row in_process "write-bw -s 65536 -D $DURATION --report_gbits")
+printf '%-22s %-14s %-14s %-16s %-10s %s\n' "write-bw -s 65536" "$w_rxe" "$w_us" "$w_in" - "Gb/s (BW average)"
 s_rxe=$(measure rxe-send-lat lat_row pair 18702 "ib_send_lat $P -s 2 -n $ITERS")
 s_us=$(measure ours-send-lat lat_row ours "send-lat -s 2 -n $ITERS")
-printf '%-22s %-18s %-18s %s\n' "send-lat -s 2" "$s_rxe" "$s_us" "us (t_typical)"
+s_in=$(measure ours-fabric-send-lat lat_row in_process "send-lat -s 2 -n $ITERS")
+floor=$(udp_floor)
+printf '%-22s %-14s %-14s %-16s %-10s %s\n' "send-lat -s 2" "$s_rxe" "$s_us" "$s_in" "${floor:--}" "us (t_typical)"
 r_rxe=$(measure rxe-read-lat lat_row pair 18703 "ib_read_lat $P -s 2 -n $ITERS")
 r_us=$(measure ours-read-lat lat_row ours "read-lat -s 2 -n $ITERS")
-printf '%-22s %-18s %-18s %s\n' "read-lat -s 2" "$r_rxe" "$r_us" "us (t_typical)"
+r_in=$(measure ours-fabric-read-lat lat_row in_process "read-lat -s 2 -n $ITERS")
+# A READ's figure is a whole round trip: twice the ping-pong's half.
+r_floor=$(awk -v f="${floor:-}" 'BEGIN { if (f != "") printf "%.2f", 2 * f }')
+printf '%-22s %-14s %-14s %-16s %-10s %s\n' "read-lat -s 2" "$r_rxe" "$r_us" "$r_in" "${r_floor:--}" "us (t_typical)"
