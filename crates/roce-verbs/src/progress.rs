@@ -371,31 +371,30 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let mut park = min_park;
     let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(max_park);
     let mut watch = max_park;
+    let mut busy = false;
     let mut last_work = shared.now();
     while !shared.shutdown.load(Ordering::Acquire) {
-        // While an application thread polls, its steps receive, transmit
-        // and run the timers: this thread only watches for the polling to
-        // stop (or for a kick: work handed over by a post or a step), and
-        // does not touch the I/O. Waking it costs a context switch that
-        // the polling thread pays for on a busy CPU, so it stays away
-        // until the poller would count as gone. The watch starts at
-        // max_park and doubles, up to poller_park, each time the
-        // application is found still polling.
+        // While an application thread polls (it did within max_park), its
+        // steps receive, transmit and run the timers: this thread only
+        // looks now and then whether the polling goes on (or for a kick:
+        // work handed over by a post or a step), and does not touch the
+        // I/O. Waking it costs a context switch that the polling thread
+        // pays for on a busy CPU, so the looks come at doubling intervals,
+        // from max_park up to poller_park. Not while this thread is busy
+        // with traffic itself: an application that polls now and then
+        // (a passive side checking its CQ) must not stall the receiving.
         let now = shared.now();
-        let polled = shared.last_inline.load(Ordering::Relaxed);
-        let since = now.saturating_sub(polled);
-        if since < watch && !shared.kicked.swap(false, Ordering::SeqCst) {
-            shared.wake_at.store(polled + watch, Ordering::Release);
+        let since = now.saturating_sub(shared.last_inline.load(Ordering::Relaxed));
+        if !busy && since < max_park && !shared.kicked.swap(false, Ordering::SeqCst) {
+            shared.wake_at.store(now + watch, Ordering::Release);
             if !shared.shutdown.load(Ordering::Acquire) {
-                shared.sleep(Duration::from_nanos(watch - since), false);
+                shared.sleep(Duration::from_nanos(watch), false);
             }
             shared.wake_at.store(RUNNING, Ordering::Release);
             watch = (watch * 2).min(poller_park);
             continue;
         }
-        if since >= watch {
-            watch = max_park;
-        }
+        watch = max_park;
         let out = match shared.io.try_lock() {
             Ok(mut io) => step(&shared, &mut io, Driver::Thread),
             // An application thread is driving progress right now: count
@@ -404,7 +403,8 @@ pub(crate) fn run(shared: Arc<Shared>) {
             Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), Driver::Thread),
         };
         let now = shared.now();
-        if out.work || out.more {
+        busy = out.work || out.more;
+        if busy {
             last_work = now;
             park = min_park;
             continue;
