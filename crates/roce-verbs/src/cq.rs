@@ -142,6 +142,7 @@ impl CompletionQueue {
             return Ok(n);
         }
         shared.last_inline.store(shared.recent(), Ordering::Relaxed);
+        shared.polls.fetch_add(1, Ordering::Relaxed);
         if progress::inline_step(shared, progress::Driver::Poll) {
             return self.poll_engine(out, max);
         }

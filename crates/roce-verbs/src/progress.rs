@@ -371,7 +371,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let mut park = min_park;
     let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(max_park);
     let mut watch = max_park;
-    let mut busy = false;
+    let mut polls_seen = 0u64;
     let mut last_work = shared.now();
     while !shared.shutdown.load(Ordering::Acquire) {
         // While an application thread polls (it did within max_park), its
@@ -380,12 +380,16 @@ pub(crate) fn run(shared: Arc<Shared>) {
         // work handed over by a post or a step), and does not touch the
         // I/O. Waking it costs a context switch that the polling thread
         // pays for on a busy CPU, so the looks come at doubling intervals,
-        // from max_park up to poller_park. Not while this thread is busy
-        // with traffic itself: an application that polls now and then
-        // (a passive side checking its CQ) must not stall the receiving.
+        // from max_park up to poller_park. Only for an application that
+        // polls over and over (twice or more since the last look): one
+        // that checks its CQ now and then (a passive side between waits)
+        // must not stall the receiving this thread does.
         let now = shared.now();
         let since = now.saturating_sub(shared.last_inline.load(Ordering::Relaxed));
-        if !busy && since < max_park && !shared.kicked.swap(false, Ordering::SeqCst) {
+        let polls = shared.polls.load(Ordering::Relaxed);
+        let polling = since < max_park && polls.wrapping_sub(polls_seen) >= 2;
+        polls_seen = polls;
+        if polling && !shared.kicked.swap(false, Ordering::SeqCst) {
             shared.wake_at.store(now + watch, Ordering::Release);
             if !shared.shutdown.load(Ordering::Acquire) {
                 shared.sleep(Duration::from_nanos(watch), false);
@@ -403,8 +407,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
             Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), Driver::Thread),
         };
         let now = shared.now();
-        busy = out.work || out.more;
-        if busy {
+        if out.work || out.more {
             last_work = now;
             park = min_park;
             continue;

@@ -135,6 +135,8 @@ pub(crate) struct Shared {
     pub(crate) wake_at: AtomicU64,
     /// Last time an application thread polled a CQ and drove progress.
     pub(crate) last_inline: AtomicU64,
+    /// Polls of empty CQs that drove progress (see `progress::run`).
+    pub(crate) polls: AtomicU64,
     pub(crate) events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) events_cv: Condvar,
     /// Connection manager events, taken by the handle they concern.
@@ -200,6 +202,7 @@ impl Shared {
             thread: OnceLock::new(),
             wake_at: AtomicU64::new(RUNNING),
             last_inline: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             cm_events: Mutex::new(VecDeque::new()),
