@@ -244,17 +244,20 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         // of its own, before their ACKs: the peer is waiting for it, and
         // the ACKs' call then runs while the peer works on the answer.
         let answer_first = round == 0 && driver == Driver::Post && held;
-        core.dev.set_requests_only(answer_first);
         let mut exhausted = false;
         while !tx.is_full() {
-            let pushed = tx.push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
+            let pushed = tx.push_with(|buf| {
+                let n = if answer_first {
+                    core.dev.poll_transmit_requests(now, buf)
+                } else {
+                    core.dev.poll_transmit(now, buf)
+                };
+                n.unwrap_or(0)
+            });
             if !pushed {
                 exhausted = true;
                 break;
             }
-        }
-        if answer_first {
-            core.dev.set_requests_only(false);
         }
         collect_events(&mut core, &mut channels, &mut events);
         cm_events.extend(std::iter::from_fn(|| core.dev.poll_cm_event()));

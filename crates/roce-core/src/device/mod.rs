@@ -113,8 +113,6 @@ pub struct Device {
     /// An RC SEND or WRITE packet reached a responder since the last
     /// [`Device::take_ack_requests_seen`].
     ack_requests_seen: bool,
-    /// See [`Device::set_requests_only`].
-    requests_only: bool,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
@@ -170,7 +168,7 @@ macro_rules! ctx {
             local_addrs: &$s.config.addrs,
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
-            requests_only: $s.requests_only,
+            requests_only: false,
         }
     };
 }
@@ -194,7 +192,6 @@ impl Device {
             ready: VecDeque::new(),
             burst: 0,
             ack_requests_seen: false,
-            requests_only: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
             cm: cm::CmTable::default(),
@@ -542,20 +539,21 @@ impl Device {
     /// reached a QP's responder since the last call; clears the flag. A
     /// driver that runs inside the application's polling loop can hold its
     /// transmit back for a moment after such a packet, so that the ACK
-    /// leaves in the same batch as the application's answer instead of in
-    /// a system call of its own ahead of it. (READ and atomic requests are
+    /// leaves after the application's answer instead of in a system call of
+    /// its own ahead of it. (READ and atomic requests are
     /// not counted: their response is the answer the peer waits for.)
     pub fn take_ack_requests_seen(&mut self) -> bool {
         std::mem::take(&mut self.ack_requests_seen)
     }
 
-    /// While on, [`Device::poll_transmit`] emits only requests (and CM
-    /// messages and CNPs): QPs keep their responses queued, and stay ready
-    /// to send them once it is off. For a driver that held ACKs back for
-    /// the application's answer: the answer, which the peer is waiting
-    /// for, leaves in a send call of its own, and the ACKs in the next.
-    pub fn set_requests_only(&mut self, on: bool) {
-        self.requests_only = on;
+    /// [`Device::poll_transmit`] for requests only (and CM messages and
+    /// CNPs): QPs keep their responses queued, and stay ready to send them
+    /// at the next [`Device::poll_transmit`]. For a driver that held ACKs
+    /// back for the application's answer: the answer, which the peer is
+    /// waiting for, leaves in a send call of its own, and the ACKs in the
+    /// next.
+    pub fn poll_transmit_requests(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        self.transmit(now, buf, true)
     }
 
     /// Records a QP's current deadline in the timer heap if it changed.
@@ -579,6 +577,10 @@ impl Device {
     /// Writes the next datagram to send into `buf` (which should hold at
     /// least 4200 bytes); returns its length, or `None` when nothing is due.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        self.transmit(now, buf, false)
+    }
+
+    fn transmit(&mut self, now: Nanos, buf: &mut [u8], requests_only: bool) -> Option<usize> {
         if let Some(n) = self.cm_poll_transmit(buf) {
             self.counters.tx_datagrams += 1;
             return Some(n);
@@ -591,6 +593,7 @@ impl Device {
             };
             qp.queued = false;
             let mut ctx = ctx!(self, now);
+            ctx.requests_only = requests_only;
             if let Some(n) = qp.poll_transmit(&mut ctx, buf) {
                 // Round robin in bursts: the QP keeps its turn for up to
                 // `tx_burst` packets, then goes to the back if it has more.
@@ -611,7 +614,7 @@ impl Device {
                 return Some(n);
             }
             // Responses held back: ready again when they may go.
-            let held = self.requests_only && qp.wants_to_send();
+            let held = requests_only && qp.wants_to_send();
             if held {
                 qp.queued = true;
             }

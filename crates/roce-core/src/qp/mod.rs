@@ -345,7 +345,7 @@ impl Qp {
     }
 
     /// Emits the next packet: responses first, then requests (requests
-    /// only while [`Device::set_requests_only`](crate::Device) is on).
+    /// only for [`Device::poll_transmit_requests`](crate::Device)).
     pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(n) = self.cc_poll_cnp(ctx, buf) {
             self.counters.tx_packets += 1;
