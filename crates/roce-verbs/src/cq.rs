@@ -1,5 +1,6 @@
 //! Completion queues, completions and completion channels.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +13,15 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::progress;
 use crate::shared::{lock, Graveyard, NotifyReg, Shared};
+
+thread_local! {
+    /// [`CompletionQueue::poll_one`]'s list, kept by each polling thread
+    /// (taken out while in use, so no borrow spans a call).
+    static ONE: Cell<Vec<Completion>> = const { Cell::new(Vec::new()) };
+    /// The region references a poll releases, likewise kept: polling a
+    /// completion does not allocate.
+    static GRAVE: Cell<Graveyard> = const { Cell::new(Vec::new()) };
+}
 
 /// A work completion as the application sees it: the engine's [`Wc`] with
 /// the application's `wr_id`, plus the buffer of an owned-buffer work
@@ -149,13 +159,15 @@ impl CompletionQueue {
         Ok(0)
     }
 
-    /// Polls one completion.
+    /// Polls one completion. Does not allocate: the one-element list is
+    /// the calling thread's, kept from call to call.
     pub fn poll_one(&self) -> Result<Option<Completion>, Error> {
-        // Allocates only when a completion is there: busy-polling loops
-        // call this on an empty CQ over and over.
-        let mut v = Vec::new();
-        self.poll(&mut v, 1)?;
-        Ok(v.pop())
+        let mut v = ONE.take();
+        v.clear();
+        let r = self.poll(&mut v, 1);
+        let c = v.pop();
+        ONE.set(v);
+        r.map(|_| c)
     }
 
     /// Polls until `n` completions arrived or `timeout` passed; returns
@@ -177,14 +189,15 @@ impl CompletionQueue {
     }
 
     fn poll_engine(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
-        let mut grave: Graveyard = Vec::new();
+        let mut grave = GRAVE.take();
         let r = {
             let mut core = self.shared().core();
             core.poll(self.inner.id, max, out, &mut grave)
         };
         // Region references released after the lock (the last one
-        // deregisters, which takes the lock).
-        drop(grave);
+        // deregisters, which takes the lock); the list is kept.
+        grave.clear();
+        GRAVE.set(grave);
         r
     }
 
