@@ -374,6 +374,8 @@ pub struct UdpBackend {
     stats: UdpStats,
     segs: Vec<Seg>,
     plan: Vec<Planned>,
+    /// The sendmmsg headers of a chunk, kept between calls.
+    tx_msgs: Vec<TxMsg>,
     rx_arena: Box<[u8]>,
     /// The last receive call found nothing (see `recv`).
     rx_idle: bool,
@@ -458,6 +460,7 @@ impl UdpBackend {
             stats: UdpStats::default(),
             segs: Vec::with_capacity(TX_CHUNK),
             plan: Vec::with_capacity(MAX_MMSG),
+            tx_msgs: Vec::with_capacity(MAX_MMSG),
             rx_arena: vec![0u8; rx_slot * rx_msgs].into_boxed_slice(),
             rx_idle: false,
             rx_slot,
@@ -625,8 +628,10 @@ impl UdpBackend {
             Via::Main => None,
         };
         let fd = fd.unwrap_or(self.sock.as_fd());
+        // The iovecs borrow the batch, so their list is made per call.
         let mut iovs: Vec<IoSlice<'_>> = Vec::with_capacity(2 * self.segs.len());
-        let mut msgs: Vec<TxMsg> = Vec::with_capacity(self.plan.len());
+        let mut msgs = std::mem::take(&mut self.tx_msgs);
+        msgs.clear();
         for m in &self.plan {
             let iov_start = iovs.len();
             for s in &self.segs[m.start..m.end] {
@@ -687,6 +692,7 @@ impl UdpBackend {
                 }
             }
         }
+        self.tx_msgs = msgs;
         result
     }
 
