@@ -103,6 +103,49 @@ impl Default for Hold {
     }
 }
 
+impl Hold {
+    /// At the start of a step: whether the last step held its transmit
+    /// back (this one sends it), learning from who sends it.
+    fn begin(&mut self, driver: Driver) -> bool {
+        let held = std::mem::take(&mut self.held);
+        match driver {
+            // The application answered after requests: holding pays
+            // (again), unless held ACKs were left to the progress thread
+            // twice in a row (a program that drives several contexts from
+            // one thread answers on another context, and the peer waits).
+            Driver::Post => {
+                if held {
+                    self.stranded = 0;
+                }
+                self.pays |= (held || self.unanswered) && self.stranded < 2;
+                self.unanswered = false;
+            }
+            Driver::Thread if held => {
+                self.pays = false;
+                self.stranded = self.stranded.saturating_add(1);
+            }
+            _ => {}
+        }
+        held
+    }
+
+    /// After a polling step received SENDs or WRITEs: whether to hold its
+    /// transmit back now (`held`: what [`Hold::begin`] returned).
+    fn hold_now(&mut self, held: bool) -> bool {
+        if held {
+            // More requests came while the last ones' ACKs were held: the
+            // peer streams instead of waiting for an answer (a bandwidth
+            // test), and holding would only slow its window down.
+            self.pays = false;
+        } else if self.pays {
+            self.held = true;
+            return true;
+        }
+        self.unanswered = true;
+        false
+    }
+}
+
 /// Empty polling rounds that may reuse the last clock reading.
 const STALE_POLLS: u32 = 8;
 
@@ -129,16 +172,16 @@ pub(crate) enum Driver {
 /// before transmitting: the application is about to see what arrived and,
 /// in a ping-pong, answers at once; the ACK the request owes then leaves
 /// right after the answer, in a send call of its own (so that its system
-/// call runs while the peer works on the answer, not before the answer
-/// on the round trip). The held transmit is sent by
-/// the next step of any kind, which never holds back again, or by
-/// [`settle`] before anything that changes a QP's or a connection's state;
-/// the progress thread takes it when it sees the application stop polling.
-/// Whether holding pays is learnt ([`Hold`]): when more requests arrive
-/// while ACKs are held, the peer is streaming (a bandwidth test) and
-/// holding would only delay its window, so it stops until the application
-/// answers requests again; when the progress thread had to send held ACKs
-/// twice in a row, it stops for good.
+/// call runs while the peer works on the answer, not before the answer on
+/// the round trip). The held transmit is sent by the next step of any
+/// kind, which never holds back again, or by [`settle`] before anything
+/// that changes a QP's or a connection's state; the progress thread takes
+/// it when it sees the application stop polling. Whether holding pays is
+/// learnt ([`Hold`]): when more requests arrive while ACKs are held, the
+/// peer is streaming (a bandwidth test) and holding would only delay its
+/// window, so it stops until the application answers requests again; when
+/// the progress thread had to send held ACKs twice in a row, it stops for
+/// good.
 ///
 /// [`Shared::tx_owed`] is set from the moment a request's completion or
 /// data is visible to the application until its ACK has left (or is
@@ -166,25 +209,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     let receive = driver != Driver::Post;
     let owed = shared.tx_owed.load(Ordering::Relaxed);
     // This step sends what a hold kept back (or holds anew below).
-    let held = std::mem::take(&mut hold.held);
-    match driver {
-        Driver::Post => {
-            // The application answered after requests: holding pays (again),
-            // unless held ACKs were left to the progress thread twice in a
-            // row (a program that drives several contexts from one thread
-            // answers on another context, and the peer waits).
-            if held {
-                hold.stranded = 0;
-            }
-            hold.pays |= (held || hold.unanswered) && hold.stranded < 2;
-            hold.unanswered = false;
-        }
-        Driver::Thread if held => {
-            hold.pays = false;
-            hold.stranded = hold.stranded.saturating_add(1);
-        }
-        _ => {}
-    }
+    let held = hold.begin(driver);
     let mut requests = false;
 
     // Receive everything that has arrived (bounded, to keep sending).
@@ -217,17 +242,8 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             break;
         }
     }
-    if requests && driver == Driver::Poll {
-        if held {
-            // More requests came while the last ones' ACKs were held: the
-            // peer streams instead of waiting for an answer (a bandwidth
-            // test), and holding would only slow its window down.
-            hold.pays = false;
-        } else if hold.pays {
-            hold.held = true;
-            return out;
-        }
-        hold.unanswered = true;
+    if requests && driver == Driver::Poll && hold.hold_now(held) {
+        return out;
     }
 
     // Timers, transmit and events.
