@@ -213,6 +213,8 @@ pub struct UdpStats {
     pub rx_bytes: u64,
     /// `recvmmsg` calls that returned data.
     pub rx_syscalls: u64,
+    /// `recvmmsg` calls that found nothing waiting.
+    pub rx_empty_polls: u64,
     /// GRO-coalesced receives split into several datagrams.
     pub rx_gro_batches: u64,
     /// Datagrams too big for the receive buffers or the batch; dropped.
@@ -864,9 +866,18 @@ impl Backend for UdpBackend {
             self.rx_off = 0;
             self.rx_idle = n == 0;
             if n == 0 {
+                self.stats.rx_empty_polls += 1;
                 break;
             }
             self.stats.rx_syscalls += 1;
+            // A call that came back short found the socket drained (and a
+            // one-slot probe after an idle look leaves the rest of a burst
+            // to the next call): asking again now would be a system call
+            // that finds nothing, on the way to handing this over.
+            let asked = want.min(MAX_MMSG).min(self.rx_arena.len() / self.rx_slot);
+            if n < asked || want == 1 {
+                break;
+            }
         }
         self.push_rx(batch);
         Ok(batch.len())
@@ -891,6 +902,7 @@ impl Backend for UdpBackend {
             ("udp_rx_datagrams", s.rx_datagrams),
             ("udp_rx_bytes", s.rx_bytes),
             ("udp_rx_syscalls", s.rx_syscalls),
+            ("udp_rx_empty_polls", s.rx_empty_polls),
             ("udp_rx_gro_batches", s.rx_gro_batches),
             ("udp_rx_too_big", s.rx_too_big),
             ("udp_rx_icrc_unverified", s.rx_icrc_unverified),

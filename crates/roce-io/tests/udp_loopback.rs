@@ -150,6 +150,44 @@ fn gso_and_gro_when_offered() {
     assert_eq!(sb.rx_icrc_bad, 0);
 }
 
+/// A ping-pong's receive: the call that returns a datagram makes no
+/// further system call that would find nothing (it sits between the
+/// datagram's arrival and the engine seeing it).
+#[test]
+fn a_receive_that_returns_data_makes_no_empty_call_after_it() {
+    let (a_ip, b_ip) = (ip("127.0.0.31"), ip("127.0.0.32"));
+    let (mut a, mut b) = pair(a_ip, b_ip, |c| c);
+    let mut rx = PacketBatch::new(64, 9216);
+    for round in 0..20u32 {
+        let spec = Spec {
+            src: a_ip,
+            dst: b_ip,
+            sport: 0xc300,
+            dscp: 26,
+            ecn: Ecn::NotEct,
+            psn: round,
+            len: 2,
+        };
+        let mut tx = PacketBatch::new(1, SLOT);
+        assert!(tx.push_with(|slot| emit(&spec, slot)));
+        send_all(&mut a, &mut tx);
+        assert!(b.wait_readable(Some(std::time::Duration::from_secs(2))).unwrap());
+        let before = b.stats();
+        assert_eq!(b.recv(0, &mut rx).unwrap(), 1, "round {round}");
+        let after = b.stats();
+        assert_eq!(after.rx_syscalls - before.rx_syscalls, 1, "round {round}");
+        assert_eq!(
+            after.rx_empty_polls, before.rx_empty_polls,
+            "round {round}: no empty recvmmsg after the datagram"
+        );
+        let p = RocePacket::parse_ip(rx.get(0)).unwrap();
+        assert_eq!(p.bth.psn.value(), round);
+        // The socket is empty now: the next call finds nothing, once.
+        assert_eq!(b.recv(0, &mut rx).unwrap(), 0);
+        assert_eq!(b.stats().rx_empty_polls, after.rx_empty_polls + 1);
+    }
+}
+
 #[test]
 fn rewrite_fallback_keeps_the_icrc_valid() {
     let (a_ip, b_ip) = (ip("127.0.0.31"), ip("127.0.0.32"));
