@@ -9,10 +9,9 @@ use roce_core::{
 
 use crate::cq::CompletionQueue;
 use crate::error::{Error, OwnedPostError};
-use crate::mr::MrCore;
 use crate::pd::{AddressHandle, ProtectionDomain};
 use crate::progress;
-use crate::shared::{Core, Graveyard, OwnedBuf, RecvEntry, RecvOwner, SendEntry, Shared};
+use crate::shared::{Core, Graveyard, OwnedBuf, RecvEntry, RecvOwner, Refs, SendEntry, Shared};
 use crate::srq::SharedReceiveQueue;
 
 /// Creation attributes of a QP (`ibv_qp_init_attr`).
@@ -256,13 +255,13 @@ impl QueuePair {
         let mut posted = 0;
         let mut refused = None;
         // Region references a post did not keep are dropped unlocked.
-        let mut refs = Vec::new();
+        let mut refs = Refs::new();
         let mut unkept = Vec::new();
         {
             let mut core = shared.core();
             for wr in wrs {
                 let r = self.post_send_locked(&mut core, wr, &mut refs, None);
-                unkept.append(&mut refs);
+                unkept.extend(refs.drain(..));
                 if let Err((e, _)) = r {
                     refused = Some(e);
                     break;
@@ -312,7 +311,7 @@ impl QueuePair {
             });
         };
         let shared = self.shared();
-        let mut refs = Vec::new();
+        let mut refs = Refs::new();
         let r = {
             let mut core = shared.core();
             match core.register_owned(self.pd().id(), buf, Access::LOCAL_WRITE) {
@@ -344,7 +343,7 @@ impl QueuePair {
         &self,
         core: &mut Core,
         mut wr: SendWr,
-        refs: &mut Vec<Arc<MrCore>>,
+        refs: &mut Refs,
         owned: Option<OwnedBuf>,
     ) -> Result<(), (Error, Option<OwnedBuf>)> {
         if owned.is_none() {
@@ -364,7 +363,7 @@ impl QueuePair {
                 let refs = if keep {
                     std::mem::take(refs)
                 } else {
-                    Vec::new()
+                    Refs::new()
                 };
                 core.sends
                     .entry(self.inner.qpn.value())
@@ -412,7 +411,7 @@ pub(crate) fn post_recv_locked(
     owner: RecvOwner,
     pd: &ProtectionDomain,
     mut wr: RecvWr,
-    refs: &mut Vec<Arc<MrCore>>,
+    refs: &mut Refs,
     owned: Option<OwnedBuf>,
 ) -> Result<(), (Error, Option<OwnedBuf>)> {
     let mut core = shared.core();
@@ -463,7 +462,7 @@ pub(crate) fn post_recv(
     pd: &ProtectionDomain,
     wr: RecvWr,
 ) -> Result<(), Error> {
-    let mut refs = Vec::new();
+    let mut refs = Refs::new();
     let r = post_recv_locked(shared, owner, pd, wr, &mut refs, None).map_err(|(e, _)| e);
     drop(refs);
     r
@@ -495,7 +494,7 @@ pub(crate) fn post_recv_owned(
             lkey: keys.lkey,
         }],
     };
-    let mut refs = Vec::new();
+    let mut refs = Refs::new();
     let r = post_recv_locked(
         shared,
         owner,

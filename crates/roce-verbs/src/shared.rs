@@ -12,6 +12,7 @@
 //! unlocking.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -23,6 +24,8 @@ use roce_core::{
     WcStatus,
 };
 use roce_io::{Backend, PacketBatch};
+use rustc_hash::FxHasher;
+use smallvec::SmallVec;
 
 use crate::cq::{ChannelInner, Completion, CqInner};
 use crate::error::Error;
@@ -37,6 +40,14 @@ pub(crate) const RUNNING: u64 = u64::MAX;
 
 /// Memory-region references released under the core lock, to drop after it.
 pub(crate) type Graveyard = Vec<Arc<MrCore>>;
+
+/// The regions one work request keeps registered: nearly always one or
+/// two, held without an allocation per post.
+pub(crate) type Refs = SmallVec<[Arc<MrCore>; 2]>;
+
+/// The bookkeeping maps' keys are engine-made integers (lkeys, QPNs, WR
+/// ids), not attacker-chosen input: a fast non-keyed hash is enough.
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// Where an owned buffer goes when the engine hands its region back.
 pub(crate) type Home = Arc<Mutex<Option<Vec<u8>>>>;
@@ -67,7 +78,7 @@ pub(crate) struct OwnedBuf {
 pub(crate) struct SendEntry {
     pub(crate) id: u64,
     pub(crate) wr_id: u64,
-    pub(crate) refs: Vec<Arc<MrCore>>,
+    pub(crate) refs: Refs,
     pub(crate) owned: Option<OwnedBuf>,
 }
 
@@ -83,7 +94,7 @@ pub(crate) enum RecvOwner {
 pub(crate) struct RecvEntry {
     pub(crate) owner: RecvOwner,
     pub(crate) wr_id: u64,
-    pub(crate) refs: Vec<Arc<MrCore>>,
+    pub(crate) refs: Refs,
     pub(crate) owned: Option<OwnedBuf>,
 }
 
@@ -100,12 +111,12 @@ pub(crate) struct NotifyReg {
 pub(crate) struct Core {
     pub(crate) dev: Device,
     /// Live memory regions by lkey (for resolving scatter/gather entries).
-    pub(crate) mrs: HashMap<u32, Weak<MrCore>>,
+    pub(crate) mrs: FastMap<u32, Weak<MrCore>>,
     /// Outstanding send WRs per QP, in post order (the engine retires them
     /// in order, so a completion also retires every unsignaled WR before it).
-    pub(crate) sends: HashMap<u32, VecDeque<SendEntry>>,
+    pub(crate) sends: FastMap<u32, VecDeque<SendEntry>>,
     /// Outstanding receive WRs by internal id.
-    pub(crate) recvs: HashMap<u64, RecvEntry>,
+    pub(crate) recvs: FastMap<u64, RecvEntry>,
     /// CQs attached to completion channels.
     pub(crate) notify: Vec<NotifyReg>,
     next_id: u64,
@@ -182,9 +193,9 @@ impl Shared {
         Shared {
             core: Mutex::new(Core {
                 dev,
-                mrs: HashMap::new(),
-                sends: HashMap::new(),
-                recvs: HashMap::new(),
+                mrs: FastMap::default(),
+                sends: FastMap::default(),
+                recvs: FastMap::default(),
                 notify: Vec::new(),
                 next_id: 1,
                 next_va: 0x1_0000_0000,
@@ -338,12 +349,7 @@ impl Core {
     }
 
     /// Resolves the memory regions an SGL names, checking PD and bounds.
-    pub(crate) fn resolve(
-        &self,
-        pd: PdId,
-        sgl: &[Sge],
-        refs: &mut Vec<Arc<MrCore>>,
-    ) -> Result<(), Error> {
+    pub(crate) fn resolve(&self, pd: PdId, sgl: &[Sge], refs: &mut Refs) -> Result<(), Error> {
         for sge in sgl {
             let mr = self
                 .mrs
