@@ -171,7 +171,9 @@ fn a_receive_that_returns_data_makes_no_empty_call_after_it() {
         let mut tx = PacketBatch::new(1, SLOT);
         assert!(tx.push_with(|slot| emit(&spec, slot)));
         send_all(&mut a, &mut tx);
-        assert!(b.wait_readable(Some(std::time::Duration::from_secs(2))).unwrap());
+        assert!(b
+            .wait_readable(Some(std::time::Duration::from_secs(2)))
+            .unwrap());
         let before = b.stats();
         assert_eq!(b.recv(0, &mut rx).unwrap(), 1, "round {round}");
         let after = b.stats();
