@@ -115,6 +115,8 @@
 #![deny(unsafe_code)]
 
 mod backend;
+#[cfg(target_os = "linux")]
+pub mod cpu;
 mod datagram;
 mod fabric;
 mod fault;
