@@ -38,6 +38,40 @@ fn json_run(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
 
+/// The data check can fail: told to expect another pattern from the peer
+/// (`--verify-salt`, a test-only flag), every test that compares payloads
+/// ends with exit status 1 and says the data differs, and it does so at
+/// once rather than after a stall (the side that finds it tells the other).
+#[test]
+fn a_payload_other_than_the_peers_fails_the_run() {
+    for test in ["write-lat", "send-lat", "read-lat", "write-bw", "read-bw"] {
+        let (port, _) = ports();
+        let t0 = std::time::Instant::now();
+        let o = roce(&[
+            "perf",
+            test,
+            "--loopback",
+            "--backend",
+            "fabric",
+            "-n",
+            "50",
+            "-p",
+            &port,
+            "--verify-salt",
+            "5",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{test}: {err}");
+        assert!(err.contains("differs"), "{test}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{test}: one line: {err}");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "{test} took {:?}: {err}",
+            t0.elapsed()
+        );
+    }
+}
+
 #[test]
 fn every_test_over_the_fabric_with_verification() {
     for test in [

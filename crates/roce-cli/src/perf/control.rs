@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -60,6 +61,24 @@ impl Endpoint {
 pub(crate) struct Control {
     rx: std::sync::mpsc::Receiver<Result<Value, String>>,
     writer: TcpStream,
+    alarm: PeerAlarm,
+}
+
+/// Set by the control connection's reader thread when the peer reports an
+/// error, so that a loop busy on the data path (which does not read the
+/// control connection) ends at once instead of waiting for data that the
+/// failed peer will never send.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PeerAlarm(Arc<OnceLock<String>>);
+
+impl PeerAlarm {
+    /// `Err` with the peer's message once it has reported an error.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match self.0.get() {
+            Some(m) => Err(format!("peer: {m}")),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Control {
@@ -67,6 +86,8 @@ impl Control {
         stream.set_nodelay(true)?;
         let writer = stream.try_clone()?;
         let (tx, rx) = std::sync::mpsc::channel();
+        let alarm = PeerAlarm::default();
+        let raise = alarm.clone();
         std::thread::Builder::new()
             .name("perf-control".into())
             .spawn(move || {
@@ -80,12 +101,23 @@ impl Control {
                         Err(e) => Err(format!("control connection: {e}")),
                     };
                     let end = msg.is_err();
+                    if let Ok(v) = &msg {
+                        if v.get("type").and_then(Value::as_str) == Some("error") {
+                            let m = v.get("message").and_then(Value::as_str);
+                            let _ = raise.0.set(m.unwrap_or("unknown error").to_string());
+                        }
+                    }
                     if tx.send(msg).is_err() || end {
                         return;
                     }
                 }
             })?;
-        Ok(Control { rx, writer })
+        Ok(Control { rx, writer, alarm })
+    }
+
+    /// The alarm the reader thread raises when the peer reports an error.
+    pub(crate) fn alarm(&self) -> PeerAlarm {
+        self.alarm.clone()
     }
 
     /// The local address of the control connection.

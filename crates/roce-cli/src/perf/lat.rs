@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
-use super::control::Control;
+use super::control::{Control, PeerAlarm};
 use super::report::{self, LatResult};
 use super::setup::Session;
 use super::{Test, STOP};
@@ -35,7 +35,7 @@ pub(super) fn progress_bar(duration: Option<f64>) -> Option<ProgressBar> {
 
 /// Busy-polls the CQ for one completion (each empty poll also drives the
 /// context's progress on this thread).
-fn wait_one(s: &Session) -> Result<Completion, String> {
+fn wait_one(s: &Session, alarm: &PeerAlarm) -> Result<Completion, String> {
     // The watchdog's clock starts after the first spins: most waits end
     // before, and a clock read can be a system call (see Shared::recent).
     let mut start = None;
@@ -51,6 +51,7 @@ fn wait_one(s: &Session) -> Result<Completion, String> {
             if STOP.load(Ordering::SeqCst) {
                 return Err("interrupted".into());
             }
+            alarm.check()?;
             if start.get_or_insert_with(Instant::now).elapsed() > STALL {
                 let c = s.qps[0].counters();
                 return Err(format!(
@@ -73,17 +74,37 @@ fn check(c: &Completion) -> Result<(), String> {
     ))
 }
 
-/// Waits until the last byte of this side's target area holds `want`,
-/// counting the send completions its polls find off `unreaped`.
-fn wait_byte(s: &Session, off: u64, want: u8, unreaped: &mut u64) -> Result<(), String> {
+/// Messages up to this size are read whole by every look of
+/// [`wait_byte`], so that the copy it returns is the data to verify (one
+/// read under the engine lock instead of two).
+const SNAPSHOT_MAX: usize = 64;
+
+/// Waits until the last byte of this side's target area `[off, off + len)`
+/// holds `want`, counting the send completions its polls find off
+/// `unreaped`. When `snap` holds `len` bytes (at most [`SNAPSHOT_MAX`]),
+/// each look reads the whole area into it, so that on return it holds the
+/// message that carried `want`.
+fn wait_byte(
+    s: &Session,
+    alarm: &PeerAlarm,
+    off: u64,
+    snap: &mut [u8],
+    want: u8,
+    unreaped: &mut u64,
+) -> Result<(), String> {
     let mut start = None;
     let mut spins = 0u32;
-    let mut b = [0u8; 1];
+    let mut one = [0u8; 1];
+    let (look_at, buf) = if snap.is_empty() {
+        (off, &mut one[..])
+    } else {
+        (off + 1 - snap.len() as u64, snap)
+    };
     loop {
         // Look at the memory first: a poll that comes after the WRITE
         // landed would send its held ACK alone instead of with our answer.
-        s.mr.read(off, &mut b).map_err(|e| e.to_string())?;
-        if b[0] == want {
+        s.mr.read(look_at, buf).map_err(|e| e.to_string())?;
+        if buf.last() == Some(&want) {
             return Ok(());
         }
         // An empty poll drives progress.
@@ -97,6 +118,7 @@ fn wait_byte(s: &Session, off: u64, want: u8, unreaped: &mut u64) -> Result<(), 
             if STOP.load(Ordering::SeqCst) {
                 return Err("interrupted".into());
             }
+            alarm.check()?;
             if start.get_or_insert_with(Instant::now).elapsed() > STALL {
                 return Err("the peer's WRITE never arrived: the peer stopped responding".into());
             }
@@ -130,6 +152,7 @@ fn ping_pong(
     write: bool,
 ) -> Result<Vec<f64>, String> {
     let p = s.params.clone();
+    let alarm = ctl.alarm();
     let qp = s.qps[0].clone();
     let base = s.slot_off(0);
     let r = s.remote[0];
@@ -169,6 +192,8 @@ fn ping_pong(
     // Signaled sends whose completion has not been polled yet.
     let mut unreaped = 0u64;
     let inline = n <= 256 && !write;
+    // What arrived, for the data check (one buffer for the whole run).
+    let mut got = vec![0u8; n];
     while i < iters
         && !STOP.load(Ordering::SeqCst)
         && deadline.is_none_or(|d| Instant::now() < d || !s.is_client)
@@ -194,50 +219,65 @@ fn ping_pong(
                 };
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))
         };
-        let receive = |s: &Session, pending_recv: &mut u64, unreaped: &mut u64| {
-            if write {
-                wait_byte(s, base + n as u64 - 1, tag, unreaped)?;
-            } else {
-                while *pending_recv == 0 {
-                    if wait_one(s)?.wr_id == RECV_ID {
-                        *pending_recv += 1;
+        // Receives the peer's message; returns whether it is the data
+        // expected (checked later by `verified`, off the timed path).
+        let receive =
+            |s: &Session, got: &mut Vec<u8>, pending_recv: &mut u64, unreaped: &mut u64| {
+                if write {
+                    let snap = if p.verify && n <= SNAPSHOT_MAX {
+                        &mut got[..n]
                     } else {
-                        *unreaped = unreaped.saturating_sub(1);
+                        &mut got[..0]
+                    };
+                    wait_byte(s, &alarm, base + n as u64 - 1, snap, tag, unreaped)?;
+                } else {
+                    while *pending_recv == 0 {
+                        if wait_one(s, &alarm)?.wr_id == RECV_ID {
+                            *pending_recv += 1;
+                        } else {
+                            *unreaped = unreaped.saturating_sub(1);
+                        }
                     }
+                    *pending_recv -= 1;
+                    post_recv(s)?;
                 }
-                *pending_recv -= 1;
-                post_recv(s)?;
-            }
-            if p.verify {
-                let mut got = vec![0u8; n];
-                s.mr.read(if write { base } else { recv_off }, &mut got)
-                    .map_err(|e| e.to_string())?;
-                let ok = got[..n - 1] == peer[..n - 1] && got[n - 1] == tag;
-                if !ok {
-                    return Err(format!(
-                        "iteration {i}: the data received differs from what was sent"
-                    ));
+                if p.verify && !(write && n <= SNAPSHOT_MAX) {
+                    s.mr.read(if write { base } else { recv_off }, &mut got[..n])
+                        .map_err(|e| e.to_string())?;
                 }
+                Ok::<(), String>(())
+            };
+        // The message `receive` left in `got` is the peer's pattern with
+        // this iteration's tag.
+        let verified = |got: &[u8]| -> Result<(), String> {
+            if p.verify && (got[..n - 1] != peer[..n - 1] || got[n - 1] != tag) {
+                return Err(format!(
+                    "iteration {i}: the data received differs from what was sent"
+                ));
             }
-            Ok::<(), String>(())
+            Ok(())
         };
         let t0 = Instant::now();
         if s.is_client {
             send(s, &mut msg)?;
             unreaped += 1;
-            match receive(s, &mut pending_recv, &mut unreaped) {
+            match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0),
                 // Ctrl-C while waiting: report what was measured.
                 Err(_) if STOP.load(Ordering::SeqCst) => break,
                 Err(e) => return Err(e),
             }
+            verified(&got)?;
         } else {
-            match receive(s, &mut pending_recv, &mut unreaped) {
+            match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => {}
                 // The client stopped (duration over or interrupted).
                 Err(_) if p.duration.is_some() || STOP.load(Ordering::SeqCst) => break,
                 Err(e) => return Err(e),
             }
+            // Checked before answering: the answer lets the peer send the
+            // next message into the same place.
+            verified(&got)?;
             send(s, &mut msg)?;
             unreaped += 1;
         }
@@ -271,6 +311,7 @@ fn ping_pong(
 /// READ or FETCH_ADD round trips; the server is passive.
 fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, String> {
     let p = s.params.clone();
+    let alarm = ctl.alarm();
     let base = s.slot_off(0);
     let r = s.remote[0];
     ctl.barrier("go")?;
@@ -306,7 +347,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             let wr = SendWr::rdma(i, op, vec![sge], r.vaddr, Rkey::new(r.rkey));
             let t0 = Instant::now();
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
-            match wait_one(s) {
+            match wait_one(s, &alarm) {
                 Ok(_) => samples.push(t0.elapsed().as_secs_f64() * 1e6),
                 Err(_) if STOP.load(Ordering::SeqCst) => break,
                 Err(e) => return Err(e),

@@ -212,6 +212,11 @@ pub(crate) struct PerfArgs {
     /// Skip data verification.
     #[arg(long)]
     no_verify: bool,
+    /// For tests of the verification itself: expect the peer's data to
+    /// be a pattern salted with this value, so that correct data fails
+    /// the check.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub(crate) verify_salt: u64,
     /// Print results as JSON.
     #[arg(long)]
     json: bool,
@@ -432,6 +437,7 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
         (Ok(_), Err(s)) => Err(format!("server side: {s}")),
         // The side that failed first usually explains the other.
         (Err(c), Err(s)) if s.starts_with("peer:") => Err(c),
+        (Err(c), Err(s)) if c.starts_with("peer:") => Err(format!("server side: {s}")),
         (Err(c), Err(s)) => Err(format!("{c} (server side: {s})")),
     }
 }

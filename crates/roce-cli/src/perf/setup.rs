@@ -32,13 +32,20 @@ pub(crate) struct Session {
     pub(crate) ring: u64,
     /// The peer's endpoints, one per QP.
     pub(crate) remote: Vec<Endpoint>,
+    /// Mixed into the pattern expected from the peer: 0, except in the
+    /// tests that prove a wrong payload fails the run (`--verify-salt`).
+    peer_salt: u64,
     _pd: ProtectionDomain,
 }
 
 /// The fill pattern of side `seed` (the same function verifies it).
+/// Seeds that differ in any bit give different patterns (the seed is
+/// mixed before it meets the bits the bytes are taken from), so the two
+/// sides, whose seeds differ in the lowest bit, never send the same data.
 pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mixed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (0..len as u64)
-        .map(|i| (i.wrapping_mul(0x9e37_79b1).wrapping_add(seed) >> 13) as u8)
+        .map(|i| (i.wrapping_mul(0x9e37_79b1).wrapping_add(mixed) >> 13) as u8)
         .collect()
 }
 
@@ -200,6 +207,7 @@ impl Session {
             max_size,
             ring,
             remote,
+            peer_salt: args.verify_salt,
             _pd: pd,
         })
     }
@@ -220,7 +228,10 @@ impl Session {
 
     /// The peer's pattern (what its accessible area holds).
     pub(crate) fn peer_pattern(&self, len: usize) -> Vec<u8> {
-        pattern(self.params.seed ^ !self.is_client as u64, len)
+        pattern(
+            self.params.seed ^ !self.is_client as u64 ^ self.peer_salt,
+            len,
+        )
     }
 
     /// This side's pattern.
