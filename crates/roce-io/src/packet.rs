@@ -481,12 +481,9 @@ impl Backend for PacketBackend {
                 let frame = &arena[k * RX_SLOT..k * RX_SLOT + info.len];
                 self.handle_frame(frame, info, batch);
             }
-            let asked = want.min(sys::MAX_MMSG).min(arena.len() / RX_SLOT);
             self.rx_arena = arena;
             self.rx_info = infos;
-            // A short call found the socket drained: another would find
-            // nothing, between the frames' arrival and the engine.
-            if n < asked {
+            if n == 0 {
                 break;
             }
         }
