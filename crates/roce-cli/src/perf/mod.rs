@@ -184,8 +184,8 @@ pub(crate) struct PerfArgs {
     #[arg(long, value_name = "SPEC", value_parser = backend::check_faults)]
     faults: Option<String>,
     /// Run the server and the client in this process, on two loopback
-    /// addresses (127.0.0.1 and 127.0.0.2), each side on a CPU of its own
-    /// when the process may use two or more.
+    /// addresses (127.0.0.1 and 127.0.0.2); in latency tests each side on
+    /// a CPU of its own when the process may use two or more.
     #[arg(long)]
     loopback: bool,
     /// Speak perftest 4.5's out-of-band exchange (instead of this tool's
@@ -399,12 +399,14 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     // The client's side records both directions; one writer per file.
     server_args.pcap = None;
     let fabric2 = fabric.clone();
-    // Each side (and the progress thread its context starts) on a CPU of
-    // its own, when there are two: left to the scheduler, both sides
-    // could share one CPU for the first ~12 ms of a run, each polling
-    // through the other's time slice (see roce_io::cpu).
+    // In a latency test each side (and the progress thread its context
+    // starts) on a CPU of its own, when there are two: left to the
+    // scheduler, both sides could share one CPU for the first ~12 ms of a
+    // run, each polling through the other's time slice (see
+    // roce_io::cpu). Bandwidth tests are left to the scheduler: pinned,
+    // they were no faster here and 30 % slower in the emulated lab guest.
     let cpus = roce_io::cpu::allowed_cpus().unwrap_or_default();
-    let placement = (cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
+    let placement = (!args.test.is_bw() && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
     let server = std::thread::spawn(move || {
         if let Some((_, cpu)) = placement {
             let _ = roce_io::cpu::pin_current_thread(cpu);
