@@ -128,6 +128,9 @@ mod neigh;
 mod packet;
 mod pcap;
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod ring;
+#[cfg(target_os = "linux")]
 mod sleeper;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]

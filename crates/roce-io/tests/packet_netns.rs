@@ -13,7 +13,7 @@ use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use common::*;
-use roce_io::{Backend, PacketBackend, PacketBatch, PacketConfig, RxMeta};
+use roce_io::{Backend, PacketBackend, PacketBatch, PacketConfig, PacketStats, RxMeta};
 use roce_wire::{Ecn, MacAddr, MacControl, RocePacket};
 
 struct Pair {
@@ -134,6 +134,23 @@ fn frames_both_ways_filter_pcp_and_pfc() {
             return;
         }
     };
+    // Through the receive ring (the default) and through recvmmsg.
+    for ring in [true, false] {
+        // Each run resolves its neighbours afresh.
+        for ns in [&pair.ns1.name, &pair.ns2.name] {
+            let _ = std::process::Command::new("ip")
+                .args(["-n", ns, "neigh", "flush", "all"])
+                .status();
+        }
+        let (sa, sb) = exchange_both_ways(&pair, ring);
+        println!("ring {ring}\na: {sa:?}\nb: {sb:?}");
+    }
+    drop(pair);
+}
+
+/// Frames both ways, the filter, PCP and PFC, between the pair's two
+/// namespaces; returns both backends' counters.
+fn exchange_both_ways(pair: &Pair, ring: bool) -> (PacketStats, PacketStats) {
     let (n1, n2) = (pair.ns1.name.clone(), pair.ns2.name.clone());
     let t = std::thread::spawn(move || {
         let enter = |name: &str| {
@@ -142,12 +159,14 @@ fn frames_both_ways_filter_pcp_and_pfc() {
         };
         let t0 = Instant::now();
         enter(&n2);
-        let mut b = PacketBackend::open(PacketConfig::new("rv2")).expect("open rv2");
+        let mut b = PacketBackend::open(PacketConfig::new("rv2").rx_ring(ring)).expect("open rv2");
+        assert_eq!(b.uses_rx_ring().is_some(), ring, "ring requested: {ring}");
         assert_eq!(b.mac(), MacAddr([2, 0, 0, 0, 1, 2]));
         assert!(b.local_addrs().contains(&ip("198.18.0.2")));
         enter(&n1);
         // Priority-tagged frames (VID 0), PCP from the DSCP.
-        let mut a = PacketBackend::open(PacketConfig::new("rv1").vlan(Some(0))).expect("open rv1");
+        let mut a = PacketBackend::open(PacketConfig::new("rv1").vlan(Some(0)).rx_ring(ring))
+            .expect("open rv1");
 
         // a → b over IPv4, DSCP 26 → PCP 3, resolving b's MAC by ARP.
         let specs: Vec<Spec> = (0..20u32)
@@ -219,7 +238,5 @@ fn frames_both_ways_filter_pcp_and_pfc() {
         assert_eq!(a.stats().rx_dropped, 0, "{:?}", a.stats());
         (a.stats(), b.stats())
     });
-    let (sa, sb) = t.join().expect("test thread");
-    println!("a: {sa:?}\nb: {sb:?}");
-    drop(pair);
+    t.join().expect("test thread")
 }
