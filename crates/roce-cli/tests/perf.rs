@@ -44,7 +44,14 @@ fn json_run(args: &[&str]) -> Value {
 /// once rather than after a stall (the side that finds it tells the other).
 #[test]
 fn a_payload_other_than_the_peers_fails_the_run() {
-    for test in ["write-lat", "send-lat", "read-lat", "write-bw", "read-bw"] {
+    for test in [
+        "write-lat",
+        "send-lat",
+        "read-lat",
+        "write-bw",
+        "read-bw",
+        "send-bw",
+    ] {
         let (port, _) = ports();
         let t0 = std::time::Instant::now();
         let o = roce(&[
@@ -63,6 +70,11 @@ fn a_payload_other_than_the_peers_fails_the_run() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{test}: {err}");
         assert!(err.contains("differs"), "{test}: {err}");
+        // Ended by the check, not by waiting for the failed side to answer.
+        assert!(
+            !err.contains("retry counter") && !err.contains("stopped responding"),
+            "{test}: {err}"
+        );
         assert_eq!(err.trim().lines().count(), 1, "{test}: one line: {err}");
         assert!(
             t0.elapsed() < std::time::Duration::from_secs(5),

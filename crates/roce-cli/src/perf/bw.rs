@@ -127,7 +127,11 @@ fn drive(
     let start = Instant::now();
     let deadline = p.duration.map(|d| start + Duration::from_secs_f64(d));
     let mut end_time = None;
+    // The peer's messages are read below only until its `done`; a failure
+    // it reports after that (a data check on its side) ends the loop here.
+    let alarm = ctl.alarm();
     loop {
+        alarm.check()?;
         let now = Instant::now();
         let stop_posting = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d);
         if requester && !stop_posting {

@@ -62,6 +62,8 @@ pub(crate) struct Control {
     rx: std::sync::mpsc::Receiver<Result<Value, String>>,
     writer: TcpStream,
     alarm: PeerAlarm,
+    /// An `Error` went out already (the peer needs only the first).
+    error_sent: bool,
 }
 
 /// Set by the control connection's reader thread when the peer reports an
@@ -112,7 +114,12 @@ impl Control {
                     }
                 }
             })?;
-        Ok(Control { rx, writer, alarm })
+        Ok(Control {
+            rx,
+            writer,
+            alarm,
+            error_sent: false,
+        })
     }
 
     /// The alarm the reader thread raises when the peer reports an error.
@@ -194,9 +201,11 @@ impl Control {
         Ok(())
     }
 
-    /// Tells the peer about a failure (best effort).
+    /// Tells the peer about a failure (best effort, once).
     pub(crate) fn send_error(&mut self, msg: &str) {
-        let _ = self.send(&json!({"type": "error", "message": msg}));
+        if !std::mem::replace(&mut self.error_sent, true) {
+            let _ = self.send(&json!({"type": "error", "message": msg}));
+        }
     }
 }
 

@@ -499,7 +499,7 @@ fn serve(
         }
     };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
-        .and_then(|mut s| Ok((s.run(&mut ctl)?, s.params.clone())));
+        .and_then(|mut s| run_session(&mut s, &mut ctl));
     match r {
         Ok((results, params)) => {
             if !quiet {
@@ -507,6 +507,19 @@ fn serve(
             }
             Ok(())
         }
+        Err(e) => {
+            ctl.send_error(&e);
+            Err(e)
+        }
+    }
+}
+
+/// Runs the session's tests. A failure is reported to the peer before the
+/// session is torn down (closing the context can take a while, and the
+/// peer would go on sending meanwhile).
+fn run_session(s: &mut setup::Session, ctl: &mut Control) -> Result<(Vec<Value>, Params), String> {
+    match s.run(ctl) {
+        Ok(results) => Ok((results, s.params.clone())),
         Err(e) => {
             ctl.send_error(&e);
             Err(e)
@@ -530,7 +543,7 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
         }
     };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
-        .and_then(|mut s| Ok((s.run(&mut ctl)?, s.params.clone())));
+        .and_then(|mut s| run_session(&mut s, &mut ctl));
     match r {
         Ok((results, params)) => {
             print_results(args, &params, &results);
