@@ -501,9 +501,9 @@ fn serve(
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
         .and_then(|mut s| run_session(&mut s, &mut ctl));
     match r {
-        Ok((results, params)) => {
+        Ok((results, params, counters)) => {
             if !quiet {
-                print_results(args, &params, &results);
+                print_results(args, &params, &results, &counters);
             }
             Ok(())
         }
@@ -517,9 +517,12 @@ fn serve(
 /// Runs the session's tests. A failure is reported to the peer before the
 /// session is torn down (closing the context can take a while, and the
 /// peer would go on sending meanwhile).
-fn run_session(s: &mut setup::Session, ctl: &mut Control) -> Result<(Vec<Value>, Params), String> {
+fn run_session(
+    s: &mut setup::Session,
+    ctl: &mut Control,
+) -> Result<(Vec<Value>, Params, Value), String> {
     match s.run(ctl) {
-        Ok(results) => Ok((results, s.params.clone())),
+        Ok(results) => Ok((results, s.params.clone(), s.counters_json())),
         Err(e) => {
             ctl.send_error(&e);
             Err(e)
@@ -545,8 +548,8 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
         .and_then(|mut s| run_session(&mut s, &mut ctl));
     match r {
-        Ok((results, params)) => {
-            print_results(args, &params, &results);
+        Ok((results, params, counters)) => {
+            print_results(args, &params, &results, &counters);
             Ok(results)
         }
         Err(e) => {
@@ -578,11 +581,12 @@ fn connect_tcp(addr: SocketAddr, bind: Option<IpAddr>) -> Result<TcpStream, Stri
     Ok(sock.into())
 }
 
-fn print_results(args: &PerfArgs, params: &Params, results: &[Value]) {
+fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: &Value) {
     if args.json {
         let v = json!({"test": params.test.name(), "qps": params.qps, "mtu": params.mtu,
                        "bidirectional": params.bidir, "verified": params.verify,
-                       "interrupted": STOP.load(Ordering::SeqCst), "results": results});
+                       "interrupted": STOP.load(Ordering::SeqCst), "results": results,
+                       "counters": counters});
         println!("{v}");
         return;
     }

@@ -221,6 +221,38 @@ impl Session {
         }
     }
 
+    /// This side's counters for `--json`: the engine's device counters,
+    /// the backend's (named as `roce_io` names them) and each QP's.
+    pub(crate) fn counters_json(&self) -> Value {
+        let d = self._ctx.counters();
+        let backend: serde_json::Map<String, Value> = self
+            ._ctx
+            .backend_counters()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let qps: Vec<Value> = self
+            .qps
+            .iter()
+            .map(|q| {
+                let c = q.counters();
+                json!({"qpn": q.qpn().value(), "tx_packets": c.tx_packets, "rx_packets": c.rx_packets,
+                       "retransmitted": c.retransmitted, "timeouts": c.timeouts,
+                       "seq_naks_sent": c.seq_naks_sent, "seq_naks_received": c.seq_naks_received,
+                       "rnr_naks_sent": c.rnr_naks_sent, "rnr_naks_received": c.rnr_naks_received,
+                       "acks_sent": c.acks_sent, "duplicates": c.duplicates})
+            })
+            .collect();
+        json!({
+            "device": {"rx_datagrams": d.rx_datagrams, "rx_malformed": d.rx_malformed,
+                       "rx_bad_icrc": d.rx_bad_icrc, "rx_icrc_unchecked": d.rx_icrc_unchecked,
+                       "rx_unknown_qp": d.rx_unknown_qp, "rx_cnp": d.rx_cnp,
+                       "tx_datagrams": d.tx_datagrams},
+            "backend": backend,
+            "qps": qps,
+        })
+    }
+
     /// Offset in `mr` of QP `q`'s slot.
     pub(crate) fn slot_off(&self, q: usize) -> u64 {
         q as u64 * self.slot
