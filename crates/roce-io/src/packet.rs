@@ -324,7 +324,7 @@ impl PacketBackend {
             _ => {}
         }
         self.stats.neigh_lookups += 1;
-        match neigh::lookup(&self.cfg.ifname, ip) {
+        match neigh::lookup(self.ifindex, ip) {
             Ok(Some(mac)) => {
                 self.neigh.insert(
                     ip,
