@@ -219,8 +219,8 @@ fn ping_pong(
                 };
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))
         };
-        // Receives the peer's message; returns whether it is the data
-        // expected (checked later by `verified`, off the timed path).
+        // Waits for the peer's message (a WRITE of up to SNAPSHOT_MAX
+        // bytes is copied into `got` as it is seen).
         let receive =
             |s: &Session, got: &mut Vec<u8>, pending_recv: &mut u64, unreaped: &mut u64| {
                 if write {
@@ -241,16 +241,20 @@ fn ping_pong(
                     *pending_recv -= 1;
                     post_recv(s)?;
                 }
-                if p.verify && !(write && n <= SNAPSHOT_MAX) {
-                    s.mr.read(if write { base } else { recv_off }, &mut got[..n])
-                        .map_err(|e| e.to_string())?;
-                }
                 Ok::<(), String>(())
             };
-        // The message `receive` left in `got` is the peer's pattern with
-        // this iteration's tag.
-        let verified = |got: &[u8]| -> Result<(), String> {
-            if p.verify && (got[..n - 1] != peer[..n - 1] || got[n - 1] != tag) {
+        // The message that arrived is the peer's pattern with this
+        // iteration's tag (read here unless `receive` copied it already;
+        // the peer sends nothing more into it until this side answers).
+        let verified = |s: &Session, got: &mut Vec<u8>| -> Result<(), String> {
+            if !p.verify {
+                return Ok(());
+            }
+            if !(write && n <= SNAPSHOT_MAX) {
+                s.mr.read(if write { base } else { recv_off }, &mut got[..n])
+                    .map_err(|e| e.to_string())?;
+            }
+            if got[..n - 1] != peer[..n - 1] || got[n - 1] != tag {
                 return Err(format!(
                     "iteration {i}: the data received differs from what was sent"
                 ));
@@ -267,7 +271,7 @@ fn ping_pong(
                 Err(_) if STOP.load(Ordering::SeqCst) => break,
                 Err(e) => return Err(e),
             }
-            verified(&got)?;
+            verified(s, &mut got)?;
         } else {
             match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => {}
@@ -277,7 +281,7 @@ fn ping_pong(
             }
             // Checked before answering: the answer lets the peer send the
             // next message into the same place.
-            verified(&got)?;
+            verified(s, &mut got)?;
             send(s, &mut msg)?;
             unreaped += 1;
         }
