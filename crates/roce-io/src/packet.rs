@@ -371,6 +371,10 @@ impl PacketBackend {
     }
 
     fn handle_frame(&mut self, frame: &[u8], info: &RxInfo, batch: &mut PacketBatch) {
+        if info.truncated {
+            self.stats.rx_dropped += 1;
+            return;
+        }
         if info.pkttype == Some(sys::PACKET_OUTGOING) {
             self.stats.rx_outgoing += 1;
             return;
@@ -501,11 +505,7 @@ impl Backend for PacketBackend {
                 let Some(f) = ring.peek() else {
                     break;
                 };
-                if f.info.truncated {
-                    self.stats.rx_dropped += 1;
-                } else {
-                    self.handle_frame(f.data, &f.info, batch);
-                }
+                self.handle_frame(f.data, &f.info, batch);
                 ring.release();
             }
             self.ring = Some(ring);
@@ -527,10 +527,6 @@ impl Backend for PacketBackend {
             )?;
             let arena = std::mem::take(&mut self.rx_arena);
             for (k, info) in infos.iter().enumerate() {
-                if info.truncated {
-                    self.stats.rx_dropped += 1;
-                    continue;
-                }
                 let frame = &arena[k * RX_SLOT..k * RX_SLOT + info.len];
                 self.handle_frame(frame, info, batch);
             }

@@ -16,10 +16,6 @@ use libc::c_void;
 
 use crate::sys::{self, RxInfo};
 
-/// The status word's flags (linux/if_packet.h).
-const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_USER: u32 = 1;
-const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 /// `struct tpacket2_hdr`, then (aligned to 16) the `sockaddr_ll`.
 const HDR_LEN: usize = std::mem::size_of::<libc::tpacket2_hdr>();
 const SLL_AT: usize = (HDR_LEN + 15) & !15;
@@ -39,8 +35,9 @@ pub(crate) struct RxRing {
 }
 
 // SAFETY: the mapping belongs to this value alone (it is unmapped on drop)
-// and is only touched through `&mut self`; the kernel's side of the
-// protocol does not care which thread reads a frame.
+// and is only touched through its methods (a frame borrows it, a release
+// takes it mutably); the kernel's side of the protocol does not care which
+// thread reads a frame.
 unsafe impl Send for RxRing {}
 
 /// One received frame, valid until [`RxRing::release`].
@@ -138,7 +135,7 @@ impl RxRing {
     /// The next frame, if the kernel has handed it over.
     pub(crate) fn peek(&self) -> Option<RingFrame<'_>> {
         let st = self.status(self.next).load(Ordering::Acquire);
-        if st & TP_STATUS_USER == 0 {
+        if st & libc::TP_STATUS_USER == 0 {
             return None;
         }
         let s = self.slot(self.next);
@@ -161,7 +158,7 @@ impl RxRing {
                 len: n,
                 peer: None,
                 pkttype: Some(pkttype),
-                vlan_tci: (st & TP_STATUS_VLAN_VALID != 0).then_some(h.tp_vlan_tci),
+                vlan_tci: (st & libc::TP_STATUS_VLAN_VALID != 0).then_some(h.tp_vlan_tci),
                 tos: None,
                 gro_size: None,
                 truncated: !fits || (h.tp_len as usize) > snap,
@@ -172,7 +169,7 @@ impl RxRing {
     /// Hands the frame [`peek`](Self::peek) returned back to the kernel.
     pub(crate) fn release(&mut self) {
         self.status(self.next)
-            .store(TP_STATUS_KERNEL, Ordering::Release);
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
         self.next = (self.next + 1) % self.frames;
     }
 }

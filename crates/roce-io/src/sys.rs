@@ -111,8 +111,6 @@ pub(crate) fn getsockopt_int(fd: BorrowedFd<'_>, level: c_int, name: c_int) -> i
     }
 }
 
-/// `tpacket_auxdata.tp_status` bit: `tp_vlan_tci` is valid.
-const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 /// `SOL_PACKET` option: deliver a `tpacket_auxdata` cmsg with each frame.
 pub(crate) const PACKET_AUXDATA: c_int = 8;
 /// `SOL_PACKET` option: do not deliver this host's outgoing frames.
@@ -440,7 +438,7 @@ fn parse_cmsgs(buf: &[u8], info: &mut RxInfo) {
                 // struct tpacket_auxdata: status, len, snaplen (u32),
                 // mac, net, vlan_tci, vlan_tpid (u16).
                 let status = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
-                if status & TP_STATUS_VLAN_VALID != 0 {
+                if status & libc::TP_STATUS_VLAN_VALID != 0 {
                     info.vlan_tci = Some(u16::from_ne_bytes([data[16], data[17]]));
                 }
             }
