@@ -39,60 +39,115 @@ fn request(family: u8, seq: u32) -> [u8; NLMSG_HDR + NDMSG] {
 pub(crate) enum Scan {
     /// The entry for the address, usable.
     Found(MacAddr),
-    /// The dump has ended (or failed) without it.
+    /// The dump has ended without it.
     Done,
+    /// The kernel refused the request (its errno).
+    Failed(i32),
     /// More messages follow.
     More,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The netlink messages in `buf`, as (type, whole message); stops at a
+/// length that does not fit (yielding `None` for it).
+fn messages(buf: &[u8]) -> impl Iterator<Item = Option<(u16, &[u8])>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at + NLMSG_HDR > buf.len() {
+            return None;
+        }
+        let len = u32_at(buf, at) as usize;
+        if len < NLMSG_HDR || at + len > buf.len() {
+            at = buf.len();
+            return Some(None);
+        }
+        let msg = &buf[at..at + len];
+        at += (len + 3) & !3;
+        Some(Some((u16_at(msg, 4), msg)))
+    })
+}
+
+/// The (type, data) attributes of an RTM_NEWNEIGH message.
+fn attributes(msg: &[u8]) -> impl Iterator<Item = (u16, &[u8])> + '_ {
+    let mut a = NLMSG_HDR + NDMSG;
+    std::iter::from_fn(move || {
+        if a + 4 > msg.len() {
+            return None;
+        }
+        let alen = usize::from(u16_at(msg, a));
+        if alen < 4 || a + alen > msg.len() {
+            return None;
+        }
+        let item = (u16_at(msg, a + 2), &msg[a + 4..a + alen]);
+        a += (alen + 3) & !3;
+        Some(item)
+    })
+}
+
+/// The link-layer address of an RTM_NEWNEIGH message, when it is a usable
+/// entry for `want` (the address's bytes) on interface `ifindex`.
+fn usable_entry(msg: &[u8], ifindex: u32, want: &[u8]) -> Option<MacAddr> {
+    if msg.len() < NLMSG_HDR + NDMSG {
+        return None;
+    }
+    let nd = &msg[NLMSG_HDR..];
+    if u32_at(nd, 4) != ifindex || u16_at(nd, 8) & NUD_USABLE == 0 {
+        return None;
+    }
+    let (mut dst, mut ll) = (None, None);
+    for (ty, data) in attributes(msg) {
+        match ty {
+            NDA_DST => dst = Some(data),
+            NDA_LLADDR if data.len() == 6 => {
+                ll = Some(MacAddr([
+                    data[0], data[1], data[2], data[3], data[4], data[5],
+                ]))
+            }
+            _ => {}
+        }
+    }
+    ll.filter(|mac| dst == Some(want) && *mac != MacAddr::default())
 }
 
 /// Scans netlink messages (a dump's answer) for a usable entry for `ip`
 /// on interface `ifindex`.
 pub(crate) fn scan(buf: &[u8], ifindex: u32, ip: IpAddr) -> Scan {
-    let want: Vec<u8> = match ip {
-        IpAddr::V4(a) => a.octets().to_vec(),
-        IpAddr::V6(a) => a.octets().to_vec(),
-    };
-    let u16_at = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
-    let mut at = 0;
-    while at + NLMSG_HDR <= buf.len() {
-        let len = u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) as usize;
-        if len < NLMSG_HDR || at + len > buf.len() {
-            return Scan::Done;
+    let (v4, v6);
+    let want: &[u8] = match ip {
+        IpAddr::V4(a) => {
+            v4 = a.octets();
+            &v4
         }
-        let msg = &buf[at..at + len];
-        match u16_at(msg, 4) {
-            NLMSG_DONE | NLMSG_ERROR => return Scan::Done,
-            RTM_NEWNEIGH if len >= NLMSG_HDR + NDMSG => {
-                let nd = &msg[NLMSG_HDR..];
-                let index = u32::from_ne_bytes([nd[4], nd[5], nd[6], nd[7]]);
-                let state = u16_at(nd, 8);
-                if index == ifindex && state & NUD_USABLE != 0 {
-                    let (mut dst, mut ll) = (None, None);
-                    let mut a = NLMSG_HDR + NDMSG;
-                    while a + 4 <= msg.len() {
-                        let alen = usize::from(u16_at(msg, a));
-                        if alen < 4 || a + alen > msg.len() {
-                            break;
-                        }
-                        let data = &msg[a + 4..a + alen];
-                        match u16_at(msg, a + 2) {
-                            NDA_DST => dst = Some(data),
-                            NDA_LLADDR if data.len() == 6 => ll = Some(data),
-                            _ => {}
-                        }
-                        a += (alen + 3) & !3;
-                    }
-                    if let (Some(d), Some(l)) = (dst, ll) {
-                        let mac = MacAddr([l[0], l[1], l[2], l[3], l[4], l[5]]);
-                        if d == &want[..] && mac != MacAddr::default() {
-                            return Scan::Found(mac);
-                        }
-                    }
+        IpAddr::V6(a) => {
+            v6 = a.octets();
+            &v6
+        }
+    };
+    for m in messages(buf) {
+        let Some((ty, msg)) = m else {
+            return Scan::Done;
+        };
+        match ty {
+            NLMSG_DONE => return Scan::Done,
+            // struct nlmsgerr: a negative errno first.
+            NLMSG_ERROR if msg.len() >= NLMSG_HDR + 4 => {
+                return Scan::Failed(-(u32_at(msg, NLMSG_HDR) as i32))
+            }
+            NLMSG_ERROR => return Scan::Done,
+            RTM_NEWNEIGH => {
+                if let Some(mac) = usable_entry(msg, ifindex, want) {
+                    return Scan::Found(mac);
                 }
             }
             _ => {}
         }
-        at += (len + 3) & !3;
     }
     Scan::More
 }
@@ -124,6 +179,7 @@ pub(crate) fn lookup(ifindex: u32, ip: IpAddr) -> io::Result<Option<MacAddr>> {
         match scan(&buf[..n], ifindex, ip) {
             Scan::Found(mac) => return Ok(Some(mac)),
             Scan::Done => return Ok(None),
+            Scan::Failed(errno) => return Err(io::Error::from_raw_os_error(errno)),
             Scan::More => {}
         }
     }
@@ -209,6 +265,12 @@ mod tests {
         done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
         let ip: IpAddr = "198.18.0.2".parse().unwrap();
         assert_eq!(scan(&done, 7, ip), Scan::Done);
+        // An error answer carries the errno.
+        let mut err = vec![0u8; 36];
+        err[0..4].copy_from_slice(&36u32.to_ne_bytes());
+        err[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        err[16..20].copy_from_slice(&(-libc::EINVAL).to_ne_bytes());
+        assert_eq!(scan(&err, 7, ip), Scan::Failed(libc::EINVAL));
         let mut broken = neigh_msg(7, 0x02, &[198, 18, 0, 2], Some([1; 6]));
         broken[0..4].copy_from_slice(&4000u32.to_ne_bytes());
         assert_eq!(scan(&broken, 7, ip), Scan::Done);
@@ -217,7 +279,8 @@ mod tests {
 
     #[test]
     fn loopback_has_no_neighbours_and_the_lookup_says_so() {
-        // The kernel answers the dump; nothing is resolved on lo.
+        // The kernel takes the request (a malformed one would come back as
+        // an error) and its dump has nothing on lo.
         assert_eq!(lookup(1, "127.0.0.2".parse().unwrap()).unwrap(), None);
         assert_eq!(lookup(1, "::2".parse().unwrap()).unwrap(), None);
     }
