@@ -103,11 +103,8 @@ impl Control {
                         Err(e) => Err(format!("control connection: {e}")),
                     };
                     let end = msg.is_err();
-                    if let Ok(v) = &msg {
-                        if v.get("type").and_then(Value::as_str) == Some("error") {
-                            let m = v.get("message").and_then(Value::as_str);
-                            let _ = raise.0.set(m.unwrap_or("unknown error").to_string());
-                        }
+                    if let Some(m) = msg.as_ref().ok().and_then(peer_error) {
+                        let _ = raise.0.set(m);
                     }
                     if tx.send(msg).is_err() || end {
                         return;
@@ -142,14 +139,10 @@ impl Control {
 
     fn check(v: Result<Value, String>) -> Result<Value, String> {
         let v = v?;
-        if v.get("type").and_then(Value::as_str) == Some("error") {
-            let msg = v
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown error");
-            return Err(format!("peer: {msg}"));
+        match peer_error(&v) {
+            Some(msg) => Err(format!("peer: {msg}")),
+            None => Ok(v),
         }
-        Ok(v)
     }
 
     /// Receives the next message, waiting at most `timeout` (a minute when
@@ -207,6 +200,14 @@ impl Control {
             let _ = self.send(&json!({"type": "error", "message": msg}));
         }
     }
+}
+
+/// The text of an `Error` message from the peer.
+fn peer_error(v: &Value) -> Option<String> {
+    (v.get("type").and_then(Value::as_str) == Some("error")).then(|| {
+        let m = v.get("message").and_then(Value::as_str);
+        m.unwrap_or("unknown error").to_string()
+    })
 }
 
 /// Checks a message's type.

@@ -192,8 +192,10 @@ fn ping_pong(
     // Signaled sends whose completion has not been polled yet.
     let mut unreaped = 0u64;
     let inline = n <= 256 && !write;
-    // What arrived, for the data check (one buffer for the whole run).
+    // What arrived, for the data check (one buffer for the whole run); a
+    // small WRITE is copied into it by the look that sees it arrive.
     let mut got = vec![0u8; n];
+    let snapshot = p.verify && write && n <= SNAPSHOT_MAX;
     while i < iters
         && !STOP.load(Ordering::SeqCst)
         && deadline.is_none_or(|d| Instant::now() < d || !s.is_client)
@@ -224,7 +226,7 @@ fn ping_pong(
         let receive =
             |s: &Session, got: &mut Vec<u8>, pending_recv: &mut u64, unreaped: &mut u64| {
                 if write {
-                    let snap = if p.verify && n <= SNAPSHOT_MAX {
+                    let snap = if snapshot {
                         &mut got[..n]
                     } else {
                         &mut got[..0]
@@ -250,7 +252,7 @@ fn ping_pong(
             if !p.verify {
                 return Ok(());
             }
-            if !(write && n <= SNAPSHOT_MAX) {
+            if !snapshot {
                 s.mr.read(if write { base } else { recv_off }, &mut got[..n])
                     .map_err(|e| e.to_string())?;
             }

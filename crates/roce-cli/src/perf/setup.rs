@@ -20,7 +20,7 @@ const MEM_CAP: u64 = 512 << 20;
 pub(crate) struct Session {
     pub(crate) params: Params,
     pub(crate) is_client: bool,
-    pub(crate) _ctx: Context,
+    pub(crate) ctx: Context,
     pub(crate) cq: CompletionQueue,
     pub(crate) qps: Vec<QueuePair>,
     pub(crate) mr: MemoryRegion,
@@ -199,7 +199,7 @@ impl Session {
         Ok(Session {
             params,
             is_client,
-            _ctx: ctx,
+            ctx,
             cq,
             qps,
             mr,
@@ -224,9 +224,9 @@ impl Session {
     /// This side's counters for `--json`: the engine's device counters,
     /// the backend's (named as `roce_io` names them) and each QP's.
     pub(crate) fn counters_json(&self) -> Value {
-        let d = self._ctx.counters();
+        let d = self.ctx.counters();
         let backend: serde_json::Map<String, Value> = self
-            ._ctx
+            .ctx
             .backend_counters()
             .into_iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
