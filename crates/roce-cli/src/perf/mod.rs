@@ -404,7 +404,8 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     // scheduler, both sides could share one CPU for the first ~12 ms of a
     // run, each polling through the other's time slice (see
     // roce_io::cpu). Bandwidth tests are left to the scheduler: pinned,
-    // they were no faster here and 30 % slower in the emulated lab guest.
+    // they were no faster here (and slower in the emulated lab guest,
+    // though builds there also differ by code placement alone: README).
     let cpus = roce_io::cpu::allowed_cpus().unwrap_or_default();
     let placement = (!args.test.is_bw() && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
     let server = std::thread::spawn(move || {
