@@ -273,12 +273,14 @@ pub(crate) fn sendmmsg(
     // at memory that outlives the call: the destination addresses in
     // `msgs`, the iovecs in `iovs` (which borrow the caller's buffers), and
     // the scratch's control buffers (exclusively borrowed). The kernel
-    // only reads them, and writes `msg_len` into `hdrs`.
+    // only reads them, and writes `msg_len` into `hdrs`. (The system call
+    // is made directly: see [`recvmmsg`].)
     let rc = unsafe {
-        libc::sendmmsg(
+        libc::syscall(
+            libc::SYS_sendmmsg,
             fd.as_raw_fd(),
             hdrs.as_mut_ptr(),
-            n as _,
+            n as libc::c_uint,
             libc::MSG_DONTWAIT,
         )
     };
@@ -352,13 +354,21 @@ pub(crate) fn recvmmsg(
     // scratch (exclusively borrowed), all live during the call; the kernel
     // writes no more than the lengths given. A null timeout with
     // MSG_DONTWAIT never blocks.
+    //
+    // Made directly rather than through glibc's wrapper: in a process with
+    // more than one thread the wrapper of a cancellation point switches the
+    // thread's cancellation state on and off around the call with two
+    // locked instructions, a seventh of an empty busy-poll round (perf,
+    // `CompletionQueue::poll_one` on an idle context). These calls never
+    // block, so there is nothing to cancel.
     let rc = unsafe {
-        libc::recvmmsg(
+        libc::syscall(
+            libc::SYS_recvmmsg,
             fd.as_raw_fd(),
             hdrs.as_mut_ptr(),
-            n as _,
+            n as libc::c_uint,
             libc::MSG_DONTWAIT,
-            ptr::null_mut(),
+            ptr::null_mut::<libc::timespec>(),
         )
     };
     if rc < 0 {

@@ -152,11 +152,15 @@ impl CompletionQueue {
             return Ok(n);
         }
         shared.last_inline.store(shared.recent(), Ordering::Relaxed);
-        shared.polls.fetch_add(1, Ordering::Relaxed);
-        if progress::inline_step(shared, progress::Driver::Poll) {
-            return self.poll_engine(out, max);
+        // A count for the progress thread's heuristics, not an exact one:
+        // no locked increment on every empty poll.
+        let polls = shared.polls.load(Ordering::Relaxed);
+        shared.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
+        match progress::inline_step(shared, progress::Driver::Poll) {
+            // An idle step changed nothing: the CQ is still empty.
+            Some(step) if !step.idle => self.poll_engine(out, max),
+            _ => Ok(0),
         }
-        Ok(0)
     }
 
     /// Polls one completion. Does not allocate: the one-element list is
@@ -191,7 +195,7 @@ impl CompletionQueue {
     fn poll_engine(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
         let mut grave = GRAVE.take();
         let r = {
-            let mut core = self.shared().core();
+            let mut core = self.shared().core_quiet();
             core.poll(self.inner.id, max, out, &mut grave)
         };
         // Region references released after the lock (the last one

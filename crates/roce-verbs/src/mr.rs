@@ -155,7 +155,7 @@ impl MemoryRegion {
             .checked_add(offset)
             .ok_or(Error::InvalidArgument("offset"))?;
         let shared = self.pd.shared();
-        let core = shared.core();
+        let core = shared.core_quiet();
         core.dev
             .mr_read(self.core.keys, self.core.pd, va, out)
             .map_err(Error::from)
@@ -169,7 +169,7 @@ impl MemoryRegion {
             .checked_add(offset)
             .ok_or(Error::InvalidArgument("offset"))?;
         let shared = self.pd.shared();
-        let mut core = shared.core();
+        let mut core = shared.core_quiet();
         core.dev
             .mr_write(self.core.keys, self.core.pd, va, data)
             .map_err(Error::from)

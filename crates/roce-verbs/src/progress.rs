@@ -64,6 +64,9 @@ pub(crate) struct StepOutcome {
     pub(crate) more: bool,
     /// The earliest engine timer or backend event.
     pub(crate) deadline: Option<Nanos>,
+    /// A polling step that received nothing and had nothing to look at:
+    /// it left the engine as it was (no completion can have appeared).
+    pub(crate) idle: bool,
 }
 
 fn min_opt(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
@@ -193,6 +196,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         tx,
         hold,
         stale_polls,
+        deadline,
     } = io;
     // A polling step that finds nothing needs no fresh time: it reuses the
     // last reading for up to STALE_POLLS rounds (timers then run late by
@@ -225,7 +229,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             *stale_polls = 0;
             now = shared.now();
         }
-        let mut core = shared.core();
+        let mut core = shared.core_quiet();
         for i in 0..n {
             let info = RxInfo {
                 icrc_checkable: rx.meta(i).icrc_verified,
@@ -245,13 +249,34 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     if requests && driver == Driver::Poll && hold.hold_now(held) {
         return out;
     }
+    // An empty poll with nothing to send, no timer due and the engine not
+    // touched since the last step looked: the transmit phase would only
+    // take the engine lock to find nothing. A busy-polling loop is mostly
+    // these, and the sooner it gets back to its receive call the sooner it
+    // sees the next datagram.
+    if driver == Driver::Poll
+        && !out.work
+        && !held
+        && !owed
+        && tx.is_empty()
+        && deadline.is_none_or(|d| now < d)
+        && !shared.touched.load(Ordering::Relaxed)
+    {
+        out.deadline = *deadline;
+        out.idle = true;
+        return out;
+    }
 
     // Timers, transmit and events.
     let mut channels = Vec::new();
     let mut events = Vec::new();
     let mut cm_events = Vec::new();
     for round in 0..shared.cfg.tx_batches_per_step.max(1) {
-        let mut core = shared.core();
+        let mut core = shared.core_quiet();
+        if round == 0 {
+            // From here on this step sees every change made so far.
+            shared.touched.store(false, Ordering::Relaxed);
+        }
         if round == 0 && core.dev.poll_timeout().is_some_and(|t| t <= now) {
             core.dev.handle_timeout(now);
             out.work = true;
@@ -298,6 +323,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         }
         out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);
     }
+    *deadline = out.deadline;
     // Sent, or still in `tx` after back pressure (a settle sends it).
     let unsent = !tx.is_empty();
     if owed || requests || unsent {
@@ -345,18 +371,18 @@ fn collect_events(
 
 /// Runs a step on the calling (application) thread if no other thread is
 /// driving the I/O, then makes sure the progress thread will see any new
-/// timer. Returns whether a step ran.
-pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> bool {
+/// timer. Returns what the step did, `None` when it could not run.
+pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome> {
     let out = match shared.io.try_lock() {
         Ok(mut io) => step(shared, &mut io, driver),
-        Err(TryLockError::WouldBlock) => return false,
+        Err(TryLockError::WouldBlock) => return None,
         Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), driver),
     };
     let wake_at = shared.wake_at.load(Ordering::Acquire);
     if out.more || out.deadline.is_some_and(|d| d < wake_at) {
         shared.unpark();
     }
-    true
+    Some(out)
 }
 
 /// After a post: transmit now (inline) or have the progress thread do it.
@@ -364,7 +390,7 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> bool {
 /// next poll (or the progress thread), and the post is not held up by a
 /// receive call that usually finds nothing.
 pub(crate) fn kick(shared: &Shared) {
-    if !(shared.cfg.inline_progress && inline_step(shared, Driver::Post)) {
+    if !(shared.cfg.inline_progress && inline_step(shared, Driver::Post).is_some()) {
         shared.unpark();
     }
 }
@@ -579,5 +605,82 @@ impl Backend for FabricEndpoint {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.port.counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use roce_core::{DeviceConfig, Psn};
+
+    use super::*;
+    use crate::{Access, ConnectOptions, Context, QpInitAttr, QpType, RecvWr, SendWr};
+
+    /// An empty polling step skips its transmit phase, but not after a
+    /// post whose own inline step could not run (another thread was in a
+    /// step): the next polling step sends what it queued.
+    #[test]
+    fn an_empty_poll_is_idle_until_the_engine_is_touched() {
+        let fabric = roce_io::Fabric::new();
+        let a = Context::open_fabric(&fabric, "10.0.0.1".parse().unwrap()).unwrap();
+        // B's progress thread naps long: this test drives B's steps.
+        let quiet = ProgressConfig {
+            max_park: Duration::from_secs(2),
+            poller_park: Duration::from_secs(2),
+            ..ProgressConfig::default()
+        };
+        let b_addr = "10.0.0.2".parse().unwrap();
+        let b = Context::open_with(
+            fabric.endpoint(b_addr).unwrap(),
+            DeviceConfig::new(b_addr),
+            quiet,
+        )
+        .unwrap();
+        let side = |ctx: &Context| {
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(16, None).unwrap();
+            let qp = pd
+                .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+                .unwrap();
+            let mr = pd.reg_mr(vec![5u8; 64], Access::LOCAL_WRITE).unwrap();
+            (cq, qp, mr)
+        };
+        let ((cq_a, qp_a, mr_a), (_cq_b, qp_b, mr_b)) = (side(&a), side(&b));
+        let (ea, eb) = (qp_a.endpoint(Psn::new(1)), qp_b.endpoint(Psn::new(2)));
+        qp_a.connect(ea.psn, &eb, &ConnectOptions::default())
+            .unwrap();
+        qp_b.connect(eb.psn, &ea, &ConnectOptions::default())
+            .unwrap();
+        qp_a.post_recv(RecvWr {
+            wr_id: 9,
+            sgl: vec![mr_a.sge(0, 64)],
+        })
+        .unwrap();
+
+        let shared = b.shared().clone();
+        let mut io = lock(&shared.io);
+        // After one full look (this one, or the progress thread's before
+        // this thread took the I/O), polls have nothing to look at...
+        step(&shared, &mut io, Driver::Poll);
+        let empty = step(&shared, &mut io, Driver::Poll);
+        assert!(empty.idle && !empty.work, "{empty:?}");
+        // ... until something locks the engine.
+        drop(shared.core());
+        let touched = step(&shared, &mut io, Driver::Poll);
+        assert!(!touched.idle, "{touched:?}");
+        assert!(step(&shared, &mut io, Driver::Poll).idle);
+        // This thread holds B's I/O: the post's own step cannot run.
+        qp_b.post_send(SendWr::send(1, vec![mr_b.sge(0, 16)]))
+            .unwrap();
+        let sent = step(&shared, &mut io, Driver::Poll);
+        assert!(!sent.idle && sent.work, "{sent:?}");
+        assert!(io.tx.is_empty());
+        let after = step(&shared, &mut io, Driver::Poll);
+        assert!(after.idle, "{after:?}");
+        drop(io);
+        let got = cq_a.poll_until(1, Duration::from_secs(5)).unwrap();
+        assert_eq!(got.len(), 1, "A received nothing");
+        assert_eq!((got[0].wr_id, got[0].byte_len), (9, 16), "{:?}", got[0]);
     }
 }

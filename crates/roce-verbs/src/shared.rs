@@ -131,6 +131,8 @@ pub(crate) struct Io {
     pub(crate) hold: crate::progress::Hold,
     /// Polling steps since the clock was last read for one.
     pub(crate) stale_polls: u32,
+    /// The engine's earliest timer when a step last looked.
+    pub(crate) deadline: Option<Nanos>,
 }
 
 /// Everything a context's handles and its progress thread share.
@@ -166,6 +168,11 @@ pub(crate) struct Shared {
     /// and transmitting), or datagrams wait in the I/O's transmit batch:
     /// [`crate::progress::settle`] sends them.
     pub(crate) tx_owed: AtomicBool,
+    /// The engine was locked by [`Shared::core`] (for something that may
+    /// give it a datagram to send or a timer to run) since a progress step
+    /// last looked for what to send: a polling step that receives nothing
+    /// skips its transmit phase only while this is clear.
+    pub(crate) touched: AtomicBool,
     /// The last reading of [`Shared::now`] (see [`Shared::recent`]).
     clock: AtomicU64,
 }
@@ -206,6 +213,7 @@ impl Shared {
                 tx: PacketBatch::new(cfg.batch, slot),
                 hold: Default::default(),
                 stale_polls: 0,
+                deadline: None,
             }),
             cfg,
             addrs,
@@ -223,6 +231,7 @@ impl Shared {
             in_sleep: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
             tx_owed: AtomicBool::new(false),
+            touched: AtomicBool::new(true),
             clock: AtomicU64::new(0),
         }
     }
@@ -230,7 +239,12 @@ impl Shared {
     /// Nanoseconds on the process-wide monotonic clock.
     pub(crate) fn now(&self) -> Nanos {
         let t = epoch().elapsed().as_nanos() as Nanos;
-        self.clock.fetch_max(t, Ordering::Relaxed);
+        // Not a read-modify-write (a locked instruction on every reading):
+        // two threads racing may leave the older of their readings, which
+        // only makes `recent` a little staler.
+        if t > self.clock.load(Ordering::Relaxed) {
+            self.clock.store(t, Ordering::Relaxed);
+        }
         t
     }
 
@@ -243,7 +257,20 @@ impl Shared {
         self.clock.load(Ordering::Relaxed)
     }
 
+    /// Locks the engine, marking it [`touched`](Shared::touched).
     pub(crate) fn core(&self) -> MutexGuard<'_, Core> {
+        let core = lock(&self.core);
+        // Under the lock: a step clears the mark under it too, so a change
+        // made after the step looked is never left unmarked.
+        self.touched.store(true, Ordering::Relaxed);
+        core
+    }
+
+    /// Locks the engine without marking it touched: only for what cannot
+    /// give it anything to send or a timer to run (polling a CQ, reading
+    /// or writing a region's bytes, reading counters) and for the progress
+    /// step itself.
+    pub(crate) fn core_quiet(&self) -> MutexGuard<'_, Core> {
         lock(&self.core)
     }
 
