@@ -5,7 +5,11 @@
 //! and again one datagram per system call. `roce perf write-bw` over the
 //! UDP backend is measured against the GSO/GRO figure. Then a plain UDP
 //! ping-pong of small datagrams (busy-polling, as `roce perf send-lat`
-//! does): its half round trip is the latency baseline.
+//! does) over connected sockets: its half round trip is the latency
+//! baseline; and the same ping-pong with the kind of calls the UDP backend
+//! makes (a destination and a TOS control message on every send, the
+//! source and the TOS on every receive), which shows what the call shape
+//! alone costs.
 //!
 //! `cargo bench -p roce-io --bench udp_ceiling [-- SECONDS]`
 
@@ -93,21 +97,82 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
     Ok((gbit(sent, secs), gbit(got, dt)))
 }
 
+/// How the ping-pong's sockets send and receive.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Calls {
+    /// Connected sockets, `send` / `recv`: the least a UDP exchange costs.
+    Plain,
+    /// Unconnected sockets, `sendmsg` with the destination and an `IP_TOS`
+    /// control message, `recvmsg` with the source address and the
+    /// `IP_RECVTOS` control message: the shape of the UDP backend's calls
+    /// (which need the peer per datagram and the ECN bits both ways).
+    Msghdr,
+}
+
+/// Sends `msg` on the non-blocking `s` (to `dst` with [`Calls::Msghdr`];
+/// a connected socket has its peer).
+fn send_one(s: &UdpSocket, calls: Calls, msg: &[u8], dst: &SockaddrIn) -> std::io::Result<()> {
+    match calls {
+        Calls::Plain => s.send(msg).map(|_| ()),
+        Calls::Msghdr => {
+            let tos = 0x02u8; // ECT(0), as the backend sends
+            sendmsg(
+                s.as_raw_fd(),
+                &[IoSlice::new(msg)],
+                &[ControlMessage::Ipv4Tos(&tos)],
+                MsgFlags::MSG_DONTWAIT,
+                Some(dst),
+            )
+            .map(|_| ())
+            .map_err(std::io::Error::from)
+        }
+    }
+}
+
+/// Takes one datagram into `buf` if one is waiting.
+fn recv_one(s: &UdpSocket, calls: Calls, buf: &mut [u8]) -> bool {
+    match calls {
+        Calls::Plain => s.recv(buf).is_ok(),
+        Calls::Msghdr => {
+            let mut cmsg = nix::cmsg_space!(libc::c_int);
+            let mut iov = [IoSliceMut::new(buf)];
+            recvmsg::<SockaddrIn>(
+                s.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            )
+            .is_ok()
+        }
+    }
+}
+
 /// Half round trips (µs) of a busy-polling UDP ping-pong with `len`-byte
 /// datagrams between 127.0.0.1 and 127.0.0.2.
-fn ping_pong(len: usize, iters: usize) -> std::io::Result<Vec<f64>> {
+fn ping_pong(len: usize, iters: usize, calls: Calls) -> std::io::Result<Vec<f64>> {
     let a = UdpSocket::bind("127.0.0.1:0")?;
     let b = UdpSocket::bind("127.0.0.2:0")?;
-    a.connect(b.local_addr()?)?;
-    b.connect(a.local_addr()?)?;
+    let (a_addr, b_addr) = (a.local_addr()?, b.local_addr()?);
+    let to = |addr: std::net::SocketAddr| match addr {
+        std::net::SocketAddr::V4(v) => Ok(SockaddrIn::from(v)),
+        _ => Err(std::io::Error::other("IPv4 expected")),
+    };
+    let (to_a, to_b) = (to(a_addr)?, to(b_addr)?);
+    if calls == Calls::Plain {
+        a.connect(b_addr)?;
+        b.connect(a_addr)?;
+    } else {
+        setsockopt(&a, sockopt::IpRecvTos, &true).map_err(std::io::Error::from)?;
+        setsockopt(&b, sockopt::IpRecvTos, &true).map_err(std::io::Error::from)?;
+    }
     a.set_nonblocking(true)?;
     b.set_nonblocking(true)?;
     let echo = std::thread::spawn(move || {
         let mut buf = [0u8; 2048];
         let mut done = 0;
         while done < iters {
-            if let Ok(n) = b.recv(&mut buf) {
-                let _ = b.send(&buf[..n]);
+            if recv_one(&b, calls, &mut buf) {
+                let _ = send_one(&b, calls, &buf[..len], &to_a);
                 done += 1;
             }
         }
@@ -117,12 +182,8 @@ fn ping_pong(len: usize, iters: usize) -> std::io::Result<Vec<f64>> {
     let mut out = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t = Instant::now();
-        a.send(&msg)?;
-        loop {
-            if a.recv(&mut buf).is_ok() {
-                break;
-            }
-        }
+        send_one(&a, calls, &msg, &to_b)?;
+        while !recv_one(&a, calls, &mut buf) {}
         out.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     echo.join().expect("echo thread");
@@ -141,13 +202,18 @@ fn main() -> std::io::Result<()> {
         println!("  {name:<28} sent {tx:6.1} Gbit/s   received {rx:6.1} Gbit/s");
     }
     // A RoCE SEND of 2 bytes is a 64-byte UDP payload (BTH + pad + ICRC).
-    let lat = ping_pong(64, 20_000)?;
-    let n = lat.len();
-    println!(
-        "  UDP ping-pong, 64 B, busy-poll  half round trip: typical {:.2} us, min {:.2} us, 99% {:.2} us",
-        lat[n / 2],
-        lat[0],
-        lat[(n * 99) / 100]
-    );
+    for (name, calls) in [
+        ("send/recv (connected)", Calls::Plain),
+        ("sendmsg/recvmsg, addr + TOS", Calls::Msghdr),
+    ] {
+        let lat = ping_pong(64, 20_000, calls)?;
+        let n = lat.len();
+        println!(
+            "  UDP ping-pong, 64 B, busy-poll, {name:<28} half round trip: typical {:.2} us, min {:.2} us, 99% {:.2} us",
+            lat[n / 2],
+            lat[0],
+            lat[(n * 99) / 100]
+        );
+    }
     Ok(())
 }

@@ -12,6 +12,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::time::TimeSpec;
 use roce_wire::{ipv4, ROCE_V2_PORT};
+use smallvec::SmallVec;
 use socket2::{SockAddr, Socket};
 
 use crate::backend::{Backend, Nanos, PacketBatch, RxMeta};
@@ -682,8 +683,10 @@ impl UdpBackend {
             Via::Main => None,
         };
         let fd = fd.unwrap_or(self.sock.as_fd());
-        // The iovecs borrow the batch, so their list is made per call.
-        let mut iovs: Vec<IoSlice<'_>> = Vec::with_capacity(2 * self.segs.len());
+        // The iovecs borrow the batch, so their list is made per call: on
+        // the stack for a few datagrams (a latency-bound exchange sends one
+        // or two per call), allocated for a burst.
+        let mut iovs: SmallVec<[IoSlice<'_>; 8]> = SmallVec::with_capacity(2 * self.segs.len());
         let mut msgs = std::mem::take(&mut self.tx_msgs);
         msgs.clear();
         for m in &self.plan {

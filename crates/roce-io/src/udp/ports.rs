@@ -9,11 +9,14 @@
 //! another socket, in the ephemeral range, ...) is remembered and its
 //! datagrams take the fallback path (see `UdpBackend`).
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
 
+use rustc_hash::FxHasher;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::sys;
@@ -76,7 +79,9 @@ pub(crate) struct PortSockets {
     capacity: usize,
     reuse_port: bool,
     send_buffer: usize,
-    map: HashMap<u16, Entry>,
+    /// Keyed by port with a fast unkeyed hash: ports are ours to choose,
+    /// and the map is looked up on every send.
+    map: HashMap<u16, Entry, BuildHasherDefault<FxHasher>>,
     failed: Box<[u64; 1024]>,
     tick: u64,
     /// Sockets opened so far.
@@ -94,7 +99,7 @@ impl PortSockets {
             capacity,
             reuse_port,
             send_buffer,
-            map: HashMap::new(),
+            map: HashMap::default(),
             failed: Box::new([0; 1024]),
             tick: 0,
             opened: 0,
@@ -120,42 +125,48 @@ impl PortSockets {
         }
         self.tick += 1;
         let tick = self.tick;
-        if !self.map.contains_key(&port) {
-            if self.map.len() >= self.capacity {
-                let oldest = self
-                    .map
-                    .iter()
-                    .min_by_key(|(_, e)| e.last_used)
-                    .map(|(p, _)| *p);
-                if let Some(p) = oldest {
-                    self.map.remove(&p);
-                    self.evictions += 1;
-                }
-            }
-            match udp_socket(self.ip, port, self.reuse_port) {
-                Ok(sock) => {
-                    grow_buffer(&sock, self.send_buffer, false);
-                    // Nothing is ever read here: keep what a stray datagram
-                    // to this port could queue small.
-                    let _ = sock.set_recv_buffer_size(4096);
-                    self.opened += 1;
-                    self.map.insert(
-                        port,
-                        Entry {
-                            sock,
-                            last_used: tick,
-                        },
-                    );
-                }
-                Err(_) => {
-                    self.failed[usize::from(port / 64)] |= 1 << (port % 64);
-                    self.bind_failures += 1;
-                    return None;
-                }
+        // One lookup when the socket is open (every send looks it up).
+        if let Some(e) = self.map.get_mut(&port) {
+            e.last_used = tick;
+            // Reborrowed: returning `e` itself would keep the map borrowed
+            // on the path below too.
+            return self.map.get(&port).map(|e| e.sock.as_fd());
+        }
+        if self.map.len() >= self.capacity {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(p, _)| *p);
+            if let Some(p) = oldest {
+                self.map.remove(&p);
+                self.evictions += 1;
             }
         }
-        let e = self.map.get_mut(&port)?;
-        e.last_used = tick;
-        Some(e.sock.as_fd())
+        match udp_socket(self.ip, port, self.reuse_port) {
+            Ok(sock) => {
+                grow_buffer(&sock, self.send_buffer, false);
+                // Nothing is ever read here: keep what a stray datagram
+                // to this port could queue small.
+                let _ = sock.set_recv_buffer_size(4096);
+                self.opened += 1;
+                match self.map.entry(port) {
+                    Slot::Vacant(v) => Some(
+                        v.insert(Entry {
+                            sock,
+                            last_used: tick,
+                        })
+                        .sock
+                        .as_fd(),
+                    ),
+                    Slot::Occupied(_) => None,
+                }
+            }
+            Err(_) => {
+                self.failed[usize::from(port / 64)] |= 1 << (port % 64);
+                self.bind_failures += 1;
+                None
+            }
+        }
     }
 }
