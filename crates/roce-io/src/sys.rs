@@ -278,10 +278,10 @@ pub(crate) fn sendmmsg(
     let rc = unsafe {
         libc::syscall(
             libc::SYS_sendmmsg,
-            fd.as_raw_fd(),
+            libc::c_long::from(fd.as_raw_fd()),
             hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
+            n as libc::c_long,
+            libc::c_long::from(libc::MSG_DONTWAIT),
         )
     };
     if rc < 0 {
@@ -360,14 +360,15 @@ pub(crate) fn recvmmsg(
     // thread's cancellation state on and off around the call with two
     // locked instructions, a seventh of an empty busy-poll round (perf,
     // `CompletionQueue::poll_one` on an idle context). These calls never
-    // block, so there is nothing to cancel.
+    // block, so there is nothing to cancel. Integer arguments are passed
+    // as `long`, as syscall(2) takes them.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_recvmmsg,
-            fd.as_raw_fd(),
+            libc::c_long::from(fd.as_raw_fd()),
             hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
+            n as libc::c_long,
+            libc::c_long::from(libc::MSG_DONTWAIT),
             ptr::null_mut::<libc::timespec>(),
         )
     };

@@ -157,7 +157,8 @@ impl CompletionQueue {
         let polls = shared.polls.load(Ordering::Relaxed);
         shared.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
         match progress::inline_step(shared, progress::Driver::Poll) {
-            // An idle step changed nothing: the CQ is still empty.
+            // An idle step changed nothing (a completion another thread
+            // made since the CQ was polled shows at the next poll).
             Some(step) if !step.idle => self.poll_engine(out, max),
             _ => Ok(0),
         }

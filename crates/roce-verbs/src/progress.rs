@@ -271,6 +271,9 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     let mut channels = Vec::new();
     let mut events = Vec::new();
     let mut cm_events = Vec::new();
+    // The engine said it had nothing more to send (in a round that asked
+    // for everything, not only requests).
+    let mut drained = false;
     for round in 0..shared.cfg.tx_batches_per_step.max(1) {
         let mut core = shared.core_quiet();
         if round == 0 {
@@ -297,6 +300,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             });
             if !pushed {
                 exhausted = true;
+                drained = !answer_first;
                 break;
             }
         }
@@ -324,6 +328,12 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);
     }
     *deadline = out.deadline;
+    if !drained {
+        // Left with work: the rounds ran out, the socket pushed back, or
+        // the only round sent the answer and kept the held ACKs. The next
+        // polling step must look again, not skip as idle.
+        shared.touched.store(true, Ordering::Relaxed);
+    }
     // Sent, or still in `tx` after back pressure (a settle sends it).
     let unsent = !tx.is_empty();
     if owed || requests || unsent {
@@ -682,5 +692,129 @@ mod tests {
         let got = cq_a.poll_until(1, Duration::from_secs(5)).unwrap();
         assert_eq!(got.len(), 1, "A received nothing");
         assert_eq!((got[0].wr_id, got[0].byte_len), (9, 16), "{:?}", got[0]);
+    }
+
+    /// Two contexts on a fresh fabric with a QP of `qp_type` each,
+    /// connected; B's progress thread naps long (the test drives B's
+    /// steps) and B runs `rounds` transmit rounds per step.
+    struct Pair {
+        a: Context,
+        b: Context,
+        qa: crate::QueuePair,
+        qb: crate::QueuePair,
+        cq_a: crate::CompletionQueue,
+        ma: crate::MemoryRegion,
+        mb: crate::MemoryRegion,
+    }
+
+    fn pair(qp_type: QpType, rounds: usize, len: usize) -> Pair {
+        let fabric = roce_io::Fabric::new();
+        let a = Context::open_fabric(&fabric, "10.0.0.1".parse().unwrap()).unwrap();
+        let cfg = ProgressConfig {
+            max_park: Duration::from_secs(2),
+            poller_park: Duration::from_secs(2),
+            tx_batches_per_step: rounds,
+            ..ProgressConfig::default()
+        };
+        let b_addr = "10.0.0.2".parse().unwrap();
+        let b = Context::open_with(
+            fabric.endpoint(b_addr).unwrap(),
+            DeviceConfig::new(b_addr),
+            cfg,
+        )
+        .unwrap();
+        let access = Access(Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0);
+        let side = |ctx: &Context| {
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(64, None).unwrap();
+            let qp = pd.create_qp(&QpInitAttr::new(qp_type, &cq, &cq)).unwrap();
+            let mr = pd.reg_mr(vec![3u8; len], access).unwrap();
+            (cq, qp, mr)
+        };
+        let ((cq_a, qa, ma), (_cq_b, qb, mb)) = (side(&a), side(&b));
+        let (ea, eb) = (qa.endpoint(Psn::new(10)), qb.endpoint(Psn::new(20)));
+        qa.connect(ea.psn, &eb, &ConnectOptions::default()).unwrap();
+        qb.connect(eb.psn, &ea, &ConnectOptions::default()).unwrap();
+        Pair {
+            a,
+            b,
+            qa,
+            qb,
+            cq_a,
+            ma,
+            mb,
+        }
+    }
+
+    /// A step that runs out of transmit rounds with packets still to go
+    /// leaves the next polling step a full one: a UC WRITE (no ACKs come
+    /// back to wake anything) longer than one step's rounds keeps going.
+    #[test]
+    fn a_poll_after_a_step_that_ran_out_of_rounds_keeps_sending() {
+        // 8 MiB at the default MTU: more packets than 4 rounds of 64.
+        let p = pair(QpType::Uc, 4, 8 << 20);
+        let want: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        p.mb.write(0, &want).unwrap();
+        let shared = p.b.shared().clone();
+        let mut io = lock(&shared.io);
+        step(&shared, &mut io, Driver::Poll);
+        let r = p.ma.remote();
+        let wr = SendWr::rdma(
+            1,
+            crate::SendOp::Write,
+            vec![p.mb.sge_all()],
+            r.addr,
+            r.rkey,
+        );
+        // This thread holds B's I/O: the post leaves the sending to steps.
+        p.qb.post_send(wr).unwrap();
+        let first = step(&shared, &mut io, Driver::Post);
+        assert!(first.more && first.work, "{first:?}");
+        let next = step(&shared, &mut io, Driver::Poll);
+        assert!(!next.idle && next.work, "{next:?}");
+        drop(io);
+        let _ = &p.a;
+        // The whole message arrives (B's own polls drive the rest).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let _ = p.qb.send_cq().poll_one();
+            if p.ma.to_vec().unwrap() == want {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the WRITE stalled");
+        }
+    }
+
+    /// With one transmit round per step, a post's step that sends the
+    /// application's answer first leaves the held ACK for the next step,
+    /// which must not be idle.
+    #[test]
+    fn a_held_ack_left_by_a_one_round_step_is_sent_by_the_next_poll() {
+        let p = pair(QpType::Rc, 1, 64);
+        p.qb.post_recv(RecvWr {
+            wr_id: 7,
+            sgl: vec![p.mb.sge(0, 64)],
+        })
+        .unwrap();
+        let shared = p.b.shared().clone();
+        let mut io = lock(&shared.io);
+        p.qa.post_send(SendWr::send(1, vec![p.ma.sge(0, 16)]))
+            .unwrap();
+        // B's poll takes the SEND and holds its ACK.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !io.hold.held {
+            step(&shared, &mut io, Driver::Poll);
+            assert!(std::time::Instant::now() < deadline, "B never held an ACK");
+        }
+        // What a post with nothing to send runs (no answer ready).
+        step(&shared, &mut io, Driver::Post);
+        let next = step(&shared, &mut io, Driver::Poll);
+        assert!(!next.idle, "{next:?}");
+        drop(io);
+        // The ACK reached A: its SEND completes.
+        let got = p.cq_a.poll_until(1, Duration::from_secs(5)).unwrap();
+        assert_eq!(got.len(), 1, "A's SEND never completed");
+        assert_eq!(got[0].wr_id, 1, "{:?}", got[0]);
+        assert!(got[0].is_success(), "{:?}", got[0]);
     }
 }

@@ -240,8 +240,10 @@ impl Shared {
     pub(crate) fn now(&self) -> Nanos {
         let t = epoch().elapsed().as_nanos() as Nanos;
         // Not a read-modify-write (a locked instruction on every reading):
-        // two threads racing may leave the older of their readings, which
-        // only makes `recent` a little staler.
+        // a thread preempted between its reading and the store can leave
+        // an older reading over a newer one, so `recent` may step back a
+        // little; its users (polling steps' timers, the progress thread's
+        // heuristics) then only act a little late.
         if t > self.clock.load(Ordering::Relaxed) {
             self.clock.store(t, Ordering::Relaxed);
         }

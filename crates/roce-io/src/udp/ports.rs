@@ -125,11 +125,11 @@ impl PortSockets {
         }
         self.tick += 1;
         let tick = self.tick;
-        // One lookup when the socket is open (every send looks it up).
+        // Two FxHash probes when the socket is open (every send looks it
+        // up); returning the first probe's borrow would keep the map
+        // borrowed on the opening path below too.
         if let Some(e) = self.map.get_mut(&port) {
             e.last_used = tick;
-            // Reborrowed: returning `e` itself would keep the map borrowed
-            // on the path below too.
             return self.map.get(&port).map(|e| e.sock.as_fd());
         }
         if self.map.len() >= self.capacity {
