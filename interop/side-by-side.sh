@@ -47,9 +47,9 @@ pair() { # port, command: server and client over rxe in the guest
 }
 ours() { run "timeout 200 /lab/roce-side-by-side perf $1 --loopback --roce-port 4792"; }
 in_process() { run "timeout 200 /lab/roce-side-by-side perf $1 --loopback --backend fabric"; }
-udp_floor() { # the bare UDP ping-pong's typical half round trip
+udp_floor() { # the bare UDP ping-pong's typical half round trip (connected send/recv: the first of the bench's two)
     [ -n "$CEIL" ] || return 0
-    run "timeout 200 /lab/udp-ceiling 0.2" | sed -n 's/.*typical \([0-9.]*\) us.*/\1/p'
+    run "timeout 200 /lab/udp-ceiling 0.2" | sed -n 's/.*typical \([0-9.]*\) us.*/\1/p' | head -1
 }
 
 bw_row() { # perftest BW table -> "avg Gb/s"
