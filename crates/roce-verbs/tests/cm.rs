@@ -27,6 +27,10 @@ fn accept_connect_send_write_and_disconnect() {
         Error::Verbs(roce_core::VerbsError::Busy)
     );
 
+    // The client disconnects only after the server has looked at the
+    // connected QP and the SEND (else a server thread scheduled late finds
+    // the QP already in ERR after the client's disconnect).
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel::<()>();
     let server = thread::spawn(move || {
         let pd = b.alloc_pd();
         let cq = b.create_cq(64, None).unwrap();
@@ -62,6 +66,7 @@ fn accept_connect_send_write_and_disconnect() {
         let c = one(&cq);
         assert_eq!((c.wr_id, c.status, c.byte_len), (5, WcStatus::Success, 16));
         assert_eq!(&inbox.to_vec().unwrap()[..16], b"a SEND via RC CM");
+        seen_tx.send(()).unwrap();
         // The client WRITEs, then disconnects; we see it.
         assert!(conn.wait_disconnect(WAIT));
         assert_eq!(qp.state(), QpState::Err);
@@ -94,6 +99,11 @@ fn accept_connect_send_write_and_disconnect() {
     let wr = SendWr::rdma(2, SendOp::Write, vec![src.sge(16, 7)], addr, rkey);
     qp.post_send(wr).unwrap();
     assert!(one(&cq).is_success());
+    if seen_rx.recv_timeout(WAIT).is_err() {
+        // The server failed (or hangs): report its panic, not this wait.
+        let r = server.join();
+        panic!("the server never saw the connection and the SEND: {r:?}");
+    }
     conn.disconnect(WAIT).unwrap();
     assert_eq!(qp.state(), QpState::Err);
     let still_connected = server.join().unwrap();
