@@ -410,7 +410,7 @@ impl CmConnection {
         let gone = lock(&self.shared.cm_events)
             .iter()
             .any(|e| e.id() == self.id && matches!(e, CmEvent::Disconnected { .. }));
-        !gone && self.shared.core().dev.cm_state(self.id).is_some()
+        !gone && self.shared.core_quiet().dev.cm_state(self.id).is_some()
     }
 
     /// Waits for the peer to disconnect (`RDMA_CM_EVENT_DISCONNECTED`);

@@ -184,7 +184,7 @@ impl Context {
 
     /// Device counters of the engine.
     pub fn counters(&self) -> DeviceCounters {
-        *self.shared().core().dev.counters()
+        *self.shared().core_quiet().dev.counters()
     }
 
     /// Counters of the backend (and its middleware).

@@ -195,7 +195,7 @@ impl QueuePair {
 
     /// `ibv_query_qp`: the current attributes (`qp_state` is the state).
     pub fn query(&self) -> Result<QpAttr, Error> {
-        let core = self.shared().core();
+        let core = self.shared().core_quiet();
         let qp = core
             .dev
             .qp(self.inner.qpn)
@@ -209,7 +209,7 @@ impl QueuePair {
     /// The current state.
     pub fn state(&self) -> QpState {
         self.shared()
-            .core()
+            .core_quiet()
             .dev
             .qp(self.inner.qpn)
             .map_or(QpState::Err, |q| q.state())
@@ -218,7 +218,7 @@ impl QueuePair {
     /// Counters of this QP.
     pub fn counters(&self) -> QpCounters {
         self.shared()
-            .core()
+            .core_quiet()
             .dev
             .qp_counters(self.inner.qpn)
             .unwrap_or_default()
@@ -228,7 +228,7 @@ impl QueuePair {
     /// CNPs sent and received).
     pub fn cc_counters(&self) -> roce_core::cc::CcCounters {
         self.shared()
-            .core()
+            .core_quiet()
             .dev
             .qp_cc_counters(self.inner.qpn)
             .unwrap_or_default()

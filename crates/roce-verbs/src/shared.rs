@@ -270,8 +270,8 @@ impl Shared {
 
     /// Locks the engine without marking it touched: only for what cannot
     /// give it anything to send or a timer to run (polling a CQ, reading
-    /// or writing a region's bytes, reading counters) and for the progress
-    /// step itself.
+    /// or writing a region's bytes, reading a QP's state, attributes or
+    /// counters) and for the progress step itself.
     pub(crate) fn core_quiet(&self) -> MutexGuard<'_, Core> {
         lock(&self.core)
     }
