@@ -33,32 +33,56 @@ pub(super) fn progress_bar(duration: Option<f64>) -> Option<ProgressBar> {
     Some(pb)
 }
 
+/// The checks a busy-polling wait makes every 256 spins: it yields the
+/// CPU, ends on Ctrl-C or when the peer reported an error, and gives up
+/// after [`STALL`]. The clock starts at the first check: most waits end
+/// before, and a clock read can be a system call (see Shared::recent).
+struct Watchdog<'a> {
+    alarm: &'a PeerAlarm,
+    spins: u32,
+    start: Option<Instant>,
+}
+
+impl<'a> Watchdog<'a> {
+    fn new(alarm: &'a PeerAlarm) -> Watchdog<'a> {
+        Watchdog {
+            alarm,
+            spins: 0,
+            start: None,
+        }
+    }
+
+    /// After an empty spin; `stalled` says what went wrong after STALL.
+    fn spin(&mut self, stalled: impl FnOnce() -> String) -> Result<(), String> {
+        self.spins += 1;
+        if !self.spins.is_multiple_of(256) {
+            return Ok(());
+        }
+        std::thread::yield_now();
+        if STOP.load(Ordering::SeqCst) {
+            return Err("interrupted".into());
+        }
+        self.alarm.check()?;
+        if self.start.get_or_insert_with(Instant::now).elapsed() > STALL {
+            return Err(stalled());
+        }
+        Ok(())
+    }
+}
+
 /// Busy-polls the CQ for one completion (each empty poll also drives the
 /// context's progress on this thread).
 fn wait_one(s: &Session, alarm: &PeerAlarm) -> Result<Completion, String> {
-    // The watchdog's clock starts after the first spins: most waits end
-    // before, and a clock read can be a system call (see Shared::recent).
-    let mut start = None;
-    let mut spins = 0u32;
+    let mut dog = Watchdog::new(alarm);
     loop {
         if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
             check(&c)?;
             return Ok(c);
         }
-        spins += 1;
-        if spins.is_multiple_of(256) {
-            std::thread::yield_now();
-            if STOP.load(Ordering::SeqCst) {
-                return Err("interrupted".into());
-            }
-            alarm.check()?;
-            if start.get_or_insert_with(Instant::now).elapsed() > STALL {
-                let c = s.qps[0].counters();
-                return Err(format!(
-                    "no completion for 10 s: the peer stopped responding (QP counters: {c:?})"
-                ));
-            }
-        }
+        dog.spin(|| {
+            let c = s.qps[0].counters();
+            format!("no completion for 10 s: the peer stopped responding (QP counters: {c:?})")
+        })?;
     }
 }
 
@@ -92,8 +116,7 @@ fn wait_byte(
     want: u8,
     unreaped: &mut u64,
 ) -> Result<(), String> {
-    let mut start = None;
-    let mut spins = 0u32;
+    let mut dog = Watchdog::new(alarm);
     let mut one = [0u8; 1];
     let (look_at, buf) = if snap.is_empty() {
         (off, &mut one[..])
@@ -112,17 +135,7 @@ fn wait_byte(
             check(&c)?;
             *unreaped = unreaped.saturating_sub(1);
         }
-        spins += 1;
-        if spins.is_multiple_of(256) {
-            std::thread::yield_now();
-            if STOP.load(Ordering::SeqCst) {
-                return Err("interrupted".into());
-            }
-            alarm.check()?;
-            if start.get_or_insert_with(Instant::now).elapsed() > STALL {
-                return Err("the peer's WRITE never arrived: the peer stopped responding".into());
-            }
-        }
+        dog.spin(|| "the peer's WRITE never arrived: the peer stopped responding".into())?;
     }
 }
 
@@ -223,32 +236,31 @@ fn ping_pong(
         };
         // Waits for the peer's message (a WRITE of up to SNAPSHOT_MAX
         // bytes is copied into `got` as it is seen).
-        let receive =
-            |s: &Session, got: &mut Vec<u8>, pending_recv: &mut u64, unreaped: &mut u64| {
-                if write {
-                    let snap = if snapshot {
-                        &mut got[..n]
-                    } else {
-                        &mut got[..0]
-                    };
-                    wait_byte(s, &alarm, base + n as u64 - 1, snap, tag, unreaped)?;
+        let receive = |s: &Session, got: &mut [u8], pending_recv: &mut u64, unreaped: &mut u64| {
+            if write {
+                let snap = if snapshot {
+                    &mut got[..n]
                 } else {
-                    while *pending_recv == 0 {
-                        if wait_one(s, &alarm)?.wr_id == RECV_ID {
-                            *pending_recv += 1;
-                        } else {
-                            *unreaped = unreaped.saturating_sub(1);
-                        }
+                    &mut got[..0]
+                };
+                wait_byte(s, &alarm, base + n as u64 - 1, snap, tag, unreaped)?;
+            } else {
+                while *pending_recv == 0 {
+                    if wait_one(s, &alarm)?.wr_id == RECV_ID {
+                        *pending_recv += 1;
+                    } else {
+                        *unreaped = unreaped.saturating_sub(1);
                     }
-                    *pending_recv -= 1;
-                    post_recv(s)?;
                 }
-                Ok::<(), String>(())
-            };
+                *pending_recv -= 1;
+                post_recv(s)?;
+            }
+            Ok::<(), String>(())
+        };
         // The message that arrived is the peer's pattern with this
         // iteration's tag (read here unless `receive` copied it already;
         // the peer sends nothing more into it until this side answers).
-        let verified = |s: &Session, got: &mut Vec<u8>| -> Result<(), String> {
+        let verified = |s: &Session, got: &mut [u8]| -> Result<(), String> {
             if !p.verify {
                 return Ok(());
             }
