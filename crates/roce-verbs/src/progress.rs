@@ -664,6 +664,19 @@ mod tests {
         assert_eq!((got[0].wr_id, got[0].byte_len), (9, 16), "{:?}", got[0]);
     }
 
+    /// Panics with `what` once `limit` has passed since it was made.
+    struct Deadline(std::time::Instant);
+
+    impl Deadline {
+        fn after(limit: Duration) -> Deadline {
+            Deadline(std::time::Instant::now() + limit)
+        }
+
+        fn check(&self, what: &str) {
+            assert!(std::time::Instant::now() < self.0, "{what}");
+        }
+    }
+
     /// Two contexts on a fresh fabric with a QP of `qp_type` each,
     /// connected; B's progress thread naps long (the test drives B's
     /// steps) and B runs `rounds` transmit rounds per step.
@@ -744,13 +757,10 @@ mod tests {
         assert!(!next.idle && next.work, "{next:?}");
         drop(io);
         // The whole message arrives (B's own polls drive the rest).
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        let deadline = Deadline::after(Duration::from_secs(10));
+        while p.ma.to_vec().unwrap() != want {
             let _ = p.qb.send_cq().poll_one();
-            if p.ma.to_vec().unwrap() == want {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "the WRITE stalled");
+            deadline.check("the WRITE stalled");
         }
     }
 
@@ -770,10 +780,10 @@ mod tests {
         p.qa.post_send(SendWr::send(1, vec![p.ma.sge(0, 16)]))
             .unwrap();
         // B's poll takes the SEND and holds its ACK.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let deadline = Deadline::after(Duration::from_secs(5));
         while !io.hold.held {
             step(&shared, &mut io, Driver::Poll);
-            assert!(std::time::Instant::now() < deadline, "B never held an ACK");
+            deadline.check("B never held an ACK");
         }
         // What a post with nothing to send runs (no answer ready).
         step(&shared, &mut io, Driver::Post);
