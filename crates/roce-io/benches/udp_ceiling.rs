@@ -3,7 +3,10 @@
 //! (4108 bytes of UDP payload, what a 4096-byte-MTU RoCE packet makes)
 //! from 127.0.0.1 to 127.0.0.2, with UDP GSO on send and GRO on receive,
 //! and again one datagram per system call. `roce perf write-bw` over the
-//! UDP backend is measured against the GSO/GRO figure. Then a plain UDP
+//! UDP backend is measured against the GSO/GRO figure. A third line sends
+//! what 64 KiB RDMA WRITEs put on the wire (a longer first packet, then a
+//! GSO run of fifteen) and does nothing else: the most any sender of
+//! WRITEs over UDP sockets can reach. Then a plain UDP
 //! ping-pong of small datagrams (busy-polling, as `roce perf send-lat`
 //! does) over connected sockets: its half round trip is the latency
 //! baseline; and the same ping-pong with the kind of calls the UDP backend
@@ -29,7 +32,106 @@ const IP_DATAGRAM: usize = PAYLOAD + 28;
 /// Datagrams per GSO send (under the 64 KiB UDP limit).
 const SEGS: usize = 15;
 
-fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
+/// How the ceiling's sender sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One datagram per `send`.
+    Single,
+    /// GSO sends of [`SEGS`] equal datagrams.
+    Gso,
+    /// The datagrams of 64 KiB RDMA WRITEs at MTU 4096, with nothing else
+    /// done: per message one WRITE_FIRST (16 bytes longer, for its RETH)
+    /// and a GSO send of the fifteen middle and last packets, several
+    /// messages per `sendmmsg`, the destination on every message.
+    WriteShaped,
+    /// [`Mode::WriteShaped`] plus the one thing every RoCE sender must do
+    /// per packet: a CRC-32 over it (the ICRC), written into its last four
+    /// bytes before the send.
+    WriteIcrc,
+}
+
+/// Writes a CRC-32 of each packet of `WRITES_PER_CALL` messages into the
+/// packet's last four bytes (the work of the ICRC, over the same lengths).
+fn icrc_writes(first: &mut [u8], rest: &mut [u8]) {
+    for _ in 0..WRITES_PER_CALL {
+        let n = first.len() - 4;
+        let c = crc32fast::hash(&first[..n]);
+        first[n..].copy_from_slice(&c.to_le_bytes());
+        for p in rest.chunks_mut(MIDDLE_PAYLOAD) {
+            let n = p.len() - 4;
+            let c = crc32fast::hash(&p[..n]);
+            p[n..].copy_from_slice(&c.to_le_bytes());
+        }
+    }
+}
+
+/// UDP payload of a WRITE_FIRST packet (BTH, RETH, 4096 bytes, ICRC).
+const FIRST_PAYLOAD: usize = 12 + 16 + 4096 + 4;
+/// UDP payload of a WRITE_MIDDLE or WRITE_LAST packet.
+const MIDDLE_PAYLOAD: usize = 12 + 4096 + 4;
+/// WRITE messages per `sendmmsg` in [`Mode::WriteShaped`].
+const WRITES_PER_CALL: usize = 4;
+
+/// Sends `WRITES_PER_CALL` WRITE-shaped messages in one `sendmmsg`;
+/// returns the IP bytes sent.
+fn send_writes(fd: i32, dst: &std::net::SocketAddrV4, first: &[u8], rest: &[u8]) -> u64 {
+    let sa = SockaddrIn::from(*dst);
+    use nix::sys::socket::SockaddrLike;
+    let seg = MIDDLE_PAYLOAD as u16;
+    // One control buffer (UDP_SEGMENT) shared by the GSO messages.
+    let mut cbuf = [0u64; 4];
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (clen, cmsg_len) = unsafe { (libc::CMSG_SPACE(2) as usize, libc::CMSG_LEN(2) as usize) };
+    let cmsg = cbuf.as_mut_ptr() as *mut libc::cmsghdr;
+    // SAFETY: cbuf is 8-byte aligned and 32 bytes long, room for a cmsghdr
+    // and its 2-byte payload (clen <= 32).
+    unsafe {
+        (*cmsg).cmsg_len = cmsg_len;
+        (*cmsg).cmsg_level = libc::SOL_UDP;
+        (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, seg);
+    }
+    let mut iovs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 2 * WRITES_PER_CALL];
+    // SAFETY: an all-zero mmsghdr is a valid empty header.
+    let mut msgs: [libc::mmsghdr; 2 * WRITES_PER_CALL] = unsafe { std::mem::zeroed() };
+    for (i, m) in msgs.iter_mut().enumerate() {
+        let data = if i % 2 == 0 { first } else { rest };
+        iovs[i] = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        m.msg_hdr.msg_name = sa.as_ptr() as *mut libc::c_void;
+        m.msg_hdr.msg_namelen = sa.len();
+        m.msg_hdr.msg_iov = &mut iovs[i];
+        m.msg_hdr.msg_iovlen = 1;
+        if i % 2 == 1 {
+            m.msg_hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            m.msg_hdr.msg_controllen = clen;
+        }
+    }
+    // SAFETY: every header points at live iovecs, address and control
+    // buffer on this stack frame, and the buffers outlive the call.
+    let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), msgs.len() as u32, 0) };
+    if n <= 0 {
+        return 0;
+    }
+    (0..n as usize)
+        .map(|i| {
+            if i % 2 == 0 {
+                (FIRST_PAYLOAD + 28) as u64
+            } else {
+                (SEGS * (MIDDLE_PAYLOAD + 28)) as u64
+            }
+        })
+        .sum()
+}
+
+fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
+    let gso = mode != Mode::Single;
+    let writes = matches!(mode, Mode::WriteShaped | Mode::WriteIcrc);
     let rx = UdpSocket::bind("127.0.0.2:0")?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     let rx_sock = socket2::SockRef::from(&rx);
@@ -40,12 +142,21 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
         setsockopt(&rx, sockopt::UdpGroSegment, &true).map_err(std::io::Error::from)?;
     }
     let dst = rx.local_addr()?;
-    tx.connect(dst)?;
+    let dst4 = match dst {
+        std::net::SocketAddr::V4(v) => v,
+        _ => return Err(std::io::Error::other("IPv4 expected")),
+    };
+    if !writes {
+        tx.connect(dst)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let receiver = std::thread::spawn(move || {
         let mut buf = vec![0u8; 65536];
-        let mut datagrams = 0u64;
+        let mut bytes = 0u64;
+        // A GRO read holds equal segments (a WRITE_FIRST arrives alone:
+        // its length differs from the packets after it).
+        let seg = if writes { MIDDLE_PAYLOAD } else { PAYLOAD };
         let mut first: Option<Instant> = None;
         let mut last = Instant::now();
         let mut cmsg = nix::cmsg_space!(u16);
@@ -56,21 +167,33 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
                     let n = m.bytes;
                     first.get_or_insert_with(Instant::now);
                     last = Instant::now();
-                    datagrams += n.div_ceil(PAYLOAD) as u64;
+                    let segs = if n == FIRST_PAYLOAD {
+                        1
+                    } else {
+                        n.div_ceil(seg)
+                    };
+                    bytes += (n + 28 * segs) as u64;
                 }
                 Err(_) => continue,
             }
         }
         let dt = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
-        (datagrams, dt)
+        (bytes, dt)
     });
     let payload = vec![0x5au8; PAYLOAD * SEGS];
+    let mut first = vec![0x5au8; FIRST_PAYLOAD];
+    let mut rest = vec![0x5au8; MIDDLE_PAYLOAD * SEGS];
     let seg = PAYLOAD as u16;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut sent = 0u64;
     while Instant::now() < deadline {
         for _ in 0..64 {
-            let r = if gso {
+            let r = if writes {
+                if mode == Mode::WriteIcrc {
+                    icrc_writes(&mut first, &mut rest);
+                }
+                Ok(send_writes(tx.as_raw_fd(), &dst4, &first, &rest))
+            } else if gso {
                 let iov = [IoSlice::new(&payload)];
                 sendmsg::<SockaddrIn>(
                     tx.as_raw_fd(),
@@ -79,10 +202,10 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
                     MsgFlags::empty(),
                     None,
                 )
-                .map(|_| SEGS as u64)
+                .map(|_| (SEGS * IP_DATAGRAM) as u64)
             } else {
                 tx.send(&payload[..PAYLOAD])
-                    .map(|_| 1)
+                    .map(|_| IP_DATAGRAM as u64)
                     .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(0)))
             };
             if let Ok(n) = r {
@@ -93,7 +216,7 @@ fn run(gso: bool, secs: f64) -> std::io::Result<(f64, f64)> {
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
     let (got, dt) = receiver.join().expect("receiver thread");
-    let gbit = |n: u64, t: f64| n as f64 * IP_DATAGRAM as f64 * 8.0 / t.max(1e-9) / 1e9;
+    let gbit = |bytes: u64, t: f64| bytes as f64 * 8.0 / t.max(1e-9) / 1e9;
     Ok((gbit(sent, secs), gbit(got, dt)))
 }
 
@@ -197,8 +320,13 @@ fn main() -> std::io::Result<()> {
         .next()
         .unwrap_or(3.0);
     println!("plain UDP on loopback, {IP_DATAGRAM}-byte IP datagrams, {secs} s each");
-    for (name, gso) in [("one datagram per send/recv", false), ("UDP GSO/GRO", true)] {
-        let (tx, rx) = run(gso, secs)?;
+    for (name, mode) in [
+        ("one datagram per send/recv", Mode::Single),
+        ("UDP GSO/GRO", Mode::Gso),
+        ("64 KiB WRITE-shaped GSO/GRO", Mode::WriteShaped),
+        ("same + a CRC-32 per packet", Mode::WriteIcrc),
+    ] {
+        let (tx, rx) = run(mode, secs)?;
         println!("  {name:<28} sent {tx:6.1} Gbit/s   received {rx:6.1} Gbit/s");
     }
     // A RoCE SEND of 2 bytes is a 64-byte UDP payload (BTH + pad + ICRC).
