@@ -55,11 +55,15 @@ enum Mode {
 fn icrc_writes(first: &mut [u8], rest: &mut [u8]) {
     for _ in 0..WRITES_PER_CALL {
         let n = first.len() - 4;
-        let c = crc32fast::hash(&first[..n]);
+        let mut c = roce_wire::crc32::Crc32::new();
+        c.update(&first[..n]);
+        let c = c.finalize();
         first[n..].copy_from_slice(&c.to_le_bytes());
         for p in rest.chunks_mut(MIDDLE_PAYLOAD) {
             let n = p.len() - 4;
-            let c = crc32fast::hash(&p[..n]);
+            let mut c = roce_wire::crc32::Crc32::new();
+            c.update(&p[..n]);
+            let c = c.finalize();
             p[n..].copy_from_slice(&c.to_le_bytes());
         }
     }

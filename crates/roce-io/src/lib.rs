@@ -118,6 +118,8 @@ mod backend;
 #[cfg(target_os = "linux")]
 pub mod cpu;
 mod datagram;
+#[allow(unsafe_code)]
+mod emu;
 mod fabric;
 mod fault;
 #[cfg(target_os = "linux")]
@@ -141,6 +143,7 @@ mod testutil;
 mod udp;
 
 pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
+pub use emu::{adapt_to_cpu, emulated};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
 #[cfg(target_os = "linux")]

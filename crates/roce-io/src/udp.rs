@@ -461,6 +461,7 @@ impl UdpBackend {
     /// socket holds it (the kernel's rxe binds 4791 on every address); any
     /// other socket error as is.
     pub fn bind(cfg: UdpConfig) -> io::Result<Self> {
+        crate::emu::adapt_to_cpu();
         let addr = SocketAddr::new(cfg.local, cfg.port);
         let sock = ports::udp_socket(cfg.local, cfg.port, false).map_err(|e| {
             if e.kind() == io::ErrorKind::AddrInUse {

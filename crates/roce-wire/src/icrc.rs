@@ -47,7 +47,7 @@ pub fn compute(covered: &[u8]) -> Result<u32> {
     hdr[ip_len + 6] = 0xff; // UDP checksum
     hdr[ip_len + 7] = 0xff;
     hdr[ip_len + udp::HEADER_LEN + 4] = 0xff; // BTH FECN | BECN | reserved
-    let mut h = crc32fast::Hasher::new();
+    let mut h = crate::crc32::Crc32::new();
     h.update(&[0xff; 8]);
     h.update(hdr);
     h.update(&covered[masked_len..]);

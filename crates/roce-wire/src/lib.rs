@@ -30,6 +30,7 @@ mod view;
 pub mod aeth;
 pub mod bth;
 pub mod cm;
+pub mod crc32;
 mod emit;
 pub mod error;
 pub mod ethernet;

@@ -175,7 +175,7 @@ pub(crate) fn icrc_over(
     hdr[u + 6] = 0xff;
     hdr[u + 7] = 0xff;
     hdr[u + udp::HEADER_LEN + 4] = 0xff;
-    let mut crc = crc32fast::Hasher::new();
+    let mut crc = roce_wire::crc32::Crc32::new();
     crc.update(&[0xff; 8]);
     crc.update(hdr);
     crc.update(&transport[bth::HEADER_LEN..transport.len() - icrc::LEN]);
@@ -312,7 +312,7 @@ impl IdSolver {
         for (j, v) in b.iter_mut().enumerate() {
             let id = (1u16 << j).to_be_bytes();
             // Register starts at 0 (state !0), so this is L(id · x^(8r)).
-            let mut h = crc32fast::Hasher::new_with_initial(!0);
+            let mut h = roce_wire::crc32::Crc32::with_initial(!0);
             h.update(&id);
             let mut left = r;
             while left > 0 {
