@@ -811,7 +811,7 @@ impl UdpBackend {
                         return 0;
                     }
                     slot[..hl].copy_from_slice(&head[..hl]);
-                    slot[hl..total].copy_from_slice(payload);
+                    crate::emu::copy_payload(&mut slot[hl..total], payload);
                     total
                 });
                 if pushed {

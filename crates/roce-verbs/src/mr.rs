@@ -295,8 +295,8 @@ impl RegionMemory for RawMem {
         }
         // SAFETY: `offset + out.len() <= len` (checked above) and the region
         // `ptr..ptr + len` is valid for reads while registered (reg_mr_raw
-        // contract); `ptr::copy` tolerates overlap.
-        unsafe { std::ptr::copy(self.ptr.add(offset), out.as_mut_ptr(), out.len()) }
+        // contract); `move_bytes` tolerates overlap.
+        unsafe { move_bytes(self.ptr.add(offset), out.as_mut_ptr(), out.len()) }
     }
 
     fn write(&mut self, offset: usize, data: &[u8]) {
@@ -307,7 +307,85 @@ impl RegionMemory for RawMem {
             return;
         }
         // SAFETY: as in `read`: in bounds and valid for writes while
-        // registered; `ptr::copy` tolerates overlap.
-        unsafe { std::ptr::copy(data.as_ptr(), self.ptr.add(offset), data.len()) }
+        // registered; `move_bytes` tolerates overlap.
+        unsafe { move_bytes(data.as_ptr(), self.ptr.add(offset), data.len()) }
+    }
+}
+
+/// `ptr::copy` (overlap allowed) in pieces of [`roce_io::copy_piece`] bytes:
+/// forwards when `dst` lies below `src`, backwards otherwise, so that no
+/// piece overwrites source bytes a later piece still reads.
+///
+/// # Safety
+///
+/// As `ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
+unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { move_in_pieces(src, dst, len, roce_io::copy_piece()) }
+}
+
+/// [`move_bytes`] with the piece size given.
+///
+/// # Safety
+///
+/// As [`move_bytes`].
+unsafe fn move_in_pieces(src: *const u8, dst: *mut u8, len: usize, piece: usize) {
+    if len <= piece {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy(src, dst, len) };
+        return;
+    }
+    if (dst as usize) <= (src as usize) {
+        let mut at = 0;
+        while at < len {
+            let n = piece.min(len - at);
+            // SAFETY: at + n <= len, inside both ranges of the contract.
+            unsafe { std::ptr::copy(src.add(at), dst.add(at), n) };
+            at += n;
+        }
+    } else {
+        let mut end = len;
+        while end > 0 {
+            let n = piece.min(end);
+            let at = end - n;
+            // SAFETY: at + n = end <= len, inside both ranges of the contract.
+            unsafe { std::ptr::copy(src.add(at), dst.add(at), n) };
+            end = at;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::move_in_pieces;
+
+    /// Moves `len` bytes from `from` to `to` inside one buffer, in pieces.
+    fn moved(from: usize, to: usize, len: usize, piece: usize) -> Vec<u8> {
+        let mut buf: Vec<u8> = (0..64u8).collect();
+        let p = buf.as_mut_ptr();
+        // SAFETY: both ranges lie inside the 64-byte buffer.
+        unsafe { move_in_pieces(p.add(from), p.add(to), len, piece) };
+        buf
+    }
+
+    #[test]
+    fn overlapping_moves_in_pieces_match_a_whole_move() {
+        for (from, to, len) in [
+            (0, 5, 40),
+            (5, 0, 40),
+            (10, 11, 50),
+            (11, 10, 50),
+            (0, 32, 32),
+        ] {
+            let mut want: Vec<u8> = (0..64u8).collect();
+            want.copy_within(from..from + len, to);
+            for piece in [1, 3, 7, 16, usize::MAX] {
+                assert_eq!(
+                    moved(from, to, len, piece),
+                    want,
+                    "{from}->{to} x{len} in {piece}"
+                );
+            }
+        }
     }
 }

@@ -516,7 +516,7 @@ impl RegionMemory for OwnedMem {
             .checked_add(out.len())
             .and_then(|end| self.buf.get(offset..end))
         {
-            out.copy_from_slice(src);
+            roce_io::copy_payload(out, src);
         }
     }
     fn write(&mut self, offset: usize, data: &[u8]) {
@@ -524,7 +524,7 @@ impl RegionMemory for OwnedMem {
             .checked_add(data.len())
             .and_then(|end| self.buf.get_mut(offset..end))
         {
-            dst.copy_from_slice(data);
+            roce_io::copy_payload(dst, data);
         }
     }
 }
