@@ -42,9 +42,10 @@ pub fn emulated() -> bool {
 /// Chooses, once per process, the code that suits this CPU: on an
 /// [`emulated`] one the ICRC's CRC-32 runs table-driven
 /// ([`roce_wire::crc32::set_table_driven`]; the carry-less multiply is a
-/// slow and erratic emulator call there: 0.19 against 0.34-0.45 Gbit/s for
-/// the same `roce perf write-bw` build in the lab VM). Every backend calls
-/// it when it opens.
+/// slow and erratic emulator call there: one build of `roce perf write-bw`
+/// ran at 0.19 Gbit/s in the lab VM, the same source with the table at
+/// 0.34-0.39), and payload copies go in pieces ([`copy_piece`]). Every
+/// backend calls it when it opens.
 pub fn adapt_to_cpu() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
