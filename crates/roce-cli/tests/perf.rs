@@ -21,7 +21,7 @@ fn roce(args: &[&str]) -> Output {
 fn ports() -> (String, String) {
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 20_000 + (std::process::id() % 500) as u16 * 40;
+    let base = 20_000 + (std::process::id() % 200) as u16 * 40;
     ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
 }
 

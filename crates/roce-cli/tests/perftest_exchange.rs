@@ -122,7 +122,7 @@ fn relay(listen: TcpListener, to: String, log: Log) {
 fn ports() -> (u16, u16, u16) {
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 30_000 + (std::process::id() % 300) as u16 * 90;
+    let base = 10_000 + (std::process::id() % 100) as u16 * 90;
     (base + 3 * n, base + 3 * n + 1, base + 3 * n + 2)
 }
 

@@ -12,7 +12,7 @@ use common::{roce, Guard};
 
 /// A RoCE UDP port per test (the tests run in parallel).
 fn roce_port(n: u16) -> String {
-    (43_000 + (std::process::id() % 500) as u16 * 4 + n).to_string()
+    (5_000 + (std::process::id() % 500) as u16 * 4 + n).to_string()
 }
 
 fn out(o: &Output) -> String {
