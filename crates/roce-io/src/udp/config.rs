@@ -1,0 +1,213 @@
+//! [`UdpConfig`] and what the UDP backend reports: its offloads and counters.
+
+use std::net::IpAddr;
+
+use roce_wire::ROCE_V2_PORT;
+
+/// How the backend gets a datagram's UDP source port onto the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SourcePorts {
+    /// One send socket per source port (the engine's per-QP port), with
+    /// [`Rewrite`](Self::Rewrite) as the fallback for ports that cannot be
+    /// bound.
+    #[default]
+    PerQp,
+    /// Send everything from the receive socket: the source port becomes
+    /// the RoCE port and the ICRC is recomputed (one socket, no ECMP
+    /// entropy).
+    Rewrite,
+}
+
+/// What the receive path does about the ICRC of IPv4 datagrams, whose
+/// identification field it cannot see (IPv6 is always fully verifiable and
+/// left to the engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum IcrcCheck {
+    /// Nothing: hand every datagram on unverified.
+    Off,
+    /// Recompute the ICRC assuming ID 0, else find whether one of the IDs
+    /// 1..=127 of a GSO sender's segments matches, and count matches and
+    /// mismatches.
+    #[default]
+    Count,
+    /// As `Count`, and drop mismatches: for peers known to send ID 0 (or
+    /// GSO segment numbers), such as this backend.
+    Require,
+}
+
+/// Settings of a [`UdpBackend`](super::UdpBackend). Start from [`UdpConfig::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UdpConfig {
+    pub(super) local: IpAddr,
+    pub(super) port: u16,
+    pub(super) remote_port: u16,
+    pub(super) source_ports: SourcePorts,
+    pub(super) socket_cache: usize,
+    pub(super) reuse_port: bool,
+    pub(super) gso: bool,
+    pub(super) gro: bool,
+    pub(super) icrc_check: IcrcCheck,
+    pub(super) max_datagram: usize,
+    pub(super) recv_buffer: usize,
+    pub(super) send_buffer: usize,
+}
+
+impl UdpConfig {
+    /// Defaults for the local address `local`: port 4791 both ways,
+    /// per-QP source ports with a 1024-socket cache, GSO and GRO when the
+    /// kernel has them, ID-0 ICRC counting, datagrams up to 9216 bytes,
+    /// 8 MiB socket buffers (forced past the sysctl limit when privileged).
+    pub fn new(local: IpAddr) -> Self {
+        UdpConfig {
+            local,
+            port: ROCE_V2_PORT,
+            remote_port: ROCE_V2_PORT,
+            source_ports: SourcePorts::PerQp,
+            socket_cache: 1024,
+            reuse_port: false,
+            gso: true,
+            gro: true,
+            icrc_check: IcrcCheck::Count,
+            max_datagram: 9216,
+            recv_buffer: 8 << 20,
+            send_buffer: 8 << 20,
+        }
+    }
+
+    /// The local port to receive on (default 4791; 0 lets the kernel
+    /// pick, see [`UdpBackend::local_addr`](super::UdpBackend::local_addr)).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Where datagrams addressed to port 4791 are sent (default 4791).
+    pub fn remote_port(mut self, port: u16) -> Self {
+        self.remote_port = port;
+        self
+    }
+
+    /// Source-port strategy (default [`SourcePorts::PerQp`]).
+    pub fn source_ports(mut self, mode: SourcePorts) -> Self {
+        self.source_ports = mode;
+        self
+    }
+
+    /// Most per-port send sockets kept open (default 1024); the least
+    /// recently used is closed to make room.
+    pub fn socket_cache(mut self, sockets: usize) -> Self {
+        self.socket_cache = sockets;
+        self
+    }
+
+    /// Sets `SO_REUSEPORT` on the per-port send sockets (default off), so
+    /// that several stacks on one address can use the same source ports.
+    /// Datagrams that arrive at those ports are never read.
+    pub fn reuse_port(mut self, yes: bool) -> Self {
+        self.reuse_port = yes;
+        self
+    }
+
+    /// Use UDP GSO when the kernel has it (default true).
+    pub fn gso(mut self, yes: bool) -> Self {
+        self.gso = yes;
+        self
+    }
+
+    /// Use UDP GRO when the kernel has it (default true).
+    pub fn gro(mut self, yes: bool) -> Self {
+        self.gro = yes;
+        self
+    }
+
+    /// IPv4 receive-side ICRC policy (default [`IcrcCheck::Count`]).
+    pub fn icrc_check(mut self, check: IcrcCheck) -> Self {
+        self.icrc_check = check;
+        self
+    }
+
+    /// Largest UDP payload received without GRO (default 9216).
+    pub fn max_datagram(mut self, bytes: usize) -> Self {
+        self.max_datagram = bytes.max(64);
+        self
+    }
+
+    /// Socket buffer sizes in bytes (default 8 MiB each).
+    pub fn buffers(mut self, recv: usize, send: usize) -> Self {
+        self.recv_buffer = recv;
+        self.send_buffer = send;
+        self
+    }
+}
+
+/// Which offloads a [`UdpBackend`](super::UdpBackend) uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct UdpOffloads {
+    /// UDP GSO (`UDP_SEGMENT`) on send.
+    pub gso: bool,
+    /// UDP GRO (`UDP_GRO`) on receive.
+    pub gro: bool,
+}
+
+/// Counters of a [`UdpBackend`](super::UdpBackend) (also listed by
+/// [`Backend::counters`](crate::Backend::counters) with a `udp_` prefix).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct UdpStats {
+    /// Datagrams the kernel accepted.
+    pub tx_datagrams: u64,
+    /// Their UDP payload bytes.
+    pub tx_bytes: u64,
+    /// `sendmmsg` calls.
+    pub tx_syscalls: u64,
+    /// GSO sends (each carries two or more datagrams).
+    pub tx_gso_sends: u64,
+    /// Datagrams sent inside GSO sends.
+    pub tx_gso_datagrams: u64,
+    /// Datagrams that were not an IPv4 / IPv6 UDP datagram of the
+    /// backend's family carrying at least a BTH and an ICRC; dropped.
+    pub tx_malformed: u64,
+    /// Datagrams the kernel refused (no route, too big for the path MTU,
+    /// ...); dropped.
+    pub tx_errors: u64,
+    /// Datagrams sent from the receive socket with a rewritten source port.
+    pub tx_sport_rewritten: u64,
+    /// Datagrams whose ICRC was recomputed for the header on the wire.
+    pub tx_icrc_recomputed: u64,
+    /// Per-port send sockets opened.
+    pub sport_sockets_opened: u64,
+    /// Source ports that could not be bound.
+    pub sport_bind_failures: u64,
+    /// Per-port send sockets closed to make room.
+    pub sport_evictions: u64,
+    /// GSO switched off after the kernel rejected a GSO send.
+    pub gso_disabled: u64,
+    /// Datagrams handed to the engine.
+    pub rx_datagrams: u64,
+    /// Their UDP payload bytes.
+    pub rx_bytes: u64,
+    /// `recvmmsg` calls that returned data.
+    pub rx_syscalls: u64,
+    /// `recvmmsg` calls that found nothing waiting.
+    pub rx_empty_polls: u64,
+    /// Receives that stopped after a one-slot probe found a datagram,
+    /// without asking again (learnt: in a ping-pong that call finds
+    /// nothing).
+    pub rx_follow_ups_skipped: u64,
+    /// GRO-coalesced receives split into several datagrams.
+    pub rx_gro_batches: u64,
+    /// Datagrams too big for the receive buffers or the batch; dropped.
+    pub rx_too_big: u64,
+    /// IPv4 datagrams handed on without ICRC verification.
+    pub rx_icrc_unverified: u64,
+    /// IPv4 datagrams whose ICRC matches with ID 0.
+    pub rx_icrc_ok_id0: u64,
+    /// IPv4 datagrams whose ICRC matches with an ID in 1..=127 (segments
+    /// of a GSO send); the rebuilt header carries that ID.
+    pub rx_icrc_ok_gso_id: u64,
+    /// IPv4 datagrams whose ICRC matches none of those IDs: corrupt, or a
+    /// peer that uses other IDs (indistinguishable).
+    pub rx_icrc_bad: u64,
+    /// Datagrams dropped by [`IcrcCheck::Require`].
+    pub rx_icrc_dropped: u64,
+}

@@ -1,0 +1,239 @@
+//! The transmit half of [`UdpBackend`]: planning a batch into `sendmmsg`
+//! messages (GSO runs of equal segments, ICRCs moved to the IPv4 ID the
+//! kernel will write) and sending them.
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+
+use roce_wire::{ipv4, ROCE_V2_PORT};
+use smallvec::SmallVec;
+use socket2::SockAddr;
+
+use super::hdr::{self, TxHdr, WireFields};
+use super::{UdpBackend, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, TX_CHUNK};
+use crate::backend::PacketBatch;
+use crate::sys::{self, TxMsg, MAX_MMSG};
+
+/// Which socket a run of datagrams leaves from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Via {
+    /// The per-port socket of this source port.
+    Port(u16),
+    /// The receive socket (source port rewritten).
+    Main,
+}
+
+/// One datagram of a planned chunk.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Seg {
+    idx: usize,
+    payload_at: usize,
+    icrc: Option<[u8; 4]>,
+}
+
+/// One planned message: `segs[start..end]`, GSO when more than one.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Planned {
+    dst: SocketAddr,
+    tos: u8,
+    start: usize,
+    end: usize,
+    seg_size: usize,
+}
+
+/// Outcome of sending one planned chunk.
+pub(super) enum Sent {
+    /// All messages done (sent or dropped).
+    All,
+    /// The socket buffer is full: datagrams before batch index `.0` were
+    /// taken.
+    WouldBlock(usize),
+    /// A GSO send failed; datagrams before batch index `.0` were taken.
+    GsoFailed(usize),
+}
+
+impl UdpBackend {
+    pub(super) fn wire_dst(&self, h: &TxHdr) -> SocketAddr {
+        let port = if h.dport == ROCE_V2_PORT {
+            self.cfg.remote_port
+        } else {
+            h.dport
+        };
+        SocketAddr::new(h.dst, port)
+    }
+
+    /// Plans the chunk of datagrams from `first` that share `h0`'s source
+    /// port and leave `via`; fills `self.segs` / `self.plan` and returns
+    /// the batch index after the chunk.
+    pub(super) fn plan_chunk(
+        &mut self,
+        batch: &PacketBatch,
+        first: usize,
+        h0: &TxHdr,
+        via: Via,
+    ) -> usize {
+        self.segs.clear();
+        self.plan.clear();
+        let sport = match via {
+            Via::Port(p) => p,
+            Via::Main => self.cfg.port,
+        };
+        let gso = self.offloads.gso;
+        let mut i = first;
+        while i < batch.len() && self.segs.len() < TX_CHUNK {
+            let d = batch.get(i);
+            let h = if i == first {
+                *h0
+            } else {
+                match TxHdr::parse(d) {
+                    Some(h) if h.sport == h0.sport && h.dst.is_ipv6() == self.v6 => h,
+                    _ => break,
+                }
+            };
+            let dst = self.wire_dst(&h);
+            let payload_at = h.ip_hlen + 8;
+            let size = d.len() - payload_at;
+            // Join the open message as a GSO segment when it fits.
+            let join = gso
+                && self.plan.last().is_some_and(|m| {
+                    let n = m.end - m.start;
+                    let last_size =
+                        batch.get(self.segs[m.end - 1].idx).len() - self.segs[m.end - 1].payload_at;
+                    m.dst == dst
+                        && m.tos == h.tos
+                        && size <= m.seg_size
+                        && last_size == m.seg_size
+                        && n < GSO_MAX_SEGMENTS
+                        && (n * m.seg_size + size) <= GSO_MAX_BYTES
+                });
+            if !join {
+                if self.plan.len() == MAX_MMSG {
+                    break;
+                }
+                let start = self.segs.len();
+                self.plan.push(Planned {
+                    dst,
+                    tos: h.tos,
+                    start,
+                    end: start,
+                    seg_size: size,
+                });
+            }
+            let m = self.plan.last_mut().expect("a message is open");
+            let k = m.end - m.start;
+            let wire = WireFields {
+                src: self.cfg.local,
+                ident: u16::try_from(k).unwrap_or(0),
+                sport,
+            };
+            let icrc = if wire.matches(&h) {
+                None
+            } else if h.ip_hlen == ipv4::HEADER_LEN
+                && h.src == wire.src
+                && h.sport == wire.sport
+                && h.dont_frag
+                && h.ident.max(wire.ident) <= hdr::MAX_SOLVED_ID
+                && size == m.seg_size
+            {
+                // Only the IPv4 ID differs (a GSO segment's number): move
+                // the engine's ICRC to it instead of computing it again.
+                // Full-size segments only: their length recurs, so the
+                // solver's per-length basis (seven CRCs over that length
+                // to build) is reused; a GSO send's shorter last segment
+                // is recomputed.
+                let mut own = [0u8; 4];
+                own.copy_from_slice(&d[d.len() - 4..]);
+                let udp_len = d.len() - h.ip_hlen;
+                Some(self.solver.move_id(udp_len, own, h.ident, wire.ident))
+            } else {
+                Some(hdr::icrc_for_wire(d, &h, &wire))
+            };
+            self.segs.push(Seg {
+                idx: i,
+                payload_at,
+                icrc,
+            });
+            m.end += 1;
+            i += 1;
+        }
+        i
+    }
+
+    /// Sends the planned chunk on `fd`.
+    pub(super) fn send_chunk(&mut self, batch: &PacketBatch, via: Via) -> Sent {
+        let fd = match via {
+            Via::Port(p) => self.ports.get(p),
+            Via::Main => None,
+        };
+        let fd = fd.unwrap_or(self.sock.as_fd());
+        // The iovecs borrow the batch, so their list is made per call: on
+        // the stack for a few datagrams (a latency-bound exchange sends one
+        // or two per call), allocated for a burst.
+        let mut iovs: SmallVec<[IoSlice<'_>; 8]> = SmallVec::with_capacity(2 * self.segs.len());
+        let mut msgs = std::mem::take(&mut self.tx_msgs);
+        msgs.clear();
+        for m in &self.plan {
+            let iov_start = iovs.len();
+            for s in &self.segs[m.start..m.end] {
+                let d = batch.get(s.idx);
+                match &s.icrc {
+                    None => iovs.push(IoSlice::new(&d[s.payload_at..])),
+                    Some(c) => {
+                        iovs.push(IoSlice::new(&d[s.payload_at..d.len() - 4]));
+                        iovs.push(IoSlice::new(c));
+                    }
+                }
+            }
+            let n = m.end - m.start;
+            msgs.push(TxMsg {
+                dst: Some(SockAddr::from(m.dst)),
+                iov_start,
+                iov_len: iovs.len() - iov_start,
+                tos: Some(m.tos),
+                gso_size: if n > 1 { m.seg_size as u16 } else { 0 },
+            });
+        }
+        let stats = &mut self.stats;
+        let mut done = 0;
+        let mut result = Sent::All;
+        while done < msgs.len() {
+            match sys::sendmmsg(fd, &mut self.mmsg, self.v6, &msgs[done..], &iovs) {
+                Ok(n) => {
+                    stats.tx_syscalls += 1;
+                    for m in &self.plan[done..done + n] {
+                        let k = (m.end - m.start) as u64;
+                        stats.tx_datagrams += k;
+                        for s in &self.segs[m.start..m.end] {
+                            let d = batch.get(s.idx);
+                            stats.tx_bytes += (d.len() - s.payload_at) as u64;
+                            stats.tx_icrc_recomputed += u64::from(s.icrc.is_some());
+                        }
+                        if k > 1 {
+                            stats.tx_gso_sends += 1;
+                            stats.tx_gso_datagrams += k;
+                        }
+                        if via == Via::Main {
+                            stats.tx_sport_rewritten += k;
+                        }
+                    }
+                    done += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    result = Sent::WouldBlock(self.segs[self.plan[done].start].idx);
+                    break;
+                }
+                Err(_) if msgs[done].gso_size != 0 => {
+                    result = Sent::GsoFailed(self.segs[self.plan[done].start].idx);
+                    break;
+                }
+                Err(_) => {
+                    stats.tx_errors += (self.plan[done].end - self.plan[done].start) as u64;
+                    done += 1;
+                }
+            }
+        }
+        self.tx_msgs = msgs;
+        result
+    }
+}
