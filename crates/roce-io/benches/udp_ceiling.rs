@@ -78,7 +78,12 @@ const WRITES_PER_CALL: usize = 4;
 
 /// Sends `WRITES_PER_CALL` WRITE-shaped messages in one `sendmmsg`;
 /// returns the IP bytes sent.
-fn send_writes(fd: i32, dst: &std::net::SocketAddrV4, first: &[u8], rest: &[u8]) -> u64 {
+fn send_writes(
+    fd: i32,
+    dst: &std::net::SocketAddrV4,
+    first: &[u8],
+    rest: &[u8],
+) -> nix::Result<u64> {
     let sa = SockaddrIn::from(*dst);
     use nix::sys::socket::SockaddrLike;
     let seg = MIDDLE_PAYLOAD as u16;
@@ -90,7 +95,7 @@ fn send_writes(fd: i32, dst: &std::net::SocketAddrV4, first: &[u8], rest: &[u8])
     // SAFETY: cbuf is 8-byte aligned and 32 bytes long, room for a cmsghdr
     // and its 2-byte payload (clen <= 32).
     unsafe {
-        (*cmsg).cmsg_len = cmsg_len;
+        (*cmsg).cmsg_len = cmsg_len as _;
         (*cmsg).cmsg_level = libc::SOL_UDP;
         (*cmsg).cmsg_type = libc::UDP_SEGMENT;
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, seg);
@@ -113,16 +118,16 @@ fn send_writes(fd: i32, dst: &std::net::SocketAddrV4, first: &[u8], rest: &[u8])
         m.msg_hdr.msg_iovlen = 1;
         if i % 2 == 1 {
             m.msg_hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-            m.msg_hdr.msg_controllen = clen;
+            m.msg_hdr.msg_controllen = clen as _;
         }
     }
     // SAFETY: every header points at live iovecs, address and control
     // buffer on this stack frame, and the buffers outlive the call.
     let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), msgs.len() as u32, 0) };
-    if n <= 0 {
-        return 0;
+    if n < 0 {
+        return Err(nix::Error::last());
     }
-    (0..n as usize)
+    Ok((0..n as usize)
         .map(|i| {
             if i % 2 == 0 {
                 (FIRST_PAYLOAD + 28) as u64
@@ -130,7 +135,7 @@ fn send_writes(fd: i32, dst: &std::net::SocketAddrV4, first: &[u8], rest: &[u8])
                 (SEGS * (MIDDLE_PAYLOAD + 28)) as u64
             }
         })
-        .sum()
+        .sum())
 }
 
 fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
@@ -190,13 +195,14 @@ fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
     let seg = PAYLOAD as u16;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut sent = 0u64;
+    let mut last_err = None;
     while Instant::now() < deadline {
         for _ in 0..64 {
             let r = if writes {
                 if mode == Mode::WriteIcrc {
                     icrc_writes(&mut first, &mut rest);
                 }
-                Ok(send_writes(tx.as_raw_fd(), &dst4, &first, &rest))
+                send_writes(tx.as_raw_fd(), &dst4, &first, &rest)
             } else if gso {
                 let iov = [IoSlice::new(&payload)];
                 sendmsg::<SockaddrIn>(
@@ -212,14 +218,23 @@ fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
                     .map(|_| IP_DATAGRAM as u64)
                     .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(0)))
             };
-            if let Ok(n) = r {
-                sent += n;
+            match r {
+                Ok(n) => sent += n,
+                Err(e) => last_err = Some(e),
             }
         }
     }
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
     let (got, dt) = receiver.join().expect("receiver thread");
+    if sent == 0 {
+        // Nothing went out at all (say, the kernel refuses UDP_SEGMENT):
+        // a row of zeros would hide why.
+        let why = last_err.map_or_else(|| "no send completed".to_string(), |e| e.to_string());
+        return Err(std::io::Error::other(format!(
+            "the sender sent nothing: {why}"
+        )));
+    }
     let gbit = |bytes: u64, t: f64| bytes as f64 * 8.0 / t.max(1e-9) / 1e9;
     Ok((gbit(sent, secs), gbit(got, dt)))
 }

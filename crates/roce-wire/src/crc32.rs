@@ -65,8 +65,9 @@ impl Crc32 {
 
     fn make(crc: u32, table: bool) -> Self {
         if table {
-            // crc keeps the register bit-reversed for reflected CRCs; the
-            // register itself is the complement of the value so far.
+            // crc reflects a custom initial value (as it does the
+            // algorithm's init) for a reflected CRC: pre-reverse it so that
+            // the register starts at !crc, crc32fast's start.
             Crc32(Inner::Table(
                 TABLE.digest_with_initial((!crc).reverse_bits()),
             ))
