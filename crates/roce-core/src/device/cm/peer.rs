@@ -1,0 +1,362 @@
+//! What the peer's CM MADs do: REQ, REP, RTU, REJ, MRA, DREQ, DREP and
+//! SIDR requests and replies, and the replies the CM sends back.
+
+use std::net::IpAddr;
+
+use roce_wire::cm::{
+    self, attr, msg_ref, port_space, rej_reason, CmMessage, CmaHeader, DreqRepr, IdsRepr, RepRepr,
+    ReqRepr, SidrRepRepr, SidrReqRepr, CMA_HEADER_LEN,
+};
+use roce_wire::mad::{self, MadHeader};
+use roce_wire::{Opcode, Qpn, RocePacket};
+
+use super::super::Device;
+use super::{timeout_ns, trim_zeros, Conn, OutMad, ReqInfo, DEFAULT_PATH_ACK_TIMEOUT};
+use crate::cm::{accepts, CmEvent, CmId, CmState, ConnRequest, UdRequest};
+use crate::qp::QpAttr;
+use crate::Nanos;
+
+impl Device {
+    /// A datagram for QP1.
+    pub(in crate::device) fn cm_handle(&mut self, now: Nanos, p: &RocePacket<'_>) {
+        let ok = p.bth.opcode == Opcode::UD_SEND_ONLY
+            && p.ext.deth.is_some_and(|d| d.qkey == mad::GSI_QKEY);
+        let parsed = if ok {
+            CmMessage::parse_mad(p.payload).ok()
+        } else {
+            None
+        };
+        let Some((h, m)) = parsed else {
+            self.cm.counters.dropped += 1;
+            return;
+        };
+        self.cm.counters.rx_mads += 1;
+        let (peer, local) = (p.ip.src(), p.ip.dst());
+        match m {
+            CmMessage::Req(r) => self.on_req(now, &h, &r, peer, local),
+            CmMessage::Dreq(d) => self.on_dreq(&h, &d, peer, local),
+            CmMessage::SidrReq(r) => self.on_sidr_req(now, &h, &r, peer, local),
+            m => {
+                let (to_us, from) = match m {
+                    CmMessage::Rep(r) => (r.remote_comm_id, r.local_comm_id),
+                    CmMessage::Rtu(r) | CmMessage::Drep(r) => (r.remote_comm_id, r.local_comm_id),
+                    CmMessage::Rej(r) => (r.remote_comm_id, r.local_comm_id),
+                    CmMessage::Mra(r) => (r.remote_comm_id, r.local_comm_id),
+                    CmMessage::SidrRep(r) => (r.request_id, 0),
+                    _ => {
+                        self.cm.counters.dropped += 1;
+                        return;
+                    }
+                };
+                let Some(c) = self.cm.conns.get(&to_us) else {
+                    self.cm.counters.dropped += 1;
+                    return;
+                };
+                let known_peer =
+                    c.remote_id == from || matches!(c.state, CmState::ReqSent | CmState::SidrSent);
+                if c.peer != peer || !known_peer || !accepts(c.state, h.attr_id) {
+                    self.cm.counters.dropped += 1;
+                    return;
+                }
+                self.on_reply(now, to_us, &m);
+            }
+        }
+    }
+
+    fn on_req(&mut self, now: Nanos, h: &MadHeader, r: &ReqRepr<'_>, peer: IpAddr, local: IpAddr) {
+        // A resent REQ of a connection we know: resend our answer.
+        if let Some((&id, c)) = self
+            .cm
+            .conns
+            .iter()
+            .find(|(_, c)| c.remote_id == r.local_comm_id && c.peer == peer)
+        {
+            if c.state == CmState::RepSent {
+                if let Some(m) = c.last.clone() {
+                    self.cm.out.push_back(OutMad {
+                        src: local,
+                        dst: peer,
+                        mad: m,
+                    });
+                }
+            }
+            let _ = id;
+            return;
+        }
+        let listen = match cm::ip_service_port(r.service_id) {
+            Some((port_space::TCP, _)) => self.cm.listeners.get(&r.service_id).copied(),
+            _ => None,
+        };
+        let (reason, listen) = match listen {
+            None => (rej_reason::INVALID_SERVICE_ID, None),
+            Some(_) if r.transport != 0 => (rej_reason::INVALID_TRANSPORT_TYPE, None),
+            Some(l) => (0, Some(l)),
+        };
+        let Some(listen) = listen else {
+            self.cm.counters.rejected_reqs += 1;
+            self.send_rej(
+                local,
+                peer,
+                h.tid,
+                0,
+                r.local_comm_id,
+                msg_ref::REQ,
+                reason,
+                &[],
+            );
+            return;
+        };
+        let (peer_port, user) = match CmaHeader::parse(r.private_data) {
+            Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
+            Err(_) => (0, r.private_data),
+        };
+        let id = self.cm.new_id(now);
+        let info = ReqInfo {
+            remote_qpn: r.local_qpn,
+            starting_psn: r.starting_psn,
+            path_mtu: 128u32 << r.path_mtu.clamp(1, 5),
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            ack_timeout: r.primary.local_ack_timeout,
+            traffic_class: r.primary.traffic_class,
+            hop_limit: r.primary.hop_limit,
+            flow_label: r.primary.flow_label,
+        };
+        let mut c = Conn::new(CmState::ReqRcvd, r.local_comm_id, h.tid, peer, local);
+        c.remote_qpn = r.local_qpn;
+        c.req = Some(info);
+        self.cm.conns.insert(id, c);
+        self.cm
+            .events
+            .push_back(CmEvent::ConnectRequest(ConnRequest {
+                id: CmId(id),
+                listen,
+                peer,
+                local,
+                peer_port,
+                remote_qpn: r.local_qpn,
+                responder_resources: r.responder_resources,
+                initiator_depth: r.initiator_depth,
+                private_data: trim_zeros(user).to_vec(),
+            }));
+    }
+
+    fn on_sidr_req(
+        &mut self,
+        now: Nanos,
+        h: &MadHeader,
+        r: &SidrReqRepr<'_>,
+        peer: IpAddr,
+        local: IpAddr,
+    ) {
+        // A resent SIDR_REQ still waiting for the application: nothing new.
+        if self
+            .cm
+            .conns
+            .values()
+            .any(|c| c.state == CmState::SidrRcvd && c.remote_id == r.request_id && c.peer == peer)
+        {
+            return;
+        }
+        let listen = match cm::ip_service_port(r.service_id) {
+            Some((port_space::UDP, _)) => self.cm.listeners.get(&r.service_id).copied(),
+            _ => None,
+        };
+        let Some(listen) = listen else {
+            // Status 1: the service ID is not supported here.
+            self.cm.counters.rejected_reqs += 1;
+            let rep = SidrRepRepr {
+                request_id: r.request_id,
+                status: 1,
+                qpn: Qpn::new(0),
+                service_id: r.service_id,
+                qkey: 0,
+                private_data: &[],
+            };
+            self.cm.send(local, peer, h.tid, &CmMessage::SidrRep(rep));
+            return;
+        };
+        let (peer_port, user) = match CmaHeader::parse(r.private_data) {
+            Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
+            Err(_) => (0, r.private_data),
+        };
+        let id = self.cm.new_id(now);
+        let mut c = Conn::new(CmState::SidrRcvd, r.request_id, h.tid, peer, local);
+        c.service_id = r.service_id;
+        self.cm.conns.insert(id, c);
+        self.cm.events.push_back(CmEvent::UdRequest(UdRequest {
+            id: CmId(id),
+            listen,
+            peer,
+            local,
+            peer_port,
+            private_data: trim_zeros(user).to_vec(),
+        }));
+    }
+
+    fn on_dreq(&mut self, h: &MadHeader, d: &DreqRepr<'_>, peer: IpAddr, local: IpAddr) {
+        let id = d.remote_comm_id;
+        let known = self.cm.conns.get(&id).is_some_and(|c| {
+            c.peer == peer && c.remote_id == d.local_comm_id && accepts(c.state, attr::DREQ)
+        });
+        if known {
+            let c = self.cm.conns.remove(&id).expect("known");
+            if let Some(q) = c.qpn {
+                self.qp_to_err(q);
+            }
+            self.cm
+                .events
+                .push_back(CmEvent::Disconnected { id: CmId(id) });
+        }
+        // Answer even a DREQ we do not know (its DREP was lost, or the
+        // connection is long gone), as Linux does.
+        let drep = IdsRepr {
+            local_comm_id: id,
+            remote_comm_id: d.local_comm_id,
+            private_data: &[],
+        };
+        self.cm.send(local, peer, h.tid, &CmMessage::Drep(drep));
+    }
+
+    fn on_reply(&mut self, now: Nanos, id: u32, m: &CmMessage<'_>) {
+        let state = self.cm.conns[&id].state;
+        match (state, m) {
+            (CmState::ReqSent, CmMessage::Rep(r)) => self.on_rep(now, id, r),
+            (CmState::Established, CmMessage::Rep(_)) => {
+                // Our RTU was lost: send it again.
+                self.send_rtu(id);
+            }
+            (CmState::RepSent, CmMessage::Rtu(_)) => {
+                let c = self.cm.conns.get_mut(&id).expect("exists");
+                c.state = CmState::Established;
+                c.deadline = None;
+                c.last = None;
+                self.cm.events.push_back(CmEvent::Established {
+                    id: CmId(id),
+                    private_data: Vec::new(),
+                });
+            }
+            (_, CmMessage::Rej(r)) => {
+                let c = self.cm.conns.remove(&id).expect("exists");
+                if c.state == CmState::RepSent {
+                    if let Some(q) = c.qpn {
+                        self.qp_to_err(q);
+                    }
+                }
+                self.cm.events.push_back(CmEvent::Rejected {
+                    id: CmId(id),
+                    reason: r.reason,
+                    private_data: trim_zeros(r.private_data).to_vec(),
+                });
+            }
+            (_, CmMessage::Mra(r)) => {
+                // The peer needs longer: wait its service timeout once more.
+                let t = now + timeout_ns(r.service_timeout) + self.cm.conns[&id].interval;
+                self.cm.schedule(id, t);
+            }
+            (CmState::SidrSent, CmMessage::SidrRep(r)) => {
+                self.cm.conns.remove(&id);
+                let ev = if r.status == 0 {
+                    CmEvent::UdResolved {
+                        id: CmId(id),
+                        qpn: r.qpn,
+                        qkey: r.qkey,
+                    }
+                } else {
+                    CmEvent::Rejected {
+                        id: CmId(id),
+                        reason: r.status as u16,
+                        private_data: trim_zeros(r.private_data).to_vec(),
+                    }
+                };
+                self.cm.events.push_back(ev);
+            }
+            (CmState::DreqSent, CmMessage::Drep(_)) => {
+                self.cm.conns.remove(&id);
+                self.cm
+                    .events
+                    .push_back(CmEvent::Disconnected { id: CmId(id) });
+            }
+            _ => self.cm.counters.dropped += 1,
+        }
+    }
+
+    fn on_rep(&mut self, _now: Nanos, id: u32, r: &RepRepr<'_>) {
+        let c = &self.cm.conns[&id];
+        let Some(qpn) = c.qpn else { return };
+        let (peer, local, psn, param) = (c.peer, c.local, c.psn, c.param.clone());
+        let info = ReqInfo {
+            remote_qpn: r.local_qpn,
+            starting_psn: r.starting_psn,
+            path_mtu: self.config.active_mtu,
+            responder_resources: 0,
+            initiator_depth: 0,
+            retry_count: param.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            ack_timeout: param.ack_timeout,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+        };
+        let a = QpAttr {
+            ah_attr: self.av_to(peer, local, &info),
+            path_mtu: info.path_mtu,
+            dest_qp_num: r.local_qpn,
+            rq_psn: psn,
+            max_dest_rd_atomic: param.responder_resources.max(1),
+            min_rnr_timer: param.min_rnr_timer,
+            sq_psn: r.starting_psn,
+            timeout: if param.ack_timeout == 0 {
+                DEFAULT_PATH_ACK_TIMEOUT
+            } else {
+                param.ack_timeout
+            },
+            retry_cnt: param.retry_count.min(7),
+            rnr_retry: r.rnr_retry_count,
+            max_rd_atomic: param.initiator_depth.min(r.responder_resources).max(1),
+            ..QpAttr::default()
+        };
+        if self.bring_up(qpn, a).is_err() {
+            let tid = self.cm.conns[&id].tid;
+            self.send_rej(
+                local,
+                peer,
+                tid,
+                id,
+                r.local_comm_id,
+                msg_ref::REP,
+                rej_reason::NO_QP,
+                &[],
+            );
+            self.cm.conns.remove(&id);
+            self.cm
+                .events
+                .push_back(CmEvent::Unreachable { id: CmId(id) });
+            return;
+        }
+        let c = self.cm.conns.get_mut(&id).expect("exists");
+        c.remote_id = r.local_comm_id;
+        c.remote_qpn = r.local_qpn;
+        c.state = CmState::Established;
+        c.deadline = None;
+        c.last = None;
+        self.send_rtu(id);
+        self.cm.events.push_back(CmEvent::Established {
+            id: CmId(id),
+            private_data: trim_zeros(r.private_data).to_vec(),
+        });
+    }
+
+    fn send_rtu(&mut self, id: u32) {
+        let c = &self.cm.conns[&id];
+        let rtu = IdsRepr {
+            local_comm_id: id,
+            remote_comm_id: c.remote_id,
+            private_data: &[],
+        };
+        let (src, dst, tid) = (c.local, c.peer, c.tid);
+        self.cm.send(src, dst, tid, &CmMessage::Rtu(rtu));
+    }
+}
