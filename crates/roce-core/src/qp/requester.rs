@@ -3,13 +3,15 @@
 //! assignment, ACK/NAK and response processing, go-back-N retransmission
 //! from the exact PSN, the local ACK timeout and RNR timers, and in-order
 //! completion of send work requests.
+//!
+//! This file: the send queue, posting, and building request packets;
+//! `response`: what ACKs, NAKs, READ responses and timeouts do.
 
 use std::collections::VecDeque;
 
-use roce_wire::aeth::RNR_TIMER_US;
 use roce_wire::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, MessageKind, NakCode, Opcode, Operation,
-    Position, Psn, Qkey, RethRepr, RocePacket, Syndrome, Transport,
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Opcode, Operation, Position, Psn, Qkey, RethRepr,
+    Transport,
 };
 
 use super::state::{QpState, QpType};
@@ -19,6 +21,8 @@ use crate::sgl;
 use crate::wc::{Wc, WcOpcode, WcStatus};
 use crate::wr::{Payload, SendFlags, SendOp, SendWr};
 use crate::Nanos;
+
+mod response;
 
 /// Most PSNs in flight (unacknowledged) at once; far below the 2^23 window.
 pub(crate) const MAX_INFLIGHT_PSNS: i32 = 4096;
@@ -476,304 +480,9 @@ impl Qp {
         bth.ack_req = qt == QpType::Rc && (last || (k + 1).is_multiple_of(ACK_REQ_INTERVAL));
         (bth, ext, offset, plen, last)
     }
+}
 
-    /// Handles a response packet (ACK, NAK, READ response, atomic ACK).
-    pub(crate) fn req_handle_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
-        let psn = p.bth.psn;
-        // A response must acknowledge something outstanding.
-        let outstanding = psn.diff(self.req.una) >= 0 && psn.diff(self.req.next_psn) < 0;
-        let syndrome = p.ext.aeth.map(|a| a.syndrome);
-        let is_dup_ack =
-            matches!(syndrome, Some(Syndrome::Ack { .. })) && psn == self.req.una.sub(1);
-        if !outstanding {
-            if psn.diff(self.req.una) < 0 && self.req.timer.is_some() {
-                // An old response: the responder is alive and still serving
-                // requests it got earlier (each re-request makes it send a
-                // READ's responses again). Restart the transport timer,
-                // without restoring the retries; otherwise a responder
-                // slower than the timeout gets a re-request per timeout,
-                // each costing it a whole READ, and never reaches the one
-                // that is waited for (rxe in an emulated VM serving 4 MiB
-                // READs).
-                self.counters.duplicates += 1;
-                self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
-            } else if !is_dup_ack {
-                self.counters.drop_ghost_response += 1;
-            }
-            return;
-        }
-        self.counters.rx_packets += 1;
-        match p.bth.opcode.kind() {
-            MessageKind::Ack => match syndrome {
-                Some(Syndrome::Ack { .. }) => {
-                    self.ack_through(psn, ctx);
-                }
-                Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
-                    self.counters.seq_naks_received += 1;
-                    if self.ack_through(psn.sub(1), ctx) {
-                        self.retry(psn, false, ctx);
-                    }
-                }
-                Some(Syndrome::RnrNak { timer }) => {
-                    self.counters.rnr_naks_received += 1;
-                    if !self.ack_through(psn.sub(1), ctx) {
-                        return;
-                    }
-                    if self.attr.rnr_retry != 7 {
-                        if self.req.rnr_left == 0 {
-                            self.fail_at(psn, WcStatus::RnrRetryExcErr, ctx);
-                            return;
-                        }
-                        self.req.rnr_left -= 1;
-                    }
-                    let wait = RNR_TIMER_US[(timer & 31) as usize] as u64 * 1000;
-                    self.req.rnr_until = Some(ctx.now + wait);
-                    self.req.timer = None;
-                    self.go_back(psn);
-                }
-                Some(Syndrome::Nak(code)) => {
-                    self.counters.error_naks_received += 1;
-                    if !self.ack_through(psn.sub(1), ctx) {
-                        return;
-                    }
-                    let status = match code {
-                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                        _ => WcStatus::BadRespErr,
-                    };
-                    self.fail_at(psn, status, ctx);
-                }
-                _ => self.counters.drop_invalid += 1,
-            },
-            MessageKind::ReadResponse => self.read_response(p, ctx),
-            MessageKind::AtomicAck => self.atomic_ack(p, ctx),
-            _ => self.counters.drop_invalid += 1,
-        }
-    }
-
-    /// Cumulative acknowledgement of every PSN up to and including `psn`.
-    /// Returns false if an unfinished READ/atomic lies inside the range
-    /// (an implied NAK: its request is sent again) or the QP failed.
-    fn ack_through(&mut self, psn: Psn, ctx: &mut Ctx<'_>) -> bool {
-        let mut ok = true;
-        let mut new_una = None;
-        for w in self.req.sq.iter_mut() {
-            if !w.started || w.done || w.error.is_some() {
-                continue;
-            }
-            if w.first_psn.diff(psn) > 0 {
-                break;
-            }
-            if w.wr.op.is_read_or_atomic() {
-                // The responder acknowledged beyond a READ/atomic whose
-                // response we never got: request it again.
-                let resume = w.first_psn.add(w.read_recv);
-                new_una = Some(resume);
-                ok = false;
-                break;
-            }
-            if w.last_psn().diff(psn) <= 0 {
-                w.done = true;
-            } else {
-                break;
-            }
-        }
-        let target = new_una.unwrap_or(psn.next());
-        if target.diff(self.req.una) > 0 {
-            self.req.una = target;
-            self.progress(ctx);
-        }
-        self.retire(ctx);
-        if !ok {
-            // An implied NAK: spend a retry like a sequence error, once per
-            // missing PSN (every later ACK would otherwise spend another).
-            let resume = self.req.una;
-            self.retry(resume, false, ctx);
-        }
-        ok && self.state != QpState::Err
-    }
-
-    /// Forward progress: reset the retry budget and restart the timer.
-    fn progress(&mut self, ctx: &mut Ctx<'_>) {
-        self.req.retry_left = self.attr.retry_cnt;
-        self.req.rnr_left = self.attr.rnr_retry;
-        self.req.retry_started = false;
-        self.req.timer = if self.req.in_flight() {
-            self.ack_timeout_ns().map(|t| ctx.now + t)
-        } else {
-            None
-        };
-    }
-
-    /// A sequence error or timeout: spend one retry and go back to `psn`.
-    /// A NAK-driven retry while one is already under way is ignored.
-    fn retry(&mut self, psn: Psn, timeout: bool, ctx: &mut Ctx<'_>) {
-        if self.req.retry_started && !timeout {
-            return;
-        }
-        self.req.retry_started = true;
-        // retry_cnt 7 retries forever, as Linux rxe does (rxe_comp.c only
-        // decrements a count other than 7; IBTA reads it as 7 retries).
-        // Peers built on rdma-core's tools all use 7.
-        if self.attr.retry_cnt != 7 {
-            if self.req.retry_left == 0 {
-                self.fail_at(self.req.una, WcStatus::RetryExcErr, ctx);
-                return;
-            }
-            self.req.retry_left -= 1;
-        }
-        self.go_back(psn);
-        self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
-    }
-
-    /// Go-back-N: the next packet sent is `psn` again, inside whichever
-    /// message holds it (a READ resumes at the first missing response).
-    fn go_back(&mut self, psn: Psn) {
-        for w in self.req.sq.iter() {
-            if w.contains(psn) && !w.done {
-                self.req.cursor_seq = w.seq;
-                self.req.cursor_pkt = if matches!(w.wr.op, SendOp::Read) {
-                    w.read_recv
-                } else {
-                    psn.diff(w.first_psn) as u32
-                };
-                return;
-            }
-        }
-        // Nothing started holds it: continue with the first unstarted WQE.
-        if let Some(w) = self.req.sq.iter().find(|w| !w.started) {
-            self.req.cursor_seq = w.seq;
-            self.req.cursor_pkt = 0;
-        }
-    }
-
-    fn read_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
-        let psn = p.bth.psn;
-        let pmtu = self.pmtu() as u64;
-        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            self.counters.drop_ghost_response += 1;
-            return;
-        };
-        if !matches!(self.req.sq[idx].wr.op, SendOp::Read) || self.req.sq[idx].done {
-            self.counters.drop_invalid += 1;
-            return;
-        }
-        // Implicitly acknowledges everything before the READ.
-        let (first, seq) = (self.req.sq[idx].first_psn, self.req.sq[idx].seq);
-        if !self.ack_through(first.sub(1), ctx) {
-            return;
-        }
-        // Acknowledging retires WQEs from the front: find ours again.
-        let Some(idx) = self.req.index_of(seq) else {
-            return;
-        };
-        let w = &self.req.sq[idx];
-        let expected = w.first_psn.add(w.read_recv);
-        let d = psn.diff(expected);
-        if d < 0 {
-            self.counters.duplicates += 1;
-            return;
-        }
-        if d > 0 {
-            // A response was lost: ask again from the first missing one.
-            self.counters.drop_out_of_sequence += 1;
-            self.retry(expected, false, ctx);
-            return;
-        }
-        let offset = w.read_recv as u64 * pmtu;
-        let remaining = w.len - offset.min(w.len);
-        let pos = p.bth.opcode.position();
-        let len = p.payload.len() as u64;
-        let fits = match pos {
-            Position::First | Position::Middle => len == pmtu && remaining > pmtu,
-            Position::Last | Position::Only => len == remaining,
-        };
-        if !fits {
-            self.fail_wqe(idx, WcStatus::BadRespErr, ctx);
-            return;
-        }
-        let sgl_ok = match &w.wr.payload {
-            Payload::Sgl(s) => sgl::scatter(ctx.mrs, self.init.pd, s, offset, p.payload).is_ok(),
-            Payload::Inline(_) => false,
-        };
-        if !sgl_ok {
-            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
-            return;
-        }
-        self.counters.rx_bytes += len;
-        let w = &mut self.req.sq[idx];
-        w.read_recv += 1;
-        if pos.ends() {
-            w.done = true;
-            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-        }
-        let una = psn.next();
-        if una.diff(self.req.una) > 0 {
-            self.req.una = una;
-        }
-        self.progress(ctx);
-        self.retire(ctx);
-    }
-
-    fn atomic_ack(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
-        let psn = p.bth.psn;
-        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            self.counters.drop_ghost_response += 1;
-            return;
-        };
-        if !self.req.sq[idx].wr.op.is_atomic() || self.req.sq[idx].done {
-            self.counters.drop_invalid += 1;
-            return;
-        }
-        let seq = self.req.sq[idx].seq;
-        if !self.ack_through(psn.sub(1), ctx) {
-            return;
-        }
-        let Some(idx) = self.req.index_of(seq) else {
-            return;
-        };
-        let orig = p.ext.atomic_ack.unwrap_or(0);
-        let w = &self.req.sq[idx];
-        let ok = match &w.wr.payload {
-            Payload::Sgl(s) => {
-                sgl::scatter(ctx.mrs, self.init.pd, s, 0, &orig.to_ne_bytes()).is_ok()
-            }
-            Payload::Inline(_) => false,
-        };
-        if !ok {
-            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
-            return;
-        }
-        self.req.sq[idx].done = true;
-        self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-        let una = psn.next();
-        if una.diff(self.req.una) > 0 {
-            self.req.una = una;
-        }
-        self.progress(ctx);
-        self.retire(ctx);
-    }
-
-    /// Local ACK timeout / RNR wait expiry.
-    pub(crate) fn req_handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        if self.req.rnr_until.is_some_and(|t| ctx.now >= t) {
-            self.req.rnr_until = None;
-            self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
-        }
-        if let Some(t) = self.req.timer {
-            if ctx.now >= t {
-                if !self.req.in_flight() {
-                    self.req.timer = None;
-                    return;
-                }
-                self.counters.timeouts += 1;
-                let una = self.req.una;
-                self.retry(una, true, ctx);
-            }
-        }
-    }
-
+impl Qp {
     /// Completes the WQE holding `psn` with an error status; the QP goes
     /// to the error state and flushes the rest.
     fn fail_at(&mut self, psn: Psn, status: WcStatus, ctx: &mut Ctx<'_>) {

@@ -1,0 +1,300 @@
+//! Executing requests at the responder: SEND into the receive queue,
+//! WRITE and READ with their R_Key and bound checks, atomics with their
+//! replay records (IBTA Vol 1 §9.7.4.1, protocol reference §6).
+
+use roce_wire::{NakCode, Operation, RocePacket};
+
+use super::{Failure, InProgress, Job, Record, RecordKind};
+use crate::mr::Access;
+use crate::qp::state::QpType;
+use crate::qp::{Ctx, Qp};
+use crate::sgl::{self, ScatterError};
+use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
+
+impl Qp {
+    pub(super) fn recv_send(
+        &mut self,
+        p: &RocePacket<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), Failure> {
+        let pos = p.bth.opcode.position();
+        let uc = self.init.qp_type == QpType::Uc;
+        if pos.starts() {
+            let Some(wr) = self.take_recv(ctx) else {
+                if uc {
+                    self.counters.drop_no_recv += 1;
+                    return Err(Failure::Drop);
+                }
+                return Err(Failure::Rnr);
+            };
+            self.resp.cur = Some(InProgress::Send { wr, offset: 0 });
+        }
+        let Some(InProgress::Send { wr, offset }) = self.resp.cur.as_mut() else {
+            return Err(Failure::Nak(NakCode::InvalidRequest));
+        };
+        match sgl::scatter(ctx.mrs, self.init.pd, &wr.sgl, *offset, p.payload) {
+            Ok(()) => *offset += p.payload.len() as u64,
+            Err(e) => {
+                let status = match e {
+                    ScatterError::TooLong => WcStatus::LocLenErr,
+                    ScatterError::Access(_) => WcStatus::LocProtErr,
+                };
+                let wr_id = wr.wr_id;
+                self.resp.cur = None;
+                ctx.complete(
+                    self.init.recv_cq,
+                    Wc::new(wr_id, status, WcOpcode::Recv, self.qpn),
+                    false,
+                );
+                if uc {
+                    self.enter_error(ctx);
+                    return Err(Failure::Drop);
+                }
+                return Err(Failure::Nak(match e {
+                    ScatterError::TooLong => NakCode::InvalidRequest,
+                    ScatterError::Access(_) => NakCode::RemoteOperationalError,
+                }));
+            }
+        }
+        if pos.ends() {
+            let Some(InProgress::Send { wr, offset }) = self.resp.cur.take() else {
+                return Err(Failure::Nak(NakCode::InvalidRequest));
+            };
+            let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            wc.byte_len = offset as u32;
+            wc.src_qp = self.attr.dest_qp_num;
+            if let Some(imm) = p.ext.imm {
+                wc.imm_data = imm;
+                wc.wc_flags = wc.wc_flags | WcFlags::WITH_IMM;
+            }
+            if let Some(rkey) = p.ext.ieth {
+                if ctx.mrs.invalidate(self.init.pd, rkey).is_err() {
+                    // IBTA C9-…: an invalid R_Key to invalidate is an operational error.
+                    let wc = Wc {
+                        status: WcStatus::LocProtErr,
+                        ..wc
+                    };
+                    ctx.complete(self.init.recv_cq, wc, false);
+                    return Err(Failure::Nak(NakCode::RemoteOperationalError));
+                }
+                wc.invalidated_rkey = rkey;
+                wc.wc_flags = wc.wc_flags | WcFlags::WITH_INV;
+            }
+            self.resp.msn = self.resp.msn.next();
+            ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+        }
+        Ok(())
+    }
+
+    pub(super) fn recv_write(
+        &mut self,
+        p: &RocePacket<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), Failure> {
+        let pos = p.bth.opcode.position();
+        let uc = self.init.qp_type == QpType::Uc;
+        let access_fail = if uc {
+            Failure::Drop
+        } else {
+            Failure::Nak(NakCode::RemoteAccessError)
+        };
+        if pos.starts() {
+            let Some(reth) = p.ext.reth else {
+                return Err(Failure::Nak(NakCode::InvalidRequest));
+            };
+            let total = reth.dma_len as u64;
+            if total > 0 {
+                if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+                    return Err(access_fail);
+                }
+                if ctx
+                    .mrs
+                    .check(
+                        reth.rkey.value(),
+                        self.init.pd,
+                        reth.va,
+                        total,
+                        Access::REMOTE_WRITE,
+                    )
+                    .is_err()
+                {
+                    return Err(access_fail);
+                }
+            }
+            self.resp.cur = Some(InProgress::Write {
+                va: reth.va,
+                rkey: reth.rkey,
+                remaining: total,
+                total,
+            });
+        }
+        let Some(InProgress::Write {
+            va,
+            rkey,
+            remaining,
+            total,
+        }) = self.resp.cur
+        else {
+            return Err(Failure::Nak(NakCode::InvalidRequest));
+        };
+        let len = p.payload.len() as u64;
+        if len > remaining || (pos.ends() && len != remaining) {
+            self.resp.cur = None;
+            return Err(if uc {
+                Failure::Drop
+            } else {
+                Failure::Nak(NakCode::InvalidRequest)
+            });
+        }
+        // A WRITE with immediate consumes a receive: check it before
+        // touching memory, so an RNR retry finds the state unchanged.
+        let needs_recv = p.ext.imm.is_some();
+        let recv = if needs_recv {
+            match self.take_recv(ctx) {
+                Some(wr) => Some(wr),
+                None if uc => {
+                    self.counters.drop_no_recv += 1;
+                    self.resp.cur = None;
+                    return Err(Failure::Drop);
+                }
+                None => return Err(Failure::Rnr),
+            }
+        } else {
+            None
+        };
+        if len > 0 {
+            match ctx
+                .mrs
+                .check(rkey.value(), self.init.pd, va, len, Access::REMOTE_WRITE)
+            {
+                Ok(span) => ctx.mrs.write(span, 0, p.payload),
+                Err(_) => {
+                    self.resp.cur = None;
+                    if let Some(wr) = recv {
+                        self.untake_recv(wr, ctx);
+                    }
+                    return Err(access_fail);
+                }
+            }
+        }
+        self.resp.cur = Some(InProgress::Write {
+            va: va + len,
+            rkey,
+            remaining: remaining - len,
+            total,
+        });
+        if pos.ends() {
+            self.resp.cur = None;
+            self.resp.msn = self.resp.msn.next();
+            if let Some(wr) = recv {
+                let mut wc = Wc::new(
+                    wr.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    self.qpn,
+                );
+                wc.byte_len = total as u32;
+                wc.imm_data = p.ext.imm.unwrap_or(0);
+                wc.wc_flags = WcFlags::WITH_IMM;
+                wc.src_qp = self.attr.dest_qp_num;
+                ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn push_record(&mut self, rec: Record) {
+        let max = self.attr.max_dest_rd_atomic.max(1) as usize;
+        while self.resp.records.len() >= max {
+            self.resp.records.pop_front();
+        }
+        self.resp.records.push_back(rec);
+    }
+
+    pub(super) fn recv_read(
+        &mut self,
+        p: &RocePacket<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), Failure> {
+        let Some(reth) = p.ext.reth else {
+            return Err(Failure::Nak(NakCode::InvalidRequest));
+        };
+        let len = reth.dma_len as u64;
+        if len > 0 {
+            if !self.attr.qp_access_flags.contains(Access::REMOTE_READ) {
+                return Err(Failure::Nak(NakCode::RemoteAccessError));
+            }
+            if ctx
+                .mrs
+                .check(
+                    reth.rkey.value(),
+                    self.init.pd,
+                    reth.va,
+                    len,
+                    Access::REMOTE_READ,
+                )
+                .is_err()
+            {
+                return Err(Failure::Nak(NakCode::RemoteAccessError));
+            }
+        }
+        let npsn = len.div_ceil(self.pmtu() as u64).max(1) as u32;
+        let psn = p.bth.psn;
+        self.push_record(Record {
+            psn,
+            npsn,
+            kind: RecordKind::Read {
+                va: reth.va,
+                rkey: reth.rkey,
+                len,
+            },
+        });
+        self.resp.msn = self.resp.msn.next();
+        self.resp.out.push_back(Job::Read {
+            psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            remaining: len,
+            started: false,
+        });
+        self.resp.epsn = psn.add(npsn);
+        self.resp.nak_sent = false;
+        Ok(())
+    }
+
+    pub(super) fn recv_atomic(
+        &mut self,
+        p: &RocePacket<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), Failure> {
+        let Some(a) = p.ext.atomic else {
+            return Err(Failure::Nak(NakCode::InvalidRequest));
+        };
+        if a.va % 8 != 0 {
+            return Err(Failure::Nak(NakCode::InvalidRequest));
+        }
+        if !self.attr.qp_access_flags.contains(Access::REMOTE_ATOMIC) {
+            return Err(Failure::Nak(NakCode::RemoteAccessError));
+        }
+        let span = ctx
+            .mrs
+            .check(a.rkey.value(), self.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
+            .map_err(|_| Failure::Nak(NakCode::RemoteAccessError))?;
+        let orig = ctx.mrs.read_u64(span);
+        let new = match p.bth.opcode.operation() {
+            Operation::CompareSwap if orig == a.compare => a.swap_add,
+            Operation::CompareSwap => orig,
+            _ => orig.wrapping_add(a.swap_add),
+        };
+        ctx.mrs.write_u64(span, new);
+        let psn = p.bth.psn;
+        self.push_record(Record {
+            psn,
+            npsn: 1,
+            kind: RecordKind::Atomic { orig },
+        });
+        self.resp.msn = self.resp.msn.next();
+        self.resp.out.push_back(Job::AtomicAck { psn, orig });
+        Ok(())
+    }
+}

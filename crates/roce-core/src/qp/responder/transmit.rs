@@ -1,0 +1,144 @@
+//! The responder's output: ACKs (coalesced), NAKs, and READ and atomic
+//! responses, built from the queued jobs (IBTA Vol 1 §9.7.5.2).
+
+use roce_wire::{
+    AethRepr, BthRepr, ExtHeaders, NakCode, Opcode, Operation, Psn, Qpn, Syndrome, Transport,
+};
+
+use super::Job;
+use crate::mr::Access;
+use crate::qp::state::QpState;
+use crate::qp::{Ctx, Qp};
+
+impl Qp {
+    /// Emits the next queued response.
+    pub(crate) fn resp_poll_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let job = *self.resp.out.front()?;
+        if self.state == QpState::Err
+            && !matches!(
+                job,
+                Job::Ack {
+                    syndrome: Syndrome::Nak(_),
+                    ..
+                }
+            )
+        {
+            self.resp.out.clear();
+            return None;
+        }
+        let path = self.path(None, ctx)?;
+        // ACKs and NAKs are not ECN-capable (protocol reference §7); READ
+        // responses carry data and keep the device's codepoint.
+        let ack_path = crate::qp::Path {
+            ecn: roce_wire::Ecn::NotEct,
+            ..path
+        };
+        let dest = self.attr.dest_qp_num;
+        let aeth = |syndrome| {
+            Some(AethRepr {
+                syndrome,
+                msn: self.resp.msn,
+            })
+        };
+        match job {
+            Job::Ack { psn, syndrome } => {
+                self.resp.out.pop_front();
+                let bth = response_bth(Operation::Acknowledge, dest, psn);
+                let ext = ExtHeaders {
+                    aeth: aeth(syndrome),
+                    ..Default::default()
+                };
+                self.counters.acks_sent += 1;
+                ack_path.emit(bth, ext, 0, buf, |_| {})
+            }
+            Job::AtomicAck { psn, orig } => {
+                self.resp.out.pop_front();
+                let bth = response_bth(Operation::AtomicAcknowledge, dest, psn);
+                let ext = ExtHeaders {
+                    aeth: aeth(Syndrome::ACK_UNLIMITED),
+                    atomic_ack: Some(orig),
+                    ..Default::default()
+                };
+                ack_path.emit(bth, ext, 0, buf, |_| {})
+            }
+            Job::Read {
+                psn,
+                va,
+                rkey,
+                remaining,
+                started,
+            } => {
+                let pmtu = self.pmtu() as u64;
+                let n = remaining.min(pmtu);
+                let last = remaining <= pmtu;
+                let op = match (started, last) {
+                    (false, true) => Operation::ReadResponseOnly,
+                    (false, false) => Operation::ReadResponseFirst,
+                    (true, true) => Operation::ReadResponseLast,
+                    (true, false) => Operation::ReadResponseMiddle,
+                };
+                let bth = response_bth(op, dest, psn);
+                let ext = match op {
+                    Operation::ReadResponseMiddle => ExtHeaders::default(),
+                    _ => ExtHeaders {
+                        aeth: aeth(Syndrome::ACK_UNLIMITED),
+                        ..Default::default()
+                    },
+                };
+                // Bounds were checked when the request was accepted; check
+                // again in case the region went away since.
+                let span = if n > 0 {
+                    match ctx
+                        .mrs
+                        .check(rkey.value(), self.init.pd, va, n, Access::REMOTE_READ)
+                    {
+                        Ok(s) => Some(s),
+                        Err(_) => {
+                            self.resp.out.pop_front();
+                            self.resp.out.push_front(Job::Ack {
+                                psn,
+                                syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                            });
+                            return self.resp_poll_transmit(ctx, buf);
+                        }
+                    }
+                } else {
+                    None
+                };
+                let mrs = &*ctx.mrs;
+                let out = path.emit(bth, ext, n as usize, buf, |dst| {
+                    if let Some(s) = span {
+                        mrs.read(s, 0, dst);
+                    }
+                })?;
+                self.counters.tx_bytes += n;
+                if last {
+                    self.resp.out.pop_front();
+                } else if let Some(Job::Read {
+                    psn: p,
+                    va: v,
+                    remaining: r,
+                    started: s,
+                    ..
+                }) = self.resp.out.front_mut()
+                {
+                    *p = p.next();
+                    *v += n;
+                    *r -= n;
+                    *s = true;
+                }
+                Some(out)
+            }
+        }
+    }
+}
+
+fn response_bth(op: Operation, dest: Qpn, psn: Psn) -> BthRepr {
+    // Every response operation exists on RC.
+    let opcode = Opcode::new(Transport::Rc, op).unwrap_or(Opcode::RC_ACK);
+    BthRepr::new(opcode, dest, psn)
+}
