@@ -62,6 +62,31 @@ fn word(name: &'static str, json: Value, text: &str) -> Cap {
     }
 }
 
+/// The code the stack chose for this CPU ([`roce_io::adapt_to_cpu`]): on
+/// QEMU's emulated CPU a table-driven ICRC and payload copies in pieces.
+fn cpu_cap() -> Cap {
+    roce_io::adapt_to_cpu();
+    let emulated = roce_io::emulated();
+    let table = roce_wire::crc32::table_driven();
+    let piece = roce_io::copy_piece();
+    let piece = (piece != usize::MAX).then_some(piece);
+    let icrc = if table { "table" } else { "crc32fast" };
+    let text = match (emulated, piece) {
+        (true, Some(p)) => {
+            format!("emulated (QEMU TCG): table-driven ICRC, payload copies in {p}-byte pieces")
+        }
+        (true, None) => format!("emulated (QEMU TCG): ICRC by {icrc}"),
+        (false, _) => {
+            format!("real: ICRC by {icrc} (carry-less multiply where the CPU has it), whole copies")
+        }
+    };
+    word(
+        "cpu",
+        json!({"emulated": emulated, "icrc": icrc, "copy_piece": piece}),
+        &text,
+    )
+}
+
 /// What the stack supports, from the limits in the code: the QPN space
 /// (24 bits, 0 and 1 reserved), memory keys (24-bit index), the verbs
 /// layer's CQ and SRQ bounds, `max_inline_data` (roce-core refuses more
@@ -101,6 +126,7 @@ fn capabilities() -> Vec<Cap> {
             json!(["udp", "packet"]),
             "udp packet (AF_PACKET)",
         ),
+        cpu_cap(),
     ]
 }
 

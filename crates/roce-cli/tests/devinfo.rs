@@ -44,6 +44,16 @@ fn loopback_when_named() {
     assert_eq!(caps["atomic_cap"], "ATOMIC_HCA");
     assert_eq!(caps["transports"], serde_json::json!(["RC", "UC", "UD"]));
     assert_eq!(caps["udp_sport_range"], serde_json::json!([0xc000, 0xffff]));
+    // The code chosen for this CPU, consistent with what it is.
+    let cpu = &caps["cpu"];
+    let emulated = cpu["emulated"].as_bool().expect("cpu.emulated");
+    if emulated {
+        assert_eq!(cpu["icrc"], "table", "{cpu}");
+        assert_eq!(cpu["copy_piece"], 1024, "{cpu}");
+    } else {
+        assert_eq!(cpu["icrc"], "crc32fast", "{cpu}");
+        assert!(cpu["copy_piece"].is_null(), "{cpu}");
+    }
 }
 
 #[test]
