@@ -143,7 +143,7 @@ run_case() {
             why=clock msg="the peer's perftest could not calibrate its clock"
         elif [ "$1" = our-server ] && [ "$rc_theirs" -eq 0 ] && [ "$rc_ours" -ne 0 ] \
             && grep -q "timed out waiting for a completion" "$2/ours.log" 2>/dev/null \
-            && ! grep -q "CM DREQ" "$2/inspect.txt" 2>/dev/null; then
+            && ! grep -qE " $PEER_IP:[0-9]+ > .* CM DREQ" "$2/inspect.txt" 2>/dev/null; then
             why=dreq msg="the peer's DREQ never reached the link (lost, and not resent)"
         else
             return 0
@@ -155,7 +155,7 @@ run_case() {
 }
 
 run_case_once() {
-    local role=$1 case_dir=$2 filter=$3 srv_wait=$4 cap h op
+    local role=$1 case_dir=$2 filter=$3 srv_wait=$4 cap h op try
     mkdir -p "$case_dir"
     ( nsx_exec tcpdump -i "$CAP_IF" -s 0 -U -w "$case_dir/capture.pcap" "$filter" \
         >"$case_dir/tcpdump.log" 2>&1 ) &

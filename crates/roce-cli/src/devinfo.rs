@@ -71,15 +71,20 @@ fn cpu_cap() -> Cap {
     let piece = roce_io::copy_piece();
     let piece = (piece != usize::MAX).then_some(piece);
     let icrc = if table { "table" } else { "crc32fast" };
-    let text = match (emulated, piece) {
-        (true, Some(p)) => {
-            format!("emulated (QEMU TCG): table-driven ICRC, payload copies in {p}-byte pieces")
-        }
-        (true, None) => format!("emulated (QEMU TCG): ICRC by {icrc}"),
-        (false, _) => {
-            format!("real: ICRC by {icrc} (carry-less multiply where the CPU has it), whole copies")
-        }
+    let crc = if table {
+        "table-driven ICRC"
+    } else {
+        "ICRC by crc32fast (carry-less multiply where the CPU has it)"
     };
+    let copies = piece.map_or("whole copies".to_string(), |p| {
+        format!("payload copies in {p}-byte pieces")
+    });
+    let kind = if emulated {
+        "emulated (QEMU TCG)"
+    } else {
+        "real"
+    };
+    let text = format!("{kind}: {crc}, {copies}");
     word(
         "cpu",
         json!({"emulated": emulated, "icrc": icrc, "copy_piece": piece}),

@@ -93,6 +93,19 @@ fn text_in_the_manner_of_ibv_devinfo() {
     ] {
         assert!(t.contains(line), "{line:?} in {t}");
     }
+    // The code chosen for this CPU, one line, whichever CPU this is.
+    let cpu = t
+        .lines()
+        .find(|l| l.starts_with("\tcpu:\t\t\t\t"))
+        .unwrap_or_else(|| panic!("no cpu line in {t}"));
+    assert!(
+        cpu.ends_with(
+            "real: ICRC by crc32fast (carry-less multiply where the CPU has it), whole copies"
+        ) || cpu.ends_with(
+            "emulated (QEMU TCG): table-driven ICRC, payload copies in 1024-byte pieces"
+        ),
+        "{cpu}"
+    );
 }
 
 #[test]

@@ -191,7 +191,8 @@ impl Conn {
 mod api;
 mod peer;
 
-/// Helpers of both the application's calls and the peer's MADs.
+/// Helpers of the application's calls and of the peer's MADs: the node
+/// GUID, address vectors, bringing a QP up or to ERR, sending a REJ.
 impl Device {
     /// A stable GUID for the device, from its first address.
     fn node_guid(&self) -> u64 {

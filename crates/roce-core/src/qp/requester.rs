@@ -4,7 +4,8 @@
 //! from the exact PSN, the local ACK timeout and RNR timers, and in-order
 //! completion of send work requests.
 //!
-//! This file: the send queue, posting, and building request packets;
+//! This file: the send queue, posting, building request packets, and
+//! completing (or failing) WQEs in order;
 //! `response`: what ACKs, NAKs, READ responses and timeouts do.
 
 use std::collections::VecDeque;

@@ -109,7 +109,7 @@ pub(super) struct RawWatchdog {
     pub(super) restore: Option<Q>,
 }
 
-pub(super) fn yes() -> bool {
+fn yes() -> bool {
     true
 }
 
@@ -128,37 +128,37 @@ pub(super) struct RawHost {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCc {
-    pub(super) algorithm: String,
+    algorithm: String,
     // Notification point.
-    pub(super) min_time_between_cnps: Option<Q>,
-    pub(super) cnp_dscp: Option<u8>,
-    pub(super) np_enabled: Option<bool>,
+    min_time_between_cnps: Option<Q>,
+    cnp_dscp: Option<u8>,
+    np_enabled: Option<bool>,
     // Paper.
-    pub(super) g: Option<f64>,
-    pub(super) k: Option<Q>,
-    pub(super) t_inc: Option<Q>,
-    pub(super) b: Option<Q>,
-    pub(super) f: Option<u32>,
-    pub(super) r_ai: Option<Q>,
-    pub(super) r_hai: Option<Q>,
-    pub(super) r_min: Option<Q>,
-    pub(super) initial_alpha: Option<f64>,
+    g: Option<f64>,
+    k: Option<Q>,
+    t_inc: Option<Q>,
+    b: Option<Q>,
+    f: Option<u32>,
+    r_ai: Option<Q>,
+    r_hai: Option<Q>,
+    r_min: Option<Q>,
+    initial_alpha: Option<f64>,
     // mlx5.
-    pub(super) rpg_time_reset: Option<u32>,
-    pub(super) rpg_byte_reset: Option<u32>,
-    pub(super) rpg_threshold: Option<u32>,
-    pub(super) rpg_ai_rate: Option<u32>,
-    pub(super) rpg_hai_rate: Option<u32>,
-    pub(super) rpg_gd: Option<u32>,
-    pub(super) rpg_min_dec_fac: Option<u32>,
-    pub(super) rpg_min_rate: Option<u32>,
-    pub(super) rate_to_set_on_first_cnp: Option<u32>,
-    pub(super) dce_tcp_g: Option<u32>,
-    pub(super) dce_tcp_rtt: Option<u32>,
-    pub(super) rate_reduce_monitor_period: Option<u32>,
-    pub(super) initial_alpha_value: Option<u32>,
-    pub(super) clamp_tgt_rate: Option<bool>,
-    pub(super) clamp_tgt_rate_after_time_inc: Option<bool>,
+    rpg_time_reset: Option<u32>,
+    rpg_byte_reset: Option<u32>,
+    rpg_threshold: Option<u32>,
+    rpg_ai_rate: Option<u32>,
+    rpg_hai_rate: Option<u32>,
+    rpg_gd: Option<u32>,
+    rpg_min_dec_fac: Option<u32>,
+    rpg_min_rate: Option<u32>,
+    rate_to_set_on_first_cnp: Option<u32>,
+    dce_tcp_g: Option<u32>,
+    dce_tcp_rtt: Option<u32>,
+    rate_reduce_monitor_period: Option<u32>,
+    initial_alpha_value: Option<u32>,
+    clamp_tgt_rate: Option<bool>,
+    clamp_tgt_rate_after_time_inc: Option<bool>,
 }
 
 pub(super) fn cc_config(c: &RawCc) -> Result<CcConfig, Error> {

@@ -16,7 +16,7 @@ pub(super) enum Q {
     Str(String),
 }
 
-pub(super) fn split_unit(s: &str) -> (f64, String) {
+fn split_unit(s: &str) -> (f64, String) {
     let s = s.trim();
     let i = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))

@@ -203,7 +203,7 @@ impl Qp {
         Ok(())
     }
 
-    pub(super) fn push_record(&mut self, rec: Record) {
+    fn push_record(&mut self, rec: Record) {
         let max = self.attr.max_dest_rd_atomic.max(1) as usize;
         while self.resp.records.len() >= max {
             self.resp.records.pop_front();
