@@ -9,17 +9,18 @@ use std::time::Duration;
 use roce_wire::MacAddr;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-const RTM_NEWNEIGH: u16 = 28;
-const RTM_GETNEIGH: u16 = 30;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
-const NDA_DST: u16 = 1;
-const NDA_LLADDR: u16 = 2;
+use libc::{NDA_DST, NDA_LLADDR, RTM_GETNEIGH, RTM_NEWNEIGH};
+
+// libc declares the netlink header's values as `c_int`; the header's
+// fields are 16 bits.
+const NLMSG_ERROR: u16 = libc::NLMSG_ERROR as u16;
+const NLMSG_DONE: u16 = libc::NLMSG_DONE as u16;
+const NLM_F_REQUEST: u16 = libc::NLM_F_REQUEST as u16;
+const NLM_F_DUMP: u16 = libc::NLM_F_DUMP as u16;
 /// NUD states whose link-layer address can be used: reachable, stale,
 /// delay, probe, permanent (not incomplete, failed or noarp).
-const NUD_USABLE: u16 = 0x02 | 0x04 | 0x08 | 0x10 | 0x80;
+const NUD_USABLE: u16 =
+    libc::NUD_REACHABLE | libc::NUD_STALE | libc::NUD_DELAY | libc::NUD_PROBE | libc::NUD_PERMANENT;
 const NLMSG_HDR: usize = 16;
 const NDMSG: usize = 12;
 
