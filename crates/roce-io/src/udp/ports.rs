@@ -9,14 +9,11 @@
 //! another socket, in the ephemeral range, ...) is remembered and its
 //! datagrams take the fallback path (see `UdpBackend`).
 
-use std::collections::hash_map::Entry as Slot;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use rustc_hash::FxHasher;
+use rustc_hash::FxHashMap;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::sys;
@@ -81,7 +78,7 @@ pub(crate) struct PortSockets {
     send_buffer: usize,
     /// Keyed by port with a fast unkeyed hash: ports are ours to choose,
     /// and the map is looked up on every send.
-    map: HashMap<u16, Entry, BuildHasherDefault<FxHasher>>,
+    map: FxHashMap<u16, Entry>,
     failed: Box<[u64; 1024]>,
     tick: u64,
     /// Sockets opened so far.
@@ -99,7 +96,7 @@ impl PortSockets {
             capacity,
             reuse_port,
             send_buffer,
-            map: HashMap::default(),
+            map: FxHashMap::default(),
             failed: Box::new([0; 1024]),
             tick: 0,
             opened: 0,
@@ -150,17 +147,11 @@ impl PortSockets {
                 // to this port could queue small.
                 let _ = sock.set_recv_buffer_size(4096);
                 self.opened += 1;
-                match self.map.entry(port) {
-                    Slot::Vacant(v) => Some(
-                        v.insert(Entry {
-                            sock,
-                            last_used: tick,
-                        })
-                        .sock
-                        .as_fd(),
-                    ),
-                    Slot::Occupied(_) => None,
-                }
+                let e = self.map.entry(port).or_insert(Entry {
+                    sock,
+                    last_used: tick,
+                });
+                Some(e.sock.as_fd())
             }
             Err(_) => {
                 self.failed[usize::from(port / 64)] |= 1 << (port % 64);
