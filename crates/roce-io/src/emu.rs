@@ -1,11 +1,11 @@
 //! Telling an emulated CPU (QEMU's TCG) from a real one, where the fastest
 //! code differs.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-/// Payload copies go in pieces of [`COPY_PIECE`] bytes ([`adapt_to_cpu`]).
-static PIECEWISE: AtomicBool = AtomicBool::new(false);
+/// What [`adapt_to_cpu`] found: whether the CPU is [`emulated`] (unset
+/// until it runs).
+static ADAPTED: OnceLock<bool> = OnceLock::new();
 
 /// The piece of a [`copy_payload`] on an emulated CPU: below every
 /// threshold at which glibc's `memcpy` switches to `rep movsb` (2048 bytes
@@ -44,15 +44,15 @@ pub fn emulated() -> bool {
 /// ([`roce_wire::crc32::set_table_driven`]; the carry-less multiply is a
 /// slow and erratic emulator call there: one build of `roce perf write-bw`
 /// ran at 0.19 Gbit/s in the lab VM, the same source with the table at
-/// 0.34-0.39), and payload copies go in pieces ([`copy_piece`]). Every
+/// 0.27-0.39), and payload copies go in pieces ([`copy_piece`]). Every
 /// backend calls it when it opens.
 pub fn adapt_to_cpu() {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        if emulated() {
+    ADAPTED.get_or_init(|| {
+        let emulated = emulated();
+        if emulated {
             roce_wire::crc32::set_table_driven(true);
-            PIECEWISE.store(true, Ordering::Relaxed);
         }
+        emulated
     });
 }
 
@@ -62,7 +62,7 @@ pub fn adapt_to_cpu() {
 /// time: 64 KiB took 141 µs in one call and 23 µs in 1 KiB pieces in the
 /// lab VM (1.9 and 2.1 µs natively).
 pub fn copy_piece() -> usize {
-    if PIECEWISE.load(Ordering::Relaxed) {
+    if ADAPTED.get() == Some(&true) {
         COPY_PIECE
     } else {
         usize::MAX
