@@ -167,10 +167,10 @@ impl UdpBackend {
             Via::Main => None,
         };
         let fd = fd.unwrap_or(self.sock.as_fd());
-        // The iovecs borrow the batch, so their list is made per call: on
-        // the stack for a few datagrams (a latency-bound exchange sends one
-        // or two per call), allocated for a burst.
-        let mut iovs: SmallVec<[IoSlice<'_>; 8]> = SmallVec::with_capacity(2 * self.segs.len());
+        // The iovecs borrow the batch, so their list is made per call, on
+        // the stack: a chunk has at most TX_CHUNK datagrams of at most two
+        // iovecs each (8 KiB), so the send never allocates.
+        let mut iovs: SmallVec<[IoSlice<'_>; 2 * TX_CHUNK]> = SmallVec::new();
         let mut msgs = std::mem::take(&mut self.tx_msgs);
         msgs.clear();
         for m in &self.plan {
