@@ -4,12 +4,12 @@
 //! [`Crc32`] runs crc32fast, which uses the CPU's carry-less multiply
 //! (PCLMULQDQ) where it has one: about 15× faster than a table on a real
 //! x86 CPU. Under an emulated CPU the carry-less multiply is a call into the
-//! emulator, and there its cost was seen to vary by 2× from one build of
-//! the same code to the next: QEMU's TCG runs the helper with legacy SSE
+//! emulator, and there the same code's `roce perf write-bw` ran 2× slower
+//! in one build than in another: QEMU's TCG runs the helper with legacy SSE
 //! instructions, which the host CPU makes slow when the emulated program's
 //! AVX2 code (glibc's `memcpy`) has left the upper halves of its vector
-//! registers dirty. A table-driven CRC (the `crc` crate's 16-entry slicing)
-//! uses integer instructions only and costs the same everywhere. A program
+//! registers dirty. A table-driven CRC (the `crc` crate's slicing-by-16 tables)
+//! uses integer instructions only and costs the same in every build. A program
 //! that knows it runs emulated switches to it with [`set_table_driven`]
 //! (roce-io does, when CPUID names QEMU's TCG).
 
