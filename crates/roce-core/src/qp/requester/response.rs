@@ -237,12 +237,23 @@ impl Qp {
             return;
         }
         self.counters.rx_bytes += len;
-        let w = &mut self.req.sq[idx];
-        w.read_recv += 1;
+        self.req.sq[idx].read_recv += 1;
         if pos.ends() {
-            w.done = true;
-            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+            self.finish_rd_atomic(idx);
         }
+        self.acked_response(psn, ctx);
+    }
+
+    /// A READ or atomic WQE got its last response: done, one fewer
+    /// outstanding.
+    fn finish_rd_atomic(&mut self, idx: usize) {
+        self.req.sq[idx].done = true;
+        self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+    }
+
+    /// A response at `psn` acknowledges everything up to it: moves the
+    /// oldest unacknowledged PSN past it and completes what is done.
+    fn acked_response(&mut self, psn: Psn, ctx: &mut Ctx<'_>) {
         let una = psn.next();
         if una.diff(self.req.una) > 0 {
             self.req.una = una;
@@ -280,14 +291,8 @@ impl Qp {
             self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
             return;
         }
-        self.req.sq[idx].done = true;
-        self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-        let una = psn.next();
-        if una.diff(self.req.una) > 0 {
-            self.req.una = una;
-        }
-        self.progress(ctx);
-        self.retire(ctx);
+        self.finish_rd_atomic(idx);
+        self.acked_response(psn, ctx);
     }
 
     /// Local ACK timeout / RNR wait expiry.
