@@ -6,7 +6,10 @@
 //! UDP backend is measured against the GSO/GRO figure. A third line sends
 //! what 64 KiB RDMA WRITEs put on the wire (a longer first packet, then a
 //! GSO run of fifteen) and does nothing else: the most any sender of
-//! WRITEs over UDP sockets can reach. Then a plain UDP
+//! WRITEs over UDP sockets can reach. The next line adds the CRC-32 every
+//! RoCE sender computes per packet, and the one after it what every
+//! receiver must do as well (check that CRC, copy the payload into the
+//! destination region). Then a plain UDP
 //! ping-pong of small datagrams (busy-polling, as `roce perf send-lat`
 //! does) over connected sockets: its half round trip is the latency
 //! baseline; and the same ping-pong with the kind of calls the UDP backend
@@ -48,6 +51,12 @@ enum Mode {
     /// per packet: a CRC-32 over it (the ICRC), written into its last four
     /// bytes before the send.
     WriteIcrc,
+    /// [`Mode::WriteIcrc`] plus what every RoCE receiver must do per packet
+    /// over UDP sockets: check the CRC-32 and copy the payload out of the
+    /// receive buffer into the destination region (64 KiB, as a WRITE of
+    /// `-s 65536` targets). No protocol work at all: the most a RoCE
+    /// receiver that reads datagrams through a socket can reach.
+    WritePlaced,
 }
 
 /// Writes a CRC-32 of each packet of `WRITES_PER_CALL` messages into the
@@ -67,6 +76,33 @@ fn icrc_writes(first: &mut [u8], rest: &mut [u8]) {
             p[n..].copy_from_slice(&c.to_le_bytes());
         }
     }
+}
+
+/// Checks the CRC-32 of each packet in one read (a WRITE_FIRST alone, or a
+/// GRO run of middle packets) and copies its 4096 payload bytes into
+/// `region` where a WRITE would put them; returns the packets whose CRC did
+/// not match.
+fn place_writes(read: &[u8], region: &mut [u8]) -> u64 {
+    let (seg, head) = if read.len() == FIRST_PAYLOAD {
+        (FIRST_PAYLOAD, 28)
+    } else {
+        (MIDDLE_PAYLOAD, 12)
+    };
+    let mut bad = 0;
+    for (k, p) in read.chunks(seg).enumerate() {
+        let n = p.len() - 4;
+        let mut c = roce_wire::crc32::Crc32::new();
+        c.update(&p[..n]);
+        if c.finalize().to_le_bytes() != p[n..] {
+            bad += 1;
+            continue;
+        }
+        let data = &p[head..n];
+        let at = (k * 4096) % region.len();
+        let end = (at + data.len()).min(region.len());
+        region[at..end].copy_from_slice(&data[..end - at]);
+    }
+    bad
 }
 
 /// UDP payload of a WRITE_FIRST packet (BTH, RETH, 4096 bytes, ICRC).
@@ -140,7 +176,11 @@ fn send_writes(
 
 fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
     let gso = mode != Mode::Single;
-    let writes = matches!(mode, Mode::WriteShaped | Mode::WriteIcrc);
+    let writes = matches!(
+        mode,
+        Mode::WriteShaped | Mode::WriteIcrc | Mode::WritePlaced
+    );
+    let place = mode == Mode::WritePlaced;
     let rx = UdpSocket::bind("127.0.0.2:0")?;
     let tx = UdpSocket::bind("127.0.0.1:0")?;
     let rx_sock = socket2::SockRef::from(&rx);
@@ -162,6 +202,8 @@ fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
     let stop2 = stop.clone();
     let receiver = std::thread::spawn(move || {
         let mut buf = vec![0u8; 65536];
+        let mut region = vec![0u8; 65536];
+        let mut bad = 0u64;
         let mut bytes = 0u64;
         // A GRO read holds equal segments (a WRITE_FIRST arrives alone:
         // its length differs from the packets after it).
@@ -182,12 +224,16 @@ fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
                         n.div_ceil(seg)
                     };
                     bytes += (n + 28 * segs) as u64;
+                    if place {
+                        bad += place_writes(&buf[..n], &mut region);
+                    }
                 }
                 Err(_) => continue,
             }
         }
         let dt = first.map_or(0.0, |f| last.duration_since(f).as_secs_f64());
-        (bytes, dt)
+        std::hint::black_box(&region);
+        (bytes, dt, bad)
     });
     let payload = vec![0x5au8; PAYLOAD * SEGS];
     let mut first = vec![0x5au8; FIRST_PAYLOAD];
@@ -199,7 +245,7 @@ fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
     while Instant::now() < deadline {
         for _ in 0..64 {
             let r = if writes {
-                if mode == Mode::WriteIcrc {
+                if mode != Mode::WriteShaped {
                     icrc_writes(&mut first, &mut rest);
                 }
                 send_writes(tx.as_raw_fd(), &dst4, &first, &rest)
@@ -226,7 +272,12 @@ fn run(mode: Mode, secs: f64) -> std::io::Result<(f64, f64)> {
     }
     std::thread::sleep(Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
-    let (got, dt) = receiver.join().expect("receiver thread");
+    let (got, dt, bad) = receiver.join().expect("receiver thread");
+    if bad > 0 {
+        return Err(std::io::Error::other(format!(
+            "{bad} packets arrived with a wrong CRC"
+        )));
+    }
     if sent == 0 {
         // Nothing went out at all (say, the kernel refuses UDP_SEGMENT):
         // a row of zeros would hide why.
@@ -344,9 +395,10 @@ fn main() -> std::io::Result<()> {
         ("UDP GSO/GRO", Mode::Gso),
         ("64 KiB WRITE-shaped GSO/GRO", Mode::WriteShaped),
         ("same + a CRC-32 per packet", Mode::WriteIcrc),
+        ("same + receiver checks, places", Mode::WritePlaced),
     ] {
         let (tx, rx) = run(mode, secs)?;
-        println!("  {name:<28} sent {tx:6.1} Gbit/s   received {rx:6.1} Gbit/s");
+        println!("  {name:<30} sent {tx:6.1} Gbit/s   received {rx:6.1} Gbit/s");
     }
     // A RoCE SEND of 2 bytes is a 64-byte UDP payload (BTH + pad + ICRC).
     for (name, calls) in [
