@@ -45,4 +45,8 @@ pub enum AsyncEvent {
     CqError(CqId),
     /// An SRQ dropped below its armed limit.
     SrqLimitReached(SrqId),
+    /// A QP moved to SQD with `EN_SQD_ASYNC_NOTIFY` has drained its send
+    /// queue: every message begun before is sent and acknowledged (IBTA
+    /// Vol 1 §11.6.3, "Send Queue Drained"; `IBV_EVENT_SQ_DRAINED`).
+    SqDrained(Qpn),
 }

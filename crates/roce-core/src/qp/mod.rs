@@ -16,7 +16,7 @@ pub use attr::{mtu_from_enum, path_mtu_for_link, AddressVector, QpAttr, QpCaps, 
 pub(crate) use path::Path;
 use requester::Requester;
 use responder::Responder;
-use state::{check_modify, ModifyError, QpAttrMask, QpState, QpType};
+use state::{check_modify_with_cur_state, ModifyError, QpAttrMask, QpState, QpType};
 
 use crate::cc::QpCc;
 use crate::counters::QpCounters;
@@ -175,7 +175,12 @@ impl Qp {
         } else {
             self.state
         };
-        check_modify(self.init.qp_type, self.state, mask, next)?;
+        check_modify_with_cur_state(self.init.qp_type, self.state, mask, next, attr.cur_qp_state)?;
+        // SQD -> SQD (changing attributes in SQD) waits for the drain
+        // (as rxe, which refuses it while `sq_draining`).
+        if self.state == QpState::Sqd && next == QpState::Sqd && self.req.draining() {
+            return Err(ModifyError::SqDraining);
+        }
         if mask.contains(QpAttrMask::PATH_MTU)
             && !matches!(attr.path_mtu, 256 | 512 | 1024 | 2048 | 4096)
         {
@@ -247,6 +252,12 @@ impl Qp {
             }
             QpState::Err if prev != QpState::Err => self.flush(ctx),
             _ => {}
+        }
+        if next == QpState::Sqd && prev != QpState::Sqd {
+            let notify = mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY);
+            self.set_draining(true, notify, ctx);
+        } else if next != QpState::Sqd {
+            self.set_draining(false, false, ctx);
         }
         Ok(())
     }

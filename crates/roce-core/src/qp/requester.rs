@@ -21,7 +21,7 @@ use crate::cq::CqId;
 use crate::sgl;
 use crate::wc::{Wc, WcOpcode, WcStatus};
 use crate::wr::{Payload, SendFlags, SendOp, SendWr};
-use crate::Nanos;
+use crate::{AsyncEvent, Nanos};
 
 mod response;
 
@@ -88,6 +88,9 @@ pub(crate) struct Requester {
     /// must not spend the retry budget again (rxe's `started_retry`). Only
     /// the ACK timeout retries again meanwhile.
     retry_started: bool,
+    /// In SQD and not yet drained; `Some(true)` when the drain is to be
+    /// announced (`EN_SQD_ASYNC_NOTIFY`).
+    draining: Option<bool>,
 }
 
 impl Requester {
@@ -133,6 +136,11 @@ impl Requester {
     fn in_flight(&self) -> bool {
         self.next_psn != self.una
     }
+
+    /// Still draining: in SQD with a message begun and not finished.
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.is_some()
+    }
 }
 
 /// PSNs a message of `len` bytes takes.
@@ -166,6 +174,11 @@ impl Qp {
         if !allowed {
             return Err(PostError::UnsupportedOp);
         }
+        // The UD fields (address, remote QPN and Q_Key) mean nothing to a
+        // connected QP, as in verbs: its peer is in its attributes.
+        if qt != QpType::Ud {
+            wr.ud = None;
+        }
         if qt == QpType::Ud && wr.ud.is_none() {
             return Err(PostError::InvalidWr("UD send without an address handle"));
         }
@@ -197,6 +210,14 @@ impl Qp {
         }
         if len > (1u64 << 31) {
             return Err(PostError::InvalidWr("message longer than 2 GiB"));
+        }
+        // PSNs compare within half their 24-bit space (`Psn::diff`): a message
+        // needs fewer than 2^23 of them. Only a message within 256 bytes
+        // of 2 GiB at a 256-byte path MTU needs more.
+        if psns_for(wr.op, len, self.pmtu()) >= 1 << 23 {
+            return Err(PostError::InvalidWr(
+                "message spans 2^23 PSNs at this path MTU (half the PSN space)",
+            ));
         }
         if qt == QpType::Ud && len > self.pmtu() as u64 {
             return Err(PostError::InvalidWr("UD message longer than the path MTU"));
@@ -263,8 +284,11 @@ impl Qp {
             {
                 return None;
             }
+            // Counted in i64: a message of millions of PSNs must not wrap
+            // the 24-bit difference and slip past the limit.
             if self.init.qp_type == QpType::Rc
-                && self.req.next_psn.add(w.npsn).diff(self.req.una) > MAX_INFLIGHT_PSNS
+                && i64::from(self.req.next_psn.diff(self.req.una)) + i64::from(w.npsn)
+                    > i64::from(MAX_INFLIGHT_PSNS)
                 && self.req.in_flight()
             {
                 return None;
@@ -507,6 +531,32 @@ impl Qp {
         self.enter_error(ctx);
     }
 
+    /// Entering SQD (`notify`: announce the drain) or leaving it.
+    pub(crate) fn set_draining(&mut self, sqd: bool, notify: bool, ctx: &mut Ctx<'_>) {
+        self.req.draining = sqd.then_some(notify);
+        self.check_drained(ctx);
+    }
+
+    /// In SQD: once no message is begun and unfinished and nothing is
+    /// unacknowledged, the send queue has drained (raising
+    /// [`AsyncEvent::SqDrained`] when asked to).
+    fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(notify) = self.req.draining else {
+            return;
+        };
+        if self.state != QpState::Sqd {
+            self.req.draining = None;
+            return;
+        }
+        if self.req.in_flight() || self.req.sq.iter().any(|w| w.started && !w.done) {
+            return;
+        }
+        self.req.draining = None;
+        if notify {
+            ctx.events.push_back(AsyncEvent::SqDrained(self.qpn));
+        }
+    }
+
     /// Retires finished WQEs from the front of the send queue, in order.
     fn retire(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(w) = self.req.sq.front() {
@@ -548,5 +598,6 @@ impl Qp {
         if !self.req.in_flight() {
             self.req.timer = None;
         }
+        self.check_drained(ctx);
     }
 }

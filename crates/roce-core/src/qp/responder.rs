@@ -70,6 +70,18 @@ enum Job {
     },
 }
 
+impl Job {
+    fn is_nak(&self) -> bool {
+        matches!(
+            self,
+            Job::Ack {
+                syndrome: Syndrome::Nak(_),
+                ..
+            }
+        )
+    }
+}
+
 /// Responder state of one QP.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
@@ -102,18 +114,25 @@ impl Responder {
         }
     }
 
-    /// In the error state only NAKs already queued still go out.
+    /// On entering the error state: what was queued up to the last NAK
+    /// still goes out, in order, and nothing after it. Responses are queued
+    /// in PSN order, so the READ responses, atomic ACKs and ACKs before a
+    /// NAK answer requests executed before the one that failed: the NAK
+    /// acknowledges those requests, and their responses must precede it
+    /// (IBTA Vol 1 §9.7.5, responses in PSN order; §9.9, a class C
+    /// error ends the responder after its NAK). With no NAK queued (the QP
+    /// was moved to the error state, or its requester failed) nothing goes
+    /// out.
     pub(crate) fn on_error(&mut self) {
-        self.out.retain(|j| {
-            matches!(
-                j,
-                Job::Ack {
-                    syndrome: Syndrome::Nak(_),
-                    ..
-                }
-            )
-        });
+        let keep = self.out.iter().rposition(Job::is_nak).map_or(0, |i| i + 1);
+        self.out.truncate(keep);
         self.cur = None;
+    }
+
+    /// In the error state: whether queued output is still owed (a NAK is
+    /// still to go, and what precedes it).
+    pub(crate) fn owes_in_error(&self) -> bool {
+        self.out.iter().any(Job::is_nak)
     }
 
     /// Queues an ACK, merging it into a trailing ACK (cumulative).
@@ -317,6 +336,15 @@ impl Qp {
             return Err(invalid);
         }
         if !op.payload().allows(len, pmtu) {
+            return Err(invalid);
+        }
+        // A responder with no READ/atomic resources (max_dest_rd_atomic 0)
+        // refuses those requests as invalid, as rxe does.
+        let rd_atomic = matches!(
+            kind,
+            MessageKind::ReadRequest | MessageKind::CompareSwap | MessageKind::FetchAdd
+        );
+        if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
             return Err(invalid);
         }
         match kind {

@@ -373,6 +373,8 @@ pub enum ModifyError {
     /// The mask is acceptable but the named attribute's value is out of range
     /// (checked by the caller, e.g. `"path_mtu"`, `"retry_cnt"`).
     InvalidValue(&'static str),
+    /// SQD -> SQD before the send queue has drained.
+    SqDraining,
 }
 
 impl fmt::Display for ModifyError {
@@ -389,6 +391,12 @@ impl fmt::Display for ModifyError {
                 return write!(f, "CUR_STATE says {given} but the QP is in {actual}");
             }
             ModifyError::InvalidValue(field) => return write!(f, "invalid value for {field}"),
+            ModifyError::SqDraining => {
+                return write!(
+                    f,
+                    "the send queue is still draining: SQD -> SQD waits for the drain"
+                );
+            }
             ModifyError::MissingAttribute {
                 qp_type,
                 transition,

@@ -45,7 +45,11 @@ impl Qp {
                 }
                 Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
                     self.counters.seq_naks_received += 1;
-                    if self.ack_through(psn.sub(1), ctx) {
+                    // During an RNR wait the responder NAKs the packets
+                    // that followed the one it could not take (as rxe
+                    // does): the wait already goes back to that packet, so
+                    // the NAK is no transport error and costs no retry.
+                    if self.ack_through(psn.sub(1), ctx) && self.req.rnr_until.is_none() {
                         self.retry(psn, false, ctx);
                     }
                 }
@@ -297,7 +301,14 @@ impl Qp {
 
     /// Local ACK timeout / RNR wait expiry.
     pub(crate) fn req_handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        if self.req.rnr_until.is_some_and(|t| ctx.now >= t) {
+        if let Some(until) = self.req.rnr_until {
+            if ctx.now < until {
+                // The RNR timer holds the transport timer: the responder
+                // answered, it is waiting for a receive (§9.7.5.2.8), and
+                // an ACK timeout now would spend a retry on that wait.
+                self.req.timer = None;
+                return;
+            }
             self.req.rnr_until = None;
             self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
         }

@@ -157,7 +157,14 @@ impl Qp {
                     self.resp.cur = None;
                     return Err(Failure::Drop);
                 }
-                None => return Err(Failure::Rnr),
+                None => {
+                    // The retry must find the state this packet found: a
+                    // message it started (WRITE_ONLY) is not in progress.
+                    if pos.starts() {
+                        self.resp.cur = None;
+                    }
+                    return Err(Failure::Rnr);
+                }
             }
         } else {
             None
@@ -204,6 +211,7 @@ impl Qp {
     }
 
     fn push_record(&mut self, rec: Record) {
+        // At least 1: a QP with none refuses READs and atomics (execute).
         let max = self.attr.max_dest_rd_atomic.max(1) as usize;
         while self.resp.records.len() >= max {
             self.resp.records.pop_front();

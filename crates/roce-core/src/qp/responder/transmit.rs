@@ -18,15 +18,7 @@ impl Qp {
         buf: &mut [u8],
     ) -> Option<usize> {
         let job = *self.resp.out.front()?;
-        if self.state == QpState::Err
-            && !matches!(
-                job,
-                Job::Ack {
-                    syndrome: Syndrome::Nak(_),
-                    ..
-                }
-            )
-        {
+        if self.state == QpState::Err && !self.resp.owes_in_error() {
             self.resp.out.clear();
             return None;
         }
@@ -98,11 +90,16 @@ impl Qp {
                     {
                         Ok(s) => Some(s),
                         Err(_) => {
+                            // A class C error like any other (§9.9): the
+                            // NAK, then the error state, which drops the
+                            // responses queued after it.
                             self.resp.out.pop_front();
                             self.resp.out.push_front(Job::Ack {
                                 psn,
                                 syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
                             });
+                            self.counters.error_naks_sent += 1;
+                            self.enter_error(ctx);
                             return self.resp_poll_transmit(ctx, buf);
                         }
                     }
