@@ -112,7 +112,7 @@ fn capabilities() -> Vec<Cap> {
         num("max_qp_init_rd_atom", 16),
         word("atomic_cap", json!("ATOMIC_HCA"), "ATOMIC_HCA (1)"),
         num("max_srq_wr", 1 << 20),
-        num("max_srq_sge", 16),
+        num("max_srq_sge", roce_verbs::roce_core::MAX_SRQ_SGE as u64),
         num("max_inline_data", 4096),
         word("transports", json!(["RC", "UC", "UD"]), "RC UC UD"),
         word("srq", json!(true), "yes"),

@@ -43,7 +43,8 @@ pub struct QpCounters {
     pub drop_bad_state: u64,
     /// Packets dropped: UD Q_Key mismatch.
     pub drop_qkey: u64,
-    /// Packets dropped: no receive posted (UC/UD), or UC message broken.
+    /// Packets dropped: no receive posted (UC/UD), or a UC message broken
+    /// (a packet lost, or longer than its receive buffer).
     pub drop_no_recv: u64,
     /// Packets dropped: wrong source address or opcode for this QP.
     pub drop_invalid: u64,

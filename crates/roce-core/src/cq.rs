@@ -14,6 +14,17 @@ pub struct CqId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqOverflow;
 
+/// What became of a completion given to a CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// Queued.
+    Queued,
+    /// It did not fit: the CQ is now in error.
+    Overflowed,
+    /// The CQ was already in error.
+    Lost,
+}
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct Cq {
@@ -40,11 +51,15 @@ impl Cq {
         }
     }
 
-    /// Adds a completion; false (and the CQ in error) when full.
-    pub(crate) fn push(&mut self, wc: Wc, solicited: bool) -> bool {
-        if self.overflowed || self.entries.len() >= self.capacity {
+    /// Adds a completion; when full the CQ goes into error and the
+    /// completion is lost.
+    pub(crate) fn push(&mut self, wc: Wc, solicited: bool) -> Pushed {
+        if self.overflowed {
+            return Pushed::Lost;
+        }
+        if self.entries.len() >= self.capacity {
             self.overflowed = true;
-            return false;
+            return Pushed::Overflowed;
         }
         self.entries.push_back(wc);
         if let Some(solicited_only) = self.armed {
@@ -53,7 +68,7 @@ impl Cq {
                 self.notified = true;
             }
         }
-        true
+        Pushed::Queued
     }
 
     /// Moves up to `out.len()` completions into `out`.
@@ -92,9 +107,12 @@ impl Cq {
     }
 
     /// Arms the completion event (`ibv_req_notify_cq`): the next completion
-    /// (or the next solicited or error one) raises it.
+    /// (or the next solicited or error one) raises it. A solicited-only
+    /// request does not narrow an arm for the next completion already in
+    /// place (as rxe keeps `IB_CQ_NEXT_COMP`).
     pub fn req_notify(&mut self, solicited_only: bool) {
-        self.armed = Some(solicited_only);
+        let narrowed = self.armed.is_some_and(|s| !s);
+        self.armed = Some(solicited_only && !narrowed);
     }
 
     /// Takes a raised completion event.

@@ -29,7 +29,7 @@ pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
 pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
 pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey};
-pub use srq::{Srq, SrqId};
+pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
 pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
@@ -49,4 +49,12 @@ pub enum AsyncEvent {
     /// queue: every message begun before is sent and acknowledged (IBTA
     /// Vol 1 §11.6.3, "Send Queue Drained"; `IBV_EVENT_SQ_DRAINED`).
     SqDrained(Qpn),
+    /// A QP using an SRQ entered the error state and took its last
+    /// receive from the SRQ: its receive side is flushed, and it may be
+    /// destroyed without losing an SRQ receive (IBTA Vol 1 §11.6.3, "Last
+    /// WQE Reached"; `IBV_EVENT_QP_LAST_WQE_REACHED`).
+    QpLastWqeReached(Qpn),
+    /// The device stopped working (`IBV_EVENT_DEVICE_FATAL`): raised by the
+    /// verbs layer when the thread driving the engine ended in a panic.
+    DeviceFatal,
 }

@@ -9,6 +9,9 @@ use crate::wr::RecvWr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SrqId(pub u32);
 
+/// Most scatter/gather entries of an SRQ receive (`max_srq_sge`).
+pub const MAX_SRQ_SGE: usize = 16;
+
 /// A shared receive queue.
 #[derive(Debug)]
 pub struct Srq {
@@ -65,6 +68,11 @@ impl Srq {
             return true;
         }
         false
+    }
+
+    /// Entries it holds at most.
+    pub fn max_wr(&self) -> usize {
+        self.max_wr
     }
 
     /// Receives posted and not yet consumed.

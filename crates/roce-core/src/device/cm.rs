@@ -78,6 +78,8 @@ struct Conn {
     retries_left: u8,
     /// The service a SIDR exchange is about.
     service_id: u64,
+    /// The listener a received request came to.
+    listen: Option<ListenId>,
 }
 
 /// One MAD waiting to be sent.
@@ -176,6 +178,7 @@ impl Conn {
             interval: 0,
             retries_left: 0,
             service_id: 0,
+            listen: None,
         }
     }
 

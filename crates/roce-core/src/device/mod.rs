@@ -169,6 +169,7 @@ macro_rules! ctx {
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
             requests_only: false,
+            cq_lost: false,
         }
     };
 }
@@ -352,6 +353,9 @@ impl Device {
     /// `ibv_post_srq_recv`.
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), PostError> {
         let s = self.srq(srq).ok_or(PostError::NoSuchObject)?;
+        if wr.sgl.len() > crate::srq::MAX_SRQ_SGE {
+            return Err(PostError::TooManySge);
+        }
         if s.post(wr) {
             Ok(())
         } else {
@@ -394,10 +398,10 @@ impl Device {
 
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
-        self.qps
-            .remove(&qpn.value())
-            .map(|_| ())
-            .ok_or(VerbsError::NotFound)
+        let mut qp = self.qps.remove(&qpn.value()).ok_or(VerbsError::NotFound)?;
+        let mut ctx = ctx!(self, 0);
+        qp.return_srq_recv(&mut ctx);
+        Ok(())
     }
 
     /// The QP (for its state, attributes and counters).
@@ -424,7 +428,9 @@ impl Device {
     ) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn.value()).ok_or(VerbsError::NotFound)?;
         let mut ctx = ctx!(self, 0);
-        qp.modify(attr, mask, &mut ctx)?;
+        let r = qp.modify(attr, mask, &mut ctx);
+        qp.check_cq_lost(&mut ctx);
+        r?;
         self.mark_ready(qpn.value());
         self.note_timer(qpn.value());
         Ok(())
@@ -437,7 +443,9 @@ impl Device {
             .get_mut(&qpn.value())
             .ok_or(PostError::NoSuchObject)?;
         let mut ctx = ctx!(self, 0);
-        qp.post_send(wr, &mut ctx)?;
+        let r = qp.post_send(wr, &mut ctx);
+        qp.check_cq_lost(&mut ctx);
+        r?;
         self.mark_ready(qpn.value());
         Ok(())
     }
@@ -449,7 +457,9 @@ impl Device {
             .get_mut(&qpn.value())
             .ok_or(PostError::NoSuchObject)?;
         let mut ctx = ctx!(self, 0);
-        qp.post_recv(wr, &mut ctx)
+        let r = qp.post_recv(wr, &mut ctx);
+        qp.check_cq_lost(&mut ctx);
+        r
     }
 
     /// The next asynchronous event (`ibv_get_async_event`).
@@ -510,7 +520,11 @@ impl Device {
         );
         // Connected QPs accept packets from their peer only.
         let from_peer = qp.init.qp_type == QpType::Ud || p.ip.src() == qp.attr.ah_attr.dest;
-        if !transport_ok || !from_peer {
+        // The port's one partition is the default (0xFFFF, full member):
+        // a packet matches with the same 15-bit key, either membership
+        // (partition keys, IBTA Vol 1 §10.9; rxe's pkey_match).
+        let pkey_ok = p.bth.pkey.0 & 0x7fff == 0x7fff;
+        if !transport_ok || !from_peer || !pkey_ok {
             qp.counters.drop_invalid += 1;
             return;
         }
@@ -529,6 +543,7 @@ impl Device {
         } else {
             qp.counters.drop_bad_state += 1;
         }
+        qp.check_cq_lost(&mut ctx);
         if qp.wants_to_send() {
             self.mark_ready(qpn);
         }
@@ -594,7 +609,9 @@ impl Device {
             qp.queued = false;
             let mut ctx = ctx!(self, now);
             ctx.requests_only = requests_only;
-            if let Some(n) = qp.poll_transmit(&mut ctx, buf) {
+            let sent = qp.poll_transmit(&mut ctx, buf);
+            qp.check_cq_lost(&mut ctx);
+            if let Some(n) = sent {
                 // Round robin in bursts: the QP keeps its turn for up to
                 // `tx_burst` packets, then goes to the back if it has more.
                 self.burst += 1;
@@ -657,6 +674,7 @@ impl Device {
                 qp.armed = None;
                 let mut ctx = ctx!(self, now);
                 qp.handle_timeout(&mut ctx);
+                qp.check_cq_lost(&mut ctx);
                 if qp.wants_to_send() {
                     self.mark_ready(qpn);
                 }

@@ -20,7 +20,7 @@ use state::{check_modify_with_cur_state, ModifyError, QpAttrMask, QpState, QpTyp
 
 use crate::cc::QpCc;
 use crate::counters::QpCounters;
-use crate::cq::{Cq, CqId};
+use crate::cq::{Cq, CqId, Pushed};
 use crate::mr::MrTable;
 use crate::srq::{Srq, SrqId};
 use crate::wc::{Wc, WcOpcode, WcStatus};
@@ -40,14 +40,27 @@ pub(crate) struct Ctx<'a> {
     pub(crate) max_unacked: u32,
     /// A QP emits only its requests (responses wait).
     pub(crate) requests_only: bool,
+    /// A completion did not fit its CQ: the QP that made it must go to the
+    /// error state (see [`Ctx::complete`]).
+    pub(crate) cq_lost: bool,
 }
 
 impl Ctx<'_> {
-    /// Delivers a completion; a full CQ raises the CQ error event.
+    /// Delivers a completion. A full CQ goes into error and raises the CQ
+    /// error event (once); the completion is lost, and the QP that made it
+    /// cannot go on as if it were delivered (`cq_lost`: the device moves it
+    /// to the error state before anything else of its step leaves, so a
+    /// responder does not acknowledge a SEND whose completion was lost; as
+    /// rxe's class G error, `RESPST_ERR_CQ_OVERFLOW`).
     pub(crate) fn complete(&mut self, cq: CqId, wc: Wc, solicited: bool) {
         if let Some(Some(c)) = self.cqs.get_mut(cq.0 as usize) {
-            if !c.push(wc, solicited) {
-                self.events.push_back(AsyncEvent::CqError(cq));
+            match c.push(wc, solicited) {
+                Pushed::Queued => {}
+                Pushed::Overflowed => {
+                    self.events.push_back(AsyncEvent::CqError(cq));
+                    self.cq_lost = true;
+                }
+                Pushed::Lost => self.cq_lost = true,
             }
         }
     }
@@ -246,6 +259,7 @@ impl Qp {
         match next {
             QpState::Reset if prev != QpState::Reset => {
                 // Back to RESET: everything is discarded without completions.
+                self.return_srq_recv(ctx);
                 self.rq.clear();
                 self.req = Requester::default();
                 self.resp = Responder::default();
@@ -260,6 +274,27 @@ impl Qp {
             self.set_draining(false, false, ctx);
         }
         Ok(())
+    }
+
+    /// After a step of this QP: a completion it made was lost to a full
+    /// CQ, so it goes to the error state (its flushes are lost as well).
+    pub(crate) fn check_cq_lost(&mut self, ctx: &mut Ctx<'_>) {
+        if std::mem::take(&mut ctx.cq_lost) {
+            self.enter_error(ctx);
+        }
+    }
+
+    /// On reset or destroy: a receive taken from the SRQ by a SEND in
+    /// progress goes back to the SRQ's head. It is the SRQ's, not this
+    /// QP's (the application posted it there and holds its memory until
+    /// it completes or the SRQ goes), and the QP's queues are discarded
+    /// without completions.
+    pub(crate) fn return_srq_recv(&mut self, ctx: &mut Ctx<'_>) {
+        if self.init.srq.is_some() {
+            if let Some(wr) = self.resp.take_in_progress_recv() {
+                self.untake_recv(wr, ctx);
+            }
+        }
     }
 
     /// Moves the QP to the error state and flushes both queues.
@@ -283,6 +318,11 @@ impl Qp {
             ctx.complete(self.init.recv_cq, wc, false);
         }
         self.resp.on_error();
+        if self.init.srq.is_some() {
+            // It takes no more SRQ receives: the one in progress, if any,
+            // was flushed above.
+            ctx.events.push_back(AsyncEvent::QpLastWqeReached(self.qpn));
+        }
     }
 
     /// `ibv_post_recv`.

@@ -187,7 +187,8 @@ impl Qp {
                 return Err(PostError::TooManySge);
             }
         }
-        if wr.flags.contains(SendFlags::INLINE) {
+        // Inline by the flag, or given as bytes: the same rules either way.
+        if wr.flags.contains(SendFlags::INLINE) || matches!(wr.payload, Payload::Inline(_)) {
             if wr.op.is_read_or_atomic() {
                 return Err(PostError::InvalidWr("READ and atomics cannot be inline"));
             }

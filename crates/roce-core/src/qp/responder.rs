@@ -92,6 +92,13 @@ pub(crate) struct Responder {
     nak_sent: bool,
     records: VecDeque<Record>,
     out: VecDeque<Job>,
+    /// In the error state: how many jobs at the front of `out` are still
+    /// owed (they go out, the rest is dropped).
+    owed_in_error: usize,
+    /// The next [`Responder::on_error`] keeps every queued job: set by a
+    /// request that failed without a NAK of its own (its completion was
+    /// lost to a full CQ), whose predecessors' answers are still owed.
+    keep_queued: bool,
 }
 
 impl Responder {
@@ -124,15 +131,26 @@ impl Responder {
     /// was moved to the error state, or its requester failed) nothing goes
     /// out.
     pub(crate) fn on_error(&mut self) {
-        let keep = self.out.iter().rposition(Job::is_nak).map_or(0, |i| i + 1);
+        let keep = if std::mem::take(&mut self.keep_queued) {
+            self.out.len()
+        } else {
+            self.out.iter().rposition(Job::is_nak).map_or(0, |i| i + 1)
+        };
         self.out.truncate(keep);
+        self.owed_in_error = keep;
         self.cur = None;
     }
 
-    /// In the error state: whether queued output is still owed (a NAK is
-    /// still to go, and what precedes it).
+    /// In the error state: whether queued output is still owed.
     pub(crate) fn owes_in_error(&self) -> bool {
-        self.out.iter().any(Job::is_nak)
+        self.owed_in_error > 0
+    }
+
+    /// Takes the front job off the queue (it went out whole).
+    pub(crate) fn pop_job(&mut self) {
+        if self.out.pop_front().is_some() {
+            self.owed_in_error = self.owed_in_error.saturating_sub(1);
+        }
     }
 
     /// Queues an ACK, merging it into a trailing ACK (cumulative).
@@ -209,6 +227,14 @@ impl Qp {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += p.payload.len() as u64;
         match self.execute(p, ctx) {
+            Ok(()) if std::mem::take(&mut ctx.cq_lost) => {
+                // Its completion did not fit the CQ: no ACK (the requester
+                // must not believe it delivered), the error state, and the
+                // answers to earlier requests still go out (a class G
+                // error in rxe, RESPST_ERR_CQ_OVERFLOW).
+                self.resp.keep_queued = true;
+                self.enter_error(ctx);
+            }
             Ok(()) => {
                 self.resp.nak_sent = false;
                 // READ responses and atomic ACKs acknowledge by themselves.

@@ -116,9 +116,19 @@ impl Device {
     }
 
     /// Stops listening; REQs for the port are rejected from now on.
-    pub fn cm_stop_listen(&mut self, l: ListenId) {
+    /// Returns the requests it received that are still unanswered (for
+    /// [`Device::cm_abandon`]).
+    pub fn cm_stop_listen(&mut self, l: ListenId) -> Vec<CmId> {
         // (The key is the service ID, which the ListenId carries.)
         self.cm.listeners.remove(&l.0);
+        self.cm
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.listen == Some(l) && matches!(c.state, CmState::ReqRcvd | CmState::SidrRcvd)
+            })
+            .map(|(id, _)| CmId(*id))
+            .collect()
     }
 
     /// The next connection event.
@@ -318,6 +328,37 @@ impl Device {
         );
         self.cm.conns.remove(&id.0);
         Ok(())
+    }
+
+    /// Gives up a connection not yet established (the application stopped
+    /// waiting, or dropped its listener), as `rdma_destroy_id` does: a REQ
+    /// sent is withdrawn with a REJ (reason timeout), a request received is
+    /// rejected (a SIDR request too), a REP sent is withdrawn with a REJ and the QP goes to
+    /// ERR. The connection is forgotten, so a late answer from the peer
+    /// finds nothing (and no QP is connected behind the caller's back).
+    /// Established or disconnecting connections are left alone.
+    pub fn cm_abandon(&mut self, id: CmId) {
+        let Some(c) = self.cm.conns.get(&id.0) else {
+            return;
+        };
+        if c.state == CmState::SidrRcvd {
+            // Status 2: rejected.
+            let _ = self.answer_sidr(id, 2, Qpn::new(0), 0);
+            return;
+        }
+        let (reason, which) = match c.state {
+            CmState::ReqSent => (rej_reason::TIMEOUT, msg_ref::REQ),
+            CmState::ReqRcvd => (rej_reason::CONSUMER_DEFINED, msg_ref::REQ),
+            CmState::RepSent => (rej_reason::CONSUMER_DEFINED, msg_ref::OTHER),
+            _ => return,
+        };
+        let (remote, tid, src, dst, qpn, state) =
+            (c.remote_id, c.tid, c.local, c.peer, c.qpn, c.state);
+        self.send_rej(src, dst, tid, id.0, remote, which, reason, &[]);
+        self.cm.conns.remove(&id.0);
+        if let (CmState::RepSent, Some(q)) = (state, qpn) {
+            self.qp_to_err(q);
+        }
     }
 
     /// `rdma_disconnect`: moves the QP to ERR (flushing its work requests)

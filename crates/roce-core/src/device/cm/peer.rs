@@ -127,6 +127,7 @@ impl Device {
         let mut c = Conn::new(CmState::ReqRcvd, r.local_comm_id, h.tid, peer, local);
         c.remote_qpn = r.local_qpn;
         c.req = Some(info);
+        c.listen = Some(listen);
         self.cm.conns.insert(id, c);
         self.cm
             .events
@@ -185,6 +186,7 @@ impl Device {
         let id = self.cm.new_id(now);
         let mut c = Conn::new(CmState::SidrRcvd, r.request_id, h.tid, peer, local);
         c.service_id = r.service_id;
+        c.listen = Some(listen);
         self.cm.conns.insert(id, c);
         self.cm.events.push_back(CmEvent::UdRequest(UdRequest {
             id: CmId(id),

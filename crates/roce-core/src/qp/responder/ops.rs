@@ -34,6 +34,18 @@ impl Qp {
         };
         match sgl::scatter(ctx.mrs, self.init.pd, &wr.sgl, *offset, p.payload) {
             Ok(()) => *offset += p.payload.len() as u64,
+            Err(ScatterError::TooLong) if uc => {
+                // UC has no NAK to send: the message is dropped (its later
+                // packets find no message in progress) and the receive is
+                // kept for the next one, whose bytes overwrite these; the
+                // QP goes on (rxe: a class D error, `drop_msg`).
+                let Some(InProgress::Send { wr, .. }) = self.resp.cur.take() else {
+                    return Err(Failure::Drop);
+                };
+                self.untake_recv(wr, ctx);
+                self.counters.drop_no_recv += 1;
+                return Err(Failure::Drop);
+            }
             Err(e) => {
                 let status = match e {
                     ScatterError::TooLong => WcStatus::LocLenErr,

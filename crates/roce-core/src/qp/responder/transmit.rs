@@ -30,15 +30,11 @@ impl Qp {
             ..path
         };
         let dest = self.attr.dest_qp_num;
-        let aeth = |syndrome| {
-            Some(AethRepr {
-                syndrome,
-                msn: self.resp.msn,
-            })
-        };
+        let msn = self.resp.msn;
+        let aeth = |syndrome| Some(AethRepr { syndrome, msn });
         match job {
             Job::Ack { psn, syndrome } => {
-                self.resp.out.pop_front();
+                self.resp.pop_job();
                 let bth = response_bth(Operation::Acknowledge, dest, psn);
                 let ext = ExtHeaders {
                     aeth: aeth(syndrome),
@@ -48,7 +44,7 @@ impl Qp {
                 ack_path.emit(bth, ext, 0, buf, |_| {})
             }
             Job::AtomicAck { psn, orig } => {
-                self.resp.out.pop_front();
+                self.resp.pop_job();
                 let bth = response_bth(Operation::AtomicAcknowledge, dest, psn);
                 let ext = ExtHeaders {
                     aeth: aeth(Syndrome::ACK_UNLIMITED),
@@ -93,7 +89,7 @@ impl Qp {
                             // A class C error like any other (§9.9): the
                             // NAK, then the error state, which drops the
                             // responses queued after it.
-                            self.resp.out.pop_front();
+                            self.resp.out.clear();
                             self.resp.out.push_front(Job::Ack {
                                 psn,
                                 syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
@@ -114,7 +110,7 @@ impl Qp {
                 })?;
                 self.counters.tx_bytes += n;
                 if last {
-                    self.resp.out.pop_front();
+                    self.resp.pop_job();
                 } else if let Some(Job::Read {
                     psn: p,
                     va: v,
