@@ -1195,3 +1195,48 @@ fn rc_srq_rnr_then_post() {
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(1, WcStatus::Success)]);
     assert_eq!(statuses(&w.hosts[1].poll()), vec![(100, WcStatus::Success)]);
 }
+
+/// A QP on an SRQ destroyed (or reset) with a SEND in progress: the
+/// receive it had taken goes back to the SRQ, whole, for the next message.
+#[test]
+fn srq_receive_in_progress_returns_on_destroy_and_reset() {
+    for destroy in [true, false] {
+        let mut w = World::with_mtu(1 << 16, 256);
+        let pd = w.hosts[1].pd;
+        let srq = w.hosts[1].dev.create_srq(pd, 8);
+        let (qa, qb) = pair(&mut w, QpType::Rc, 256, |i, a| {
+            if i == 1 {
+                a.srq = Some(srq)
+            }
+        });
+        srq_recv(&mut w, srq, 100, 0, 1024);
+        w.filter = Box::new(|from, d| {
+            if from == 0 && op_of(d) == Operation::SendLast {
+                Verdict::Drop
+            } else {
+                Verdict::Deliver
+            }
+        });
+        w.hosts[0]
+            .dev
+            .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 768)]))
+            .unwrap();
+        w.run_until(50, |_| false);
+        assert_eq!(w.hosts[1].dev.srq(srq).unwrap().len(), 0);
+        if destroy {
+            w.hosts[1].dev.destroy_qp(qb).unwrap();
+        } else {
+            let a = QpAttr {
+                qp_state: QpState::Reset,
+                ..QpAttr::default()
+            };
+            w.hosts[1].dev.modify_qp(qb, &a, QpAttrMask::STATE).unwrap();
+        }
+        assert_eq!(
+            w.hosts[1].dev.srq(srq).unwrap().len(),
+            1,
+            "destroy {destroy}"
+        );
+        assert!(w.hosts[1].poll().is_empty());
+    }
+}

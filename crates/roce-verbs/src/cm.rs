@@ -91,6 +91,35 @@ fn wait_event(
     }
 }
 
+/// The application lets go of connection `id`: its queued events go, and
+/// later ones are not queued (`core` is the engine, locked). With
+/// `abandon`, a connection not yet established is given up in the engine
+/// too (REJ, see `Device::cm_abandon`).
+fn forget_connection(shared: &Shared, core: &mut crate::shared::Core, id: CmId, abandon: bool) {
+    if abandon {
+        core.dev.cm_abandon(id);
+    }
+    if core.dev.cm_state(id).is_some() && !core.cm_dropped.contains(&id) {
+        core.cm_dropped.push(id);
+    }
+    lock(&shared.cm_events).retain(|e| e.id() != id);
+}
+
+/// After a wait for `id` timed out: gives the attempt up, unless it got
+/// established meanwhile (its event is then on its way: taken here).
+fn give_up(shared: &Shared, id: CmId) -> Option<CmEvent> {
+    {
+        let mut core = shared.core();
+        if core.dev.cm_state(id) != Some(roce_core::cm::CmState::Established) {
+            forget_connection(shared, &mut core, id, true);
+            drop(core);
+            shared.unpark();
+            return None;
+        }
+    }
+    wait_event(shared, Duration::from_secs(1), |e| e.id() == id)
+}
+
 /// Brings a fresh RC QP to INIT (the state the CM needs) if it is in
 /// RESET.
 fn to_init(qp: &QueuePair) -> Result<(), Error> {
@@ -270,8 +299,27 @@ impl CmListener {
 }
 
 impl Drop for CmListener {
+    /// `rdma_destroy_id` of a listener: no new requests, and those it
+    /// received and nobody took are rejected (the peers hear at once
+    /// instead of waiting out their timeouts).
     fn drop(&mut self) {
-        self.ctx.shared().core().dev.cm_stop_listen(self.id);
+        let shared = self.ctx.shared();
+        let mut core = shared.core();
+        let orphans = core.dev.cm_stop_listen(self.id);
+        let id = self.id;
+        let queued: Vec<CmId> = lock(&shared.cm_events)
+            .iter()
+            .filter_map(|e| match e {
+                CmEvent::ConnectRequest(r) if r.listen == id => Some(r.id),
+                CmEvent::UdRequest(r) if r.listen == id => Some(r.id),
+                _ => None,
+            })
+            .collect();
+        for c in orphans.into_iter().chain(queued) {
+            forget_connection(shared, &mut core, c, true);
+        }
+        drop(core);
+        shared.unpark();
     }
 }
 
@@ -312,7 +360,9 @@ impl CmRequest {
         }
         self.answered = true;
         kick(&shared);
-        let e = wait_event(&shared, timeout, |e| e.id() == id).ok_or(CmError::TimedOut)?;
+        let e = wait_event(&shared, timeout, |e| e.id() == id)
+            .or_else(|| give_up(&shared, id))
+            .ok_or(CmError::TimedOut)?;
         connection_from(e, qp, shared)
     }
 
@@ -379,7 +429,9 @@ impl QueuePair {
             core.dev.cm_connect(now, self.qpn(), peer, port, param)?
         };
         kick(&shared);
-        let e = wait_event(&shared, timeout, |e| e.id() == id).ok_or(CmError::TimedOut)?;
+        let e = wait_event(&shared, timeout, |e| e.id() == id)
+            .or_else(|| give_up(&shared, id))
+            .ok_or(CmError::TimedOut)?;
         connection_from(e, self, shared)
     }
 }
@@ -451,7 +503,66 @@ impl Drop for CmConnection {
         let mut core = self.shared.core();
         let now = self.shared.now();
         let _ = core.dev.cm_disconnect(now, self.id);
+        // Nobody will wait for its Disconnected.
+        forget_connection(&self.shared, &mut core, self.id, false);
         drop(core);
         self.shared.unpark();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::*;
+
+    /// Connections closed by dropping their handles leave no events in
+    /// the context's CM queue (their Disconnected used to stay for good).
+    #[test]
+    fn dropped_connections_leave_no_events_queued() {
+        let fabric = roce_io::Fabric::new();
+        let a = Context::open_fabric(&fabric, "10.0.0.1".parse().unwrap()).unwrap();
+        let b = Context::open_fabric(&fabric, "10.0.0.2".parse().unwrap()).unwrap();
+        let listener = b.cm_listen(7000).unwrap();
+        let wait = Duration::from_secs(5);
+        for _ in 0..10 {
+            let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
+            let (ca, cb) = (a.create_cq(4, None).unwrap(), b.create_cq(4, None).unwrap());
+            let qa = pa
+                .create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca))
+                .unwrap();
+            let qb = pb
+                .create_qp(&QpInitAttr::new(QpType::Rc, &cb, &cb))
+                .unwrap();
+            let server = {
+                let l = &listener;
+                std::thread::scope(|s| {
+                    let h = s.spawn(|| {
+                        l.get_request(wait)
+                            .unwrap()
+                            .accept(&qb, &ConnParam::default(), wait)
+                            .unwrap()
+                    });
+                    let ca = qa
+                        .cm_connect(
+                            "10.0.0.2".parse().unwrap(),
+                            7000,
+                            &ConnParam::default(),
+                            wait,
+                        )
+                        .unwrap();
+                    (ca, h.join().unwrap())
+                })
+            };
+            drop(server); // both sides drop their connection
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let na = crate::shared::lock(&a.shared().cm_events).len();
+        let nb = crate::shared::lock(&b.shared().cm_events).len();
+        assert_eq!((na, nb), (0, 0));
+        // Nor any id kept for them, once the engine forgot the connections.
+        std::thread::sleep(Duration::from_millis(200));
+        crate::progress::settle(a.shared());
+        assert!(a.shared().core().cm_dropped.len() <= 1);
     }
 }

@@ -23,6 +23,21 @@ struct ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        let mut thread = lock(&self.thread);
+        if thread
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id())
+        {
+            // The last handle went away inside the progress thread's own
+            // step (a completion channel it was notifying held it). That
+            // thread holds the I/O lock, so it can neither settle nor join
+            // itself: it stops at its next look at `shutdown`, detached,
+            // and what it owns (the shared state) goes with it.
+            self.shared.shutdown.store(true, Ordering::Release);
+            drop(thread.take());
+            return;
+        }
+        drop(thread);
         crate::progress::settle(&self.shared);
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.unpark();
@@ -110,7 +125,17 @@ impl Context {
         let s = shared.clone();
         let handle = std::thread::Builder::new()
             .name("roce-progress".into())
-            .spawn(move || progress::run(s))
+            .spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    progress::run(s.clone())
+                }));
+                if r.is_err() {
+                    // Nothing drives the device any more: say so, as a
+                    // device would (the panic itself went to stderr).
+                    lock(&s.events).push_back(AsyncEvent::DeviceFatal);
+                    s.events_cv.notify_all();
+                }
+            })
             .map_err(|_| Error::ThreadSpawn)?;
         let _ = shared.thread.set(handle.thread().clone());
         Ok(Context {

@@ -73,8 +73,10 @@ impl ProtectionDomain {
     /// From this call until the region is deregistered — the returned
     /// [`MemoryRegion`] was dropped (or [`MemoryRegion::dereg`] returned
     /// `Ok`) *and* every work request that references it has completed
-    /// and its completion was polled (or its QP was destroyed or reset),
-    /// or the context was closed — the memory must:
+    /// and its completion was polled (or its QP was destroyed or reset; a
+    /// receive posted on an SRQ belongs to the SRQ, not to the QP that
+    /// began filling it, until it completes or the SRQ is destroyed), or
+    /// the context was closed — the memory must:
     ///
     /// * stay allocated and valid for reads and writes of `len` bytes;
     /// * not be accessed by the application in a way that races with the

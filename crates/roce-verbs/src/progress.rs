@@ -270,7 +270,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     // Timers, transmit and events.
     let mut channels = Vec::new();
     let mut events = Vec::new();
-    let mut cm_events = Vec::new();
+    let mut cm_queued = false;
     // The engine said it had nothing more to send (in a round that asked
     // for everything, not only requests).
     let mut drained = false;
@@ -305,7 +305,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             }
         }
         collect_events(&mut core, &mut channels, &mut events);
-        cm_events.extend(std::iter::from_fn(|| core.dev.poll_cm_event()));
+        cm_queued |= collect_cm_events(&mut core, shared);
         out.deadline = core.dev.poll_timeout();
         drop(core);
         if tx.is_empty() {
@@ -352,11 +352,31 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         lock(&shared.events).extend(events);
         shared.events_cv.notify_all();
     }
-    if !cm_events.is_empty() {
-        lock(&shared.cm_events).extend(cm_events);
+    if cm_queued {
         shared.cm_cv.notify_all();
     }
     out
+}
+
+/// Queues the engine's CM events, but those of connections the application
+/// let go of; true when it queued any. Under the engine lock, so that an
+/// application letting go of a connection (also under it) either finds
+/// its events queued, to remove them, or has them filtered here.
+fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared) -> bool {
+    let crate::shared::Core {
+        dev, cm_dropped, ..
+    } = core;
+    let mut queued = false;
+    while let Some(e) = dev.poll_cm_event() {
+        if !cm_dropped.contains(&e.id()) {
+            lock(&shared.cm_events).push_back(e);
+            queued = true;
+        }
+    }
+    if !cm_dropped.is_empty() {
+        cm_dropped.retain(|id| dev.cm_state(*id).is_some());
+    }
+    queued
 }
 
 fn collect_events(

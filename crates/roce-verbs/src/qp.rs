@@ -254,6 +254,9 @@ impl QueuePair {
         let shared = self.shared();
         let mut posted = 0;
         let mut refused = None;
+        // The caller's iterator runs before the engine is locked: it may
+        // touch the context (fill the region it posts from) or take time.
+        let wrs: smallvec::SmallVec<[SendWr; 8]> = wrs.into_iter().collect();
         // Region references a post did not keep are dropped unlocked.
         let mut refs = Refs::new();
         let mut unkept = Vec::new();

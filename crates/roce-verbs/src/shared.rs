@@ -119,6 +119,10 @@ pub(crate) struct Core {
     pub(crate) recvs: FastMap<u64, RecvEntry>,
     /// CQs attached to completion channels.
     pub(crate) notify: Vec<NotifyReg>,
+    /// CM connections the application let go of (dropped, abandoned):
+    /// their later events are not queued, as nobody will take them. An id
+    /// leaves once the engine has forgotten its connection.
+    pub(crate) cm_dropped: Vec<roce_core::cm::CmId>,
     next_id: u64,
     next_va: u64,
 }
@@ -204,6 +208,7 @@ impl Shared {
                 sends: FastMap::default(),
                 recvs: FastMap::default(),
                 notify: Vec::new(),
+                cm_dropped: Vec::new(),
                 next_id: 1,
                 next_va: 0x1_0000_0000,
             }),
@@ -413,10 +418,26 @@ impl Core {
                 owned.extend(e.owned);
             }
         }
+        self.forget_recvs(RecvOwner::Qp(q), &mut owned, grave);
+        for o in owned {
+            drop(self.take_owned(o));
+        }
+    }
+
+    /// Drops the bookkeeping of a destroyed SRQ's receives.
+    pub(crate) fn forget_srq(&mut self, srq: SrqId, grave: &mut Graveyard) {
+        let mut owned = Vec::new();
+        self.forget_recvs(RecvOwner::Srq(srq), &mut owned, grave);
+        for o in owned {
+            drop(self.take_owned(o));
+        }
+    }
+
+    fn forget_recvs(&mut self, owner: RecvOwner, owned: &mut Vec<OwnedBuf>, grave: &mut Graveyard) {
         let ids: Vec<u64> = self
             .recvs
             .iter()
-            .filter(|(_, e)| e.owner == RecvOwner::Qp(q))
+            .filter(|(_, e)| e.owner == owner)
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
@@ -424,9 +445,6 @@ impl Core {
                 grave.extend(e.refs);
                 owned.extend(e.owned);
             }
-        }
-        for o in owned {
-            drop(self.take_owned(o));
         }
     }
 

@@ -7,7 +7,7 @@ use roce_core::{RecvWr, SrqId};
 use crate::error::{Error, OwnedPostError};
 use crate::pd::ProtectionDomain;
 use crate::qp::{post_recv, post_recv_owned};
-use crate::shared::RecvOwner;
+use crate::shared::{Graveyard, RecvOwner};
 
 #[derive(Debug)]
 struct SrqInner {
@@ -15,11 +15,25 @@ struct SrqInner {
     pd: ProtectionDomain,
 }
 
+impl Drop for SrqInner {
+    /// `ibv_destroy_srq`: the last handle is gone (QPs using the SRQ hold
+    /// it, so none is left); the receives still posted are discarded and
+    /// their regions released.
+    fn drop(&mut self) {
+        let shared = self.pd.shared();
+        let mut grave = Graveyard::new();
+        let mut core = shared.core();
+        let _ = core.dev.destroy_srq(self.id);
+        core.forget_srq(self.id, &mut grave);
+        drop(core);
+        drop(grave);
+    }
+}
+
 /// A shared receive queue (`ibv_srq`): receives that any QP created with it
-/// consumes. A cheap handle; QPs using it hold it.
-///
-/// The engine cannot destroy an SRQ, so its id and any receives still
-/// posted (with their regions) live as long as the context.
+/// consumes. A cheap handle; QPs using it hold it. It is destroyed when the
+/// last handle (and so the last QP using it) is gone, and the receives
+/// still posted are discarded without completions.
 #[derive(Clone, Debug)]
 pub struct SharedReceiveQueue {
     inner: Arc<SrqInner>,
@@ -81,6 +95,10 @@ impl SharedReceiveQueue {
             .dev
             .srq(self.inner.id)
             .ok_or(Error::Verbs(roce_core::VerbsError::NotFound))?;
+        // As ibv_modify_srq: a limit above the SRQ's size is EINVAL.
+        if limit > srq.max_wr() {
+            return Err(Error::InvalidArgument("SRQ limit above its max_wr"));
+        }
         srq.set_limit(limit);
         Ok(())
     }
