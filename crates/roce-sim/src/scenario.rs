@@ -376,7 +376,7 @@ impl Scenario {
                     Workload::Flows(workload::incast(
                         &senders,
                         receiver,
-                        bytes(&key("size"), size)?,
+                        flow_size(&key("size"), size)?,
                         opt_time(&key("time"), t, 0)?,
                         dscp_or(*dscp)?,
                     ))
@@ -395,7 +395,7 @@ impl Scenario {
                     Workload::Flows(vec![FlowSpec {
                         src,
                         dst,
-                        size: bytes(&key("size"), size)?,
+                        size: flow_size(&key("size"), size)?,
                         start: opt_time(&key("start"), start, 0)?,
                         dscp: dscp_or(*dscp)?,
                     }])
@@ -476,8 +476,34 @@ fn opt_time(key: &str, q: &Option<Q>, default: Ps) -> Result<Ps, Error> {
     q.as_ref().map_or(Ok(default), |q| time(key, q))
 }
 
+/// Most hosts a topology may have (the HPCC fat-tree has 320; each host
+/// is a whole RoCE engine in memory).
+const MAX_HOSTS: u64 = 65_536;
+
 fn topology(t: &RawTopo) -> Result<(Topology, u64), Error> {
     let k = |f: &str| format!("topology.{f}");
+    let hosts = match t {
+        RawTopo::Star { hosts, .. } => u64::from(*hosts),
+        RawTopo::Dumbbell { left, right, .. } => u64::from(*left) + u64::from(*right),
+        RawTopo::LeafSpine {
+            leaves,
+            hosts_per_leaf,
+            ..
+        } => u64::from(*leaves) * u64::from(*hosts_per_leaf),
+        RawTopo::FatTree { k: kk, .. } => u64::from(*kk).pow(3) / 4,
+        RawTopo::Hpcc {} => 320,
+        RawTopo::Ring {
+            switches,
+            hosts_per_switch,
+            ..
+        } => u64::from(*switches) * u64::from(*hosts_per_switch),
+    };
+    if hosts > MAX_HOSTS {
+        return Err(invalid(
+            "topology",
+            format!("{hosts} hosts; at most {MAX_HOSTS}"),
+        ));
+    }
     Ok(match t {
         RawTopo::Star {
             hosts,
@@ -574,6 +600,15 @@ fn topology(t: &RawTopo) -> Result<(Topology, u64), Error> {
             )
         }
     })
+}
+
+/// A flow is one RDMA WRITE: 1 byte to 2 GiB.
+fn flow_size(key: &str, q: &Q) -> Result<u64, Error> {
+    let n = bytes(key, q)?;
+    if !(1..=1 << 31).contains(&n) {
+        return Err(invalid(key, "a flow is 1 byte to 2 GiB (one RDMA WRITE)"));
+    }
+    Ok(n)
 }
 
 fn buffer(b: &RawBuffer) -> Result<BufferConfig, Error> {
@@ -673,5 +708,28 @@ mod tests {
         assert!(s.fabric.dcb.pfc_enabled[3]);
         assert_eq!(s.fabric.dcb.dscp_prio[26], 3);
         assert_eq!(s.host.mtu, 1024);
+    }
+
+    /// What would overflow the simulator's arithmetic or memory is refused
+    /// with the key named: a flow over 2 GiB (one RDMA WRITE), a time over
+    /// an hour (sums of picoseconds would wrap), too many hosts.
+    #[test]
+    fn refuses_values_past_the_simulators_limits() {
+        let flow = |size: &str| {
+            format!("{MIN}\n[[workload]]\nkind = \"flow\"\nsrc = 0\ndst = 1\nsize = {size}\n")
+        };
+        assert!(Scenario::from_toml(&flow("\"2GiB\"")).is_ok());
+        for size in ["\"2147483649B\"", "\"100GB\"", "18446744073709551615", "0"] {
+            let e = Scenario::from_toml(&flow(size)).unwrap_err().to_string();
+            assert!(e.contains("workload[0].size"), "{size}: {e}");
+        }
+        let e = Scenario::from_toml(&MIN.replace("\"1us\"", "\"18446745s\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("topology.delay"), "{e}");
+        let e = Scenario::from_toml(&MIN.replace("hosts = 3", "hosts = 4294967295"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("65536"), "{e}");
     }
 }

@@ -58,10 +58,15 @@ impl Cdf {
             }
             points.push((size, pct));
         }
-        match points.last() {
-            Some(&(_, p)) if (p - 100.0).abs() < 1e-9 => Ok(Cdf { points }),
-            _ => Err("the CDF must end at 100 percent".into()),
+        let cdf = match points.last() {
+            Some(&(_, p)) if (p - 100.0).abs() < 1e-9 => Cdf { points },
+            _ => return Err("the CDF must end at 100 percent".into()),
+        };
+        // A mean of 0 would make the arrival rate infinite.
+        if cdf.mean() < 1.0 {
+            return Err("the CDF's mean flow size is under 1 byte".into());
         }
+        Ok(cdf)
     }
 
     /// The WebSearch CDF (dcb.md §6).
@@ -215,5 +220,13 @@ mod tests {
         assert!((offered - 0.3).abs() < 0.03, "offered {offered}");
         assert!(f.iter().all(|f| f.src != f.dst && f.src < 16 && f.dst < 16));
         assert!(f.windows(2).all(|w| w[0].start <= w[1].start));
+    }
+
+    /// A CDF whose sizes are all 0 has no arrival rate (the mean is the
+    /// divisor): refused.
+    #[test]
+    fn a_cdf_of_empty_flows_is_refused() {
+        assert!(Cdf::parse("0 0\n0 100\n").is_err());
+        assert!(Cdf::parse("0 0\n10 100\n").is_ok());
     }
 }

@@ -102,5 +102,10 @@ pub(super) fn time(key: &str, q: &Q) -> Result<Ps, Error> {
     if !n.is_finite() || n < 0.0 {
         return Err(invalid(key, "expected a time like `10us`"));
     }
+    // Up to an hour: sums of times (a departure plus a link's delay) then
+    // stay far from the picosecond clock's limit (213 days).
+    if n * m > 3600.0 * SEC as f64 {
+        return Err(invalid(key, "a time of at most 1 hour"));
+    }
     Ok((n * m).round() as Ps)
 }
