@@ -56,11 +56,12 @@ pub(crate) struct RpingArgs {
     /// address towards -a, or -a itself for the server].
     #[arg(long)]
     bind: Option<IpAddr>,
-    /// Give up after this many seconds without progress (0: wait forever).
-    #[arg(long, default_value_t = 60)]
+    /// Give up after this many seconds without progress (0: wait forever;
+    /// at most 10^9).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     timeout: u64,
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).
-    #[arg(long, default_value_t = 4791)]
+    #[arg(long, default_value_t = 4791, value_parser = clap::value_parser!(u16).range(1..))]
     roce_port: u16,
     /// Inject faults into what this side sends, as `roce perf --faults`
     /// (`loss=5%,duplicate=1%,reorder=2%,seed=N`, ...).

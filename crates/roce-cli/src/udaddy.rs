@@ -46,11 +46,11 @@ pub(crate) struct UdaddyArgs {
     /// Datagram size in bytes.
     #[arg(short = 'S', default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=4096))]
     size: u32,
-    /// Give up after this many seconds without progress.
-    #[arg(long, default_value_t = 60)]
+    /// Give up after this many seconds without progress (at most 10^9).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     timeout: u64,
     /// UDP port of the RoCE traffic, both ends.
-    #[arg(long, default_value_t = 4791)]
+    #[arg(long, default_value_t = 4791, value_parser = clap::value_parser!(u16).range(1..))]
     roce_port: u16,
 }
 

@@ -74,13 +74,17 @@ fn wait_event(
     timeout: Duration,
     mut want: impl FnMut(&CmEvent) -> bool,
 ) -> Option<CmEvent> {
-    let end = Instant::now() + timeout;
+    // A timeout too long to add to the clock waits for good.
+    let end = Instant::now().checked_add(timeout);
     let mut q = lock(&shared.cm_events);
     loop {
         if let Some(i) = q.iter().position(&mut want) {
             return q.remove(i);
         }
-        let left = end.checked_duration_since(Instant::now())?;
+        let left = match end {
+            Some(end) => end.checked_duration_since(Instant::now())?,
+            None => Duration::MAX,
+        };
         // The progress thread delivers events; make sure it is awake.
         shared.unpark();
         q = shared

@@ -110,11 +110,12 @@ pub(crate) struct PingpongArgs {
     #[arg(long)]
     pub(crate) bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).
-    #[arg(long, default_value_t = 4791, value_parser = num::<u16>)]
+    #[arg(long, default_value_t = 4791, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) roce_port: u16,
     /// Give up after this many seconds without progress (connecting, the
-    /// exchange, or a completion); 0 waits forever, as the tools do.
-    #[arg(long, default_value_t = 60, value_parser = num::<u64>)]
+    /// exchange, or a completion); 0 waits forever, as the tools do. At
+    /// most 10^9 (31 years).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     pub(crate) timeout: u64,
     /// Print the device's and the backend's counters to stderr at the end.
     #[arg(long)]
