@@ -60,14 +60,21 @@ pub(crate) fn gid_address(args: &PerfArgs, tcp_local: IpAddr) -> Result<IpAddr, 
 /// The largest path MTU the link of `local` carries (rxe's rule: the IB
 /// MTU plus 80 bytes of headers must fit the netdev MTU); 4096 when the
 /// interface is not known (the fabric).
-pub(crate) fn link_path_mtu(args: &PerfArgs, local: IpAddr) -> u32 {
+pub(crate) fn link_path_mtu(args: &PerfArgs, local: IpAddr) -> Result<u32, String> {
     if args.backend == BackendKind::Fabric {
-        return 4096;
+        return Ok(4096);
     }
-    interface_for(local, args.dev.as_deref())
-        .ok()
+    let iface = interface_for(local, args.dev.as_deref());
+    // A named interface must exist and hold the address; without one, an
+    // address no interface lists (it may be routed) keeps the default.
+    let iface = if args.dev.is_some() {
+        Some(iface?)
+    } else {
+        iface.ok()
+    };
+    Ok(iface
         .and_then(|i| i.mtu)
-        .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link)
+        .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link))
 }
 
 /// Has the kernel resolve the peers' MAC addresses before the first RoCE
@@ -217,9 +224,17 @@ pub(crate) fn open_context(
                 .map_err(|e| format!("cannot open a device on {local}: {e}"))
         }
         BackendKind::Udp => {
-            let ucfg = roce_io::UdpConfig::new(local)
+            let mut ucfg = roce_io::UdpConfig::new(local)
                 .port(args.roce_port)
                 .remote_port(args.roce_port);
+            if !args.perftest {
+                // The peer is this stack, whose IPv4 IDs the receiver can
+                // work out: a datagram whose ICRC matches none is damaged
+                // and dropped (for retransmission to replace), not handed
+                // on as unverifiable. A perftest peer may be rxe, whose
+                // kernel numbers IDs as it likes: there they are counted.
+                ucfg = ucfg.icrc_check(roce_io::IcrcCheck::Require);
+            }
             let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
                 std::io::ErrorKind::AddrInUse => {
                     format!("UDP port {} on {local} is in use (another RoCE stack, or a kernel rxe device?)", args.roce_port)

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::control::{expect_type, Control};
 use super::report::{self, BwResult};
 use super::setup::Session;
-use super::{Test, STOP};
+use super::{stopping, Test};
 
 /// Bytes in flight per side across all QPs (the UDP backend's receive
 /// buffer is 8 MiB).
@@ -43,7 +43,7 @@ struct Measured {
 pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
-        if STOP.load(Ordering::SeqCst) {
+        if stopping() {
             break;
         }
         ctl.barrier(&format!("size {size}"))?;
@@ -56,6 +56,9 @@ pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, Stri
     }
     Ok(out)
 }
+
+/// How long a side that stops waits for the peer to say how far it got.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// Clears what this size will fill, and posts the receive ring.
 fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
@@ -77,10 +80,13 @@ fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
             s.mr.write(base + s.max_size, &zeros)
                 .map_err(|e| e.to_string())?;
         }
-        if target && test == Test::SendBw {
+        // The ring is posted for the first size; each receive is reposted
+        // as it completes, so the next size finds it queued, and its
+        // buffer is max_size long, so any size fits.
+        if target && test == Test::SendBw && !s.recvs_posted.swap(true, Ordering::Relaxed) {
             for j in 0..s.ring {
                 let sge =
-                    s.mr.sge(base + 2 * s.max_size + j * s.max_size, size as u32);
+                    s.mr.sge(base + 2 * s.max_size + j * s.max_size, s.max_size as u32);
                 let wr = RecvWr {
                     wr_id: RECV | (q as u64) << 40 | j,
                     sgl: vec![sge],
@@ -114,6 +120,7 @@ fn drive(
     let mut received = 0u64;
     let mut peer_ops: Option<u64> = None;
     let mut sent_done = false;
+    let mut stop_seen = None;
     // (seconds since start, operations completed), when the count changes.
     let mut samples: Vec<(f64, u64)> = vec![(0.0, 0)];
     let op = op_for(p.test);
@@ -133,7 +140,7 @@ fn drive(
     loop {
         alarm.check()?;
         let now = Instant::now();
-        let stop_posting = STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| now >= d);
+        let stop_posting = stopping() || deadline.is_some_and(|d| now >= d);
         if requester && !stop_posting {
             for q in 0..nq {
                 // What the window has room for goes out as one list (one
@@ -192,7 +199,7 @@ fn drive(
                         ));
                     }
                 }
-                let sge = s.mr.sge(off, size as u32);
+                let sge = s.mr.sge(off, s.max_size as u32);
                 s.qps[q]
                     .post_recv(RecvWr {
                         wr_id: c.wr_id,
@@ -235,9 +242,15 @@ fn drive(
         if sent_done && peer_ops.is_some() && receive_finished {
             break;
         }
-        if STOP.load(Ordering::SeqCst) && sent_done && peer_ops.is_none() {
-            // Interrupted: do not wait for messages that will not come.
-            break;
+        if stopping() && sent_done && peer_ops.is_none() {
+            // Cut short: the peer was told (a `stop`) and should soon say
+            // how far it got; meanwhile this side keeps serving it (a SEND
+            // receiver keeps reposting, or the peer would wait on RNR
+            // forever). Past the grace, it stops waiting.
+            let t = *stop_seen.get_or_insert_with(std::time::Instant::now);
+            if t.elapsed() > STOP_GRACE {
+                break;
+            }
         }
     }
     if let Some(pb) = progress {
@@ -285,14 +298,18 @@ fn exchange(
     let requester = s.is_client || p.bidir;
     let mut problems = Vec::new();
     ctl.send(&json!({"type": "measured", "ops": mine.ops, "per_qp": mine.per_qp, "secs": mine.secs, "peak": mine.peak_bps}))?;
-    let theirs = ctl.expect("measured")?;
+    let theirs = if stopping() {
+        ctl.expect_after_stop("measured")?
+    } else {
+        ctl.expect("measured")?
+    };
     let their_ops = theirs.get("ops").and_then(Value::as_u64).unwrap_or(0);
     let their_per_qp: Vec<u64> = theirs
         .get("per_qp")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
-    if p.verify && !STOP.load(Ordering::SeqCst) {
+    if p.verify && !stopping() {
         let n = size as usize;
         for q in 0..s.qps.len() {
             let base = s.slot_off(q);

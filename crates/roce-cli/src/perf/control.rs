@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -60,7 +60,7 @@ impl Endpoint {
 /// into messages, so loops can poll for them without blocking.
 pub(crate) struct Control {
     rx: std::sync::mpsc::Receiver<Result<Value, String>>,
-    writer: TcpStream,
+    writer: Arc<Mutex<TcpStream>>,
     alarm: PeerAlarm,
     /// An `Error` went out already (the peer needs only the first).
     error_sent: bool,
@@ -83,10 +83,29 @@ impl PeerAlarm {
     }
 }
 
+/// The control connections open in this process, for the Ctrl-C handler
+/// to tell each peer that this side stops ([`announce_stop`]).
+static WRITERS: Mutex<Vec<Weak<Mutex<TcpStream>>>> = Mutex::new(Vec::new());
+
+/// Ctrl-C: tells every peer (a `stop` message) that this side stops, so
+/// that it ends its loop too and both sides report what they measured.
+pub(crate) fn announce_stop() {
+    let writers = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
+    for w in writers.iter().filter_map(Weak::upgrade) {
+        let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = w.write_all(b"{\"type\":\"stop\"}\n");
+    }
+}
+
 impl Control {
     pub(crate) fn new(stream: TcpStream) -> std::io::Result<Control> {
         stream.set_nodelay(true)?;
-        let writer = stream.try_clone()?;
+        let writer = Arc::new(Mutex::new(stream.try_clone()?));
+        {
+            let mut all = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(&writer));
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         let alarm = PeerAlarm::default();
         let raise = alarm.clone();
@@ -103,6 +122,15 @@ impl Control {
                         Err(e) => Err(format!("control connection: {e}")),
                     };
                     let end = msg.is_err();
+                    if msg
+                        .as_ref()
+                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("stop"))
+                    {
+                        // The peer was interrupted: this side's loops end
+                        // as if it had been.
+                        super::PEER_STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+                        continue;
+                    }
                     if let Some(m) = msg.as_ref().ok().and_then(peer_error) {
                         let _ = raise.0.set(m);
                     }
@@ -126,13 +154,16 @@ impl Control {
 
     /// The local address of the control connection.
     pub(crate) fn local_ip(&self) -> Option<IpAddr> {
-        self.writer.local_addr().ok().map(|a| a.ip())
+        let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        w.local_addr().ok().map(|a| a.ip())
     }
 
     pub(crate) fn send(&mut self, v: &Value) -> Result<(), String> {
         let mut line = v.to_string();
         line.push('\n');
         self.writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .write_all(line.as_bytes())
             .map_err(|e| format!("control connection: {e}"))
     }
@@ -147,16 +178,27 @@ impl Control {
 
     /// Receives the next message, waiting at most `timeout` (a minute when
     /// `None`); an `Error` message from the peer becomes an error here.
+    /// Ctrl-C ends the wait.
     pub(crate) fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Value, String> {
-        match self
-            .rx
-            .recv_timeout(timeout.unwrap_or(Duration::from_secs(60)))
-        {
-            Ok(v) => Self::check(v),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                Err("timed out waiting for the peer".into())
+        let end = std::time::Instant::now() + timeout.unwrap_or(Duration::from_secs(60));
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(v) => return Self::check(v),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if left.is_zero() => {
+                    return Err("timed out waiting for the peer".into());
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    // Not during the report exchange after a stop, which
+                    // still needs the peer's answer.
+                    if super::STOP.load(std::sync::atomic::Ordering::SeqCst)
+                        && super::waits_end_at_stop()
+                    {
+                        return Err("interrupted while waiting for the peer".into());
+                    }
+                }
+                Err(_) => return Err("the peer closed the control connection".into()),
             }
-            Err(_) => Err("the peer closed the control connection".into()),
         }
     }
 
@@ -182,6 +224,19 @@ impl Control {
     pub(crate) fn expect(&mut self, ty: &str) -> Result<Value, String> {
         let v = self.recv_timeout(None)?;
         expect_type(v, ty)
+    }
+
+    /// As [`Control::expect`], after an interrupted loop: the peer's
+    /// `done`, which that loop stopped waiting for, may come first and is
+    /// skipped.
+    pub(crate) fn expect_after_stop(&mut self, ty: &str) -> Result<Value, String> {
+        loop {
+            let v = self.recv_timeout(None)?;
+            if v.get("type").and_then(Value::as_str) == Some("done") && ty != "done" {
+                continue;
+            }
+            return expect_type(v, ty);
+        }
     }
 
     /// Both sides send and wait for a barrier.

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::control::{Control, PeerAlarm};
 use super::report::{self, LatResult};
 use super::setup::Session;
-use super::{Test, STOP};
+use super::{stopping, Test};
 
 /// The WR id of ping-pong receives.
 const RECV_ID: u64 = 1 << 62;
@@ -59,7 +59,7 @@ impl<'a> Watchdog<'a> {
             return Ok(());
         }
         std::thread::yield_now();
-        if STOP.load(Ordering::SeqCst) {
+        if stopping() {
             return Err("interrupted".into());
         }
         self.alarm.check()?;
@@ -142,7 +142,7 @@ fn wait_byte(
 pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
-        if STOP.load(Ordering::SeqCst) {
+        if stopping() {
             break;
         }
         ctl.barrier(&format!("size {size}"))?;
@@ -174,8 +174,10 @@ fn ping_pong(
     let mut msg = s.own_pattern(n);
     let peer = s.peer_pattern(n);
     let recv_off = base + 2 * s.max_size;
+    // max_size long: the two receives still queued when a size ends serve
+    // the next, larger one of `-a`.
     let post_recv = |s: &Session| -> Result<(), String> {
-        let sge = s.mr.sge(recv_off, n as u32);
+        let sge = s.mr.sge(recv_off, s.max_size as u32);
         qp.post_recv(RecvWr {
             wr_id: RECV_ID,
             sgl: vec![sge],
@@ -183,8 +185,10 @@ fn ping_pong(
         .map_err(|e| format!("post_recv: {e}"))
     };
     if !write {
-        post_recv(s)?;
-        post_recv(s)?;
+        if !s.recvs_posted.swap(true, Ordering::Relaxed) {
+            post_recv(s)?;
+            post_recv(s)?;
+        }
     } else {
         s.mr.write(base, &vec![0u8; n]).map_err(|e| e.to_string())?;
     }
@@ -209,10 +213,7 @@ fn ping_pong(
     // small WRITE is copied into it by the look that sees it arrive.
     let mut got = vec![0u8; n];
     let snapshot = p.verify && write && n <= SNAPSHOT_MAX;
-    while i < iters
-        && !STOP.load(Ordering::SeqCst)
-        && deadline.is_none_or(|d| Instant::now() < d || !s.is_client)
-    {
+    while i < iters && !stopping() && deadline.is_none_or(|d| Instant::now() < d || !s.is_client) {
         let tag = (i % 255) as u8 + 1;
         let send = |s: &Session, msg: &mut Vec<u8>| -> Result<(), String> {
             if let Some(last) = msg.last_mut() {
@@ -282,7 +283,7 @@ fn ping_pong(
             match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0),
                 // Ctrl-C while waiting: report what was measured.
-                Err(_) if STOP.load(Ordering::SeqCst) => break,
+                Err(_) if stopping() => break,
                 Err(e) => return Err(e),
             }
             verified(s, &mut got)?;
@@ -290,7 +291,7 @@ fn ping_pong(
             match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => {}
                 // The client stopped (duration over or interrupted).
-                Err(_) if p.duration.is_some() || STOP.load(Ordering::SeqCst) => break,
+                Err(_) if p.duration.is_some() || stopping() => break,
                 Err(e) => return Err(e),
             }
             // Checked before answering: the answer lets the peer send the
@@ -352,10 +353,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         } else {
             size as u32
         };
-        while i < iters
-            && !STOP.load(Ordering::SeqCst)
-            && deadline.is_none_or(|d| Instant::now() < d)
-        {
+        while i < iters && !stopping() && deadline.is_none_or(|d| Instant::now() < d) {
             let sge = s.mr.sge(base + s.max_size, len);
             let op = if p.test == Test::AtomicLat {
                 SendOp::FetchAdd { add: 1 }
@@ -367,7 +365,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
             match wait_one(s, &alarm) {
                 Ok(_) => samples.push(t0.elapsed().as_secs_f64() * 1e6),
-                Err(_) if STOP.load(Ordering::SeqCst) => break,
+                Err(_) if stopping() => break,
                 Err(e) => return Err(e),
             }
             if let Some(pb) = &progress {
@@ -379,7 +377,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             pb.finish_and_clear();
         }
         // An interrupted run may leave its last operation in flight.
-        let interrupted = STOP.load(Ordering::SeqCst);
+        let interrupted = stopping();
         if p.verify && !samples.is_empty() && !interrupted {
             let mut got = vec![0u8; len as usize];
             s.mr.read(base + s.max_size, &mut got)
@@ -426,7 +424,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(256) {
                 std::thread::yield_now();
-                if STOP.load(Ordering::SeqCst) {
+                if stopping() {
                     break;
                 }
             }
@@ -449,7 +447,11 @@ fn results(
         ctl.send(&json!({"type": "result", "result": v}))?;
         Ok(v)
     } else {
-        let m = ctl.expect("result")?;
+        let m = if stopping() {
+            ctl.expect_after_stop("result")?
+        } else {
+            ctl.expect("result")?
+        };
         Ok(m.get("result").cloned().unwrap_or(Value::Null))
     }
 }

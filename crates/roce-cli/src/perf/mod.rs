@@ -29,6 +29,30 @@ use control::Control;
 /// Set by Ctrl-C: loops stop and report what they measured.
 pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Set when the peer says it was interrupted (a `stop` message): this
+/// side's loops end as for Ctrl-C, and it reports what it measured.
+pub(crate) static PEER_STOP: AtomicBool = AtomicBool::new(false);
+
+/// Cleared once a session is connected: from then on Ctrl-C cuts the run
+/// short and the sides still exchange their reports, so waits on the peer
+/// no longer end at Ctrl-C.
+static SETTING_UP: AtomicBool = AtomicBool::new(true);
+
+/// The session is connected: see [`SETTING_UP`].
+pub(crate) fn set_up() {
+    SETTING_UP.store(false, Ordering::SeqCst);
+}
+
+/// Whether a wait on the peer should end at Ctrl-C.
+pub(crate) fn waits_end_at_stop() -> bool {
+    SETTING_UP.load(Ordering::SeqCst)
+}
+
+/// Whether the run is being cut short, here or by the peer.
+pub(crate) fn stopping() -> bool {
+    STOP.load(Ordering::SeqCst) || PEER_STOP.load(Ordering::SeqCst)
+}
+
 /// The tests, named as perftest's binaries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Test {
@@ -200,7 +224,7 @@ pub(crate) struct PerfArgs {
     #[arg(long)]
     bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
-    #[arg(long, default_value_t = 4791)]
+    #[arg(long, default_value_t = 4791, value_parser = clap::value_parser!(u16).range(1..))]
     roce_port: u16,
     /// Congestion control: ECN-capable data, CNPs on CE, and the DCQCN
     /// reaction point (the paper's version or NVIDIA's mlx5 variant).
@@ -345,14 +369,33 @@ impl Params {
         if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return Err("bad MTU in hello".into());
         }
+        if p.duration.is_some_and(|d| !(d > 0.0 && d <= 86_400.0)) {
+            return Err("bad duration in hello".into());
+        }
         Ok(p)
     }
 }
 
+/// Flags every mode shares, and combinations no mode takes.
+fn check_modes(args: &PerfArgs) -> Result<(), String> {
+    if args.perftest && args.loopback {
+        return Err(
+            "--perftest talks to another program's endpoint; it cannot be combined with --loopback"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// Runs `roce perf`; returns the exit status.
 pub(crate) fn run(args: &PerfArgs) -> i32 {
-    let _ = ctrlc::set_handler(|| STOP.store(true, Ordering::SeqCst));
-    let res = if args.perftest && args.rdma_cm {
+    let _ = ctrlc::set_handler(|| {
+        STOP.store(true, Ordering::SeqCst);
+        control::announce_stop();
+    });
+    let res = if let Err(e) = check_modes(args) {
+        Err(e)
+    } else if args.perftest && args.rdma_cm {
         perftest_cm::run(args)
     } else if args.perftest {
         perftest::run(args)
@@ -368,7 +411,12 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("roce perf: {e}");
-            1
+            // Cut short by Ctrl-C before there was anything to report.
+            if STOP.load(Ordering::SeqCst) {
+                130
+            } else {
+                1
+            }
         }
     }
 }
@@ -462,13 +510,38 @@ fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), S
     serve(args, listener, fabric, false)
 }
 
+/// Waits for a client, ending at Ctrl-C ("interrupted before a client
+/// came").
+pub(crate) fn accept_interruptibly(listener: &TcpListener) -> Result<TcpStream, String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("listen: {e}"))?;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream
+                    .set_nonblocking(false)
+                    .map_err(|e| format!("accept: {e}"))?;
+                return Ok(stream);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if STOP.load(Ordering::SeqCst) {
+                    return Err("interrupted before a client came".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    }
+}
+
 fn serve(
     args: &PerfArgs,
     listener: TcpListener,
     fabric: Option<&roce_io::Fabric>,
     quiet: bool,
 ) -> Result<(), String> {
-    let (stream, _) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+    let stream = accept_interruptibly(&listener)?;
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
     let hello = ctl.expect("hello")?;
     let params = match Params::from_json(&hello) {
@@ -506,7 +579,7 @@ fn serve(
             if !quiet {
                 print_results(args, &params, &results, &counters);
             }
-            Ok(())
+            pcap_problem(&counters).map_or(Ok(()), Err)
         }
         Err(e) => {
             ctl.send_error(&e);
@@ -551,7 +624,7 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     match r {
         Ok((results, params, counters)) => {
             print_results(args, &params, &results, &counters);
-            Ok(results)
+            pcap_problem(&counters).map_or(Ok(results), Err)
         }
         Err(e) => {
             ctl.send_error(&e);
@@ -582,11 +655,21 @@ fn connect_tcp(addr: SocketAddr, bind: Option<IpAddr>) -> Result<TcpStream, Stri
     Ok(sock.into())
 }
 
+/// A `--pcap` file that could not be written: the run worked, but the
+/// capture asked for is incomplete.
+fn pcap_problem(counters: &Value) -> Option<String> {
+    let n = counters["backend"]["pcap_errors"].as_u64().unwrap_or(0);
+    (n > 0).then(|| {
+        format!("the pcap file could not be written ({n} write errors): the capture is incomplete")
+    })
+}
+
 fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: &Value) {
     if args.json {
         let v = json!({"test": params.test.name(), "qps": params.qps, "mtu": params.mtu,
                        "bidirectional": params.bidir, "verified": params.verify,
-                       "interrupted": STOP.load(Ordering::SeqCst), "results": results,
+                       "interrupted": STOP.load(Ordering::SeqCst),
+                       "peer_interrupted": PEER_STOP.load(Ordering::SeqCst), "results": results,
                        "counters": counters});
         println!("{v}");
         return;
@@ -631,6 +714,8 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: 
     }
     if STOP.load(Ordering::SeqCst) {
         println!(" (interrupted: partial results)");
+    } else if PEER_STOP.load(Ordering::SeqCst) {
+        println!(" (the peer was interrupted: partial results)");
     }
 }
 
@@ -640,6 +725,36 @@ impl PerfArgs {
             BackendKind::Udp => "UDP",
             BackendKind::Packet => "AF_PACKET",
             BackendKind::Fabric => "in-memory fabric",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client's hello with a duration out of range is refused with an
+    /// error (it used to panic the server in `Duration::from_secs_f64`).
+    #[test]
+    fn a_hello_with_a_bad_duration_is_refused() {
+        let p = Params {
+            test: Test::WriteBw,
+            sizes: vec![65536],
+            iters: 10,
+            duration: Some(2.0),
+            qps: 1,
+            tx_depth: 128,
+            mtu: 4096,
+            bidir: false,
+            verify: true,
+            seed: 1,
+        };
+        assert!(Params::from_json(&p.to_json()).is_ok());
+        for d in [-1.0, 0.0, 1e300, 86_401.0] {
+            let mut v = p.to_json();
+            v["duration"] = json!(d);
+            let e = Params::from_json(&v).err();
+            assert_eq!(e.as_deref(), Some("bad duration in hello"), "{d}");
         }
     }
 }

@@ -322,7 +322,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             "roce perf: waiting for a perftest client on port {}",
             args.port
         );
-        l.accept().map_err(|e| format!("accept: {e}"))?.0
+        super::accept_interruptibly(&l)?
     };
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
@@ -343,7 +343,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     }
     oob.xchg(&4096u32.to_be_bytes(), 4)?;
     oob.xchg(&64u32.to_be_bytes(), 4)?;
-    let mtu = args.mtu.min(link_path_mtu(args, local));
+    let mtu = args.mtu.min(link_path_mtu(args, local)?);
     let m = oob.xchg(&mtu_msg(mtu), 2)?;
     let mtu = m[0]
         .checked_sub(b'0')

@@ -248,7 +248,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         (None, Some(s)) => crate::rping::route_source(s).ok_or(format!("no route to {s}"))?,
         (None, None) => return Err("the -R server needs its RoCE address: --bind ADDR".into()),
     };
-    let mtu = args.mtu.min(link_path_mtu(args, local));
+    let mtu = args.mtu.min(link_path_mtu(args, local)?);
     let ctx = open_context(args, local, mtu, None)?;
 
     // The control connection.

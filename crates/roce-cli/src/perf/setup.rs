@@ -30,6 +30,9 @@ pub(crate) struct Session {
     pub(crate) max_size: u64,
     /// Receive buffers per QP (SEND tests).
     pub(crate) ring: u64,
+    /// The SEND tests' receives are posted (once for every size of a run,
+    /// each `max_size` long, so any size fits the ones still queued).
+    pub(crate) recvs_posted: std::sync::atomic::AtomicBool,
     /// The peer's endpoints, one per QP.
     pub(crate) remote: Vec<Endpoint>,
     /// Mixed into the pattern expected from the peer: 0, except in the
@@ -61,7 +64,7 @@ impl Session {
     ) -> Result<Session, String> {
         // perftest's rule: a path MTU above what the link carries is
         // lowered to the largest that fits; both sides use the smaller.
-        let mtu = params.mtu.min(link_path_mtu(args, local));
+        let mtu = params.mtu.min(link_path_mtu(args, local)?);
         let ctx = open_context(args, local, mtu, fabric)?;
         let pd = ctx.alloc_pd();
         let nq = params.qps as u64;
@@ -80,8 +83,10 @@ impl Session {
             ));
         }
         let depth = params.tx_depth as usize * 2 + ring as usize + 64;
+        // Room for twice what can be outstanding, within the device's
+        // largest CQ (-q 256 -t 4096 asks for more than it has).
         let cq = ctx
-            .create_cq(depth * params.qps as usize * 2, None)
+            .create_cq((depth * params.qps as usize * 2).min(4 << 20), None)
             .map_err(|e| e.to_string())?;
         // The area peers access holds this side's pattern (READ sources).
         let mut mem = vec![0u8; (slot * nq) as usize];
@@ -196,6 +201,7 @@ impl Session {
                 .map_err(|e| format!("cannot connect QP {}: {e}", m.qpn))?;
         }
         ctl.barrier("connected")?;
+        super::set_up();
         Ok(Session {
             params,
             is_client,
@@ -206,6 +212,7 @@ impl Session {
             slot,
             max_size,
             ring,
+            recvs_posted: Default::default(),
             remote,
             peer_salt: args.verify_salt,
             _pd: pd,
