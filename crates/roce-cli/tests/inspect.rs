@@ -237,6 +237,61 @@ fn corrupted_packet_fails_with_exit_1() {
     );
 }
 
+/// Frames the capture cut at its snap length (captured < on-the-wire
+/// length) are shown as truncated and not counted as malformed: the rest
+/// of the file still decides the exit status.
+#[test]
+fn frames_cut_by_the_snap_length_are_not_malformed() {
+    let src = std::fs::read(testdata("captures/rc_send_64B.pcap")).unwrap();
+    let mut reader = roce_capture::CaptureReader::new(&src[..]).unwrap();
+    // A classic little-endian pcap written here, one frame cut to 60 bytes
+    // (Ethernet, IPv4, UDP and part of the BTH).
+    let mut out = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 60, 1] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut cut = false;
+    while let Some(p) = reader.next_packet() {
+        let p = p.unwrap();
+        // The first RoCE-sized frame (the capture starts with ARP and such).
+        let keep = if !cut && p.data.len() > 100 {
+            cut = true;
+            60
+        } else {
+            p.data.len()
+        };
+        let ts_us = p.ts_ns / 1000;
+        for v in [
+            (ts_us / 1_000_000) as u32,
+            (ts_us % 1_000_000) as u32,
+            keep as u32,
+            p.data.len() as u32,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&p.data[..keep]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snap.pcap");
+    std::fs::write(&path, out).unwrap();
+    let o = roce(&["inspect", path_str(&path)]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text} {}", stderr(&o));
+    assert!(
+        text.contains(" TRUNCATED by the capture: 60 of 118 bytes"),
+        "{text}"
+    );
+    assert!(text.contains(" 0 malformed"), "{text}");
+    assert!(
+        text.contains("1 cut short by the capture's snap length"),
+        "{text}"
+    );
+    let o = roce(&["inspect", "--summary", "--json", path_str(&path)]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["summary"]["truncated"], 1);
+    assert_eq!(v["summary"]["malformed"], 0);
+}
+
 #[test]
 fn truncated_and_unreadable_files_exit_2_with_one_line() {
     let src = std::fs::read(testdata("captures/rc_send_64B.pcap")).unwrap();
@@ -263,7 +318,13 @@ fn truncated_and_unreadable_files_exit_2_with_one_line() {
 
     let o = roce(&["inspect", "/nonexistent/file.pcap"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("/nonexistent/file.pcap"));
+    assert!(stderr(&o).contains("/nonexistent/file.pcap: No such file"));
+    // Nothing was read: no (empty) summary either.
+    assert_eq!(stdout(&o), "");
+    let o = roce(&["inspect", path_str(dir.path())]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("is a directory"), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "");
 
     let o = roce(&["inspect", "--qp", "0x1000000", path_str(&cut)]);
     assert_eq!(o.status.code(), Some(2), "bad flag value is a usage error");

@@ -48,6 +48,10 @@ fn parse_qpn(s: &str) -> Result<u32, String> {
 /// How inspecting one file ended.
 enum FileOutcome {
     Clean,
+    /// Not a capture at all (missing, a directory, not pcap/pcapng): no
+    /// summary is printed for it.
+    NotOpened,
+    /// Read up to an error: the summary covers what came before.
     Unreadable,
 }
 
@@ -66,6 +70,10 @@ pub(crate) fn run(args: &InspectArgs) -> i32 {
         let mut summary = Summary::default();
         let outcome = inspect_file(args, path, &mut summary, &mut out);
         let res = match outcome {
+            Ok(FileOutcome::NotOpened) => {
+                worst = 2;
+                Ok(())
+            }
             Ok(o) => {
                 if let FileOutcome::Unreadable = o {
                     worst = 2;
@@ -112,11 +120,24 @@ fn inspect_file(
     summary: &mut Summary,
     out: &mut impl Write,
 ) -> io::Result<FileOutcome> {
+    // The file itself first, for a plain message (the reader's speaks of
+    // records and offsets).
+    match std::fs::metadata(path) {
+        Err(e) => {
+            eprintln!("roce inspect: {}: {e}", path.display());
+            return Ok(FileOutcome::NotOpened);
+        }
+        Ok(m) if m.is_dir() => {
+            eprintln!("roce inspect: {}: is a directory", path.display());
+            return Ok(FileOutcome::NotOpened);
+        }
+        Ok(_) => {}
+    }
     let mut reader = match CaptureReader::open(path) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("roce inspect: {}: {e}", path.display());
-            return Ok(FileOutcome::Unreadable);
+            return Ok(FileOutcome::NotOpened);
         }
     };
     let mut first_ts = None;
@@ -133,6 +154,27 @@ fn inspect_file(
         };
         let first = *first_ts.get_or_insert(pkt.ts_ns);
         let time = render::rel_time(pkt.ts_ns, first);
+        if (pkt.data.len() as u64) < u64::from(pkt.orig_len) {
+            // Cut at the capture's snap length: its lengths disagree and
+            // its ICRC is gone, so it cannot be checked (not malformed).
+            summary.truncated += 1;
+            if print && args.qp.is_none() {
+                if args.json {
+                    let v = serde_json::json!({"n": pkt.index, "time": time,
+                        "kind": "truncated", "captured": pkt.data.len(), "length": pkt.orig_len});
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} {time:.6} TRUNCATED by the capture: {} of {} bytes",
+                        pkt.index,
+                        pkt.data.len(),
+                        pkt.orig_len
+                    )?;
+                }
+            }
+            continue;
+        }
         let frame = match pkt.payload() {
             Ok(Payload::Ethernet(b)) => Frame::parse_ethernet(b),
             Ok(Payload::Ip(b)) => Frame::parse_ip(b),

@@ -63,6 +63,8 @@ pub(crate) struct Summary {
     pub(crate) malformed: u64,
     pub(crate) mac_control: u64,
     pub(crate) other: u64,
+    /// Frames the capture cut short (its snap length): not checkable.
+    pub(crate) truncated: u64,
 }
 
 impl Summary {
@@ -177,7 +179,7 @@ impl Summary {
                 s.icrc_bad
             )?;
         }
-        writeln!(
+        write!(
             out,
             "\n{} RoCE packets in {} flows, {} ICRC failures, {} malformed, {} PAUSE/PFC frames, {} other frames skipped",
             self.roce_packets,
@@ -186,7 +188,15 @@ impl Summary {
             self.malformed,
             self.mac_control,
             self.other
-        )
+        )?;
+        if self.truncated > 0 {
+            write!(
+                out,
+                ", {} cut short by the capture's snap length",
+                self.truncated
+            )?;
+        }
+        writeln!(out)
     }
 
     /// The summary as JSON.
@@ -219,6 +229,7 @@ impl Summary {
                 "malformed": self.malformed,
                 "mac_control": self.mac_control,
                 "other": self.other,
+                "truncated": self.truncated,
                 "flows": flows,
             }
         })
