@@ -156,14 +156,16 @@ fn ctrl_c_before_a_client_came() {
 }
 
 /// `-a` runs every size of the SEND tests (receives posted for the last
-/// size are still queued when the next, larger one starts).
+/// size are still queued when the next, larger one starts), on every QP.
 #[test]
 fn every_size_of_the_send_tests() {
-    for test in ["send-lat", "send-bw"] {
+    for (test, qps) in [("send-lat", "1"), ("send-bw", "2")] {
         let (port, roce_port) = ports();
         let o = roce(&[
             "perf",
             test,
+            "-q",
+            qps,
             "--loopback",
             "-a",
             "-n",
@@ -266,6 +268,16 @@ fn flag_combinations_refused() {
             vec!["perf", "write-bw", "--roce-port", "0"],
             "0 is not in 1..=65535",
             2,
+        ),
+        (
+            vec!["perf", "write-bw", "--loopback", "--vlan", "5"],
+            "needs --backend packet",
+            1,
+        ),
+        (
+            vec!["perf", "write-bw", "--loopback", "--link-gbps", "1e-300"],
+            "between 0.001 and 10000",
+            1,
         ),
     ] {
         let mut a = args.clone();

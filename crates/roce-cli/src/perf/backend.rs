@@ -201,8 +201,9 @@ pub(crate) fn open_context(
 ) -> Result<Context, String> {
     let mut cfg = DeviceConfig::new(local);
     cfg.active_mtu = mtu;
-    if !(args.link_gbps > 0.0 && args.link_gbps <= 10_000.0) {
-        return Err("--link-gbps must be between 0 and 10000".into());
+    // From 1 Mbit/s: DCQCN's rates are whole bits per second.
+    if !(args.link_gbps >= 0.001 && args.link_gbps <= 10_000.0) {
+        return Err("--link-gbps must be between 0.001 and 10000".into());
     }
     cfg.link_bps = (args.link_gbps * 1e9) as u64;
     let cc = match args.cc {

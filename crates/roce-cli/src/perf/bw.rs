@@ -66,6 +66,10 @@ fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
     let requester = s.is_client || s.params.bidir;
     let target = !s.is_client || s.params.bidir;
     let zeros = vec![0u8; size as usize];
+    // The ring is posted for the first size (every QP's); each receive is
+    // reposted as it completes, so the next size finds it queued, and its
+    // buffer is max_size long, so any size fits.
+    let post_ring = target && test == Test::SendBw && !s.recvs_posted.swap(true, Ordering::Relaxed);
     for q in 0..s.qps.len() {
         let base = s.slot_off(q);
         if target && matches!(test, Test::WriteBw | Test::AtomicBw) {
@@ -80,10 +84,7 @@ fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
             s.mr.write(base + s.max_size, &zeros)
                 .map_err(|e| e.to_string())?;
         }
-        // The ring is posted for the first size; each receive is reposted
-        // as it completes, so the next size finds it queued, and its
-        // buffer is max_size long, so any size fits.
-        if target && test == Test::SendBw && !s.recvs_posted.swap(true, Ordering::Relaxed) {
+        if post_ring {
             for j in 0..s.ring {
                 let sge =
                     s.mr.sge(base + 2 * s.max_size + j * s.max_size, s.max_size as u32);

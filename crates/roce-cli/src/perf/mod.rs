@@ -378,6 +378,9 @@ impl Params {
 
 /// Flags every mode shares, and combinations no mode takes.
 fn check_modes(args: &PerfArgs) -> Result<(), String> {
+    if args.vlan.is_some() && args.backend != BackendKind::Packet {
+        return Err("--vlan tags raw frames: it needs --backend packet".into());
+    }
     if args.perftest && args.loopback {
         return Err(
             "--perftest talks to another program's endpoint; it cannot be combined with --loopback"
