@@ -122,6 +122,8 @@ pub struct PacketStats {
     pub rx_dropped: u64,
     /// Own outgoing frames skipped.
     pub rx_outgoing: u64,
+    /// RoCE frames of another VLAN than the device's; dropped.
+    pub rx_other_vlan: u64,
     /// RoCE frames received per 802.1Q priority.
     pub rx_by_pcp: [u64; 8],
     /// RoCE frames received without a tag.
@@ -388,6 +390,16 @@ impl PacketBackend {
             .vlan()
             .map(|t| t.pcp)
             .or(info.vlan_tci.map(|tci| (tci >> 13) as u8));
+        // RoCE from this device's VLAN only (an untagged or priority-tagged
+        // frame, VID 0, when it has none): the tag in the frame, or the one
+        // the kernel moved into the packet's metadata. MAC control (PFC)
+        // is per link, whatever the VLAN.
+        let vid = f
+            .vlan()
+            .map(|t| t.vid)
+            .or(info.vlan_tci.map(|tci| tci & 0x0fff))
+            .unwrap_or(0);
+        let other_vlan = vid != self.cfg.vlan.unwrap_or(0);
         match f.ethertype() {
             ethertype::MAC_CONTROL => match MacControl::parse(f.payload()) {
                 Ok(c) if self.mac_ctl.len() < MAC_CONTROL_QUEUE => {
@@ -396,6 +408,7 @@ impl PacketBackend {
                 }
                 _ => self.stats.rx_dropped += 1,
             },
+            ethertype::IPV4 | ethertype::IPV6 if other_vlan => self.stats.rx_other_vlan += 1,
             ethertype::IPV4 | ethertype::IPV6 => {
                 let p = f.payload();
                 let len = match datagram::ip_header_len(p).map(|_| p[0] >> 4) {
@@ -555,6 +568,7 @@ impl Backend for PacketBackend {
             ("pkt_rx_mac_control", s.rx_mac_control),
             ("pkt_rx_dropped", s.rx_dropped),
             ("pkt_rx_outgoing", s.rx_outgoing),
+            ("pkt_rx_other_vlan", s.rx_other_vlan),
             ("pkt_rx_untagged", s.rx_untagged),
         ];
         const PCP: [&str; 8] = [
@@ -590,6 +604,9 @@ impl AsRawFd for PacketBackend {
         self.sock.as_raw_fd()
     }
 }
+
+#[cfg(test)]
+mod frame_tests;
 
 #[cfg(test)]
 mod tests {

@@ -393,9 +393,9 @@ pub(crate) fn recvmmsg(
                     unsafe { ptr::read(ptr::from_ref(&names[i]).cast::<libc::sockaddr_ll>()) };
                 ll.sll_pkttype
             });
-        if peer.is_none() && pkttype.is_none() {
-            continue;
-        }
+        // A message whose address cannot be read still takes its entry
+        // (peer None: the caller drops it), so that entry i stays the
+        // arena's slot i.
         let mut info = RxInfo {
             len: (hdrs[i].msg_len as usize).min(slot),
             peer,

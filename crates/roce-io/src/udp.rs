@@ -176,6 +176,17 @@ impl UdpBackend {
     /// other socket error as is.
     pub fn bind(cfg: UdpConfig) -> io::Result<Self> {
         crate::emu::adapt_to_cpu();
+        // The ICRC covers the source and destination addresses: a device
+        // must own one address, which the kernel then writes and reports.
+        if cfg.local.is_unspecified() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a RoCE device needs an address of its own, not {}",
+                    cfg.local
+                ),
+            ));
+        }
         let addr = SocketAddr::new(cfg.local, cfg.port);
         let sock = ports::udp_socket(cfg.local, cfg.port, false).map_err(|e| {
             if e.kind() == io::ErrorKind::AddrInUse {

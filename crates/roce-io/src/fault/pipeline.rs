@@ -142,9 +142,15 @@ impl Path {
             return;
         }
         let mut data = take_buf(pool, d);
+        let mut meta = meta;
         if unit(r[1]) < cfg.corrupt {
             flip_bit(&mut data, r[2]);
             self.stats.corrupted += 1;
+            // Received: the backend below checked the ICRC before the
+            // damage (or could not), so the engine must check it now (the
+            // header the backend passed on is the one the ICRC covers, or
+            // the check fails, as it should for a damaged datagram).
+            meta = meta.with_icrc_verified(true);
         }
         if unit(r[3]) < cfg.ce_mark && datagram::mark_ce(&mut data) {
             self.stats.ce_marked += 1;

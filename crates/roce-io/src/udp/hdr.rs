@@ -114,11 +114,23 @@ impl WireFields {
 }
 
 /// The ICRC of datagram `d` (parsed as `h`) once the kernel has written
-/// `wire` into its header, in wire byte order.
+/// `wire` into its header, in wire byte order, carrying over whatever
+/// mismatch the datagram's own ICRC has: a datagram damaged after the
+/// engine computed its ICRC (a fault injector, a bad buffer) must not get
+/// a valid one here. By the CRC's linearity the result is the engine's
+/// ICRC moved by the difference the header change makes: the ICRC over
+/// the new header, XOR the one over the datagram as it is, XOR the
+/// engine's (equal to the new one exactly when the datagram is intact).
+/// Two CRCs over the datagram; only datagrams whose header the kernel
+/// writes differently from the engine's pay for it.
 pub(crate) fn icrc_for_wire(d: &[u8], h: &TxHdr, wire: &WireFields) -> [u8; 4] {
     let at = h.ip_hlen + udp::HEADER_LEN;
     // TxHdr::parse checked that a BTH and an ICRC follow.
-    icrc_over(&d[..at], &d[at..], Some(wire)).unwrap_or([0; 4])
+    let new = icrc_over(&d[..at], &d[at..], Some(wire)).unwrap_or([0; 4]);
+    let own = icrc_over(&d[..at], &d[at..], None).unwrap_or([0; 4]);
+    let mut engine = [0u8; 4];
+    engine.copy_from_slice(&d[d.len() - 4..]);
+    std::array::from_fn(|i| new[i] ^ own[i] ^ engine[i])
 }
 
 /// The ICRC (wire byte order) of the datagram made of the IP and UDP

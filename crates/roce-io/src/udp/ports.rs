@@ -153,8 +153,28 @@ impl PortSockets {
                 });
                 Some(e.sock.as_fd())
             }
-            Err(_) => {
-                self.failed[usize::from(port / 64)] |= 1 << (port % 64);
+            Err(e) => {
+                // Only a port someone else holds (or may not be used) is
+                // given up for good; running out of descriptors is not
+                // the port's fault: close the least recently used socket
+                // so the next look finds one free.
+                let port_refused = matches!(
+                    e.kind(),
+                    io::ErrorKind::AddrInUse
+                        | io::ErrorKind::PermissionDenied
+                        | io::ErrorKind::AddrNotAvailable
+                );
+                if port_refused {
+                    self.failed[usize::from(port / 64)] |= 1 << (port % 64);
+                } else if let Some(p) = self
+                    .map
+                    .iter()
+                    .min_by_key(|(_, e)| e.last_used)
+                    .map(|(p, _)| *p)
+                {
+                    self.map.remove(&p);
+                    self.evictions += 1;
+                }
                 self.bind_failures += 1;
                 None
             }

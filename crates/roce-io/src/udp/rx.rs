@@ -91,7 +91,6 @@ impl UdpBackend {
                     continue;
                 }
                 if !self.v6 {
-                    self.stats.rx_icrc_unverified += 1;
                     if self.cfg.icrc_check != IcrcCheck::Off
                         && !check_v4(&mut self.stats, &mut self.solver, &mut head, payload)
                     {
@@ -101,6 +100,9 @@ impl UdpBackend {
                             continue;
                         }
                     }
+                    // Handed on: the engine cannot verify it (a dropped
+                    // one is not counted here).
+                    self.stats.rx_icrc_unverified += 1;
                 }
                 // IPv6: every covered field is known, the engine verifies.
                 let meta = RxMeta::new().with_icrc_verified(self.v6);

@@ -208,13 +208,18 @@ impl UdpBackend {
                             let d = batch.get(s.idx);
                             stats.tx_bytes += (d.len() - s.payload_at) as u64;
                             stats.tx_icrc_recomputed += u64::from(s.icrc.is_some());
+                            // The UDP header's source port, as the engine
+                            // wrote it: rewritten when it is not the main
+                            // socket's.
+                            let at = s.payload_at - 8;
+                            let sport = u16::from_be_bytes([d[at], d[at + 1]]);
+                            if via == Via::Main && sport != self.cfg.port {
+                                stats.tx_sport_rewritten += 1;
+                            }
                         }
                         if k > 1 {
                             stats.tx_gso_sends += 1;
                             stats.tx_gso_datagrams += k;
-                        }
-                        if via == Via::Main {
-                            stats.tx_sport_rewritten += k;
                         }
                     }
                     done += n;
@@ -223,7 +228,19 @@ impl UdpBackend {
                     result = Sent::WouldBlock(self.segs[self.plan[done].start].idx);
                     break;
                 }
-                Err(_) if msgs[done].gso_size != 0 => {
+                // The errors that say the kernel or device cannot segment
+                // (EIO: no checksum offload; EINVAL: UDP_SEGMENT refused;
+                // ENOPROTOOPT/EOPNOTSUPP): GSO goes off and the rest is
+                // sent again one datagram per message. Any other error is
+                // this message's own (unreachable, refused) and drops only
+                // it, below.
+                Err(e)
+                    if msgs[done].gso_size != 0
+                        && matches!(
+                            e.raw_os_error(),
+                            Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                        ) =>
+                {
                     result = Sent::GsoFailed(self.segs[self.plan[done].start].idx);
                     break;
                 }
