@@ -309,6 +309,9 @@ impl Backend for UdpBackend {
 
     fn send(&mut self, _now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         let mut i = 0;
+        // After the kernel refused a GSO send: the errors sent before the
+        // one-datagram probe that tells whose fault it was.
+        let mut probe: Option<u64> = None;
         while i < batch.len() {
             let h = match TxHdr::parse(batch.get(i)) {
                 Some(h) if h.dst.is_ipv6() == self.v6 => h,
@@ -323,13 +326,34 @@ impl Backend for UdpBackend {
             } else {
                 Via::Port(h.sport)
             };
-            let end = self.plan_chunk(batch, i, &h, via);
+            let limit = if probe.is_some() { 1 } else { TX_CHUNK };
+            let end = self.plan_chunk(batch, i, &h, via, limit);
             match self.send_chunk(batch, via) {
-                Sent::All => i = end,
-                Sent::WouldBlock(at) => return Ok(at),
+                Sent::All => {
+                    if let Some(before) = probe.take() {
+                        if self.stats.tx_errors > before {
+                            // Refused on its own too: the message was at
+                            // fault (EINVAL for UDP port 0, say), not GSO.
+                            self.offloads.gso = true;
+                        } else {
+                            // Alone it went: the kernel cannot segment.
+                            self.stats.gso_disabled += 1;
+                        }
+                    }
+                    i = end;
+                }
+                Sent::WouldBlock(at) => {
+                    if probe.is_some() {
+                        // Undecided: GSO stays, the next send tries again.
+                        self.offloads.gso = true;
+                    }
+                    return Ok(at);
+                }
                 Sent::GsoFailed(at) => {
+                    // The refused message's first datagram goes again
+                    // alone, to see whether GSO or the message was refused.
                     self.offloads.gso = false;
-                    self.stats.gso_disabled += 1;
+                    probe = Some(self.stats.tx_errors);
                     i = at;
                 }
             }

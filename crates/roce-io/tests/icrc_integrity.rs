@@ -287,3 +287,39 @@ fn hostile_datagrams_do_not_panic_the_receiver() {
         println!("gro={gro} {check:?}: {:?}", b.stats());
     }
 }
+
+/// A GSO send the kernel refuses for the message's own sake (EINVAL for
+/// UDP port 0) keeps GSO on: a one-datagram probe is refused too, so the
+/// message is dropped and counted, and GSO still serves the next send.
+#[test]
+fn a_refused_gso_message_does_not_turn_gso_off() {
+    let (s, d) = (ip("127.0.0.65"), ip("127.0.0.66"));
+    let (mut a, mut b) = pair25(s, d, |c| c);
+    assert!(a.offloads().gso);
+    let mut tx = PacketBatch::new(2, SLOT);
+    for i in 0..2 {
+        tx.push_with(|slot| emit(&spec(s, d, i, 512), slot));
+    }
+    // Destination port 0 (in the engine's UDP header).
+    for i in 0..2 {
+        let g = tx.get_mut(i);
+        g[22] = 0;
+        g[23] = 0;
+    }
+    assert_eq!(a.send(0, &tx).unwrap(), 2);
+    assert!(
+        a.offloads().gso,
+        "GSO was switched off by one refused message"
+    );
+    assert_eq!(a.stats().gso_disabled, 0);
+    assert_eq!(a.stats().tx_errors, 2);
+    // The next message goes out as one GSO send and arrives whole.
+    let mut tx = PacketBatch::new(3, SLOT);
+    for i in 0..3 {
+        tx.push_with(|slot| emit(&spec(s, d, i, 512), slot));
+    }
+    let gso_before = a.stats().tx_gso_sends;
+    send_all(&mut a, &mut tx);
+    assert_eq!(a.stats().tx_gso_sends, gso_before + 1);
+    assert_eq!(recv_n(&mut b, 3).len(), 3);
+}

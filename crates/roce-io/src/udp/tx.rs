@@ -64,14 +64,15 @@ impl UdpBackend {
     }
 
     /// Plans the chunk of datagrams from `first` that share `h0`'s source
-    /// port and leave `via`; fills `self.segs` / `self.plan` and returns
-    /// the batch index after the chunk.
+    /// port and leave `via`, at most `limit` of them; fills `self.segs` /
+    /// `self.plan` and returns the batch index after the chunk.
     pub(super) fn plan_chunk(
         &mut self,
         batch: &PacketBatch,
         first: usize,
         h0: &TxHdr,
         via: Via,
+        limit: usize,
     ) -> usize {
         self.segs.clear();
         self.plan.clear();
@@ -81,7 +82,7 @@ impl UdpBackend {
         };
         let gso = self.offloads.gso;
         let mut i = first;
-        while i < batch.len() && self.segs.len() < TX_CHUNK {
+        while i < batch.len() && self.segs.len() < limit.min(TX_CHUNK) {
             let d = batch.get(i);
             let h = if i == first {
                 *h0
@@ -228,19 +229,9 @@ impl UdpBackend {
                     result = Sent::WouldBlock(self.segs[self.plan[done].start].idx);
                     break;
                 }
-                // The errors that say the kernel or device cannot segment
-                // (EIO: no checksum offload; EINVAL: UDP_SEGMENT refused;
-                // ENOPROTOOPT/EOPNOTSUPP): GSO goes off and the rest is
-                // sent again one datagram per message. Any other error is
-                // this message's own (unreachable, refused) and drops only
-                // it, below.
-                Err(e)
-                    if msgs[done].gso_size != 0
-                        && matches!(
-                            e.raw_os_error(),
-                            Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
-                        ) =>
-                {
+                // Whether GSO or this message was refused, a probe of one
+                // datagram tells (`UdpBackend::send`).
+                Err(_) if msgs[done].gso_size != 0 => {
                     result = Sent::GsoFailed(self.segs[self.plan[done].start].idx);
                     break;
                 }
