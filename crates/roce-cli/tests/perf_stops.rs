@@ -293,3 +293,35 @@ fn flag_combinations_refused() {
         assert!(start.elapsed() < Duration::from_secs(10), "{args:?}");
     }
 }
+
+/// Ctrl-C during an `-a` latency run keeps the sizes measured so far: a
+/// stop that lands between sizes used to end both sides with "no
+/// iteration completed" and no report.
+#[test]
+fn ctrl_c_during_all_sizes_keeps_the_rows_measured() {
+    for delay in [700, 1300, 1900] {
+        let (port, roce_port) = ports();
+        let c = spawn(&[
+            "perf",
+            "send-lat",
+            "--loopback",
+            "-a",
+            "-n",
+            "50",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+        ]);
+        std::thread::sleep(Duration::from_millis(delay));
+        interrupt(&c);
+        let o = wait_bounded(c, Duration::from_secs(30));
+        let (out, err) = text(&o);
+        if o.status.code() == Some(0) {
+            continue; // finished before the signal
+        }
+        assert_eq!(o.status.code(), Some(130), "{delay} ms: {out} {err}");
+        assert!(!err.contains("roce perf:"), "{delay} ms: {err}");
+        assert!(out.contains("interrupted: partial results"), "{out}");
+    }
+}

@@ -378,3 +378,51 @@ fn ud_fields_of_an_rc_send_are_ignored() {
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(1, WcStatus::Success)]);
     assert_eq!(statuses(&w.hosts[1].poll()), vec![(20, WcStatus::Success)]);
 }
+
+/// A QP moved to the error state by the application sends nothing more,
+/// not even a PSN sequence NAK it had queued (only a class C error NAK,
+/// and the answers owed before it, still go out).
+#[test]
+fn an_application_error_transition_sends_no_queued_sequence_nak() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect(QpType::Rc, 1024);
+    let from_b = Arc::new(AtomicUsize::new(0));
+    let seen = from_b.clone();
+    let mut dropped_one = false;
+    w.filter = Box::new(move |from, _d| {
+        if from == 1 {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }
+        if from == 0 && !dropped_one {
+            // The first request is lost: the next is out of sequence.
+            dropped_one = true;
+            return Verdict::Drop;
+        }
+        Verdict::Deliver
+    });
+    for i in 0..2 {
+        w.post_rdma(qa, SendOp::Write, 64 * i, 64, 64 * i);
+    }
+    assert!(w.run_until(1000, |w| w.hosts[1]
+        .dev
+        .qp_counters(qb)
+        .unwrap()
+        .drop_out_of_sequence
+        >= 1));
+    let sent_before = from_b.load(Ordering::SeqCst);
+    let a = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    w.hosts[1].dev.modify_qp(qb, &a, QpAttrMask::STATE).unwrap();
+    for _ in 0..20 {
+        w.step();
+    }
+    assert_eq!(
+        from_b.load(Ordering::SeqCst),
+        sent_before,
+        "B sent after ERR"
+    );
+}

@@ -305,11 +305,16 @@ impl CmListener {
 impl Drop for CmListener {
     /// `rdma_destroy_id` of a listener: no new requests, and those it
     /// received and nobody took are rejected (the peers hear at once
-    /// instead of waiting out their timeouts).
+    /// instead of waiting out their timeouts); a request already taken
+    /// stays the application's, as in rdma_cm.
     fn drop(&mut self) {
         let shared = self.ctx.shared();
         let mut core = shared.core();
-        let orphans = core.dev.cm_stop_listen(self.id);
+        let _ = core.dev.cm_stop_listen(self.id);
+        // Every request not yet handed out has its event queued now (the
+        // engine's pending ones included); those handed out (a CmRequest
+        // the application holds) are the application's to answer.
+        crate::progress::collect_cm_events(&mut core, shared);
         let id = self.id;
         let queued: Vec<CmId> = lock(&shared.cm_events)
             .iter()
@@ -319,7 +324,7 @@ impl Drop for CmListener {
                 _ => None,
             })
             .collect();
-        for c in orphans.into_iter().chain(queued) {
+        for c in queued {
             forget_connection(shared, &mut core, c, true);
         }
         drop(core);

@@ -362,7 +362,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
 /// let go of; true when it queued any. Under the engine lock, so that an
 /// application letting go of a connection (also under it) either finds
 /// its events queued, to remove them, or has them filtered here.
-fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared) -> bool {
+pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared) -> bool {
     let crate::shared::Core {
         dev, cm_dropped, ..
     } = core;

@@ -522,3 +522,37 @@ fn an_srq_receive_in_progress_goes_back_to_the_srq_on_destroy() {
     // Nothing wrote the memory after its release.
     assert!(mem.iter().all(|&x| x != 0xAA));
 }
+
+/// A request the application took before dropping the listener stays
+/// its own to accept (as in rdma_cm: destroying the listener leaves the
+/// ids it delivered alone).
+#[test]
+fn a_request_taken_before_the_listener_is_dropped_can_be_accepted() {
+    let fabric = roce_io::Fabric::new();
+    let a = Context::open_fabric(&fabric, "10.0.0.1".parse().unwrap()).unwrap();
+    let b = Context::open_fabric(&fabric, "10.0.0.2".parse().unwrap()).unwrap();
+    let listener = b.cm_listen(PORT + 2).unwrap();
+    let (_pa, _ca, qa) = rc_qp(&a);
+    let (_pb, _cb, qb) = rc_qp(&b);
+    let client = thread::spawn(move || {
+        let r = qa.cm_connect(
+            "10.0.0.2".parse().unwrap(),
+            PORT + 2,
+            &ConnParam::default(),
+            Duration::from_secs(5),
+        );
+        // The connection is kept (dropping it would disconnect).
+        let state = r
+            .as_ref()
+            .map(|c| c.qp().state())
+            .map_err(|e| format!("{e:?}"));
+        (state, r)
+    });
+    let req = listener.get_request(WAIT).unwrap();
+    drop(listener);
+    let conn = req.accept(&qb, &ConnParam::default(), WAIT);
+    assert!(conn.is_ok(), "{:?}", conn.as_ref().err());
+    let (state, r) = client.join().unwrap();
+    assert_eq!(state, Ok(QpState::Rts));
+    drop(r);
+}

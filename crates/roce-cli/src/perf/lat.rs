@@ -152,6 +152,9 @@ pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, Stri
             _ => one_sided(s, ctl, size)?,
         };
         let r = results(s, ctl, size, samples)?;
+        if r.is_null() {
+            break;
+        }
         out.push(r);
     }
     Ok(out)
@@ -441,7 +444,15 @@ fn results(
     mut samples: Vec<f64>,
 ) -> Result<Value, String> {
     if s.is_client {
-        let r = LatResult::from_samples(size, &mut samples).ok_or("no iteration completed")?;
+        let Some(r) = LatResult::from_samples(size, &mut samples) else {
+            if stopping() {
+                // Cut short before this size measured anything: no row
+                // (the sizes before it keep theirs), and the peer is told.
+                ctl.send(&json!({"type": "result", "result": null}))?;
+                return Ok(Value::Null);
+            }
+            return Err("no iteration completed".into());
+        };
         let mut v = report::lat_json(&r);
         v["row"] = json!(report::lat_row(&r));
         ctl.send(&json!({"type": "result", "result": v}))?;

@@ -71,13 +71,15 @@ enum Job {
 }
 
 impl Job {
-    fn is_nak(&self) -> bool {
+    /// A NAK that ends the responder (a class C error), not a PSN
+    /// sequence NAK, which asks for a retry and changes no state.
+    fn is_error_nak(&self) -> bool {
         matches!(
             self,
             Job::Ack {
-                syndrome: Syndrome::Nak(_),
+                syndrome: Syndrome::Nak(code),
                 ..
-            }
+            } if *code != NakCode::PsnSequenceError
         )
     }
 }
@@ -121,20 +123,23 @@ impl Responder {
         }
     }
 
-    /// On entering the error state: what was queued up to the last NAK
-    /// still goes out, in order, and nothing after it. Responses are queued
+    /// On entering the error state: what was queued up to the last error
+    /// NAK still goes out, in order, and nothing after it. Responses are queued
     /// in PSN order, so the READ responses, atomic ACKs and ACKs before a
     /// NAK answer requests executed before the one that failed: the NAK
     /// acknowledges those requests, and their responses must precede it
     /// (IBTA Vol 1 §9.7.5, responses in PSN order; §9.9, a class C
-    /// error ends the responder after its NAK). With no NAK queued (the QP
-    /// was moved to the error state, or its requester failed) nothing goes
-    /// out.
+    /// error ends the responder after its NAK). With no error NAK queued
+    /// (the QP was moved to the error state, or its requester failed)
+    /// nothing goes out, not even a queued sequence NAK.
     pub(crate) fn on_error(&mut self) {
         let keep = if std::mem::take(&mut self.keep_queued) {
             self.out.len()
         } else {
-            self.out.iter().rposition(Job::is_nak).map_or(0, |i| i + 1)
+            self.out
+                .iter()
+                .rposition(Job::is_error_nak)
+                .map_or(0, |i| i + 1)
         };
         self.out.truncate(keep);
         self.owed_in_error = keep;

@@ -49,7 +49,8 @@ impl Qp {
                     // that followed the one it could not take (as rxe
                     // does): the wait already goes back to that packet, so
                     // the NAK is no transport error and costs no retry.
-                    if self.ack_through(psn.sub(1), ctx) && self.req.rnr_until.is_none() {
+                    let rnr_waiting = self.req.rnr_until.is_some_and(|t| ctx.now < t);
+                    if self.ack_through(psn.sub(1), ctx) && !rnr_waiting {
                         self.retry(psn, false, ctx);
                     }
                 }
