@@ -8,24 +8,6 @@ mod common;
 use common::*;
 use roce_core::*;
 
-fn statuses(v: &[Wc]) -> Vec<(u64, WcStatus)> {
-    v.iter().map(|c| (c.wr_id, c.status)).collect()
-}
-
-fn post_recv(w: &mut World, qp: Qpn, wr_id: u64) {
-    let sge = w.hosts[1].sge(4096, 256);
-    w.hosts[1]
-        .dev
-        .post_recv(
-            qp,
-            RecvWr {
-                wr_id,
-                sgl: vec![sge],
-            },
-        )
-        .unwrap();
-}
-
 /// A WRITE whose R_Key is wrong (remote access error).
 fn bad_write(w: &World, wr_id: u64) -> SendWr {
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
@@ -162,7 +144,7 @@ fn write_with_imm_is_accepted_when_retried_after_rnr() {
         .unwrap()
         .rnr_naks_sent
         >= 1));
-    post_recv(&mut w, qb, 20);
+    recv(&mut w, 1, qb, 20, 4096, 256);
     w.settle(1_000_000);
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(1, WcStatus::Success)]);
     let b = w.hosts[1].poll();
@@ -201,8 +183,8 @@ fn rnr_wait_spends_no_transport_retry() {
     let c = w.hosts[0].dev.qp_counters(qa).unwrap();
     assert!(c.seq_naks_received >= 1, "{c:?}");
     assert_eq!(w.hosts[0].dev.qp(qa).unwrap().state(), QpState::Rts);
-    post_recv(&mut w, qb, 20);
-    post_recv(&mut w, qb, 21);
+    recv(&mut w, 1, qb, 20, 4096, 256);
+    recv(&mut w, 1, qb, 21, 4096, 256);
     w.settle(1_000_000);
     assert_eq!(
         statuses(&w.hosts[0].poll()),
@@ -238,8 +220,8 @@ fn ack_timer_is_held_during_an_rnr_wait() {
     assert_eq!(c.timeouts, 0, "{c:?}");
     assert_eq!(c.rnr_naks_received, 1, "{c:?}");
     assert_eq!(w.hosts[0].dev.qp(qa).unwrap().state(), QpState::Rts);
-    post_recv(&mut w, qb, 20);
-    post_recv(&mut w, qb, 21);
+    recv(&mut w, 1, qb, 20, 4096, 256);
+    recv(&mut w, 1, qb, 21, 4096, 256);
     w.settle(1_000_000);
     assert_eq!(
         statuses(&w.hosts[0].poll()),
@@ -257,10 +239,6 @@ fn to_sqd(w: &mut World, qp: Qpn, notify: bool) -> Result<(), VerbsError> {
     w.hosts[0].dev.modify_qp(qp, &a, mask)
 }
 
-fn events(w: &mut World) -> Vec<AsyncEvent> {
-    std::iter::from_fn(|| w.hosts[0].dev.poll_event()).collect()
-}
-
 /// RTS -> SQD with EN_SQD_ASYNC_NOTIFY while a WRITE is in flight: SQD ->
 /// SQD is refused until the WRITE is acknowledged, then the SQ Drained
 /// event comes and SQD -> SQD is accepted.
@@ -272,11 +250,11 @@ fn sq_drained_event_after_the_drain() {
     // One step sends the WRITE's packets; none is acknowledged yet.
     assert!(w.step());
     to_sqd(&mut w, qa, true).unwrap();
-    assert!(events(&mut w).is_empty());
+    assert!(events(&mut w, 0).is_empty());
     let e = to_sqd(&mut w, qa, false).unwrap_err();
     assert!(e.to_string().contains("draining"), "{e}");
     w.settle(100_000);
-    assert_eq!(events(&mut w), vec![AsyncEvent::SqDrained(qa)]);
+    assert_eq!(events(&mut w, 0), vec![AsyncEvent::SqDrained(qa)]);
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(1, WcStatus::Success)]);
     to_sqd(&mut w, qa, false).unwrap();
     // Nothing in flight: the drain is immediate, announced only if asked.
@@ -284,10 +262,10 @@ fn sq_drained_event_after_the_drain() {
     a.qp_state = QpState::Rts;
     w.hosts[0].dev.modify_qp(qa, &a, QpAttrMask::STATE).unwrap();
     to_sqd(&mut w, qa, false).unwrap();
-    assert!(events(&mut w).is_empty());
+    assert!(events(&mut w, 0).is_empty());
     w.hosts[0].dev.modify_qp(qa, &a, QpAttrMask::STATE).unwrap();
     to_sqd(&mut w, qa, true).unwrap();
-    assert_eq!(events(&mut w), vec![AsyncEvent::SqDrained(qa)]);
+    assert_eq!(events(&mut w, 0), vec![AsyncEvent::SqDrained(qa)]);
 }
 
 /// A CUR_STATE that is not the QP's state is refused (IBTA Vol 1
@@ -366,7 +344,7 @@ fn no_responder_resources_refuses_reads() {
 fn ud_fields_of_an_rc_send_are_ignored() {
     let mut w = World::new(1 << 16);
     let (qa, qb) = w.connect(QpType::Rc, 1024);
-    post_recv(&mut w, qb, 20);
+    recv(&mut w, 1, qb, 20, 4096, 256);
     let mut wr = SendWr::send(1, vec![w.hosts[0].sge(0, 16)]);
     wr.ud = Some(UdDest::new(
         "10.9.9.9".parse().unwrap(),

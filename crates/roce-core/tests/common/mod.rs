@@ -371,3 +371,101 @@ pub fn bring_up_with(
     dev.modify_qp(qpn, &a, req(QpState::Rtr, QpState::Rts))
         .unwrap();
 }
+
+/// (wr_id, status) of each completion.
+pub fn statuses(v: &[Wc]) -> Vec<(u64, WcStatus)> {
+    v.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// Posts a receive of `len` bytes at `off` of host `h`'s region.
+pub fn recv(w: &mut World, h: usize, qp: Qpn, wr_id: u64, off: u64, len: u32) {
+    let sge = w.hosts[h].sge(off, len);
+    w.hosts[h]
+        .dev
+        .post_recv(
+            qp,
+            RecvWr {
+                wr_id,
+                sgl: vec![sge],
+            },
+        )
+        .unwrap();
+}
+
+/// The operation of a datagram.
+pub fn op_of(d: &[u8]) -> roce_wire::Operation {
+    roce_wire::RocePacket::parse_ip(d)
+        .unwrap()
+        .bth
+        .opcode
+        .operation()
+}
+
+/// The async events host `h` raised, in order.
+pub fn events(w: &mut World, h: usize) -> Vec<AsyncEvent> {
+    let mut v = Vec::new();
+    while let Some(e) = w.hosts[h].dev.poll_event() {
+        v.push(e);
+    }
+    v
+}
+
+/// A byte pattern of `len` bytes, distinct per `seed`.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Creates a QP on each host (init attributes adjusted by `tweak(host,
+/// init)`) and brings both up.
+pub fn pair(
+    w: &mut World,
+    ty: QpType,
+    pmtu: u32,
+    tweak: impl Fn(usize, &mut QpInitAttr),
+) -> (Qpn, Qpn) {
+    let mut q = [Qpn::new(0); 2];
+    for (i, h) in w.hosts.iter_mut().enumerate() {
+        let mut init = QpInitAttr {
+            qp_type: ty,
+            pd: h.pd,
+            send_cq: h.cq,
+            recv_cq: h.cq,
+            srq: None,
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+        };
+        tweak(i, &mut init);
+        q[i] = h.dev.create_qp(init).unwrap();
+    }
+    let addrs = [w.hosts[0].addr(), w.hosts[1].addr()];
+    for i in 0..2 {
+        bring_up(
+            &mut w.hosts[i].dev,
+            q[i],
+            ty,
+            pmtu,
+            addrs[1 - i],
+            q[1 - i],
+            Psn::new(0x100 * (i as u32 + 1)),
+            Psn::new(0x100 * (2 - i as u32)),
+        );
+    }
+    (q[0], q[1])
+}
+
+/// Posts a receive of host 1's region to `srq`.
+pub fn srq_recv(w: &mut World, srq: SrqId, wr_id: u64, off: u64, len: u32) {
+    let sge = w.hosts[1].sge(off, len);
+    w.hosts[1]
+        .dev
+        .post_srq_recv(
+            srq,
+            RecvWr {
+                wr_id,
+                sgl: vec![sge],
+            },
+        )
+        .unwrap();
+}
