@@ -4,21 +4,21 @@
 //! must fit the next), damaged datagrams dropped and retransmitted, an
 //! unwritable capture file, and flag combinations no mode takes.
 
+mod common;
+
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+use common::Guard;
 use serde_json::Value;
 
 fn roce(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(args)
-        .output()
-        .expect("run roce")
+    common::roce().args(args).output().expect("run roce")
 }
 
 fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_roce"))
+    common::roce()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -50,25 +50,10 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-/// Waits for a child with a bound, so a hang fails the test (the child is
-/// killed then; a child that ended is never signalled, so a reused PID is
-/// safe).
-fn wait_bounded(mut c: Child, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if c.try_wait().expect("try_wait").is_some() {
-            return c.wait_with_output().expect("wait");
-        }
-        if start.elapsed() > limit {
-            let _ = c.kill();
-            let o = c.wait_with_output().expect("wait");
-            panic!(
-                "the process did not end within {limit:?}: {}",
-                String::from_utf8_lossy(&o.stdout)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Waits for a child with a bound, so a hang fails the test (the shared
+/// guard kills it then; an ended child is never signalled).
+fn wait_bounded(c: Child, limit: Duration) -> Output {
+    Guard(Some(c)).wait(limit)
 }
 
 /// Ctrl-C on the server of two processes: the server prints its partial
