@@ -209,13 +209,13 @@ impl UdpBackend {
                             let d = batch.get(s.idx);
                             stats.tx_bytes += (d.len() - s.payload_at) as u64;
                             stats.tx_icrc_recomputed += u64::from(s.icrc.is_some());
-                            // The UDP header's source port, as the engine
-                            // wrote it: rewritten when it is not the main
-                            // socket's.
-                            let at = s.payload_at - 8;
-                            let sport = u16::from_be_bytes([d[at], d[at + 1]]);
-                            if via == Via::Main && sport != self.cfg.port {
-                                stats.tx_sport_rewritten += 1;
+                            // Through the main socket, the source port the
+                            // engine wrote (its UDP header) is rewritten
+                            // unless it is the main socket's.
+                            if via == Via::Main {
+                                let at = s.payload_at - 8;
+                                let sport = u16::from_be_bytes([d[at], d[at + 1]]);
+                                stats.tx_sport_rewritten += u64::from(sport != self.cfg.port);
                             }
                         }
                         if k > 1 {
