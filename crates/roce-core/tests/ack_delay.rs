@@ -163,7 +163,10 @@ fn a_stream_is_acked_every_max_psns() {
     // 64 = 7 windows of 9 PSNs (una + 8) and one more: each window's ACK
     // leaves by its span, and only the tail waits out the delay.
     assert_eq!(acks_from(&log, 1), 8);
-    assert!(w.now < DELAY + 20 * w.latency, "a window waited for a deadline");
+    assert!(
+        w.now < DELAY + 20 * w.latency,
+        "a window waited for a deadline"
+    );
 }
 
 /// The application sees the SEND and moves its QP to the error state
@@ -207,10 +210,7 @@ fn an_ack_deferred_when_the_qp_goes_is_its_last_packet() {
                 qp_state: QpState::Reset,
                 ..QpAttr::default()
             };
-            w.hosts[1]
-                .dev
-                .modify_qp(qb, &r, QpAttrMask::STATE)
-                .unwrap();
+            w.hosts[1].dev.modify_qp(qb, &r, QpAttrMask::STATE).unwrap();
         } else {
             w.hosts[1].dev.destroy_qp(qb).unwrap();
         }
@@ -222,7 +222,11 @@ fn an_ack_deferred_when_the_qp_goes_is_its_last_packet() {
             }),
             "reset {reset}"
         );
-        assert_eq!(statuses(&got), vec![(1, WcStatus::Success)], "reset {reset}");
+        assert_eq!(
+            statuses(&got),
+            vec![(1, WcStatus::Success)],
+            "reset {reset}"
+        );
         assert!(w.now < DELAY, "reset {reset}: waited for the deadline");
     }
 }

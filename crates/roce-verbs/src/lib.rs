@@ -131,8 +131,8 @@ pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
 pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{
-    Access, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos, Payload,
-    PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr, Rkey,
-    SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode, WcStatus,
+    Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos,
+    Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr,
+    Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode, WcStatus,
 };
 pub use {roce_core, roce_io};

@@ -132,7 +132,6 @@ pub(crate) struct Io {
     pub(crate) backend: Box<dyn Backend + Send>,
     pub(crate) rx: PacketBatch,
     pub(crate) tx: PacketBatch,
-    pub(crate) hold: crate::progress::Hold,
     /// Polling steps since the clock was last read for one.
     pub(crate) stale_polls: u32,
     /// The engine's earliest timer when a step last looked.
@@ -167,11 +166,6 @@ pub(crate) struct Shared {
     pub(crate) in_sleep: AtomicBool,
     /// Work was handed to the progress thread since it last looked.
     pub(crate) kicked: AtomicBool,
-    /// ACKs are owed for requests the application may have seen (a
-    /// polling step held its transmit back, or a step is between receiving
-    /// and transmitting), or datagrams wait in the I/O's transmit batch:
-    /// [`crate::progress::settle`] sends them.
-    pub(crate) tx_owed: AtomicBool,
     /// The engine was locked by [`Shared::core`] (for something that may
     /// give it a datagram to send or a timer to run) since a progress step
     /// last looked for what to send: a polling step that receives nothing
@@ -216,7 +210,6 @@ impl Shared {
                 backend,
                 rx: PacketBatch::new(cfg.batch, slot),
                 tx: PacketBatch::new(cfg.batch, slot),
-                hold: Default::default(),
                 stale_polls: 0,
                 deadline: None,
             }),
@@ -235,7 +228,6 @@ impl Shared {
             sleeper,
             in_sleep: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
-            tx_owed: AtomicBool::new(false),
             touched: AtomicBool::new(true),
             clock: AtomicU64::new(0),
         }

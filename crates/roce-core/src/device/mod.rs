@@ -432,7 +432,9 @@ impl Device {
     ) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn.value()).ok_or(VerbsError::NotFound)?;
         let mut ctx = ctx!(self, 0);
-        if mask.contains(QpAttrMask::STATE) && attr.qp_state == QpState::Reset {
+        if mask.contains(QpAttrMask::STATE)
+            && matches!(attr.qp_state, QpState::Reset | QpState::Err)
+        {
             keep_farewell(&mut self.farewell, qp, &mut ctx);
         }
         let r = qp.modify(attr, mask, &mut ctx);
@@ -576,13 +578,14 @@ impl Device {
     /// Writes the next datagram to send into `buf` (which should hold at
     /// least 4200 bytes); returns its length, or `None` when nothing is due.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
-        if let Some(n) = self.cm_poll_transmit(buf) {
-            self.counters.tx_datagrams += 1;
-            return Some(n);
-        }
+        // A QP's last ACK before the CM message that may end it (a DREQ).
         if let Some(p) = self.farewell.pop_front() {
             let n = p.len().min(buf.len());
             buf[..n].copy_from_slice(&p[..n]);
+            self.counters.tx_datagrams += 1;
+            return Some(n);
+        }
+        if let Some(n) = self.cm_poll_transmit(buf) {
             self.counters.tx_datagrams += 1;
             return Some(n);
         }
@@ -667,9 +670,10 @@ impl Device {
     }
 }
 
-/// Keeps a QP's deferred ACK to send as its last packet when the QP is
-/// destroyed or reset: with deferral off it would have left before the
-/// application could do either. Bounded: the oldest go first.
+/// Keeps a QP's deferred ACK to send as its last packet when the
+/// application destroys the QP, resets it or moves it to the error state
+/// (also through the CM): with deferral off it would have left before the
+/// application could do any of these. Bounded: the oldest go first.
 fn keep_farewell(queue: &mut VecDeque<Vec<u8>>, qp: &mut Qp, ctx: &mut Ctx<'_>) {
     const MAX_FAREWELLS: usize = 1024;
     let mut buf = vec![0u8; 512];

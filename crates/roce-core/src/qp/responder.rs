@@ -321,7 +321,9 @@ impl Qp {
                     self.resp.push_ack(e, Syndrome::ACK_UNLIMITED);
                     if self.resp.out.len() == 1 {
                         let span = e.diff(self.resp.last_ack_psn);
-                        self.resp.ack_hold.on_ack_queued(ctx.now, span, ctx.ack_delay);
+                        self.resp
+                            .ack_hold
+                            .on_ack_queued(ctx.now, span, ctx.ack_delay);
                     } else {
                         self.resp.ack_hold.release();
                     }
