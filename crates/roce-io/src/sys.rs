@@ -2,8 +2,9 @@
 //! way the backends need them: `sendmmsg` / `recvmmsg` with a control
 //! message buffer *per message* (per-packet TOS, UDP GSO segment size, and
 //! on receive the TOS / traffic class and the GRO segment size), and plain
-//! integer socket options by number. This is the only module of the crate
-//! with `unsafe`; every block says why it is sound.
+//! integer socket options by number. One of the crate's three modules with
+//! `unsafe` (with `ring.rs`, the AF_PACKET receive ring, and `emu.rs`, the
+//! CPUID probe); every block says why it is sound.
 
 use std::io::{self, IoSlice};
 use std::mem;
