@@ -29,7 +29,7 @@ struct CmsgBuf([u8; CMSG_BUF]);
 /// The headers, addresses, iovecs and control buffers of one
 /// `sendmmsg` / `recvmmsg` call, allocated once per socket: a call sets
 /// the fields of the slots it uses instead of zeroing ~17 KiB of them
-/// (which took 8 % of a latency test's CPU time).
+/// (a measurable share of a latency test's CPU time).
 pub(crate) struct MmsgScratch {
     hdrs: Box<[libc::mmsghdr]>,
     names: Box<[libc::sockaddr_storage]>,
