@@ -251,7 +251,7 @@ impl Shared {
     /// busy-polling loop, which should not read the clock on every empty
     /// round. Reading it is a system call where the kernel's clock source
     /// has no vDSO path (an emulated CPU whose TSC the kernel distrusts,
-    /// as in the lab VM: about 2 us a reading there).
+    /// as in the lab VM).
     pub(crate) fn recent(&self) -> Nanos {
         self.clock.load(Ordering::Relaxed)
     }

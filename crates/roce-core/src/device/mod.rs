@@ -505,7 +505,7 @@ impl Device {
         }
         let op = p.bth.opcode;
         if op.transport() == Transport::Cnp {
-            // Reaction point (dcb.md §4): the CNP names our QP.
+            // Reaction point (docs/dcb.md §4): the CNP names our QP.
             self.counters.rx_cnp += 1;
             let qpn = p.bth.dest_qp.value();
             if let Some(qp) = self.qps.get_mut(&qpn) {
@@ -538,7 +538,7 @@ impl Device {
             return;
         }
         let ip_hlen = p.ip.header_len().min(dgram.len());
-        // Notification point (protocol reference §7): CE → CNP to the peer.
+        // Notification point (docs/protocol.md §7): CE → CNP to the peer.
         if p.ip.ecn() == Ecn::Ce {
             qp.cc.on_ce(now);
         }

@@ -1,5 +1,5 @@
-//! The responder (IBTA Vol 1 §9.7.4–§9.7.5.2 as rxe applies them, protocol
-//! reference §6): PSN checks, duplicate handling (re-ACK, READ replay,
+//! The responder (IBTA Vol 1 §9.7.4–§9.7.5.2 as rxe applies them, docs/protocol.md
+//! §6): PSN checks, duplicate handling (re-ACK, READ replay,
 //! atomic replay without re-execution), RNR, R_Key and bound checks, NAKs,
 //! ACK coalescing and READ response generation; UC and UD receive paths.
 //!

@@ -30,7 +30,7 @@ impl Qp {
             return None;
         }
         let path = self.path(None, ctx)?;
-        // ACKs and NAKs are not ECN-capable (protocol reference §7); READ
+        // ACKs and NAKs are not ECN-capable (docs/protocol.md §7); READ
         // responses carry data and keep the device's codepoint.
         let ack_path = crate::qp::Path {
             ecn: roce_wire::Ecn::NotEct,
@@ -96,7 +96,7 @@ impl Qp {
                     {
                         Ok(s) => Some(s),
                         Err(_) => {
-                            // A class C error like any other (§9.9): the
+                            // A class C error like any other (IBTA Vol 1 §9.9): the
                             // NAK, then the error state, which drops the
                             // responses queued after it.
                             self.resp.out.clear();
