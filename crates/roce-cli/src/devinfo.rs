@@ -279,8 +279,10 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
 
 /// Runs `roce devinfo`; returns the exit status.
 pub(crate) fn run(args: &DevinfoArgs) -> i32 {
-    let devs = match roce_io::interfaces()
-        .map_err(|e| format!("cannot list interfaces: {e}"))
+    // The devices roce-verbs opens: interfaces with an address.
+    let devs = match roce_verbs::Device::list()
+        .map(|l| l.into_iter().map(|d| d.interface().clone()).collect())
+        .map_err(|e| e.to_string())
         .and_then(|all| select(all, args.dev.as_deref()))
     {
         Ok(d) => d,

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DeviceConfig,
-    MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
-    SendOp, SendWr, WcFlags,
+    Access, AddressHandle, AhAttr, BackendKind, CompletionQueue, ConnectOptions, Context,
+    MemoryRegion, OpenOptions, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn,
+    QueuePair, RecvWr, SendOp, SendWr, WcFlags,
 };
 
 /// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
@@ -68,24 +68,15 @@ struct Ud {
 
 impl Ud {
     fn open(local: IpAddr, args: &UdaddyArgs) -> Result<Ud, String> {
-        let mut cfg = DeviceConfig::new(local);
-        cfg.active_mtu = crate::perf::backend::interface_for(local, None)
-            .ok()
-            .and_then(|i| i.mtu)
-            .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
-        if args.size > cfg.active_mtu {
+        let o = OpenOptions::new(BackendKind::Udp, local).roce_port(args.roce_port, args.roce_port);
+        let mtu = o.link_mtu().map_err(|e| e.to_string())?;
+        if args.size > mtu {
             return Err(format!(
-                "-S {} is larger than the path MTU {} (a UD message is one packet)",
-                args.size, cfg.active_mtu
+                "-S {} is larger than the path MTU {mtu} (a UD message is one packet)",
+                args.size
             ));
         }
-        let ucfg = roce_io::UdpConfig::new(local)
-            .port(args.roce_port)
-            .remote_port(args.roce_port);
-        let backend = roce_io::UdpBackend::bind(ucfg)
-            .map_err(|e| format!("cannot open UDP {local}:{}: {e}", args.roce_port))?;
-        let ctx =
-            Context::open(backend, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let ctx = o.open().map_err(|e| e.to_string())?;
         let pd = ctx.alloc_pd();
         let n = args.count as usize;
         let scq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;

@@ -205,7 +205,7 @@ pub(crate) struct PerfArgs {
     /// seeded and reproducible): comma-separated `loss=P`, `duplicate=P`,
     /// `reorder=P`, `corrupt=P`, `ce=P` (P as 0.02 or 2%), `delay=TIME`,
     /// `jitter=TIME` (ns, us, ms), `seed=N`.
-    #[arg(long, value_name = "SPEC", value_parser = backend::check_faults)]
+    #[arg(long, value_name = "SPEC", value_parser = crate::device::check_faults)]
     faults: Option<String>,
     /// Run the server and the client in this process, on two loopback
     /// addresses (127.0.0.1 and 127.0.0.2); in latency tests each side on
