@@ -186,6 +186,23 @@ pub(crate) struct PerfArgs {
     /// Report bandwidth in Gb/sec instead of MB/sec.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     gbits: bool,
+    /// perftest's `-F` (do not fail on CPU frequency warnings): accepted;
+    /// this tool measures with a monotonic clock, not the cycle counter.
+    #[arg(short = 'F', long = "CPU-freq")]
+    #[allow(dead_code)]
+    cpu_freq: bool,
+    /// Connection type, as perftest's `-c`: only RC (the default) is
+    /// implemented.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "TYPE",
+        default_value = "RC"
+    )]
+    connection: String,
+    /// Port of the device, as perftest's `-i`: a RoCE interface has one, 1.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
     /// Packet I/O backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Udp)]
     backend: BackendKind,
@@ -378,6 +395,18 @@ impl Params {
 
 /// Flags every mode shares, and combinations no mode takes.
 fn check_modes(args: &PerfArgs) -> Result<(), String> {
+    if !args.connection.eq_ignore_ascii_case("RC") {
+        return Err(format!(
+            "connection type {}: roce perf runs RC only (drop -c, or use roce pingpong --transport uc|ud)",
+            args.connection
+        ));
+    }
+    if args.ib_port != 1 {
+        return Err(format!(
+            "device port {}: a RoCE interface has one port, 1 (drop -i)",
+            args.ib_port
+        ));
+    }
     if args.vlan.is_some() && args.backend != BackendKind::Packet {
         return Err("--vlan tags raw frames: it needs --backend packet".into());
     }
