@@ -10,9 +10,11 @@ mod udaddy;
 
 use clap::{Parser, Subcommand};
 
-/// Tools for RoCE v2: decode and verify captures, measure bandwidth and latency.
+/// Tools for RoCE v2: decode and verify captures, perftest-style bandwidth
+/// and latency tests, rdma-core's pingpong, librdmacm's rping and udaddy,
+/// device listing, and a fabric simulator.
 #[derive(Parser, Debug)]
-#[command(name = "roce", version, about, long_about = None)]
+#[command(name = "roce", version, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -80,3 +80,25 @@ fn perftest_flags_are_accepted_or_explained() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
+
+/// The help texts say what the tools are: not "inspect RoCE v2 captures"
+/// for everything; `--perftest` names all eight tools and both version
+/// numbers; perf's device flag is perftest's and devinfo's `--ib-dev`.
+#[test]
+fn help_texts_are_current() {
+    let help = |args: &[&str]| text(&run(args, Duration::from_secs(10)).stdout);
+    for h in [help(&["--help"]), help(&["pingpong", "--help"])] {
+        assert!(!h.contains("inspect RoCE v2 captures"), "{h}");
+    }
+    assert!(help(&["--help"]).contains("perftest-style"));
+    let perf = help(&["perf", "--help"]);
+    let para = perf
+        .split("\n\n")
+        .find(|p| p.contains("--perftest"))
+        .unwrap_or_default();
+    for t in ["eight", "atomic", "_lat", "6.06", "4.5"] {
+        assert!(para.contains(t), "{t}: {para}");
+    }
+    assert!(perf.contains("-d, --ib-dev <IFACE>"), "{perf}");
+    assert!(help(&["devinfo", "--help"]).contains("--ib-dev"));
+}

@@ -208,7 +208,7 @@ pub(crate) struct PerfArgs {
     backend: BackendKind,
     /// Network interface of the packet backend (default: the one that holds
     /// the local address); the UDP backend reads its MTU.
-    #[arg(short = 'd', long = "dev", alias = "ib-dev", value_name = "IFACE")]
+    #[arg(short = 'd', long = "ib-dev", alias = "dev", value_name = "IFACE")]
     dev: Option<String>,
     /// Tag frames with this 802.1Q VLAN id (packet backend; 0 = priority
     /// tag only), PCP from the DSCP.
@@ -229,8 +229,10 @@ pub(crate) struct PerfArgs {
     /// a CPU of its own when the process may use two or more.
     #[arg(long)]
     loopback: bool,
-    /// Speak perftest 4.5's out-of-band exchange (instead of this tool's
-    /// own), to run against ib_write_bw, ib_read_bw, ib_send_bw.
+    /// Speak perftest 4.5's out-of-band exchange (Debian's perftest 4.5
+    /// package, which reports version 6.06) instead of this tool's own, to
+    /// run against any of its eight tools: ib_{write,read,send,atomic}_bw
+    /// and ib_{write,read,send,atomic}_lat.
     #[arg(long)]
     perftest: bool,
     /// With --perftest: perftest's rdma_cm mode (`-R`): the control
