@@ -102,3 +102,121 @@ fn help_texts_are_current() {
     assert!(perf.contains("-d, --ib-dev <IFACE>"), "{perf}");
     assert!(help(&["devinfo", "--help"]).contains("--ib-dev"));
 }
+
+/// Starts `roce perf ARGS` as a server on 127.0.0.1 and gives it time to
+/// listen.
+fn server(args: &[&str]) -> Guard {
+    let child = roce()
+        .args(["perf"])
+        .args(args)
+        .args(["--bind", "127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    Guard(Some(child))
+}
+
+/// A plain server recognises a perftest client (here `roce perf
+/// --perftest`, as ib_write_bw would be) and runs the test; it used to
+/// wait silently for a JSON line that never came.
+#[test]
+fn a_plain_server_serves_a_perftest_client() {
+    for test in ["write-bw", "send-lat"] {
+        let (port, rport) = ports();
+        let common = ["-s", "4096", "-n", "50", "-p", &port, "--roce-port", &rport];
+        let s = server(&[&[test][..], &common[..]].concat());
+        let c = run(
+            &[
+                &[
+                    "perf",
+                    test,
+                    "127.0.0.1",
+                    "--perftest",
+                    "--bind",
+                    "127.0.0.2",
+                ][..],
+                &common[..],
+            ]
+            .concat(),
+            Duration::from_secs(30),
+        );
+        let s = s.wait(Duration::from_secs(30));
+        let (cout, sout) = (text(&c.stdout), text(&s.stdout));
+        assert_eq!(
+            c.status.code(),
+            Some(0),
+            "{test} client: {cout}{}",
+            text(&c.stderr)
+        );
+        assert_eq!(
+            s.status.code(),
+            Some(0),
+            "{test} server: {sout}{}",
+            text(&s.stderr)
+        );
+        assert!(text(&s.stderr).contains("perftest"), "{}", text(&s.stderr));
+        assert!(
+            cout.lines().any(|l| l.trim_start().starts_with("4096 ")),
+            "{cout}"
+        );
+    }
+}
+
+/// The other way round (a plain client, a server forced to --perftest,
+/// as a real ib_write_bw server would be): both sides fail at once with
+/// an error that names --perftest, instead of "short perftest key string".
+#[test]
+fn a_plain_client_of_a_perftest_server_is_told_to_add_perftest() {
+    let (port, rport) = ports();
+    let common = ["-n", "20", "-p", &port, "--roce-port", &rport];
+    let s = server(&[&["write-bw", "--perftest"][..], &common[..]].concat());
+    let start = std::time::Instant::now();
+    let c = run(
+        &[
+            &["perf", "write-bw", "127.0.0.1", "--bind", "127.0.0.2"][..],
+            &common[..],
+        ]
+        .concat(),
+        Duration::from_secs(20),
+    );
+    let s = s.wait(Duration::from_secs(20));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let (cerr, serr) = (text(&c.stderr), text(&s.stderr));
+    assert_eq!(c.status.code(), Some(1), "{cerr}");
+    assert_eq!(s.status.code(), Some(1), "{serr}");
+    assert!(
+        cerr.contains("--perftest") && !cerr.contains("key string"),
+        "{cerr}"
+    );
+    assert!(serr.contains("roce perf's own exchange"), "{serr}");
+
+    // A real perftest server reads 16 bytes, answers with its version
+    // string and goes on reading (what ib_write_bw does).
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut v = [0u8; 16];
+        s.read_exact(&mut v).unwrap();
+        s.write_all(b"6.06\0\0\0\0\0\0\0\0\0\0\0\0").unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let start = std::time::Instant::now();
+    let c = run(
+        &["perf", "write-bw", "127.0.0.1", "-p", &port, "-n", "20"],
+        Duration::from_secs(20),
+    );
+    let cerr = text(&c.stderr);
+    assert_eq!(c.status.code(), Some(1), "{cerr}");
+    assert!(
+        cerr.contains("perftest's exchange (version string '6.06')") && cerr.contains("--perftest"),
+        "{cerr}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    fake.join().unwrap();
+}

@@ -113,6 +113,12 @@ impl Control {
             .name("perf-control".into())
             .spawn(move || {
                 let mut reader = BufReader::new(stream);
+                // A perftest server (ib_write_bw, roce perf --perftest)
+                // answers with its version string, not a JSON line.
+                if let Some(e) = reader.fill_buf().ok().and_then(foreign_peer) {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
                 loop {
                     let mut line = String::new();
                     let msg = match reader.read_line(&mut line) {
@@ -254,6 +260,24 @@ impl Control {
         if !std::mem::replace(&mut self.error_sent, true) {
             let _ = self.send(&json!({"type": "error", "message": msg}));
         }
+    }
+}
+
+/// An error for a peer whose first bytes are not a JSON object: a
+/// perftest peer's version string (digits, a dot, NUL padding) or
+/// something else.
+fn foreign_peer(first: &[u8]) -> Option<String> {
+    match first.first() {
+        None | Some(b'{') => None,
+        Some(b'0'..=b'9') => {
+            let end = first.iter().position(|&c| c == 0).unwrap_or(first.len());
+            let v = String::from_utf8_lossy(&first[..end.min(16)]);
+            Some(format!(
+                "the peer speaks perftest's exchange (version string '{v}'), not roce perf's: \
+                 run this side with --perftest"
+            ))
+        }
+        Some(_) => Some("the peer does not speak roce perf's control protocol".into()),
     }
 }
 

@@ -232,7 +232,8 @@ pub(crate) struct PerfArgs {
     /// Speak perftest 4.5's out-of-band exchange (Debian's perftest 4.5
     /// package, which reports version 6.06) instead of this tool's own, to
     /// run against any of its eight tools: ib_{write,read,send,atomic}_bw
-    /// and ib_{write,read,send,atomic}_lat.
+    /// and ib_{write,read,send,atomic}_lat. A server without it recognises
+    /// a perftest client by itself; the client needs it.
     #[arg(long)]
     perftest: bool,
     /// With --perftest: perftest's rdma_cm mode (`-R`): the control
@@ -569,6 +570,35 @@ pub(crate) fn accept_interruptibly(listener: &TcpListener) -> Result<TcpStream, 
     }
 }
 
+/// How long a connected peer may stay silent before its first message.
+pub(crate) const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(30);
+
+/// The first byte a client sends, without consuming it (waiting at most
+/// [`FIRST_MESSAGE_WAIT`]): `{` opens roce perf's JSON hello, an ASCII
+/// digit perftest's version string.
+pub(crate) fn first_byte(stream: &TcpStream) -> Result<u8, String> {
+    let _ = stream.set_read_timeout(Some(FIRST_MESSAGE_WAIT));
+    let mut b = [0u8; 1];
+    let r = stream.peek(&mut b);
+    let _ = stream.set_read_timeout(None);
+    match r {
+        Ok(1) => Ok(b[0]),
+        Ok(_) => Err("the client closed the connection without a word".into()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(format!(
+                "the client sent nothing for {} s",
+                FIRST_MESSAGE_WAIT.as_secs()
+            ))
+        }
+        Err(e) => Err(format!("control connection: {e}")),
+    }
+}
+
 fn serve(
     args: &PerfArgs,
     listener: TcpListener,
@@ -576,6 +606,18 @@ fn serve(
     quiet: bool,
 ) -> Result<(), String> {
     let stream = accept_interruptibly(&listener)?;
+    match first_byte(&stream)? {
+        b'{' => {}
+        b'0'..=b'9' if fabric.is_none() => {
+            // perftest's exchange opens with its version string: a
+            // perftest client (ib_write_bw, roce perf --perftest).
+            if !args.json {
+                eprintln!("roce perf: the client speaks perftest's exchange");
+            }
+            return perftest::run_on(args, stream, false);
+        }
+        _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
+    }
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
     let hello = ctl.expect("hello")?;
     let params = match Params::from_json(&hello) {
