@@ -220,3 +220,44 @@ fn a_plain_client_of_a_perftest_server_is_told_to_add_perftest() {
     assert!(start.elapsed() < Duration::from_secs(5));
     fake.join().unwrap();
 }
+
+/// A `--roce-port` that differs between the sides is found on the
+/// control connection: both fail at once naming the flag (it used to end
+/// in RetryExcErr after 1.9 s with nothing about the port).
+#[test]
+fn different_roce_ports_are_named() {
+    let (port, rport) = ports();
+    let other = (rport.parse::<u16>().unwrap() + 1000).to_string();
+    let s = server(&["write-bw", "-n", "20", "-p", &port, "--roce-port", &rport]);
+    let start = std::time::Instant::now();
+    let c = run(
+        &[
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "--bind",
+            "127.0.0.2",
+            "-n",
+            "20",
+            "-p",
+            &port,
+            "--roce-port",
+            &other,
+        ],
+        Duration::from_secs(20),
+    );
+    let s = s.wait(Duration::from_secs(20));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    for (o, who) in [(&c, "client"), (&s, "server")] {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{who}: {err}");
+        assert!(
+            err.contains("--roce-port") && err.contains(&rport) && err.contains(&other),
+            "{who}: {err}"
+        );
+    }
+}

@@ -636,6 +636,18 @@ fn serve(
             return Err(e);
         }
     };
+    // RoCE traffic between different UDP ports never meets: say so now
+    // rather than after the retries run out (RETRY_EXC_ERR).
+    if let Some(theirs) = hello.get("roce_port").and_then(Value::as_u64) {
+        if theirs != u64::from(args.roce_port) {
+            let msg = format!(
+                "the client's --roce-port is {theirs}, this server's {}: give both sides the same --roce-port",
+                args.roce_port
+            );
+            ctl.send_error(&msg);
+            return Err(msg);
+        }
+    }
     let local = args
         .bind
         .filter(|b| !b.is_unspecified())
@@ -686,7 +698,9 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
-    ctl.send(&params.to_json())?;
+    let mut hello = params.to_json();
+    hello["roce_port"] = json!(args.roce_port);
+    ctl.send(&hello)?;
     let local = args.bind.or(ctl.local_ip()).ok_or("no local address")?;
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
