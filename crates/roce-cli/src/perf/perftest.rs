@@ -334,6 +334,11 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
                 "{}",
                 serde_json::json!({"type": "error", "message": msg})
             );
+            // Read the hello before closing: unread data would make the
+            // close a reset, which can discard the error on its way.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = std::io::copy(&mut (&s).take(64 << 10), &mut std::io::sink());
             return Err(
                 "the client speaks roce perf's own exchange, not perftest's \
                  (a server without --perftest serves both)"
