@@ -7,7 +7,7 @@
 //! before each measured phase, `Result` and `Done` at the end. Either side
 //! may send `Error` and close.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpStream};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
@@ -16,6 +16,9 @@ use serde_json::{json, Value};
 
 /// Protocol version; peers must match.
 pub(crate) const VERSION: u64 = 1;
+
+/// Longest control message (one line); 256 QPs' endpoints take ~30 KB.
+pub(crate) const MAX_LINE: u64 = 64 << 10;
 
 /// One QP's connection data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,11 +48,23 @@ impl Endpoint {
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok())
             .ok_or("endpoint lacks a valid 'addr'")?;
+        let bits = |k: &str, max: u64| {
+            num(k).and_then(|n| {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|&n| u64::from(n) <= max)
+                    .ok_or(format!("endpoint has a bad '{k}' ({n})"))
+            })
+        };
+        let addr: IpAddr = addr;
+        if addr.is_unspecified() || addr.is_multicast() || addr == IpAddr::from([255u8; 4]) {
+            return Err(format!("endpoint has a bad 'addr' ({addr})"));
+        }
         Ok(Endpoint {
-            qpn: num("qpn")? as u32,
-            psn: num("psn")? as u32,
+            qpn: bits("qpn", 0xff_ffff)?,
+            psn: bits("psn", 0xff_ffff)?,
             addr,
-            rkey: num("rkey")? as u32,
+            rkey: bits("rkey", u64::from(u32::MAX))?,
             vaddr: num("vaddr")?,
             len: num("len")?,
         })
@@ -121,8 +136,16 @@ impl Control {
                 }
                 loop {
                     let mut line = String::new();
-                    let msg = match reader.read_line(&mut line) {
+                    // At most MAX_LINE bytes: a peer that never sends a
+                    // newline must not grow this side's memory.
+                    let msg = match (&mut reader).take(MAX_LINE + 1).read_line(&mut line) {
                         Ok(0) => Err("the peer closed the control connection".to_string()),
+                        Ok(_) if !line.ends_with('\n') && line.len() as u64 > MAX_LINE => {
+                            Err(format!(
+                                "the peer sent a control message longer than {} KiB",
+                                MAX_LINE >> 10
+                            ))
+                        }
                         Ok(_) => serde_json::from_str::<Value>(&line)
                             .map_err(|e| format!("bad control message: {e}")),
                         Err(e) => Err(format!("control connection: {e}")),
@@ -156,6 +179,12 @@ impl Control {
     /// The alarm the reader thread raises when the peer reports an error.
     pub(crate) fn alarm(&self) -> PeerAlarm {
         self.alarm.clone()
+    }
+
+    /// The peer's address on the control connection.
+    pub(crate) fn peer_ip(&self) -> Option<IpAddr> {
+        let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        w.peer_addr().ok().map(|a| a.ip())
     }
 
     /// The local address of the control connection.

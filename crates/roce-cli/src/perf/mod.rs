@@ -322,14 +322,16 @@ impl Params {
             vec![s]
         };
         let iters = a.iters.unwrap_or(if t.is_bw() { 5000 } else { 1000 });
-        if iters == 0 {
-            return Err("the number of iterations must be at least 1".into());
+        if iters == 0 || iters > MAX_ITERS {
+            return Err(format!(
+                "the number of iterations (-n) must be between 1 and {MAX_ITERS}"
+            ));
         }
         let tx_depth = a.tx_depth.unwrap_or(if t.is_bw() { 128 } else { 1 });
         if tx_depth == 0 || tx_depth > 4096 {
             return Err("the TX depth must be between 1 and 4096".into());
         }
-        Ok(Params {
+        let p = Params {
             test: t,
             sizes,
             iters,
@@ -340,7 +342,9 @@ impl Params {
             bidir: a.bidir,
             verify: !a.no_verify,
             seed: 0x5eed_0000 ^ std::process::id() as u64,
-        })
+        };
+        setup::check_memory(&p)?;
+        Ok(p)
     }
 
     fn to_json(&self) -> Value {
@@ -350,51 +354,75 @@ impl Params {
                "bidir": self.bidir, "verify": self.verify, "seed": self.seed})
     }
 
+    /// The parameters of a client's hello, every field checked (against
+    /// the same limits as the client's flags) before anything is
+    /// allocated: the hello comes from the network.
     fn from_json(v: &Value) -> Result<Params, String> {
         if v.get("version").and_then(Value::as_u64) != Some(control::VERSION) {
             return Err("the peer speaks another version of the roce perf protocol".into());
         }
-        let num = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .ok_or(format!("hello lacks '{k}'"))
+        let num = |k: &str, lo: u64, hi: u64| match v.get(k).and_then(Value::as_u64) {
+            Some(n) if (lo..=hi).contains(&n) => Ok(n),
+            Some(n) => Err(format!("bad '{k}' in hello: {n} (not {lo} to {hi})")),
+            None => Err(format!("hello lacks '{k}'")),
+        };
+        let flag = |k: &str, default: bool| match v.get(k) {
+            None => Ok(default),
+            Some(b) => b.as_bool().ok_or(format!("bad '{k}' in hello")),
         };
         let test = v
             .get("test")
             .and_then(Value::as_str)
             .and_then(Test::from_name)
             .ok_or("unknown test")?;
-        let sizes: Vec<u64> = v
+        let sizes = v
             .get("sizes")
             .and_then(Value::as_array)
-            .ok_or("hello lacks sizes")?
-            .iter()
-            .filter_map(Value::as_u64)
-            .collect();
-        if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > (1 << 30)) {
+            .ok_or("hello lacks sizes")?;
+        // -a has 23 sizes.
+        if sizes.is_empty() || sizes.len() > 23 {
             return Err("bad sizes in hello".into());
         }
+        let sizes: Vec<u64> = sizes
+            .iter()
+            .map(|s| s.as_u64().filter(|&s| s > 0 && s <= 1 << 30))
+            .collect::<Option<_>>()
+            .ok_or("bad sizes in hello")?;
+        let duration = match v.get("duration") {
+            None | Some(Value::Null) => None,
+            Some(d) => match d.as_f64() {
+                Some(d) if d > 0.0 && d <= 86_400.0 => Some(d),
+                _ => return Err("bad duration in hello".into()),
+            },
+        };
         let p = Params {
             test,
             sizes,
-            iters: num("iters")?.max(1),
-            duration: v.get("duration").and_then(Value::as_f64),
-            qps: (num("qps")? as u32).clamp(1, 256),
-            tx_depth: (num("tx_depth")? as u32).clamp(1, 4096),
-            mtu: num("mtu")? as u32,
-            bidir: v.get("bidir").and_then(Value::as_bool).unwrap_or(false),
-            verify: v.get("verify").and_then(Value::as_bool).unwrap_or(true),
-            seed: num("seed")?,
+            iters: num("iters", 1, MAX_ITERS)?,
+            duration,
+            qps: num("qps", 1, 256)? as u32,
+            tx_depth: num("tx_depth", 1, 4096)? as u32,
+            mtu: num("mtu", 256, 4096)? as u32,
+            bidir: flag("bidir", false)?,
+            verify: flag("verify", true)?,
+            seed: num("seed", 0, u64::MAX)?,
         };
         if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return Err("bad MTU in hello".into());
         }
-        if p.duration.is_some_and(|d| !(d > 0.0 && d <= 86_400.0)) {
-            return Err("bad duration in hello".into());
+        if !test.is_bw() && (p.qps > 1 || p.bidir) {
+            return Err("bad hello: a latency test with several QPs or both directions".into());
         }
+        if test.is_atomic() && p.sizes != [8] {
+            return Err("bad sizes in hello: atomics move 8 bytes".into());
+        }
+        setup::check_memory(&p)?;
         Ok(p)
     }
 }
+
+/// Most iterations a run may ask for (`-n`).
+const MAX_ITERS: u64 = 1_000_000_000;
 
 /// Flags every mode shares, and combinations no mode takes.
 fn check_modes(args: &PerfArgs) -> Result<(), String> {
@@ -571,7 +599,7 @@ pub(crate) fn accept_interruptibly(listener: &TcpListener) -> Result<TcpStream, 
 }
 
 /// How long a connected peer may stay silent before its first message.
-pub(crate) const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(10);
 
 /// The first byte a client sends, without consuming it (waiting at most
 /// [`FIRST_MESSAGE_WAIT`]): `{` opens roce perf's JSON hello, an ASCII
