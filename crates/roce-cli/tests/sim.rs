@@ -187,3 +187,41 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--duration"), "{}", stderr(&o));
 }
+
+/// Hostile scenarios (issue 18) end in one line naming the field and
+/// exit status 2, at once: a ring of switches without hosts (it aborted
+/// on allocation), and Poisson arrivals that a long `--duration` would
+/// make billions of flows.
+#[test]
+fn hostile_scenarios_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ring.toml");
+    std::fs::write(
+        &p,
+        "duration = \"1ms\"\n[topology]\nkind = \"ring\"\nswitches = 4\nhosts_per_switch = 0\nrate = \"40G\"\ndelay = \"1us\"\n",
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let o = roce(&["sim", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("topology.hosts_per_switch"), "{e}");
+
+    let p = dir.path().join("poisson.toml");
+    std::fs::write(
+        &p,
+        "duration = \"1ms\"\n[topology]\nkind = \"star\"\nhosts = 16\nrate = \"100G\"\ndelay = \"1us\"\n\
+         [metrics]\nthroughput_bin = \"1s\"\n\
+         [[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.9\n",
+    )
+    .unwrap();
+    let o = roce(&["sim", p.to_str().unwrap(), "--duration", "3600s"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("workload[0].load") && e.contains("--duration"),
+        "{e}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -51,7 +51,17 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     };
     if let Some(d) = &args.duration {
         match roce_sim::parse_time("--duration", d) {
-            Ok(t) if t > 0 => sc.duration = t,
+            Ok(t) if t > 0 => {
+                sc.duration = t;
+                // A longer run may exceed what the scenario may start.
+                if let Err(e) = sc.check_counts() {
+                    eprintln!(
+                        "roce sim: {}: {e} (with --duration {d})",
+                        args.scenario.display()
+                    );
+                    return 2;
+                }
+            }
             Ok(_) => {
                 eprintln!("roce sim: --duration must be positive");
                 return 2;
