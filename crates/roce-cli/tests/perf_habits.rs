@@ -261,3 +261,40 @@ fn different_roce_ports_are_named() {
         );
     }
 }
+
+/// `send-lat`/`write-lat -D 1` end on time: the server stops when the
+/// client's result arrives (it used to wait 10 s more for a message that
+/// never came: 12.0 s wall for -D 2).
+#[test]
+fn timed_ping_pong_latency_tests_end_on_time() {
+    for test in ["send-lat", "write-lat"] {
+        let (port, _) = ports();
+        let start = std::time::Instant::now();
+        let o = run(
+            &[
+                "perf",
+                test,
+                "--loopback",
+                "--backend",
+                "fabric",
+                "-D",
+                "1",
+                "-p",
+                &port,
+            ],
+            Duration::from_secs(30),
+        );
+        let took = start.elapsed();
+        assert_eq!(o.status.code(), Some(0), "{test}: {}", text(&o.stderr));
+        assert!(
+            took < Duration::from_secs(4),
+            "{test} -D 1 took {took:?}: {}",
+            text(&o.stdout)
+        );
+        assert!(
+            text(&o.stdout).contains("Latency Test"),
+            "{}",
+            text(&o.stdout)
+        );
+    }
+}

@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -85,16 +86,31 @@ pub(crate) struct Control {
 /// error, so that a loop busy on the data path (which does not read the
 /// control connection) ends at once instead of waiting for data that the
 /// failed peer will never send.
+///
+/// It also notes when the peer's `result` arrives: the server of a timed
+/// latency test ([`PeerAlarm::until_result`]) has no deadline of its own
+/// and ends its loop there, since the client sends its result only after
+/// its last message was answered.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct PeerAlarm(Arc<OnceLock<String>>);
+pub(crate) struct PeerAlarm(Arc<OnceLock<String>>, Arc<AtomicBool>, bool);
 
 impl PeerAlarm {
-    /// `Err` with the peer's message once it has reported an error.
+    /// `Err` with the peer's message once it has reported an error (or,
+    /// from [`PeerAlarm::until_result`], once its result has arrived).
     pub(crate) fn check(&self) -> Result<(), String> {
         match self.0.get() {
             Some(m) => Err(format!("peer: {m}")),
+            None if self.2 && self.1.load(Ordering::SeqCst) => {
+                Err("the peer finished and sent its result".into())
+            }
             None => Ok(()),
         }
+    }
+
+    /// An alarm that also goes off when the peer's next `result` arrives.
+    pub(crate) fn until_result(&self) -> PeerAlarm {
+        self.1.store(false, Ordering::SeqCst);
+        PeerAlarm(self.0.clone(), self.1.clone(), true)
     }
 }
 
@@ -162,6 +178,12 @@ impl Control {
                     }
                     if let Some(m) = msg.as_ref().ok().and_then(peer_error) {
                         let _ = raise.0.set(m);
+                    }
+                    if msg
+                        .as_ref()
+                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("result"))
+                    {
+                        raise.1.store(true, Ordering::SeqCst);
                     }
                     if tx.send(msg).is_err() || end {
                         return;
