@@ -298,3 +298,73 @@ fn timed_ping_pong_latency_tests_end_on_time() {
         );
     }
 }
+
+/// The default output has perftest's `local address` / `remote address`
+/// lines (QPN, PSN, RKey, VAddr, GID), one per QP, before the table; the
+/// JSON has the same endpoints.
+#[test]
+fn address_lines_as_perftest() {
+    let (port, _) = ports();
+    let o = run(
+        &[
+            "perf",
+            "write-bw",
+            "--loopback",
+            "--backend",
+            "fabric",
+            "-q",
+            "2",
+            "-n",
+            "10",
+            "-p",
+            &port,
+        ],
+        Duration::from_secs(30),
+    );
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let lines: Vec<&str> = out.lines().collect();
+    let local: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with(" local address: LID 0x0000 QPN 0x"))
+        .collect();
+    let remote: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].starts_with(" remote address: LID 0x0000 QPN 0x"))
+        .collect();
+    assert_eq!((local.len(), remote.len()), (2, 2), "{out}");
+    for l in ["PSN 0x", "RKey 0x", "VAddr 0x"] {
+        assert!(lines[local[0]].contains(l), "{out}");
+    }
+    // The client's side (127.0.0.2) and its peer (127.0.0.1), as GIDs.
+    assert!(
+        lines[local[0] + 1].ends_with("255:255:127:00:00:02"),
+        "{out}"
+    );
+    assert!(
+        lines[remote[0] + 1].ends_with("255:255:127:00:00:01"),
+        "{out}"
+    );
+    let table = lines.iter().position(|l| l.contains("#bytes")).unwrap();
+    assert!(remote[1] < table, "{out}");
+
+    let (port, _) = ports();
+    let o = run(
+        &[
+            "perf",
+            "write-bw",
+            "--loopback",
+            "--backend",
+            "fabric",
+            "-n",
+            "10",
+            "-p",
+            &port,
+            "--json",
+        ],
+        Duration::from_secs(30),
+    );
+    let v: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).unwrap();
+    let e = &v["counters"]["endpoints"];
+    assert_eq!(e["local"][0]["addr"], "127.0.0.2", "{v}");
+    assert_eq!(e["remote"][0]["addr"], "127.0.0.1", "{v}");
+    assert!(e["remote"][0]["qpn"].as_u64().is_some(), "{v}");
+}

@@ -712,7 +712,13 @@ fn run_session(
     ctl: &mut Control,
 ) -> Result<(Vec<Value>, Params, Value), String> {
     match s.run(ctl) {
-        Ok(results) => Ok((results, s.params.clone(), s.counters_json())),
+        Ok(results) => {
+            let mut counters = s.counters_json();
+            // perftest's local/remote address lines (print_results).
+            let eps = |e: &[control::Endpoint]| e.iter().map(|e| e.to_json()).collect::<Vec<_>>();
+            counters["endpoints"] = json!({"local": eps(&s.local), "remote": eps(&s.remote)});
+            Ok((results, s.params.clone(), counters))
+        }
         Err(e) => {
             ctl.send_error(&e);
             Err(e)
@@ -808,6 +814,24 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: 
         params.tx_depth,
         if params.verify { "yes" } else { "no" }
     );
+    // perftest's address lines: what a mismatch (GID, QPN) shows in.
+    for (what, side) in [(" local address", "local"), (" remote address", "remote")] {
+        for e in counters["endpoints"][side].as_array().into_iter().flatten() {
+            if let Ok(e) = control::Endpoint::from_json(e) {
+                let d = perftest::Dest {
+                    lid: 0,
+                    out_reads: 1,
+                    qpn: e.qpn,
+                    psn: e.psn,
+                    rkey: e.rkey,
+                    vaddr: e.vaddr,
+                    gid: perftest::gid_of(e.addr),
+                    srqn: 0,
+                };
+                perftest::print_dest(what, &d, params.test);
+            }
+        }
+    }
     println!("{}", report::RULE);
     if params.test.is_bw() {
         println!("{}", report::bw_header(args.gbits));

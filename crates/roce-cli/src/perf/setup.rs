@@ -68,6 +68,8 @@ pub(crate) struct Session {
     pub(crate) recvs_posted: std::sync::atomic::AtomicBool,
     /// The peer's endpoints, one per QP.
     pub(crate) remote: Vec<Endpoint>,
+    /// This side's endpoints, one per QP (what the peer was sent).
+    pub(crate) local: Vec<Endpoint>,
     /// Mixed into the pattern expected from the peer: 0, except in the
     /// tests that prove a wrong payload fails the run (`--verify-salt`).
     peer_salt: u64,
@@ -253,6 +255,7 @@ impl Session {
             ring,
             recvs_posted: Default::default(),
             remote,
+            local: mine,
             peer_salt: args.verify_salt,
             _pd: pd,
         })
