@@ -284,10 +284,7 @@ pub(crate) fn run(args: &DevinfoArgs) -> i32 {
         .and_then(|all| select(all, args.dev.as_deref()))
     {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("roce devinfo: {e}");
-            return 1;
-        }
+        Err(e) => return crate::fail("devinfo", args.json, &e, 1),
     };
     if args.json {
         let v: Vec<Value> = devs.iter().map(device_json).collect();

@@ -58,8 +58,36 @@ enum Command {
     Sim(sim::SimArgs),
 }
 
+/// Reports a failure of `roce TOOL`: one line on stderr and, with
+/// `--json`, a JSON object on stdout (`{"error": ..., "exit_status": ...}`)
+/// so that a script reading stdout sees why it is empty. Returns `code`.
+pub(crate) fn fail(tool: &str, json: bool, msg: &str, code: i32) -> i32 {
+    eprintln!("roce {tool}: {msg}");
+    if json {
+        let v = serde_json::json!({"tool": tool, "error": msg, "exit_status": code});
+        println!("{v}");
+    }
+    code
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let json = std::env::args().any(|a| a == "--json");
+            if json && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                // Usage errors too: JSON on stdout, the text on stderr.
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or("bad arguments");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                let tool = std::env::args().nth(1).unwrap_or_default();
+                let v = serde_json::json!({"tool": tool, "error": first, "exit_status": 2});
+                println!("{v}");
+            }
+            e.exit()
+        }
+    };
     let code = match &cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Perf(args) => perf::run(args),

@@ -114,6 +114,24 @@ fn write_summary(
     }
 }
 
+/// A file that could not be read (or read to its end): one line on
+/// stderr and, with `--json`, an `{"error": ...}` object in the stream.
+fn file_error(
+    args: &InspectArgs,
+    path: &std::path::Path,
+    msg: &str,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    out.flush()?;
+    eprintln!("roce inspect: {}: {msg}", path.display());
+    if args.json {
+        let v =
+            serde_json::json!({"file": path.display().to_string(), "error": msg, "exit_status": 2});
+        writeln!(out, "{v}")?;
+    }
+    Ok(())
+}
+
 fn inspect_file(
     args: &InspectArgs,
     path: &std::path::Path,
@@ -124,11 +142,11 @@ fn inspect_file(
     // records and offsets).
     match std::fs::metadata(path) {
         Err(e) => {
-            eprintln!("roce inspect: {}: {e}", path.display());
+            file_error(args, path, &e.to_string(), out)?;
             return Ok(FileOutcome::NotOpened);
         }
         Ok(m) if m.is_dir() => {
-            eprintln!("roce inspect: {}: is a directory", path.display());
+            file_error(args, path, "is a directory", out)?;
             return Ok(FileOutcome::NotOpened);
         }
         Ok(_) => {}
@@ -136,7 +154,7 @@ fn inspect_file(
     let mut reader = match CaptureReader::open(path) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("roce inspect: {}: {e}", path.display());
+            file_error(args, path, &e.to_string(), out)?;
             return Ok(FileOutcome::NotOpened);
         }
     };
@@ -147,8 +165,7 @@ fn inspect_file(
         let pkt = match next {
             Ok(p) => p,
             Err(e) => {
-                out.flush()?;
-                eprintln!("roce inspect: {}: {e}", path.display());
+                file_error(args, path, &e.to_string(), out)?;
                 return Ok(FileOutcome::Unreadable);
             }
         };

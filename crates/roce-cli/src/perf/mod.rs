@@ -473,13 +473,9 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         Ok(()) if STOP.load(Ordering::SeqCst) => 130,
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("roce perf: {e}");
             // Cut short by Ctrl-C before there was anything to report.
-            if STOP.load(Ordering::SeqCst) {
-                130
-            } else {
-                1
-            }
+            let code = if STOP.load(Ordering::SeqCst) { 130 } else { 1 };
+            crate::fail("perf", args.json, &e, code)
         }
     }
 }

@@ -292,7 +292,26 @@ impl Session {
                        "acks_sent": c.acks_sent, "duplicates": c.duplicates})
             })
             .collect();
+        // Who checked each received ICRC, in one place: the engine (full
+        // headers: IPv6, the packet backend, the fabric), the UDP backend
+        // (IPv4 sockets hide the IP ID the ICRC covers: it recomputes the
+        // ICRC assuming ID 0, or a GSO segment's ID, and the engine then
+        // counts the datagram rx_icrc_unchecked), or nobody.
+        let b = |k: &str| backend.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let by_backend = b("udp_rx_icrc_ok_id0") + b("udp_rx_icrc_ok_gso_id");
+        let backend_bad = b("udp_rx_icrc_bad");
+        let by_engine = d
+            .rx_datagrams
+            .saturating_sub(d.rx_malformed + d.rx_icrc_unchecked + d.rx_bad_icrc);
+        let icrc = json!({
+            "verified": by_engine + by_backend,
+            "verified_by_engine": by_engine,
+            "verified_by_backend_assuming_ip_id": by_backend,
+            "failed": d.rx_bad_icrc + backend_bad,
+            "not_verified": d.rx_icrc_unchecked.saturating_sub(by_backend + backend_bad),
+        });
         json!({
+            "icrc": icrc,
             "device": {"rx_datagrams": d.rx_datagrams, "rx_malformed": d.rx_malformed,
                        "rx_bad_icrc": d.rx_bad_icrc, "rx_icrc_unchecked": d.rx_icrc_unchecked,
                        "rx_unknown_qp": d.rx_unknown_qp, "rx_cnp": d.rx_cnp,

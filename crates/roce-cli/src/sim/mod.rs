@@ -45,8 +45,8 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     let mut sc = match Scenario::from_file(&args.scenario) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("roce sim: {}: {e}", args.scenario.display());
-            return 2;
+            let msg = format!("{}: {e}", args.scenario.display());
+            return crate::fail("sim", args.json, &msg, 2);
         }
     };
     if let Some(d) = &args.duration {
@@ -55,20 +55,15 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
                 sc.duration = t;
                 // A longer run may exceed what the scenario may start.
                 if let Err(e) = sc.check_counts() {
-                    eprintln!(
-                        "roce sim: {}: {e} (with --duration {d})",
-                        args.scenario.display()
-                    );
-                    return 2;
+                    let msg = format!("{}: {e} (with --duration {d})", args.scenario.display());
+                    return crate::fail("sim", args.json, &msg, 2);
                 }
             }
             Ok(_) => {
-                eprintln!("roce sim: --duration must be positive");
-                return 2;
+                return crate::fail("sim", args.json, "--duration must be positive", 2);
             }
             Err(e) => {
-                eprintln!("roce sim: {e}");
-                return 2;
+                return crate::fail("sim", args.json, &e.to_string(), 2);
             }
         }
     }
@@ -100,14 +95,12 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     let mut code = 0;
     if let Some(dir) = &args.csv {
         if let Err(e) = write_csv(dir, &results) {
-            eprintln!("roce sim: {}: {e}", dir.display());
-            code = 1;
+            code = crate::fail("sim", args.json, &format!("{}: {e}", dir.display()), 1);
         }
     }
     if let Some(dir) = &args.plots {
         if let Err(e) = plots::write_all(dir, &results) {
-            eprintln!("roce sim: {}: {e}", dir.display());
-            code = 1;
+            code = crate::fail("sim", args.json, &format!("{}: {e}", dir.display()), 1);
         }
     }
     code
