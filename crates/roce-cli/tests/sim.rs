@@ -225,3 +225,53 @@ fn hostile_scenarios_are_refused_naming_the_field() {
     );
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
 }
+
+/// A `[ecn]` class no traffic is in (the typo `tc4` for `tc3`) is warned
+/// about, and so is DCQCN with no marking on the data's class; the tiny
+/// scenario as written gets no warning.
+#[test]
+fn unused_ecn_classes_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir.path());
+    let o = roce(&["sim", &sc, "--duration", "20us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let p = dir.path().join("typo.toml");
+    std::fs::write(&p, TINY.replace("tc3 = {", "tc4 = {")).unwrap();
+    let o = roce(&["sim", p.to_str().unwrap(), "--duration", "20us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("warning: ecn.tc4") && e.contains("tc3"), "{e}");
+    assert!(e.contains("warning: cc.algorithm"), "{e}");
+}
+
+/// A run shorter than `metrics.convergence` says so for the fairness and
+/// queue lines (the fairness reason was wrong, the queue line missing);
+/// no flow completing prints one line, not six all-zero rows; the queue
+/// line says its window; `--duration` takes bare seconds as perf's -D.
+#[test]
+fn summary_lines_say_what_they_cover() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir.path());
+    let o = roce(&["sim", &sc, "--duration", "0.00001"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(": 0.010 ms simulated"), "{out}");
+    assert!(out.contains("FCT slowdown: - (no flow completed)"), "{out}");
+    assert!(!out.contains(" .. "), "no bucket rows: {out}");
+    let fair = out.lines().find(|l| l.starts_with("fairness:")).unwrap();
+    assert!(
+        fair.contains("before metrics.convergence = 0.020 ms"),
+        "{fair}"
+    );
+    let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
+    assert!(queues.contains("before metrics.convergence"), "{queues}");
+
+    let o = roce(&["sim", &sc]);
+    let out = stdout(&o);
+    let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
+    assert!(
+        queues.contains("from metrics.convergence = 0.020 ms") && queues.contains("queues.svg"),
+        "{queues}"
+    );
+}

@@ -485,6 +485,59 @@ impl Scenario {
         Ok(())
     }
 
+    /// What parses but is likely a mistake, one sentence each: an `[ecn]`
+    /// class no traffic of the workloads is in (a typo `tc4` for `tc3`
+    /// runs with DCQCN on and nothing ever marked), congestion control
+    /// with no ECN marking on any class the data uses, a PFC priority no
+    /// data uses while the data's is lossy.
+    pub fn warnings(&self) -> Vec<String> {
+        let dcb = &self.fabric.dcb;
+        let tc_of_dscp = |d: u8| dcb.tc_of(dcb.dscp_prio[usize::from(d & 63)]);
+        let mut dscps: Vec<u8> = Vec::new();
+        for w in &self.workloads {
+            match w {
+                Workload::Poisson { dscp, .. } => dscps.push(*dscp),
+                Workload::Flows(f) => dscps.extend(f.iter().map(|f| f.dscp)),
+            }
+        }
+        dscps.sort_unstable();
+        dscps.dedup();
+        let mut data_tcs: Vec<u8> = dscps.iter().map(|&d| tc_of_dscp(d)).collect();
+        data_tcs.sort_unstable();
+        data_tcs.dedup();
+        let names = |v: &[u8]| {
+            v.iter()
+                .map(|t| format!("tc{t}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = Vec::new();
+        if data_tcs.is_empty() {
+            return out;
+        }
+        let cnp_tc = tc_of_dscp(self.host.cc.cnp_dscp);
+        for (tc, e) in self.fabric.ecn.iter().enumerate() {
+            let tc = tc as u8;
+            if e.is_some() && !data_tcs.contains(&tc) && tc != cnp_tc {
+                out.push(format!(
+                    "ecn.tc{tc}: no traffic of the workloads is in traffic class {tc} (their DSCPs {:?} map to {}), so nothing is marked there; a typo?",
+                    dscps,
+                    names(&data_tcs)
+                ));
+            }
+        }
+        let marked = data_tcs
+            .iter()
+            .any(|&t| self.fabric.ecn[usize::from(t)].is_some());
+        if self.host.cc.algorithm != CcAlgorithm::None && !marked {
+            out.push(format!(
+                "cc.algorithm: congestion control is on but no class the data uses ({}) has ECN marking ([ecn] tcN), so it never reacts",
+                names(&data_tcs)
+            ));
+        }
+        out
+    }
+
     /// The flows of every workload, in start order (stable).
     pub fn flows(&self) -> Vec<FlowSpec> {
         let mut out = Vec::new();
