@@ -275,3 +275,52 @@ fn summary_lines_say_what_they_cover() {
         "{queues}"
     );
 }
+
+/// The plots say what they show: the legend lists flows in order (h1, h2
+/// ... h10, it was scrambled) in a column right of the plot, never over
+/// the data; the throughput plot says it is delivered throughput; the
+/// queue plot marks Kmin, Kmax and XOFF.
+#[test]
+fn plots_say_what_they_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("incast10.toml");
+    let text = TINY
+        .replace("hosts = 3", "hosts = 11")
+        .replace("count = 2", "count = 10")
+        .replace("size = \"300KB\"", "size = \"20KB\"");
+    std::fs::write(&p, text).unwrap();
+    let plots = dir.path().join("plots");
+    let o = roce(&[
+        "sim",
+        p.to_str().unwrap(),
+        "--duration",
+        "100us",
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // (x, text) of every <text> element.
+    let texts = |f: &str| -> Vec<(i64, String)> {
+        let s = std::fs::read_to_string(plots.join(f)).unwrap();
+        s.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let x = t.split("x=\"").nth(1)?.split('"').next()?.parse().ok()?;
+                let body = t.split('>').nth(1)?.split('<').next()?.trim().to_string();
+                Some((x, body))
+            })
+            .collect()
+    };
+    let t = texts("throughput.svg");
+    assert!(t.iter().any(|(_, s)| s.contains("delivered")), "{t:?}");
+    let flows: Vec<&(i64, String)> = t.iter().filter(|(_, s)| s.ends_with("→h0 p3")).collect();
+    let names: Vec<&str> = flows.iter().map(|(_, s)| s.as_str()).collect();
+    let want: Vec<String> = (1..=10).map(|h| format!("h{h}→h0 p3")).collect();
+    assert_eq!(names, want, "legend order");
+    // Right of the plot area (960 wide, the legend column is the last 250).
+    assert!(flows.iter().all(|(x, _)| *x >= 960 - 250), "{flows:?}");
+    let q = texts("queues.svg");
+    for want in ["Kmin tc3 5.0 KB", "Kmax tc3 200.0 KB"] {
+        assert!(q.iter().any(|(_, s)| s == want), "{want}: {q:?}");
+    }
+}

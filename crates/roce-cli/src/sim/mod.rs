@@ -107,7 +107,7 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
         }
     }
     if let Some(dir) = &args.plots {
-        if let Err(e) = plots::write_all(dir, &results) {
+        if let Err(e) = plots::write_all(dir, &results, &sc.fabric) {
             code = crate::fail("sim", args.json, &format!("{}: {e}", dir.display()), 1);
         }
     }
