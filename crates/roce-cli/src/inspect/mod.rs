@@ -151,6 +151,11 @@ fn inspect_file(
             file_error(args, path, "is a directory", out)?;
             return Ok(FileOutcome::NotOpened);
         }
+        Ok(m) if m.len() == 0 => {
+            let msg = "is empty (0 bytes, not even a pcap header): was the capture stopped before it wrote anything?";
+            file_error(args, path, msg, out)?;
+            return Ok(FileOutcome::NotOpened);
+        }
         Ok(_) => {}
     }
     let mut reader = match CaptureReader::open(path) {
@@ -161,6 +166,9 @@ fn inspect_file(
         }
     };
     let mut first_ts = None;
+    // With --qp: packets that matched, and the QPs of those that did not.
+    let mut matched = 0u64;
+    let mut other_qps = std::collections::BTreeSet::new();
     let mut line = String::with_capacity(256);
     let print = !args.summary;
     while let Some(next) = reader.next_packet() {
@@ -251,8 +259,10 @@ fn inspect_file(
                     if let Some(q) = args.qp {
                         let src_qp = p.ext.deth.map(|d| d.src_qp.value());
                         if p.bth.dest_qp.value() != q && src_qp != Some(q) {
+                            other_qps.insert(p.bth.dest_qp.value());
                             continue;
                         }
+                        matched += 1;
                     }
                     let expected = p.computed_icrc();
                     let retx = summary.add(&p, expected == p.icrc);
@@ -301,6 +311,14 @@ fn inspect_file(
                 }
             }
         }
+    }
+    if let (Some(q), 0) = (args.qp, matched) {
+        let qps: Vec<String> = other_qps.iter().map(|q| format!("{q:#x}")).collect();
+        eprintln!(
+            "roce inspect: {}: no RoCE packet is to or from QP {q:#x} ({q}); the capture's destination QPs: {}",
+            path.display(),
+            if qps.is_empty() { "none".to_string() } else { qps.join(", ") }
+        );
     }
     Ok(FileOutcome::Clean)
 }

@@ -30,6 +30,9 @@ pub(crate) struct FlowStats {
     pub(crate) cnps: u64,
     pub(crate) ce_marked: u64,
     pub(crate) icrc_bad: u64,
+    /// PSNs of the message starts seen: a message whose first packet was
+    /// lost starts with a retransmission, and still counts once.
+    starts: std::collections::HashSet<u32>,
     /// Highest PSN seen of requests (this flow's sender's send queue).
     highest_request: Option<Psn>,
     /// Highest PSN seen of READ responses (the receiver's send queue).
@@ -111,7 +114,8 @@ impl Summary {
         }
         if retx {
             f.retransmitted += 1;
-        } else if kind.is_request() && op.position().starts() {
+        }
+        if kind.is_request() && op.position().starts() && f.starts.insert(p.bth.psn.value()) {
             *f.messages.entry(kind.name()).or_default() += 1;
         }
         if let Some(aeth) = p.ext.aeth {
