@@ -368,3 +368,118 @@ fn address_lines_as_perftest() {
     assert_eq!(e["remote"][0]["addr"], "127.0.0.1", "{v}");
     assert!(e["remote"][0]["qpn"].as_u64().is_some(), "{v}");
 }
+
+/// `-n` with `-D` is refused (it was silently ignored), in both exchanges.
+#[test]
+fn iterations_and_duration_are_refused_together() {
+    let (port, _) = ports();
+    for extra in [&[][..], &["--perftest", "127.0.0.1"][..]] {
+        let o = run(
+            &[
+                &["perf", "write-bw", "-D", "1", "-n", "10", "-p", &port][..],
+                extra,
+            ]
+            .concat(),
+            Duration::from_secs(10),
+        );
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains("-n and -D cannot be combined"),
+            "{extra:?}: {err}"
+        );
+    }
+    let o = run(
+        &[
+            "perf",
+            "write-bw",
+            "--loopback",
+            "-D",
+            "1",
+            "-n",
+            "10",
+            "-p",
+            &port,
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(text(&o.stderr).contains("-n and -D cannot be combined"));
+}
+
+/// A server given its own -s/-n says that the client's apply (it adopted
+/// them silently).
+#[test]
+fn the_server_says_whose_parameters_apply() {
+    let (port, rport) = ports();
+    let s = server(&[
+        "write-bw",
+        "-s",
+        "65536",
+        "-n",
+        "5000",
+        "-p",
+        &port,
+        "--roce-port",
+        &rport,
+    ]);
+    let c = run(
+        &[
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "--bind",
+            "127.0.0.2",
+            "-s",
+            "4096",
+            "-n",
+            "20",
+            "-p",
+            &port,
+            "--roce-port",
+            &rport,
+        ],
+        Duration::from_secs(30),
+    );
+    let s = s.wait(Duration::from_secs(30));
+    assert_eq!(c.status.code(), Some(0), "{}", text(&c.stderr));
+    let err = text(&s.stderr);
+    assert_eq!(s.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("the client's parameters apply, as in perftest: -s 4096 -n 20 (this server's -s 65536 -n 5000 ignored)"),
+        "{err}"
+    );
+}
+
+/// `-a` shows its progress on stderr, one line per size, also when piped
+/// (it was silent for the minute 23 sizes take).
+#[test]
+fn all_sizes_show_progress_when_piped() {
+    let (port, _) = ports();
+    let o = run(
+        &[
+            "perf",
+            "write-bw",
+            "--loopback",
+            "--backend",
+            "fabric",
+            "-a",
+            "-n",
+            "2",
+            "-p",
+            &port,
+        ],
+        Duration::from_secs(60),
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" of 23 done] "))
+        .collect();
+    assert_eq!(lines.len(), 23, "{err}");
+    assert!(lines[0].starts_with("[size 1 of 23 done] 2 "), "{err}");
+    assert!(
+        lines[22].starts_with("[size 23 of 23 done] 8388608 "),
+        "{err}"
+    );
+}

@@ -155,6 +155,7 @@ pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, Stri
         if r.is_null() {
             break;
         }
+        s.size_done(out.len(), &r);
         out.push(r);
     }
     Ok(out)

@@ -303,6 +303,12 @@ impl Params {
             if !(d > 0.0 && d <= 86_400.0) {
                 return Err("the duration must be between 0 and 86400 seconds".into());
             }
+            if a.iters.is_some() {
+                return Err(
+                    "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                        .into(),
+                );
+            }
             if a.all {
                 return Err("-D and -a cannot be combined".into());
             }
@@ -556,6 +562,12 @@ fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), S
     if args.backend == BackendKind::Fabric {
         return Err("the fabric backend needs --loopback".into());
     }
+    if args.duration.is_some() && args.iters.is_some() {
+        return Err(
+            "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                .into(),
+        );
+    }
     let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = TcpListener::bind((bind, args.port))
         .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
@@ -567,6 +579,54 @@ fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), S
         );
     }
     serve(args, listener, fabric, false)
+}
+
+/// The server's own flags the client's parameters override (the client
+/// decides, as in perftest), said rather than silently adopted.
+fn adopted_note(args: &PerfArgs, p: &Params) -> Option<String> {
+    let mut over = Vec::new();
+    let sizes = if p.sizes.len() > 1 {
+        "-a".to_string()
+    } else {
+        format!("-s {}", p.sizes[0])
+    };
+    if args.size.is_some_and(|s| p.sizes != [s]) || (args.all && p.sizes.len() == 1) {
+        over.push((
+            sizes,
+            if args.all {
+                "-a".to_string()
+            } else {
+                format!("-s {}", args.size.unwrap_or(0))
+            },
+        ));
+    }
+    if let Some(n) = args.iters.filter(|&n| n != p.iters || p.duration.is_some()) {
+        let theirs = p
+            .duration
+            .map_or(format!("-n {}", p.iters), |d| format!("-D {d}"));
+        over.push((theirs, format!("-n {n}")));
+    }
+    if let Some(d) = args.duration.filter(|&d| Some(d) != p.duration) {
+        over.push((format!("-n {}", p.iters), format!("-D {d}")));
+    }
+    if args.qps != p.qps && args.qps != 1 {
+        over.push((format!("-q {}", p.qps), format!("-q {}", args.qps)));
+    }
+    if let Some(t) = args.tx_depth.filter(|&t| t != p.tx_depth) {
+        over.push((format!("-t {}", p.tx_depth), format!("-t {t}")));
+    }
+    if args.bidir != p.bidir && args.bidir {
+        over.push(("no -b".into(), "-b".into()));
+    }
+    if over.is_empty() {
+        return None;
+    }
+    let (theirs, mine): (Vec<String>, Vec<String>) = over.into_iter().unzip();
+    Some(format!(
+        "the client's parameters apply, as in perftest: {} (this server's {} ignored)",
+        theirs.join(" "),
+        mine.join(" ")
+    ))
 }
 
 /// Waits for a client, ending at Ctrl-C ("interrupted before a client
@@ -660,6 +720,11 @@ fn serve(
             return Err(e);
         }
     };
+    if !args.json {
+        if let Some(note) = adopted_note(args, &params) {
+            eprintln!("roce perf: {note}");
+        }
+    }
     // RoCE traffic between different UDP ports never meets: say so now
     // rather than after the retries run out (RETRY_EXC_ERR).
     if let Some(theirs) = hello.get("roce_port").and_then(Value::as_u64) {
