@@ -85,6 +85,25 @@ fn main() {
                 let v = serde_json::json!({"tool": tool, "error": first, "exit_status": 2});
                 println!("{v}");
             }
+            if e.kind() == ErrorKind::UnknownArgument {
+                // clap's tip ("to pass '-F' as a value, use '-- -F'") sends
+                // a perftest user the wrong way: the flag is not one of
+                // this tool's, and the help lists those.
+                let text = e.render().to_string();
+                let kept: Vec<&str> = text
+                    .lines()
+                    .filter(|l| {
+                        let l = l.trim_start();
+                        !l.starts_with("tip:") && !l.starts_with("For more information")
+                    })
+                    .collect();
+                let sub = std::env::args().nth(1).unwrap_or_default();
+                eprintln!(
+                    "{}\n(not a flag of roce {sub}: `roce {sub} --help` lists them)",
+                    kept.join("\n").replace("\n\n\n", "\n\n").trim_end()
+                );
+                std::process::exit(2);
+            }
             e.exit()
         }
     };

@@ -483,3 +483,15 @@ fn all_sizes_show_progress_when_piped() {
         "{err}"
     );
 }
+
+/// A flag this tool does not have gets no clap tip to pass it "as a
+/// value" after `--`; the message names the subcommand's --help.
+#[test]
+fn unknown_flags_point_to_the_help_not_to_dashdash() {
+    let o = run(&["perf", "write-bw", "-Z"], Duration::from_secs(10));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected argument '-Z'"), "{err}");
+    assert!(!err.contains("'-- -Z'") && !err.contains("tip"), "{err}");
+    assert!(err.contains("`roce perf --help` lists them"), "{err}");
+}
