@@ -106,6 +106,11 @@ impl Test {
         matches!(self, Test::AtomicBw | Test::AtomicLat)
     }
 
+    /// The perftest tool of this test (`ib_write_bw`).
+    pub(crate) fn perftest_tool(self) -> String {
+        format!("ib_{}", self.name().replace('-', "_"))
+    }
+
     /// perftest's title line.
     pub(crate) fn title(self) -> &'static str {
         match self {
@@ -573,9 +578,11 @@ fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), S
         .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
     if !args.json {
         eprintln!(
-            "roce perf: waiting for a client on port {} ({})",
+            "roce perf: waiting for a client on port {} ({}: roce perf {} HOST, or perftest's {} HOST)",
             args.port,
-            args.test.name()
+            args.test.name(),
+            args.test.name(),
+            args.test.perftest_tool()
         );
     }
     serve(args, listener, fabric, false)
