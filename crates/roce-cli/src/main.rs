@@ -2,6 +2,7 @@
 
 mod devinfo;
 mod inspect;
+mod notice;
 mod perf;
 mod pingpong;
 mod rping;

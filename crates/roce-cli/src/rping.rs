@@ -308,25 +308,15 @@ fn client(args: &RpingArgs) -> Result<(), String> {
     rig.post_recv()?;
     // The CM retries its request for a while (~17 s) before giving up:
     // say early that no one answers, rather than stay silent.
-    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let notice = {
-        let answered = answered.clone();
-        let (addr, port) = (args.addr, args.port);
-        std::thread::spawn(move || {
-            for _ in 0..40 {
-                std::thread::sleep(Duration::from_millis(50));
-                if answered.load(std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-            }
-            eprintln!(
-                "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
-            );
-        })
-    };
+    let (addr, port) = (args.addr, args.port);
+    let notice = crate::notice::SlowNotice::start(
+        Duration::from_secs(2),
+        format!(
+            "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
+        ),
+    );
     let conn = rig.qp.cm_connect(args.addr, args.port, &param(), rig.wait);
-    answered.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = notice.join();
+    drop(notice);
     let conn: CmConnection =
         conn.map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
     let mut start = b'A';

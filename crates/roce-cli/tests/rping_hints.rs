@@ -38,3 +38,34 @@ fn a_client_without_a_server_says_so_early() {
     assert!(lines[0].contains("rping -s"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(10));
 }
+
+/// The same for `roce udaddy -s` (SIDR through the CM).
+#[test]
+fn a_udaddy_client_without_a_server_says_so_early() {
+    let rport = (47_000 + std::process::id() % 1000).to_string();
+    let start = Instant::now();
+    let c = roce()
+        .args([
+            "udaddy",
+            "-s",
+            "127.0.0.1",
+            "--port",
+            "19998",
+            "-b",
+            "127.0.0.2",
+        ])
+        .args(["--roce-port", &rport, "--timeout", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = Guard(Some(c)).wait(Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].contains("no answer yet from 127.0.0.1 port 19998"),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
