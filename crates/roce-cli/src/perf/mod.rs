@@ -245,7 +245,8 @@ pub(crate) struct PerfArgs {
     /// channel and the data QP are RDMA CM connections, no TCP.
     #[arg(short = 'R', long = "rdma-cm", requires = "perftest")]
     rdma_cm: bool,
-    /// Local address to use (default: the address that reaches the peer).
+    /// Local address to use (default: the address that reaches the peer);
+    /// a server listens on it only (default: on every address, as perftest).
     #[arg(long)]
     bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
