@@ -293,10 +293,19 @@ fn client(args: &RpingArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     rig.post_recv()?;
-    let conn: CmConnection = rig
-        .qp
-        .cm_connect(args.addr, args.port, &param(), rig.wait)
-        .map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
+    // The CM retries its request for a while (~17 s) before giving up:
+    // say early that no one answers, rather than stay silent.
+    let (addr, port) = (args.addr, args.port);
+    let notice = crate::notice::SlowNotice::start(
+        Duration::from_secs(2),
+        format!(
+            "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
+        ),
+    );
+    let conn = rig.qp.cm_connect(args.addr, args.port, &param(), rig.wait);
+    drop(notice);
+    let conn: CmConnection =
+        conn.map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
     let mut start = b'A';
     let mut ping = 0u64;
     while args.count == 0 || ping < args.count {

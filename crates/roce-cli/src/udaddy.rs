@@ -204,10 +204,17 @@ fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
         .ok_or(format!("no route to {server}"))?;
     let ud = Ud::open(local, args)?;
     println!("udaddy: connecting");
-    let (qpn, qkey) = ud
-        .ctx
-        .cm_resolve_ud(server, args.port, &[], ud.wait)
-        .map_err(|e| format!("resolve {server}:{}: {e}", args.port))?;
+    // The CM retries for ~17 s: say early that no one answers.
+    let notice = crate::notice::SlowNotice::start(
+        std::time::Duration::from_secs(2),
+        format!(
+            "roce udaddy: no answer yet from {server} port {} (is a server running there: roce udaddy -b {server}, or udaddy?); still trying",
+            args.port
+        ),
+    );
+    let resolved = ud.ctx.cm_resolve_ud(server, args.port, &[], ud.wait);
+    drop(notice);
+    let (qpn, qkey) = resolved.map_err(|e| format!("resolve {server}:{}: {e}", args.port))?;
     if qkey != UDP_QKEY {
         return Err(format!(
             "the server's Q_Key {qkey:#x} is not rdma_cm's {UDP_QKEY:#x}"
