@@ -113,6 +113,7 @@
 //! upholds, and the raw region's copies (`mr.rs`), each block with its
 //! `SAFETY` argument.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 
 mod cm;
 mod connect;
@@ -120,7 +121,11 @@ mod context;
 mod cq;
 mod device;
 mod error;
+// Raw regions: pointers into the application's memory (see the crate docs).
+#[allow(unsafe_code)]
 mod mr;
+// `reg_mr_raw`, the unsafe entry to raw regions.
+#[allow(unsafe_code)]
 mod pd;
 mod progress;
 mod qp;

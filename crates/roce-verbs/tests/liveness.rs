@@ -92,14 +92,19 @@ impl End {
                     self.cq.ack_events(1);
                 }
                 _ => {
-                    if let Some(c) = self.cq.poll_one().unwrap() {
-                        return ok(c);
+                    for spin in 0..64 {
+                        if let Some(c) = self.cq.poll_one().unwrap() {
+                            return ok(c);
+                        }
+                        // The progress thread does the work: leave it the
+                        // CPU. A busy-poller yields now and then too (as
+                        // rc_pingpong does): on a machine with fewer cores
+                        // than busy threads, the peer may need this one.
+                        if self.wait == Wait::ThreadOnly || spin == 63 {
+                            std::thread::yield_now();
+                        }
                     }
                     assert!(Instant::now() < end, "no completion within {ONE:?}");
-                    std::hint::spin_loop();
-                    if self.wait == Wait::ThreadOnly {
-                        std::thread::yield_now();
-                    }
                 }
             }
         }
@@ -394,8 +399,13 @@ fn connect(a: &End, b: &End) {
     b.qp.connect(eb.psn, &ea, &opts).unwrap();
 }
 
+/// Cells run one at a time: each has four to eight threads of its own,
+/// and the machine may have two cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// One cell of the matrix.
 fn cell(work: Work, io: Io, wait: Wait, defer: bool) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let start = Instant::now();
     let deadline = start + CELL;
     let fabric = roce_io::Fabric::new();
