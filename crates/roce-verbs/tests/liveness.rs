@@ -276,9 +276,13 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         rb.addr + off,
                         rb.rkey,
                     );
-                    if k == 15 {
-                        wr = signaled(wr);
-                    }
+                    // Unsignaled but the last: its completion retires
+                    // the window.
+                    wr.flags = if k == 15 {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags(0)
+                    };
                     a.post(wr);
                 }
                 expect(a, 1, 0);
