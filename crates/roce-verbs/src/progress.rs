@@ -102,10 +102,26 @@ pub(crate) enum Driver {
 pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome {
     let mut clock = Clock::start(shared, &mut io.stale_polls, driver);
     let mut out = StepOutcome::default();
+    let now;
     if driver != Driver::Post {
-        out.work = receive(shared, io, &mut clock);
+        let r = receive(shared, io, &mut clock);
+        out.work = r.got;
+        now = clock.now;
+        // A poll that took datagrams after which the engine has nothing
+        // to send now (an ACK it defers, a response not yet due) returns
+        // at once: the application sees what arrived without waiting for
+        // a transmit phase that would find nothing. The engine's deadline
+        // says when the next step must look.
+        if driver == Driver::Poll && r.got && !r.due && io.tx.is_empty() {
+            io.deadline = r.deadline;
+            out.deadline = r.deadline;
+            r.raised.wake(shared);
+            return out;
+        }
+        r.raised.wake(shared);
+    } else {
+        now = clock.now;
     }
-    let now = clock.now;
     // An empty poll with nothing to send, no timer due and the engine not
     // touched since the last step looked: the transmit phase would only
     // take the engine lock to find nothing. A busy-polling loop is mostly
@@ -178,17 +194,30 @@ impl Clock {
     }
 }
 
+/// What a step's receive phase did.
+#[derive(Default)]
+struct Received {
+    /// Datagrams arrived.
+    got: bool,
+    /// After them, the engine has something to send now (or a timer due).
+    due: bool,
+    /// The engine's earliest timer after them.
+    deadline: Option<Nanos>,
+    raised: Raised,
+}
+
 /// Hands everything that has arrived to the engine (bounded, to keep
-/// sending); true when anything did.
-fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> bool {
-    let mut got = false;
+/// sending); then asks whether the engine has anything to send now, and
+/// collects what the datagrams raised, under the same lock.
+fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
+    let mut r = Received::default();
     for _ in 0..4 {
         // Backend errors are counted by the backend; try again next round.
         let n: usize = io.backend.recv(clock.now, &mut io.rx).unwrap_or_default();
         if n == 0 {
             break;
         }
-        got = true;
+        r.got = true;
         clock.refresh(shared, &mut io.stale_polls);
         let mut core = shared.core_quiet();
         for i in 0..n {
@@ -197,12 +226,20 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> bool {
             };
             core.dev.handle_datagram(clock.now, io.rx.get(i), info);
         }
+        let last = n < io.rx.capacity();
+        if last {
+            r.deadline = core.dev.poll_timeout();
+            r.due = core.dev.transmit_due(clock.now) || r.deadline.is_some_and(|d| d <= clock.now);
+            r.raised.collect(&mut core, shared);
+        }
         drop(core);
-        if n < io.rx.capacity() {
-            break;
+        if last {
+            return r;
         }
     }
-    got
+    // The rounds ran out with more to take: a full step follows.
+    r.due = r.got;
+    r
 }
 
 /// What a step's transmit phase did.

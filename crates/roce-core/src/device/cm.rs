@@ -147,6 +147,11 @@ impl CmTable {
 
     /// Earliest time a resend may be due: O(1), possibly a stale entry
     /// (the timeout handler then does nothing).
+    /// CM datagrams wait to be sent.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         self.timers.peek().map(|Reverse((t, _))| *t)
     }

@@ -626,6 +626,21 @@ impl Device {
         None
     }
 
+    /// Whether [`Device::poll_transmit`] would give a datagram at `now`
+    /// (a cheap look: a QP whose only output is a deferred ACK, or whose
+    /// window or pacing holds it back, may still say yes). A driver that
+    /// has just handed the engine datagrams can skip its transmit phase
+    /// when this is false and no timer is due: nothing is lost, since the
+    /// engine's deadlines say when to look again.
+    pub fn transmit_due(&self, now: Nanos) -> bool {
+        !self.farewell.is_empty()
+            || self.cm.has_output()
+            || self
+                .ready
+                .iter()
+                .any(|q| self.qps.get(q).is_some_and(|qp| qp.wants_to_send_at(now)))
+    }
+
     /// Earliest time [`Device::handle_timeout`] has work. O(1); may name a
     /// deadline that has since moved later (the call then does nothing).
     pub fn poll_timeout(&self) -> Option<Nanos> {

@@ -396,6 +396,12 @@ impl Qp {
         self.resp.has_output() || self.req.has_work() || self.cc.cnp_due()
     }
 
+    /// [`Qp::wants_to_send`], but a deferred ACK still held at `now` does
+    /// not count.
+    pub(crate) fn wants_to_send_at(&self, now: Nanos) -> bool {
+        self.resp.has_output_at(now) || self.req.has_work() || self.cc.cnp_due()
+    }
+
     /// Emits the next packet: responses first, then requests. A deferred
     /// ACK (responder/ack.rs) waits, and follows the first request packet
     /// that leaves: the peer is waiting for that one.

@@ -120,6 +120,12 @@ impl Responder {
         self.last_ack_psn = epsn.sub(1);
     }
 
+    /// Output that may go at `now` (not a deferred ACK still held).
+    pub(crate) fn has_output_at(&self, now: Nanos) -> bool {
+        let held = self.deferred_ack() && self.ack_hold.holds(now);
+        !self.out.is_empty() && !held
+    }
+
     /// The only job queued is a positive ACK that has not been sent: it
     /// was deferred, or is still owed after its deferral ended.
     fn deferred_ack(&self) -> bool {
