@@ -6,9 +6,12 @@
 //! region's bytes sit behind [`RegionMemory`], which the API layer
 //! implements (an owned buffer, or raw memory behind roce-verbs' own memory boundary).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use roce_wire::{Lkey, Rkey};
+
+use crate::ids::{Ids, Quarantine};
 
 /// Memory access rights (values as `ibv_access_flags`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -146,17 +149,63 @@ pub struct MrKeys {
     pub rkey: Rkey,
 }
 
-/// All registered regions of a device. Keys are `slot << 8 | tag`, the tag
-/// changing on every registration so that a stale key never reaches a
-/// region registered later in the same slot.
-#[derive(Debug, Default)]
+/// Registrations remembered after they end, whose keys are not handed out
+/// again (a peer may still hold one): 64 Ki keys.
+const RETIRED_KEYS: usize = 1 << 16;
+
+/// All registered regions of a device.
+///
+/// Each registration gets a fresh key of 32 unpredictable bits (L_Key =
+/// R_Key, as rxe does), drawn from the device's CSPRNG: a peer cannot
+/// guess another region's key from its own, and a key is never handed out
+/// while it is live or among the last [`RETIRED_KEYS`] that ended, so a
+/// stale key does not reach a region registered later (IBTA Vol 1
+/// §10.6.3.2, a key names one registration). The rxe scheme of an index
+/// plus an 8-bit tag is not used: the tag returns after 256 registrations
+/// and the index is guessable.
+#[derive(Debug)]
 pub struct MrTable {
     slots: Vec<Option<Region>>,
     free: Vec<usize>,
-    next_tag: u8,
+    by_key: BTreeMap<u32, usize>,
+    retired: Quarantine<u32>,
+    ids: Ids,
+}
+
+impl Default for MrTable {
+    /// A table whose keys come from a fixed seed (tests).
+    fn default() -> MrTable {
+        MrTable::new([0x6b; 32])
+    }
 }
 
 impl MrTable {
+    /// A table whose keys come from a ChaCha20 stream seeded with `seed`.
+    pub fn new(seed: [u8; 32]) -> MrTable {
+        MrTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_key: BTreeMap::new(),
+            retired: Quarantine::new(RETIRED_KEYS),
+            ids: Ids::new(seed),
+        }
+    }
+
+    fn fresh_key(&mut self) -> u32 {
+        loop {
+            let k = self.ids.u32();
+            // 0 and all-ones are left unused (rxe reserves neither, but
+            // both are what a careless peer sends).
+            if k != 0
+                && k != u32::MAX
+                && !self.by_key.contains_key(&k)
+                && !self.retired.contains(&k)
+            {
+                return k;
+            }
+        }
+    }
+
     /// Registers `mem` at virtual address `va` in `pd` with `access`.
     pub fn register(
         &mut self,
@@ -182,8 +231,8 @@ impl MrTable {
                 self.slots.len() - 1
             }
         };
-        self.next_tag = self.next_tag.wrapping_add(1);
-        let key = ((slot as u32 + 1) << 8) | self.next_tag as u32;
+        let key = self.fresh_key();
+        self.by_key.insert(key, slot);
         self.slots[slot] = Some(Region {
             pd,
             va,
@@ -204,6 +253,8 @@ impl MrTable {
         let slot = self.slot_of(lkey.value())?;
         let r = self.slots[slot].take()?;
         self.free.push(slot);
+        self.by_key.remove(&r.key);
+        self.retired.retire(r.key);
         Some(r.mem)
     }
 
@@ -220,7 +271,7 @@ impl MrTable {
     }
 
     fn slot_of(&self, key: u32) -> Option<usize> {
-        let slot = (key >> 8).checked_sub(1)? as usize;
+        let slot = *self.by_key.get(&key)?;
         match self.slots.get(slot) {
             Some(Some(r)) if r.key == key => Some(slot),
             _ => None,
@@ -287,7 +338,7 @@ impl MrTable {
 
     /// Number of registered regions.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        self.by_key.len()
     }
 
     /// True when nothing is registered.

@@ -433,3 +433,43 @@ fn ud_service_resolution_answers_qpn_and_qkey() {
     assert_eq!(r.service_id, 0x0111_1c06);
     assert_eq!(CmaHeader::parse(r.private_data).unwrap().dst, peer);
 }
+
+/// A listener's backlog bounds the requests waiting for the application
+/// (`rdma_listen`'s backlog); the rest are dropped and their senders
+/// resend. A request nobody answers is dropped after about 4 s, which
+/// frees its slot, and the CM table is empty once every REQ gave up.
+#[test]
+fn the_backlog_bounds_waiting_requests_and_unanswered_ones_time_out() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen_backlog(PORT, 4).unwrap();
+    let peer = w.hosts[1].addr();
+    let ids: Vec<_> = (0..10)
+        .map(|_| {
+            let q = init_qp(&mut w, 0);
+            w.hosts[0]
+                .dev
+                .cm_connect(0, q, peer, PORT, &ConnParam::default())
+                .unwrap()
+        })
+        .collect();
+    // Until the first resend (1.07 s): 4 requests wait, 6 were dropped.
+    w.run_until(1_000_000, |w| w.now > 1_000_000_000);
+    let reqs = events(&mut w, 1)
+        .into_iter()
+        .filter(|e| matches!(e, CmEvent::ConnectRequest(_)))
+        .count();
+    assert_eq!(reqs, 4);
+    let c = w.hosts[1].dev.cm_counters();
+    assert_eq!(c.dropped_backlog, 6);
+    // Nobody answers: each waiting request times out, and resent REQs
+    // take the freed slots, until the senders give up.
+    w.run_until(10_000_000, |w| {
+        ids.iter().all(|id| w.hosts[0].dev.cm_state(*id).is_none())
+    });
+    let c = w.hosts[1].dev.cm_counters();
+    assert!(c.pending_timed_out >= 4, "{c:?}");
+    assert!(c.dropped_backlog > 6, "{c:?}");
+    for id in &ids {
+        assert_eq!(w.hosts[0].dev.cm_state(*id), None);
+    }
+}

@@ -18,6 +18,7 @@ use roce_wire::{Ecn, Error as WireError, MessageKind, Qpn, RocePacket, Transport
 use crate::cc::{CcConfig, CcCounters, QpCc};
 use crate::counters::{DeviceCounters, QpCounters};
 use crate::cq::{Cq, CqId, CqOverflow};
+use crate::ids::{Ids, Quarantine};
 use crate::mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
 use crate::qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 use crate::qp::{Ctx, PostError, Qp, QpAttr, QpInitAttr};
@@ -28,6 +29,27 @@ use crate::{AsyncEvent, Nanos};
 
 mod cm;
 pub use cm::CmCounters;
+
+/// The seed of a device configured without one (tests, the simulator):
+/// a fixed string with the first address folded in, so that two such
+/// devices draw different identifiers, the same on every run.
+fn default_seed(addrs: &[IpAddr]) -> [u8; 32] {
+    let mut seed = *b"roce-core fixed seed: tests only";
+    if let Some(a) = addrs.first() {
+        let b = match a {
+            IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+            IpAddr::V6(v) => v.octets(),
+        };
+        for (s, x) in seed.iter_mut().zip(b) {
+            *s ^= x;
+        }
+    }
+    seed
+}
+/// Destroyed QPNs kept out of use (a peer may still address them).
+const RETIRED_QPNS: usize = 4096;
+/// Most QPs one device holds.
+const MAX_QPS: usize = 1 << 20;
 
 /// Device-wide settings.
 #[derive(Clone, Debug)]
@@ -42,8 +64,12 @@ pub struct DeviceConfig {
     pub link_bps: u64,
     /// Congestion control (off by default; the notification point is on).
     pub cc: CcConfig,
-    /// First QPN handed out (rxe starts at 17).
-    pub first_qpn: u32,
+    /// Seed of the device's CSPRNG (ChaCha20), from which QPNs, initial
+    /// PSNs, memory keys and CM identifiers are drawn (see [`crate::ids`]).
+    /// `None` uses a fixed seed: reproducible, and so predictable — for
+    /// tests and the simulator only. roce-verbs fills it from the
+    /// operating system's `getrandom` when it opens a device.
+    pub seed: Option<[u8; 32]>,
     /// Active MTU of the port in bytes (256..=4096): the path MTU of UD
     /// QPs and the default of connected ones.
     pub active_mtu: u32,
@@ -65,12 +91,12 @@ pub struct DeviceConfig {
 }
 
 impl DeviceConfig {
-    /// A device with one address.
+    /// A device with one address (and no seed: see [`DeviceConfig::seed`]).
     pub fn new(addr: IpAddr) -> DeviceConfig {
         DeviceConfig {
             addrs: vec![addr],
             ecn: Ecn::NotEct,
-            first_qpn: 17,
+            seed: None,
             active_mtu: 4096,
             link_bps: 100_000_000_000,
             cc: CcConfig::default(),
@@ -104,7 +130,10 @@ pub struct Device {
     cqs: Vec<Option<Cq>>,
     srqs: Vec<Option<Srq>>,
     qps: BTreeMap<u32, Qp>,
-    next_qpn: u32,
+    /// Unpredictable identifiers (QPNs, PSNs, CM IDs).
+    ids: Ids,
+    /// QPNs destroyed recently, not handed out again yet.
+    retired_qpns: Quarantine<u32>,
     events: VecDeque<AsyncEvent>,
     /// QPs that may have something to send, in service order.
     ready: VecDeque<u32>,
@@ -180,22 +209,29 @@ impl Device {
         if !matches!(config.active_mtu, 256 | 512 | 1024 | 2048 | 4096) {
             config.active_mtu = 1024;
         }
-        let next_qpn = config.first_qpn.max(2);
+        let mut ids = Ids::new(config.seed.unwrap_or_else(|| default_seed(&config.addrs)));
+        let mut mr_seed = [0u8; 32];
+        for c in mr_seed.chunks_mut(8) {
+            c.copy_from_slice(&ids.u64().to_le_bytes());
+        }
+        let mrs = MrTable::new(mr_seed);
+        let cm = cm::CmTable::new(&mut ids);
         Device {
             config,
             next_pd: 1,
-            mrs: MrTable::default(),
+            mrs,
             cqs: Vec::new(),
             srqs: Vec::new(),
             qps: BTreeMap::new(),
-            next_qpn,
+            ids,
+            retired_qpns: Quarantine::new(RETIRED_QPNS),
             events: VecDeque::new(),
             ready: VecDeque::new(),
             burst: 0,
             ack_requests_seen: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
-            cm: cm::CmTable::default(),
+            cm,
         }
     }
 
@@ -384,21 +420,47 @@ impl Device {
         if init.cap.max_inline_data > 4096 {
             return Err(VerbsError::InvalidArgument("max_inline_data above 4096"));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
+        if self.qps.len() >= MAX_QPS {
+            return Err(VerbsError::InvalidArgument("too many QPs"));
         }
-        self.next_qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
+        let qpn = self.fresh_qpn();
         let mut qp = Qp::new(Qpn::new(qpn), init);
         qp.attr.path_mtu = self.config.active_mtu;
+        // The starting PSN until the application sets its own: random.
+        qp.attr.sq_psn = self.ids.psn();
         qp.cc = QpCc::new(&self.config.cc, self.config.link_bps);
         self.qps.insert(qpn, qp);
         Ok(Qpn::new(qpn))
     }
 
+    /// A QPN drawn at random (IBTA Vol 1 §10.2.4.1 leaves the choice to
+    /// the channel adapter): not 0 or 1 (the special QPs), not below 16
+    /// (rxe's reserved range), not 0xFFFFFF (the multicast QPN, §10.8.1),
+    /// not live and not destroyed recently (a peer of the old QP may still
+    /// send to it).
+    fn fresh_qpn(&mut self) -> u32 {
+        loop {
+            let q = self.ids.u32() & 0xff_ffff;
+            if q >= 16
+                && q != 0xff_ffff
+                && !self.qps.contains_key(&q)
+                && !self.retired_qpns.contains(&q)
+            {
+                return q;
+            }
+        }
+    }
+
+    /// A random 24-bit PSN from the device's CSPRNG, for an application
+    /// (or the CM) to start a connection with (IBTA Vol 1 §9.7.1).
+    pub fn random_psn(&mut self) -> roce_wire::Psn {
+        self.ids.psn()
+    }
+
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
         let mut qp = self.qps.remove(&qpn.value()).ok_or(VerbsError::NotFound)?;
+        self.retired_qpns.retire(qpn.value());
         let mut ctx = ctx!(self, 0);
         qp.return_srq_recv(&mut ctx);
         Ok(())
