@@ -20,6 +20,7 @@ use crate::counters::{DeviceCounters, QpCounters};
 use crate::cq::{Cq, CqId, CqOverflow};
 use crate::ids::{Ids, Quarantine};
 use crate::mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
+use crate::qp::accept::Reject;
 use crate::qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 use crate::qp::{Ctx, PostError, Qp, QpAttr, QpInitAttr};
 use crate::srq::{Srq, SrqId};
@@ -557,17 +558,7 @@ impl Device {
             self.counters.rx_icrc_unchecked += 1;
         }
         let op = p.bth.opcode;
-        if op.transport() == Transport::Cnp {
-            // Reaction point (dcb.md §4): the CNP names our QP.
-            self.counters.rx_cnp += 1;
-            let qpn = p.bth.dest_qp.value();
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.cc.on_cnp(now);
-                self.note_timer(qpn);
-            }
-            return;
-        }
-        if p.bth.dest_qp == roce_wire::mad::GSI_QPN {
+        if p.bth.dest_qp == roce_wire::mad::GSI_QPN && op.transport() != Transport::Cnp {
             self.cm_handle(now, &p);
             return;
         }
@@ -576,32 +567,40 @@ impl Device {
             self.counters.rx_unknown_qp += 1;
             return;
         };
-        let transport_ok = matches!(
-            (qp.init.qp_type, op.transport()),
-            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
-        );
-        // Connected QPs accept packets from their peer only.
-        let from_peer = qp.init.qp_type == QpType::Ud || p.ip.src() == qp.attr.ah_attr.dest;
-        // The port's one partition is the default (0xFFFF, full member):
-        // a packet matches with the same 15-bit key, either membership
-        // (partition keys, IBTA Vol 1 §10.9; rxe's pkey_match).
-        let pkey_ok = p.bth.pkey.0 & 0x7fff == 0x7fff;
-        if !transport_ok || !from_peer || !pkey_ok {
-            qp.counters.drop_invalid += 1;
+        // Only the connected peer's packets, to our address, in the QP's
+        // partition and a state that takes them (IBTA Vol 1 §9.6).
+        if let Err(why) = qp.check_packet(&p, &self.config.addrs) {
+            match why {
+                Reject::State => qp.counters.drop_bad_state += 1,
+                _ => qp.counters.drop_invalid += 1,
+            }
+            return;
+        }
+        if op.transport() == Transport::Cnp {
+            // Reaction point (dcb.md §4): the CNP names our QP, and came
+            // from its peer (checked above).
+            self.counters.rx_cnp += 1;
+            qp.cc.on_cnp(now);
+            self.note_timer(qpn);
             return;
         }
         let ip_hlen = p.ip.header_len().min(dgram.len());
-        // Notification point (protocol reference §7): CE → CNP to the peer.
-        if p.ip.ecn() == Ecn::Ce {
-            qp.cc.on_ce(now);
-        }
+        let ce = p.ip.ecn() == Ecn::Ce;
         let mut ctx = ctx!(self, now);
         if op.kind().is_request() {
             self.ack_requests_seen |= qp.init.qp_type == QpType::Rc
                 && matches!(op.kind(), MessageKind::Send | MessageKind::Write);
-            qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
+            let accepted = qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
+            // Notification point (protocol reference §7): CE → CNP to the
+            // peer, only for a packet the QP took (a forged or stale one
+            // must not make us send CNPs).
+            if ce && accepted {
+                qp.cc.on_ce(now);
+            }
         } else if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
-            qp.req_handle_response(&p, &mut ctx);
+            if qp.req_handle_response(&p, &mut ctx) && ce {
+                qp.cc.on_ce(now);
+            }
         } else {
             qp.counters.drop_bad_state += 1;
         }

@@ -1,6 +1,7 @@
 //! Queue pairs: the state machine, the requester (send side) and the
 //! responder (receive side) of RC, UC and UD (IBTA Vol 1 chapter 9, §10.3).
 
+pub(crate) mod accept;
 mod attr;
 pub(crate) mod path;
 mod requester;

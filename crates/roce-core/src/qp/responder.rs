@@ -188,19 +188,20 @@ enum Failure {
 }
 
 impl Qp {
-    /// Handles a request packet addressed to this QP.
+    /// Handles a request packet addressed to this QP. Returns whether it
+    /// was taken as the next in sequence (its ECN mark may then count).
     pub(crate) fn resp_handle_request(
         &mut self,
         p: &RocePacket<'_>,
         raw_ip_header: &[u8],
         ctx: &mut Ctx<'_>,
-    ) {
+    ) -> bool {
         if !matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         ) {
             self.counters.drop_bad_state += 1;
-            return;
+            return false;
         }
         match self.init.qp_type {
             QpType::Rc => self.rc_request(p, ctx),
@@ -209,7 +210,7 @@ impl Qp {
         }
     }
 
-    fn rc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    fn rc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
         let psn = p.bth.psn;
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
@@ -223,11 +224,11 @@ impl Qp {
                     syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 });
             }
-            return;
+            return false;
         }
         if d < 0 {
             self.duplicate(p);
-            return;
+            return false;
         }
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += p.payload.len() as u64;
@@ -270,6 +271,7 @@ impl Qp {
             }
             Err(Failure::Drop) => {}
         }
+        true
     }
 
     /// A request with a PSN already executed.
@@ -389,7 +391,7 @@ impl Qp {
         Ok(())
     }
 
-    fn uc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    fn uc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
         let psn = p.bth.psn;
         if psn != self.resp.epsn {
             // A gap: the message in progress is lost; resynchronise on the
@@ -401,7 +403,7 @@ impl Qp {
             if !p.bth.opcode.position().starts() {
                 self.counters.drop_out_of_sequence += 1;
                 self.resp.epsn = psn.next();
-                return;
+                return false;
             }
             self.resp.epsn = psn;
         }
@@ -414,24 +416,25 @@ impl Qp {
             }
             self.resp.epsn = psn.next();
         }
+        true
     }
 
-    fn ud_request(&mut self, p: &RocePacket<'_>, raw_ip_header: &[u8], ctx: &mut Ctx<'_>) {
+    fn ud_request(&mut self, p: &RocePacket<'_>, raw_ip_header: &[u8], ctx: &mut Ctx<'_>) -> bool {
         let Some(deth) = p.ext.deth else {
             self.counters.drop_invalid += 1;
-            return;
+            return false;
         };
         if deth.qkey != self.attr.qkey {
             self.counters.drop_qkey += 1;
-            return;
+            return false;
         }
         if p.payload.len() > self.pmtu() as usize {
             self.counters.drop_invalid += 1;
-            return;
+            return false;
         }
         let Some(wr) = self.take_recv(ctx) else {
             self.counters.drop_no_recv += 1;
-            return;
+            return true;
         };
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += p.payload.len() as u64;
@@ -466,5 +469,6 @@ impl Qp {
             Err(ScatterError::Access(_)) => wc.status = WcStatus::LocProtErr,
         }
         ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+        true
     }
 }
