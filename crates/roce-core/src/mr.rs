@@ -124,6 +124,9 @@ struct Region {
     access: Access,
     key: u32,
     valid: bool,
+    /// A remote SEND with Invalidate may invalidate it (a fast-registered
+    /// region; an ordinary registration may not be invalidated).
+    invalidatable: bool,
     mem: Box<dyn RegionMemory>,
 }
 
@@ -214,6 +217,32 @@ impl MrTable {
         mem: Box<dyn RegionMemory>,
         access: Access,
     ) -> Result<MrKeys, AccessError> {
+        self.register_with(pd, va, mem, access, false)
+    }
+
+    /// As [`MrTable::register`], for a region that a remote SEND with
+    /// Invalidate may invalidate: the model of a fast-registered region
+    /// (`ibv_alloc_mr` and a registration work request; IBTA Vol 1
+    /// §10.6.3.6 / §10.7.2.1 allow remote invalidation only of those and
+    /// of memory windows).
+    pub fn register_invalidatable(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+    ) -> Result<MrKeys, AccessError> {
+        self.register_with(pd, va, mem, access, true)
+    }
+
+    fn register_with(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+        invalidatable: bool,
+    ) -> Result<MrKeys, AccessError> {
         if !access.is_valid() {
             return Err(AccessError::NoPermission);
         }
@@ -240,6 +269,7 @@ impl MrTable {
             access,
             key,
             valid: true,
+            invalidatable,
             mem,
         });
         Ok(MrKeys {
@@ -258,13 +288,20 @@ impl MrTable {
         Some(r.mem)
     }
 
-    /// Invalidates a remote key (SEND with invalidate, local invalidate):
-    /// later accesses fail with [`AccessError::BadKey`] until re-validated.
+    /// Invalidates a remote key (SEND with Invalidate): later accesses
+    /// fail with [`AccessError::BadKey`]. Only a region registered with
+    /// [`MrTable::register_invalidatable`] in the same PD may be
+    /// invalidated; any other is refused with
+    /// [`AccessError::NoPermission`] and stays valid (rxe's
+    /// `rxe_invalidate_mr` refuses every MR not of type `MEM_REG`).
     pub fn invalidate(&mut self, pd: PdId, rkey: Rkey) -> Result<(), AccessError> {
         let slot = self.slot_of(rkey.value()).ok_or(AccessError::BadKey)?;
         let r = self.slots[slot].as_mut().ok_or(AccessError::BadKey)?;
         if r.pd != pd {
             return Err(AccessError::WrongPd);
+        }
+        if !r.invalidatable {
+            return Err(AccessError::NoPermission);
         }
         r.valid = false;
         Ok(())
@@ -422,6 +459,18 @@ mod tests {
     #[test]
     fn invalidation_and_invalid_rights() {
         let (mut t, k) = table();
+        // An ordinary registration cannot be invalidated.
+        assert_eq!(
+            t.invalidate(PdId(1), k.rkey),
+            Err(AccessError::NoPermission)
+        );
+        assert!(t
+            .check(k.rkey.value(), PdId(1), 0x1000, 1, Access::NONE)
+            .is_ok());
+        let k = t
+            .register_invalidatable(PdId(1), 0x1000, Box::new(vec![0u8; 8]), Access::NONE)
+            .unwrap();
+        assert_eq!(t.invalidate(PdId(2), k.rkey), Err(AccessError::WrongPd));
         t.invalidate(PdId(1), k.rkey).unwrap();
         assert_eq!(
             t.check(k.rkey.value(), PdId(1), 0x1000, 1, Access::NONE),

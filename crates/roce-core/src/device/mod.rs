@@ -286,6 +286,22 @@ impl Device {
             .map_err(VerbsError::Access)
     }
 
+    /// Registers a region that the peer may invalidate with a SEND with
+    /// Invalidate: the model of a fast-registered region (`ibv_alloc_mr`
+    /// and `IBV_WR_REG_MR`). Regions from [`Device::reg_mr`] cannot be
+    /// invalidated remotely (IBTA Vol 1 §10.6.3.6).
+    pub fn reg_mr_invalidatable(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+    ) -> Result<MrKeys, VerbsError> {
+        self.mrs
+            .register_invalidatable(pd, va, mem, access)
+            .map_err(VerbsError::Access)
+    }
+
     /// `ibv_dereg_mr`: hands the memory back.
     pub fn dereg_mr(&mut self, keys: MrKeys) -> Result<Box<dyn RegionMemory>, VerbsError> {
         self.mrs.deregister(keys.lkey).ok_or(VerbsError::NotFound)

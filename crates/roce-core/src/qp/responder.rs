@@ -21,6 +21,12 @@ use crate::wr::RecvWr;
 mod ops;
 mod transmit;
 
+/// Responses one QP's responder holds at most (ACKs coalesce, so these
+/// are mostly NAKs, READ responses and atomic ACKs): a request that finds
+/// the queue full is dropped unexecuted, as if lost, and its sender
+/// resends it; the queue cannot grow with what the peer sends.
+const MAX_OUT: usize = 512;
+
 /// A message being received over several packets.
 #[derive(Debug)]
 enum InProgress {
@@ -60,6 +66,10 @@ enum Job {
     AtomicAck {
         psn: Psn,
         orig: u64,
+        /// Answers a request executed as new (not a replay of one the
+        /// requester may already have its answer to): holds a responder
+        /// resource until it leaves.
+        fresh: bool,
     },
     Read {
         psn: Psn,
@@ -67,6 +77,8 @@ enum Job {
         rkey: Rkey,
         remaining: u64,
         started: bool,
+        /// As for `AtomicAck`.
+        fresh: bool,
     },
 }
 
@@ -110,6 +122,20 @@ impl Responder {
 
     pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()
+    }
+
+    /// READ and atomic requests whose responses are still queued: the
+    /// responder resources in use (IBTA Vol 1 §9.5.4, max_dest_rd_atomic).
+    fn rd_atomic_in_use(&self) -> usize {
+        self.out
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j,
+                    Job::AtomicAck { fresh: true, .. } | Job::Read { fresh: true, .. }
+                )
+            })
+            .count()
     }
 
     /// The receive WR of a SEND in progress, if any (it must still complete).
@@ -211,6 +237,10 @@ impl Qp {
     }
 
     fn rc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+        if self.resp.out.len() >= MAX_OUT {
+            self.counters.drop_responder_full += 1;
+            return false;
+        }
         let psn = p.bth.psn;
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
@@ -301,10 +331,17 @@ impl Qp {
                     if ok {
                         self.counters.read_replays += 1;
                         // Drop any unsent remainder of the same READ (its PSN
-                        // range), which is now served again; other READs stay.
+                        // range), which is now served again; other READs
+                        // stay. The replay keeps the resource the
+                        // remainder held, and takes none otherwise.
+                        let mut fresh = false;
                         self.resp.out.retain(|j| match j {
-                            Job::Read { psn: p, .. } => {
-                                !(p.diff(rpsn) >= 0 && p.diff(rpsn) < rnpsn as i32)
+                            Job::Read {
+                                psn: p, fresh: f, ..
+                            } => {
+                                let same = p.diff(rpsn) >= 0 && p.diff(rpsn) < rnpsn as i32;
+                                fresh |= same && *f;
+                                !same
                             }
                             _ => true,
                         });
@@ -314,6 +351,7 @@ impl Qp {
                             rkey,
                             remaining: reth.dma_len as u64,
                             started: false,
+                            fresh,
                         });
                     }
                 }
@@ -330,7 +368,11 @@ impl Qp {
                 }) = rec
                 {
                     self.counters.atomic_replays += 1;
-                    self.resp.out.push_back(Job::AtomicAck { psn, orig });
+                    self.resp.out.push_back(Job::AtomicAck {
+                        psn,
+                        orig,
+                        fresh: false,
+                    });
                 }
             }
             _ => {
@@ -378,6 +420,15 @@ impl Qp {
             MessageKind::ReadRequest | MessageKind::CompareSwap | MessageKind::FetchAdd
         );
         if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
+            return Err(invalid);
+        }
+        // Responder resources (IBTA Vol 1 §9.5.4, C9-14x): a new READ or
+        // atomic beyond max_dest_rd_atomic outstanding is an Invalid
+        // Request (class C; rxe names it ERR_TOO_MANY_RDMA_ATM_REQ but
+        // recycles its oldest resource instead). A requester that keeps
+        // to its max_rd_atomic never sees it: it counts a request until
+        // its response arrives, and this queue lets go of it when sent.
+        if rd_atomic && self.resp.rd_atomic_in_use() >= self.attr.max_dest_rd_atomic as usize {
             return Err(invalid);
         }
         match kind {
