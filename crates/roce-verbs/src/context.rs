@@ -108,10 +108,16 @@ impl Context {
 
     fn start(
         backend: Box<dyn Backend + Send>,
-        config: DeviceConfig,
+        mut config: DeviceConfig,
         progress: ProgressConfig,
         doorbell: bool,
     ) -> Result<Context, Error> {
+        // QPNs, keys, PSNs, CM IDs and region addresses must not be
+        // guessable: the engine's CSPRNG is seeded from the OS unless the
+        // caller chose a seed (reproducible tests).
+        if config.seed.is_none() {
+            config.seed = Some(crate::random::os_seed()?);
+        }
         if config.addrs.is_empty() {
             return Err(Error::InvalidArgument("no local address"));
         }

@@ -474,6 +474,12 @@ impl Device {
         self.ids.psn()
     }
 
+    /// A random 64-bit value from the device's CSPRNG, for the API layer
+    /// (the virtual addresses of the regions it owns).
+    pub fn random_u64(&mut self) -> u64 {
+        self.ids.u64()
+    }
+
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
         let mut qp = self.qps.remove(&qpn.value()).ok_or(VerbsError::NotFound)?;
