@@ -138,7 +138,13 @@ impl Rig {
             .ok()
             .and_then(|i| i.mtu)
             .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
-        let ucfg = roce_io::UdpConfig::new(local).port(port).remote_port(port);
+        let ucfg = roce_io::UdpConfig::new(local)
+            .port(port)
+            .remote_port(port)
+            // The peer may be rdma-core over a kernel rxe device, whose IPv4
+            // identification a UDP socket cannot see: its ICRC cannot be
+            // verified, only counted (docs/security.md).
+            .icrc_check(roce_io::IcrcCheck::Count);
         let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => format!(
                 "UDP port {port} on {local} is in use (another RoCE stack, or a kernel rxe device?)"

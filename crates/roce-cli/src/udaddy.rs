@@ -81,7 +81,11 @@ impl Ud {
         }
         let ucfg = roce_io::UdpConfig::new(local)
             .port(args.roce_port)
-            .remote_port(args.roce_port);
+            .remote_port(args.roce_port)
+            // The peer may be rdma-core over a kernel rxe device, whose IPv4
+            // identification a UDP socket cannot see: its ICRC cannot be
+            // verified, only counted (docs/security.md).
+            .icrc_check(roce_io::IcrcCheck::Count);
         let backend = roce_io::UdpBackend::bind(ucfg)
             .map_err(|e| format!("cannot open UDP {local}:{}: {e}", args.roce_port))?;
         let ctx =

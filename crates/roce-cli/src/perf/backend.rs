@@ -228,13 +228,13 @@ pub(crate) fn open_context(
             let mut ucfg = roce_io::UdpConfig::new(local)
                 .port(args.roce_port)
                 .remote_port(args.roce_port);
-            if !args.perftest {
-                // The peer is this stack, whose IPv4 IDs the receiver can
-                // work out: a datagram whose ICRC matches none is damaged
-                // and dropped (for retransmission to replace), not handed
-                // on as unverifiable. A perftest peer may be rxe, whose
-                // kernel numbers IDs as it likes: there they are counted.
-                ucfg = ucfg.icrc_check(roce_io::IcrcCheck::Require);
+            if args.perftest {
+                // The peer is this stack otherwise, whose IPv4 IDs the
+                // receiver can work out (the default: a datagram whose
+                // ICRC matches none is dropped). A perftest peer may be
+                // rxe, whose kernel numbers IDs as it likes: there they
+                // are only counted.
+                ucfg = ucfg.icrc_check(roce_io::IcrcCheck::Count);
             }
             let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
                 std::io::ErrorKind::AddrInUse => {

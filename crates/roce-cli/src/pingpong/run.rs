@@ -137,7 +137,11 @@ fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
     cfg.active_mtu = p.mtu;
     let ucfg = roce_io::UdpConfig::new(local)
         .port(p.roce_port)
-        .remote_port(p.roce_port);
+        .remote_port(p.roce_port)
+        // The peer may be rdma-core over a kernel rxe device, whose IPv4
+        // identification a UDP socket cannot see: its ICRC cannot be
+        // verified, only counted (docs/security.md).
+        .icrc_check(roce_io::IcrcCheck::Count);
     let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
         ErrorKind::AddrInUse => format!(
             "UDP port {} on {local} is in use (another RoCE stack, or a kernel rxe device?)",
