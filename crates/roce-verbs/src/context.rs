@@ -218,6 +218,12 @@ impl Context {
         *self.shared().core_quiet().dev.counters()
     }
 
+    /// Counters of the connection manager (REQs dropped by a full
+    /// backlog, pending requests timed out, ...).
+    pub fn cm_counters(&self) -> roce_core::CmCounters {
+        self.shared().core_quiet().dev.cm_counters()
+    }
+
     /// Counters of the backend (and its middleware).
     pub fn backend_counters(&self) -> Vec<(&'static str, u64)> {
         lock(&self.shared().io).backend.counters()
