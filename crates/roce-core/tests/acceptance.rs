@@ -162,3 +162,31 @@ fn a_ce_mark_counts_only_on_a_packet_taken() {
     w.hosts[1].dev.handle_datagram(w.now, &d, RxInfo::default());
     assert_eq!(w.hosts[1].dev.qp_cc_counters(b).unwrap().ce_received, 1);
 }
+
+#[test]
+fn a_pkey_index_past_the_table_is_refused() {
+    let mut w = World::new(4096);
+    let h = &mut w.hosts[0];
+    let q = h
+        .dev
+        .create_qp(QpInitAttr {
+            qp_type: QpType::Rc,
+            pd: h.pd,
+            send_cq: h.cq,
+            recv_cq: h.cq,
+            srq: None,
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let a = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 1,
+        ..QpAttr::default()
+    };
+    let m = QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init);
+    assert_eq!(
+        h.dev.modify_qp(q, &a, m),
+        Err(VerbsError::Modify(ModifyError::InvalidValue("pkey_index")))
+    );
+}

@@ -17,7 +17,7 @@ use super::Qp;
 
 /// The port's P_Key table: one entry, the default partition (0xFFFF,
 /// full member), as rxe has.
-const PKEY_TABLE: [u16; 1] = [0xffff];
+pub(crate) const PKEY_TABLE: [u16; 1] = [0xffff];
 
 /// Why a packet was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

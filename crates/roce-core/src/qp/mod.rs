@@ -212,6 +212,13 @@ impl Qp {
         if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
             return Err(ModifyError::InvalidValue("timeout"));
         }
+        // The port's P_Key table has one entry (IBTA Vol 1 §10.9.2; rxe
+        // refuses an index past its table too).
+        if mask.contains(QpAttrMask::PKEY_INDEX)
+            && attr.pkey_index as usize >= accept::PKEY_TABLE.len()
+        {
+            return Err(ModifyError::InvalidValue("pkey_index"));
+        }
         if mask.contains(QpAttrMask::AV)
             && ctx
                 .local_addrs
