@@ -5,7 +5,7 @@
 # both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
 #
-#   bash interop/run.sh                     # the rxe lab (../shared/lab), VM vmA
+#   bash interop/run.sh                     # the rxe lab (interop/lab), VM vmA
 #   PEER_MODE=ssh PEER_SSH=user@host PEER_IP=192.0.2.2 HOST_IP=192.0.2.1 \
 #     PEER_DEV=mlx5_0 PEER_GIDX=3 CAP_IF=enp1s0f0 NS= bash interop/run.sh   # a hardware NIC
 #
@@ -13,7 +13,8 @@
 #   PEER_MODE   lab | ssh [lab]. lab: drive the VM with $LAB_DIR/peer.sh (started if
 #               needed, stopped at the end if this script started it); ssh: run the
 #               peer's commands with `ssh $PEER_SSH`.
-#   LAB_DIR     the lab scripts [/work/shared/lab];  PEER  the lab VM [vmA]
+#   LAB_DIR     the lab scripts [interop/lab: net.sh up, peer.sh start|exec|bg|wait|stop];
+#               PEER  the lab VM [vmA]
 #   NS          network namespace our side runs in ('' = none) [rxelab]
 #   HOST_IP     our address (the RoCE device and the TCP end) [10.77.0.1]
 #   PEER_IP     the peer's address [10.77.0.11]
@@ -35,7 +36,7 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 PEER_MODE=${PEER_MODE:-lab}
-LAB_DIR=${LAB_DIR:-/work/shared/lab}
+LAB_DIR=${LAB_DIR:-$HERE/lab}
 PEER=${PEER:-vmA}
 NS=${NS-rxelab}
 HOST_IP=${HOST_IP:-10.77.0.1}
@@ -97,7 +98,7 @@ peer_wait() {
 }
 
 if [ "$PEER_MODE" = lab ]; then
-    bash "$LAB_DIR/netns-setup.sh" up >/dev/null 2>&1
+    bash "$LAB_DIR/net.sh" up >/dev/null 2>&1
     if ! TIMEOUT=60 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
         echo "starting $PEER (slow: 30-90 s)..." >&2
         bash "$LAB_DIR/peer.sh" start "$PEER" >"$OUT/peer-start.log" 2>&1 \

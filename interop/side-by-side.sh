@@ -10,29 +10,31 @@
 #
 #   cargo build --release -p roce-cli && bash interop/side-by-side.sh
 #
-# Variables: LAB_DIR [/work/shared/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
+# Variables: LAB_DIR [interop/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
+# SHARE [$LAB/run/$PEER: the directory the VM sees as /lab],
 # DURATION [5] seconds per BW test, ITERS [2000] latency samples,
 # ROCE [target/release/roce], PEER_IP [10.77.0.11] (the VM's address). Our side uses UDP port 4792 on 127.0.0.1/2
 # because rxe holds 4791 on every address of the VM.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-LAB_DIR=${LAB_DIR:-/work/shared/lab}
+LAB_DIR=${LAB_DIR:-$HERE/lab}
 LAB=${LAB:-/var/tmp/roce-lab}
 PEER=${PEER:-vmA}
+SHARE=${SHARE:-$LAB/run/$PEER}
 DURATION=${DURATION:-5}
 ITERS=${ITERS:-2000}
 ROCE=${ROCE:-$HERE/../target/release/roce}
 PEER_IP=${PEER_IP:-10.77.0.11}
 [ -x "$ROCE" ] || { echo "no roce binary at $ROCE" >&2; exit 2; }
 
-bash "$LAB_DIR/netns-setup.sh" up >/dev/null 2>&1
+bash "$LAB_DIR/net.sh" up >/dev/null 2>&1
 if ! TIMEOUT=60 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
     bash "$LAB_DIR/peer.sh" start "$PEER" >/dev/null || { echo "the VM did not start" >&2; exit 2; }
 fi
-cp "$ROCE" "$LAB/share/roce-side-by-side"
+cp "$ROCE" "$SHARE/roce-side-by-side"
 # The bench binary (cargo bench -p roce-io --bench udp_ceiling --no-run).
 CEIL=$(ls -t "$HERE"/../target/release/deps/udp_ceiling-* 2>/dev/null | grep -v '\.d$' | head -1)
-[ -n "$CEIL" ] && cp "$CEIL" "$LAB/share/udp-ceiling"
+[ -n "$CEIL" ] && cp "$CEIL" "$SHARE/udp-ceiling"
 
 run() { TIMEOUT=300 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"; }
 P="-d \$DEV -x \$GIDX -F"

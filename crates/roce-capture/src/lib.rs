@@ -8,16 +8,31 @@
 //! packet. [`Packet::payload`] strips the capture's link header (Ethernet, raw IP,
 //! Linux SLL/SLL2). [`PcapWriter`] writes nanosecond pcap files of Ethernet frames.
 //!
-//! ```no_run
-//! use roce_capture::{CaptureReader, Payload};
-//! # fn main() -> Result<(), roce_capture::CaptureError> {
-//! let mut reader = CaptureReader::open("trace.pcapng".as_ref())?;
+//! Where it sits: below the tools. `roce inspect` reads captures with it,
+//! and `roce-io`'s pcap tap writes them; it knows nothing of RoCE (the
+//! frames are handed to `roce-wire` for decoding).
+//!
+//! Write two frames to an in-memory pcap and read them back
+//! (`CaptureReader::open(path)` reads a file):
+//!
+//! ```
+//! use roce_capture::{CaptureReader, Payload, PcapWriter};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut writer = PcapWriter::new(Vec::new())?;
+//! writer.write_packet(1_000, &[0xaa; 60])?; // time in ns, a whole Ethernet frame
+//! writer.write_packet(2_500, &[0xbb; 64])?;
+//! let file = writer.into_inner()?;
+//!
+//! let mut reader = CaptureReader::new(&file[..])?;
+//! let mut seen = Vec::new();
 //! while let Some(packet) = reader.next_packet() {
 //!     let packet = packet?;
 //!     if let Payload::Ethernet(frame) = packet.payload()? {
-//!         println!("#{} {} bytes at {} ns", packet.index, frame.len(), packet.ts_ns);
+//!         seen.push((packet.index, packet.ts_ns, frame.len()));
 //!     }
 //! }
+//! assert_eq!(seen.len(), 2);
+//! assert_eq!((seen[1].1, seen[1].2), (2_500, 64));
 //! # Ok(()) }
 //! ```
 //!
@@ -42,9 +57,8 @@
 //! of the block being parsed, which gives precise error offsets for free. It
 //! needs Rust 1.65, its own code is safe Rust apart from one bounds-checked
 //! slice-to-array cast, and it parses every pcapng block type in both byte
-//! orders. Built on it, this reader reads a 1-million-packet, 116 MB pcap in
-//! about 0.07 s and the pcapng equivalent in 0.09 s (release build, file in the
-//! page cache; `tests/perf.rs`), so reading is I/O bound. `pcap-file`
+//! orders. Built on it, reading is I/O bound (`tests/perf.rs`; figures in
+//! the repository's `docs/performance.md`). `pcap-file`
 //! 2.0 reports no offsets at all, treats EPB timestamp ticks as nanoseconds
 //! whatever the interface's `if_tsresol`, always allocates an 8 MB buffer and
 //! fails on records larger than it, and relies on a lifetime transmute (unchecked code)

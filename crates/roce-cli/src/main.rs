@@ -1,4 +1,25 @@
 //! `roce`: tools for RoCE v2 (RDMA over Converged Ethernet).
+//!
+//! One command with seven subcommands, at the top of the stack: `perf`
+//! (perftest-style bandwidth and latency tests, and perftest's own
+//! exchange with `--perftest`), `pingpong`, `rping` and `udaddy` (rdma-core's
+//! and librdmacm's tools, interoperating with them), `inspect` (decode and
+//! verify captures), `devinfo` (interfaces as RoCE devices) and `sim` (the
+//! fabric simulator). They use `roce-verbs` over `roce-io`'s backends,
+//! `roce-wire` and `roce-capture` for captures, and `roce-sim`. Every
+//! subcommand is described with example output in the repository's
+//! `docs/tools.md`.
+//!
+//! This is a binary crate, so its examples are not doc tests; the
+//! integration tests in `tests/` run these commands:
+//!
+//! ```text
+//! cargo roce perf write-bw --loopback                 # the main job
+//! cargo roce perf write-lat --loopback -s 2 -n 10000
+//! cargo roce inspect testdata/captures/atomic_fetch_add.pcap
+//! cargo roce pingpong --transport rc & cargo roce pingpong 127.0.0.1
+//! cargo roce sim scenarios/incast_8to1_dcqcn.toml
+//! ```
 
 mod devinfo;
 mod inspect;

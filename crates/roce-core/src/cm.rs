@@ -10,7 +10,7 @@
 //! side, on accept for the passive side) and to ERR on disconnect. The
 //! application sees [`CmEvent`]s from [`crate::Device::poll_cm_event`].
 //!
-//! Connection states (§12.9.6, reduced to what RC over rdma_cm uses):
+//! Connection states (IBTA Vol 1 §12.9.6, reduced to what RC over rdma_cm uses):
 //!
 //! | state        | on                         | next          |
 //! |--------------|----------------------------|---------------|

@@ -1,6 +1,6 @@
 //! Protection domains and memory regions: keys, access flags and the bounds
 //! checks every local and remote access goes through (IBTA Vol 1 §10.6,
-//! C9-… R_Key checks in §9.7.4.1.5 / §9.7.5.1.5 as rxe applies them).
+//! the R_Key checks of §9.7.4.1.5 / §9.7.5.1.5 as rxe applies them).
 //!
 //! The engine never sees application memory as a slice it could keep: each
 //! region's bytes sit behind [`RegionMemory`], which the API layer

@@ -188,7 +188,7 @@ fn full_bring_up_path_with_exactly_the_required_masks() {
         assert_eq!(check_modify(ty, Reset, S | init, Init), Ok(()), "{ty}");
         assert_eq!(check_modify(ty, Init, S | rtr, Rtr), Ok(()), "{ty}");
         assert_eq!(check_modify(ty, Rtr, S | rts, Rts), Ok(()), "{ty}");
-        // The table says exactly this (protocol.md §6 table).
+        // The table says exactly this (docs/protocol.md §6 table).
         let req = |from, to| transition(ty, from, to).map(|t| t.required_for(ty));
         assert_eq!(req(Reset, Init), Some(init), "{ty}");
         assert_eq!(req(Init, Rtr), Some(rtr), "{ty}");

@@ -4,7 +4,7 @@
 //! one process) make no progress while they share a CPU: each waits for the
 //! other's time slice. The scheduler moves one of them to an idle CPU only
 //! after its load balancer notices, which on a two-CPU machine was seen to
-//! take about 12 ms, with round trips of ~220 µs instead of ~8 µs until then.
+//! take milliseconds, with round trips many times longer until then.
 //! A program that starts both ends can place them itself.
 
 use std::io;

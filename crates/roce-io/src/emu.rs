@@ -42,10 +42,10 @@ pub fn emulated() -> bool {
 /// Chooses, once per process, the code that suits this CPU: on an
 /// [`emulated`] one the ICRC's CRC-32 runs table-driven
 /// ([`roce_wire::crc32::set_table_driven`]; the carry-less multiply is a
-/// slow and erratic emulator call there: one build of `roce perf write-bw`
-/// ran at 0.19 Gbit/s in the lab VM, the same source with the table at
-/// 0.27-0.39), and payload copies go in pieces ([`copy_piece`]). Every
-/// backend calls it when it opens.
+/// slow and erratic emulator call there), and payload copies go in pieces
+/// ([`copy_piece`]). Every backend calls it when it opens. The measurements
+/// behind the choice are in the repository's
+/// `docs/notes/2026-12-01-emulated-cpu.md`.
 pub fn adapt_to_cpu() {
     ADAPTED.get_or_init(|| {
         let emulated = emulated();
@@ -59,8 +59,7 @@ pub fn adapt_to_cpu() {
 /// The largest piece a copy of payload bytes should be made in: `usize::MAX`
 /// on a real CPU, [`COPY_PIECE`] on an emulated one. There glibc's `memcpy`
 /// moves a large block with `rep movsb`, which QEMU's TCG runs a byte at a
-/// time: 64 KiB took 141 µs in one call and 23 µs in 1 KiB pieces in the
-/// lab VM (1.9 and 2.1 µs natively).
+/// time, several times slower than the same copy in 1 KiB pieces.
 pub fn copy_piece() -> usize {
     if ADAPTED.get() == Some(&true) {
         COPY_PIECE

@@ -2,6 +2,12 @@
 //! IP datagrams, an in-memory [`Fabric`] for deterministic tests, and
 //! middleware that wraps any backend: [`FaultInjector`] and [`PcapTap`].
 //!
+//! Where it sits: between the sans-IO engine (`roce-core`) and the
+//! operating system. `roce-verbs`' progress engine moves the engine's
+//! datagrams through a backend; the backend never parses what the engine
+//! built beyond fixing the ICRC for the header the kernel writes. See the
+//! repository's `docs/architecture.md`.
+//!
 //! On Linux, two real backends:
 //!
 //! * [`UdpBackend`] — unprivileged UDP sockets on port 4791, per-QP

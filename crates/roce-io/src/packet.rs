@@ -160,8 +160,8 @@ enum Neigh {
 /// [`take_mac_control`](PacketBackend::take_mac_control). Frames arrive
 /// through a receive ring shared with the kernel (`PACKET_RX_RING`,
 /// `TPACKET_V2`, 8 MiB): a poll looks at the next slot's status word in
-/// memory, with no system call (between two namespaces a 2-byte WRITE
-/// ping-pong's half round trip fell from 5.5-5.7 to 2.3-3.5 µs);
+/// memory, with no system call (`docs/performance.md` has the latency it
+/// gives between two namespaces);
 /// [`PacketConfig::rx_ring`]`(false)`, or a kernel that refuses
 /// the ring, receives with `recvmmsg` instead. The host's own
 /// outgoing frames are not delivered (`PACKET_IGNORE_OUTGOING`, and the

@@ -2,8 +2,9 @@
 //! way the backends need them: `sendmmsg` / `recvmmsg` with a control
 //! message buffer *per message* (per-packet TOS, UDP GSO segment size, and
 //! on receive the TOS / traffic class and the GRO segment size), and plain
-//! integer socket options by number. This is the only module of the crate
-//! with `unsafe`; every block says why it is sound.
+//! integer socket options by number. One of the crate's three modules with
+//! `unsafe` (with `ring.rs`, the AF_PACKET receive ring, and `emu.rs`, the
+//! CPUID probe); every block says why it is sound.
 
 use std::io::{self, IoSlice};
 use std::mem;
@@ -28,7 +29,7 @@ struct CmsgBuf([u8; CMSG_BUF]);
 /// The headers, addresses, iovecs and control buffers of one
 /// `sendmmsg` / `recvmmsg` call, allocated once per socket: a call sets
 /// the fields of the slots it uses instead of zeroing ~17 KiB of them
-/// (which took 8 % of a latency test's CPU time).
+/// (a measurable share of a latency test's CPU time).
 pub(crate) struct MmsgScratch {
     hdrs: Box<[libc::mmsghdr]>,
     names: Box<[libc::sockaddr_storage]>,

@@ -1,5 +1,5 @@
 //! Fabric, host and measurement parameters (everything but topology and
-//! workload), with the published defaults of `shared/design/dcb.md`.
+//! workload), with the published defaults of `docs/dcb.md`.
 
 use roce_core::CcConfig;
 use roce_wire::Ecn;
@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::dcb::Dcb;
 use crate::time::{Ps, US};
 
-/// RED/ECN marking of one traffic class on an egress queue (dcb.md §3).
+/// RED/ECN marking of one traffic class on an egress queue (docs/dcb.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct EcnTc {
     /// No marking at or below this queue depth (bytes).
@@ -79,7 +79,7 @@ impl Default for BufferConfig {
     }
 }
 
-/// The PFC watchdog (dcb.md §1): poll, detect a stuck queue, drop.
+/// The PFC watchdog (docs/dcb.md §1): poll, detect a stuck queue, drop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct WatchdogConfig {
     /// Poll interval.

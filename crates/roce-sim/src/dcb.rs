@@ -1,5 +1,5 @@
 //! DCB settings written as operators write them (iproute2 `dcb`, see
-//! `shared/design/dcb.md` §5): `prio-pfc all:off 3:on`, `prio-tc 3:3 6:6
+//! `docs/dcb.md` §5): `prio-pfc all:off 3:on`, `prio-tc 3:3 6:6
 //! tc-tsa all:strict 0:ets 3:ets tc-bw 0:50 3:50`, `dscp-prio 26:3 48:6`.
 //!
 //! Each string describes the whole setting: what it does not name is off

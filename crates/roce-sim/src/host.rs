@@ -86,7 +86,7 @@ impl Host {
         let mut c = DeviceConfig::new(IpAddr::V4(host_ip(id)));
         c.ecn = cfg.ecn;
         c.active_mtu = cfg.mtu;
-        // DCQCN (dcb.md §4): the reaction point's ceiling is this NIC's link.
+        // DCQCN (docs/dcb.md §4): the reaction point's ceiling is this NIC's link.
         c.cc = cfg.cc;
         c.link_bps = tx.rate_bps;
         // A hardware NIC's window, not rxe's 128 PSNs: at 100 Gb/s and

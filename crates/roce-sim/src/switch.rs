@@ -7,7 +7,7 @@
 //! or, past the XOFF threshold of a lossless priority, to that ingress's
 //! headroom. XOFF goes upstream when the ingress has headroom bytes or its
 //! shared bytes reach the threshold (static, or dynamic
-//! `α × (buffer − headroom reserve − shared used)`, dcb.md §1); XON when
+//! `α × (buffer − headroom reserve − shared used)`, docs/dcb.md §1); XON when
 //! the headroom is empty and the shared bytes are at or below the
 //! threshold minus the resume offset. A lossless packet that finds its
 //! headroom full is dropped (`headroom_exceeded`: thresholds too high for
@@ -495,7 +495,7 @@ impl Switch {
         self.start_tx(sh, port);
     }
 
-    /// One watchdog poll (dcb.md §1): a lossless egress queue that is
+    /// One watchdog poll (docs/dcb.md §1): a lossless egress queue that is
     /// non-empty, paused and sent nothing since the last poll for `detect`
     /// polls in a row is declared stormed: its packets are dropped, and
     /// arriving ones and pauses for it are dropped/ignored for `restore`.

@@ -69,12 +69,12 @@ impl Cdf {
         Ok(cdf)
     }
 
-    /// The WebSearch CDF (dcb.md §6).
+    /// The WebSearch CDF (docs/dcb.md §6).
     pub fn websearch() -> Cdf {
         Cdf::parse(include_str!("../cdf/websearch.txt")).expect("shipped CDF parses")
     }
 
-    /// The FB_Hadoop CDF (dcb.md §6).
+    /// The FB_Hadoop CDF (docs/dcb.md §6).
     pub fn fb_hadoop() -> Cdf {
         Cdf::parse(include_str!("../cdf/fb_hadoop.txt")).expect("shipped CDF parses")
     }

@@ -1,4 +1,4 @@
-//! DCQCN in the fabric (dcb.md §6): N:1 incast at 40 G converges to fair
+//! DCQCN in the fabric (docs/dcb.md §6): N:1 incast at 40 G converges to fair
 //! shares with the bottleneck queue near the ECN band and PFC pauses rare;
 //! without congestion control PFC pauses persist and spread to a victim
 //! flow that only shares an upstream link.

@@ -17,7 +17,7 @@ use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId, UdRequest};
 use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
-use crate::progress::{kick, settle};
+use crate::progress::kick;
 use crate::shared::{lock, Shared};
 use crate::{Context, QueuePair};
 
@@ -488,7 +488,6 @@ impl CmConnection {
     /// complete with WR_FLUSH_ERR), a DREQ goes out; waits for the DREP.
     pub fn disconnect(self, timeout: Duration) -> Result<(), CmError> {
         let id = self.id;
-        settle(&self.shared);
         {
             let mut core = self.shared.core();
             let now = self.shared.now();
@@ -508,7 +507,6 @@ impl CmConnection {
 
 impl Drop for CmConnection {
     fn drop(&mut self) {
-        settle(&self.shared);
         let mut core = self.shared.core();
         let now = self.shared.now();
         let _ = core.dev.cm_disconnect(now, self.id);
@@ -571,7 +569,7 @@ mod tests {
         assert_eq!((na, nb), (0, 0));
         // Nor any id kept for them, once the engine forgot the connections.
         std::thread::sleep(Duration::from_millis(200));
-        crate::progress::settle(a.shared());
+        crate::progress::flush(a.shared());
         assert!(a.shared().core().cm_dropped.len() <= 1);
     }
 }

@@ -30,7 +30,7 @@ impl Drop for ContextInner {
         {
             // The last handle went away inside the progress thread's own
             // step (a completion channel it was notifying held it). That
-            // thread holds the I/O lock, so it can neither settle nor join
+            // thread holds the I/O lock, so it can neither flush nor join
             // itself: it stops at its next look at `shutdown`, detached,
             // and what it owns (the shared state) goes with it.
             self.shared.shutdown.store(true, Ordering::Release);
@@ -38,7 +38,8 @@ impl Drop for ContextInner {
             return;
         }
         drop(thread);
-        crate::progress::settle(&self.shared);
+        // What the engine still has to send (a destroyed QP's last ACK).
+        crate::progress::flush(&self.shared);
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.unpark();
         if let Some(t) = lock(&self.thread).take() {

@@ -4,12 +4,21 @@
 //! [`AddressHandle`], over the sans-IO engine of `roce-core`, driven by a
 //! progress engine over any `roce-io` [`Backend`](roce_io::Backend).
 //!
+//! Where it sits: applications (and the `roce` command) use this crate;
+//! it drives `roce-core`'s engine over a `roce-io` backend and owns the
+//! threads, locks and clock the engine has none of. See
+//! `docs/architecture.md` in the repository.
+//!
+//! Two contexts on an in-memory fabric, an RC connection and one SEND:
+//!
 //! ```
 //! use roce_verbs::*;
+//! use std::time::Duration;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!
 //! let fabric = roce_io::Fabric::new();
-//! let (a, b) = (Context::open_fabric(&fabric, "10.0.0.1".parse()?)?,
-//!               Context::open_fabric(&fabric, "10.0.0.2".parse()?)?);
+//! let a = Context::open_fabric(&fabric, "10.0.0.1".parse()?)?;
+//! let b = Context::open_fabric(&fabric, "10.0.0.2".parse()?)?;
 //! let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
 //! let (ca, cb) = (a.create_cq(64, None)?, b.create_cq(64, None)?);
 //! let qa = pa.create_qp(&QpInitAttr::new(QpType::Rc, &ca, &ca))?;
@@ -22,14 +31,11 @@
 //! qb.post_recv(RecvWr { wr_id: 1, sgl: vec![rx.sge(0, 64)] })?;
 //! qa.post_send_owned(SendWr::send(7, vec![]), b"hello".to_vec())?;
 //!
-//! let mut done = ca.poll_until(1, std::time::Duration::from_secs(5))?;
-//! assert_eq!(done[0].wr_id, 7);
-//! assert_eq!(done[0].take_buffer().as_deref(), Some(&b"hello"[..]));
-//! let got = cb.poll_until(1, std::time::Duration::from_secs(5))?;
-//! assert_eq!(got[0].byte_len, 5);
-//! let mut five = [0u8; 5];
-//! rx.read(0, &mut five)?;
-//! assert_eq!(&five, b"hello");
+//! assert_eq!(ca.poll_until(1, Duration::from_secs(5))?[0].wr_id, 7);
+//! assert_eq!(cb.poll_until(1, Duration::from_secs(5))?[0].byte_len, 5);
+//! let mut got = [0u8; 5];
+//! rx.read(0, &mut got)?;
+//! assert_eq!(&got, b"hello");
 //! # Ok(()) }
 //! ```
 //!
@@ -102,8 +108,10 @@
 //!   [`QueuePair::post_recv_owned`]): a `Vec<u8>` is registered for one WR
 //!   and handed back in [`Completion::buffer`].
 //!
-//! `unsafe` in this crate is limited to the raw region's copies
-//! (`mr.rs`), each block with its `SAFETY` argument.
+//! `unsafe` in this crate is the raw-region path only: the `unsafe fn`
+//! [`ProtectionDomain::reg_mr_raw`] (`pd.rs`), whose contract the caller
+//! upholds, and the raw region's copies (`mr.rs`), each block with its
+//! `SAFETY` argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cm;
@@ -133,8 +141,8 @@ pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
 pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{
-    Access, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos, Payload,
-    PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr, Rkey,
-    SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode, WcStatus,
+    Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos,
+    Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr,
+    Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode, WcStatus,
 };
 pub use {roce_core, roce_io};

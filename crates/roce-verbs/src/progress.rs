@@ -77,78 +77,6 @@ fn min_opt(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
     }
 }
 
-/// Whether a polling step holds its transmit back for the application's
-/// answer (see [`step`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Hold {
-    /// Hold after requests: the application answers them (it posted after
-    /// a held step, or after requests that were not held for), and no
-    /// requests came while a hold was on since.
-    pub(crate) pays: bool,
-    /// A polling step received requests without holding for them, and the
-    /// application has not posted since.
-    pub(crate) unanswered: bool,
-    /// Holds in a row that the progress thread had to send (the
-    /// application made no call after them).
-    pub(crate) stranded: u8,
-    /// The last step held its transmit back.
-    pub(crate) held: bool,
-}
-
-impl Default for Hold {
-    fn default() -> Hold {
-        Hold {
-            pays: true,
-            unanswered: false,
-            stranded: 0,
-            held: false,
-        }
-    }
-}
-
-impl Hold {
-    /// At the start of a step: whether the last step held its transmit
-    /// back (this one sends it), learning from who sends it.
-    fn begin(&mut self, driver: Driver) -> bool {
-        let held = std::mem::take(&mut self.held);
-        match driver {
-            // The application answered after requests: holding pays
-            // (again), unless held ACKs were left to the progress thread
-            // twice in a row (a program that drives several contexts from
-            // one thread answers on another context, and the peer waits).
-            Driver::Post => {
-                if held {
-                    self.stranded = 0;
-                }
-                self.pays |= (held || self.unanswered) && self.stranded < 2;
-                self.unanswered = false;
-            }
-            Driver::Thread if held => {
-                self.pays = false;
-                self.stranded = self.stranded.saturating_add(1);
-            }
-            _ => {}
-        }
-        held
-    }
-
-    /// After a polling step received SENDs or WRITEs: whether to hold its
-    /// transmit back now (`held`: what [`Hold::begin`] returned).
-    fn hold_now(&mut self, held: bool) -> bool {
-        if held {
-            // More requests came while the last ones' ACKs were held: the
-            // peer streams instead of waiting for an answer (a bandwidth
-            // test), and holding would only slow its window down.
-            self.pays = false;
-        } else if self.pays {
-            self.held = true;
-            return true;
-        }
-        self.unanswered = true;
-        false
-    }
-}
-
 /// Empty polling rounds that may reuse the last clock reading.
 const STALE_POLLS: u32 = 8;
 
@@ -158,97 +86,26 @@ pub(crate) enum Driver {
     /// The progress thread: receives, transmits, and asks the backend for
     /// its next event.
     Thread,
-    /// An application thread polling a CQ: receives and transmits, but may
-    /// hold the transmit back once (see [`step`]).
+    /// An application thread polling a CQ: receives and transmits.
     Poll,
     /// An application thread that posted or changed something: transmits
     /// only (whatever has arrived is taken by the next poll).
     Post,
 }
 
-/// One round: receive (unless a [`Driver::Post`]), run timers, transmit,
-/// raise events. The progress thread's deadline includes the backend's
-/// `poll_at` (which may take a lock the peer contends for, so inline steps
-/// skip it).
-///
-/// A [`Driver::Poll`] step that received an RC SEND or WRITE may return
-/// before transmitting: the application is about to see what arrived and,
-/// in a ping-pong, answers at once; the ACK the request owes then leaves
-/// right after the answer, in a send call of its own (so that its system
-/// call runs while the peer works on the answer, not before the answer on
-/// the round trip). The held transmit is sent by the next step of any
-/// kind, which never holds back again, or by [`settle`] before anything
-/// that changes a QP's or a connection's state; the progress thread takes
-/// it when it sees the application stop polling. Whether holding pays is
-/// learnt ([`Hold`]): when more requests arrive while ACKs are held, the
-/// peer is streaming (a bandwidth test) and holding would only delay its
-/// window, so it stops until the application answers requests again; when
-/// the progress thread had to send held ACKs twice in a row, it stops for
-/// good.
-///
-/// [`Shared::tx_owed`] is set from the moment a request's completion or
-/// data is visible to the application until its ACK has left (or is
-/// held), in every kind of step: [`settle`] waits for it.
+/// One round: receive (unless a [`Driver::Post`]), run the engine's
+/// timers, transmit, raise events. The engine decides what leaves when
+/// (ACK deferral is one of its timers, roce-core `qp/responder/ack.rs`):
+/// a step only moves datagrams and honours `poll_timeout`. The progress
+/// thread's deadline includes the backend's `poll_at` (which may take a
+/// lock the peer contends for, so inline steps skip it).
 pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome {
-    let Io {
-        backend,
-        rx,
-        tx,
-        hold,
-        stale_polls,
-        deadline,
-    } = io;
-    // A polling step that finds nothing needs no fresh time: it reuses the
-    // last reading for up to STALE_POLLS rounds (timers then run late by
-    // that many rounds) and reads the clock when something arrives.
-    let mut fresh = driver != Driver::Poll || *stale_polls >= STALE_POLLS;
-    let mut now = if fresh {
-        *stale_polls = 0;
-        shared.now()
-    } else {
-        *stale_polls += 1;
-        shared.recent()
-    };
+    let mut clock = Clock::start(shared, &mut io.stale_polls, driver);
     let mut out = StepOutcome::default();
-    let receive = driver != Driver::Post;
-    let owed = shared.tx_owed.load(Ordering::Relaxed);
-    // This step sends what a hold kept back (or holds anew below).
-    let held = hold.begin(driver);
-    let mut requests = false;
-
-    // Receive everything that has arrived (bounded, to keep sending).
-    for _ in 0..if receive { 4 } else { 0 } {
-        // Backend errors are counted by the backend; try again next round.
-        let n: usize = backend.recv(now, rx).unwrap_or_default();
-        if n == 0 {
-            break;
-        }
-        out.work = true;
-        if !fresh {
-            fresh = true;
-            *stale_polls = 0;
-            now = shared.now();
-        }
-        let mut core = shared.core_quiet();
-        for i in 0..n {
-            let info = RxInfo {
-                icrc_checkable: rx.meta(i).icrc_verified,
-            };
-            core.dev.handle_datagram(now, rx.get(i), info);
-        }
-        if core.dev.take_ack_requests_seen() && !requests {
-            // Before the completions become visible (the core unlocks).
-            requests = true;
-            shared.tx_owed.store(true, Ordering::Relaxed);
-        }
-        drop(core);
-        if n < rx.capacity() {
-            break;
-        }
+    if driver != Driver::Post {
+        out.work = receive(shared, io, &mut clock);
     }
-    if requests && driver == Driver::Poll && hold.hold_now(held) {
-        return out;
-    }
+    let now = clock.now;
     // An empty poll with nothing to send, no timer due and the engine not
     // touched since the last step looked: the transmit phase would only
     // take the engine lock to find nothing. A busy-polling loop is mostly
@@ -256,106 +113,189 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     // sees the next datagram.
     if driver == Driver::Poll
         && !out.work
-        && !held
-        && !owed
-        && tx.is_empty()
-        && deadline.is_none_or(|d| now < d)
+        && io.tx.is_empty()
+        && io.deadline.is_none_or(|d| now < d)
         && !shared.touched.load(Ordering::Relaxed)
     {
-        out.deadline = *deadline;
+        out.deadline = io.deadline;
         out.idle = true;
         return out;
     }
-
-    // Timers, transmit and events.
-    let mut channels = Vec::new();
-    let mut events = Vec::new();
-    let mut cm_queued = false;
-    // The engine said it had nothing more to send (in a round that asked
-    // for everything, not only requests).
-    let mut drained = false;
-    for round in 0..shared.cfg.tx_batches_per_step.max(1) {
-        let mut core = shared.core_quiet();
-        if round == 0 {
-            // From here on this step sees every change made so far.
-            shared.touched.store(false, Ordering::Relaxed);
-        }
-        if round == 0 && core.dev.poll_timeout().is_some_and(|t| t <= now) {
-            core.dev.handle_timeout(now);
-            out.work = true;
-        }
-        // The application's answer to held requests leaves in a send call
-        // of its own, before their ACKs: the peer is waiting for it, and
-        // the ACKs' call then runs while the peer works on the answer.
-        let answer_first = round == 0 && driver == Driver::Post && held;
-        let mut exhausted = false;
-        while !tx.is_full() {
-            let pushed = tx.push_with(|buf| {
-                let n = if answer_first {
-                    core.dev.poll_transmit_requests(now, buf)
-                } else {
-                    core.dev.poll_transmit(now, buf)
-                };
-                n.unwrap_or(0)
-            });
-            if !pushed {
-                exhausted = true;
-                drained = !answer_first;
-                break;
-            }
-        }
-        collect_events(&mut core, &mut channels, &mut events);
-        cm_queued |= collect_cm_events(&mut core, shared);
-        out.deadline = core.dev.poll_timeout();
-        drop(core);
-        if tx.is_empty() {
-            if answer_first {
-                continue;
-            }
-            break;
-        }
-        out.work = true;
-        let taken = backend.send(now, tx).unwrap_or(0);
-        tx.drain_front(taken);
-        if !tx.is_empty() {
-            // Back pressure: offer the rest next time.
-            out.more = true;
-            break;
-        }
-        if exhausted && !answer_first {
-            break;
-        }
-        out.more = round + 1 == shared.cfg.tx_batches_per_step.max(1);
-    }
-    *deadline = out.deadline;
-    if !drained {
-        // Left with work: the rounds ran out, the socket pushed back, or
-        // the only round sent the answer and kept the held ACKs. The next
-        // polling step must look again, not skip as idle.
+    let tx = transmit(shared, io, now);
+    out.work |= tx.work;
+    out.more = tx.more;
+    out.deadline = tx.deadline;
+    io.deadline = tx.deadline;
+    if !tx.drained {
+        // Left with work (the rounds ran out, or the socket pushed back):
+        // the next polling step must look again, not skip as idle.
         shared.touched.store(true, Ordering::Relaxed);
     }
-    // Sent, or still in `tx` after back pressure (a settle sends it).
-    let unsent = !tx.is_empty();
-    if owed || requests || unsent {
-        shared.tx_owed.store(unsent, Ordering::Relaxed);
-    }
     if driver == Driver::Thread {
-        out.deadline = min_opt(out.deadline, backend.poll_at());
+        out.deadline = min_opt(out.deadline, io.backend.poll_at());
     }
     if out.more {
         out.deadline = Some(now);
     }
-    for ch in channels {
-        ch.cv.notify_all();
-    }
-    if !events.is_empty() {
-        lock(&shared.events).extend(events);
-        shared.events_cv.notify_all();
-    }
-    if cm_queued {
-        shared.cm_cv.notify_all();
-    }
+    tx.raised.wake(shared);
     out
+}
+
+/// A step's reading of the clock: a polling step that finds nothing
+/// needs no fresh time, so it reuses the last reading for up to
+/// [`STALE_POLLS`] rounds (timers then run late by that many rounds) and
+/// reads the clock when something arrives.
+struct Clock {
+    now: Nanos,
+    fresh: bool,
+}
+
+impl Clock {
+    fn start(shared: &Shared, stale_polls: &mut u32, driver: Driver) -> Clock {
+        let fresh = driver != Driver::Poll || *stale_polls >= STALE_POLLS;
+        if fresh {
+            *stale_polls = 0;
+            Clock {
+                now: shared.now(),
+                fresh,
+            }
+        } else {
+            *stale_polls += 1;
+            Clock {
+                now: shared.recent(),
+                fresh,
+            }
+        }
+    }
+
+    /// Something arrived: from here on the step needs the real time.
+    fn refresh(&mut self, shared: &Shared, stale_polls: &mut u32) {
+        if !self.fresh {
+            self.fresh = true;
+            *stale_polls = 0;
+            self.now = shared.now();
+        }
+    }
+}
+
+/// Hands everything that has arrived to the engine (bounded, to keep
+/// sending); true when anything did.
+fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> bool {
+    let mut got = false;
+    for _ in 0..4 {
+        // Backend errors are counted by the backend; try again next round.
+        let n: usize = io.backend.recv(clock.now, &mut io.rx).unwrap_or_default();
+        if n == 0 {
+            break;
+        }
+        got = true;
+        clock.refresh(shared, &mut io.stale_polls);
+        let mut core = shared.core_quiet();
+        for i in 0..n {
+            let info = RxInfo {
+                icrc_checkable: io.rx.meta(i).icrc_verified,
+            };
+            core.dev.handle_datagram(clock.now, io.rx.get(i), info);
+        }
+        drop(core);
+        if n < io.rx.capacity() {
+            break;
+        }
+    }
+    got
+}
+
+/// What a step's transmit phase did.
+struct Transmitted {
+    work: bool,
+    /// Packets are left to send (rounds ran out, or back pressure).
+    more: bool,
+    /// The engine said it had nothing more to send.
+    drained: bool,
+    /// The engine's earliest timer after this phase.
+    deadline: Option<Nanos>,
+    raised: Raised,
+}
+
+/// Runs due timers, then drains the engine's packets into the backend in
+/// up to `tx_batches_per_step` batches, collecting events as it goes.
+fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
+    let rounds = shared.cfg.tx_batches_per_step.max(1);
+    let mut t = Transmitted {
+        work: false,
+        more: false,
+        drained: false,
+        deadline: None,
+        raised: Raised::default(),
+    };
+    for round in 0..rounds {
+        let mut core = shared.core_quiet();
+        if round == 0 {
+            // From here on this step sees every change made so far.
+            shared.touched.store(false, Ordering::Relaxed);
+            if core.dev.poll_timeout().is_some_and(|d| d <= now) {
+                core.dev.handle_timeout(now);
+                t.work = true;
+            }
+        }
+        while !io.tx.is_full() {
+            let pushed = io
+                .tx
+                .push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
+            if !pushed {
+                t.drained = true;
+                break;
+            }
+        }
+        t.raised.collect(&mut core, shared);
+        t.deadline = core.dev.poll_timeout();
+        drop(core);
+        if io.tx.is_empty() {
+            break;
+        }
+        t.work = true;
+        let taken = io.backend.send(now, &io.tx).unwrap_or(0);
+        io.tx.drain_front(taken);
+        if !io.tx.is_empty() {
+            // Back pressure: offer the rest next time.
+            t.more = true;
+            break;
+        }
+        if t.drained {
+            break;
+        }
+        t.more = round + 1 == rounds;
+    }
+    t
+}
+
+/// Completion channels to wake and events to queue, gathered under the
+/// engine lock and delivered after it.
+#[derive(Default)]
+struct Raised {
+    channels: Vec<Arc<crate::cq::ChannelInner>>,
+    events: Vec<roce_core::AsyncEvent>,
+    cm_queued: bool,
+}
+
+impl Raised {
+    fn collect(&mut self, core: &mut crate::shared::Core, shared: &Shared) {
+        collect_events(core, &mut self.channels, &mut self.events);
+        self.cm_queued |= collect_cm_events(core, shared);
+    }
+
+    fn wake(self, shared: &Shared) {
+        for ch in self.channels {
+            ch.cv.notify_all();
+        }
+        if !self.events.is_empty() {
+            lock(&shared.events).extend(self.events);
+            shared.events_cv.notify_all();
+        }
+        if self.cm_queued {
+            shared.cm_cv.notify_all();
+        }
+    }
 }
 
 /// Queues the engine's CM events, but those of connections the application
@@ -434,16 +374,12 @@ pub(crate) fn kick(shared: &Shared) {
     }
 }
 
-/// Sends what a polling step held back (see [`step`]) before a change of
-/// state (a QP modified or destroyed, a connection closed, the context
-/// shut down) can overtake or discard it. Cheap when nothing is owed.
-pub(crate) fn settle(shared: &Shared) {
-    if shared.tx_owed.load(Ordering::Relaxed) {
-        let mut io = lock(&shared.io);
-        if shared.tx_owed.load(Ordering::Relaxed) {
-            step(shared, &mut io, Driver::Post);
-        }
-    }
+/// Sends everything the engine has to send now, whoever else is driving
+/// the I/O (it waits for the I/O lock): for the context's last moments,
+/// and for tests that need the wire to have seen a change.
+pub(crate) fn flush(shared: &Shared) {
+    let mut io = lock(&shared.io);
+    step(shared, &mut io, Driver::Post);
 }
 
 /// The progress thread's loop; returns when the context shuts down.
@@ -791,38 +727,5 @@ mod tests {
             let _ = p.qb.send_cq().poll_one();
             deadline.check("the WRITE stalled");
         }
-    }
-
-    /// With one transmit round per step, a post's step that sends the
-    /// application's answer first leaves the held ACK for the next step,
-    /// which must not be idle.
-    #[test]
-    fn a_held_ack_left_by_a_one_round_step_is_sent_by_the_next_poll() {
-        let p = pair(QpType::Rc, 1, 64);
-        p.qb.post_recv(RecvWr {
-            wr_id: 7,
-            sgl: vec![p.mb.sge(0, 64)],
-        })
-        .unwrap();
-        let shared = p.b.shared().clone();
-        let mut io = lock(&shared.io);
-        p.qa.post_send(SendWr::send(1, vec![p.ma.sge(0, 16)]))
-            .unwrap();
-        // B's poll takes the SEND and holds its ACK.
-        let deadline = Deadline::after(Duration::from_secs(5));
-        while !io.hold.held {
-            step(&shared, &mut io, Driver::Poll);
-            deadline.check("B never held an ACK");
-        }
-        // What a post with nothing to send runs (no answer ready).
-        step(&shared, &mut io, Driver::Post);
-        let next = step(&shared, &mut io, Driver::Poll);
-        assert!(!next.idle, "{next:?}");
-        drop(io);
-        // The ACK reached A: its SEND completes.
-        let got = p.cq_a.poll_until(1, Duration::from_secs(5)).unwrap();
-        assert_eq!(got.len(), 1, "A's SEND never completed");
-        assert_eq!(got[0].wr_id, 1, "{:?}", got[0]);
-        assert!(got[0].is_success(), "{:?}", got[0]);
     }
 }

@@ -87,13 +87,14 @@ struct QpInner {
 impl Drop for QpInner {
     fn drop(&mut self) {
         let shared = self.pd.shared();
-        progress::settle(shared);
         let mut grave = Graveyard::new();
         let mut core = shared.core();
         let _ = core.dev.destroy_qp(self.qpn);
         core.forget_qp(self.qpn, &mut grave);
         drop(core);
         drop(grave);
+        // A deferred ACK the engine kept as the QP's last packet.
+        progress::kick(shared);
     }
 }
 
@@ -177,7 +178,6 @@ impl QueuePair {
     /// (their buffers' references are released).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
         let shared = self.shared();
-        progress::settle(shared);
         let mut grave = Graveyard::new();
         let r = {
             let mut core = shared.core();

@@ -135,7 +135,6 @@ pub(crate) struct Io {
     pub(crate) backend: Box<dyn Backend + Send>,
     pub(crate) rx: PacketBatch,
     pub(crate) tx: PacketBatch,
-    pub(crate) hold: crate::progress::Hold,
     /// Polling steps since the clock was last read for one.
     pub(crate) stale_polls: u32,
     /// The engine's earliest timer when a step last looked.
@@ -170,11 +169,6 @@ pub(crate) struct Shared {
     pub(crate) in_sleep: AtomicBool,
     /// Work was handed to the progress thread since it last looked.
     pub(crate) kicked: AtomicBool,
-    /// ACKs are owed for requests the application may have seen (a
-    /// polling step held its transmit back, or a step is between receiving
-    /// and transmitting), or datagrams wait in the I/O's transmit batch:
-    /// [`crate::progress::settle`] sends them.
-    pub(crate) tx_owed: AtomicBool,
     /// The engine was locked by [`Shared::core`] (for something that may
     /// give it a datagram to send or a timer to run) since a progress step
     /// last looked for what to send: a polling step that receives nothing
@@ -218,7 +212,6 @@ impl Shared {
                 backend,
                 rx: PacketBatch::new(cfg.batch, slot),
                 tx: PacketBatch::new(cfg.batch, slot),
-                hold: Default::default(),
                 stale_polls: 0,
                 deadline: None,
             }),
@@ -237,7 +230,6 @@ impl Shared {
             sleeper,
             in_sleep: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
-            tx_owed: AtomicBool::new(false),
             touched: AtomicBool::new(true),
             clock: AtomicU64::new(0),
         }
@@ -261,7 +253,7 @@ impl Shared {
     /// busy-polling loop, which should not read the clock on every empty
     /// round. Reading it is a system call where the kernel's clock source
     /// has no vDSO path (an emulated CPU whose TSC the kernel distrusts,
-    /// as in the lab VM: about 2 us a reading there).
+    /// as in the lab VM).
     pub(crate) fn recent(&self) -> Nanos {
         self.clock.load(Ordering::Relaxed)
     }

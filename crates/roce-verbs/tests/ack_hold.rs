@@ -1,8 +1,8 @@
 //! A polling application's answer leaves before the ACK of the request it
-//! answers: a polling progress step that received an RC SEND or WRITE holds
-//! its transmit back until the application's next call (progress.rs), which
-//! sends the answer and then the ACK; whatever changes a QP's state first
-//! sends what was held.
+//! answers when the engine defers ACKs (`DeviceConfig::ack_delay`, roce-core
+//! `qp/responder/ack.rs`): the ACK waits for the QP's answer (or its
+//! deadline) and follows it; moving the QP to the error state first sends
+//! what was held.
 
 mod common;
 
@@ -23,6 +23,8 @@ const RC_SEND_ONLY: u8 = 0x04;
 const RC_ACK: u8 = 0x11;
 /// wr_id of every receive.
 const RECV: u64 = 1 << 40;
+/// B's ACK deferral.
+const HOLD: Duration = Duration::from_millis(50);
 /// First PSNs of A's and B's requests.
 const A_PSN: u32 = 7;
 const B_PSN: u32 = 900;
@@ -80,7 +82,16 @@ fn recorded_pair(opts: &ConnectOptions) -> (Side, Side, SendLog) {
             inner: fabric.endpoint(b_addr).unwrap(),
             log: log.clone(),
         },
-        DeviceConfig::new(b_addr),
+        // A deadline that scheduling noise cannot reach: the ACK must be
+        // released by the answer (the rounds would take HOLD each if it
+        // waited for its deadline instead).
+        DeviceConfig {
+            ack_delay: AckDelay {
+                max_delay: HOLD.as_nanos() as u64,
+                ..AckDelay::INTERACTIVE
+            },
+            ..DeviceConfig::new(b_addr)
+        },
         quiet,
     )
     .unwrap();
@@ -122,6 +133,7 @@ fn a_ping_pong_answer_goes_before_its_ack() {
     post_recv(&a, &ma);
     post_recv(&b, &mb);
     const ROUNDS: usize = 200;
+    let start = std::time::Instant::now();
     for i in 0..ROUNDS as u64 {
         a.qp.post_send(SendWr::send(i, vec![ma.sge(0, 8)])).unwrap();
         let r = one(&b.cq);
@@ -136,6 +148,11 @@ fn a_ping_pong_answer_goes_before_its_ack() {
         // B's SEND completes (A's ACK) before the next round.
         assert_eq!(one(&b.cq).wr_id, i);
     }
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed < HOLD * ROUNDS as u32 / 8,
+        "{elapsed:?}: ACKs waited for their deadline"
+    );
     // Round i: B's answer has PSN B_PSN + i, its ACK of A's SEND A_PSN + i.
     let sent = log.lock().unwrap().clone();
     let at = |want: (u8, u32)| sent.iter().position(|&x| x == want);
@@ -147,8 +164,8 @@ fn a_ping_pong_answer_goes_before_its_ack() {
         })
         .count();
     // B's progress thread may take a request before B's application first
-    // polls (it then sends the ACK at once). Without holding, none goes
-    // first.
+    // polls, and a slow answer lets the ACK's deadline pass first. Without
+    // deferral, none goes first.
     assert!(
         answer_first >= ROUNDS * 9 / 10,
         "{answer_first} of {ROUNDS} answers went before their ACK"

@@ -2,10 +2,11 @@
 //! zlib computes it; IBTA Annex A17 §A17.4.4), with a choice of code.
 //!
 //! [`Crc32`] runs crc32fast, which uses the CPU's carry-less multiply
-//! (PCLMULQDQ) where it has one: about 15× faster than a table on a real
-//! x86 CPU. Under an emulated CPU the carry-less multiply is a call into the
-//! emulator, and there the same code's `roce perf write-bw` ran 2× slower
-//! in one build than in another: QEMU's TCG runs the helper with legacy SSE
+//! (PCLMULQDQ) where it has one, much faster than a table on a real x86
+//! CPU. Under an emulated CPU the carry-less multiply is a call into the
+//! emulator whose cost changed from one build of the same code to the next
+//! (figures in the repository's `docs/notes/2026-12-01-emulated-cpu.md`):
+//! QEMU's TCG runs the helper with legacy SSE
 //! instructions, which the host CPU makes slow when the emulated program's
 //! AVX2 code (glibc's `memcpy`) has left the upper halves of its vector
 //! registers dirty. A table-driven CRC (the `crc` crate's slicing-by-16 tables)

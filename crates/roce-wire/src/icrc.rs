@@ -1,4 +1,4 @@
-//! The Invariant CRC (IBTA Annex A17 §A17.4.4, protocol reference §4).
+//! The Invariant CRC (IBTA Annex A17 §A17.4.4, docs/protocol.md §4).
 //!
 //! CRC-32 (IEEE 802.3, reflected, as zlib computes it) over:
 //! 8 bytes of 0xFF standing in for the LRH; the IP header with its variant

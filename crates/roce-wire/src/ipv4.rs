@@ -121,7 +121,7 @@ pub struct Ipv4Repr {
     /// ECN codepoint.
     pub ecn: Ecn,
     /// Identification. Covered by the ICRC: whoever builds the header must
-    /// know what goes here (protocol reference §4).
+    /// know what goes here (docs/protocol.md §4).
     pub ident: u16,
     /// Don't Fragment (RoCE v2 senders set it).
     pub dont_frag: bool,
@@ -209,7 +209,7 @@ impl Ipv4Repr {
 mod tests {
     use super::*;
 
-    // The Scapy vector's IPv4 header (protocol reference §4 / testdata/icrc.md).
+    // The Scapy vector's IPv4 header (docs/protocol.md §4 / testdata/icrc.md).
     const HDR: [u8; 20] = [
         0x45, 0x01, 0x00, 0x40, 0x04, 0x78, 0x40, 0x00, 0x40, 0x11, 0xb4, 0xd5, 0xc0, 0xa8, 0x00,
         0x07, 0xc0, 0xa8, 0x00, 0x07,

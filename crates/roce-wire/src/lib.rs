@@ -21,6 +21,52 @@
 //!
 //! The crate is `no_std`, forbids `unsafe_code`, and never allocates. Enable the
 //! default `std` feature for run-time CPU detection in the CRC.
+//!
+//! Where it sits: at the bottom of the stack. The transport engine
+//! (`roce-core`) builds and parses every packet with it, `roce inspect`
+//! decodes captures with it, and the I/O layer uses it only to check and
+//! fix ICRCs. The facts it encodes are summarised in the repository's
+//! `docs/protocol.md` (§1–§5, §8).
+//!
+//! # Example
+//!
+//! Build an RC SEND_ONLY datagram, parse it back and verify its ICRC; one
+//! flipped payload bit makes the check fail:
+//!
+//! ```
+//! use roce_wire::{
+//!     BthRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, Psn, Qpn, RocePacket,
+//!     UdpChecksum, UdpRepr, ROCE_V2_PORT,
+//! };
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let repr = FrameRepr {
+//!     eth: None, // an IP datagram; Some(EthernetRepr { .. }) for a whole frame
+//!     ip: IpRepr::V4(Ipv4Repr {
+//!         src: "10.0.0.1".parse()?,
+//!         dst: "10.0.0.2".parse()?,
+//!         dscp: 26,
+//!         ecn: Ecn::Ect0,
+//!         ident: 0,
+//!         dont_frag: true,
+//!         ttl: 64,
+//!         payload_len: 0, // filled in by emit
+//!     }),
+//!     udp: UdpRepr { src_port: 0xc000, dst_port: ROCE_V2_PORT, checksum: UdpChecksum::Zero },
+//!     bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(7)),
+//!     ext: ExtHeaders::default(),
+//!     payload: b"hello",
+//! };
+//! let mut buf = [0u8; 128];
+//! let n = repr.emit(&mut buf)?; // IP checksum, lengths, pad and ICRC
+//! let packet = RocePacket::parse_ip(&buf[..n])?;
+//! assert_eq!(packet.bth.opcode, Opcode::RC_SEND_ONLY);
+//! assert_eq!(packet.payload, b"hello");
+//! packet.check_icrc()?;
+//!
+//! buf[n - 8] ^= 1; // a bit of the payload
+//! assert!(RocePacket::parse_ip(&buf[..n])?.check_icrc().is_err());
+//! # Ok(()) }
+//! ```
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 

@@ -270,7 +270,7 @@ impl fmt::Debug for Headers {
 }
 
 /// How much payload a packet with a given opcode may carry, relative to the
-/// path MTU (IBTA §9.7.3 / C9-?? length checks as rxe applies them).
+/// path MTU (IBTA Vol 1 §9.7.3 length checks as rxe applies them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PayloadRule {
     /// No payload at all.

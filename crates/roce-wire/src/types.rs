@@ -5,7 +5,7 @@ use core::fmt;
 /// Mask of a 24-bit field (PSN, QPN, MSN).
 pub const MASK_24: u32 = 0x00ff_ffff;
 
-/// A Packet Sequence Number: 24 bits, arithmetic modulo 2^24 (IBTA §9.7.1).
+/// A Packet Sequence Number: 24 bits, arithmetic modulo 2^24 (IBTA Vol 1 §9.7.1).
 ///
 /// Ordering between two PSNs is only meaningful inside a window of half the
 /// space (2^23), which is how both the requester and the responder compare
@@ -107,7 +107,7 @@ id_newtype!(
     Qpn, 24, 8
 );
 id_newtype!(
-    /// A Message Sequence Number carried in the AETH (24 bits, IBTA §9.7.5.1.1).
+    /// A Message Sequence Number carried in the AETH (24 bits, IBTA Vol 1 §9.7.5.1.1).
     Msn, 24, 8
 );
 id_newtype!(

@@ -1,5 +1,5 @@
 //! Every RoCE v2 packet in the captures of real rxe peers (testdata/captures,
-//! made by ../shared/lab) parses, verifies its ICRC, and re-emits
+//! made between two rxe VMs like those of interop/lab) parses, verifies its ICRC, and re-emits
 //! byte-identical from its reprs; per-opcode counts match the Wireshark
 //! tallies recorded next to each capture.
 

@@ -41,7 +41,7 @@ fn canvas(path: &Path, h: u32) -> Result<Area<'_>, Box<dyn std::error::Error>> {
     Ok(root)
 }
 
-/// The frame all plots share: the caption "<scenario>: <what>", margins
+/// The frame all plots share: the caption `"<scenario>: <what>"`, margins
 /// and label areas (`y_area` pixels wide for the y labels).
 fn frame<'a, 'b>(
     root: &'a Area<'b>,

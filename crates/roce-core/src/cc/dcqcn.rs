@@ -1,5 +1,5 @@
 //! DCQCN reaction point, the paper version (Zhu et al., SIGCOMM 2015,
-//! dcb.md §4), as a sans-IO state machine.
+//! docs/dcb.md §4), as a sans-IO state machine.
 //!
 //! State per QP: current rate `Rc`, target rate `Rt`, `α`, the timer stage
 //! `T` and the byte stage `BC`. Implemented equations:

@@ -1,5 +1,5 @@
 //! DCQCN reaction point as NVIDIA mlx5 firmware exposes it (the
-//! `/sys/class/net/<if>/ecn/roce_rp/` parameters, dcb.md §4), as a sans-IO
+//! `/sys/class/net/<if>/ecn/roce_rp/` parameters, docs/dcb.md §4), as a sans-IO
 //! state machine. The increase procedure is the paper's (see
 //! [`super::dcqcn`]) with F = `rpg_threshold`, R_AI = `rpg_ai_rate`,
 //! R_HAI = `rpg_hai_rate`, T_inc = `rpg_time_reset` and

@@ -1,7 +1,7 @@
 //! Congestion control: ECN marking of data packets, the DCQCN notification
 //! point (CNP on CE), the reaction point in two variants (the paper's
 //! [`dcqcn`] and NVIDIA's [`mlx5`]), and a per-QP [`pacing`] rate limiter
-//! in the requester (dcb.md §3–§4, protocol.md §7).
+//! in the requester (docs/dcb.md §3–§4, docs/protocol.md §7).
 //!
 //! What goes on the wire: request packets carry the device's ECN codepoint
 //! (`DeviceConfig::ecn`: Not-ECT by default, ECT(0) or ECT(1)); ACKs, NAKs

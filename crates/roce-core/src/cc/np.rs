@@ -1,4 +1,4 @@
-//! The DCQCN notification point of one QP (dcb.md §4, protocol.md §7):
+//! The DCQCN notification point of one QP (docs/dcb.md §4, docs/protocol.md §7):
 //! the first CE-marked packet triggers a CNP at once; afterwards at most
 //! one CNP per `min_time_between_cnps`, sent at the end of the interval
 //! only if a CE-marked packet arrived during it.

@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::net::IpAddr;
 
-use roce_wire::{Ecn, Error as WireError, MessageKind, Qpn, RocePacket, Transport};
+use roce_wire::{Ecn, Error as WireError, Qpn, RocePacket, Transport};
 
 use crate::cc::{CcConfig, CcCounters, QpCc};
 use crate::counters::{DeviceCounters, QpCounters};
@@ -21,8 +21,8 @@ use crate::cq::{Cq, CqId, CqOverflow};
 use crate::ids::{Ids, Quarantine};
 use crate::mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
 use crate::qp::accept::Reject;
-use crate::qp::state::{ModifyError, QpAttrMask, QpState, QpType};
-use crate::qp::{Ctx, PostError, Qp, QpAttr, QpInitAttr};
+use crate::qp::state::{ModifyError, QpAttrMask, QpState};
+use crate::qp::{AckDelay, Ctx, PostError, Qp, QpAttr, QpInitAttr};
 use crate::srq::{Srq, SrqId};
 use crate::wc::Wc;
 use crate::wr::{RecvWr, SendWr};
@@ -89,6 +89,9 @@ pub struct DeviceConfig {
     /// MTU are one 64 KiB GSO send; a simulated NIC arbitrating per
     /// packet uses 1.
     pub tx_burst: u32,
+    /// How RC responders defer their positive ACKs ([`AckDelay`]; off by
+    /// default, as a NIC).
+    pub ack_delay: AckDelay,
 }
 
 impl DeviceConfig {
@@ -103,6 +106,7 @@ impl DeviceConfig {
             cc: CcConfig::default(),
             max_unacked_psns: 128,
             tx_burst: 16,
+            ack_delay: AckDelay::OFF,
         }
     }
 }
@@ -140,9 +144,8 @@ pub struct Device {
     ready: VecDeque<u32>,
     /// Packets the QP at the front of `ready` has sent in a row.
     burst: u32,
-    /// An RC SEND or WRITE packet reached a responder since the last
-    /// [`Device::take_ack_requests_seen`].
-    ack_requests_seen: bool,
+    /// Deferred ACKs of QPs destroyed or reset, to send first.
+    farewell: VecDeque<Vec<u8>>,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
@@ -198,7 +201,7 @@ macro_rules! ctx {
             local_addrs: &$s.config.addrs,
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
-            requests_only: false,
+            ack_delay: $s.config.ack_delay,
             cq_lost: false,
         }
     };
@@ -229,7 +232,7 @@ impl Device {
             events: VecDeque::new(),
             ready: VecDeque::new(),
             burst: 0,
-            ack_requests_seen: false,
+            farewell: VecDeque::new(),
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
             cm,
@@ -485,6 +488,7 @@ impl Device {
         let mut qp = self.qps.remove(&qpn.value()).ok_or(VerbsError::NotFound)?;
         self.retired_qpns.retire(qpn.value());
         let mut ctx = ctx!(self, 0);
+        keep_farewell(&mut self.farewell, &mut qp, &mut ctx);
         qp.return_srq_recv(&mut ctx);
         Ok(())
     }
@@ -513,6 +517,11 @@ impl Device {
     ) -> Result<(), VerbsError> {
         let qp = self.qps.get_mut(&qpn.value()).ok_or(VerbsError::NotFound)?;
         let mut ctx = ctx!(self, 0);
+        if mask.contains(QpAttrMask::STATE)
+            && matches!(attr.qp_state, QpState::Reset | QpState::Err)
+        {
+            keep_farewell(&mut self.farewell, qp, &mut ctx);
+        }
         let r = qp.modify(attr, mask, &mut ctx);
         qp.check_cq_lost(&mut ctx);
         r?;
@@ -599,8 +608,8 @@ impl Device {
             return;
         }
         if op.transport() == Transport::Cnp {
-            // Reaction point (dcb.md §4): the CNP names our QP, and came
-            // from its peer (checked above).
+            // Reaction point (docs/dcb.md §4): the CNP names our QP, and
+            // came from its peer (checked above).
             self.counters.rx_cnp += 1;
             qp.cc.on_cnp(now);
             self.note_timer(qpn);
@@ -610,10 +619,8 @@ impl Device {
         let ce = p.ip.ecn() == Ecn::Ce;
         let mut ctx = ctx!(self, now);
         if op.kind().is_request() {
-            self.ack_requests_seen |= qp.init.qp_type == QpType::Rc
-                && matches!(op.kind(), MessageKind::Send | MessageKind::Write);
             let accepted = qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
-            // Notification point (protocol reference §7): CE → CNP to the
+            // Notification point (docs/protocol.md §7): CE → CNP to the
             // peer, only for a packet the QP took (a forged or stale one
             // must not make us send CNPs).
             if ce && accepted {
@@ -631,27 +638,6 @@ impl Device {
             self.mark_ready(qpn);
         }
         self.note_timer(qpn);
-    }
-
-    /// Whether an RC SEND or WRITE packet (a request answered by an ACK)
-    /// reached a QP's responder since the last call; clears the flag. A
-    /// driver that runs inside the application's polling loop can hold its
-    /// transmit back for a moment after such a packet, so that the ACK
-    /// leaves after the application's answer instead of in a system call of
-    /// its own ahead of it. (READ and atomic requests are
-    /// not counted: their response is the answer the peer waits for.)
-    pub fn take_ack_requests_seen(&mut self) -> bool {
-        std::mem::take(&mut self.ack_requests_seen)
-    }
-
-    /// [`Device::poll_transmit`] for requests only (and CM messages and
-    /// CNPs): QPs keep their responses queued, and stay ready to send them
-    /// at the next [`Device::poll_transmit`]. For a driver that held ACKs
-    /// back for the application's answer: the answer, which the peer is
-    /// waiting for, leaves in a send call of its own, and the ACKs in the
-    /// next.
-    pub fn poll_transmit_requests(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
-        self.transmit(now, buf, true)
     }
 
     /// Records a QP's current deadline in the timer heap if it changed.
@@ -675,10 +661,13 @@ impl Device {
     /// Writes the next datagram to send into `buf` (which should hold at
     /// least 4200 bytes); returns its length, or `None` when nothing is due.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
-        self.transmit(now, buf, false)
-    }
-
-    fn transmit(&mut self, now: Nanos, buf: &mut [u8], requests_only: bool) -> Option<usize> {
+        // A QP's last ACK before the CM message that may end it (a DREQ).
+        if let Some(p) = self.farewell.pop_front() {
+            let n = p.len().min(buf.len());
+            buf[..n].copy_from_slice(&p[..n]);
+            self.counters.tx_datagrams += 1;
+            return Some(n);
+        }
         if let Some(n) = self.cm_poll_transmit(buf) {
             self.counters.tx_datagrams += 1;
             return Some(n);
@@ -691,7 +680,6 @@ impl Device {
             };
             qp.queued = false;
             let mut ctx = ctx!(self, now);
-            ctx.requests_only = requests_only;
             let sent = qp.poll_transmit(&mut ctx, buf);
             qp.check_cq_lost(&mut ctx);
             if let Some(n) = sent {
@@ -713,19 +701,10 @@ impl Device {
                 self.note_timer(qpn);
                 return Some(n);
             }
-            // Responses held back: ready again when they may go.
-            let held = requests_only && qp.wants_to_send();
-            if held {
-                qp.queued = true;
-            }
             self.note_timer(qpn);
             self.burst = 0;
-            if held {
-                self.ready.push_back(qpn);
-                continue;
-            }
-            // Nothing now (window, credits, RNR wait): timers or incoming
-            // packets will make it ready again.
+            // Nothing now (window, credits, RNR wait, a deferred ACK):
+            // timers or incoming packets will make it ready again.
         }
         None
     }
@@ -771,5 +750,21 @@ impl Device {
             }
             self.timers.pop();
         }
+    }
+}
+
+/// Keeps a QP's deferred ACK to send as its last packet when the
+/// application destroys the QP, resets it or moves it to the error state
+/// (also through the CM): with deferral off it would have left before the
+/// application could do any of these. Bounded: the oldest go first.
+fn keep_farewell(queue: &mut VecDeque<Vec<u8>>, qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    const MAX_FAREWELLS: usize = 1024;
+    let mut buf = vec![0u8; 512];
+    if let Some(n) = qp.take_deferred_ack(ctx, &mut buf) {
+        buf.truncate(n);
+        if queue.len() >= MAX_FAREWELLS {
+            queue.pop_front();
+        }
+        queue.push_back(buf);
     }
 }

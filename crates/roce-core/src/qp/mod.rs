@@ -16,6 +16,7 @@ use roce_wire::{Ecn, Qpn};
 pub use attr::{mtu_from_enum, path_mtu_for_link, AddressVector, QpAttr, QpCaps, QpInitAttr};
 pub(crate) use path::Path;
 use requester::Requester;
+pub use responder::AckDelay;
 use responder::Responder;
 use state::{check_modify_with_cur_state, ModifyError, QpAttrMask, QpState, QpType};
 
@@ -39,8 +40,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) ecn: Ecn,
     /// [`DeviceConfig::max_unacked_psns`](crate::DeviceConfig).
     pub(crate) max_unacked: u32,
-    /// A QP emits only its requests (responses wait).
-    pub(crate) requests_only: bool,
+    /// [`DeviceConfig::ack_delay`](crate::DeviceConfig).
+    pub(crate) ack_delay: AckDelay,
     /// A completion did not fit its CQ: the QP that made it must go to the
     /// error state (see [`Ctx::complete`]).
     pub(crate) cq_lost: bool,
@@ -403,33 +404,53 @@ impl Qp {
         self.resp.has_output() || self.req.has_work() || self.cc.cnp_due()
     }
 
-    /// Emits the next packet: responses first, then requests (requests
-    /// only for [`Device::poll_transmit_requests`](crate::Device)).
+    /// Emits the next packet: responses first, then requests. A deferred
+    /// ACK (responder/ack.rs) waits, and follows the first request packet
+    /// that leaves: the peer is waiting for that one.
     pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
         if let Some(n) = self.cc_poll_cnp(ctx, buf) {
             self.counters.tx_packets += 1;
             return Some(n);
         }
-        let n = if ctx.requests_only {
-            self.req_poll_transmit(ctx, buf)
-        } else {
-            self.resp_poll_transmit(ctx, buf)
-                .or_else(|| self.req_poll_transmit(ctx, buf))
-        }?;
+        let n = match self.resp_poll_transmit(ctx, buf) {
+            Some(n) => n,
+            None => {
+                let n = self.req_poll_transmit(ctx, buf)?;
+                self.resp.answered(ctx.now, ctx.ack_delay);
+                n
+            }
+        };
+        self.counters.tx_packets += 1;
+        Some(n)
+    }
+
+    /// A deferred ACK, released and written into `buf` at once: the last
+    /// packet of a QP that is destroyed or reset, which would have left
+    /// before the application could act with deferral off.
+    pub(crate) fn take_deferred_ack(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if !self.resp.release_deferred_ack() {
+            return None;
+        }
+        let n = self.resp_poll_transmit(ctx, buf)?;
         self.counters.tx_packets += 1;
         Some(n)
     }
 
     /// Earliest timer deadline.
     pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
-        match (self.req.poll_timeout(), self.cc.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.req.poll_timeout(),
+            self.cc.poll_timeout(),
+            self.resp.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Local ACK timeout and RNR timer processing.
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        self.resp.on_timer(ctx.now);
         self.cc.on_timer(ctx.now);
         self.req_handle_timeout(ctx);
     }

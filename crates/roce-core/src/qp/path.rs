@@ -36,7 +36,7 @@ impl Path {
                 dscp: self.dscp,
                 ecn: self.ecn,
                 // What the kernel writes for an unconnected DF UDP socket
-                // (protocol reference §4), so UDP backends keep the ICRC valid.
+                // (docs/protocol.md §4), so UDP backends keep the ICRC valid.
                 ident: 0,
                 dont_frag: true,
                 ttl: self.ttl,

@@ -1,5 +1,5 @@
 //! The requester and completer (IBTA Vol 1 §9.7.2–§9.7.5.1 as rxe applies
-//! them, protocol reference §6): segmentation into PMTU packets, PSN
+//! them, docs/protocol.md §6): segmentation into PMTU packets, PSN
 //! assignment, ACK/NAK and response processing, go-back-N retransmission
 //! from the exact PSN, the local ACK timeout and RNR timers, and in-order
 //! completion of send work requests.

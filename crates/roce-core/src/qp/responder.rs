@@ -1,5 +1,5 @@
-//! The responder (IBTA Vol 1 §9.7.4–§9.7.5.2 as rxe applies them, protocol
-//! reference §6): PSN checks, duplicate handling (re-ACK, READ replay,
+//! The responder (IBTA Vol 1 §9.7.4–§9.7.5.2 as rxe applies them, docs/protocol.md
+//! §6): PSN checks, duplicate handling (re-ACK, READ replay,
 //! atomic replay without re-execution), RNR, R_Key and bound checks, NAKs,
 //! ACK coalescing and READ response generation; UC and UD receive paths.
 //!
@@ -17,9 +17,14 @@ use super::{Ctx, Qp};
 use crate::sgl::{self, ScatterError};
 use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 use crate::wr::RecvWr;
+use crate::Nanos;
 
+mod ack;
 mod ops;
 mod transmit;
+
+pub use ack::AckDelay;
+use ack::AckHold;
 
 /// Responses one QP's responder holds at most (ACKs coalesce, so these
 /// are mostly NAKs, READ responses and atomic ACKs): a request that finds
@@ -113,11 +118,65 @@ pub(crate) struct Responder {
     /// request that failed without a NAK of its own (its completion was
     /// lost to a full CQ), whose predecessors' answers are still owed.
     keep_queued: bool,
+    /// The positive ACK at the end of `out`, while it is deferred
+    /// ([`ack`]).
+    ack_hold: AckHold,
+    /// The PSN of the last positive ACK sent (the span a deferred ACK
+    /// covers is counted from it).
+    last_ack_psn: Psn,
 }
 
 impl Responder {
     pub(crate) fn reset(&mut self, epsn: Psn) {
         self.epsn = epsn;
+        self.last_ack_psn = epsn.sub(1);
+    }
+
+    /// The only job queued is a positive ACK that has not been sent: it
+    /// was deferred, or is still owed after its deferral ended.
+    fn deferred_ack(&self) -> bool {
+        self.ack_hold.waiting()
+            && self.out.len() == 1
+            && matches!(
+                self.out.front(),
+                Some(Job::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
+    }
+
+    /// When a deferred ACK must leave at the latest.
+    pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
+        if self.deferred_ack() {
+            self.ack_hold.deadline()
+        } else {
+            None
+        }
+    }
+
+    /// A deferred ACK whose deadline has come is due.
+    pub(crate) fn on_timer(&mut self, now: Nanos) {
+        self.ack_hold.expire(now);
+    }
+
+    /// The job at the front went out: a positive ACK among them ends the
+    /// deferral.
+    fn ack_sent(&mut self, now: Nanos, psn: Psn) {
+        self.ack_hold.sent(now);
+        self.last_ack_psn = psn;
+    }
+
+    /// Makes a deferred ACK due; false when there is none.
+    pub(crate) fn release_deferred_ack(&mut self) -> bool {
+        let d = self.deferred_ack();
+        self.ack_hold.release();
+        d
+    }
+
+    /// The requester sent a packet at `now`: a deferred ACK follows it.
+    pub(crate) fn answered(&mut self, now: Nanos, policy: AckDelay) {
+        self.ack_hold.answered(now, policy);
     }
 
     pub(crate) fn has_output(&self) -> bool {
@@ -158,8 +217,13 @@ impl Responder {
     /// error ends the responder after its NAK). With no error NAK queued
     /// (the QP was moved to the error state, or its requester failed)
     /// nothing goes out, not even a queued sequence NAK.
+    ///
+    /// A deferred ACK still goes out: with deferral off it would have left
+    /// before the application could see the completions it acknowledges
+    /// and move the QP to the error state.
     pub(crate) fn on_error(&mut self) {
-        let keep = if std::mem::take(&mut self.keep_queued) {
+        let deferred = self.deferred_ack();
+        let keep = if std::mem::take(&mut self.keep_queued) || deferred {
             self.out.len()
         } else {
             self.out
@@ -170,6 +234,11 @@ impl Responder {
         self.out.truncate(keep);
         self.owed_in_error = keep;
         self.cur = None;
+        if deferred {
+            self.ack_hold.release();
+        } else {
+            self.ack_hold.forget();
+        }
     }
 
     /// In the error state: whether queued output is still owed.
@@ -281,6 +350,17 @@ impl Qp {
                 if p.bth.ack_req && !acked_by_response {
                     let e = self.resp.epsn.sub(1);
                     self.resp.push_ack(e, Syndrome::ACK_UNLIMITED);
+                    if self.resp.out.len() == 1 {
+                        let span = e.diff(self.resp.last_ack_psn);
+                        self.resp
+                            .ack_hold
+                            .on_ack_queued(ctx.now, span, ctx.ack_delay);
+                    } else {
+                        self.resp.ack_hold.release();
+                    }
+                } else if acked_by_response {
+                    // Its response goes behind the held ACK, in order.
+                    self.resp.ack_hold.release();
                 }
             }
             Err(Failure::Rnr) => {
@@ -376,9 +456,11 @@ impl Qp {
                 }
             }
             _ => {
-                // SEND/WRITE are never executed twice: acknowledge again.
+                // SEND/WRITE are never executed twice: acknowledge again,
+                // at once (the requester is retrying: it waits for this).
                 let e = self.resp.epsn.sub(1);
                 self.resp.push_ack(e, Syndrome::ACK_UNLIMITED);
+                self.resp.ack_hold.release();
             }
         }
     }

@@ -2,7 +2,7 @@
 //! bounded least-recently-used cache.
 //!
 //! RoCE v2 peers send each QP's packets from its own source port
-//! (0xC000..=0xFFFF, protocol reference §1) so that switches spread QPs
+//! (0xC000..=0xFFFF, docs/protocol.md §1) so that switches spread QPs
 //! over ECMP paths, and the ICRC covers that port. A UDP socket has one
 //! source port, so the backend keeps a socket bound to (local IP, port) for
 //! every source port the engine uses. A port that cannot be bound (taken by
@@ -19,8 +19,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use crate::sys;
 
 /// Creates a non-blocking UDP socket for `ip`'s family with DF set
-/// (`IP_PMTUDISC_DO`, so an unconnected socket sends IPv4 ID 0, protocol
-/// reference §4), bound to `(ip, port)`.
+/// (`IP_PMTUDISC_DO`, so an unconnected socket sends IPv4 ID 0, docs/protocol.md
+/// §4), bound to `(ip, port)`.
 pub(crate) fn udp_socket(ip: IpAddr, port: u16, reuse: bool) -> io::Result<Socket> {
     let domain = if ip.is_ipv4() {
         Domain::IPV4

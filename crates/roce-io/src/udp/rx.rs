@@ -12,7 +12,7 @@ use crate::backend::{PacketBatch, RxMeta};
 ///
 /// In a stream the next call finds more (in a slow guest, where the
 /// receiver often catches up with the sender, those calls are what makes
-/// batches; skipping them made write-bw 3x slower there). In a ping-pong
+/// batches; skipping them made write-bw much slower there). In a ping-pong
 /// the request comes alone, and asking again is a system call that finds
 /// nothing between the request's arrival and the engine seeing it.
 #[derive(Clone, Copy, Debug)]

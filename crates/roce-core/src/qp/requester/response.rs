@@ -1,6 +1,6 @@
 //! The completer half of the requester: ACK/NAK and response processing,
 //! go-back-N retransmission from the exact PSN, the local ACK timeout and
-//! RNR timers (IBTA Vol 1 §9.7.5.1, protocol reference §6).
+//! RNR timers (IBTA Vol 1 §9.7.5.1, docs/protocol.md §6).
 
 use roce_wire::aeth::RNR_TIMER_US;
 use roce_wire::{MessageKind, NakCode, Position, Psn, RocePacket, Syndrome};
@@ -309,7 +309,7 @@ impl Qp {
         if let Some(until) = self.req.rnr_until {
             if ctx.now < until {
                 // The RNR timer holds the transport timer: the responder
-                // answered, it is waiting for a receive (§9.7.5.2.8), and
+                // answered, it is waiting for a receive (IBTA Vol 1 §9.7.5.2.8), and
                 // an ACK timeout now would spend a retry on that wait.
                 self.req.timer = None;
                 return;

@@ -1,6 +1,6 @@
 //! Executing requests at the responder: SEND into the receive queue,
 //! WRITE and READ with their R_Key and bound checks, atomics with their
-//! replay records (IBTA Vol 1 §9.7.4.1, protocol reference §6).
+//! replay records (IBTA Vol 1 §9.7.4.1, docs/protocol.md §6).
 
 use roce_wire::{NakCode, Operation, RocePacket};
 

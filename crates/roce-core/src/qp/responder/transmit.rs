@@ -22,8 +22,15 @@ impl Qp {
             self.resp.out.clear();
             return None;
         }
+        if self.state != QpState::Err
+            && self.resp.deferred_ack()
+            && self.resp.ack_hold.holds(ctx.now)
+        {
+            // Deferred (responder/ack.rs): its deadline is a timer.
+            return None;
+        }
         let path = self.path(None, ctx)?;
-        // ACKs and NAKs are not ECN-capable (protocol reference §7); READ
+        // ACKs and NAKs are not ECN-capable (docs/protocol.md §7); READ
         // responses carry data and keep the device's codepoint.
         let ack_path = crate::qp::Path {
             ecn: roce_wire::Ecn::NotEct,
@@ -35,6 +42,9 @@ impl Qp {
         match job {
             Job::Ack { psn, syndrome } => {
                 self.resp.pop_job();
+                if matches!(syndrome, Syndrome::Ack { .. }) {
+                    self.resp.ack_sent(ctx.now, psn);
+                }
                 let bth = response_bth(Operation::Acknowledge, dest, psn);
                 let ext = ExtHeaders {
                     aeth: aeth(syndrome),
@@ -87,7 +97,7 @@ impl Qp {
                     {
                         Ok(s) => Some(s),
                         Err(_) => {
-                            // A class C error like any other (§9.9): the
+                            // A class C error like any other (IBTA Vol 1 §9.9): the
                             // NAK, then the error state, which drops the
                             // responses queued after it.
                             self.resp.out.clear();
