@@ -105,9 +105,11 @@ fn capabilities() -> Vec<Cap> {
         num("max_qp_wr", 1 << 20),
         num("max_sge", 16),
         num("max_sge_rd", 16),
+        num("max_cq", u32::MAX.into()),
         num("max_cqe", 4 << 20),
         num("max_mr", (1 << 24) - 1),
         num("max_pd", u32::MAX.into()),
+        num("max_ah", u32::MAX.into()),
         num("max_qp_rd_atom", 16),
         num("max_qp_init_rd_atom", 16),
         word("atomic_cap", json!("ATOMIC_HCA"), "ATOMIC_HCA (1)"),
@@ -173,6 +175,25 @@ fn node_guid(mac: [u8; 6]) -> String {
         .join(":")
 }
 
+/// The link speed of an interface in Mb/s, as the kernel reports it
+/// (`/sys/class/net/IFACE/speed`; none for lo, veth, or a link that is down).
+fn link_speed_mbps(i: &InterfaceInfo) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/class/net/{}/speed", i.name))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&s| s > 0)
+        .map(|s| s as u64)
+}
+
+/// `active_speed` as ibv_devinfo words it, from the netdev speed (a
+/// RoCE port is one lane of the link's rate: width 1X, as rxe reports).
+fn speed_text(mbps: Option<u64>) -> String {
+    match mbps {
+        Some(m) => format!("{:.1} Gbps (netdev {m} Mb/s)", m as f64 / 1000.0),
+        None => "unknown (the interface reports no link speed)".to_string(),
+    }
+}
+
 /// `IBV_MTU_*` of a path MTU in bytes.
 fn mtu_enum(mtu: u32) -> u32 {
     mtu.trailing_zeros().saturating_sub(7)
@@ -211,6 +232,9 @@ fn device_json(i: &InterfaceInfo) -> Value {
         "active_mtu": active_mtu(i),
         "max_mtu": MAX_MTU,
         "addrs": i.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "link_speed_mbps": link_speed_mbps(i),
+        "active_width": "1X",
+        "gid_tbl_len": gids.len(),
         "gids": gids,
         "caps": caps,
     })
@@ -254,6 +278,13 @@ fn device_text(i: &InterfaceInfo, verbose: bool) -> String {
         "\t\t\tnetdev_mtu:\t\t{}",
         i.mtu.map_or("-".to_string(), |m| m.to_string())
     );
+    let _ = writeln!(s, "\t\t\tactive_width:\t\t1X (1)");
+    let _ = writeln!(
+        s,
+        "\t\t\tactive_speed:\t\t{}",
+        speed_text(link_speed_mbps(i))
+    );
+    let _ = writeln!(s, "\t\t\tgid_tbl_len:\t\t{}", i.addrs.len());
     let _ = writeln!(s, "\t\t\tlink_layer:\t\tEthernet");
     for (k, g) in gid_table(i).iter().enumerate() {
         let _ = writeln!(s, "\t\t\tGID[{k:>3}]:\t\t{g}, RoCE v2");
@@ -279,15 +310,14 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
 
 /// Runs `roce devinfo`; returns the exit status.
 pub(crate) fn run(args: &DevinfoArgs) -> i32 {
-    let devs = match roce_io::interfaces()
-        .map_err(|e| format!("cannot list interfaces: {e}"))
+    // The devices roce-verbs opens: interfaces with an address.
+    let devs = match roce_verbs::Device::list()
+        .map(|l| l.into_iter().map(|d| d.interface().clone()).collect())
+        .map_err(|e| e.to_string())
         .and_then(|all| select(all, args.dev.as_deref()))
     {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("roce devinfo: {e}");
-            return 1;
-        }
+        Err(e) => return crate::fail("devinfo", args.json, &e, 1),
     };
     if args.json {
         let v: Vec<Value> = devs.iter().map(device_json).collect();

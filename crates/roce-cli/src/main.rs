@@ -21,8 +21,10 @@
 //! cargo roce sim scenarios/incast_8to1_dcqcn.toml
 //! ```
 
+mod device;
 mod devinfo;
 mod inspect;
+mod notice;
 mod perf;
 mod pingpong;
 mod rping;
@@ -31,9 +33,11 @@ mod udaddy;
 
 use clap::{Parser, Subcommand};
 
-/// Tools for RoCE v2: decode and verify captures, measure bandwidth and latency.
+/// Tools for RoCE v2: decode and verify captures, perftest-style bandwidth
+/// and latency tests, rdma-core's pingpong, librdmacm's rping and udaddy,
+/// device listing, and a fabric simulator.
 #[derive(Parser, Debug)]
-#[command(name = "roce", version, about, long_about = None)]
+#[command(name = "roce", version, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,8 +81,55 @@ enum Command {
     Sim(sim::SimArgs),
 }
 
+/// Reports a failure of `roce TOOL`: one line on stderr and, with
+/// `--json`, a JSON object on stdout (`{"error": ..., "exit_status": ...}`)
+/// so that a script reading stdout sees why it is empty. Returns `code`.
+pub(crate) fn fail(tool: &str, json: bool, msg: &str, code: i32) -> i32 {
+    eprintln!("roce {tool}: {msg}");
+    if json {
+        let v = serde_json::json!({"tool": tool, "error": msg, "exit_status": code});
+        println!("{v}");
+    }
+    code
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let json = std::env::args().any(|a| a == "--json");
+            if json && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                // Usage errors too: JSON on stdout, the text on stderr.
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or("bad arguments");
+                let first = first.strip_prefix("error: ").unwrap_or(first);
+                let tool = std::env::args().nth(1).unwrap_or_default();
+                let v = serde_json::json!({"tool": tool, "error": first, "exit_status": 2});
+                println!("{v}");
+            }
+            if e.kind() == ErrorKind::UnknownArgument {
+                // clap's tip ("to pass '-F' as a value, use '-- -F'") sends
+                // a perftest user the wrong way: the flag is not one of
+                // this tool's, and the help lists those.
+                let text = e.render().to_string();
+                let kept: Vec<&str> = text
+                    .lines()
+                    .filter(|l| {
+                        let l = l.trim_start();
+                        !l.starts_with("tip:") && !l.starts_with("For more information")
+                    })
+                    .collect();
+                let sub = std::env::args().nth(1).unwrap_or_default();
+                eprintln!(
+                    "{}\n(not a flag of roce {sub}: `roce {sub} --help` lists them)",
+                    kept.join("\n").replace("\n\n\n", "\n\n").trim_end()
+                );
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    };
     let code = match &cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Perf(args) => perf::run(args),

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, CmConnection, CompletionQueue, ConnParam, Context, DeviceConfig, MemoryRegion,
-    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr,
-    WcStatus,
+    Access, BackendKind, CmConnection, CompletionQueue, ConnParam, Context, MemoryRegion,
+    OpenOptions, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp,
+    SendWr, WcStatus,
 };
 
 /// `rping` over this stack (the client with `-c`, the server with `-s`).
@@ -65,7 +65,7 @@ pub(crate) struct RpingArgs {
     roce_port: u16,
     /// Inject faults into what this side sends, as `roce perf --faults`
     /// (`loss=5%,duplicate=1%,reorder=2%,seed=N`, ...).
-    #[arg(long, value_parser = crate::perf::backend::check_faults)]
+    #[arg(long, value_parser = crate::device::check_faults)]
     faults: Option<String>,
 }
 
@@ -131,35 +131,21 @@ struct Rig {
 
 impl Rig {
     fn open(local: IpAddr, port: u16, faults: Option<&str>) -> Result<Rig, String> {
-        let mut cfg = DeviceConfig::new(local);
         // The active MTU follows the link (rxe's rule: 1500 -> 1024): the CM
         // advertises it in the REQ, and packets must fit the interface.
-        cfg.active_mtu = crate::perf::backend::interface_for(local, None)
-            .ok()
-            .and_then(|i| i.mtu)
-            .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
-        let ucfg = roce_io::UdpConfig::new(local)
-            .port(port)
-            .remote_port(port)
-            // The peer may be rdma-core over a kernel rxe device, whose IPv4
-            // identification a UDP socket cannot see: its ICRC cannot be
-            // verified, only counted (docs/security.md).
+        // The peer may be rdma-core over a kernel rxe device, whose IPv4
+        // identification a UDP socket cannot see: its ICRC cannot be
+        // verified, only counted (docs/security.md).
+        let mut o = OpenOptions::new(BackendKind::Udp, local)
+            .roce_port(port, port)
             .icrc_check(roce_io::IcrcCheck::Count);
-        let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => format!(
-                "UDP port {port} on {local} is in use (another RoCE stack, or a kernel rxe device?)"
-            ),
-            std::io::ErrorKind::AddrNotAvailable => {
-                format!("{local} is not an address of this host")
-            }
-            _ => format!("cannot open UDP {local}:{port}: {e}"),
-        })?;
-        let mut b: Box<dyn roce_io::Backend + Send> = Box::new(backend);
         if let Some(spec) = faults {
-            let f = crate::perf::backend::parse_faults(spec)?;
-            b = Box::new(roce_io::FaultInjector::new(b, f));
+            let f = crate::device::parse_faults(spec)?;
+            o = o.wrap(Box::new(move |b| {
+                Ok(Box::new(roce_io::FaultInjector::new(b, f)) as Box<dyn roce_io::Backend + Send>)
+            }));
         }
-        let ctx = Context::open(b, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let ctx = o.open().map_err(|e| e.to_string())?;
         let pd = ctx.alloc_pd();
         let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
         let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
@@ -312,10 +298,19 @@ fn client(args: &RpingArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     rig.post_recv()?;
-    let conn: CmConnection = rig
-        .qp
-        .cm_connect(args.addr, args.port, &param(), rig.wait)
-        .map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
+    // The CM retries its request for a while (~17 s) before giving up:
+    // say early that no one answers, rather than stay silent.
+    let (addr, port) = (args.addr, args.port);
+    let notice = crate::notice::SlowNotice::start(
+        Duration::from_secs(2),
+        format!(
+            "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
+        ),
+    );
+    let conn = rig.qp.cm_connect(args.addr, args.port, &param(), rig.wait);
+    drop(notice);
+    let conn: CmConnection =
+        conn.map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
     let mut start = b'A';
     let mut ping = 0u64;
     while args.count == 0 || ping < args.count {

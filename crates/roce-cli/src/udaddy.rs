@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DeviceConfig,
-    MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
-    SendOp, SendWr, WcFlags,
+    Access, AddressHandle, AhAttr, BackendKind, CompletionQueue, ConnectOptions, Context,
+    MemoryRegion, OpenOptions, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn,
+    QueuePair, RecvWr, SendOp, SendWr, WcFlags,
 };
 
 /// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
@@ -68,28 +68,20 @@ struct Ud {
 
 impl Ud {
     fn open(local: IpAddr, args: &UdaddyArgs) -> Result<Ud, String> {
-        let mut cfg = DeviceConfig::new(local);
-        cfg.active_mtu = crate::perf::backend::interface_for(local, None)
-            .ok()
-            .and_then(|i| i.mtu)
-            .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
-        if args.size > cfg.active_mtu {
+        // The peer may be rdma-core over a kernel rxe device, whose IPv4
+        // identification a UDP socket cannot see: its ICRC cannot be
+        // verified, only counted (docs/security.md).
+        let o = OpenOptions::new(BackendKind::Udp, local)
+            .roce_port(args.roce_port, args.roce_port)
+            .icrc_check(roce_io::IcrcCheck::Count);
+        let mtu = o.link_mtu().map_err(|e| e.to_string())?;
+        if args.size > mtu {
             return Err(format!(
-                "-S {} is larger than the path MTU {} (a UD message is one packet)",
-                args.size, cfg.active_mtu
+                "-S {} is larger than the path MTU {mtu} (a UD message is one packet)",
+                args.size
             ));
         }
-        let ucfg = roce_io::UdpConfig::new(local)
-            .port(args.roce_port)
-            .remote_port(args.roce_port)
-            // The peer may be rdma-core over a kernel rxe device, whose IPv4
-            // identification a UDP socket cannot see: its ICRC cannot be
-            // verified, only counted (docs/security.md).
-            .icrc_check(roce_io::IcrcCheck::Count);
-        let backend = roce_io::UdpBackend::bind(ucfg)
-            .map_err(|e| format!("cannot open UDP {local}:{}: {e}", args.roce_port))?;
-        let ctx =
-            Context::open(backend, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let ctx = o.open().map_err(|e| e.to_string())?;
         let pd = ctx.alloc_pd();
         let n = args.count as usize;
         let scq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;
@@ -217,10 +209,17 @@ fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
         .ok_or(format!("no route to {server}"))?;
     let ud = Ud::open(local, args)?;
     println!("udaddy: connecting");
-    let (qpn, qkey) = ud
-        .ctx
-        .cm_resolve_ud(server, args.port, &[], ud.wait)
-        .map_err(|e| format!("resolve {server}:{}: {e}", args.port))?;
+    // The CM retries for ~17 s: say early that no one answers.
+    let notice = crate::notice::SlowNotice::start(
+        std::time::Duration::from_secs(2),
+        format!(
+            "roce udaddy: no answer yet from {server} port {} (is a server running there: roce udaddy -b {server}, or udaddy?); still trying",
+            args.port
+        ),
+    );
+    let resolved = ud.ctx.cm_resolve_ud(server, args.port, &[], ud.wait);
+    drop(notice);
+    let (qpn, qkey) = resolved.map_err(|e| format!("resolve {server}:{}: {e}", args.port))?;
     if qkey != UDP_QKEY {
         return Err(format!(
             "the server's Q_Key {qkey:#x} is not rdma_cm's {UDP_QKEY:#x}"

@@ -115,3 +115,39 @@ fn unknown_interface_is_a_one_line_error() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(err.trim(), "roce devinfo: no interface no-such-if0");
 }
+
+/// What ibv_devinfo shows and devinfo lacked: link speed and width,
+/// max_cq, max_ah, gid_tbl_len (the number of GID lines).
+#[test]
+fn speed_width_cq_ah_and_gid_table_length() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["devinfo", "-d", "lo", "-v"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for k in [
+        "max_cq:",
+        "max_ah:",
+        "active_width:\t\t1X (1)",
+        "active_speed:",
+    ] {
+        assert!(out.contains(k), "{k}: {out}");
+    }
+    let gids = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("GID["))
+        .count();
+    assert!(gids > 0, "{out}");
+    assert!(out.contains(&format!("gid_tbl_len:\t\t{gids}\n")), "{out}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["devinfo", "-d", "lo", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &v["devices"][0];
+    assert_eq!(d["gid_tbl_len"], gids, "{d}");
+    assert!(d.get("link_speed_mbps").is_some(), "{d}");
+    assert_eq!(d["active_width"], "1X");
+    assert!(d["caps"]["max_cq"].as_u64().is_some() && d["caps"]["max_ah"].as_u64().is_some());
+}

@@ -278,6 +278,19 @@ fn spawn_ready(
 /// One `roce perf` run: server in `a`, client in `b`; returns the client's
 /// JSON after checking that both ends succeeded and verified the data.
 fn perf(lab: &Lab, test: &str, backend: &str, extra: &[&str], client_extra: &[&str]) -> Value {
+    let iters = if test.ends_with("bw") { "64" } else { "40" };
+    perf_n(lab, test, backend, iters, extra, client_extra)
+}
+
+/// [`perf`] with `iters` iterations.
+fn perf_n(
+    lab: &Lab,
+    test: &str,
+    backend: &str,
+    iters: &str,
+    extra: &[&str],
+    client_extra: &[&str],
+) -> Value {
     let size_args: &[&str] = if test.starts_with("atomic") {
         &[]
     } else if test.ends_with("bw") {
@@ -285,7 +298,6 @@ fn perf(lab: &Lab, test: &str, backend: &str, extra: &[&str], client_extra: &[&s
     } else {
         &["-s", "100"]
     };
-    let iters = if test.ends_with("bw") { "64" } else { "40" };
     let mut common = vec![test, "--backend", backend, "-n", iters];
     common.extend_from_slice(size_args);
     common.extend_from_slice(extra);
@@ -457,6 +469,23 @@ fn every_test_over_af_packet_between_namespaces_captured() {
     let lab = lab_or_skip!();
     let t = every_test(&lab, "packet", &[]);
     println!("packet: {t:?}");
+}
+
+/// The liveness matrix's packet-backend rows (the UDP and fabric rows
+/// are roce-verbs' `tests/liveness.rs`): every ping-pong (SEND, WRITE,
+/// READ, FETCH_ADD) and the streams, 20,000 iterations between two
+/// namespaces over AF_PACKET and over UDP, each bounded in time, data
+/// verified.
+#[test]
+fn twenty_thousand_iterations_of_every_test_between_namespaces() {
+    let lab = lab_or_skip!();
+    for backend in ["packet", "udp"] {
+        for test in ALL_TESTS {
+            let t0 = Instant::now();
+            perf_n(&lab, test, backend, "20000", &[], &[]);
+            println!("{backend} {test}: 20000 iterations in {:.2?}", t0.elapsed());
+        }
+    }
 }
 
 #[test]

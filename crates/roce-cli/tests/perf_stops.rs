@@ -246,7 +246,7 @@ fn flag_combinations_refused() {
         ),
         (
             vec!["perf", "write-bw", "--loopback", "-d", "nosuch0", "-n", "5"],
-            "no interface nosuch0",
+            "no device nosuch0",
             1,
         ),
         (

@@ -187,3 +187,140 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--duration"), "{}", stderr(&o));
 }
+
+/// Hostile scenarios (issue 18) end in one line naming the field and
+/// exit status 2, at once: a ring of switches without hosts (it aborted
+/// on allocation), and Poisson arrivals that a long `--duration` would
+/// make billions of flows.
+#[test]
+fn hostile_scenarios_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ring.toml");
+    std::fs::write(
+        &p,
+        "duration = \"1ms\"\n[topology]\nkind = \"ring\"\nswitches = 4\nhosts_per_switch = 0\nrate = \"40G\"\ndelay = \"1us\"\n",
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    let o = roce(&["sim", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("topology.hosts_per_switch"), "{e}");
+
+    let p = dir.path().join("poisson.toml");
+    std::fs::write(
+        &p,
+        "duration = \"1ms\"\n[topology]\nkind = \"star\"\nhosts = 16\nrate = \"100G\"\ndelay = \"1us\"\n\
+         [metrics]\nthroughput_bin = \"1s\"\n\
+         [[workload]]\nkind = \"poisson\"\ncdf = \"websearch\"\nload = 0.9\n",
+    )
+    .unwrap();
+    let o = roce(&["sim", p.to_str().unwrap(), "--duration", "3600s"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("workload[0].load") && e.contains("--duration"),
+        "{e}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+}
+
+/// A `[ecn]` class no traffic is in (the typo `tc4` for `tc3`) is warned
+/// about, and so is DCQCN with no marking on the data's class; the tiny
+/// scenario as written gets no warning.
+#[test]
+fn unused_ecn_classes_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir.path());
+    let o = roce(&["sim", &sc, "--duration", "20us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let p = dir.path().join("typo.toml");
+    std::fs::write(&p, TINY.replace("tc3 = {", "tc4 = {")).unwrap();
+    let o = roce(&["sim", p.to_str().unwrap(), "--duration", "20us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("warning: ecn.tc4") && e.contains("tc3"), "{e}");
+    assert!(e.contains("warning: cc.algorithm"), "{e}");
+}
+
+/// A run shorter than `metrics.convergence` says so for the fairness and
+/// queue lines (the fairness reason was wrong, the queue line missing);
+/// no flow completing prints one line, not six all-zero rows; the queue
+/// line says its window; `--duration` takes bare seconds as perf's -D.
+#[test]
+fn summary_lines_say_what_they_cover() {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = write_tiny(dir.path());
+    let o = roce(&["sim", &sc, "--duration", "0.00001"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(": 0.010 ms simulated"), "{out}");
+    assert!(out.contains("FCT slowdown: - (no flow completed)"), "{out}");
+    assert!(!out.contains(" .. "), "no bucket rows: {out}");
+    let fair = out.lines().find(|l| l.starts_with("fairness:")).unwrap();
+    assert!(
+        fair.contains("before metrics.convergence = 0.020 ms"),
+        "{fair}"
+    );
+    let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
+    assert!(queues.contains("before metrics.convergence"), "{queues}");
+
+    let o = roce(&["sim", &sc]);
+    let out = stdout(&o);
+    let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
+    assert!(
+        queues.contains("from metrics.convergence = 0.020 ms") && queues.contains("queues.svg"),
+        "{queues}"
+    );
+}
+
+/// The plots say what they show: the legend lists flows in order (h1, h2
+/// ... h10, it was scrambled) in a column right of the plot, never over
+/// the data; the throughput plot says it is delivered throughput; the
+/// queue plot marks Kmin, Kmax and XOFF.
+#[test]
+fn plots_say_what_they_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("incast10.toml");
+    let text = TINY
+        .replace("hosts = 3", "hosts = 11")
+        .replace("count = 2", "count = 10")
+        .replace("size = \"300KB\"", "size = \"20KB\"");
+    std::fs::write(&p, text).unwrap();
+    let plots = dir.path().join("plots");
+    let o = roce(&[
+        "sim",
+        p.to_str().unwrap(),
+        "--duration",
+        "100us",
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // (x, text) of every <text> element.
+    let texts = |f: &str| -> Vec<(i64, String)> {
+        let s = std::fs::read_to_string(plots.join(f)).unwrap();
+        s.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let x = t.split("x=\"").nth(1)?.split('"').next()?.parse().ok()?;
+                let body = t.split('>').nth(1)?.split('<').next()?.trim().to_string();
+                Some((x, body))
+            })
+            .collect()
+    };
+    let t = texts("throughput.svg");
+    assert!(t.iter().any(|(_, s)| s.contains("delivered")), "{t:?}");
+    let flows: Vec<&(i64, String)> = t.iter().filter(|(_, s)| s.ends_with("→h0 p3")).collect();
+    let names: Vec<&str> = flows.iter().map(|(_, s)| s.as_str()).collect();
+    let want: Vec<String> = (1..=10).map(|h| format!("h{h}→h0 p3")).collect();
+    assert_eq!(names, want, "legend order");
+    // Right of the plot area (960 wide, the legend column is the last 250).
+    assert!(flows.iter().all(|(x, _)| *x >= 960 - 250), "{flows:?}");
+    let q = texts("queues.svg");
+    for want in ["Kmin tc3 5.0 KB", "Kmax tc3 200.0 KB"] {
+        assert!(q.iter().any(|(_, s)| s == want), "{want}: {q:?}");
+    }
+}

@@ -291,6 +291,12 @@ impl Scenario {
             )?;
             metrics.convergence = opt_time("metrics.convergence", &m.convergence, d.convergence)?;
             if let Some(n) = m.max_queue_samples {
+                if n as u64 > MAX_BINS {
+                    return Err(invalid(
+                        "metrics.max_queue_samples",
+                        format!("{n}; at most {MAX_BINS}"),
+                    ));
+                }
                 metrics.max_queue_samples = n;
             }
             if let Some(b) = &m.size_buckets {
@@ -302,6 +308,9 @@ impl Scenario {
                     return Err(invalid("metrics.size_buckets", "must increase"));
                 }
             }
+        }
+        if raw.workload.len() as u64 > MAX_FLOWS {
+            return Err(invalid("workload", format!("at most {MAX_FLOWS}")));
         }
         let mut workloads = Vec::new();
         for (i, w) in raw.workload.iter().enumerate() {
@@ -343,13 +352,15 @@ impl Scenario {
                     if hosts < 2 || hosts > topology.hosts {
                         return Err(invalid(key("hosts"), "must be in 2..=hosts"));
                     }
+                    let start = opt_time(&key("start"), start, 0)?;
+                    let stop = stop.as_ref().map(|q| time(&key("stop"), q)).transpose()?;
                     Workload::Poisson {
                         cdf: c,
                         load: *load,
                         host_bps,
                         hosts,
-                        start: opt_time(&key("start"), start, 0)?,
-                        stop: stop.as_ref().map(|q| time(&key("stop"), q)).transpose()?,
+                        start,
+                        stop,
                         dscp: dscp_or(*dscp)?,
                     }
                 }
@@ -402,7 +413,7 @@ impl Scenario {
                 }
             });
         }
-        Ok(Scenario {
+        let s = Scenario {
             name: raw.name.unwrap_or_else(|| "scenario".into()),
             seed: raw.seed.unwrap_or(1),
             duration,
@@ -411,7 +422,120 @@ impl Scenario {
             host,
             metrics,
             workloads,
-        })
+        };
+        s.check_counts()?;
+        Ok(s)
+    }
+
+    /// Checks the counts that depend on the duration (the flows Poisson
+    /// arrivals are expected to start, the bins of a throughput series):
+    /// a hostile scenario must end in an error naming the field, not in an
+    /// abort on allocation. Called by the parser; call it again after
+    /// changing `duration`.
+    pub fn check_counts(&self) -> Result<(), Error> {
+        let bin = self.metrics.throughput_bin;
+        if bin > 0 && self.duration / bin > MAX_BINS {
+            return Err(invalid(
+                "metrics.throughput_bin",
+                format!(
+                    "{} bins over the duration; at most {MAX_BINS} (use a longer bin or a shorter duration)",
+                    self.duration / bin
+                ),
+            ));
+        }
+        let mut flows = 0f64;
+        for (i, w) in self.workloads.iter().enumerate() {
+            match w {
+                Workload::Poisson {
+                    cdf,
+                    load,
+                    host_bps,
+                    hosts,
+                    start,
+                    stop,
+                    ..
+                } => {
+                    let span = stop
+                        .unwrap_or(self.duration)
+                        .min(self.duration)
+                        .saturating_sub(*start);
+                    let rate = load * *host_bps as f64 * f64::from(*hosts) / (8.0 * cdf.mean());
+                    let expected = rate * span as f64 / crate::time::SEC as f64;
+                    flows += expected;
+                    if flows.is_nan() || flows > MAX_FLOWS as f64 {
+                        return Err(invalid(
+                            format!("workload[{i}].load"),
+                            format!(
+                                "about {expected:.0} flows over {hosts} hosts; at most {MAX_FLOWS} in a scenario (lower the load, the hosts or the duration)"
+                            ),
+                        ));
+                    }
+                }
+                Workload::Flows(f) => {
+                    flows += f.len() as f64;
+                    if flows > MAX_FLOWS as f64 {
+                        return Err(invalid(
+                            format!("workload[{i}]"),
+                            format!("at most {MAX_FLOWS} flows in a scenario"),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What parses but is likely a mistake, one sentence each: an `[ecn]`
+    /// class no traffic of the workloads is in (a typo `tc4` for `tc3`
+    /// runs with DCQCN on and nothing ever marked), congestion control
+    /// with no ECN marking on any class the data uses, a PFC priority no
+    /// data uses while the data's is lossy.
+    pub fn warnings(&self) -> Vec<String> {
+        let dcb = &self.fabric.dcb;
+        let tc_of_dscp = |d: u8| dcb.tc_of(dcb.dscp_prio[usize::from(d & 63)]);
+        let mut dscps: Vec<u8> = Vec::new();
+        for w in &self.workloads {
+            match w {
+                Workload::Poisson { dscp, .. } => dscps.push(*dscp),
+                Workload::Flows(f) => dscps.extend(f.iter().map(|f| f.dscp)),
+            }
+        }
+        dscps.sort_unstable();
+        dscps.dedup();
+        let mut data_tcs: Vec<u8> = dscps.iter().map(|&d| tc_of_dscp(d)).collect();
+        data_tcs.sort_unstable();
+        data_tcs.dedup();
+        let names = |v: &[u8]| {
+            v.iter()
+                .map(|t| format!("tc{t}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = Vec::new();
+        if data_tcs.is_empty() {
+            return out;
+        }
+        let cnp_tc = tc_of_dscp(self.host.cc.cnp_dscp);
+        for (tc, e) in self.fabric.ecn.iter().enumerate() {
+            let tc = tc as u8;
+            if e.is_some() && !data_tcs.contains(&tc) && tc != cnp_tc {
+                out.push(format!(
+                    "ecn.tc{tc}: no traffic of the workloads is in traffic class {tc} (their DSCPs {:?} map to {}), so nothing is marked there; a typo?",
+                    dscps,
+                    names(&data_tcs)
+                ));
+            }
+        }
+        let marked = data_tcs
+            .iter()
+            .any(|&t| self.fabric.ecn[usize::from(t)].is_some());
+        if self.host.cc.algorithm != CcAlgorithm::None && !marked {
+            out.push(format!(
+                "cc.algorithm: congestion control is on but no class the data uses ({}) has ECN marking ([ecn] tcN), so it never reacts",
+                names(&data_tcs)
+            ));
+        }
+        out
     }
 
     /// The flows of every workload, in start order (stable).
@@ -479,6 +603,15 @@ fn opt_time(key: &str, q: &Option<Q>, default: Ps) -> Result<Ps, Error> {
 /// Most hosts a topology may have (the HPCC fat-tree has 320; each host
 /// is a whole RoCE engine in memory).
 const MAX_HOSTS: u64 = 65_536;
+/// Most switches a topology may have (a k = 64 fat-tree has 5,120).
+const MAX_SWITCHES: u64 = 8_192;
+/// Most links (host and fabric) a topology may have.
+const MAX_LINKS: u64 = 262_144;
+/// Most flows the workloads of a scenario may start (expected, for
+/// Poisson arrivals); each is a QP and a WRITE in some host's engine.
+pub const MAX_FLOWS: u64 = 1_000_000;
+/// Most bins a throughput series or samples a queue series may take.
+const MAX_BINS: u64 = 10_000_000;
 
 fn topology(t: &RawTopo) -> Result<(Topology, u64), Error> {
     let k = |f: &str| format!("topology.{f}");
@@ -502,6 +635,67 @@ fn topology(t: &RawTopo) -> Result<(Topology, u64), Error> {
         return Err(invalid(
             "topology",
             format!("{hosts} hosts; at most {MAX_HOSTS}"),
+        ));
+    }
+    // Every count within bounds before anything is built: a hostile
+    // scenario must end in an error naming the field, not in an abort on
+    // allocation.
+    let cap = |f: &str, n: u32, lo: u32, hi: u64| {
+        if n < lo || u64::from(n) > hi {
+            Err(invalid(k(f), format!("{n}; must be {lo} to {hi}")))
+        } else {
+            Ok(())
+        }
+    };
+    let (switches, links) = match t {
+        RawTopo::Star { hosts, .. } => {
+            cap("hosts", *hosts, 2, MAX_HOSTS)?;
+            (1, u64::from(*hosts))
+        }
+        RawTopo::Dumbbell { left, right, .. } => {
+            cap("left", *left, 1, MAX_HOSTS)?;
+            cap("right", *right, 1, MAX_HOSTS)?;
+            (2, hosts + 1)
+        }
+        RawTopo::LeafSpine {
+            leaves,
+            spines,
+            hosts_per_leaf,
+            ..
+        } => {
+            cap("leaves", *leaves, 1, MAX_SWITCHES)?;
+            cap("spines", *spines, 1, MAX_SWITCHES)?;
+            cap("hosts_per_leaf", *hosts_per_leaf, 1, MAX_HOSTS)?;
+            (
+                u64::from(*leaves) + u64::from(*spines),
+                hosts + u64::from(*leaves) * u64::from(*spines),
+            )
+        }
+        RawTopo::FatTree { k: kk, .. } => {
+            cap("k", *kk, 2, 64)?;
+            let kk = u64::from(*kk);
+            (5 * kk * kk / 4, 3 * kk * kk * kk / 4)
+        }
+        RawTopo::Hpcc {} => (56, 0),
+        RawTopo::Ring {
+            switches,
+            hosts_per_switch,
+            ..
+        } => {
+            cap("switches", *switches, 3, MAX_SWITCHES)?;
+            cap("hosts_per_switch", *hosts_per_switch, 1, MAX_HOSTS)?;
+            (u64::from(*switches), hosts + u64::from(*switches))
+        }
+    };
+    if hosts < 2 {
+        return Err(invalid("topology", format!("{hosts} hosts; at least 2")));
+    }
+    if switches > MAX_SWITCHES || links > MAX_LINKS {
+        return Err(invalid(
+            "topology",
+            format!(
+                "{switches} switches and {links} links; at most {MAX_SWITCHES} and {MAX_LINKS}"
+            ),
         ));
     }
     Ok(match t {

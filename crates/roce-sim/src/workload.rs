@@ -145,7 +145,9 @@ pub fn poisson(
     let mut t = start as f64;
     loop {
         t += -(1.0 - unit(&mut rng)).ln() / lambda * SEC as f64;
-        if t >= stop as f64 {
+        // The scenario caps the expected count (MAX_FLOWS); this bounds
+        // what chance can add to it.
+        if t >= stop as f64 || out.len() as u64 >= 2 * crate::scenario::MAX_FLOWS {
             return out;
         }
         let src = (rng.next_u64() % hosts as u64) as u32;

@@ -107,7 +107,7 @@ impl Context {
         Context::start(Box::new(backend), config, ProgressConfig::default(), true)
     }
 
-    fn start(
+    pub(crate) fn start(
         backend: Box<dyn Backend + Send>,
         mut config: DeviceConfig,
         progress: ProgressConfig,

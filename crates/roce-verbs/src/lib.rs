@@ -113,13 +113,19 @@
 //! upholds, and the raw region's copies (`mr.rs`), each block with its
 //! `SAFETY` argument.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 
 mod cm;
 mod connect;
 mod context;
 mod cq;
+mod device;
 mod error;
+// Raw regions: pointers into the application's memory (see the crate docs).
+#[allow(unsafe_code)]
 mod mr;
+// `reg_mr_raw`, the unsafe entry to raw regions.
+#[allow(unsafe_code)]
 mod pd;
 mod progress;
 mod qp;
@@ -131,6 +137,7 @@ pub use cm::{CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
+pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};

@@ -358,7 +358,17 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), driver),
     };
     let wake_at = shared.wake_at.load(Ordering::Acquire);
-    if out.more || out.deadline.is_some_and(|d| d < wake_at) {
+    // A timer due within `max_park` of a poll is left to the polling
+    // thread, which comes back long before (a ping-pong's deferred ACK
+    // would otherwise wake the progress thread every round trip, and on a
+    // busy CPU its wake-up costs the polling thread a context switch); if
+    // the polling stops, the progress thread takes over at its next look
+    // (`run`).
+    let polled_soon = driver == Driver::Poll
+        && out
+            .deadline
+            .is_some_and(|d| d <= shared.recent().saturating_add(max_park(shared)));
+    if out.more || (!polled_soon && out.deadline.is_some_and(|d| d < wake_at)) {
         shared.unpark();
     }
     Some(out)
@@ -382,11 +392,16 @@ pub(crate) fn flush(shared: &Shared) {
     step(shared, &mut io, Driver::Post);
 }
 
+/// [`ProgressConfig::max_park`] in nanoseconds (at least 1 µs).
+fn max_park(shared: &Shared) -> Nanos {
+    (shared.cfg.max_park.as_nanos() as Nanos).max(1_000)
+}
+
 /// The progress thread's loop; returns when the context shuts down.
 pub(crate) fn run(shared: Arc<Shared>) {
     let cfg = shared.cfg;
     let spin = cfg.spin.as_nanos() as Nanos;
-    let max_park = (cfg.max_park.as_nanos() as Nanos).max(1_000);
+    let max_park = max_park(&shared);
     let min_park = 10_000.min(max_park);
     let mut park = min_park;
     let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(max_park);

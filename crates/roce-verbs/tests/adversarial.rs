@@ -148,9 +148,14 @@ fn attacker(addr: &str) -> (UdpSocket, Src) {
 }
 
 fn send_all(s: &UdpSocket, to: &str, pkts: &[Vec<u8>]) {
-    for p in pkts {
-        // A full socket buffer drops, as the network would.
+    for (i, p) in pkts.iter().enumerate() {
+        // A full socket buffer drops, as the network would; a short pause
+        // every 512 datagrams lets a victim on a loaded machine keep up, so
+        // that the attack is really delivered (~100 k datagrams/s).
         let _ = s.send_to(p, (ip(to), PORT));
+        if i % 512 == 511 {
+            thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! when any ICRC failed or a RoCE packet was malformed, 2 when a file could
 //! not be read or was truncated (reported in one line on stderr).
 
+mod fixup;
 mod render;
 mod summary;
 
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use roce_capture::{CaptureReader, Payload};
 use roce_wire::Frame;
 
+use fixup::Link;
 use summary::Summary;
 
 /// Options of `roce inspect`.
@@ -114,6 +116,24 @@ fn write_summary(
     }
 }
 
+/// A file that could not be read (or read to its end): one line on
+/// stderr and, with `--json`, an `{"error": ...}` object in the stream.
+fn file_error(
+    args: &InspectArgs,
+    path: &std::path::Path,
+    msg: &str,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    out.flush()?;
+    eprintln!("roce inspect: {}: {msg}", path.display());
+    if args.json {
+        let v =
+            serde_json::json!({"file": path.display().to_string(), "error": msg, "exit_status": 2});
+        writeln!(out, "{v}")?;
+    }
+    Ok(())
+}
+
 fn inspect_file(
     args: &InspectArgs,
     path: &std::path::Path,
@@ -124,11 +144,16 @@ fn inspect_file(
     // records and offsets).
     match std::fs::metadata(path) {
         Err(e) => {
-            eprintln!("roce inspect: {}: {e}", path.display());
+            file_error(args, path, &e.to_string(), out)?;
             return Ok(FileOutcome::NotOpened);
         }
         Ok(m) if m.is_dir() => {
-            eprintln!("roce inspect: {}: is a directory", path.display());
+            file_error(args, path, "is a directory", out)?;
+            return Ok(FileOutcome::NotOpened);
+        }
+        Ok(m) if m.len() == 0 => {
+            let msg = "is empty (0 bytes, not even a pcap header): was the capture stopped before it wrote anything?";
+            file_error(args, path, msg, out)?;
             return Ok(FileOutcome::NotOpened);
         }
         Ok(_) => {}
@@ -136,19 +161,21 @@ fn inspect_file(
     let mut reader = match CaptureReader::open(path) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("roce inspect: {}: {e}", path.display());
+            file_error(args, path, &e.to_string(), out)?;
             return Ok(FileOutcome::NotOpened);
         }
     };
     let mut first_ts = None;
+    // With --qp: packets that matched, and the QPs of those that did not.
+    let mut matched = 0u64;
+    let mut other_qps = std::collections::BTreeSet::new();
     let mut line = String::with_capacity(256);
     let print = !args.summary;
     while let Some(next) = reader.next_packet() {
         let pkt = match next {
             Ok(p) => p,
             Err(e) => {
-                out.flush()?;
-                eprintln!("roce inspect: {}: {e}", path.display());
+                file_error(args, path, &e.to_string(), out)?;
                 return Ok(FileOutcome::Unreadable);
             }
         };
@@ -175,67 +202,123 @@ fn inspect_file(
             }
             continue;
         }
-        let frame = match pkt.payload() {
-            Ok(Payload::Ethernet(b)) => Frame::parse_ethernet(b),
-            Ok(Payload::Ip(b)) => Frame::parse_ip(b),
-            Ok(Payload::Cooked { protocol, data }) => Frame::parse_with_ethertype(protocol, data),
-            Ok(Payload::Unsupported(_)) => Ok(Frame::Other),
-            Err(_) => Ok(Frame::Other),
+        let (link, bytes) = match pkt.payload() {
+            Ok(Payload::Ethernet(b)) => (Link::Ethernet, b),
+            Ok(Payload::Ip(b)) => (Link::Ip, b),
+            Ok(Payload::Cooked { protocol, data }) => (Link::Cooked(protocol), data),
+            Ok(Payload::Unsupported(_)) | Err(_) => {
+                summary.other += 1;
+                continue;
+            }
         };
-        match frame {
-            Ok(Frame::Roce(p)) => {
-                if let Some(q) = args.qp {
-                    let src_qp = p.ext.deth.map(|d| d.src_qp.value());
-                    if p.bth.dest_qp.value() != q && src_qp != Some(q) {
-                        continue;
-                    }
-                }
-                let expected = p.computed_icrc();
-                let retx = summary.add(&p, expected == p.icrc);
-                if print {
-                    if args.json {
-                        let v = render::roce_json(pkt.index, time, &p, expected, retx);
-                        writeln!(out, "{v}")?;
-                    } else {
-                        line.clear();
-                        render::roce_line(&mut line, pkt.index, time, &p, expected, retx);
-                        line.push('\n');
-                        out.write_all(line.as_bytes())?;
-                    }
+        // What loopback captures hold (fixup): an unfinished UDP checksum,
+        // ignored as Wireshark does, and GSO batches, split.
+        let mut owned: Vec<Vec<u8>> = Vec::new();
+        if fixup::bad_udp_checksum(&fixup::parse(link, bytes)) {
+            if let Some(v) = fixup::without_udp_checksum(link, bytes) {
+                summary.udp_checksum_ignored += 1;
+                owned.push(v);
+            }
+        }
+        let cur: &[u8] = owned.last().map_or(bytes, Vec::as_slice);
+        let segments = match fixup::parse(link, cur) {
+            // A batch parses as one packet with a bad ICRC, or as one
+            // that cannot carry so much payload.
+            Ok(Frame::Roce(p)) if p.computed_icrc() != p.icrc => fixup::split_gso(link, cur),
+            Err(_) => fixup::split_gso(link, cur),
+            _ => None,
+        };
+        if let Some(segs) = segments {
+            summary.gso_batches += 1;
+            summary.gso_packets += segs.len() as u64;
+            if print && args.qp.is_none() {
+                if args.json {
+                    let v = serde_json::json!({"n": pkt.index, "time": time, "kind": "gso_batch",
+                        "bytes": cur.len(), "packets": segs.len()});
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} {time:.6} GSO batch of {} bytes: {} RoCE packets (split; every ICRC valid)",
+                        pkt.index,
+                        cur.len(),
+                        segs.len()
+                    )?;
                 }
             }
-            Ok(Frame::MacControl { eth, ctrl }) => {
-                summary.mac_control += 1;
-                if print && args.qp.is_none() {
-                    let src = eth.map(|e| e.src);
-                    if args.json {
-                        writeln!(
-                            out,
-                            "{}",
-                            render::mac_control_json(pkt.index, time, src, &ctrl)
-                        )?;
-                    } else {
-                        line.clear();
-                        render::mac_control_line(&mut line, pkt.index, time, src, &ctrl);
-                        line.push('\n');
-                        out.write_all(line.as_bytes())?;
+            owned = segs;
+        }
+        let frames: Vec<&[u8]> = if owned.is_empty() {
+            vec![bytes]
+        } else {
+            owned.iter().map(Vec::as_slice).collect()
+        };
+        for f in frames {
+            match fixup::parse(link, f) {
+                Ok(Frame::Roce(p)) => {
+                    if let Some(q) = args.qp {
+                        let src_qp = p.ext.deth.map(|d| d.src_qp.value());
+                        if p.bth.dest_qp.value() != q && src_qp != Some(q) {
+                            other_qps.insert(p.bth.dest_qp.value());
+                            continue;
+                        }
+                        matched += 1;
+                    }
+                    let expected = p.computed_icrc();
+                    let retx = summary.add(&p, expected == p.icrc);
+                    if print {
+                        if args.json {
+                            let v = render::roce_json(pkt.index, time, &p, expected, retx);
+                            writeln!(out, "{v}")?;
+                        } else {
+                            line.clear();
+                            render::roce_line(&mut line, pkt.index, time, &p, expected, retx);
+                            line.push('\n');
+                            out.write_all(line.as_bytes())?;
+                        }
                     }
                 }
-            }
-            Ok(Frame::Other) => summary.other += 1,
-            Err(e) => {
-                summary.malformed += 1;
-                if print && args.qp.is_none() {
-                    if args.json {
-                        let v = serde_json::json!({"n": pkt.index, "time": time,
+                Ok(Frame::MacControl { eth, ctrl }) => {
+                    summary.mac_control += 1;
+                    if print && args.qp.is_none() {
+                        let src = eth.map(|e| e.src);
+                        if args.json {
+                            writeln!(
+                                out,
+                                "{}",
+                                render::mac_control_json(pkt.index, time, src, &ctrl)
+                            )?;
+                        } else {
+                            line.clear();
+                            render::mac_control_line(&mut line, pkt.index, time, src, &ctrl);
+                            line.push('\n');
+                            out.write_all(line.as_bytes())?;
+                        }
+                    }
+                }
+                Ok(Frame::Other) => summary.other += 1,
+                Err(e) => {
+                    summary.malformed += 1;
+                    if print && args.qp.is_none() {
+                        if args.json {
+                            let v = serde_json::json!({"n": pkt.index, "time": time,
                             "kind": "malformed", "error": e.to_string()});
-                        writeln!(out, "{v}")?;
-                    } else {
-                        writeln!(out, "{} {time:.6} MALFORMED {e}", pkt.index)?;
+                            writeln!(out, "{v}")?;
+                        } else {
+                            writeln!(out, "{} {time:.6} MALFORMED {e}", pkt.index)?;
+                        }
                     }
                 }
             }
         }
+    }
+    if let (Some(q), 0) = (args.qp, matched) {
+        let qps: Vec<String> = other_qps.iter().map(|q| format!("{q:#x}")).collect();
+        eprintln!(
+            "roce inspect: {}: no RoCE packet is to or from QP {q:#x} ({q}); the capture's destination QPs: {}",
+            path.display(),
+            if qps.is_empty() { "none".to_string() } else { qps.join(", ") }
+        );
     }
     Ok(FileOutcome::Clean)
 }

@@ -30,6 +30,9 @@ pub(crate) struct FlowStats {
     pub(crate) cnps: u64,
     pub(crate) ce_marked: u64,
     pub(crate) icrc_bad: u64,
+    /// PSNs of the message starts seen: a message whose first packet was
+    /// lost starts with a retransmission, and still counts once.
+    starts: std::collections::HashSet<u32>,
     /// Highest PSN seen of requests (this flow's sender's send queue).
     highest_request: Option<Psn>,
     /// Highest PSN seen of READ responses (the receiver's send queue).
@@ -65,6 +68,12 @@ pub(crate) struct Summary {
     pub(crate) other: u64,
     /// Frames the capture cut short (its snap length): not checkable.
     pub(crate) truncated: u64,
+    /// Frames whose UDP checksum did not verify, decoded with it ignored
+    /// (loopback captures leave it unfinished; Wireshark ignores it too).
+    pub(crate) udp_checksum_ignored: u64,
+    /// GSO batches split into their RoCE packets, and those packets.
+    pub(crate) gso_batches: u64,
+    pub(crate) gso_packets: u64,
 }
 
 impl Summary {
@@ -105,7 +114,8 @@ impl Summary {
         }
         if retx {
             f.retransmitted += 1;
-        } else if kind.is_request() && op.position().starts() {
+        }
+        if kind.is_request() && op.position().starts() && f.starts.insert(p.bth.psn.value()) {
             *f.messages.entry(kind.name()).or_default() += 1;
         }
         if let Some(aeth) = p.ext.aeth {
@@ -196,6 +206,20 @@ impl Summary {
                 self.truncated
             )?;
         }
+        if self.gso_batches > 0 {
+            write!(
+                out,
+                ", {} GSO batches split into {} packets",
+                self.gso_batches, self.gso_packets
+            )?;
+        }
+        if self.udp_checksum_ignored > 0 {
+            write!(
+                out,
+                "; {} UDP checksums did not verify and were ignored, as Wireshark does (a capture on lo leaves them unfinished; the ICRC covers the packet)",
+                self.udp_checksum_ignored
+            )?;
+        }
         writeln!(out)
     }
 
@@ -230,6 +254,9 @@ impl Summary {
                 "mac_control": self.mac_control,
                 "other": self.other,
                 "truncated": self.truncated,
+                "udp_checksum_ignored": self.udp_checksum_ignored,
+                "gso_batches": self.gso_batches,
+                "gso_packets": self.gso_packets,
                 "flows": flows,
             }
         })

@@ -52,6 +52,7 @@ pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, Stri
         let requester = s.is_client || s.params.bidir;
         let mine = drive(s, ctl, size, requester)?;
         let r = exchange(s, ctl, size, &mine)?;
+        s.size_done(out.len(), &r);
         out.push(r);
     }
     Ok(out)

@@ -7,8 +7,9 @@
 //! before each measured phase, `Result` and `Done` at the end. Either side
 //! may send `Error` and close.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ use serde_json::{json, Value};
 
 /// Protocol version; peers must match.
 pub(crate) const VERSION: u64 = 1;
+
+/// Longest control message (one line); 256 QPs' endpoints take ~30 KB.
+pub(crate) const MAX_LINE: u64 = 64 << 10;
 
 /// One QP's connection data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,11 +49,23 @@ impl Endpoint {
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok())
             .ok_or("endpoint lacks a valid 'addr'")?;
+        let bits = |k: &str, max: u64| {
+            num(k).and_then(|n| {
+                u32::try_from(n)
+                    .ok()
+                    .filter(|&n| u64::from(n) <= max)
+                    .ok_or(format!("endpoint has a bad '{k}' ({n})"))
+            })
+        };
+        let addr: IpAddr = addr;
+        if addr.is_unspecified() || addr.is_multicast() || addr == IpAddr::from([255u8; 4]) {
+            return Err(format!("endpoint has a bad 'addr' ({addr})"));
+        }
         Ok(Endpoint {
-            qpn: num("qpn")? as u32,
-            psn: num("psn")? as u32,
+            qpn: bits("qpn", 0xff_ffff)?,
+            psn: bits("psn", 0xff_ffff)?,
             addr,
-            rkey: num("rkey")? as u32,
+            rkey: bits("rkey", u64::from(u32::MAX))?,
             vaddr: num("vaddr")?,
             len: num("len")?,
         })
@@ -70,16 +86,31 @@ pub(crate) struct Control {
 /// error, so that a loop busy on the data path (which does not read the
 /// control connection) ends at once instead of waiting for data that the
 /// failed peer will never send.
+///
+/// It also notes when the peer's `result` arrives: the server of a timed
+/// latency test ([`PeerAlarm::until_result`]) has no deadline of its own
+/// and ends its loop there, since the client sends its result only after
+/// its last message was answered.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct PeerAlarm(Arc<OnceLock<String>>);
+pub(crate) struct PeerAlarm(Arc<OnceLock<String>>, Arc<AtomicBool>, bool);
 
 impl PeerAlarm {
-    /// `Err` with the peer's message once it has reported an error.
+    /// `Err` with the peer's message once it has reported an error (or,
+    /// from [`PeerAlarm::until_result`], once its result has arrived).
     pub(crate) fn check(&self) -> Result<(), String> {
         match self.0.get() {
             Some(m) => Err(format!("peer: {m}")),
+            None if self.2 && self.1.load(Ordering::SeqCst) => {
+                Err("the peer finished and sent its result".into())
+            }
             None => Ok(()),
         }
+    }
+
+    /// An alarm that also goes off when the peer's next `result` arrives.
+    pub(crate) fn until_result(&self) -> PeerAlarm {
+        self.1.store(false, Ordering::SeqCst);
+        PeerAlarm(self.0.clone(), self.1.clone(), true)
     }
 }
 
@@ -113,10 +144,24 @@ impl Control {
             .name("perf-control".into())
             .spawn(move || {
                 let mut reader = BufReader::new(stream);
+                // A perftest server (ib_write_bw, roce perf --perftest)
+                // answers with its version string, not a JSON line.
+                if let Some(e) = reader.fill_buf().ok().and_then(foreign_peer) {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
                 loop {
                     let mut line = String::new();
-                    let msg = match reader.read_line(&mut line) {
+                    // At most MAX_LINE bytes: a peer that never sends a
+                    // newline must not grow this side's memory.
+                    let msg = match (&mut reader).take(MAX_LINE + 1).read_line(&mut line) {
                         Ok(0) => Err("the peer closed the control connection".to_string()),
+                        Ok(_) if !line.ends_with('\n') && line.len() as u64 > MAX_LINE => {
+                            Err(format!(
+                                "the peer sent a control message longer than {} KiB",
+                                MAX_LINE >> 10
+                            ))
+                        }
                         Ok(_) => serde_json::from_str::<Value>(&line)
                             .map_err(|e| format!("bad control message: {e}")),
                         Err(e) => Err(format!("control connection: {e}")),
@@ -134,6 +179,12 @@ impl Control {
                     if let Some(m) = msg.as_ref().ok().and_then(peer_error) {
                         let _ = raise.0.set(m);
                     }
+                    if msg
+                        .as_ref()
+                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("result"))
+                    {
+                        raise.1.store(true, Ordering::SeqCst);
+                    }
                     if tx.send(msg).is_err() || end {
                         return;
                     }
@@ -150,6 +201,12 @@ impl Control {
     /// The alarm the reader thread raises when the peer reports an error.
     pub(crate) fn alarm(&self) -> PeerAlarm {
         self.alarm.clone()
+    }
+
+    /// The peer's address on the control connection.
+    pub(crate) fn peer_ip(&self) -> Option<IpAddr> {
+        let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        w.peer_addr().ok().map(|a| a.ip())
     }
 
     /// The local address of the control connection.
@@ -254,6 +311,24 @@ impl Control {
         if !std::mem::replace(&mut self.error_sent, true) {
             let _ = self.send(&json!({"type": "error", "message": msg}));
         }
+    }
+}
+
+/// An error for a peer whose first bytes are not a JSON object: a
+/// perftest peer's version string (digits, a dot, NUL padding) or
+/// something else.
+fn foreign_peer(first: &[u8]) -> Option<String> {
+    match first.first() {
+        None | Some(b'{') => None,
+        Some(b'0'..=b'9') => {
+            let end = first.iter().position(|&c| c == 0).unwrap_or(first.len());
+            let v = String::from_utf8_lossy(&first[..end.min(16)]);
+            Some(format!(
+                "the peer speaks perftest's exchange (version string '{v}'), not roce perf's: \
+                 run this side with --perftest"
+            ))
+        }
+        Some(_) => Some("the peer does not speak roce perf's control protocol".into()),
     }
 }
 

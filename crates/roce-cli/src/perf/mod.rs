@@ -106,6 +106,11 @@ impl Test {
         matches!(self, Test::AtomicBw | Test::AtomicLat)
     }
 
+    /// The perftest tool of this test (`ib_write_bw`).
+    pub(crate) fn perftest_tool(self) -> String {
+        format!("ib_{}", self.name().replace('-', "_"))
+    }
+
     /// perftest's title line.
     pub(crate) fn title(self) -> &'static str {
         match self {
@@ -186,12 +191,29 @@ pub(crate) struct PerfArgs {
     /// Report bandwidth in Gb/sec instead of MB/sec.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     gbits: bool,
+    /// perftest's `-F` (do not fail on CPU frequency warnings): accepted;
+    /// this tool measures with a monotonic clock, not the cycle counter.
+    #[arg(short = 'F', long = "CPU-freq")]
+    #[allow(dead_code)]
+    cpu_freq: bool,
+    /// Connection type, as perftest's `-c`: only RC (the default) is
+    /// implemented.
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "TYPE",
+        default_value = "RC"
+    )]
+    connection: String,
+    /// Port of the device, as perftest's `-i`: a RoCE interface has one, 1.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
     /// Packet I/O backend.
     #[arg(long, value_enum, default_value_t = BackendKind::Udp)]
     backend: BackendKind,
     /// Network interface of the packet backend (default: the one that holds
     /// the local address); the UDP backend reads its MTU.
-    #[arg(short = 'd', long = "dev", alias = "ib-dev", value_name = "IFACE")]
+    #[arg(short = 'd', long = "ib-dev", alias = "dev", value_name = "IFACE")]
     dev: Option<String>,
     /// Tag frames with this 802.1Q VLAN id (packet backend; 0 = priority
     /// tag only), PCP from the DSCP.
@@ -205,22 +227,26 @@ pub(crate) struct PerfArgs {
     /// seeded and reproducible): comma-separated `loss=P`, `duplicate=P`,
     /// `reorder=P`, `corrupt=P`, `ce=P` (P as 0.02 or 2%), `delay=TIME`,
     /// `jitter=TIME` (ns, us, ms), `seed=N`.
-    #[arg(long, value_name = "SPEC", value_parser = backend::check_faults)]
+    #[arg(long, value_name = "SPEC", value_parser = crate::device::check_faults)]
     faults: Option<String>,
     /// Run the server and the client in this process, on two loopback
     /// addresses (127.0.0.1 and 127.0.0.2); in latency tests each side on
     /// a CPU of its own when the process may use two or more.
     #[arg(long)]
     loopback: bool,
-    /// Speak perftest 4.5's out-of-band exchange (instead of this tool's
-    /// own), to run against ib_write_bw, ib_read_bw, ib_send_bw.
+    /// Speak perftest 4.5's out-of-band exchange (Debian's perftest 4.5
+    /// package, which reports version 6.06) instead of this tool's own, to
+    /// run against any of its eight tools: ib_{write,read,send,atomic}_bw
+    /// and ib_{write,read,send,atomic}_lat. A server without it recognises
+    /// a perftest client by itself; the client needs it.
     #[arg(long)]
     perftest: bool,
     /// With --perftest: perftest's rdma_cm mode (`-R`): the control
     /// channel and the data QP are RDMA CM connections, no TCP.
     #[arg(short = 'R', long = "rdma-cm", requires = "perftest")]
     rdma_cm: bool,
-    /// Local address to use (default: the address that reaches the peer).
+    /// Local address to use (default: the address that reaches the peer);
+    /// a server listens on it only (default: on every address, as perftest).
     #[arg(long)]
     bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
@@ -283,6 +309,12 @@ impl Params {
             if !(d > 0.0 && d <= 86_400.0) {
                 return Err("the duration must be between 0 and 86400 seconds".into());
             }
+            if a.iters.is_some() {
+                return Err(
+                    "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                        .into(),
+                );
+            }
             if a.all {
                 return Err("-D and -a cannot be combined".into());
             }
@@ -302,14 +334,16 @@ impl Params {
             vec![s]
         };
         let iters = a.iters.unwrap_or(if t.is_bw() { 5000 } else { 1000 });
-        if iters == 0 {
-            return Err("the number of iterations must be at least 1".into());
+        if iters == 0 || iters > MAX_ITERS {
+            return Err(format!(
+                "the number of iterations (-n) must be between 1 and {MAX_ITERS}"
+            ));
         }
         let tx_depth = a.tx_depth.unwrap_or(if t.is_bw() { 128 } else { 1 });
         if tx_depth == 0 || tx_depth > 4096 {
             return Err("the TX depth must be between 1 and 4096".into());
         }
-        Ok(Params {
+        let p = Params {
             test: t,
             sizes,
             iters,
@@ -320,7 +354,9 @@ impl Params {
             bidir: a.bidir,
             verify: !a.no_verify,
             seed: 0x5eed_0000 ^ std::process::id() as u64,
-        })
+        };
+        setup::check_memory(&p)?;
+        Ok(p)
     }
 
     fn to_json(&self) -> Value {
@@ -330,54 +366,90 @@ impl Params {
                "bidir": self.bidir, "verify": self.verify, "seed": self.seed})
     }
 
+    /// The parameters of a client's hello, every field checked (against
+    /// the same limits as the client's flags) before anything is
+    /// allocated: the hello comes from the network.
     fn from_json(v: &Value) -> Result<Params, String> {
         if v.get("version").and_then(Value::as_u64) != Some(control::VERSION) {
             return Err("the peer speaks another version of the roce perf protocol".into());
         }
-        let num = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .ok_or(format!("hello lacks '{k}'"))
+        let num = |k: &str, lo: u64, hi: u64| match v.get(k).and_then(Value::as_u64) {
+            Some(n) if (lo..=hi).contains(&n) => Ok(n),
+            Some(n) => Err(format!("bad '{k}' in hello: {n} (not {lo} to {hi})")),
+            None => Err(format!("hello lacks '{k}'")),
+        };
+        let flag = |k: &str, default: bool| match v.get(k) {
+            None => Ok(default),
+            Some(b) => b.as_bool().ok_or(format!("bad '{k}' in hello")),
         };
         let test = v
             .get("test")
             .and_then(Value::as_str)
             .and_then(Test::from_name)
             .ok_or("unknown test")?;
-        let sizes: Vec<u64> = v
+        let sizes = v
             .get("sizes")
             .and_then(Value::as_array)
-            .ok_or("hello lacks sizes")?
-            .iter()
-            .filter_map(Value::as_u64)
-            .collect();
-        if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > (1 << 30)) {
+            .ok_or("hello lacks sizes")?;
+        // -a has 23 sizes.
+        if sizes.is_empty() || sizes.len() > 23 {
             return Err("bad sizes in hello".into());
         }
+        let sizes: Vec<u64> = sizes
+            .iter()
+            .map(|s| s.as_u64().filter(|&s| s > 0 && s <= 1 << 30))
+            .collect::<Option<_>>()
+            .ok_or("bad sizes in hello")?;
+        let duration = match v.get("duration") {
+            None | Some(Value::Null) => None,
+            Some(d) => match d.as_f64() {
+                Some(d) if d > 0.0 && d <= 86_400.0 => Some(d),
+                _ => return Err("bad duration in hello".into()),
+            },
+        };
         let p = Params {
             test,
             sizes,
-            iters: num("iters")?.max(1),
-            duration: v.get("duration").and_then(Value::as_f64),
-            qps: (num("qps")? as u32).clamp(1, 256),
-            tx_depth: (num("tx_depth")? as u32).clamp(1, 4096),
-            mtu: num("mtu")? as u32,
-            bidir: v.get("bidir").and_then(Value::as_bool).unwrap_or(false),
-            verify: v.get("verify").and_then(Value::as_bool).unwrap_or(true),
-            seed: num("seed")?,
+            iters: num("iters", 1, MAX_ITERS)?,
+            duration,
+            qps: num("qps", 1, 256)? as u32,
+            tx_depth: num("tx_depth", 1, 4096)? as u32,
+            mtu: num("mtu", 256, 4096)? as u32,
+            bidir: flag("bidir", false)?,
+            verify: flag("verify", true)?,
+            seed: num("seed", 0, u64::MAX)?,
         };
         if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
             return Err("bad MTU in hello".into());
         }
-        if p.duration.is_some_and(|d| !(d > 0.0 && d <= 86_400.0)) {
-            return Err("bad duration in hello".into());
+        if !test.is_bw() && (p.qps > 1 || p.bidir) {
+            return Err("bad hello: a latency test with several QPs or both directions".into());
         }
+        if test.is_atomic() && p.sizes != [8] {
+            return Err("bad sizes in hello: atomics move 8 bytes".into());
+        }
+        setup::check_memory(&p)?;
         Ok(p)
     }
 }
 
+/// Most iterations a run may ask for (`-n`).
+const MAX_ITERS: u64 = 1_000_000_000;
+
 /// Flags every mode shares, and combinations no mode takes.
 fn check_modes(args: &PerfArgs) -> Result<(), String> {
+    if !args.connection.eq_ignore_ascii_case("RC") {
+        return Err(format!(
+            "connection type {}: roce perf runs RC only (drop -c, or use roce pingpong --transport uc|ud)",
+            args.connection
+        ));
+    }
+    if args.ib_port != 1 {
+        return Err(format!(
+            "device port {}: a RoCE interface has one port, 1 (drop -i)",
+            args.ib_port
+        ));
+    }
     if args.vlan.is_some() && args.backend != BackendKind::Packet {
         return Err("--vlan tags raw frames: it needs --backend packet".into());
     }
@@ -413,13 +485,9 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         Ok(()) if STOP.load(Ordering::SeqCst) => 130,
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("roce perf: {e}");
             // Cut short by Ctrl-C before there was anything to report.
-            if STOP.load(Ordering::SeqCst) {
-                130
-            } else {
-                1
-            }
+            let code = if STOP.load(Ordering::SeqCst) { 130 } else { 1 };
+            crate::fail("perf", args.json, &e, code)
         }
     }
 }
@@ -500,17 +568,73 @@ fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), S
     if args.backend == BackendKind::Fabric {
         return Err("the fabric backend needs --loopback".into());
     }
+    if args.duration.is_some() && args.iters.is_some() {
+        return Err(
+            "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                .into(),
+        );
+    }
     let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = TcpListener::bind((bind, args.port))
         .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
     if !args.json {
         eprintln!(
-            "roce perf: waiting for a client on port {} ({})",
+            "roce perf: waiting for a client on port {} ({}: roce perf {} HOST, or perftest's {} HOST)",
             args.port,
-            args.test.name()
+            args.test.name(),
+            args.test.name(),
+            args.test.perftest_tool()
         );
     }
     serve(args, listener, fabric, false)
+}
+
+/// The server's own flags the client's parameters override (the client
+/// decides, as in perftest), said rather than silently adopted.
+fn adopted_note(args: &PerfArgs, p: &Params) -> Option<String> {
+    let mut over = Vec::new();
+    let sizes = if p.sizes.len() > 1 {
+        "-a".to_string()
+    } else {
+        format!("-s {}", p.sizes[0])
+    };
+    if args.size.is_some_and(|s| p.sizes != [s]) || (args.all && p.sizes.len() == 1) {
+        over.push((
+            sizes,
+            if args.all {
+                "-a".to_string()
+            } else {
+                format!("-s {}", args.size.unwrap_or(0))
+            },
+        ));
+    }
+    if let Some(n) = args.iters.filter(|&n| n != p.iters || p.duration.is_some()) {
+        let theirs = p
+            .duration
+            .map_or(format!("-n {}", p.iters), |d| format!("-D {d}"));
+        over.push((theirs, format!("-n {n}")));
+    }
+    if let Some(d) = args.duration.filter(|&d| Some(d) != p.duration) {
+        over.push((format!("-n {}", p.iters), format!("-D {d}")));
+    }
+    if args.qps != p.qps && args.qps != 1 {
+        over.push((format!("-q {}", p.qps), format!("-q {}", args.qps)));
+    }
+    if let Some(t) = args.tx_depth.filter(|&t| t != p.tx_depth) {
+        over.push((format!("-t {}", p.tx_depth), format!("-t {t}")));
+    }
+    if args.bidir != p.bidir && args.bidir {
+        over.push(("no -b".into(), "-b".into()));
+    }
+    if over.is_empty() {
+        return None;
+    }
+    let (theirs, mine): (Vec<String>, Vec<String>) = over.into_iter().unzip();
+    Some(format!(
+        "the client's parameters apply, as in perftest: {} (this server's {} ignored)",
+        theirs.join(" "),
+        mine.join(" ")
+    ))
 }
 
 /// Waits for a client, ending at Ctrl-C ("interrupted before a client
@@ -538,6 +662,35 @@ pub(crate) fn accept_interruptibly(listener: &TcpListener) -> Result<TcpStream, 
     }
 }
 
+/// How long a connected peer may stay silent before its first message.
+pub(crate) const FIRST_MESSAGE_WAIT: Duration = Duration::from_secs(10);
+
+/// The first byte a client sends, without consuming it (waiting at most
+/// [`FIRST_MESSAGE_WAIT`]): `{` opens roce perf's JSON hello, an ASCII
+/// digit perftest's version string.
+pub(crate) fn first_byte(stream: &TcpStream) -> Result<u8, String> {
+    let _ = stream.set_read_timeout(Some(FIRST_MESSAGE_WAIT));
+    let mut b = [0u8; 1];
+    let r = stream.peek(&mut b);
+    let _ = stream.set_read_timeout(None);
+    match r {
+        Ok(1) => Ok(b[0]),
+        Ok(_) => Err("the client closed the connection without a word".into()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(format!(
+                "the client sent nothing for {} s",
+                FIRST_MESSAGE_WAIT.as_secs()
+            ))
+        }
+        Err(e) => Err(format!("control connection: {e}")),
+    }
+}
+
 fn serve(
     args: &PerfArgs,
     listener: TcpListener,
@@ -545,6 +698,18 @@ fn serve(
     quiet: bool,
 ) -> Result<(), String> {
     let stream = accept_interruptibly(&listener)?;
+    match first_byte(&stream)? {
+        b'{' => {}
+        b'0'..=b'9' if fabric.is_none() => {
+            // perftest's exchange opens with its version string: a
+            // perftest client (ib_write_bw, roce perf --perftest).
+            if !args.json {
+                eprintln!("roce perf: the client speaks perftest's exchange");
+            }
+            return perftest::run_on(args, stream, false);
+        }
+        _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
+    }
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
     let hello = ctl.expect("hello")?;
     let params = match Params::from_json(&hello) {
@@ -563,6 +728,23 @@ fn serve(
             return Err(e);
         }
     };
+    if !args.json {
+        if let Some(note) = adopted_note(args, &params) {
+            eprintln!("roce perf: {note}");
+        }
+    }
+    // RoCE traffic between different UDP ports never meets: say so now
+    // rather than after the retries run out (RETRY_EXC_ERR).
+    if let Some(theirs) = hello.get("roce_port").and_then(Value::as_u64) {
+        if theirs != u64::from(args.roce_port) {
+            let msg = format!(
+                "the client's --roce-port is {theirs}, this server's {}: give both sides the same --roce-port",
+                args.roce_port
+            );
+            ctl.send_error(&msg);
+            return Err(msg);
+        }
+    }
     let local = args
         .bind
         .filter(|b| !b.is_unspecified())
@@ -599,7 +781,13 @@ fn run_session(
     ctl: &mut Control,
 ) -> Result<(Vec<Value>, Params, Value), String> {
     match s.run(ctl) {
-        Ok(results) => Ok((results, s.params.clone(), s.counters_json())),
+        Ok(results) => {
+            let mut counters = s.counters_json();
+            // perftest's local/remote address lines (print_results).
+            let eps = |e: &[control::Endpoint]| e.iter().map(|e| e.to_json()).collect::<Vec<_>>();
+            counters["endpoints"] = json!({"local": eps(&s.local), "remote": eps(&s.remote)});
+            Ok((results, s.params.clone(), counters))
+        }
         Err(e) => {
             ctl.send_error(&e);
             Err(e)
@@ -613,7 +801,9 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
-    ctl.send(&params.to_json())?;
+    let mut hello = params.to_json();
+    hello["roce_port"] = json!(args.roce_port);
+    ctl.send(&hello)?;
     let local = args.bind.or(ctl.local_ip()).ok_or("no local address")?;
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
@@ -693,6 +883,24 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: 
         params.tx_depth,
         if params.verify { "yes" } else { "no" }
     );
+    // perftest's address lines: what a mismatch (GID, QPN) shows in.
+    for (what, side) in [(" local address", "local"), (" remote address", "remote")] {
+        for e in counters["endpoints"][side].as_array().into_iter().flatten() {
+            if let Ok(e) = control::Endpoint::from_json(e) {
+                let d = perftest::Dest {
+                    lid: 0,
+                    out_reads: 1,
+                    qpn: e.qpn,
+                    psn: e.psn,
+                    rkey: e.rkey,
+                    vaddr: e.vaddr,
+                    gid: perftest::gid_of(e.addr),
+                    srqn: 0,
+                };
+                perftest::print_dest(what, &d, params.test);
+            }
+        }
+    }
     println!("{}", report::RULE);
     if params.test.is_bw() {
         println!("{}", report::bw_header(args.gbits));

@@ -225,6 +225,12 @@ impl Plan {
         if args.duration.is_some() && args.all {
             return Err("-D and -a cannot be combined".into());
         }
+        if args.duration.is_some() && args.iters.is_some() {
+            return Err(
+                "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                    .into(),
+            );
+        }
         // perftest's own rules (force_dependecies).
         if lat && args.qps != 1 {
             return Err("multiple QPs are only available in BW tests".into());
@@ -306,8 +312,7 @@ impl Control for Oob {
 
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
-    let plan = Plan::from_args(args)?;
-    let test = plan.test;
+    Plan::from_args(args)?;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
         let addr = super::resolve(server, args.port)?;
@@ -320,8 +325,41 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             "roce perf: waiting for a perftest client on port {}",
             args.port
         );
-        super::accept_interruptibly(&l)?
+        let s = super::accept_interruptibly(&l)?;
+        // A client of roce perf's own exchange opens with a JSON line:
+        // tell it what to do rather than read its hello as perftest's.
+        if super::first_byte(&s)? == b'{' {
+            let msg = "this server was started with --perftest (perftest's exchange); \
+                       start it without --perftest to serve both kinds of client, or run \
+                       the client with --perftest";
+            let mut w = &s;
+            let _ = writeln!(
+                w,
+                "{}",
+                serde_json::json!({"type": "error", "message": msg})
+            );
+            // Read the hello before closing: unread data would make the
+            // close a reset, which can discard the error on its way.
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = std::io::copy(&mut (&s).take(64 << 10), &mut std::io::sink());
+            return Err(
+                "the client speaks roce perf's own exchange, not perftest's \
+                 (a server without --perftest serves both)"
+                    .into(),
+            );
+        }
+        s
     };
+    run_on(args, stream, client)
+}
+
+/// The exchange on a connected control stream: `client` writes first.
+/// A plain `roce perf` server comes here when its client turns out to
+/// speak perftest's exchange.
+pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result<(), String> {
+    let plan = Plan::from_args(args)?;
+    let test = plan.test;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
     let tcp_local = stream.local_addr().map_err(|e| e.to_string())?.ip();
@@ -332,6 +370,12 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let v = oob.xchg(&version_msg(), 16)?;
     let end = v.iter().position(|&c| c == 0).unwrap_or(16);
     let their_version = String::from_utf8_lossy(&v[..end]).to_string();
+    if v.first() == Some(&b'{') {
+        return Err(
+            "the peer speaks roce perf's own exchange, not perftest's: run both sides without --perftest"
+                .into(),
+        );
+    }
     let ver: f64 = their_version.parse().unwrap_or(0.0);
     // 6.28 and later add a binary parameter negotiation (not implemented).
     if (ver * 100.0).round() as u32 >= 628 {

@@ -222,6 +222,14 @@ fn connect_retrying(
     p: &ConnParam,
 ) -> Result<CmConnection, String> {
     let mut tries = 0;
+    // The CM retries for ~17 s when nothing answers: say so early (a
+    // plain `roce perf` server, without --perftest -R, listens on TCP only).
+    let _notice = crate::notice::SlowNotice::start(
+        Duration::from_secs(2),
+        format!(
+            "roce perf: no answer yet from {server} port {port} over rdma_cm (is a server running there with -R: roce perf ... --perftest -R --bind ADDR, or ib_*_bw -R?); still trying"
+        ),
+    );
     loop {
         match qp.cm_connect(server, port, p, Duration::from_secs(30)) {
             Ok(c) => return Ok(c),

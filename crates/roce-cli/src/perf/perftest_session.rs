@@ -247,7 +247,7 @@ pub(crate) fn print_rows(plan: &Plan, mtu: u32, their_version: &str, rows: &Rows
     let bidir = if plan.bidir { " (bidirectional)" } else { "" };
     println!("{}", report::RULE);
     println!(
-        "                    {}{bidir} (perftest {VERSION} exchange)",
+        "                    {}{bidir} (perftest 4.5 exchange, version string {VERSION})",
         plan.test.title()
     );
     println!(

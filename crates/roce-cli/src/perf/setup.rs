@@ -16,6 +16,39 @@ use super::{BackendKind, Params, PerfArgs, Test};
 /// Largest total of registered memory a run uses.
 const MEM_CAP: u64 = 512 << 20;
 
+/// The memory layout of one side: (largest message, receive buffers per
+/// QP, bytes per QP).
+pub(crate) fn layout(params: &Params) -> (u64, u64, u64) {
+    let nq = u64::from(params.qps.max(1));
+    let max_size = params.sizes.iter().copied().max().unwrap_or(8).max(8);
+    let want_ring = (2 * u64::from(params.tx_depth)).clamp(2, 512);
+    let ring = if params.test == Test::SendBw || params.test == Test::SendLat {
+        want_ring.min((MEM_CAP / nq / max_size).max(2))
+    } else {
+        0
+    };
+    (max_size, ring, 2 * max_size + ring * max_size)
+}
+
+/// Checks, before anything is allocated, that a run's memory (the
+/// registered region and the two patterns it is filled from and checked
+/// against) stays within bounds: a hostile hello must not make a server
+/// allocate gigabytes.
+pub(crate) fn check_memory(params: &Params) -> Result<(), String> {
+    let (max_size, _, slot) = layout(params);
+    let total = slot.saturating_mul(u64::from(params.qps)) + 2 * max_size;
+    if total > 2 * MEM_CAP {
+        return Err(format!(
+            "{} QPs of {} bytes need {} MiB, more than this tool's {} MiB: use fewer QPs (-q) or smaller messages (-s)",
+            params.qps,
+            max_size,
+            total >> 20,
+            (2 * MEM_CAP) >> 20
+        ));
+    }
+    Ok(())
+}
+
 /// One side's resources for a test.
 pub(crate) struct Session {
     pub(crate) params: Params,
@@ -35,6 +68,8 @@ pub(crate) struct Session {
     pub(crate) recvs_posted: std::sync::atomic::AtomicBool,
     /// The peer's endpoints, one per QP.
     pub(crate) remote: Vec<Endpoint>,
+    /// This side's endpoints, one per QP (what the peer was sent).
+    pub(crate) local: Vec<Endpoint>,
     /// Mixed into the pattern expected from the peer: 0, except in the
     /// tests that prove a wrong payload fails the run (`--verify-salt`).
     peer_salt: u64,
@@ -68,20 +103,8 @@ impl Session {
         let ctx = open_context(args, local, mtu, fabric)?;
         let pd = ctx.alloc_pd();
         let nq = params.qps as u64;
-        let max_size = params.sizes.iter().copied().max().unwrap_or(8).max(8);
-        let want_ring = (2 * params.tx_depth as u64).clamp(2, 512);
-        let ring = if params.test == Test::SendBw || params.test == Test::SendLat {
-            want_ring.min((MEM_CAP / nq / max_size).max(2))
-        } else {
-            0
-        };
-        let slot = 2 * max_size + ring * max_size;
-        if slot * nq > 2 * MEM_CAP {
-            return Err(format!(
-                "{} QPs of {} bytes need too much memory",
-                nq, max_size
-            ));
-        }
+        check_memory(params)?;
+        let (max_size, ring, slot) = layout(params);
         let depth = params.tx_depth as usize * 2 + ring as usize + 64;
         // Room for twice what can be outstanding, within the device's
         // largest CQ (-q 256 -t 4096 asks for more than it has).
@@ -160,6 +183,24 @@ impl Session {
             .iter()
             .map(Endpoint::from_json)
             .collect::<Result<_, _>>()?;
+        // The peer's QPs are where this side sends: they must be the
+        // peer's own address (the one on the control connection), unless
+        // this side uses GID addressing (-x), where the GIDs of both
+        // sides may be other addresses of theirs. Otherwise a hello could
+        // aim this side's traffic at a third host.
+        if args.gid_index.is_none() {
+            if let (Some(peer), Some(bad)) = (
+                ctl.peer_ip(),
+                remote.iter().find(|r| {
+                    Some(r.addr.to_canonical()) != ctl.peer_ip().map(|p| p.to_canonical())
+                }),
+            ) {
+                return Err(format!(
+                    "the peer's QP {:#x} is at {}, not at the peer's address {peer} (with -x on both sides the addresses may differ)",
+                    bad.qpn, bad.addr
+                ));
+            }
+        }
         if remote.len() != qps.len() {
             return Err(format!(
                 "the peer has {} QPs, this side {}",
@@ -220,6 +261,7 @@ impl Session {
             ring,
             recvs_posted: Default::default(),
             remote,
+            local: mine,
             peer_salt: args.verify_salt,
             _pd: pd,
         })
@@ -256,7 +298,26 @@ impl Session {
                        "acks_sent": c.acks_sent, "duplicates": c.duplicates})
             })
             .collect();
+        // Who checked each received ICRC, in one place: the engine (full
+        // headers: IPv6, the packet backend, the fabric), the UDP backend
+        // (IPv4 sockets hide the IP ID the ICRC covers: it recomputes the
+        // ICRC assuming ID 0, or a GSO segment's ID, and the engine then
+        // counts the datagram rx_icrc_unchecked), or nobody.
+        let b = |k: &str| backend.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let by_backend = b("udp_rx_icrc_ok_id0") + b("udp_rx_icrc_ok_gso_id");
+        let backend_bad = b("udp_rx_icrc_bad");
+        let by_engine = d
+            .rx_datagrams
+            .saturating_sub(d.rx_malformed + d.rx_icrc_unchecked + d.rx_bad_icrc);
+        let icrc = json!({
+            "verified": by_engine + by_backend,
+            "verified_by_engine": by_engine,
+            "verified_by_backend_assuming_ip_id": by_backend,
+            "failed": d.rx_bad_icrc + backend_bad,
+            "not_verified": d.rx_icrc_unchecked.saturating_sub(by_backend + backend_bad),
+        });
         json!({
+            "icrc": icrc,
             "device": {"rx_datagrams": d.rx_datagrams, "rx_malformed": d.rx_malformed,
                        "rx_bad_icrc": d.rx_bad_icrc, "rx_icrc_unchecked": d.rx_icrc_unchecked,
                        "rx_unknown_qp": d.rx_unknown_qp, "rx_cnp": d.rx_cnp,
@@ -264,6 +325,19 @@ impl Session {
             "backend": backend,
             "qps": qps,
         })
+    }
+
+    /// Progress of `-a` on stderr, one line per size as it ends (the
+    /// table comes at the end; 23 sizes of 5,000 iterations take about a
+    /// minute, and a progress bar shows only on a terminal).
+    pub(crate) fn size_done(&self, k: usize, result: &Value) {
+        let n = self.params.sizes.len();
+        if n < 2 || !self.is_client {
+            return;
+        }
+        let row = result.get("row").and_then(Value::as_str).unwrap_or("");
+        // Not "roce perf: ...", which introduces errors.
+        eprintln!("[size {} of {n} done] {}", k + 1, row.trim());
     }
 
     /// Offset in `mr` of QP `q`'s slot.

@@ -54,7 +54,6 @@ fn num<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "roce pingpong",
-    about,
     disable_help_flag = true,
     after_help = "Without SERVER, waits for a client. Either side may be rdma-core's \
                   ibv_{rc,uc,ud,srq}_pingpong. Exit status: 0 every iteration completed, \

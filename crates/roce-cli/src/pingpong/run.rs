@@ -14,9 +14,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, AddressHandle, AhAttr, Completion, CompletionChannel, CompletionQueue, ConnectOptions,
-    Context, DeviceConfig, MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpEndpoint,
-    QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
+    Access, AddressHandle, AhAttr, BackendKind, Completion, CompletionChannel, CompletionQueue,
+    ConnectOptions, Context, MemoryRegion, OpenError, OpenOptions, ProtectionDomain, Psn, Qkey,
+    QpCaps, QpEndpoint, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
 };
 
 use super::wire::{self, Dest};
@@ -132,25 +132,18 @@ fn gid_table(local: IpAddr) -> Vec<IpAddr> {
 }
 
 fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
-    let mut cfg = DeviceConfig::new(local);
-    cfg.addrs = gid_table(local);
-    cfg.active_mtu = p.mtu;
-    let ucfg = roce_io::UdpConfig::new(local)
-        .port(p.roce_port)
-        .remote_port(p.roce_port)
-        // The peer may be rdma-core over a kernel rxe device, whose IPv4
-        // identification a UDP socket cannot see: its ICRC cannot be
-        // verified, only counted (docs/security.md).
+    // The peer may be rdma-core over a kernel rxe device, whose IPv4
+    // identification a UDP socket cannot see: its ICRC cannot be
+    // verified, only counted (docs/security.md).
+    let mut o = OpenOptions::new(BackendKind::Udp, local)
+        .roce_port(p.roce_port, p.roce_port)
+        .gids(gid_table(local))
         .icrc_check(roce_io::IcrcCheck::Count);
-    let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
-        ErrorKind::AddrInUse => format!(
-            "UDP port {} on {local} is in use (another RoCE stack, or a kernel rxe device?)",
-            p.roce_port
-        ),
-        ErrorKind::AddrNotAvailable => format!("{local} is not an address of this host"),
-        _ => format!("cannot open UDP {local}:{}: {e}", p.roce_port),
-    })?;
-    Context::open(backend, cfg).map_err(|e| format!("Couldn't open the device on {local}: {e}"))
+    o.config.active_mtu = p.mtu;
+    o.open().map_err(|e| match e {
+        OpenError::PortInUse { .. } | OpenError::NotLocal(_) => e.to_string(),
+        e => format!("Couldn't open the device on {local}: {e}"),
+    })
 }
 
 /// How the server's `-c` reads the client's data, decided on the first

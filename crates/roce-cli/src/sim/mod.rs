@@ -31,8 +31,8 @@ pub(crate) struct SimArgs {
     /// slowdown.svg.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
-    /// Simulated time to run instead of the scenario's `duration` (e.g.
-    /// `500us`, `10ms`).
+    /// Simulated time to run instead of the scenario's `duration`: seconds
+    /// as `perf -D` (`0.002`), or with a unit (`500us`, `10ms`).
     #[arg(long, value_name = "T")]
     duration: Option<String>,
     /// Threads: 1, or 2 to run the hosts and the switches on two cores
@@ -45,22 +45,35 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     let mut sc = match Scenario::from_file(&args.scenario) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("roce sim: {}: {e}", args.scenario.display());
-            return 2;
+            let msg = format!("{}: {e}", args.scenario.display());
+            return crate::fail("sim", args.json, &msg, 2);
         }
     };
     if let Some(d) = &args.duration {
-        match roce_sim::parse_time("--duration", d) {
-            Ok(t) if t > 0 => sc.duration = t,
+        // A bare number is seconds, as perf's -D.
+        let with_unit = match d.trim().parse::<f64>() {
+            Ok(_) => format!("{}s", d.trim()),
+            Err(_) => d.clone(),
+        };
+        match roce_sim::parse_time("--duration", &with_unit) {
+            Ok(t) if t > 0 => {
+                sc.duration = t;
+                // A longer run may exceed what the scenario may start.
+                if let Err(e) = sc.check_counts() {
+                    let msg = format!("{}: {e} (with --duration {d})", args.scenario.display());
+                    return crate::fail("sim", args.json, &msg, 2);
+                }
+            }
             Ok(_) => {
-                eprintln!("roce sim: --duration must be positive");
-                return 2;
+                return crate::fail("sim", args.json, "--duration must be positive", 2);
             }
             Err(e) => {
-                eprintln!("roce sim: {e}");
-                return 2;
+                return crate::fail("sim", args.json, &e.to_string(), 2);
             }
         }
+    }
+    for w in sc.warnings() {
+        eprintln!("roce sim: warning: {w}");
     }
     let bar = std::io::stderr().is_terminal().then(|| {
         let b = indicatif::ProgressBar::new(1000);
@@ -85,19 +98,17 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     if args.json {
         println!("{}", results.to_json());
     } else {
-        print!("{}", summary(&results));
+        print!("{}", summary(&results, sc.metrics.convergence));
     }
     let mut code = 0;
     if let Some(dir) = &args.csv {
         if let Err(e) = write_csv(dir, &results) {
-            eprintln!("roce sim: {}: {e}", dir.display());
-            code = 1;
+            code = crate::fail("sim", args.json, &format!("{}: {e}", dir.display()), 1);
         }
     }
     if let Some(dir) = &args.plots {
-        if let Err(e) = plots::write_all(dir, &results) {
-            eprintln!("roce sim: {}: {e}", dir.display());
-            code = 1;
+        if let Err(e) = plots::write_all(dir, &results, &sc.fabric) {
+            code = crate::fail("sim", args.json, &format!("{}: {e}", dir.display()), 1);
         }
     }
     code
@@ -160,8 +171,10 @@ fn ms(ps: u64) -> f64 {
     ps as f64 / 1e9
 }
 
-/// The text summary.
-pub(crate) fn summary(r: &Results) -> String {
+/// The text summary; `convergence` is `metrics.convergence`, from which
+/// the queue statistics and the fairness window are taken.
+pub(crate) fn summary(r: &Results, convergence: u64) -> String {
+    let before_convergence = r.sim_time_ps <= convergence;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -180,12 +193,16 @@ pub(crate) fn summary(r: &Results) -> String {
         r.flows.len(),
         failed
     );
-    let _ = writeln!(
-        s,
-        "FCT slowdown by size:   count      p50      p95      p99"
-    );
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-    for b in &r.slowdown {
+    if r.flows_completed == 0 {
+        let _ = writeln!(s, "FCT slowdown: - (no flow completed)");
+    } else {
+        let _ = writeln!(
+            s,
+            "FCT slowdown by size:   count      p50      p95      p99"
+        );
+    }
+    for b in r.slowdown.iter().filter(|_| r.flows_completed > 0) {
         let _ = writeln!(
             s,
             "  {:>6} .. {:<6} {:>8} {:>8} {:>8} {:>8}",
@@ -253,17 +270,42 @@ pub(crate) fn summary(r: &Results) -> String {
                 rates.join(" ")
             );
         }
+        None if before_convergence => {
+            let _ = writeln!(
+                s,
+                "fairness: - (the run ended at {:.3} ms, before metrics.convergence = {:.3} ms, where the window starts)",
+                ms(r.sim_time_ps),
+                ms(convergence)
+            );
+        }
         None => {
             let _ = writeln!(
                 s,
-                "fairness: - (needs throughput bins and 2+ concurrent flows)"
+                "fairness: - (needs throughput bins and 2+ concurrent flows after metrics.convergence)"
             );
         }
     }
     let mut qs: Vec<_> = r.queue_stats.iter().collect();
     qs.sort_by(|a, b| b.mean.total_cmp(&a.mean));
+    let window = if convergence > 0 {
+        format!(
+            "from metrics.convergence = {:.3} ms to the end; queues.svg shows the whole run",
+            ms(convergence)
+        )
+    } else {
+        "the whole run".to_string()
+    };
     if !qs.is_empty() {
-        let _ = writeln!(s, "queues (busiest by mean):");
+        let _ = writeln!(s, "queues (busiest by mean, {window}):");
+    } else if before_convergence {
+        let _ = writeln!(
+            s,
+            "queues: - (the run ended at {:.3} ms, before metrics.convergence = {:.3} ms, where the statistics start)",
+            ms(r.sim_time_ps),
+            ms(convergence)
+        );
+    } else {
+        let _ = writeln!(s, "queues: - (every egress queue stayed empty, {window})");
     }
     for q in qs.iter().take(5) {
         let band = q.in_ecn_band.map_or(String::new(), |v| {

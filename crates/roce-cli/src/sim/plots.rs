@@ -6,6 +6,7 @@ use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use roce_sim::config::{FabricConfig, Xoff};
 use roce_sim::Results;
 
 type Res = Result<(), Box<dyn std::error::Error>>;
@@ -20,11 +21,12 @@ fn io(e: Box<dyn std::error::Error>) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
-/// Writes throughput.svg, queues.svg, pauses.svg and slowdown.svg.
-pub(super) fn write_all(dir: &Path, r: &Results) -> std::io::Result<()> {
+/// Writes throughput.svg, queues.svg, pauses.svg and slowdown.svg;
+/// `fabric` gives the thresholds the queue plot marks.
+pub(super) fn write_all(dir: &Path, r: &Results, fabric: &FabricConfig) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     throughput(&dir.join("throughput.svg"), r).map_err(io)?;
-    queues(&dir.join("queues.svg"), r).map_err(io)?;
+    queues(&dir.join("queues.svg"), r, fabric).map_err(io)?;
     pauses(&dir.join("pauses.svg"), r).map_err(io)?;
     slowdown(&dir.join("slowdown.svg"), r).map_err(io)?;
     Ok(())
@@ -70,6 +72,47 @@ fn legend<'a, CT: CoordTranslate>(
     Ok(())
 }
 
+/// Width of the legend column right of the plots (so that the legend
+/// never covers the data).
+const SIDE: u32 = 250;
+
+/// The plot area and the legend column of a canvas.
+fn with_side<'a>(root: &Area<'a>) -> (Area<'a>, Area<'a>) {
+    root.split_horizontally(W - SIDE)
+}
+
+/// A legend in the column right of the plot: one line key and label per
+/// entry, in the order given.
+fn side_legend(side: &Area<'_>, entries: &[(String, ShapeStyle)]) -> Res {
+    let text = ("sans-serif", 13).into_text_style(side);
+    for (i, (label, style)) in entries.iter().enumerate() {
+        let y = 50 + 18 * i as i32;
+        side.draw(&PathElement::new([(4, y), (24, y)], *style))?;
+        side.draw(&Text::new(label.clone(), (30, y - 7), text.clone()))?;
+    }
+    Ok(())
+}
+
+/// "h2" before "h10": names compared by their numbers.
+fn natural(s: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut num: Option<u64> = None;
+    for c in s.chars() {
+        match (c.to_digit(10), num) {
+            (Some(d), n) => num = Some(n.unwrap_or(0) * 10 + u64::from(d)),
+            (None, Some(n)) => {
+                out.push((std::mem::take(&mut text), n));
+                num = None;
+                text.push(c);
+            }
+            (None, None) => text.push(c),
+        }
+    }
+    out.push((text, num.unwrap_or(0)));
+    out
+}
+
 /// A legend key for a line series: a short stroke in `style`.
 fn line_key(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
     move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style)
@@ -97,6 +140,8 @@ fn throughput(path: &Path, r: &Results) -> Res {
     }
     series.sort_by_key(|s| std::cmp::Reverse(s.bytes.iter().sum::<u64>()));
     series.truncate(MAX_LINES);
+    // The largest kept, drawn and listed in flow order (h1, h2, ... h10).
+    series.sort_by_key(|s| (s.src, s.dst, s.prio));
     let gbps =
         |s: &roce_sim::ThroughputSeries, b: u64| b as f64 * 8.0 / (s.bin_ps as f64 * 1e-12) / 1e9;
     let ymax = series
@@ -104,13 +149,20 @@ fn throughput(path: &Path, r: &Results) -> Res {
         .flat_map(|s| s.bytes.iter().map(move |&b| gbps(s, b)))
         .fold(1.0, f64::max)
         * 1.1;
-    let root = canvas(path, H)?;
-    let mut c =
-        frame(&root, r, "throughput per flow", 60).build_cartesian_2d(0.0..end_ms(r), 0.0..ymax)?;
+    let canvas = canvas(path, H)?;
+    let (root, side) = with_side(&canvas);
+    let mut c = frame(
+        &root,
+        r,
+        "throughput per flow, delivered (data arriving at the destination host)",
+        60,
+    )
+    .build_cartesian_2d(0.0..end_ms(r), 0.0..ymax)?;
     c.configure_mesh()
         .x_desc("time (ms)")
-        .y_desc("Gb/s")
+        .y_desc("Gb/s delivered")
         .draw()?;
+    let mut keys = Vec::new();
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let bin_ms = s.bin_ps as f64 / 1e9;
@@ -120,14 +172,11 @@ fn throughput(path: &Path, r: &Results) -> Res {
             .enumerate()
             .map(|(k, &b)| ((k as f64 + 0.5) * bin_ms, gbps(s, b)));
         let label = format!("h{}→h{} p{}", s.src, s.dst, s.prio);
-        c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?
-            .label(label)
-            .legend(line_key(color.stroke_width(2)));
+        c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?;
+        keys.push((label, color.stroke_width(2)));
     }
-    if series.len() <= 16 {
-        legend(&mut c, SeriesLabelPosition::UpperRight)?;
-    }
-    root.present()?;
+    side_legend(&side, &keys)?;
+    canvas.present()?;
     Ok(())
 }
 
@@ -147,7 +196,7 @@ fn switch_names(r: &Results) -> Vec<String> {
     names
 }
 
-fn queues(path: &Path, r: &Results) -> Res {
+fn queues(path: &Path, r: &Results, fabric: &FabricConfig) -> Res {
     let dt = r.sample_interval_ps;
     if dt == 0 || r.queue_samples.is_empty() {
         return empty(
@@ -168,13 +217,81 @@ fn queues(path: &Path, r: &Results) -> Res {
         .collect();
     keys.sort_by_key(|&(_, m)| std::cmp::Reverse(m));
     keys.truncate(8);
-    let ymax = keys.iter().map(|k| k.1).max().unwrap_or(1) as f64 / 1e3 * 1.1;
     let names = switch_names(r);
+    let sname = |sw: u32| {
+        names
+            .get(sw as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("s{sw}"))
+    };
+    // The busiest kept, listed by switch, port and priority.
+    keys.sort_by_key(|&((sw, port, prio), _)| (natural(&sname(sw)), port, prio));
+    // The thresholds of the plotted priorities' classes: ECN Kmin/Kmax of
+    // the egress, and where PFC pauses (XOFF, an ingress threshold).
+    let mut marks: Vec<(String, f64, RGBColor)> = Vec::new();
+    let mut prios: Vec<u8> = keys.iter().map(|k| k.0 .2).collect();
+    prios.sort_unstable();
+    prios.dedup();
+    for &p in &prios {
+        let tc = fabric.dcb.tc_of(p);
+        if let Some(e) = fabric.ecn[usize::from(tc)] {
+            marks.push((
+                format!("Kmin tc{tc} {}", super::human_bytes(e.kmin as f64)),
+                e.kmin as f64,
+                GREEN,
+            ));
+            marks.push((
+                format!("Kmax tc{tc} {}", super::human_bytes(e.kmax as f64)),
+                e.kmax as f64,
+                RED,
+            ));
+        }
+    }
+    if prios
+        .iter()
+        .any(|&p| fabric.dcb.pfc_enabled[usize::from(p & 7)])
+    {
+        let b = &fabric.buffer;
+        let (label, at) = match b.xoff {
+            Xoff::Static(x) => (
+                format!("XOFF {} (ingress)", super::human_bytes(x as f64)),
+                x as f64,
+            ),
+            Xoff::Dynamic(a) => {
+                let x = a / (1.0 + a) * b.size as f64;
+                (
+                    format!(
+                        "XOFF ≈{} (dynamic α={a}, one ingress)",
+                        super::human_bytes(x)
+                    ),
+                    x,
+                )
+            }
+        };
+        marks.push((label, at, BLUE));
+    }
+    let data_max = keys.iter().map(|k| k.1).max().unwrap_or(1) as f64;
+    // The thresholds show when they are within reach of the data.
+    marks.retain(|m| m.1 <= data_max * 4.0);
+    let ymax = marks.iter().map(|m| m.1).fold(data_max, f64::max) / 1e3 * 1.1;
     let ticks = r.sim_time_ps / dt;
-    let root = canvas(path, H)?;
-    let mut c = frame(&root, r, "egress queue length", 70)
+    let canvas = canvas(path, H)?;
+    let (root, side) = with_side(&canvas);
+    let mut c = frame(&root, r, "egress queue length (the whole run)", 70)
         .build_cartesian_2d(0.0..end_ms(r), 0.0..ymax.max(1.0))?;
     c.configure_mesh().x_desc("time (ms)").y_desc("KB").draw()?;
+    let mut legend_keys = Vec::new();
+    for (label, at, color) in &marks {
+        let style = color.mix(0.7).stroke_width(1);
+        let y = at / 1e3;
+        c.draw_series(DashedLineSeries::new(
+            [(0.0, y), (end_ms(r), y)],
+            6,
+            4,
+            style,
+        ))?;
+        legend_keys.push((label.clone(), style));
+    }
     for (i, ((sw, port, prio), _)) in keys.iter().enumerate() {
         let m = &by[&(*sw, *port, *prio)];
         let color = Palette99::pick(i).to_rgba();
@@ -184,21 +301,20 @@ fn queues(path: &Path, r: &Results) -> Res {
                 m.get(&k).copied().unwrap_or(0) as f64 / 1e3,
             )
         });
-        let sname = names
-            .get(*sw as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("s{sw}"));
+        let sname = sname(*sw);
         let peer = r
             .queue_stats
             .iter()
             .find(|q| q.switch == sname && q.port == *port)
             .map_or(String::new(), |q| format!("→{}", q.peer));
-        c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?
-            .label(format!("{sname} port {port}{peer} prio {prio}"))
-            .legend(line_key(color.stroke_width(2)));
+        c.draw_series(LineSeries::new(pts, color.stroke_width(2)))?;
+        legend_keys.push((
+            format!("{sname} port {port}{peer} prio {prio}"),
+            color.stroke_width(2),
+        ));
     }
-    legend(&mut c, SeriesLabelPosition::UpperRight)?;
-    root.present()?;
+    side_legend(&side, &legend_keys)?;
+    canvas.present()?;
     Ok(())
 }
 

@@ -1,0 +1,140 @@
+//! The pingpong and perftest control channels against hostile peers
+//! (issue 18): a flood of garbage, a peer that says nothing. Each server
+//! ends with an error, at once or at its timeout, never holding memory or
+//! waiting forever. (roce perf's own channel: perf_hostile.rs.)
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{roce, Guard};
+
+fn port(k: u16) -> u16 {
+    48_000 + (std::process::id() % 300) as u16 * 8 + k
+}
+
+#[allow(clippy::zombie_processes)] // the Guard waits for it
+fn start(args: &[&str], port: u16) -> (Child, TcpStream) {
+    let child = roce()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            return (child, s);
+        }
+        assert!(Instant::now() < end, "the server does not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn flood(mut s: TcpStream, first: &[u8]) {
+    let _ = s.write_all(first);
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..64 {
+        if s.write_all(&chunk).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn pingpong_server_against_garbage_and_silence() {
+    let (p, r) = (port(0), port(1));
+    let args = |p: u16, r: u16| {
+        [
+            "pingpong".to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            p.to_string(),
+            "--roce-port".into(),
+            r.to_string(),
+            "--timeout".into(),
+            "3".into(),
+        ]
+    };
+    let a = args(p, r);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (c, s) = start(&a, p);
+    let t = std::thread::spawn(move || flood(s, b""));
+    let o = Guard(Some(c)).wait(Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("malformed address message"), "{err}");
+    t.join().unwrap();
+
+    let (p, r) = (port(2), port(3));
+    let a = args(p, r);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (c, s) = start(&a, p);
+    let o = Guard(Some(c)).wait(Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("timed out"), "{err}");
+    drop(s);
+}
+
+#[test]
+fn perftest_server_against_garbage_and_silence() {
+    for (k, first) in [
+        (4u16, &b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"[..]),
+        (6, &b"~~~"[..]),
+    ] {
+        let (p, r) = (port(k), port(k + 1));
+        let (ps, rs) = (p.to_string(), r.to_string());
+        // A plain server, which recognises perftest by its version string.
+        let (c, s) = start(
+            &[
+                "perf",
+                "write-bw",
+                "--bind",
+                "127.0.0.1",
+                "-p",
+                &ps,
+                "--roce-port",
+                &rs,
+            ],
+            p,
+        );
+        let first = first.to_vec();
+        let t = std::thread::spawn(move || flood(s, &first));
+        let o = Guard(Some(c)).wait(Duration::from_secs(15));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("key string")
+                || err.contains("neither roce perf's exchange nor perftest's"),
+            "{err}"
+        );
+        t.join().unwrap();
+    }
+    // Silence: dropped after 10 s.
+    let (p, r) = (port(8), port(9));
+    let (ps, rs) = (p.to_string(), r.to_string());
+    let (c, s) = start(
+        &[
+            "perf",
+            "write-bw",
+            "--perftest",
+            "--bind",
+            "127.0.0.1",
+            "-p",
+            &ps,
+            "--roce-port",
+            &rs,
+        ],
+        p,
+    );
+    let o = Guard(Some(c)).wait(Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("sent nothing"), "{err}");
+    drop(s);
+}

@@ -1,0 +1,98 @@
+//! With `--json`, every failure is also a JSON object on stdout carrying
+//! the exit status (it used to be text on stderr and an empty stdout), and
+//! the ICRC counters of a `roce perf --json` report say who checked what.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::{roce, Guard};
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    let child = roce()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    Guard(Some(child)).wait(Duration::from_secs(30))
+}
+
+/// The last stdout line as JSON, checked against the exit status.
+fn json_error(args: &[&str], code: i32) -> Value {
+    let o = run(args);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {out}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): '{out}'"));
+    assert_eq!(v["exit_status"], code, "{v}");
+    assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    // The text stays on stderr for people.
+    assert!(!o.stderr.is_empty());
+    v
+}
+
+#[test]
+fn json_failures_are_json_on_stdout() {
+    // Nothing listens on 127.0.0.1:9 (discard).
+    let v = json_error(&["perf", "write-bw", "127.0.0.1", "-p", "9", "--json"], 1);
+    assert!(v["error"].as_str().unwrap().contains("cannot reach"), "{v}");
+    let v = json_error(
+        &["perf", "write-bw", "--loopback", "-m", "1000", "--json"],
+        1,
+    );
+    assert!(v["error"].as_str().unwrap().contains("MTU 1000"), "{v}");
+    // A usage error, found by the argument parser.
+    let v = json_error(&["perf", "write-bw", "--json", "--no-such-flag"], 2);
+    assert!(
+        v["error"].as_str().unwrap().contains("--no-such-flag"),
+        "{v}"
+    );
+    let v = json_error(&["sim", "/nonexistent/x.toml", "--json"], 2);
+    assert!(
+        v["error"].as_str().unwrap().contains("/nonexistent/x.toml"),
+        "{v}"
+    );
+    let v = json_error(&["inspect", "--json", "/nonexistent/x.pcap"], 2);
+    assert_eq!(v["file"], "/nonexistent/x.pcap", "{v}");
+    let v = json_error(&["devinfo", "-d", "no-such-if0", "--json"], 1);
+    assert!(v["error"].as_str().unwrap().contains("no-such-if0"), "{v}");
+}
+
+/// Over UDP on IPv4 the engine cannot check ICRCs (the socket hides the
+/// IP ID) and counts them `rx_icrc_unchecked`, while the backend checked
+/// them assuming ID 0: `counters.icrc` says so in one place, and every
+/// datagram is accounted for as verified.
+#[test]
+fn icrc_counters_say_who_checked() {
+    let port = (30_000 + std::process::id() % 2000 * 2).to_string();
+    let rport = (30_001 + std::process::id() % 2000 * 2).to_string();
+    let o = run(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-n",
+        "50",
+        "-p",
+        &port,
+        "--roce-port",
+        &rport,
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &v["counters"];
+    let rx = c["device"]["rx_datagrams"].as_u64().unwrap();
+    assert!(rx > 0);
+    assert_eq!(c["icrc"]["verified"], rx, "{c}");
+    assert_eq!(c["icrc"]["verified_by_backend_assuming_ip_id"], rx, "{c}");
+    assert_eq!(c["icrc"]["not_verified"], 0, "{c}");
+    assert_eq!(c["icrc"]["failed"], 0, "{c}");
+}

@@ -1,0 +1,208 @@
+//! `roce perf`'s control channel against a hostile peer (issue 18): a
+//! line without end, a hello asking for gigabytes or aiming the server's
+//! QPs at another host, a peer that says nothing. Each ends the server
+//! cleanly: an error, exit status 1, bounded memory, no hang.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+use common::roce;
+
+fn ports() -> (u16, u16) {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let base = 44_000 + (std::process::id() % 200) as u16 * 40;
+    (base + 2 * n, base + 2 * n + 1)
+}
+
+/// A `roce perf write-bw` server on 127.0.0.1, with a connection to it.
+#[allow(clippy::zombie_processes)] // finish() or the test waits for it
+fn server(test: &str, port: u16, rport: u16) -> (Child, TcpStream) {
+    let child = roce()
+        .args(["perf", test, "--bind", "127.0.0.1", "-p", &port.to_string()])
+        .args(["--roce-port", &rport.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            return (child, s);
+        }
+        assert!(Instant::now() < end, "the server does not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The server's resident memory in KiB (0 once it has gone).
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits (at most `limit`) for the server to end, sampling its memory;
+/// returns its exit status, stderr and peak resident KiB.
+fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String, u64) {
+    let end = Instant::now() + limit;
+    let mut peak = 0;
+    while c.try_wait().unwrap().is_none() {
+        peak = peak.max(rss_kib(c.id()));
+        if Instant::now() > end {
+            let _ = c.kill();
+            panic!("the server did not end in {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = c.wait_with_output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        peak,
+    )
+}
+
+/// 200 MiB without a newline: the server stops reading at 64 KiB and
+/// ends with an error (it used to hold the whole line: 415 MB resident
+/// for 400 MiB).
+#[test]
+fn an_endless_line_is_cut_off() {
+    let (port, rport) = ports();
+    let (c, mut s) = server("write-bw", port, rport);
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'a'; 1 << 20];
+        let _ = s.write_all(b"{\"type\":\"hello\",\"x\":\"");
+        for _ in 0..200 {
+            if s.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    let (code, err, peak) = finish(c, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("longer than 64 KiB"), "{err}");
+    assert!(peak < 64 << 10, "peak resident {peak} KiB");
+    writer.join().unwrap();
+}
+
+/// Sends `hello` and returns the server's answer (a line).
+fn answer(s: &mut TcpStream, hello: &str) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(hello.as_bytes()).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut line = String::new();
+    let _ = BufReader::new(s).read_line(&mut line);
+    line
+}
+
+/// Hellos asking for 1.5 GiB, 100,000 QPs, a million sizes or 2^40
+/// iterations are refused before anything is allocated, the error naming
+/// the field, sent to the peer and printed by the server.
+#[test]
+fn a_hostile_hello_is_refused_before_allocating() {
+    let base = r#""type":"hello","version":1,"test":"write-bw","iters":10,"tx_depth":16,"mtu":4096,"seed":1"#;
+    let many: Vec<String> = (0..1_000).map(|_| "4096".to_string()).collect();
+    for (fields, want) in [
+        (r#""sizes":[268435456],"qps":2"#.to_string(), "MiB"),
+        (r#""sizes":[4096],"qps":100000"#.to_string(), "'qps'"),
+        (format!(r#""sizes":[{}],"qps":1"#, many.join(",")), "sizes"),
+    ] {
+        let (port, rport) = ports();
+        let (c, mut s) = server("write-bw", port, rport);
+        let a = answer(&mut s, &format!("{{{base},{fields}}}"));
+        let (code, err, peak) = finish(c, Duration::from_secs(15));
+        assert!(a.contains("\"error\"") && a.contains(want), "{want}: {a}");
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(peak < 100 << 10, "{want}: peak resident {peak} KiB");
+    }
+    let (port, rport) = ports();
+    let (c, mut s) = server("write-lat", port, rport);
+    let a = answer(
+        &mut s,
+        r#"{"type":"hello","version":1,"test":"write-lat","sizes":[2],"iters":1099511627776,"qps":1,"tx_depth":1,"mtu":4096,"seed":1}"#,
+    );
+    let (code, err, _) = finish(c, Duration::from_secs(15));
+    assert!(a.contains("'iters'"), "{a}");
+    assert_eq!(code, Some(1), "{err}");
+}
+
+/// A client whose endpoints name another host (127.0.0.9, not its own
+/// 127.0.0.1 of the control connection) is refused: a hello must not aim
+/// the server's QPs at a third party.
+#[test]
+fn endpoints_at_another_host_are_refused() {
+    let (port, rport) = ports();
+    let (c, mut s) = server("write-bw", port, rport);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(
+        br#"{"type":"hello","version":1,"test":"write-bw","sizes":[4096],"iters":10,"qps":1,"tx_depth":16,"mtu":4096,"seed":1,"roce_port":0}
+"#,
+    )
+    .unwrap();
+    // roce_port 0 differs: the server must refuse that first.
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    let _ = r.read_line(&mut line);
+    assert!(line.contains("--roce-port"), "{line}");
+    let _ = finish(c, Duration::from_secs(15));
+
+    let (port, rport) = ports();
+    let (c, mut s) = server("write-bw", port, rport);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let hello = format!(
+        r#"{{"type":"hello","version":1,"test":"write-bw","sizes":[4096],"iters":10,"qps":1,"tx_depth":16,"mtu":4096,"seed":1,"roce_port":{rport}}}"#
+    );
+    writeln!(s, "{hello}").unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.contains("\"endpoints\""), "{line}");
+    writeln!(
+        s,
+        r#"{{"type":"endpoints","mtu":4096,"qps":[{{"qpn":17,"psn":1,"addr":"127.0.0.9","rkey":1,"vaddr":4096,"len":8192}}]}}"#
+    )
+    .unwrap();
+    line.clear();
+    let _ = r.read_line(&mut line);
+    let (code, err, _) = finish(c, Duration::from_secs(15));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("127.0.0.9") && err.contains("not at the peer's address"),
+        "{err}"
+    );
+    assert!(line.contains("127.0.0.9"), "{line}");
+}
+
+/// A peer that connects and says nothing is dropped after 10 s, with an
+/// error, instead of holding the server forever.
+#[test]
+fn a_silent_peer_times_out() {
+    let (port, rport) = ports();
+    let (c, s) = server("write-bw", port, rport);
+    let start = Instant::now();
+    let (code, err, _) = finish(c, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("sent nothing"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(15));
+    drop(s);
+}
+
+/// `--bind 127.0.0.1` listens there only: 127.0.0.3 is refused.
+#[test]
+fn the_server_listens_on_the_bound_address_only() {
+    let (port, rport) = ports();
+    let (mut c, s) = server("write-bw", port, rport);
+    assert!(TcpStream::connect(("127.0.0.3", port)).is_err());
+    drop(s);
+    let _ = c.kill();
+    let _ = c.wait();
+}
