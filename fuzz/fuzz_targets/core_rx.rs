@@ -2,7 +2,8 @@
 //! datagrams (2-byte length prefixes) delivered to a device whose RC, UC
 //! and UD QPs are in RTS with receives posted. The first 40 bytes of every
 //! datagram are rewritten into a valid IPv4/UDP header to this device, and
-//! the ICRC check is skipped, so the fuzzer reaches the transport logic.
+//! the ICRC check is skipped, and most datagrams are steered to a live QP's
+//! (random) QPN, so the fuzzer reaches the transport logic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -36,7 +37,7 @@ fn device() -> (Device, Vec<Qpn>) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let (mut dev, _qps) = device();
+    let (mut dev, qps) = device();
     let mut rest = data;
     let mut now = 0u64;
     let mut buf = vec![0u8; 4400];
@@ -57,6 +58,15 @@ fuzz_target!(|data: &[u8]| {
             d[22..24].copy_from_slice(&4791u16.to_be_bytes());
             d[24..26].copy_from_slice(&(total - 20).to_be_bytes());
             d[26..28].fill(0);
+        }
+        if d.len() >= 40 {
+            // QPNs are random: steer three of every four datagrams to one
+            // of the live QPs (by the low bits of the fuzzed QPN), so the
+            // transport logic is reached; the rest keep a random QPN.
+            let k = (d[35] & 3) as usize;
+            if let Some(q) = qps.get(k) {
+                d[33..36].copy_from_slice(&q.value().to_be_bytes()[1..]);
+            }
         }
         dev.handle_datagram(now, &d, RxInfo { icrc_checkable: false });
         now += 1000;

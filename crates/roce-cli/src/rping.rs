@@ -133,7 +133,12 @@ impl Rig {
     fn open(local: IpAddr, port: u16, faults: Option<&str>) -> Result<Rig, String> {
         // The active MTU follows the link (rxe's rule: 1500 -> 1024): the CM
         // advertises it in the REQ, and packets must fit the interface.
-        let mut o = OpenOptions::new(BackendKind::Udp, local).roce_port(port, port);
+        // The peer may be rdma-core over a kernel rxe device, whose IPv4
+        // identification a UDP socket cannot see: its ICRC cannot be
+        // verified, only counted (docs/security.md).
+        let mut o = OpenOptions::new(BackendKind::Udp, local)
+            .roce_port(port, port)
+            .icrc_check(roce_io::IcrcCheck::Count);
         if let Some(spec) = faults {
             let f = crate::device::parse_faults(spec)?;
             o = o.wrap(Box::new(move |b| {

@@ -68,7 +68,12 @@ struct Ud {
 
 impl Ud {
     fn open(local: IpAddr, args: &UdaddyArgs) -> Result<Ud, String> {
-        let o = OpenOptions::new(BackendKind::Udp, local).roce_port(args.roce_port, args.roce_port);
+        // The peer may be rdma-core over a kernel rxe device, whose IPv4
+        // identification a UDP socket cannot see: its ICRC cannot be
+        // verified, only counted (docs/security.md).
+        let o = OpenOptions::new(BackendKind::Udp, local)
+            .roce_port(args.roce_port, args.roce_port)
+            .icrc_check(roce_io::IcrcCheck::Count);
         let mtu = o.link_mtu().map_err(|e| e.to_string())?;
         if args.size > mtu {
             return Err(format!(

@@ -187,6 +187,11 @@ impl CmEvent {
             | CmEvent::Disconnected { id } => *id,
         }
     }
+
+    /// A request waiting for the application's answer (connect or UD).
+    pub fn is_request(&self) -> bool {
+        matches!(self, CmEvent::ConnectRequest(_) | CmEvent::UdRequest(_))
+    }
 }
 
 /// Connection states (see the module table).

@@ -46,8 +46,12 @@ pub struct QpCounters {
     /// Packets dropped: no receive posted (UC/UD), or a UC message broken
     /// (a packet lost, or longer than its receive buffer).
     pub drop_no_recv: u64,
-    /// Packets dropped: wrong source address or opcode for this QP.
+    /// Packets dropped: wrong source or destination address, P_Key or
+    /// opcode for this QP.
     pub drop_invalid: u64,
+    /// Requests dropped unexecuted because the responder's output queue
+    /// was full (the requester resends them, as after a loss).
+    pub drop_responder_full: u64,
 }
 
 /// Counters of a device.

@@ -90,6 +90,7 @@ pub mod cm;
 mod counters;
 mod cq;
 pub mod device;
+pub(crate) mod ids;
 mod mr;
 pub mod qp;
 mod sgl;

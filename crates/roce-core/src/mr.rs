@@ -6,9 +6,12 @@
 //! region's bytes sit behind [`RegionMemory`], which the API layer
 //! implements (an owned buffer, or raw memory behind roce-verbs' own memory boundary).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use roce_wire::{Lkey, Rkey};
+
+use crate::ids::{Ids, Quarantine};
 
 /// Memory access rights (values as `ibv_access_flags`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -121,6 +124,9 @@ struct Region {
     access: Access,
     key: u32,
     valid: bool,
+    /// A remote SEND with Invalidate may invalidate it (a fast-registered
+    /// region; an ordinary registration may not be invalidated).
+    invalidatable: bool,
     mem: Box<dyn RegionMemory>,
 }
 
@@ -146,17 +152,63 @@ pub struct MrKeys {
     pub rkey: Rkey,
 }
 
-/// All registered regions of a device. Keys are `slot << 8 | tag`, the tag
-/// changing on every registration so that a stale key never reaches a
-/// region registered later in the same slot.
-#[derive(Debug, Default)]
+/// Registrations remembered after they end, whose keys are not handed out
+/// again (a peer may still hold one): 64 Ki keys.
+const RETIRED_KEYS: usize = 1 << 16;
+
+/// All registered regions of a device.
+///
+/// Each registration gets a fresh key of 32 unpredictable bits (L_Key =
+/// R_Key, as rxe does), drawn from the device's CSPRNG: a peer cannot
+/// guess another region's key from its own, and a key is never handed out
+/// while it is live or among the last [`RETIRED_KEYS`] that ended, so a
+/// stale key does not reach a region registered later (IBTA Vol 1
+/// §10.6.3.2, a key names one registration). The rxe scheme of an index
+/// plus an 8-bit tag is not used: the tag returns after 256 registrations
+/// and the index is guessable.
+#[derive(Debug)]
 pub struct MrTable {
     slots: Vec<Option<Region>>,
     free: Vec<usize>,
-    next_tag: u8,
+    by_key: BTreeMap<u32, usize>,
+    retired: Quarantine<u32>,
+    ids: Ids,
+}
+
+impl Default for MrTable {
+    /// A table whose keys come from a fixed seed (tests).
+    fn default() -> MrTable {
+        MrTable::new([0x6b; 32])
+    }
 }
 
 impl MrTable {
+    /// A table whose keys come from a ChaCha20 stream seeded with `seed`.
+    pub fn new(seed: [u8; 32]) -> MrTable {
+        MrTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_key: BTreeMap::new(),
+            retired: Quarantine::new(RETIRED_KEYS),
+            ids: Ids::new(seed),
+        }
+    }
+
+    fn fresh_key(&mut self) -> u32 {
+        loop {
+            let k = self.ids.u32();
+            // 0 and all-ones are left unused (rxe reserves neither, but
+            // both are what a careless peer sends).
+            if k != 0
+                && k != u32::MAX
+                && !self.by_key.contains_key(&k)
+                && !self.retired.contains(&k)
+            {
+                return k;
+            }
+        }
+    }
+
     /// Registers `mem` at virtual address `va` in `pd` with `access`.
     pub fn register(
         &mut self,
@@ -164,6 +216,32 @@ impl MrTable {
         va: u64,
         mem: Box<dyn RegionMemory>,
         access: Access,
+    ) -> Result<MrKeys, AccessError> {
+        self.register_with(pd, va, mem, access, false)
+    }
+
+    /// As [`MrTable::register`], for a region that a remote SEND with
+    /// Invalidate may invalidate: the model of a fast-registered region
+    /// (`ibv_alloc_mr` and a registration work request; IBTA Vol 1
+    /// §10.6.3.6 / §10.7.2.1 allow remote invalidation only of those and
+    /// of memory windows).
+    pub fn register_invalidatable(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+    ) -> Result<MrKeys, AccessError> {
+        self.register_with(pd, va, mem, access, true)
+    }
+
+    fn register_with(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+        invalidatable: bool,
     ) -> Result<MrKeys, AccessError> {
         if !access.is_valid() {
             return Err(AccessError::NoPermission);
@@ -182,8 +260,8 @@ impl MrTable {
                 self.slots.len() - 1
             }
         };
-        self.next_tag = self.next_tag.wrapping_add(1);
-        let key = ((slot as u32 + 1) << 8) | self.next_tag as u32;
+        let key = self.fresh_key();
+        self.by_key.insert(key, slot);
         self.slots[slot] = Some(Region {
             pd,
             va,
@@ -191,6 +269,7 @@ impl MrTable {
             access,
             key,
             valid: true,
+            invalidatable,
             mem,
         });
         Ok(MrKeys {
@@ -204,23 +283,32 @@ impl MrTable {
         let slot = self.slot_of(lkey.value())?;
         let r = self.slots[slot].take()?;
         self.free.push(slot);
+        self.by_key.remove(&r.key);
+        self.retired.retire(r.key);
         Some(r.mem)
     }
 
-    /// Invalidates a remote key (SEND with invalidate, local invalidate):
-    /// later accesses fail with [`AccessError::BadKey`] until re-validated.
+    /// Invalidates a remote key (SEND with Invalidate): later accesses
+    /// fail with [`AccessError::BadKey`]. Only a region registered with
+    /// [`MrTable::register_invalidatable`] in the same PD may be
+    /// invalidated; any other is refused with
+    /// [`AccessError::NoPermission`] and stays valid (rxe's
+    /// `rxe_invalidate_mr` refuses every MR not of type `MEM_REG`).
     pub fn invalidate(&mut self, pd: PdId, rkey: Rkey) -> Result<(), AccessError> {
         let slot = self.slot_of(rkey.value()).ok_or(AccessError::BadKey)?;
         let r = self.slots[slot].as_mut().ok_or(AccessError::BadKey)?;
         if r.pd != pd {
             return Err(AccessError::WrongPd);
         }
+        if !r.invalidatable {
+            return Err(AccessError::NoPermission);
+        }
         r.valid = false;
         Ok(())
     }
 
     fn slot_of(&self, key: u32) -> Option<usize> {
-        let slot = (key >> 8).checked_sub(1)? as usize;
+        let slot = *self.by_key.get(&key)?;
         match self.slots.get(slot) {
             Some(Some(r)) if r.key == key => Some(slot),
             _ => None,
@@ -287,7 +375,7 @@ impl MrTable {
 
     /// Number of registered regions.
     pub fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        self.by_key.len()
     }
 
     /// True when nothing is registered.
@@ -371,6 +459,18 @@ mod tests {
     #[test]
     fn invalidation_and_invalid_rights() {
         let (mut t, k) = table();
+        // An ordinary registration cannot be invalidated.
+        assert_eq!(
+            t.invalidate(PdId(1), k.rkey),
+            Err(AccessError::NoPermission)
+        );
+        assert!(t
+            .check(k.rkey.value(), PdId(1), 0x1000, 1, Access::NONE)
+            .is_ok());
+        let k = t
+            .register_invalidatable(PdId(1), 0x1000, Box::new(vec![0u8; 8]), Access::NONE)
+            .unwrap();
+        assert_eq!(t.invalidate(PdId(2), k.rkey), Err(AccessError::WrongPd));
         t.invalidate(PdId(1), k.rkey).unwrap();
         assert_eq!(
             t.check(k.rkey.value(), PdId(1), 0x1000, 1, Access::NONE),

@@ -433,3 +433,94 @@ fn ud_service_resolution_answers_qpn_and_qkey() {
     assert_eq!(r.service_id, 0x0111_1c06);
     assert_eq!(CmaHeader::parse(r.private_data).unwrap().dst, peer);
 }
+
+/// A listener's backlog bounds the requests waiting for the application
+/// (`rdma_listen`'s backlog); the rest are dropped and their senders
+/// resend. A request nobody answers is dropped after about 4 s, which
+/// frees its slot, and the CM table is empty once every REQ gave up.
+#[test]
+fn the_backlog_bounds_waiting_requests_and_unanswered_ones_time_out() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen_backlog(PORT, 4).unwrap();
+    let peer = w.hosts[1].addr();
+    let ids: Vec<_> = (0..10)
+        .map(|_| {
+            let q = init_qp(&mut w, 0);
+            w.hosts[0]
+                .dev
+                .cm_connect(0, q, peer, PORT, &ConnParam::default())
+                .unwrap()
+        })
+        .collect();
+    // Until the first resend (1.07 s): 4 requests wait, 6 were dropped.
+    w.run_until(1_000_000, |w| w.now > 1_000_000_000);
+    let reqs = events(&mut w, 1)
+        .into_iter()
+        .filter(|e| matches!(e, CmEvent::ConnectRequest(_)))
+        .count();
+    assert_eq!(reqs, 4);
+    let c = w.hosts[1].dev.cm_counters();
+    assert_eq!(c.dropped_backlog, 6);
+    // Nobody answers: each waiting request times out, and resent REQs
+    // take the freed slots, until the senders give up.
+    w.run_until(10_000_000, |w| {
+        ids.iter().all(|id| w.hosts[0].dev.cm_state(*id).is_none())
+    });
+    let c = w.hosts[1].dev.cm_counters();
+    assert!(c.pending_timed_out >= 4, "{c:?}");
+    assert!(c.dropped_backlog > 6, "{c:?}");
+    for id in &ids {
+        assert_eq!(w.hosts[0].dev.cm_state(*id), None);
+    }
+}
+
+/// A peer's MRAs ("I need longer") extend a connection's wait at most 4
+/// times, each by at most 2^22 × 4.096 µs: MRAs asking for 2^31 × 4.096 µs
+/// (2.4 hours) each cannot keep a REQ waiting for ever.
+#[test]
+fn mra_extensions_are_capped() {
+    let mut w = World::new(4096);
+    let req = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let r2 = req.clone();
+    // The peer never sees anything: it only sends MRAs (below).
+    w.filter = Box::new(move |i, d| {
+        if i == 0 && r2.borrow().is_empty() {
+            *r2.borrow_mut() = d.to_vec();
+        }
+        Verdict::Drop
+    });
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+        .unwrap();
+    w.step();
+    let captured = req.borrow().clone();
+    let t0 = w.now;
+    let mut mad = [0u8; roce_wire::mad::MAD_LEN];
+    let mra = roce_wire::cm::MraRepr {
+        local_comm_id: 0x1234,
+        remote_comm_id: id.0,
+        message_mraed: roce_wire::cm::msg_ref::REQ,
+        service_timeout: 31,
+        private_data: &[],
+    };
+    CmMessage::Mra(mra).emit_mad(7, &mut mad).unwrap();
+    // (rewrite's payload must outlive the captured packet.)
+    let mad: &'static [u8] = Box::leak(Box::new(mad));
+    let d = common::rewrite(&captured, |r| {
+        if let roce_wire::IpRepr::V4(ip) = &mut r.ip {
+            std::mem::swap(&mut ip.src, &mut ip.dst);
+        }
+        r.payload = mad;
+    });
+    for _ in 0..10 {
+        w.hosts[0].dev.handle_datagram(w.now, &d, RxInfo::default());
+    }
+    assert_eq!(w.hosts[0].dev.cm_counters().mras_ignored, 6);
+    assert_eq!(next_event(&mut w, 0), CmEvent::Unreachable { id });
+    // 2^22 × 4.096 µs (the capped MRA) + 16 resend intervals of 2^18.
+    let bound = (4096u64 << 22) + 17 * (4096u64 << 18);
+    assert!(w.now - t0 <= bound, "gave up after {} ns", w.now - t0);
+}

@@ -79,7 +79,7 @@ fn run_case(w: &mut World, qa: Qpn, qb: Qpn, op: Op, len: usize, case: u64) {
             // Register a scratch region on B whose rkey the SEND invalidates.
             let mr = w.hosts[1]
                 .dev
-                .reg_mr(
+                .reg_mr_invalidatable(
                     w.hosts[1].pd,
                     0x7000_0000,
                     Box::new(vec![0u8; 64]),

@@ -91,13 +91,15 @@ const RX_ROUNDS: usize = 4;
 /// * IPv4: the ICRC covers the identification, which the socket never
 ///   shows; a peer that sends non-zero IDs (Linux rxe uses the kernel's
 ///   hashed IDs) cannot be verified. Those datagrams are handed on with
-///   `icrc_verified` false and counted (`udp_rx_icrc_unverified`). With
-///   [`IcrcCheck::Count`] (the default) the backend also recomputes the
-///   ICRC assuming ID 0 and counts matches (`udp_rx_icrc_id0_ok`: the
-///   datagram is intact and the peer used ID 0, as this stack does) and
-///   mismatches (`udp_rx_icrc_id0_bad`: corrupt, or a peer with other IDs —
-///   indistinguishable); [`IcrcCheck::Require`] drops the mismatches,
-///   for links whose peers are known to send ID 0.
+///   `icrc_verified` false and counted (`udp_rx_icrc_unverified`). The
+///   backend recomputes the ICRC assuming ID 0 (or a GSO segment's ID)
+///   and counts matches (`udp_rx_icrc_id0_ok`: the datagram is intact and
+///   the peer used ID 0, as this stack does) and mismatches
+///   (`udp_rx_icrc_bad`: corrupt, forged, or a peer with other IDs —
+///   indistinguishable). [`IcrcCheck::Require`] (the default) drops the
+///   mismatches; [`IcrcCheck::Count`] hands them on, for peers such as
+///   Linux rxe whose IDs cannot be known (their ICRC is then never
+///   verified: see docs/security.md).
 ///
 /// # Batching and offloads
 ///

@@ -94,6 +94,11 @@ impl Host {
         c.max_unacked_psns = 0;
         // A NIC that arbitrates between QPs packet by packet.
         c.tx_burst = 1;
+        // Identifiers (QPNs, keys, PSNs) from a fixed seed per host: a
+        // run is reproducible, and hosts differ.
+        let mut seed = *b"roce-sim host seed ____________.";
+        seed[20..24].copy_from_slice(&id.to_le_bytes());
+        c.seed = Some(seed);
         let mut dev = Device::new(c);
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(1 << 16);

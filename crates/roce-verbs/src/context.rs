@@ -109,10 +109,16 @@ impl Context {
 
     pub(crate) fn start(
         backend: Box<dyn Backend + Send>,
-        config: DeviceConfig,
+        mut config: DeviceConfig,
         progress: ProgressConfig,
         doorbell: bool,
     ) -> Result<Context, Error> {
+        // QPNs, keys, PSNs, CM IDs and region addresses must not be
+        // guessable: the engine's CSPRNG is seeded from the OS unless the
+        // caller chose a seed (reproducible tests).
+        if config.seed.is_none() {
+            config.seed = Some(crate::random::os_seed()?);
+        }
         if config.addrs.is_empty() {
             return Err(Error::InvalidArgument("no local address"));
         }
@@ -211,6 +217,12 @@ impl Context {
     /// Device counters of the engine.
     pub fn counters(&self) -> DeviceCounters {
         *self.shared().core_quiet().dev.counters()
+    }
+
+    /// Counters of the connection manager (REQs dropped by a full
+    /// backlog, pending requests timed out, ...).
+    pub fn cm_counters(&self) -> roce_core::CmCounters {
+        self.shared().core_quiet().dev.cm_counters()
     }
 
     /// Counters of the backend (and its middleware).

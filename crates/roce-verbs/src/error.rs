@@ -39,6 +39,8 @@ pub enum Error {
     Fabric(FabricError),
     /// The progress thread could not be started.
     ThreadSpawn,
+    /// The operating system's randomness (`getrandom`) was not available.
+    NoRandomness,
 }
 
 impl fmt::Display for Error {
@@ -60,6 +62,7 @@ impl fmt::Display for Error {
             Error::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
             Error::Fabric(e) => write!(f, "{e}"),
             Error::ThreadSpawn => f.write_str("cannot start the progress thread"),
+            Error::NoRandomness => f.write_str("the operating system's randomness is unavailable"),
         }
     }
 }

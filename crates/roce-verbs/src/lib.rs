@@ -129,6 +129,7 @@ mod mr;
 mod pd;
 mod progress;
 mod qp;
+mod random;
 mod shared;
 mod srq;
 
@@ -142,6 +143,7 @@ pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::{FabricEndpoint, ProgressConfig};
 pub use qp::{QpInitAttr, QueuePair};
+pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
 pub use srq::SharedReceiveQueue;
 

@@ -346,8 +346,17 @@ pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared)
     let mut queued = false;
     while let Some(e) = dev.poll_cm_event() {
         if !cm_dropped.contains(&e.id()) {
-            lock(&shared.cm_events).push_back(e);
-            queued = true;
+            let mut q = lock(&shared.cm_events);
+            if q.len() >= crate::shared::MAX_CM_EVENTS {
+                // Nobody takes them: requests the engine has since
+                // dropped (timed out) go first; past that, new events
+                // are lost rather than queued without bound.
+                q.retain(|e| !e.is_request() || dev.cm_state(e.id()).is_some());
+            }
+            if q.len() < crate::shared::MAX_CM_EVENTS {
+                q.push_back(e);
+                queued = true;
+            }
         }
     }
     if !cm_dropped.is_empty() {

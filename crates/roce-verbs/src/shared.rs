@@ -124,8 +124,11 @@ pub(crate) struct Core {
     /// leaves once the engine has forgotten its connection.
     pub(crate) cm_dropped: Vec<roce_core::cm::CmId>,
     next_id: u64,
-    next_va: u64,
 }
+
+/// CM events queued for the application at most (the engine bounds its
+/// own queue, listeners' backlogs and pending requests' lifetimes).
+pub(crate) const MAX_CM_EVENTS: usize = 4096;
 
 /// The I/O side: the backend and its batches.
 pub(crate) struct Io {
@@ -204,7 +207,6 @@ impl Shared {
                 notify: Vec::new(),
                 cm_dropped: Vec::new(),
                 next_id: 1,
-                next_va: 0x1_0000_0000,
             }),
             io: Mutex::new(Io {
                 backend,
@@ -329,13 +331,15 @@ impl Core {
         self.next_send_id() | RECV_BIT
     }
 
-    /// A fresh virtual address range for an owned region: deterministic,
-    /// page aligned, with an unmapped page between regions.
+    /// A fresh virtual address for an owned region: page aligned and
+    /// drawn from the device's CSPRNG anywhere in [2^32, 2^47) (35 bits a
+    /// peer cannot guess; with an R_Key it names the region remotely).
+    /// Regions of one context may overlap in this address space: every
+    /// access goes through a key, which names one region.
     pub(crate) fn alloc_va(&mut self, len: usize) -> u64 {
-        let va = self.next_va;
-        let span = (len as u64).div_ceil(4096).saturating_add(1) * 4096;
-        self.next_va = self.next_va.saturating_add(span);
-        va
+        let pages = (len as u64).div_ceil(4096);
+        let room = (1u64 << 35).saturating_sub(pages + (1 << 20)).max(1);
+        (1u64 << 32) + (self.dev.random_u64() % room) * 4096
     }
 
     /// Registers an owned buffer in the engine; its bytes come back through

@@ -96,13 +96,12 @@ pub(crate) fn open_context(
         .interface(args.dev.as_deref())
         .roce_port(args.roce_port, args.roce_port)
         .vlan(args.vlan);
-    if !args.perftest {
-        // The peer is this stack, whose IPv4 IDs the receiver can work
-        // out: a datagram whose ICRC matches none is damaged and dropped
-        // (for retransmission to replace), not handed on as unverifiable.
-        // A perftest peer may be rxe, whose kernel numbers IDs as it
-        // likes: there they are counted.
-        o = o.icrc_check(roce_io::IcrcCheck::Require);
+    if args.perftest {
+        // The peer is this stack otherwise, whose IPv4 IDs the receiver
+        // can work out (the backend's default: a datagram whose ICRC
+        // matches none is dropped). A perftest peer may be rxe, whose
+        // kernel numbers IDs as it likes: there they are only counted.
+        o = o.icrc_check(roce_io::IcrcCheck::Count);
     }
     if let Some(w) = crate::device::middleware(args.pcap.as_deref(), args.faults.as_deref())? {
         o = o.wrap(w);

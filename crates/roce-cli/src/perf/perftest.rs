@@ -282,23 +282,21 @@ impl Plan {
     }
 }
 
-/// The keys of every QP: QPN, a random starting PSN, the region.
-pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Vec<Dest> {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id().wrapping_mul(0x9e37_79b1);
+/// The keys of every QP: QPN, a starting PSN from the operating
+/// system's randomness (not the clock or the pid), the region.
+pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<Vec<Dest>, String> {
     qps.iter()
-        .enumerate()
-        .map(|(i, q)| Dest {
-            lid: 0,
-            out_reads: plan.out_reads(),
-            qpn: q.qp.qpn().value(),
-            psn: seed.wrapping_add(i as u32 * 0x3_1337) & 0xff_ffff,
-            rkey: q.mr.rkey().value(),
-            vaddr: q.mr.addr(),
-            gid: gid_of(local),
-            srqn: 0,
+        .map(|q| {
+            Ok(Dest {
+                lid: 0,
+                out_reads: plan.out_reads(),
+                qpn: q.qp.qpn().value(),
+                psn: roce_verbs::random_psn().map_err(|e| e.to_string())?.value(),
+                rkey: q.mr.rkey().value(),
+                vaddr: q.mr.addr(),
+                gid: gid_of(local),
+                srqn: 0,
+            })
         })
         .collect()
 }
@@ -399,7 +397,7 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     let qps = (0..plan.qps)
         .map(|_| DataQp::create(&ctx, &plan))
         .collect::<Result<Vec<_>, _>>()?;
-    let mine = local_dests(&qps, &plan, local);
+    let mine = local_dests(&qps, &plan, local)?;
     let rem = mine
         .iter()
         .map(|d| oob.hand_shake(d))

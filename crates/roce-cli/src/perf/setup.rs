@@ -146,14 +146,20 @@ impl Session {
                     .map_err(|e| format!("cannot create a QP: {e}"))?,
             );
         }
-        let psn_base =
-            (params.seed as u32 ^ if is_client { 0x00a5_a5a5 } else { 0x005a_5a5a }) & 0xff_ffff;
+        // Starting PSNs from the operating system's randomness, not from
+        // the seed (which the hello carries in clear).
         let mine: Vec<Endpoint> = qps
             .iter()
+            .map(|qp| {
+                let psn = roce_verbs::random_psn().map_err(|e| e.to_string())?;
+                Ok::<_, String>((qp, psn.value()))
+            })
+            .collect::<Result<Vec<_>, String>>()?
+            .into_iter()
             .enumerate()
-            .map(|(i, qp)| Endpoint {
+            .map(|(i, (qp, psn))| Endpoint {
                 qpn: qp.qpn().value(),
-                psn: (psn_base + i as u32 * 0x1000) & 0xff_ffff,
+                psn,
                 addr: local,
                 rkey: mr.rkey().value(),
                 vaddr: mr.addr() + i as u64 * slot,

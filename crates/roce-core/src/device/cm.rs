@@ -16,6 +16,7 @@ use roce_wire::{BthRepr, DethRepr, Ecn, ExtHeaders, Opcode, Psn, Qpn};
 
 use super::{Device, VerbsError};
 use crate::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
+use crate::ids::Ids;
 use crate::qp::path::Path;
 use crate::qp::state::{QpAttrMask, QpState, QpType};
 use crate::qp::{AddressVector, QpAttr};
@@ -34,7 +35,27 @@ fn timeout_ns(exp: u8) -> Nanos {
     4096u64 << exp.min(31)
 }
 
-/// A 64-bit mix (splitmix64's finaliser) for IDs and initial PSNs.
+/// Connections the CM holds at once (every state).
+pub(crate) const MAX_CONNS: usize = 4096;
+/// Requests received (REQ, SIDR_REQ) waiting for the application's
+/// accept or reject, per listener: `rdma_listen`'s backlog when the
+/// application gives none.
+pub(crate) const DEFAULT_BACKLOG: usize = 128;
+/// How long a received request waits for the application before it is
+/// dropped: 4.096 µs × 2^20 ≈ 4.3 s (the peer resends its REQ meanwhile,
+/// IBTA Vol 1 §12.7.27; a request answered by nobody must not stay).
+const PENDING_TIMEOUT: u8 = 20;
+/// Connection events queued for the application at most; past it new
+/// requests are dropped (their peers resend) and other events counted lost.
+pub(crate) const MAX_EVENTS: usize = 1024;
+/// MRAs honoured per connection, and the largest service timeout
+/// exponent one may ask for (2^22 × 4.096 µs ≈ 17 s): a peer cannot keep
+/// a connection waiting forever (IBTA Vol 1 §12.6.6 leaves the count to
+/// the CM).
+const MAX_MRAS: u8 = 4;
+const MAX_MRA_TIMEOUT: u8 = 22;
+
+/// A 64-bit mix (splitmix64's finaliser), for the node GUID.
 fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -80,6 +101,10 @@ struct Conn {
     service_id: u64,
     /// The listener a received request came to.
     listen: Option<ListenId>,
+    /// MRAs honoured so far.
+    mras: u8,
+    /// A received request counted against its listener's backlog.
+    pending: bool,
 }
 
 /// One MAD waiting to be sent.
@@ -103,16 +128,34 @@ pub struct CmCounters {
     pub dropped: u64,
     /// REQs refused with a REJ (no listener, bad transport).
     pub rejected_reqs: u64,
+    /// Requests dropped because the listener's backlog, the connection
+    /// table or the event queue was full.
+    pub dropped_backlog: u64,
+    /// Received requests the application did not answer in time.
+    pub pending_timed_out: u64,
+    /// Events not queued because the event queue was full.
+    pub events_lost: u64,
+    /// MRAs ignored (over [`MAX_MRAS`] per connection).
+    pub mras_ignored: u64,
 }
 
 /// The CM's part of a device.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct CmTable {
-    listeners: BTreeMap<u64, ListenId>,
+    /// Listeners by service ID, with their backlog.
+    listeners: BTreeMap<u64, (ListenId, usize)>,
     conns: BTreeMap<u32, Conn>,
+    /// Received requests by (peer, the peer's ID): a resent REQ or
+    /// SIDR_REQ is found in O(log n), not by a scan of every connection.
+    /// (An ordered map, not a hash table: the keys are the peer's, and a
+    /// tree has no worst case to aim at.)
+    by_remote: BTreeMap<(IpAddr, u32), u32>,
+    /// Requests waiting for the application, per listener.
+    pending: BTreeMap<u64, usize>,
     out: VecDeque<OutMad>,
     events: VecDeque<CmEvent>,
-    counter: u64,
+    /// CM IDs, transaction IDs and starting PSNs.
+    ids: Ids,
     gsi_psn: u32,
     /// Resend deadlines as (time, connection), earliest first; an entry
     /// whose connection is gone or has another deadline is stale and
@@ -122,14 +165,107 @@ pub(crate) struct CmTable {
 }
 
 impl CmTable {
-    fn new_id(&mut self, now: Nanos) -> u32 {
+    pub(crate) fn new(ids: &mut Ids) -> CmTable {
+        let mut seed = [0u8; 32];
+        for c in seed.chunks_mut(8) {
+            c.copy_from_slice(&ids.u64().to_le_bytes());
+        }
+        CmTable {
+            listeners: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            by_remote: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            ids: Ids::new(seed),
+            gsi_psn: 0,
+            timers: BinaryHeap::new(),
+            counters: CmCounters::default(),
+        }
+    }
+
+    /// A fresh local communication ID: random (IBTA Vol 1 §12.6.3 only
+    /// asks that it be unique; a guessable one lets a blind attacker answer
+    /// for the peer), non-zero, not in use.
+    fn new_id(&mut self) -> u32 {
         loop {
-            self.counter += 1;
-            let id = mix(now ^ self.counter.rotate_left(40)) as u32;
+            let id = self.ids.u32();
             if id != 0 && !self.conns.contains_key(&id) {
                 return id;
             }
         }
+    }
+
+    /// A fresh transaction ID (IBTA Vol 1 §13.4.6.4): random.
+    fn new_tid(&mut self) -> u64 {
+        self.ids.u64()
+    }
+
+    /// A connection's starting PSN (IBTA Vol 1 §12.7.23): random.
+    fn new_psn(&mut self) -> Psn {
+        self.ids.psn()
+    }
+
+    /// Whether a new connection fits the table.
+    fn has_room(&self) -> bool {
+        self.conns.len() < MAX_CONNS
+    }
+
+    /// Adds a connection; a received request is indexed by its peer's ID
+    /// and counted against its listener's backlog.
+    fn insert(&mut self, id: u32, mut c: Conn) {
+        if matches!(c.state, CmState::ReqRcvd | CmState::SidrRcvd) {
+            self.by_remote.insert((c.peer, c.remote_id), id);
+            if let Some(l) = c.listen {
+                *self.pending.entry(l.0).or_default() += 1;
+                c.pending = true;
+            }
+        }
+        self.conns.insert(id, c);
+    }
+
+    /// A received request stops waiting for the application (accepted,
+    /// rejected, gone): its backlog slot is freed.
+    fn unpend(&mut self, id: u32) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if !std::mem::take(&mut c.pending) {
+            return;
+        }
+        if let Some(l) = c.listen {
+            if let Some(n) = self.pending.get_mut(&l.0) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.pending.remove(&l.0);
+                }
+            }
+        }
+    }
+
+    /// Removes a connection (and what indexes it).
+    fn remove(&mut self, id: u32) -> Option<Conn> {
+        self.unpend(id);
+        let c = self.conns.remove(&id)?;
+        if self.by_remote.get(&(c.peer, c.remote_id)) == Some(&id) {
+            self.by_remote.remove(&(c.peer, c.remote_id));
+        }
+        Some(c)
+    }
+
+    /// Whether `listen` can take one more waiting request.
+    fn backlog_room(&self, listen: u64) -> bool {
+        let cap = self.listeners.get(&listen).map_or(0, |l| l.1);
+        self.pending.get(&listen).copied().unwrap_or(0) < cap
+    }
+
+    /// Queues an event for the application, unless the queue is full.
+    fn push_event(&mut self, ev: CmEvent) {
+        if self.events.len() >= MAX_EVENTS {
+            self.counters.events_lost += 1;
+            return;
+        }
+        self.events.push_back(ev);
     }
 
     fn send(&mut self, src: IpAddr, dst: IpAddr, tid: u64, m: &CmMessage<'_>) -> Box<[u8; 256]> {
@@ -184,6 +320,8 @@ impl Conn {
             retries_left: 0,
             service_id: 0,
             listen: None,
+            mras: 0,
+            pending: false,
         }
     }
 
@@ -291,6 +429,13 @@ impl Device {
             if c.deadline != Some(t) {
                 continue;
             }
+            if matches!(c.state, CmState::ReqRcvd | CmState::SidrRcvd) {
+                // Nobody answered the request in time: forget it (its
+                // ConnectRequest event, if still queued, names a gone ID).
+                self.cm.remove(id);
+                self.cm.counters.pending_timed_out += 1;
+                continue;
+            }
             if c.retries_left > 0 {
                 c.retries_left -= 1;
                 let next = now + c.interval;
@@ -302,7 +447,9 @@ impl Device {
                 self.cm.schedule(id, next);
                 continue;
             }
-            let c = self.cm.conns.remove(&id).expect("listed");
+            let Some(c) = self.cm.remove(id) else {
+                continue;
+            };
             if let Some(q) = c.qpn {
                 if c.state != CmState::ReqSent {
                     self.qp_to_err(q);
@@ -326,7 +473,7 @@ impl Device {
                     CmEvent::Unreachable { id: CmId(id) }
                 }
             };
-            self.cm.events.push_back(ev);
+            self.cm.push_event(ev);
         }
     }
 

@@ -18,8 +18,10 @@ use roce_wire::{Ecn, Error as WireError, Qpn, RocePacket, Transport};
 use crate::cc::{CcConfig, CcCounters, QpCc};
 use crate::counters::{DeviceCounters, QpCounters};
 use crate::cq::{Cq, CqId, CqOverflow};
+use crate::ids::{Ids, Quarantine};
 use crate::mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
-use crate::qp::state::{ModifyError, QpAttrMask, QpState, QpType};
+use crate::qp::accept::Reject;
+use crate::qp::state::{ModifyError, QpAttrMask, QpState};
 use crate::qp::{AckDelay, Ctx, PostError, Qp, QpAttr, QpInitAttr};
 use crate::srq::{Srq, SrqId};
 use crate::wc::Wc;
@@ -28,6 +30,27 @@ use crate::{AsyncEvent, Nanos};
 
 mod cm;
 pub use cm::CmCounters;
+
+/// The seed of a device configured without one (tests, the simulator):
+/// a fixed string with the first address folded in, so that two such
+/// devices draw different identifiers, the same on every run.
+fn default_seed(addrs: &[IpAddr]) -> [u8; 32] {
+    let mut seed = *b"roce-core fixed seed: tests only";
+    if let Some(a) = addrs.first() {
+        let b = match a {
+            IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+            IpAddr::V6(v) => v.octets(),
+        };
+        for (s, x) in seed.iter_mut().zip(b) {
+            *s ^= x;
+        }
+    }
+    seed
+}
+/// Destroyed QPNs kept out of use (a peer may still address them).
+const RETIRED_QPNS: usize = 4096;
+/// Most QPs one device holds.
+const MAX_QPS: usize = 1 << 20;
 
 /// Device-wide settings.
 #[derive(Clone, Debug)]
@@ -42,8 +65,12 @@ pub struct DeviceConfig {
     pub link_bps: u64,
     /// Congestion control (off by default; the notification point is on).
     pub cc: CcConfig,
-    /// First QPN handed out (rxe starts at 17).
-    pub first_qpn: u32,
+    /// Seed of the device's CSPRNG (ChaCha20), from which QPNs, initial
+    /// PSNs, memory keys and CM identifiers are drawn (see [`crate::ids`]).
+    /// `None` uses a fixed seed: reproducible, and so predictable — for
+    /// tests and the simulator only. roce-verbs fills it from the
+    /// operating system's `getrandom` when it opens a device.
+    pub seed: Option<[u8; 32]>,
     /// Active MTU of the port in bytes (256..=4096): the path MTU of UD
     /// QPs and the default of connected ones.
     pub active_mtu: u32,
@@ -68,12 +95,12 @@ pub struct DeviceConfig {
 }
 
 impl DeviceConfig {
-    /// A device with one address.
+    /// A device with one address (and no seed: see [`DeviceConfig::seed`]).
     pub fn new(addr: IpAddr) -> DeviceConfig {
         DeviceConfig {
             addrs: vec![addr],
             ecn: Ecn::NotEct,
-            first_qpn: 17,
+            seed: None,
             active_mtu: 4096,
             link_bps: 100_000_000_000,
             cc: CcConfig::default(),
@@ -108,7 +135,10 @@ pub struct Device {
     cqs: Vec<Option<Cq>>,
     srqs: Vec<Option<Srq>>,
     qps: BTreeMap<u32, Qp>,
-    next_qpn: u32,
+    /// Unpredictable identifiers (QPNs, PSNs, CM IDs).
+    ids: Ids,
+    /// QPNs destroyed recently, not handed out again yet.
+    retired_qpns: Quarantine<u32>,
     events: VecDeque<AsyncEvent>,
     /// QPs that may have something to send, in service order.
     ready: VecDeque<u32>,
@@ -183,22 +213,29 @@ impl Device {
         if !matches!(config.active_mtu, 256 | 512 | 1024 | 2048 | 4096) {
             config.active_mtu = 1024;
         }
-        let next_qpn = config.first_qpn.max(2);
+        let mut ids = Ids::new(config.seed.unwrap_or_else(|| default_seed(&config.addrs)));
+        let mut mr_seed = [0u8; 32];
+        for c in mr_seed.chunks_mut(8) {
+            c.copy_from_slice(&ids.u64().to_le_bytes());
+        }
+        let mrs = MrTable::new(mr_seed);
+        let cm = cm::CmTable::new(&mut ids);
         Device {
             config,
             next_pd: 1,
-            mrs: MrTable::default(),
+            mrs,
             cqs: Vec::new(),
             srqs: Vec::new(),
             qps: BTreeMap::new(),
-            next_qpn,
+            ids,
+            retired_qpns: Quarantine::new(RETIRED_QPNS),
             events: VecDeque::new(),
             ready: VecDeque::new(),
             burst: 0,
             farewell: VecDeque::new(),
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
-            cm: cm::CmTable::default(),
+            cm,
         }
     }
 
@@ -249,6 +286,22 @@ impl Device {
     ) -> Result<MrKeys, VerbsError> {
         self.mrs
             .register(pd, va, mem, access)
+            .map_err(VerbsError::Access)
+    }
+
+    /// Registers a region that the peer may invalidate with a SEND with
+    /// Invalidate: the model of a fast-registered region (`ibv_alloc_mr`
+    /// and `IBV_WR_REG_MR`). Regions from [`Device::reg_mr`] cannot be
+    /// invalidated remotely (IBTA Vol 1 §10.6.3.6).
+    pub fn reg_mr_invalidatable(
+        &mut self,
+        pd: PdId,
+        va: u64,
+        mem: Box<dyn RegionMemory>,
+        access: Access,
+    ) -> Result<MrKeys, VerbsError> {
+        self.mrs
+            .register_invalidatable(pd, va, mem, access)
             .map_err(VerbsError::Access)
     }
 
@@ -387,21 +440,53 @@ impl Device {
         if init.cap.max_inline_data > 4096 {
             return Err(VerbsError::InvalidArgument("max_inline_data above 4096"));
         }
-        let mut qpn = self.next_qpn;
-        while self.qps.contains_key(&qpn) {
-            qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
+        if self.qps.len() >= MAX_QPS {
+            return Err(VerbsError::InvalidArgument("too many QPs"));
         }
-        self.next_qpn = if qpn >= 0xff_ffff { 2 } else { qpn + 1 };
+        let qpn = self.fresh_qpn();
         let mut qp = Qp::new(Qpn::new(qpn), init);
         qp.attr.path_mtu = self.config.active_mtu;
+        // The starting PSN until the application sets its own: random.
+        qp.attr.sq_psn = self.ids.psn();
         qp.cc = QpCc::new(&self.config.cc, self.config.link_bps);
         self.qps.insert(qpn, qp);
         Ok(Qpn::new(qpn))
     }
 
+    /// A QPN drawn at random (IBTA Vol 1 §10.2.4.1 leaves the choice to
+    /// the channel adapter): not 0 or 1 (the special QPs), not below 16
+    /// (rxe's reserved range), not 0xFFFFFF (the multicast QPN, §10.8.1),
+    /// not live and not destroyed recently (a peer of the old QP may still
+    /// send to it).
+    fn fresh_qpn(&mut self) -> u32 {
+        loop {
+            let q = self.ids.u32() & 0xff_ffff;
+            if q >= 16
+                && q != 0xff_ffff
+                && !self.qps.contains_key(&q)
+                && !self.retired_qpns.contains(&q)
+            {
+                return q;
+            }
+        }
+    }
+
+    /// A random 24-bit PSN from the device's CSPRNG, for an application
+    /// (or the CM) to start a connection with (IBTA Vol 1 §9.7.1).
+    pub fn random_psn(&mut self) -> roce_wire::Psn {
+        self.ids.psn()
+    }
+
+    /// A random 64-bit value from the device's CSPRNG, for the API layer
+    /// (the virtual addresses of the regions it owns).
+    pub fn random_u64(&mut self) -> u64 {
+        self.ids.u64()
+    }
+
     /// `ibv_destroy_qp`.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
         let mut qp = self.qps.remove(&qpn.value()).ok_or(VerbsError::NotFound)?;
+        self.retired_qpns.retire(qpn.value());
         let mut ctx = ctx!(self, 0);
         keep_farewell(&mut self.farewell, &mut qp, &mut ctx);
         qp.return_srq_recv(&mut ctx);
@@ -504,17 +589,7 @@ impl Device {
             self.counters.rx_icrc_unchecked += 1;
         }
         let op = p.bth.opcode;
-        if op.transport() == Transport::Cnp {
-            // Reaction point (docs/dcb.md §4): the CNP names our QP.
-            self.counters.rx_cnp += 1;
-            let qpn = p.bth.dest_qp.value();
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.cc.on_cnp(now);
-                self.note_timer(qpn);
-            }
-            return;
-        }
-        if p.bth.dest_qp == roce_wire::mad::GSI_QPN {
+        if p.bth.dest_qp == roce_wire::mad::GSI_QPN && op.transport() != Transport::Cnp {
             self.cm_handle(now, &p);
             return;
         }
@@ -523,30 +598,38 @@ impl Device {
             self.counters.rx_unknown_qp += 1;
             return;
         };
-        let transport_ok = matches!(
-            (qp.init.qp_type, op.transport()),
-            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
-        );
-        // Connected QPs accept packets from their peer only.
-        let from_peer = qp.init.qp_type == QpType::Ud || p.ip.src() == qp.attr.ah_attr.dest;
-        // The port's one partition is the default (0xFFFF, full member):
-        // a packet matches with the same 15-bit key, either membership
-        // (partition keys, IBTA Vol 1 §10.9; rxe's pkey_match).
-        let pkey_ok = p.bth.pkey.0 & 0x7fff == 0x7fff;
-        if !transport_ok || !from_peer || !pkey_ok {
-            qp.counters.drop_invalid += 1;
+        // Only the connected peer's packets, to our address, in the QP's
+        // partition and a state that takes them (IBTA Vol 1 §9.6).
+        if let Err(why) = qp.check_packet(&p, &self.config.addrs) {
+            match why {
+                Reject::State => qp.counters.drop_bad_state += 1,
+                _ => qp.counters.drop_invalid += 1,
+            }
+            return;
+        }
+        if op.transport() == Transport::Cnp {
+            // Reaction point (docs/dcb.md §4): the CNP names our QP, and
+            // came from its peer (checked above).
+            self.counters.rx_cnp += 1;
+            qp.cc.on_cnp(now);
+            self.note_timer(qpn);
             return;
         }
         let ip_hlen = p.ip.header_len().min(dgram.len());
-        // Notification point (docs/protocol.md §7): CE → CNP to the peer.
-        if p.ip.ecn() == Ecn::Ce {
-            qp.cc.on_ce(now);
-        }
+        let ce = p.ip.ecn() == Ecn::Ce;
         let mut ctx = ctx!(self, now);
         if op.kind().is_request() {
-            qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
+            let accepted = qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
+            // Notification point (docs/protocol.md §7): CE → CNP to the
+            // peer, only for a packet the QP took (a forged or stale one
+            // must not make us send CNPs).
+            if ce && accepted {
+                qp.cc.on_ce(now);
+            }
         } else if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
-            qp.req_handle_response(&p, &mut ctx);
+            if qp.req_handle_response(&p, &mut ctx) && ce {
+                qp.cc.on_ce(now);
+            }
         } else {
             qp.counters.drop_bad_state += 1;
         }

@@ -1,6 +1,7 @@
 //! Queue pairs: the state machine, the requester (send side) and the
 //! responder (receive side) of RC, UC and UD (IBTA Vol 1 chapter 9, §10.3).
 
+pub(crate) mod accept;
 mod attr;
 pub(crate) mod path;
 mod requester;
@@ -211,6 +212,13 @@ impl Qp {
         }
         if mask.contains(QpAttrMask::TIMEOUT) && attr.timeout > 31 {
             return Err(ModifyError::InvalidValue("timeout"));
+        }
+        // The port's P_Key table has one entry (IBTA Vol 1 §10.9.2; rxe
+        // refuses an index past its table too).
+        if mask.contains(QpAttrMask::PKEY_INDEX)
+            && attr.pkey_index as usize >= accept::PKEY_TABLE.len()
+        {
+            return Err(ModifyError::InvalidValue("pkey_index"));
         }
         if mask.contains(QpAttrMask::AV)
             && ctx

@@ -26,6 +26,12 @@ mod transmit;
 pub use ack::AckDelay;
 use ack::AckHold;
 
+/// Responses one QP's responder holds at most (ACKs coalesce, so these
+/// are mostly NAKs, READ responses and atomic ACKs): a request that finds
+/// the queue full is dropped unexecuted, as if lost, and its sender
+/// resends it; the queue cannot grow with what the peer sends.
+const MAX_OUT: usize = 512;
+
 /// A message being received over several packets.
 #[derive(Debug)]
 enum InProgress {
@@ -65,6 +71,10 @@ enum Job {
     AtomicAck {
         psn: Psn,
         orig: u64,
+        /// Answers a request executed as new (not a replay of one the
+        /// requester may already have its answer to): holds a responder
+        /// resource until it leaves.
+        fresh: bool,
     },
     Read {
         psn: Psn,
@@ -72,6 +82,8 @@ enum Job {
         rkey: Rkey,
         remaining: u64,
         started: bool,
+        /// As for `AtomicAck`.
+        fresh: bool,
     },
 }
 
@@ -177,6 +189,20 @@ impl Responder {
         !self.out.is_empty()
     }
 
+    /// READ and atomic requests whose responses are still queued: the
+    /// responder resources in use (IBTA Vol 1 §9.5.4, max_dest_rd_atomic).
+    fn rd_atomic_in_use(&self) -> usize {
+        self.out
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j,
+                    Job::AtomicAck { fresh: true, .. } | Job::Read { fresh: true, .. }
+                )
+            })
+            .count()
+    }
+
     /// The receive WR of a SEND in progress, if any (it must still complete).
     pub(crate) fn take_in_progress_recv(&mut self) -> Option<RecvWr> {
         match self.cur.take() {
@@ -263,19 +289,20 @@ enum Failure {
 }
 
 impl Qp {
-    /// Handles a request packet addressed to this QP.
+    /// Handles a request packet addressed to this QP. Returns whether it
+    /// was taken as the next in sequence (its ECN mark may then count).
     pub(crate) fn resp_handle_request(
         &mut self,
         p: &RocePacket<'_>,
         raw_ip_header: &[u8],
         ctx: &mut Ctx<'_>,
-    ) {
+    ) -> bool {
         if !matches!(
             self.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         ) {
             self.counters.drop_bad_state += 1;
-            return;
+            return false;
         }
         match self.init.qp_type {
             QpType::Rc => self.rc_request(p, ctx),
@@ -284,7 +311,11 @@ impl Qp {
         }
     }
 
-    fn rc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    fn rc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+        if self.resp.out.len() >= MAX_OUT {
+            self.counters.drop_responder_full += 1;
+            return false;
+        }
         let psn = p.bth.psn;
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
@@ -298,11 +329,11 @@ impl Qp {
                     syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 });
             }
-            return;
+            return false;
         }
         if d < 0 {
             self.duplicate(p);
-            return;
+            return false;
         }
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += p.payload.len() as u64;
@@ -356,6 +387,7 @@ impl Qp {
             }
             Err(Failure::Drop) => {}
         }
+        true
     }
 
     /// A request with a PSN already executed.
@@ -385,10 +417,17 @@ impl Qp {
                     if ok {
                         self.counters.read_replays += 1;
                         // Drop any unsent remainder of the same READ (its PSN
-                        // range), which is now served again; other READs stay.
+                        // range), which is now served again; other READs
+                        // stay. The replay keeps the resource the
+                        // remainder held, and takes none otherwise.
+                        let mut fresh = false;
                         self.resp.out.retain(|j| match j {
-                            Job::Read { psn: p, .. } => {
-                                !(p.diff(rpsn) >= 0 && p.diff(rpsn) < rnpsn as i32)
+                            Job::Read {
+                                psn: p, fresh: f, ..
+                            } => {
+                                let same = p.diff(rpsn) >= 0 && p.diff(rpsn) < rnpsn as i32;
+                                fresh |= same && *f;
+                                !same
                             }
                             _ => true,
                         });
@@ -398,6 +437,7 @@ impl Qp {
                             rkey,
                             remaining: reth.dma_len as u64,
                             started: false,
+                            fresh,
                         });
                     }
                 }
@@ -414,7 +454,11 @@ impl Qp {
                 }) = rec
                 {
                     self.counters.atomic_replays += 1;
-                    self.resp.out.push_back(Job::AtomicAck { psn, orig });
+                    self.resp.out.push_back(Job::AtomicAck {
+                        psn,
+                        orig,
+                        fresh: false,
+                    });
                 }
             }
             _ => {
@@ -466,6 +510,15 @@ impl Qp {
         if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
             return Err(invalid);
         }
+        // Responder resources (IBTA Vol 1 §9.5.4, C9-14x): a new READ or
+        // atomic beyond max_dest_rd_atomic outstanding is an Invalid
+        // Request (class C; rxe names it ERR_TOO_MANY_RDMA_ATM_REQ but
+        // recycles its oldest resource instead). A requester that keeps
+        // to its max_rd_atomic never sees it: it counts a request until
+        // its response arrives, and this queue lets go of it when sent.
+        if rd_atomic && self.resp.rd_atomic_in_use() >= self.attr.max_dest_rd_atomic as usize {
+            return Err(invalid);
+        }
         match kind {
             MessageKind::Send => self.recv_send(p, ctx)?,
             MessageKind::Write => self.recv_write(p, ctx)?,
@@ -477,7 +530,7 @@ impl Qp {
         Ok(())
     }
 
-    fn uc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    fn uc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
         let psn = p.bth.psn;
         if psn != self.resp.epsn {
             // A gap: the message in progress is lost; resynchronise on the
@@ -489,7 +542,7 @@ impl Qp {
             if !p.bth.opcode.position().starts() {
                 self.counters.drop_out_of_sequence += 1;
                 self.resp.epsn = psn.next();
-                return;
+                return false;
             }
             self.resp.epsn = psn;
         }
@@ -502,24 +555,25 @@ impl Qp {
             }
             self.resp.epsn = psn.next();
         }
+        true
     }
 
-    fn ud_request(&mut self, p: &RocePacket<'_>, raw_ip_header: &[u8], ctx: &mut Ctx<'_>) {
+    fn ud_request(&mut self, p: &RocePacket<'_>, raw_ip_header: &[u8], ctx: &mut Ctx<'_>) -> bool {
         let Some(deth) = p.ext.deth else {
             self.counters.drop_invalid += 1;
-            return;
+            return false;
         };
         if deth.qkey != self.attr.qkey {
             self.counters.drop_qkey += 1;
-            return;
+            return false;
         }
         if p.payload.len() > self.pmtu() as usize {
             self.counters.drop_invalid += 1;
-            return;
+            return false;
         }
         let Some(wr) = self.take_recv(ctx) else {
             self.counters.drop_no_recv += 1;
-            return;
+            return true;
         };
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += p.payload.len() as u64;
@@ -554,5 +608,6 @@ impl Qp {
             Err(ScatterError::Access(_)) => wc.status = WcStatus::LocProtErr,
         }
         ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+        true
     }
 }

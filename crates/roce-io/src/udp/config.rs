@@ -27,11 +27,15 @@ pub enum IcrcCheck {
     Off,
     /// Recompute the ICRC assuming ID 0, else find whether one of the IDs
     /// 1..=127 of a GSO sender's segments matches, and count matches and
-    /// mismatches.
-    #[default]
+    /// mismatches, handing mismatches on: for peers whose IPv4 IDs are
+    /// unknown (Linux rxe numbers them as the kernel likes), whose ICRC
+    /// a UDP socket can never verify.
     Count,
-    /// As `Count`, and drop mismatches: for peers known to send ID 0 (or
-    /// GSO segment numbers), such as this backend.
+    /// As `Count`, and drop mismatches (the default): for peers that send
+    /// ID 0 or GSO segment numbers, such as this backend. A datagram whose
+    /// ICRC matches no ID is damaged (or forged by someone who did not
+    /// bother) and is not handed on.
+    #[default]
     Require,
 }
 
@@ -55,7 +59,8 @@ pub struct UdpConfig {
 impl UdpConfig {
     /// Defaults for the local address `local`: port 4791 both ways,
     /// per-QP source ports with a 1024-socket cache, GSO and GRO when the
-    /// kernel has them, ID-0 ICRC counting, datagrams up to 9216 bytes,
+    /// kernel has them, the IPv4 ICRC required (ID 0 or a GSO segment's),
+    /// datagrams up to 9216 bytes,
     /// 8 MiB socket buffers (forced past the sysctl limit when privileged).
     pub fn new(local: IpAddr) -> Self {
         UdpConfig {
@@ -67,7 +72,7 @@ impl UdpConfig {
             reuse_port: false,
             gso: true,
             gro: true,
-            icrc_check: IcrcCheck::Count,
+            icrc_check: IcrcCheck::Require,
             max_datagram: 9216,
             recv_buffer: 8 << 20,
             send_buffer: 8 << 20,
@@ -120,7 +125,7 @@ impl UdpConfig {
         self
     }
 
-    /// IPv4 receive-side ICRC policy (default [`IcrcCheck::Count`]).
+    /// IPv4 receive-side ICRC policy (default [`IcrcCheck::Require`]).
     pub fn icrc_check(mut self, check: IcrcCheck) -> Self {
         self.icrc_check = check;
         self

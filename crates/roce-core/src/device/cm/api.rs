@@ -7,11 +7,11 @@ use roce_wire::cm::{
     self, msg_ref, port_space, rej_reason, CmMessage, DreqRepr, PathRepr, RepRepr, ReqRepr,
     SidrRepRepr, SidrReqRepr, CMA_HEADER_LEN,
 };
-use roce_wire::{Psn, Qpn};
+use roce_wire::Qpn;
 
 use super::{
-    cma_private, mix, mtu_code, CmCounters, Conn, CM_RESPONSE_TIMEOUT, DEFAULT_PATH_ACK_TIMEOUT,
-    MAX_CM_RETRIES,
+    cma_private, mtu_code, CmCounters, Conn, CM_RESPONSE_TIMEOUT, DEFAULT_BACKLOG,
+    DEFAULT_PATH_ACK_TIMEOUT, MAX_CM_RETRIES, MAX_CONNS,
 };
 use crate::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
 use crate::device::{Device, VerbsError};
@@ -23,20 +23,30 @@ impl Device {
     /// `rdma_listen` on `port` (TCP port space): REQs for it raise
     /// [`CmEvent::ConnectRequest`].
     pub fn cm_listen(&mut self, port: u16) -> Result<ListenId, VerbsError> {
-        self.listen_service(cm::ip_service_id(port_space::TCP, port))
+        self.cm_listen_backlog(port, DEFAULT_BACKLOG)
+    }
+
+    /// `rdma_listen(id, backlog)`: at most `backlog` (at least 1) received
+    /// REQs wait for [`Device::cm_accept`] / [`Device::cm_reject`] at once;
+    /// further REQs are dropped (their senders resend), and a request
+    /// nobody answers is dropped after about 4 s.
+    pub fn cm_listen_backlog(&mut self, port: u16, backlog: usize) -> Result<ListenId, VerbsError> {
+        self.listen_service(cm::ip_service_id(port_space::TCP, port), backlog)
     }
 
     /// `rdma_listen` on `port` in rdma_cm's UDP port space: SIDR_REQs for
     /// it raise [`CmEvent::UdRequest`].
     pub fn cm_listen_ud(&mut self, port: u16) -> Result<ListenId, VerbsError> {
-        self.listen_service(cm::ip_service_id(port_space::UDP, port))
+        self.listen_service(cm::ip_service_id(port_space::UDP, port), DEFAULT_BACKLOG)
     }
 
-    fn listen_service(&mut self, service: u64) -> Result<ListenId, VerbsError> {
+    fn listen_service(&mut self, service: u64, backlog: usize) -> Result<ListenId, VerbsError> {
         if self.cm.listeners.contains_key(&service) {
             return Err(VerbsError::Busy);
         }
-        self.cm.listeners.insert(service, ListenId(service));
+        self.cm
+            .listeners
+            .insert(service, (ListenId(service), backlog.clamp(1, MAX_CONNS)));
         Ok(ListenId(service))
     }
 
@@ -55,8 +65,11 @@ impl Device {
             ));
         }
         let local = self.local_for(dst)?;
-        let id = self.cm.new_id(now);
-        let tid = (2u64 << 32) | id as u64;
+        if !self.cm.has_room() {
+            return Err(VerbsError::Busy);
+        }
+        let id = self.cm.new_id();
+        let tid = self.cm.new_tid();
         let mut pd = [0u8; cm::private_len::SIDR_REQ];
         cma_private(&mut pd, id, local, dst, private_data)?;
         let req = SidrReqRepr {
@@ -69,7 +82,7 @@ impl Device {
         let mut c = Conn::new(CmState::SidrSent, 0, tid, dst, local);
         c.arm(mad);
         let t = now + c.interval;
-        self.cm.conns.insert(id, c);
+        self.cm.insert(id, c);
         self.cm.schedule(id, t);
         Ok(CmId(id))
     }
@@ -99,7 +112,7 @@ impl Device {
         };
         let (src, dst, tid) = (c.local, c.peer, c.tid);
         self.cm.send(src, dst, tid, &CmMessage::SidrRep(rep));
-        self.cm.conns.remove(&id.0);
+        self.cm.remove(id.0);
         Ok(())
     }
 
@@ -170,9 +183,12 @@ impl Device {
             ));
         }
         let local = self.local_for(dst)?;
-        let id = self.cm.new_id(now);
-        let psn = Psn::new(mix(id as u64) as u32);
-        let tid = (2u64 << 32) | id as u64;
+        if !self.cm.has_room() {
+            return Err(VerbsError::Busy);
+        }
+        let id = self.cm.new_id();
+        let psn = self.cm.new_psn();
+        let tid = self.cm.new_tid();
         let mut pd = [0u8; cm::private_len::REQ];
         cma_private(&mut pd, id, local, dst, &param.private_data)?;
         let mtu = self.config.active_mtu;
@@ -225,7 +241,7 @@ impl Device {
         c.param = param.clone();
         c.arm(mad);
         let t = now + c.interval;
-        self.cm.conns.insert(id, c);
+        self.cm.insert(id, c);
         self.cm.schedule(id, t);
         Ok(CmId(id))
     }
@@ -251,7 +267,7 @@ impl Device {
         }
         let req = c.req.clone().ok_or(VerbsError::NotFound)?;
         let (peer, local) = (c.peer, c.local);
-        let psn = Psn::new(mix(id.0 as u64 ^ 0x5eed) as u32);
+        let psn = self.cm.new_psn();
         let initiator_depth = param.initiator_depth.min(req.responder_resources);
         let responder_resources = param.responder_resources.min(req.initiator_depth);
         let av = self.av_to(peer, local, &req);
@@ -292,6 +308,7 @@ impl Device {
         };
         let tid = self.cm.conns[&id.0].tid;
         let mad = self.cm.send(local, peer, tid, &CmMessage::Rep(rep));
+        self.cm.unpend(id.0);
         let c = self.cm.conns.get_mut(&id.0).ok_or(VerbsError::NotFound)?;
         c.qpn = Some(qpn);
         c.psn = psn;
@@ -326,7 +343,7 @@ impl Device {
             rej_reason::CONSUMER_DEFINED,
             private_data,
         );
-        self.cm.conns.remove(&id.0);
+        self.cm.remove(id.0);
         Ok(())
     }
 
@@ -355,7 +372,7 @@ impl Device {
         let (remote, tid, src, dst, qpn, state) =
             (c.remote_id, c.tid, c.local, c.peer, c.qpn, c.state);
         self.send_rej(src, dst, tid, id.0, remote, which, reason, &[]);
-        self.cm.conns.remove(&id.0);
+        self.cm.remove(id.0);
         if let (CmState::RepSent, Some(q)) = (state, qpn) {
             self.qp_to_err(q);
         }
@@ -375,8 +392,7 @@ impl Device {
         if let Some(q) = qpn {
             self.qp_to_err(q);
         }
-        self.cm.counter += 1;
-        let tid = (3u64 << 32) | (self.cm.counter & 0xffff_ffff);
+        let tid = self.cm.new_tid();
         let dreq = DreqRepr {
             local_comm_id: id.0,
             remote_comm_id: remote,

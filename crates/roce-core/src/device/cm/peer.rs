@@ -54,7 +54,8 @@ impl Device {
                 };
                 let known_peer =
                     c.remote_id == from || matches!(c.state, CmState::ReqSent | CmState::SidrSent);
-                if c.peer != peer || !known_peer || !accepts(c.state, h.attr_id) {
+                if c.peer != peer || c.local != local || !known_peer || !accepts(c.state, h.attr_id)
+                {
                     self.cm.counters.dropped += 1;
                     return;
                 }
@@ -64,27 +65,24 @@ impl Device {
     }
 
     fn on_req(&mut self, now: Nanos, h: &MadHeader, r: &ReqRepr<'_>, peer: IpAddr, local: IpAddr) {
-        // A resent REQ of a connection we know: resend our answer.
-        if let Some((&id, c)) = self
-            .cm
-            .conns
-            .iter()
-            .find(|(_, c)| c.remote_id == r.local_comm_id && c.peer == peer)
-        {
-            if c.state == CmState::RepSent {
-                if let Some(m) = c.last.clone() {
-                    self.cm.out.push_back(OutMad {
-                        src: local,
-                        dst: peer,
-                        mad: m,
-                    });
+        // A resent REQ of a connection we know: resend our answer (found
+        // through the index, not a scan of every connection).
+        if let Some(&id) = self.cm.by_remote.get(&(peer, r.local_comm_id)) {
+            if let Some(c) = self.cm.conns.get(&id) {
+                if c.state == CmState::RepSent && c.local == local {
+                    if let Some(m) = c.last.clone() {
+                        self.cm.out.push_back(OutMad {
+                            src: local,
+                            dst: peer,
+                            mad: m,
+                        });
+                    }
                 }
             }
-            let _ = id;
             return;
         }
         let listen = match cm::ip_service_port(r.service_id) {
-            Some((port_space::TCP, _)) => self.cm.listeners.get(&r.service_id).copied(),
+            Some((port_space::TCP, _)) => self.cm.listeners.get(&r.service_id).map(|l| l.0),
             _ => None,
         };
         let (reason, listen) = match listen {
@@ -106,11 +104,21 @@ impl Device {
             );
             return;
         };
+        // The listener's backlog (`rdma_listen`), the table and the event
+        // queue are bounded: a flood of REQs with new IDs is dropped once
+        // they are full (a real peer resends its REQ, IBTA Vol 1 §12.7.27).
+        if !self.cm.backlog_room(listen.0)
+            || !self.cm.has_room()
+            || self.cm.events.len() >= super::MAX_EVENTS
+        {
+            self.cm.counters.dropped_backlog += 1;
+            return;
+        }
         let (peer_port, user) = match CmaHeader::parse(r.private_data) {
             Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
             Err(_) => (0, r.private_data),
         };
-        let id = self.cm.new_id(now);
+        let id = self.cm.new_id();
         let info = ReqInfo {
             remote_qpn: r.local_qpn,
             starting_psn: r.starting_psn,
@@ -128,20 +136,20 @@ impl Device {
         c.remote_qpn = r.local_qpn;
         c.req = Some(info);
         c.listen = Some(listen);
-        self.cm.conns.insert(id, c);
+        self.cm.insert(id, c);
         self.cm
-            .events
-            .push_back(CmEvent::ConnectRequest(ConnRequest {
-                id: CmId(id),
-                listen,
-                peer,
-                local,
-                peer_port,
-                remote_qpn: r.local_qpn,
-                responder_resources: r.responder_resources,
-                initiator_depth: r.initiator_depth,
-                private_data: trim_zeros(user).to_vec(),
-            }));
+            .schedule(id, now + timeout_ns(super::PENDING_TIMEOUT));
+        self.cm.push_event(CmEvent::ConnectRequest(ConnRequest {
+            id: CmId(id),
+            listen,
+            peer,
+            local,
+            peer_port,
+            remote_qpn: r.local_qpn,
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            private_data: trim_zeros(user).to_vec(),
+        }));
     }
 
     fn on_sidr_req(
@@ -153,16 +161,11 @@ impl Device {
         local: IpAddr,
     ) {
         // A resent SIDR_REQ still waiting for the application: nothing new.
-        if self
-            .cm
-            .conns
-            .values()
-            .any(|c| c.state == CmState::SidrRcvd && c.remote_id == r.request_id && c.peer == peer)
-        {
+        if self.cm.by_remote.contains_key(&(peer, r.request_id)) {
             return;
         }
         let listen = match cm::ip_service_port(r.service_id) {
-            Some((port_space::UDP, _)) => self.cm.listeners.get(&r.service_id).copied(),
+            Some((port_space::UDP, _)) => self.cm.listeners.get(&r.service_id).map(|l| l.0),
             _ => None,
         };
         let Some(listen) = listen else {
@@ -179,16 +182,25 @@ impl Device {
             self.cm.send(local, peer, h.tid, &CmMessage::SidrRep(rep));
             return;
         };
+        if !self.cm.backlog_room(listen.0)
+            || !self.cm.has_room()
+            || self.cm.events.len() >= super::MAX_EVENTS
+        {
+            self.cm.counters.dropped_backlog += 1;
+            return;
+        }
         let (peer_port, user) = match CmaHeader::parse(r.private_data) {
             Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
             Err(_) => (0, r.private_data),
         };
-        let id = self.cm.new_id(now);
+        let id = self.cm.new_id();
         let mut c = Conn::new(CmState::SidrRcvd, r.request_id, h.tid, peer, local);
         c.service_id = r.service_id;
         c.listen = Some(listen);
-        self.cm.conns.insert(id, c);
-        self.cm.events.push_back(CmEvent::UdRequest(UdRequest {
+        self.cm.insert(id, c);
+        self.cm
+            .schedule(id, now + timeout_ns(super::PENDING_TIMEOUT));
+        self.cm.push_event(CmEvent::UdRequest(UdRequest {
             id: CmId(id),
             listen,
             peer,
@@ -201,16 +213,16 @@ impl Device {
     fn on_dreq(&mut self, h: &MadHeader, d: &DreqRepr<'_>, peer: IpAddr, local: IpAddr) {
         let id = d.remote_comm_id;
         let known = self.cm.conns.get(&id).is_some_and(|c| {
-            c.peer == peer && c.remote_id == d.local_comm_id && accepts(c.state, attr::DREQ)
+            c.peer == peer
+                && c.local == local
+                && c.remote_id == d.local_comm_id
+                && accepts(c.state, attr::DREQ)
         });
-        if known {
-            let c = self.cm.conns.remove(&id).expect("known");
+        if let Some(c) = known.then(|| self.cm.remove(id)).flatten() {
             if let Some(q) = c.qpn {
                 self.qp_to_err(q);
             }
-            self.cm
-                .events
-                .push_back(CmEvent::Disconnected { id: CmId(id) });
+            self.cm.push_event(CmEvent::Disconnected { id: CmId(id) });
         }
         // Answer even a DREQ we do not know (its DREP was lost, or the
         // connection is long gone), as Linux does.
@@ -235,31 +247,42 @@ impl Device {
                 c.state = CmState::Established;
                 c.deadline = None;
                 c.last = None;
-                self.cm.events.push_back(CmEvent::Established {
+                self.cm.push_event(CmEvent::Established {
                     id: CmId(id),
                     private_data: Vec::new(),
                 });
             }
             (_, CmMessage::Rej(r)) => {
-                let c = self.cm.conns.remove(&id).expect("exists");
+                let Some(c) = self.cm.remove(id) else { return };
                 if c.state == CmState::RepSent {
                     if let Some(q) = c.qpn {
                         self.qp_to_err(q);
                     }
                 }
-                self.cm.events.push_back(CmEvent::Rejected {
+                self.cm.push_event(CmEvent::Rejected {
                     id: CmId(id),
                     reason: r.reason,
                     private_data: trim_zeros(r.private_data).to_vec(),
                 });
             }
             (_, CmMessage::Mra(r)) => {
-                // The peer needs longer: wait its service timeout once more.
-                let t = now + timeout_ns(r.service_timeout) + self.cm.conns[&id].interval;
+                // The peer needs longer: wait its service timeout once more,
+                // at most MAX_MRAS times and at most 2^MAX_MRA_TIMEOUT
+                // × 4.096 µs each (IBTA Vol 1 §12.6.6).
+                let Some(c) = self.cm.conns.get_mut(&id) else {
+                    return;
+                };
+                if c.mras >= super::MAX_MRAS {
+                    self.cm.counters.mras_ignored += 1;
+                    return;
+                }
+                c.mras += 1;
+                let wait = timeout_ns(r.service_timeout.min(super::MAX_MRA_TIMEOUT));
+                let t = now + wait + c.interval;
                 self.cm.schedule(id, t);
             }
             (CmState::SidrSent, CmMessage::SidrRep(r)) => {
-                self.cm.conns.remove(&id);
+                self.cm.remove(id);
                 let ev = if r.status == 0 {
                     CmEvent::UdResolved {
                         id: CmId(id),
@@ -273,13 +296,11 @@ impl Device {
                         private_data: trim_zeros(r.private_data).to_vec(),
                     }
                 };
-                self.cm.events.push_back(ev);
+                self.cm.push_event(ev);
             }
             (CmState::DreqSent, CmMessage::Drep(_)) => {
-                self.cm.conns.remove(&id);
-                self.cm
-                    .events
-                    .push_back(CmEvent::Disconnected { id: CmId(id) });
+                self.cm.remove(id);
+                self.cm.push_event(CmEvent::Disconnected { id: CmId(id) });
             }
             _ => self.cm.counters.dropped += 1,
         }
@@ -332,10 +353,8 @@ impl Device {
                 rej_reason::NO_QP,
                 &[],
             );
-            self.cm.conns.remove(&id);
-            self.cm
-                .events
-                .push_back(CmEvent::Unreachable { id: CmId(id) });
+            self.cm.remove(id);
+            self.cm.push_event(CmEvent::Unreachable { id: CmId(id) });
             return;
         }
         let c = self.cm.conns.get_mut(&id).expect("exists");
@@ -345,7 +364,7 @@ impl Device {
         c.deadline = None;
         c.last = None;
         self.send_rtu(id);
-        self.cm.events.push_back(CmEvent::Established {
+        self.cm.push_event(CmEvent::Established {
             id: CmId(id),
             private_data: trim_zeros(r.private_data).to_vec(),
         });

@@ -13,7 +13,10 @@ use crate::wr::{Payload, SendOp};
 
 impl Qp {
     /// Handles a response packet (ACK, NAK, READ response, atomic ACK).
-    pub(crate) fn req_handle_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    /// Returns whether it acknowledged something outstanding (IBTA Vol 1
+    /// §9.7.5.1.2: any other is a ghost or a duplicate, and changes
+    /// nothing but the transport timer).
+    pub(crate) fn req_handle_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
         let psn = p.bth.psn;
         // A response must acknowledge something outstanding.
         let outstanding = psn.diff(self.req.una) >= 0 && psn.diff(self.req.next_psn) < 0;
@@ -35,7 +38,7 @@ impl Qp {
             } else if !is_dup_ack {
                 self.counters.drop_ghost_response += 1;
             }
-            return;
+            return false;
         }
         self.counters.rx_packets += 1;
         match p.bth.opcode.kind() {
@@ -57,12 +60,12 @@ impl Qp {
                 Some(Syndrome::RnrNak { timer }) => {
                     self.counters.rnr_naks_received += 1;
                     if !self.ack_through(psn.sub(1), ctx) {
-                        return;
+                        return true;
                     }
                     if self.attr.rnr_retry != 7 {
                         if self.req.rnr_left == 0 {
                             self.fail_at(psn, WcStatus::RnrRetryExcErr, ctx);
-                            return;
+                            return true;
                         }
                         self.req.rnr_left -= 1;
                     }
@@ -74,7 +77,7 @@ impl Qp {
                 Some(Syndrome::Nak(code)) => {
                     self.counters.error_naks_received += 1;
                     if !self.ack_through(psn.sub(1), ctx) {
-                        return;
+                        return true;
                     }
                     let status = match code {
                         NakCode::InvalidRequest => WcStatus::RemInvReqErr,
@@ -90,6 +93,7 @@ impl Qp {
             MessageKind::AtomicAck => self.atomic_ack(p, ctx),
             _ => self.counters.drop_invalid += 1,
         }
+        true
     }
 
     /// Cumulative acknowledgement of every PSN up to and including `psn`.

@@ -81,13 +81,20 @@ impl Qp {
             }
             if let Some(rkey) = p.ext.ieth {
                 if ctx.mrs.invalidate(self.init.pd, rkey).is_err() {
-                    // IBTA C9-…: an invalid R_Key to invalidate is an operational error.
+                    // An R_Key that may not be invalidated (unknown, of
+                    // another PD, or an ordinary registration rather than
+                    // a memory window or fast-registered region): a class
+                    // J error (IBTA Vol 1 §9.9.3.1.2, §10.6.3.6): the
+                    // receive completes in error, the requester gets an
+                    // Invalid Request NAK, the QP goes to the error state
+                    // and the region stays valid (rxe:
+                    // RESPST_ERR_INVALIDATE_RKEY, IB_WC_REM_INV_REQ_ERR).
                     let wc = Wc {
-                        status: WcStatus::LocProtErr,
+                        status: WcStatus::RemInvReqErr,
                         ..wc
                     };
                     ctx.complete(self.init.recv_cq, wc, false);
-                    return Err(Failure::Nak(NakCode::RemoteOperationalError));
+                    return Err(Failure::Nak(NakCode::InvalidRequest));
                 }
                 wc.invalidated_rkey = rkey;
                 wc.wc_flags = wc.wc_flags | WcFlags::WITH_INV;
@@ -115,11 +122,14 @@ impl Qp {
                 return Err(Failure::Nak(NakCode::InvalidRequest));
             };
             let total = reth.dma_len as u64;
-            if total > 0 {
-                if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
-                    return Err(access_fail);
-                }
-                if ctx
+            // The QP's remote rights apply to every WRITE, zero-length
+            // ones too (rxe's check_op_valid); only the R_Key and range
+            // check is skipped for a zero-length one (C9-88).
+            if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+                return Err(access_fail);
+            }
+            if total > 0
+                && ctx
                     .mrs
                     .check(
                         reth.rkey.value(),
@@ -129,9 +139,8 @@ impl Qp {
                         Access::REMOTE_WRITE,
                     )
                     .is_err()
-                {
-                    return Err(access_fail);
-                }
+            {
+                return Err(access_fail);
             }
             self.resp.cur = Some(InProgress::Write {
                 va: reth.va,
@@ -240,11 +249,12 @@ impl Qp {
             return Err(Failure::Nak(NakCode::InvalidRequest));
         };
         let len = reth.dma_len as u64;
-        if len > 0 {
-            if !self.attr.qp_access_flags.contains(Access::REMOTE_READ) {
-                return Err(Failure::Nak(NakCode::RemoteAccessError));
-            }
-            if ctx
+        // As for WRITE: the QP's rights apply at any length.
+        if !self.attr.qp_access_flags.contains(Access::REMOTE_READ) {
+            return Err(Failure::Nak(NakCode::RemoteAccessError));
+        }
+        if len > 0
+            && ctx
                 .mrs
                 .check(
                     reth.rkey.value(),
@@ -254,9 +264,8 @@ impl Qp {
                     Access::REMOTE_READ,
                 )
                 .is_err()
-            {
-                return Err(Failure::Nak(NakCode::RemoteAccessError));
-            }
+        {
+            return Err(Failure::Nak(NakCode::RemoteAccessError));
         }
         let npsn = len.div_ceil(self.pmtu() as u64).max(1) as u32;
         let psn = p.bth.psn;
@@ -276,6 +285,7 @@ impl Qp {
             rkey: reth.rkey,
             remaining: len,
             started: false,
+            fresh: true,
         });
         self.resp.epsn = psn.add(npsn);
         self.resp.nak_sent = false;
@@ -314,7 +324,11 @@ impl Qp {
             kind: RecordKind::Atomic { orig },
         });
         self.resp.msn = self.resp.msn.next();
-        self.resp.out.push_back(Job::AtomicAck { psn, orig });
+        self.resp.out.push_back(Job::AtomicAck {
+            psn,
+            orig,
+            fresh: true,
+        });
         Ok(())
     }
 }

@@ -53,7 +53,7 @@ impl Qp {
                 self.counters.acks_sent += 1;
                 ack_path.emit(bth, ext, 0, buf, |_| {})
             }
-            Job::AtomicAck { psn, orig } => {
+            Job::AtomicAck { psn, orig, .. } => {
                 self.resp.pop_job();
                 let bth = response_bth(Operation::AtomicAcknowledge, dest, psn);
                 let ext = ExtHeaders {
@@ -69,6 +69,7 @@ impl Qp {
                 rkey,
                 remaining,
                 started,
+                ..
             } => {
                 let pmtu = self.pmtu() as u64;
                 let n = remaining.min(pmtu);
