@@ -3,6 +3,7 @@
 mod devinfo;
 mod inspect;
 mod perf;
+mod pin;
 mod pingpong;
 mod rping;
 mod sim;

@@ -115,8 +115,6 @@
 #![deny(unsafe_code)]
 
 mod backend;
-#[cfg(target_os = "linux")]
-pub mod cpu;
 mod datagram;
 #[allow(unsafe_code)]
 mod emu;
