@@ -125,7 +125,7 @@ pub use cq::{Completion, CompletionChannel, CompletionQueue};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
-pub use progress::{FabricEndpoint, ProgressConfig};
+pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};
 pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
 pub use srq::SharedReceiveQueue;
