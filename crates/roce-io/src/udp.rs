@@ -153,7 +153,6 @@ pub struct UdpBackend {
     mmsg: sys::MmsgScratch,
     rx_cur: usize,
     rx_off: usize,
-    solver: hdr::IdSolver,
 }
 
 impl std::fmt::Debug for UdpBackend {
@@ -249,7 +248,6 @@ impl UdpBackend {
             mmsg: sys::MmsgScratch::new(),
             rx_cur: 0,
             rx_off: 0,
-            solver: hdr::IdSolver::default(),
             cfg,
         })
     }

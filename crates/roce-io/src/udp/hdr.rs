@@ -117,81 +117,25 @@ impl WireFields {
 /// `wire` into its header, in wire byte order, carrying over whatever
 /// mismatch the datagram's own ICRC has: a datagram damaged after the
 /// engine computed its ICRC (a fault injector, a bad buffer) must not get
-/// a valid one here. By the CRC's linearity the result is the engine's
-/// ICRC moved by the difference the header change makes: the ICRC over
-/// the new header, XOR the one over the datagram as it is, XOR the
-/// engine's (equal to the new one exactly when the datagram is intact).
-/// Two CRCs over the datagram; only datagrams whose header the kernel
-/// writes differently from the engine's pay for it.
+/// a valid one here ([`icrc::rebase`], which reads no payload byte).
 pub(crate) fn icrc_for_wire(d: &[u8], h: &TxHdr, wire: &WireFields) -> [u8; 4] {
-    let at = h.ip_hlen + udp::HEADER_LEN;
-    // TxHdr::parse checked that a BTH and an ICRC follow.
-    let new = icrc_over(&d[..at], &d[at..], Some(wire)).unwrap_or([0; 4]);
-    let own = icrc_over(&d[..at], &d[at..], None).unwrap_or([0; 4]);
     let mut engine = [0u8; 4];
     engine.copy_from_slice(&d[d.len() - 4..]);
-    std::array::from_fn(|i| new[i] ^ own[i] ^ engine[i])
-}
-
-/// The ICRC (wire byte order) of the datagram made of the IP and UDP
-/// headers `ip_udp` (28 or 48 bytes) followed by the UDP payload
-/// `transport` (BTH ... ICRC; the ICRC bytes themselves are not read),
-/// with `wire`'s source address, IPv4 ID (and DF) and source port patched
-/// in first. Same rule as [`roce_wire::icrc::compute`], without copying
-/// the payload. `None` when `transport` is shorter than a BTH and an ICRC.
-pub(crate) fn icrc_over(
-    ip_udp: &[u8],
-    transport: &[u8],
-    wire: Option<&WireFields>,
-) -> Option<[u8; 4]> {
-    const MAX: usize = ipv6::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN;
-    if transport.len() < bth::HEADER_LEN + icrc::LEN {
-        return None;
-    }
-    let ip_hlen = ip_udp.len().checked_sub(udp::HEADER_LEN)?;
-    let masked = ip_udp.len() + bth::HEADER_LEN;
-    let mut hdr = [0u8; MAX];
-    let hdr = hdr.get_mut(..masked)?;
-    hdr[..ip_udp.len()].copy_from_slice(ip_udp);
-    hdr[ip_udp.len()..].copy_from_slice(&transport[..bth::HEADER_LEN]);
-    match ip_hlen {
-        20 => {
-            if let Some(w) = wire {
-                hdr[4..6].copy_from_slice(&w.ident.to_be_bytes());
-                hdr[6] |= 0x40; // DF
-                if let IpAddr::V4(src) = w.src {
-                    hdr[12..16].copy_from_slice(&src.octets());
-                }
-            }
-            hdr[1] = 0xff;
-            hdr[8] = 0xff;
-            hdr[10] = 0xff;
-            hdr[11] = 0xff;
-        }
-        40 => {
-            if let Some(IpAddr::V6(src)) = wire.map(|w| w.src) {
-                hdr[8..24].copy_from_slice(&src.octets());
-            }
-            hdr[0] |= 0x0f;
-            hdr[1] = 0xff;
-            hdr[2] = 0xff;
-            hdr[3] = 0xff;
-            hdr[7] = 0xff;
-        }
-        _ => return None,
-    }
-    let u = ip_hlen;
-    if let Some(w) = wire {
-        hdr[u..u + 2].copy_from_slice(&w.sport.to_be_bytes());
-    }
-    hdr[u + 6] = 0xff;
-    hdr[u + 7] = 0xff;
-    hdr[u + udp::HEADER_LEN + 4] = 0xff;
-    let mut crc = roce_wire::crc32::Crc32::new();
-    crc.update(&[0xff; 8]);
-    crc.update(hdr);
-    crc.update(&transport[bth::HEADER_LEN..transport.len() - icrc::LEN]);
-    Some(icrc::to_wire(crc.finalize()))
+    let from = icrc::Rewritable {
+        src: h.src,
+        src_port: h.sport,
+        ipv4_id: h.ident,
+        dont_frag: h.dont_frag,
+    };
+    let to = icrc::Rewritable {
+        src: wire.src,
+        src_port: wire.sport,
+        ipv4_id: wire.ident,
+        dont_frag: true,
+    };
+    let v4 = h.ip_hlen == ipv4::HEADER_LEN;
+    let covered = d.len() - icrc::LEN;
+    icrc::to_wire(icrc::rebase(icrc::read(engine), covered, v4, &from, &to))
 }
 
 /// Length of the header [`rebuild`] writes in front of a payload.
@@ -291,104 +235,10 @@ pub(crate) fn set_ipv4_ident(head: &mut [u8], ident: u16) {
     head[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
 }
 
-/// Largest IPv4 identification [`IdSolver`] looks for: the segment
-/// numbers of a UDP GSO send (at most 128 segments).
+/// Largest IPv4 identification a receiver looks for
+/// ([`icrc::solve_ipv4_id`]): the segment numbers of a UDP GSO send (at
+/// most 128 segments).
 pub(crate) const MAX_SOLVED_ID: u16 = 127;
-const ID_BITS: usize = 7;
-
-/// Finds which small IPv4 identification a datagram was sent with, from
-/// its ICRC.
-///
-/// The CRC is linear: two datagrams of the same length that differ only
-/// in the identification have ICRCs that differ by `L(id · x^(8r))`, with
-/// `L` the CRC register without its initial value and final inversion and
-/// `r` the number of covered bytes after the field. So with the ICRC
-/// computed for ID 0, the difference to the received ICRC tells the ID —
-/// if it is one of the few the solver tries (1..=127, where a UDP GSO
-/// sender's segments land); a corrupted datagram matches one of them with
-/// probability 127 / 2^32. The per-bit differences depend only on `r`,
-/// so they are cached per datagram length.
-#[derive(Debug, Default)]
-pub(crate) struct IdSolver {
-    cache: Vec<(usize, [u32; ID_BITS])>,
-}
-
-static ZEROS: [u8; 65_536] = [0; 65_536];
-
-impl IdSolver {
-    fn basis(&mut self, r: usize) -> [u32; ID_BITS] {
-        if let Some((_, b)) = self.cache.iter().find(|(n, _)| *n == r) {
-            return *b;
-        }
-        let mut b = [0u32; ID_BITS];
-        for (j, v) in b.iter_mut().enumerate() {
-            let id = (1u16 << j).to_be_bytes();
-            // Register starts at 0 (state !0), so this is L(id · x^(8r)).
-            let mut h = roce_wire::crc32::Crc32::with_initial(!0);
-            h.update(&id);
-            let mut left = r;
-            while left > 0 {
-                let n = left.min(ZEROS.len());
-                h.update(&ZEROS[..n]);
-                left -= n;
-            }
-            *v = !h.finalize();
-        }
-        if self.cache.len() >= 16 {
-            self.cache.remove(0);
-        }
-        self.cache.push((r, b));
-        b
-    }
-
-    /// The ICRC (wire bytes) of an IPv4 datagram whose UDP length is
-    /// `udp_len` and whose ICRC is `icrc` while its identification is
-    /// `from`, once the identification is `to` (both at most
-    /// [`MAX_SOLVED_ID`]): the same linearity, run forwards. A GSO sender
-    /// gets each segment's ICRC from the engine's for ID 0 with a few XORs
-    /// instead of a second CRC over the datagram.
-    pub(crate) fn move_id(&mut self, udp_len: usize, icrc: [u8; 4], from: u16, to: u16) -> [u8; 4] {
-        debug_assert!(from <= MAX_SOLVED_ID && to <= MAX_SOLVED_ID);
-        let r = 8 + ipv4::HEADER_LEN + udp_len - icrc::LEN - 14;
-        let b = self.basis(r);
-        let k = from ^ to;
-        let mut d = 0;
-        for (j, v) in b.iter().enumerate() {
-            if k & (1 << j) != 0 {
-                d ^= v;
-            }
-        }
-        (u32::from_le_bytes(icrc) ^ d).to_le_bytes()
-    }
-
-    /// The identification in 1..=[`MAX_SOLVED_ID`] that turns `computed`
-    /// (the ICRC for ID 0, wire bytes) into `received`, for an IPv4
-    /// datagram whose UDP length is `udp_len`.
-    pub(crate) fn solve(
-        &mut self,
-        udp_len: usize,
-        computed: [u8; 4],
-        received: [u8; 4],
-    ) -> Option<u16> {
-        let diff = u32::from_le_bytes(computed) ^ u32::from_le_bytes(received);
-        if diff == 0 {
-            return None;
-        }
-        // Covered: 8 (LRH stand-in) + 20 (IPv4) + udp_len - 4 (ICRC); the
-        // field ends at byte 8 + 6.
-        let r = 8 + ipv4::HEADER_LEN + udp_len - icrc::LEN - 14;
-        let b = self.basis(r);
-        (1..=MAX_SOLVED_ID).find(|k| {
-            let mut d = 0;
-            for (j, v) in b.iter().enumerate() {
-                if k & (1 << j) != 0 {
-                    d ^= v;
-                }
-            }
-            d == diff
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -498,53 +348,6 @@ mod tests {
             assert_eq!(p.udp.src_port, h.sport);
             assert_eq!(p.ip.dscp(), 26);
             assert!(p.check_icrc().is_ok(), "{src}");
-        }
-    }
-}
-
-#[cfg(test)]
-mod solver_tests {
-    use super::*;
-    use crate::testutil;
-    use roce_wire::Ecn;
-
-    #[test]
-    fn solver_recovers_small_ids_and_rejects_corruption() {
-        let mut solver = IdSolver::default();
-        for len in [0, 1, 100, 1024, 4096] {
-            let d = testutil::v4_frame("10.0.0.1", "10.0.0.2", 3, len, Ecn::Ect0);
-            let h = TxHdr::parse(&d).unwrap();
-            let udp_len = d.len() - 20;
-            let w0 = WireFields {
-                src: h.src,
-                ident: 0,
-                sport: h.sport,
-            };
-            let c0 = icrc_for_wire(&d, &h, &w0);
-            for k in [1u16, 2, 5, 64, 127] {
-                let wk = WireFields { ident: k, ..w0 };
-                let ck = icrc_for_wire(&d, &h, &wk);
-                assert_eq!(solver.solve(udp_len, c0, ck), Some(k), "len {len} id {k}");
-            }
-            // Forwards: the ICRC for ID k from the one for ID j.
-            for (j, k) in [(0u16, 1u16), (0, 63), (5, 64), (127, 0)] {
-                let cj = icrc_for_wire(&d, &h, &WireFields { ident: j, ..w0 });
-                let ck = icrc_for_wire(&d, &h, &WireFields { ident: k, ..w0 });
-                assert_eq!(
-                    solver.move_id(udp_len, cj, j, k),
-                    ck,
-                    "len {len} {j} -> {k}"
-                );
-            }
-            let far = WireFields {
-                ident: 0x4321,
-                ..w0
-            };
-            assert_eq!(solver.solve(udp_len, c0, icrc_for_wire(&d, &h, &far)), None);
-            let mut bad = c0;
-            bad[0] ^= 1;
-            assert_eq!(solver.solve(udp_len, c0, bad), None);
-            assert_eq!(solver.solve(udp_len, c0, c0), None);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
-use roce_wire::{ipv4, ROCE_V2_PORT};
+use roce_wire::ROCE_V2_PORT;
 use smallvec::SmallVec;
 use socket2::SockAddr;
 
@@ -128,28 +128,10 @@ impl UdpBackend {
                 ident: u16::try_from(k).unwrap_or(0),
                 sport,
             };
-            let icrc = if wire.matches(&h) {
-                None
-            } else if h.ip_hlen == ipv4::HEADER_LEN
-                && h.src == wire.src
-                && h.sport == wire.sport
-                && h.dont_frag
-                && h.ident.max(wire.ident) <= hdr::MAX_SOLVED_ID
-                && size == m.seg_size
-            {
-                // Only the IPv4 ID differs (a GSO segment's number): move
-                // the engine's ICRC to it instead of computing it again.
-                // Full-size segments only: their length recurs, so the
-                // solver's per-length basis (seven CRCs over that length
-                // to build) is reused; a GSO send's shorter last segment
-                // is recomputed.
-                let mut own = [0u8; 4];
-                own.copy_from_slice(&d[d.len() - 4..]);
-                let udp_len = d.len() - h.ip_hlen;
-                Some(self.solver.move_id(udp_len, own, h.ident, wire.ident))
-            } else {
-                Some(hdr::icrc_for_wire(d, &h, &wire))
-            };
+            // The kernel writes its own source address and port and (a GSO
+            // send numbering its segments) IPv4 ID: move the engine's ICRC
+            // to them where they differ.
+            let icrc = (!wire.matches(&h)).then(|| hdr::icrc_for_wire(d, &h, &wire));
             self.segs.push(Seg {
                 idx: i,
                 payload_at,
