@@ -105,10 +105,7 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
     for x in s.iter_mut() {
         loop {
             let dev = &mut x.dev;
-            if !x
-                .tx
-                .push_with(|slot| dev.poll_transmit(0, slot).unwrap_or(0))
-            {
+            if !x.tx.push_transmit_with(|slot| dev.poll_transmit(0, slot)) {
                 break;
             }
             if x.tx.is_full() {
@@ -148,7 +145,7 @@ fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
         } else {
             (&mut b[0], &mut a[0])
         };
-        while let Some(n) = from.dev.poll_transmit(0, buf) {
+        while let Some(n) = from.dev.poll_transmit(0, buf).map(|t| t.size) {
             to.dev.handle_datagram(0, &buf[..n], RxInfo::default());
             moved += 1;
         }

@@ -28,7 +28,7 @@ pub use device::{CmCounters, Device, DeviceConfig, RxInfo, VerbsError};
 pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
 pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
-pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey};
+pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey, Transmit};
 pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
 pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

@@ -257,7 +257,7 @@ fn duplicate_read_responses_restart_the_timer() {
         if host.dev.poll_timeout().is_some_and(|t| t <= now) {
             host.dev.handle_timeout(now);
         }
-        while let Some(n) = host.dev.poll_transmit(now, &mut buf) {
+        while let Some(n) = host.dev.poll_transmit(now, &mut buf).map(|t| t.size) {
             if kind(&buf[..n]) == MessageKind::ReadRequest {
                 requests.push(now - t0);
             }
@@ -295,7 +295,7 @@ fn requester_window_limits_unacknowledged_packets() {
     // Alone, host 0 sends 129 packets and stops.
     let mut buf = vec![0u8; 4400];
     let mut first = Vec::new();
-    while let Some(n) = w.hosts[0].dev.poll_transmit(0, &mut buf) {
+    while let Some(n) = w.hosts[0].dev.poll_transmit(0, &mut buf).map(|t| t.size) {
         first.push(buf[..n].to_vec());
     }
     assert_eq!(first.len(), 129);

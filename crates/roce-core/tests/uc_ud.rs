@@ -286,7 +286,7 @@ fn ud_ipv6_grh() {
     wr.ud = Some(UdDest::new(ba, qb, Qkey::new(0x1111_1111)));
     a.dev.post_send(qa, wr).unwrap();
     let mut buf = vec![0u8; 4400];
-    let n = a.dev.poll_transmit(0, &mut buf).unwrap();
+    let n = a.dev.poll_transmit(0, &mut buf).unwrap().size;
     b.dev.handle_datagram(10, &buf[..n], RxInfo::default());
     let c = b.poll();
     assert_eq!(

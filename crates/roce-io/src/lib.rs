@@ -34,8 +34,10 @@
 //! A progress loop drives a backend like this:
 //!
 //! 1. fill a [`PacketBatch`] with outgoing datagrams
-//!    ([`PacketBatch::push_with`] lets the engine emit straight into the
-//!    arena) and call [`Backend::send`]; it returns how many it took, from
+//!    ([`PacketBatch::push_transmit_with`] lets the engine emit straight
+//!    into the arena, and keeps the [`Transmit`](roce_wire::Transmit) that
+//!    says how to send each one, so no backend parses a header) and call
+//!    [`Backend::send`]; it returns how many it took, from
 //!    the front, and the rest are offered again later
 //!    ([`PacketBatch::drain_front`]);
 //! 2. call [`Backend::recv`] with a receive batch and hand each datagram

@@ -451,20 +451,16 @@ impl Backend for PacketBackend {
             while i < batch.len() && plan.len() < MAX_MMSG {
                 let d = batch.get(i);
                 i += 1;
-                let Some(dst_ip) = datagram::dst_addr(d) else {
+                let Some(t) = batch.transmit(i - 1).filter(|t| t.size == d.len()) else {
                     self.stats.tx_malformed += 1;
                     continue;
                 };
-                let Some(dst) = self.resolve(now, dst_ip) else {
+                let Some(dst) = self.resolve(now, t.destination.ip()) else {
                     self.stats.tx_unresolved += 1;
                     continue;
                 };
-                let dscp = match d[0] >> 4 {
-                    4 => d[1] >> 2,
-                    _ => ((d[0] << 4) | (d[1] >> 4)) >> 2,
-                };
                 let mut h = [0u8; 18];
-                let n = self.header(dst, dscp, d[0] >> 4 == 6, &mut h);
+                let n = self.header(dst, t.dscp, t.is_ipv6(), &mut h);
                 self.headers.push(h);
                 plan.push((i - 1, n));
             }

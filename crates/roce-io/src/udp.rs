@@ -21,7 +21,6 @@ use socket2::Socket;
 
 use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
-use hdr::TxHdr;
 use ports::PortSockets;
 use rx::FollowUp;
 use tx::{Planned, Seg, Sent, Via};
@@ -39,12 +38,14 @@ const RX_ROUNDS: usize = 4;
 /// RoCE v2 over UDP sockets: unprivileged, one receive socket on port 4791
 /// plus per-source-port send sockets.
 ///
-/// The engine hands over whole IP datagrams; the kernel builds the IP and
-/// UDP headers itself, so the backend sends each datagram's UDP payload
-/// (BTH ... ICRC) to the datagram's destination address and port, and on
-/// receive rebuilds a whole datagram around the payload the socket returns.
-/// The ICRC covers header fields that the backend does not write itself,
-/// so the rules below keep what goes on the wire consistent with its ICRC.
+/// The engine hands over whole IP datagrams, each with a
+/// [`Transmit`](roce_wire::Transmit) (source, destination, DSCP / ECN);
+/// the kernel builds the IP and UDP headers itself, so the backend sends
+/// each datagram's UDP payload (BTH ... ICRC) as its `Transmit` says,
+/// reading no header, and on receive rebuilds a whole datagram around the
+/// payload the socket returns. The ICRC covers header fields that the
+/// backend does not write itself, so the rules below keep what goes on the
+/// wire consistent with its ICRC ([`roce_wire::icrc::rebase`]).
 ///
 /// # Source ports
 ///
@@ -311,21 +312,19 @@ impl Backend for UdpBackend {
         // one-datagram probe that tells whose fault it was.
         let mut probe: Option<u64> = None;
         while i < batch.len() {
-            let h = match TxHdr::parse(batch.get(i)) {
-                Some(h) if h.dst.is_ipv6() == self.v6 => h,
-                _ => {
-                    self.stats.tx_malformed += 1;
-                    i += 1;
-                    continue;
-                }
+            let Some(t) = self.sendable(batch, i) else {
+                self.stats.tx_malformed += 1;
+                i += 1;
+                continue;
             };
-            let via = if h.sport == self.cfg.port || self.ports.get(h.sport).is_none() {
+            let sport = t.src.port();
+            let via = if sport == self.cfg.port || self.ports.get(sport).is_none() {
                 Via::Main
             } else {
-                Via::Port(h.sport)
+                Via::Port(sport)
             };
             let limit = if probe.is_some() { 1 } else { TX_CHUNK };
-            let end = self.plan_chunk(batch, i, &h, via, limit);
+            let end = self.plan_chunk(batch, i, &t, via, limit);
             match self.send_chunk(batch, via) {
                 Sent::All => {
                     if let Some(before) = probe.take() {

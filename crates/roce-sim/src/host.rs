@@ -230,7 +230,11 @@ impl Host {
         let pkt = match self.held.take() {
             Some(p) => p,
             None => {
-                let Some(n) = self.dev.poll_transmit(sh.now / NS, &mut sh.scratch) else {
+                let Some(n) = self
+                    .dev
+                    .poll_transmit(sh.now / NS, &mut sh.scratch)
+                    .map(|t| t.size)
+                else {
                     return;
                 };
                 let d = &sh.scratch[..n];

@@ -238,7 +238,7 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
         while !io.tx.is_full() {
             let pushed = io
                 .tx
-                .push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
+                .push_transmit_with(|buf| core.dev.poll_transmit(now, buf));
             if !pushed {
                 t.drained = true;
                 break;

@@ -576,8 +576,23 @@ impl Device {
     }
 
     /// Writes the next datagram to send into `buf` (which should hold at
-    /// least 4200 bytes); returns its length, or `None` when nothing is due.
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+    /// least 4200 bytes); returns how to send it (its length, addresses,
+    /// DSCP / ECN: a backend sends from these without parsing it), or
+    /// `None` when nothing is due.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+        loop {
+            let n = self.next_datagram(now, buf)?;
+            // Read back from the header just written, so the metadata
+            // cannot disagree with the bytes.
+            match roce_wire::Transmit::of_datagram(&buf[..n]) {
+                Some(t) => return Some(t),
+                None => debug_assert!(false, "the engine emitted a datagram it cannot describe"),
+            }
+        }
+    }
+
+    /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
+    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
         // A QP's last ACK before the CM message that may end it (a DREQ).
         if let Some(p) = self.farewell.pop_front() {
             let n = p.len().min(buf.len());
