@@ -127,7 +127,7 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
                 break;
             }
             for k in 0..n {
-                x.dev.handle_datagram(0, rx.get(k), RxInfo::default());
+                x.dev.handle_datagram(0, rx.get(k), RxMeta::default());
             }
         }
     }
@@ -146,7 +146,7 @@ fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
             (&mut b[0], &mut a[0])
         };
         while let Some(n) = from.dev.poll_transmit(0, buf).map(|t| t.size) {
-            to.dev.handle_datagram(0, &buf[..n], RxInfo::default());
+            to.dev.handle_datagram(0, &buf[..n], RxMeta::default());
             moved += 1;
         }
     }

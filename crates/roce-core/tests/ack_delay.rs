@@ -242,7 +242,7 @@ fn the_deadline_is_a_timer_of_the_engine() {
     let mut buf = vec![0u8; 4400];
     let n = w.hosts[0].dev.poll_transmit(0, &mut buf).unwrap().size;
     let b = &mut w.hosts[1].dev;
-    b.handle_datagram(1_000, &buf[..n], RxInfo::default());
+    b.handle_datagram(1_000, &buf[..n], RxMeta::default());
     assert_eq!(b.poll_transmit(1_000, &mut buf), None, "not held");
     assert_eq!(b.poll_timeout(), Some(1_000 + DELAY));
     assert_eq!(b.poll_transmit(1_000 + DELAY - 1, &mut buf), None);

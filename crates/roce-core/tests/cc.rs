@@ -184,7 +184,7 @@ fn paced_packets_leave_at_the_set_rate() {
         r.ext = Default::default();
         r.payload = &[];
     });
-    dev.handle_datagram(0, &cnp, RxInfo::default());
+    dev.handle_datagram(0, &cnp, RxMeta::default());
     assert_eq!(dev.qp_cc_counters(a).unwrap().rate_bps, LINE / 2);
     let mut now = 0;
     let mut sent = Vec::new();

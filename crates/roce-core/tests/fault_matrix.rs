@@ -399,9 +399,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                 if trace {
                     eprintln!("{now} {} rx {}", s.dev.addrs()[0], describe(rx.get(k)));
                 }
-                let info = RxInfo {
-                    icrc_checkable: rx.meta(k).icrc_verified,
-                };
+                let info = rx.meta(k);
                 s.dev.handle_datagram(now, rx.get(k), info);
             }
             busy |= n > 0;

@@ -287,7 +287,7 @@ fn ud_ipv6_grh() {
     a.dev.post_send(qa, wr).unwrap();
     let mut buf = vec![0u8; 4400];
     let n = a.dev.poll_transmit(0, &mut buf).unwrap().size;
-    b.dev.handle_datagram(10, &buf[..n], RxInfo::default());
+    b.dev.handle_datagram(10, &buf[..n], RxMeta::default());
     let c = b.poll();
     assert_eq!(
         (c[0].status, c[0].byte_len, c[0].src_qp),

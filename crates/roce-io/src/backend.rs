@@ -14,36 +14,9 @@ use roce_wire::Transmit;
 /// nanoseconds since a fixed [`std::time::Instant`].
 pub type Nanos = u64;
 
-/// Per-datagram metadata that a receiving backend attaches.
-///
-/// Small and `Copy`; new fields may be added, so build one with
-/// [`RxMeta::new`] and the `with_*` setters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct RxMeta {
-    /// The backend saw the datagram's full IP header as it was on the wire,
-    /// so the ICRC in the datagram covers exactly these bytes and the
-    /// receiver can (and should) verify it. False when the backend had to
-    /// rebuild the IP header (a UDP socket never shows it, and the IPv4
-    /// identification, which the ICRC covers, is lost), in which case the
-    /// ICRC cannot be checked.
-    pub icrc_verified: bool,
-}
-
-impl RxMeta {
-    /// Metadata with every field at its default (`icrc_verified: false`).
-    pub const fn new() -> Self {
-        RxMeta {
-            icrc_verified: false,
-        }
-    }
-
-    /// Sets [`icrc_verified`](Self::icrc_verified).
-    pub const fn with_icrc_verified(mut self, yes: bool) -> Self {
-        self.icrc_verified = yes;
-        self
-    }
-}
+/// Per-datagram metadata that a receiving backend attaches: the type the
+/// engine takes too (`roce_core::Device::handle_datagram`).
+pub use roce_wire::RxMeta;
 
 /// A batch of packet buffers: one contiguous arena of `capacity` fixed-size
 /// slots, so nothing is allocated per packet.
@@ -460,17 +433,17 @@ mod tests {
     #[test]
     fn meta_defaults_and_set() {
         let mut b = PacketBatch::new(2, 4);
-        let m = RxMeta::new().with_icrc_verified(true);
+        let m = RxMeta::inexact();
         assert!(b.push_with_meta(&[1], m));
         assert!(b.push(&[2]));
-        assert!(b.meta(0).icrc_verified);
-        assert!(!b.meta(1).icrc_verified);
+        assert!(!b.meta(0).header_exact);
+        assert!(b.meta(1).header_exact, "the default");
         b.set_meta(1, m);
-        assert!(b.meta(1).icrc_verified);
+        assert!(!b.meta(1).header_exact);
         // A reused slot does not inherit stale metadata.
         b.clear();
         assert!(b.push(&[3]));
-        assert!(!b.meta(0).icrc_verified);
+        assert!(b.meta(0).header_exact);
     }
 
     #[test]

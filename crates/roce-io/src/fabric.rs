@@ -479,7 +479,7 @@ impl Backend for FabricPort {
         let Some(port) = sw.ports.get_mut(self.id).and_then(Option::as_mut) else {
             return Ok(0);
         };
-        let meta = RxMeta::new().with_icrc_verified(true);
+        let meta = RxMeta::exact();
         while !batch.is_full() && port.queue.front().is_some_and(|f| f.deliver_at <= now) {
             let Some(f) = port.queue.pop_front() else {
                 break;

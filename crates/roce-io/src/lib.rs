@@ -101,7 +101,7 @@
 //! let n = b.recv(now, &mut rx)?;
 //! for (i, d) in rx.iter().enumerate() {
 //!     let p = RocePacket::parse_ip(d)?;
-//!     assert!(rx.meta(i).icrc_verified && p.check_icrc().is_ok());
+//!     assert!(rx.meta(i).header_exact && p.check_icrc().is_ok());
 //! }
 //! let (lossy, pcap) = a.finish()?;
 //! assert_eq!(n as u64, 32 - lossy.stats().lost);

@@ -154,7 +154,7 @@ enum Neigh {
 /// Receiving, a classic BPF filter in the kernel keeps the socket to UDP
 /// port 4791 over IPv4 / IPv6 (tagged or not) and to MAC control frames
 /// (EtherType 0x8808). RoCE frames lose their Ethernet header and padding
-/// and are handed on with [`RxMeta::icrc_verified`] set: the backend saw
+/// and are handed on with [`RxMeta::header_exact`] set: the backend saw
 /// the header that was on the wire, so the engine can check the ICRC.
 /// PAUSE / PFC frames are parsed and queued for
 /// [`take_mac_control`](PacketBackend::take_mac_control). Frames arrive
@@ -420,8 +420,7 @@ impl PacketBackend {
                 let roce = len > hl + 8
                     && len <= p.len()
                     && u16::from_be_bytes([p[hl + 2], p[hl + 3]]) == ROCE_V2_PORT;
-                if !roce || !batch.push_with_meta(&p[..len], RxMeta::new().with_icrc_verified(true))
-                {
+                if !roce || !batch.push_with_meta(&p[..len], RxMeta::exact()) {
                     self.stats.rx_dropped += 1;
                     return;
                 }

@@ -88,11 +88,11 @@ const RX_ROUNDS: usize = 4;
 ///
 /// * IPv6: every field the ICRC covers is known exactly (the flow label,
 ///   traffic class and hop limit are masked), so the datagram is handed on
-///   with [`RxMeta::icrc_verified`](crate::RxMeta::icrc_verified) set and the engine checks the ICRC.
+///   with [`RxMeta::header_exact`](crate::RxMeta::header_exact) set and the engine checks the ICRC.
 /// * IPv4: the ICRC covers the identification, which the socket never
 ///   shows; a peer that sends non-zero IDs (Linux rxe uses the kernel's
 ///   hashed IDs) cannot be verified. Those datagrams are handed on with
-///   `icrc_verified` false and counted (`udp_rx_icrc_unverified`). With
+///   `header_exact` false and counted (`udp_rx_icrc_unverified`). With
 ///   [`IcrcCheck::Count`] (the default) the backend also recomputes the
 ///   ICRC assuming ID 0 and counts matches (`udp_rx_icrc_id0_ok`: the
 ///   datagram is intact and the peer used ID 0, as this stack does) and

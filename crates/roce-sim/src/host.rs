@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use roce_core::{
     Access, AddressVector, CqId, Device, DeviceConfig, MrKeys, PdId, Psn, QpAttr, QpAttrMask,
-    QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxInfo, SendOp, SendWr, Sge, Wc,
+    QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxMeta, SendOp, SendWr, Sge, Wc,
     WcOpcode, WcStatus,
 };
 
@@ -311,7 +311,7 @@ impl Host {
         }
         let n = p.write_to(&mut sh.scratch);
         self.dev
-            .handle_datagram(sh.now / NS, &sh.scratch[..n], RxInfo::default());
+            .handle_datagram(sh.now / NS, &sh.scratch[..n], RxMeta::default());
         sh.pool.free(pkt);
         self.after_engine(sh, done)
     }

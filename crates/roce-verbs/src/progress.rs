@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 
-use roce_core::{Nanos, RxInfo};
+use roce_core::Nanos;
 use roce_io::{Backend, FabricPort};
 
 use crate::shared::{lock, Io, Shared, RUNNING};
@@ -189,10 +189,8 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> bool {
         clock.refresh(shared, &mut io.stale_polls);
         let mut core = shared.core_quiet();
         for i in 0..n {
-            let info = RxInfo {
-                icrc_checkable: io.rx.meta(i).icrc_verified,
-            };
-            core.dev.handle_datagram(clock.now, io.rx.get(i), info);
+            core.dev
+                .handle_datagram(clock.now, io.rx.get(i), io.rx.meta(i));
         }
         drop(core);
         if n < io.rx.capacity() {

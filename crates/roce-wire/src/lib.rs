@@ -58,7 +58,7 @@ pub use frame::Frame;
 pub use ip::{Ecn, IpRepr};
 pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
-pub use meta::Transmit;
+pub use meta::{RxMeta, Transmit};
 pub use opcode::{Headers, MessageKind, Opcode, Operation, PayloadRule, Position, Transport};
 pub use packet::RocePacket;
 pub use pfc::MacControl;

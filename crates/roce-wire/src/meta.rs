@@ -8,7 +8,8 @@
 //! the source to the destination with the DSCP and ECN given, and moves
 //! the ICRC to the header fields its kernel writes
 //! ([`crate::icrc::rebase`] with [`Transmit::rewritable`]), without parsing
-//! a header. [`RxMeta`] goes with each received one.
+//! a header. [`RxMeta`] goes with each received one, from the backend to
+//! the engine: one type on both sides of the boundary.
 
 use core::net::{IpAddr, SocketAddr};
 
@@ -144,6 +145,53 @@ impl Transmit {
             ipv4_id: self.ipv4_id,
             dont_frag: self.dont_frag,
         }
+    }
+}
+
+/// What a receiving backend knows about a datagram beside its bytes.
+///
+/// Small and `Copy`; new fields may be added, so build one with
+/// [`RxMeta::exact`] / [`RxMeta::inexact`] or the `with_*` setters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct RxMeta {
+    /// Every header field the ICRC covers holds the value it had on the
+    /// wire, so the datagram's ICRC is checked against exactly what was
+    /// sent and a mismatch means damage: the engine checks it (protocol
+    /// reference §4). True when the backend saw the whole datagram (a
+    /// fabric, `AF_PACKET`) or rebuilt its header from values it knows
+    /// exactly (IPv6 over a UDP socket, whose flow label and traffic class
+    /// the ICRC masks); false when it had to guess a covered field (the
+    /// IPv4 identification a UDP socket never shows), so that a mismatch
+    /// may be its guess and the ICRC cannot be checked. The default is
+    /// true.
+    pub header_exact: bool,
+}
+
+impl Default for RxMeta {
+    fn default() -> RxMeta {
+        RxMeta::exact()
+    }
+}
+
+impl RxMeta {
+    /// A datagram whose covered header fields are exact
+    /// ([`header_exact`](Self::header_exact)).
+    pub const fn exact() -> RxMeta {
+        RxMeta { header_exact: true }
+    }
+
+    /// A datagram with a covered header field the backend had to guess.
+    pub const fn inexact() -> RxMeta {
+        RxMeta {
+            header_exact: false,
+        }
+    }
+
+    /// Sets [`header_exact`](Self::header_exact).
+    pub const fn with_header_exact(mut self, yes: bool) -> RxMeta {
+        self.header_exact = yes;
+        self
     }
 }
 

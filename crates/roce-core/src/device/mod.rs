@@ -84,21 +84,6 @@ impl DeviceConfig {
     }
 }
 
-/// What a received datagram carries besides its bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RxInfo {
-    /// The datagram's real IP header was seen, so the ICRC can be checked.
-    pub icrc_checkable: bool,
-}
-
-impl Default for RxInfo {
-    fn default() -> RxInfo {
-        RxInfo {
-            icrc_checkable: true,
-        }
-    }
-}
-
 /// The engine of one device.
 #[derive(Debug)]
 pub struct Device {
@@ -486,7 +471,7 @@ impl Device {
     }
 
     /// Processes one received IP datagram (IPv4 or IPv6 carrying RoCE v2).
-    pub fn handle_datagram(&mut self, now: Nanos, dgram: &[u8], info: RxInfo) {
+    pub fn handle_datagram(&mut self, now: Nanos, dgram: &[u8], meta: roce_wire::RxMeta) {
         self.counters.rx_datagrams += 1;
         let p = match RocePacket::parse_ip(dgram) {
             Ok(p) => p,
@@ -495,7 +480,7 @@ impl Device {
                 return;
             }
         };
-        if info.icrc_checkable {
+        if meta.header_exact {
             if let Err(WireError::BadIcrc { .. }) = p.check_icrc() {
                 self.counters.rx_bad_icrc += 1;
                 return;

@@ -239,7 +239,7 @@ impl World {
                 let (_, dst, d) = self.wire.remove(i).unwrap();
                 self.hosts[dst]
                     .dev
-                    .handle_datagram(self.now, &d, RxInfo::default());
+                    .handle_datagram(self.now, &d, RxMeta::default());
                 self.delivered += 1;
                 moved = true;
             } else {

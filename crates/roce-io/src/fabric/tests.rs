@@ -74,7 +74,7 @@ fn receive_metadata_says_full_ip_header() {
     a.send(0, &batch_of(&[f])).unwrap();
     let mut b = PacketBatch::new(4, 256);
     assert_eq!(a.recv(0, &mut b).unwrap(), 1);
-    assert!(b.meta(0).icrc_verified);
+    assert!(b.meta(0).header_exact);
 }
 
 #[test]

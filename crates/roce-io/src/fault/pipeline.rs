@@ -154,7 +154,7 @@ impl Path {
             // damage (or could not), so the engine must check it now (the
             // header the backend passed on is the one the ICRC covers, or
             // the check fails, as it should for a damaged datagram).
-            meta = meta.with_icrc_verified(true);
+            meta = meta.with_header_exact(true);
         }
         let mut transmit = transmit;
         if unit(r[3]) < cfg.ce_mark && datagram::mark_ce(&mut data) {

@@ -107,7 +107,7 @@ impl UdpBackend {
                     self.stats.rx_icrc_unverified += 1;
                 }
                 // IPv6: every covered field is known, the engine verifies.
-                let meta = RxMeta::new().with_icrc_verified(self.v6);
+                let meta = RxMeta::exact().with_header_exact(self.v6);
                 let pushed = batch.push_with(|slot| {
                     let total = hl + payload.len();
                     if total > slot.len() {
