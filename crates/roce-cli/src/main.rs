@@ -7,6 +7,7 @@ mod pin;
 mod pingpong;
 mod rping;
 mod sim;
+mod tuning;
 mod udaddy;
 
 use clap::{Parser, Subcommand};

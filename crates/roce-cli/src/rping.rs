@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, CmConnection, CompletionQueue, ConnParam, Context, DeviceConfig, MemoryRegion,
-    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr,
-    WcStatus,
+    Access, CmConnection, CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain,
+    QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr, WcStatus,
 };
 
 /// `rping` over this stack (the client with `-c`, the server with `-s`).
@@ -131,14 +130,16 @@ struct Rig {
 
 impl Rig {
     fn open(local: IpAddr, port: u16, faults: Option<&str>) -> Result<Rig, String> {
-        let mut cfg = DeviceConfig::new(local);
+        let mut cfg = crate::tuning::device_config(local);
         // The active MTU follows the link (rxe's rule: 1500 -> 1024): the CM
         // advertises it in the REQ, and packets must fit the interface.
         cfg.active_mtu = crate::perf::backend::interface_for(local, None)
             .ok()
             .and_then(|i| i.mtu)
             .map_or(4096, roce_verbs::roce_core::qp::path_mtu_for_link);
-        let ucfg = roce_io::UdpConfig::new(local).port(port).remote_port(port);
+        let ucfg = crate::tuning::udp_config(local)
+            .port(port)
+            .remote_port(port);
         let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => format!(
                 "UDP port {port} on {local} is in use (another RoCE stack, or a kernel rxe device?)"
@@ -153,7 +154,8 @@ impl Rig {
             let f = crate::perf::backend::parse_faults(spec)?;
             b = Box::new(roce_io::FaultInjector::new(b, f));
         }
-        let ctx = Context::open(b, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let ctx =
+            crate::tuning::open(b, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
         let pd = ctx.alloc_pd();
         let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
         let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);

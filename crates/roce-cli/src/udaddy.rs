@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, DeviceConfig,
-    MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
-    SendOp, SendWr, WcFlags,
+    Access, AddressHandle, AhAttr, CompletionQueue, ConnectOptions, Context, MemoryRegion,
+    ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendOp,
+    SendWr, WcFlags,
 };
 
 /// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
@@ -68,7 +68,7 @@ struct Ud {
 
 impl Ud {
     fn open(local: IpAddr, args: &UdaddyArgs) -> Result<Ud, String> {
-        let mut cfg = DeviceConfig::new(local);
+        let mut cfg = crate::tuning::device_config(local);
         cfg.active_mtu = crate::perf::backend::interface_for(local, None)
             .ok()
             .and_then(|i| i.mtu)
@@ -79,13 +79,13 @@ impl Ud {
                 args.size, cfg.active_mtu
             ));
         }
-        let ucfg = roce_io::UdpConfig::new(local)
+        let ucfg = crate::tuning::udp_config(local)
             .port(args.roce_port)
             .remote_port(args.roce_port);
         let backend = roce_io::UdpBackend::bind(ucfg)
             .map_err(|e| format!("cannot open UDP {local}:{}: {e}", args.roce_port))?;
-        let ctx =
-            Context::open(backend, cfg).map_err(|e| format!("cannot open the device: {e}"))?;
+        let ctx = crate::tuning::open(backend, cfg)
+            .map_err(|e| format!("cannot open the device: {e}"))?;
         let pd = ctx.alloc_pd();
         let n = args.count as usize;
         let scq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;

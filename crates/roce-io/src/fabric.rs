@@ -306,7 +306,6 @@ impl Fabric {
 
     /// Attaches an endpoint that owns `addr`, with the given link.
     pub fn endpoint_with(&self, addr: IpAddr, link: LinkConfig) -> Result<FabricPort, FabricError> {
-        crate::emu::adapt_to_cpu();
         let mut sw = self.lock();
         if sw.routes.contains_key(&addr) {
             return Err(FabricError::AddrInUse(addr));

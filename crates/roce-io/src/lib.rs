@@ -143,7 +143,7 @@ mod testutil;
 mod udp;
 
 pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
-pub use emu::{adapt_to_cpu, copy_payload, copy_piece, emulated, COPY_PIECE};
+pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
 #[cfg(target_os = "linux")]

@@ -209,7 +209,6 @@ impl PacketBackend {
     /// `PermissionDenied` without `CAP_NET_RAW`; `NotFound` for an unknown
     /// interface; `InvalidInput` for one without an Ethernet address.
     pub fn open(cfg: PacketConfig) -> io::Result<Self> {
-        crate::emu::adapt_to_cpu();
         let info = iface::interface(&cfg.ifname)?;
         let mac = info.mac.ok_or_else(|| {
             io::Error::new(

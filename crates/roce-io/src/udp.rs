@@ -175,7 +175,6 @@ impl UdpBackend {
     /// socket holds it (the kernel's rxe binds 4791 on every address); any
     /// other socket error as is.
     pub fn bind(cfg: UdpConfig) -> io::Result<Self> {
-        crate::emu::adapt_to_cpu();
         // The ICRC covers the source and destination addresses: a device
         // must own one address, which the kernel then writes and reports.
         if cfg.local.is_unspecified() {

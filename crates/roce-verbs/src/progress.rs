@@ -37,6 +37,11 @@ pub struct ProgressConfig {
     pub batch: usize,
     /// Transmit batches per progress step before receiving again.
     pub tx_batches_per_step: usize,
+    /// The largest piece the engine copies payload into and out of memory
+    /// regions in (`None`, the default: whole copies). Under an emulated
+    /// CPU, copies in pieces are much faster (`roce_io::CpuTuning`, whose
+    /// `detect` gives the automatic choice).
+    pub copy_piece: Option<usize>,
 }
 
 impl Default for ProgressConfig {
@@ -48,6 +53,7 @@ impl Default for ProgressConfig {
             poller_park: Duration::from_millis(16),
             batch: 64,
             tx_batches_per_step: 4,
+            copy_piece: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 use core::net::IpAddr;
 
 use crate::bth;
+use crate::crc32::Code;
 use crate::error::{Error, Layer, Result};
 use crate::udp;
 
@@ -29,6 +30,11 @@ pub fn compute(covered: &[u8]) -> Result<u32> {
 /// payload it did not copy, say): the ICRC of `head ++ rest`, where the
 /// concatenation runs from the IP header to the last pad byte.
 pub fn compute_split(head: &[u8], rest: &[u8]) -> Result<u32> {
+    compute_with(Code::Fast, head, rest)
+}
+
+/// [`compute_split`], computing the CRC by `code` (see [`crate::crc32`]).
+pub fn compute_with(code: Code, head: &[u8], rest: &[u8]) -> Result<u32> {
     let ip_len = ip_header_len(head.first().or(rest.first()).copied())?;
     let masked_len = ip_len + udp::HEADER_LEN + bth::HEADER_LEN;
     if head.len() + rest.len() < masked_len {
@@ -40,7 +46,7 @@ pub fn compute_split(head: &[u8], rest: &[u8]) -> Result<u32> {
     hdr[..from_head].copy_from_slice(&head[..from_head]);
     hdr[from_head..].copy_from_slice(&rest[..masked_len - from_head]);
     mask(hdr, ip_len);
-    let mut h = crate::crc32::Crc32::new();
+    let mut h = crate::crc32::Crc32::with_code(code);
     h.update(&[0xff; 8]);
     h.update(hdr);
     h.update(&head[from_head..]);

@@ -190,7 +190,7 @@ fn open_on<B: roce_io::Backend + Send + 'static>(
     if let Some(spec) = &args.faults {
         b = Box::new(roce_io::FaultInjector::new(b, parse_faults(spec)?));
     }
-    Context::open(b, cfg).map_err(|e| format!("cannot open a device on {local}: {e}"))
+    crate::tuning::open(b, cfg).map_err(|e| format!("cannot open a device on {local}: {e}"))
 }
 
 pub(crate) fn open_context(
@@ -199,7 +199,7 @@ pub(crate) fn open_context(
     mtu: u32,
     fabric: Option<&roce_io::Fabric>,
 ) -> Result<Context, String> {
-    let mut cfg = DeviceConfig::new(local);
+    let mut cfg = crate::tuning::device_config(local);
     cfg.active_mtu = mtu;
     // From 1 Mbit/s: DCQCN's rates are whole bits per second.
     if !(args.link_gbps >= 0.001 && args.link_gbps <= 10_000.0) {
@@ -225,7 +225,7 @@ pub(crate) fn open_context(
                 .map_err(|e| format!("cannot open a device on {local}: {e}"))
         }
         BackendKind::Udp => {
-            let mut ucfg = roce_io::UdpConfig::new(local)
+            let mut ucfg = crate::tuning::udp_config(local)
                 .port(args.roce_port)
                 .remote_port(args.roce_port);
             if !args.perftest {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::{
     Access, AddressHandle, AhAttr, Completion, CompletionChannel, CompletionQueue, ConnectOptions,
-    Context, DeviceConfig, MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpEndpoint,
-    QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
+    Context, MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpEndpoint, QpInitAttr, QpType,
+    Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
 };
 
 use super::wire::{self, Dest};
@@ -137,10 +137,10 @@ fn gid_table(local: IpAddr) -> Vec<IpAddr> {
 }
 
 fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
-    let mut cfg = DeviceConfig::new(local);
+    let mut cfg = crate::tuning::device_config(local);
     cfg.addrs = gid_table(local);
     cfg.active_mtu = p.mtu;
-    let ucfg = roce_io::UdpConfig::new(local)
+    let ucfg = crate::tuning::udp_config(local)
         .port(p.roce_port)
         .remote_port(p.roce_port);
     let backend = roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
@@ -151,7 +151,8 @@ fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
         ErrorKind::AddrNotAvailable => format!("{local} is not an address of this host"),
         _ => format!("cannot open UDP {local}:{}: {e}", p.roce_port),
     })?;
-    Context::open(backend, cfg).map_err(|e| format!("Couldn't open the device on {local}: {e}"))
+    crate::tuning::open(backend, cfg)
+        .map_err(|e| format!("Couldn't open the device on {local}: {e}"))
 }
 
 /// How the server's `-c` reads the client's data, decided on the first

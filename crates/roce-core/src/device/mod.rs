@@ -65,6 +65,11 @@ pub struct DeviceConfig {
     /// How RC responders defer their positive ACKs ([`AckDelay`]; off by
     /// default, as a NIC).
     pub ack_delay: AckDelay,
+    /// The code that computes and checks ICRCs (protocol reference §4):
+    /// crc32fast by default; the table-driven code under an emulated CPU,
+    /// where it is faster ([`roce_wire::crc32`]; roce-io's
+    /// `CpuTuning::detect` says which suits the CPU). Only speed differs.
+    pub icrc_code: roce_wire::crc32::Code,
 }
 
 impl DeviceConfig {
@@ -80,6 +85,7 @@ impl DeviceConfig {
             max_unacked_psns: 128,
             tx_burst: 16,
             ack_delay: AckDelay::OFF,
+            icrc_code: roce_wire::crc32::Code::Fast,
         }
     }
 }
@@ -157,6 +163,7 @@ macro_rules! ctx {
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
             ack_delay: $s.config.ack_delay,
+            icrc_code: $s.config.icrc_code,
             cq_lost: false,
         }
     };
@@ -481,7 +488,7 @@ impl Device {
             }
         };
         if meta.header_exact {
-            if let Err(WireError::BadIcrc { .. }) = p.check_icrc() {
+            if let Err(WireError::BadIcrc { .. }) = p.check_icrc_with(self.config.icrc_code) {
                 self.counters.rx_bad_icrc += 1;
                 return;
             }

@@ -2,6 +2,7 @@
 //! (GRO-coalesced runs included) into datagrams with rebuilt IP and UDP
 //! headers, and checking IPv4 ICRCs.
 
+use roce_wire::crc32::Code;
 use roce_wire::{bth, icrc};
 
 use super::hdr::{self, RxHdr};
@@ -94,7 +95,7 @@ impl UdpBackend {
                 }
                 if !self.v6 {
                     if self.cfg.icrc_check != IcrcCheck::Off
-                        && !check_v4(&mut self.stats, &mut head, payload)
+                        && !check_v4(&mut self.stats, self.cfg.cpu.icrc_code, &mut head, payload)
                     {
                         self.stats.rx_icrc_bad += 1;
                         if self.cfg.icrc_check == IcrcCheck::Require {
@@ -108,13 +109,14 @@ impl UdpBackend {
                 }
                 // IPv6: every covered field is known, the engine verifies.
                 let meta = RxMeta::exact().with_header_exact(self.v6);
+                let piece = self.cfg.cpu.copy_piece;
                 let pushed = batch.push_with(|slot| {
                     let total = hl + payload.len();
                     if total > slot.len() {
                         return 0;
                     }
                     slot[..hl].copy_from_slice(&head[..hl]);
-                    crate::emu::copy_payload(&mut slot[hl..total], payload);
+                    crate::emu::copy_payload(&mut slot[hl..total], payload, piece);
                     total
                 });
                 if pushed {
@@ -134,13 +136,13 @@ impl UdpBackend {
 /// Checks an IPv4 datagram's ICRC assuming ID 0, then the IDs of GSO
 /// segments ([`icrc::solve_ipv4_id`]); on a match writes the ID into
 /// `head` and counts it.
-fn check_v4(stats: &mut UdpStats, head: &mut [u8; 48], payload: &[u8]) -> bool {
+fn check_v4(stats: &mut UdpStats, code: Code, head: &mut [u8; 48], payload: &[u8]) -> bool {
     let hl = hdr::rebuilt_header_len(false);
     let n = payload.len();
     if n < bth::HEADER_LEN + icrc::LEN {
         return false;
     }
-    let Ok(c0) = icrc::compute_split(&head[..hl], &payload[..n - icrc::LEN]) else {
+    let Ok(c0) = icrc::compute_with(code, &head[..hl], &payload[..n - icrc::LEN]) else {
         return false;
     };
     let mut got = [0u8; 4];
