@@ -154,6 +154,8 @@ pub struct UdpBackend {
     mmsg: sys::MmsgScratch,
     rx_cur: usize,
     rx_off: usize,
+    /// Moves ICRCs to the header fields the kernel writes.
+    rebaser: roce_wire::icrc::Rebaser,
 }
 
 impl std::fmt::Debug for UdpBackend {
@@ -248,6 +250,7 @@ impl UdpBackend {
             mmsg: sys::MmsgScratch::new(),
             rx_cur: 0,
             rx_off: 0,
+            rebaser: roce_wire::icrc::Rebaser::default(),
             cfg,
         })
     }

@@ -144,13 +144,117 @@ pub fn rebase(icrc: u32, covered_len: usize, v4: bool, from: &Rewritable, to: &R
     if from == to {
         return icrc;
     }
+    icrc ^ field_delta(covered_len, v4, from, to, x8n_mod)
+}
+
+/// The ICRC change when the [`Rewritable`] fields go from `from` to `to`,
+/// with `shift(n)` giving x^(8n) mod P.
+fn field_delta(
+    covered_len: usize,
+    v4: bool,
+    from: &Rewritable,
+    to: &Rewritable,
+    shift: impl FnOnce(usize) -> u32,
+) -> u32 {
     let (mut a, mut b) = ([0u8; MASKED_MAX], [0u8; MASKED_MAX]);
     let end = from.place(v4, &mut a);
     to.place(v4, &mut b);
-    for (x, y) in a.iter_mut().zip(b.iter()) {
+    for (x, y) in a[..end].iter_mut().zip(b[..end].iter()) {
         *x ^= *y;
     }
-    icrc ^ delta(&a[..end], covered_len.saturating_sub(end))
+    mul_mod(
+        register_crc(&a[..end]),
+        shift(covered_len.saturating_sub(end)),
+    )
+}
+
+/// [`rebase`] for a sender that moves many ICRCs: it remembers the shifts
+/// of the last few datagram lengths (the segments of a UDP GSO send share
+/// one), so that a move costs a CRC over the changed header bytes and one
+/// carry-less product. Owned by whoever sends (no shared state).
+#[derive(Clone, Debug)]
+pub struct Rebaser {
+    /// (bytes after the changed header, x^(8 bytes) mod P), most recent
+    /// first.
+    shifts: [(usize, u32); 4],
+    /// (covered length, the ICRC change of each IPv4 identification bit),
+    /// most recent first: a move of the identification alone (a GSO
+    /// segment's number) is then a few XORs.
+    ids: [(usize, [u32; 16]); 4],
+}
+
+impl Default for Rebaser {
+    fn default() -> Rebaser {
+        Rebaser {
+            shifts: [(usize::MAX, 0); 4],
+            ids: [(usize::MAX, [0; 16]); 4],
+        }
+    }
+}
+
+impl Rebaser {
+    /// As [`rebase`].
+    pub fn rebase(
+        &mut self,
+        icrc: u32,
+        covered_len: usize,
+        v4: bool,
+        from: &Rewritable,
+        to: &Rewritable,
+    ) -> u32 {
+        if from == to {
+            return icrc;
+        }
+        let id_only = Rewritable {
+            ipv4_id: to.ipv4_id,
+            ..*from
+        } == *to;
+        if v4 && id_only {
+            let basis = self.id_basis(covered_len);
+            let k = from.ipv4_id ^ to.ipv4_id;
+            let mut d = 0;
+            for (j, v) in basis.iter().enumerate() {
+                d ^= v & 0u32.wrapping_sub(u32::from(k >> j) & 1);
+            }
+            return icrc ^ d;
+        }
+        icrc ^ field_delta(covered_len, v4, from, to, |n| self.shift(n))
+    }
+
+    /// The ICRC change of each bit of the IPv4 identification in a
+    /// datagram covering `covered_len` bytes.
+    fn id_basis(&mut self, covered_len: usize) -> [u32; 16] {
+        if let Some(i) = self.ids.iter().position(|&(n, _)| n == covered_len) {
+            let hit = self.ids[i];
+            self.ids.copy_within(0..i, 1);
+            self.ids[0] = hit;
+            return hit.1;
+        }
+        let shift = self.shift(covered_len.saturating_sub(6));
+        let mut basis = [0u32; 16];
+        for (j, v) in basis.iter_mut().enumerate() {
+            let mut d = [0u8; 6];
+            d[4..6].copy_from_slice(&(1u16 << j).to_be_bytes());
+            *v = mul_mod(register_crc(&d), shift);
+        }
+        self.ids.copy_within(0..3, 1);
+        self.ids[0] = (covered_len, basis);
+        basis
+    }
+
+    /// x^(8 n) mod P, from the cache when it is there.
+    fn shift(&mut self, n: usize) -> u32 {
+        if let Some(i) = self.shifts.iter().position(|&(k, _)| k == n) {
+            let hit = self.shifts[i];
+            self.shifts.copy_within(0..i, 1);
+            self.shifts[0] = hit;
+            return hit.1;
+        }
+        let x = x8n_mod(n);
+        self.shifts.copy_within(0..3, 1);
+        self.shifts[0] = (n, x);
+        x
+    }
 }
 
 /// The IPv4 identification in `1..=max` (at most 127) with which a
@@ -188,9 +292,15 @@ pub fn solve_ipv4_id(icrc_id0: u32, found: u32, covered_len: usize, max: u16) ->
 /// register over `d` started at zero, without the final complement,
 /// times x^(8 after) modulo the polynomial.
 fn delta(d: &[u8], after: usize) -> u32 {
+    mul_mod(register_crc(d), x8n_mod(after))
+}
+
+/// The CRC register over `d` started at zero, without the final
+/// complement: linear in `d`.
+fn register_crc(d: &[u8]) -> u32 {
     let mut h = crate::crc32::Crc32::with_initial(!0);
     h.update(d);
-    mul_mod(!h.finalize(), x8n_mod(after))
+    !h.finalize()
 }
 
 /// The CRC-32 polynomial, reflected.
@@ -198,14 +308,11 @@ const POLY: u32 = 0xedb8_8320;
 
 /// `a * b` modulo the polynomial, in the CRC's reflected bit order.
 fn mul_mod(a: u32, mut b: u32) -> u32 {
-    let mut m = 1u32 << 31;
     let mut p = 0;
-    while m != 0 {
-        if a & m != 0 {
-            p ^= b;
-        }
-        m >>= 1;
-        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    // Without branches: the bits are data.
+    for k in (0..32).rev() {
+        p ^= b & 0u32.wrapping_sub((a >> k) & 1);
+        b = (b >> 1) ^ (POLY & 0u32.wrapping_sub(b & 1));
     }
     p
 }
@@ -308,6 +415,7 @@ mod tests {
 
     #[test]
     fn rebased_icrcs_equal_recomputed_ones() {
+        let mut rebaser = Rebaser::default();
         for v4 in [true, false] {
             for n in [0usize, 1, 33, 1024, 4096] {
                 let mut d = datagram(v4, n);
@@ -350,6 +458,13 @@ mod tests {
                         want,
                         "{v4} {n} {to:?}"
                     );
+                    for _ in 0..3 {
+                        // Cached shifts and ID bases give the same.
+                        let got = rebaser.rebase(before, d.len(), v4, &from, &to);
+                        assert_eq!(got, want, "{v4} {n} {to:?}");
+                        let bad = rebaser.rebase(before ^ 1, d.len(), v4, &from, &to);
+                        assert_eq!(bad, want ^ 1);
+                    }
                     // A damaged datagram keeps its mismatch.
                     let bad = rebase(before ^ 1, d.len(), v4, &from, &to);
                     assert_eq!(bad, want ^ 1);

@@ -27,9 +27,14 @@ pub(crate) fn wire_fields(local: IpAddr, sport: u16, segment: usize) -> icrc::Re
 /// `wire` into its header, in wire byte order, carrying over whatever
 /// mismatch the datagram's own ICRC has: a datagram damaged after the
 /// engine computed its ICRC (a fault injector, a bad buffer) must not get
-/// a valid one here ([`icrc::rebase`], which reads no payload byte). `None`
-/// when the kernel writes what the engine did, so the ICRC stands.
-pub(crate) fn icrc_for_wire(d: &[u8], t: &Transmit, wire: &icrc::Rewritable) -> Option<[u8; 4]> {
+/// a valid one here ([`icrc::Rebaser`], which reads no payload byte).
+/// `None` when the kernel writes what the engine did, so the ICRC stands.
+pub(crate) fn icrc_for_wire(
+    rebaser: &mut icrc::Rebaser,
+    d: &[u8],
+    t: &Transmit,
+    wire: &icrc::Rewritable,
+) -> Option<[u8; 4]> {
     let from = t.rewritable();
     if from == *wire {
         return None;
@@ -37,7 +42,7 @@ pub(crate) fn icrc_for_wire(d: &[u8], t: &Transmit, wire: &icrc::Rewritable) -> 
     let mut engine = [0u8; 4];
     engine.copy_from_slice(&d[d.len() - icrc::LEN..]);
     let covered = d.len() - icrc::LEN;
-    let c = icrc::rebase(icrc::read(engine), covered, !t.is_ipv6(), &from, wire);
+    let c = rebaser.rebase(icrc::read(engine), covered, !t.is_ipv6(), &from, wire);
     Some(icrc::to_wire(c))
 }
 
@@ -166,17 +171,25 @@ mod tests {
         e[12..16].copy_from_slice(&[10, 0, 0, 9]);
         e[20..22].copy_from_slice(&0xd000u16.to_be_bytes());
         let n = e.len();
-        e[n - 4..].copy_from_slice(&icrc_for_wire(&d, &t, &wire).unwrap());
+        e[n - 4..]
+            .copy_from_slice(&icrc_for_wire(&mut icrc::Rebaser::default(), &d, &t, &wire).unwrap());
         fix_ipv4_checksum(&mut e);
         let p = RocePacket::parse_ip(&e).unwrap();
         assert!(p.check_icrc().is_ok());
         // Unchanged fields leave the engine's own ICRC.
         let same = wire_fields(t.src.ip(), t.src.port(), 7);
-        assert_eq!(icrc_for_wire(&d, &t, &same), None);
+        assert_eq!(
+            icrc_for_wire(&mut icrc::Rebaser::default(), &d, &t, &same),
+            None
+        );
         let d6 = testutil::v6_frame("fd00::1", "fd00::2", 2, 10);
         let t6 = Transmit::of_datagram(&d6).unwrap();
         let same6 = wire_fields(t6.src.ip(), t6.src.port(), 5);
-        assert_eq!(icrc_for_wire(&d6, &t6, &same6), None, "no IPv6 ID");
+        assert_eq!(
+            icrc_for_wire(&mut icrc::Rebaser::default(), &d6, &t6, &same6),
+            None,
+            "no IPv6 ID"
+        );
     }
 
     #[test]
@@ -189,7 +202,7 @@ mod tests {
                 // The sender used ID 0, as the kernel writes it.
                 let t = Transmit::of_datagram(&d).unwrap();
                 let w = wire_fields(t.src.ip(), t.src.port(), 0);
-                let c = icrc_for_wire(&d, &t, &w).unwrap();
+                let c = icrc_for_wire(&mut icrc::Rebaser::default(), &d, &t, &w).unwrap();
                 let n = d.len();
                 d[n - 4..].copy_from_slice(&c);
                 d

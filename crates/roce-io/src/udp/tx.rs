@@ -141,7 +141,7 @@ impl UdpBackend {
             // send numbering its segments) IPv4 ID: move the engine's ICRC
             // to them where they differ.
             let wire = hdr::wire_fields(self.cfg.local, sport, m.end - m.start);
-            let icrc = hdr::icrc_for_wire(d, &t, &wire);
+            let icrc = hdr::icrc_for_wire(&mut self.rebaser, d, &t, &wire);
             self.segs.push(Seg {
                 idx: i,
                 payload_at,
