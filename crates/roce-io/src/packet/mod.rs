@@ -3,7 +3,7 @@
 mod bpf;
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
@@ -11,16 +11,13 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::time::TimeSpec;
-use roce_wire::ethernet::{ethertype, EthernetFrame};
-use roce_wire::{EthernetRepr, MacAddr, MacControl, VlanTag, ROCE_V2_PORT};
+use roce_wire::{MacAddr, MacControl};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::backend::{Backend, Nanos, PacketBatch, RxMeta};
-use crate::datagram;
+use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::iface;
-use crate::neigh;
 use crate::ring::RxRing;
-use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
+use crate::sys::{self, RxInfo, MAX_MMSG};
 
 /// Receive slot: a jumbo frame and a tag.
 const RX_SLOT: usize = 9216 + 18;
@@ -34,108 +31,12 @@ const NEIGH_TTL: Nanos = 30_000_000_000;
 /// How long after a failed lookup the table is read again.
 const NEIGH_RETRY: Nanos = 1_000_000;
 
-/// Settings of a [`PacketBackend`]. Start from [`PacketConfig::new`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PacketConfig {
-    ifname: String,
-    vlan: Option<u16>,
-    dscp_to_pcp: [u8; 64],
-    local: Option<Vec<IpAddr>>,
-    rx_ring: bool,
-}
+mod config;
+mod rx;
+mod tx;
 
-impl PacketConfig {
-    /// Defaults for interface `ifname`: untagged frames, the interface's
-    /// own addresses as local addresses, and (when tagging) PCP = DSCP / 8
-    /// (the class selector: DSCP 26 → 3, 48 → 6, the common RoCE data and
-    /// CNP classes).
-    pub fn new(ifname: impl Into<String>) -> Self {
-        let mut map = [0u8; 64];
-        for (d, p) in map.iter_mut().enumerate() {
-            *p = (d >> 3) as u8;
-        }
-        PacketConfig {
-            ifname: ifname.into(),
-            vlan: None,
-            dscp_to_pcp: map,
-            local: None,
-            rx_ring: true,
-        }
-    }
-
-    /// Tags every frame with 802.1Q VLAN `vid` (0 = priority tag only);
-    /// `None` sends untagged frames.
-    pub fn vlan(mut self, vid: Option<u16>) -> Self {
-        self.vlan = vid.map(|v| v & 0x0fff);
-        self
-    }
-
-    /// Maps DSCP `dscp` (0..=63) to 802.1Q priority `pcp` (0..=7).
-    pub fn pcp_for_dscp(mut self, dscp: u8, pcp: u8) -> Self {
-        self.dscp_to_pcp[usize::from(dscp & 63)] = pcp & 7;
-        self
-    }
-
-    /// The local addresses to report (default: the interface's).
-    pub fn local_addrs(mut self, addrs: Vec<IpAddr>) -> Self {
-        self.local = Some(addrs);
-        self
-    }
-
-    /// Receive through a ring shared with the kernel (`PACKET_RX_RING`,
-    /// the default: frames are taken from memory, no system call per
-    /// batch) or with `recvmmsg` (`false`). When the kernel refuses the
-    /// ring the backend uses `recvmmsg` ([`PacketBackend::uses_rx_ring`]).
-    pub fn rx_ring(mut self, yes: bool) -> Self {
-        self.rx_ring = yes;
-        self
-    }
-}
-
-/// Counters of a [`PacketBackend`] (also listed by
-/// [`Backend::counters`] with a `pkt_` prefix).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct PacketStats {
-    /// Frames the kernel accepted.
-    pub tx_frames: u64,
-    /// Their bytes.
-    pub tx_bytes: u64,
-    /// Datagrams dropped because the destination's MAC was not known yet.
-    pub tx_unresolved: u64,
-    /// Datagrams that were not IPv4 / IPv6; dropped.
-    pub tx_malformed: u64,
-    /// Frames the kernel refused; dropped.
-    pub tx_errors: u64,
-    /// Neighbour-table reads.
-    pub neigh_lookups: u64,
-    /// Resolutions started.
-    pub neigh_solicits: u64,
-    /// RoCE datagrams handed to the engine.
-    pub rx_datagrams: u64,
-    /// Their bytes (IP datagrams).
-    pub rx_bytes: u64,
-    /// PAUSE / PFC frames received.
-    pub rx_mac_control: u64,
-    /// Frames that passed the kernel filter but are not usable (truncated,
-    /// inconsistent lengths, unknown MAC control opcode, queue full).
-    pub rx_dropped: u64,
-    /// Own outgoing frames skipped.
-    pub rx_outgoing: u64,
-    /// RoCE frames of another VLAN than the device's; dropped.
-    pub rx_other_vlan: u64,
-    /// RoCE frames received per 802.1Q priority.
-    pub rx_by_pcp: [u64; 8],
-    /// RoCE frames received without a tag.
-    pub rx_untagged: u64,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Neigh {
-    Known { mac: MacAddr, until: Nanos },
-    Static(MacAddr),
-    Unknown { retry_at: Nanos },
-}
+pub use config::{PacketConfig, PacketStats};
+use tx::Neigh;
 
 /// RoCE v2 as whole Ethernet frames on one interface, through an
 /// `AF_PACKET` socket (needs `CAP_NET_RAW`).
@@ -316,123 +217,6 @@ impl PacketBackend {
             Err(e) => Err(e.into()),
         }
     }
-
-    /// The destination MAC for `ip`, reading the neighbour table when
-    /// needed and starting a resolution when it has none.
-    fn resolve(&mut self, now: Nanos, ip: IpAddr) -> Option<MacAddr> {
-        match self.neigh.get(&ip) {
-            Some(Neigh::Static(mac)) => return Some(*mac),
-            Some(Neigh::Known { mac, until }) if now < *until => return Some(*mac),
-            Some(Neigh::Unknown { retry_at }) if now < *retry_at => return None,
-            _ => {}
-        }
-        self.stats.neigh_lookups += 1;
-        match neigh::lookup(self.ifindex, ip) {
-            Ok(Some(mac)) => {
-                self.neigh.insert(
-                    ip,
-                    Neigh::Known {
-                        mac,
-                        until: now.saturating_add(NEIGH_TTL),
-                    },
-                );
-                Some(mac)
-            }
-            _ => {
-                if neigh::solicit(&self.cfg.ifname, ip).is_ok() {
-                    self.stats.neigh_solicits += 1;
-                }
-                self.neigh.insert(
-                    ip,
-                    Neigh::Unknown {
-                        retry_at: now.saturating_add(NEIGH_RETRY),
-                    },
-                );
-                None
-            }
-        }
-    }
-
-    /// Ethernet header for a datagram with `dscp` to `dst`; returns its
-    /// length.
-    fn header(&self, dst: MacAddr, dscp: u8, v6: bool, out: &mut [u8; 18]) -> usize {
-        let eth = EthernetRepr {
-            dst,
-            src: self.mac,
-            vlan: self.cfg.vlan.map(|vid| VlanTag {
-                pcp: self.cfg.dscp_to_pcp[usize::from(dscp & 63)],
-                dei: false,
-                vid,
-            }),
-            ethertype: if v6 { ethertype::IPV6 } else { ethertype::IPV4 },
-        };
-        match eth.emit(out) {
-            Ok(()) => eth.header_len(),
-            Err(_) => 0,
-        }
-    }
-
-    fn handle_frame(&mut self, frame: &[u8], info: &RxInfo, batch: &mut PacketBatch) {
-        if info.truncated {
-            self.stats.rx_dropped += 1;
-            return;
-        }
-        if info.pkttype == Some(sys::PACKET_OUTGOING) {
-            self.stats.rx_outgoing += 1;
-            return;
-        }
-        let Ok(f) = EthernetFrame::new_checked(frame) else {
-            self.stats.rx_dropped += 1;
-            return;
-        };
-        let pcp = f
-            .vlan()
-            .map(|t| t.pcp)
-            .or(info.vlan_tci.map(|tci| (tci >> 13) as u8));
-        // RoCE from this device's VLAN only (an untagged or priority-tagged
-        // frame, VID 0, when it has none): the tag in the frame, or the one
-        // the kernel moved into the packet's metadata. MAC control (PFC)
-        // is per link, whatever the VLAN.
-        let vid = f
-            .vlan()
-            .map(|t| t.vid)
-            .or(info.vlan_tci.map(|tci| tci & 0x0fff))
-            .unwrap_or(0);
-        let other_vlan = vid != self.cfg.vlan.unwrap_or(0);
-        match f.ethertype() {
-            ethertype::MAC_CONTROL => match MacControl::parse(f.payload()) {
-                Ok(c) if self.mac_ctl.len() < MAC_CONTROL_QUEUE => {
-                    self.stats.rx_mac_control += 1;
-                    self.mac_ctl.push_back((f.src(), c));
-                }
-                _ => self.stats.rx_dropped += 1,
-            },
-            ethertype::IPV4 | ethertype::IPV6 if other_vlan => self.stats.rx_other_vlan += 1,
-            ethertype::IPV4 | ethertype::IPV6 => {
-                let p = f.payload();
-                let len = match datagram::ip_header_len(p).map(|_| p[0] >> 4) {
-                    Some(4) => usize::from(u16::from_be_bytes([p[2], p[3]])),
-                    Some(6) => 40 + usize::from(u16::from_be_bytes([p[4], p[5]])),
-                    _ => 0,
-                };
-                let hl = datagram::ip_header_len(p).unwrap_or(0);
-                let roce = len > hl + 8
-                    && len <= p.len()
-                    && u16::from_be_bytes([p[hl + 2], p[hl + 3]]) == ROCE_V2_PORT;
-                if !roce || !batch.push_with_meta(&p[..len], RxMeta::exact()) {
-                    self.stats.rx_dropped += 1;
-                    return;
-                }
-                self.stats.rx_datagrams += 1;
-                self.stats.rx_bytes += len as u64;
-                match pcp {
-                    Some(p) => self.stats.rx_by_pcp[usize::from(p & 7)] += 1,
-                    None => self.stats.rx_untagged += 1,
-                }
-            }
-            _ => self.stats.rx_dropped += 1,
-        }
-    }
 }
 
 impl Backend for PacketBackend {
@@ -441,110 +225,11 @@ impl Backend for PacketBackend {
     }
 
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
-        let mut i = 0;
-        while i < batch.len() {
-            // Plan up to MAX_MMSG frames: headers first, then iovecs.
-            self.headers.clear();
-            let mut plan: Vec<(usize, usize)> = Vec::with_capacity(MAX_MMSG);
-            while i < batch.len() && plan.len() < MAX_MMSG {
-                let d = batch.get(i);
-                i += 1;
-                let Some(t) = batch.transmit(i - 1).filter(|t| t.size == d.len()) else {
-                    self.stats.tx_malformed += 1;
-                    continue;
-                };
-                let Some(dst) = self.resolve(now, t.destination.ip()) else {
-                    self.stats.tx_unresolved += 1;
-                    continue;
-                };
-                let mut h = [0u8; 18];
-                let n = self.header(dst, t.dscp, t.is_ipv6(), &mut h);
-                self.headers.push(h);
-                plan.push((i - 1, n));
-            }
-            let mut iovs: Vec<IoSlice<'_>> = Vec::with_capacity(2 * plan.len());
-            let mut msgs: Vec<TxMsg> = Vec::with_capacity(plan.len());
-            for (k, &(idx, n)) in plan.iter().enumerate() {
-                msgs.push(TxMsg {
-                    dst: None,
-                    iov_start: iovs.len(),
-                    iov_len: 2,
-                    tos: None,
-                    gso_size: 0,
-                });
-                iovs.push(IoSlice::new(&self.headers[k][..n]));
-                iovs.push(IoSlice::new(batch.get(idx)));
-            }
-            let mut done = 0;
-            while done < msgs.len() {
-                match sys::sendmmsg(
-                    self.sock.as_fd(),
-                    &mut self.mmsg,
-                    false,
-                    &msgs[done..],
-                    &iovs,
-                ) {
-                    Ok(n) => {
-                        for &(idx, h) in &plan[done..done + n] {
-                            self.stats.tx_frames += 1;
-                            self.stats.tx_bytes += (h + batch.get(idx).len()) as u64;
-                        }
-                        done += n;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // Everything before the first unsent frame was
-                        // taken (dropped datagrams included).
-                        return Ok(plan[done].0);
-                    }
-                    Err(_) => {
-                        self.stats.tx_errors += 1;
-                        done += 1;
-                    }
-                }
-            }
-        }
-        Ok(batch.len())
+        self.send_frames(now, batch)
     }
 
     fn recv(&mut self, _now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
-        batch.clear();
-        if let Some(mut ring) = self.ring.take() {
-            while !batch.is_full() {
-                let Some(f) = ring.peek() else {
-                    break;
-                };
-                self.handle_frame(f.data, &f.info, batch);
-                ring.release();
-            }
-            self.ring = Some(ring);
-            return Ok(batch.len());
-        }
-        for _ in 0..4 {
-            if batch.is_full() {
-                break;
-            }
-            let want = batch.capacity() - batch.len();
-            let mut infos = std::mem::take(&mut self.rx_info);
-            let n = sys::recvmmsg(
-                self.sock.as_fd(),
-                &mut self.mmsg,
-                &mut self.rx_arena,
-                RX_SLOT,
-                want,
-                &mut infos,
-            )?;
-            let arena = std::mem::take(&mut self.rx_arena);
-            for (k, info) in infos.iter().enumerate() {
-                let frame = &arena[k * RX_SLOT..k * RX_SLOT + info.len];
-                self.handle_frame(frame, info, batch);
-            }
-            self.rx_arena = arena;
-            self.rx_info = infos;
-            if n == 0 {
-                break;
-            }
-        }
-        Ok(batch.len())
+        self.recv_frames(batch)
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
