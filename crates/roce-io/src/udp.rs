@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
+use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 use nix::sys::time::TimeSpec;
 use roce_wire::ipv4;
 use socket2::Socket;
@@ -217,10 +218,8 @@ impl UdpBackend {
         } else {
             sock.set_recv_tos_v4(true)?;
         }
-        let gso =
-            cfg.gso && sys::getsockopt_int(sock.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
-        let gro =
-            cfg.gro && sys::setsockopt_int(sock.as_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        let gso = cfg.gso && getsockopt(&sock, sockopt::UdpGsoSegment).is_ok();
+        let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
         let rx_slot = if gro { 65_536 } else { cfg.max_datagram };
         let rx_msgs = if gro { 32 } else { MAX_MMSG };
         let ports = PortSockets::new(
