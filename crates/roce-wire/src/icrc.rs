@@ -221,6 +221,30 @@ impl Rebaser {
         icrc ^ field_delta(covered_len, v4, from, to, |n| self.shift(n))
     }
 
+    /// As [`solve_ipv4_id`](fn@solve_ipv4_id), with the bases of recent
+    /// lengths cached: a receiver of UDP GSO segments solves one per
+    /// segment, and they share a length.
+    pub fn solve_ipv4_id(
+        &mut self,
+        icrc_id0: u32,
+        found: u32,
+        covered_len: usize,
+        max: u16,
+    ) -> Option<u16> {
+        let diff = icrc_id0 ^ found;
+        if diff == 0 {
+            return None;
+        }
+        let basis = self.id_basis(covered_len);
+        (1..=max.min(127)).find(|&k| {
+            let mut d = 0;
+            for (j, v) in basis.iter().enumerate().take(7) {
+                d ^= v & 0u32.wrapping_sub(u32::from(k >> j) & 1);
+            }
+            d == diff
+        })
+    }
+
     /// The ICRC change of each bit of the IPv4 identification in a
     /// datagram covering `covered_len` bytes.
     fn id_basis(&mut self, covered_len: usize) -> [u32; 16] {
@@ -264,33 +288,14 @@ impl Rebaser {
 /// UDP GSO sender's segments this way; a damaged datagram matches one of
 /// them with probability `max / 2^32`.
 pub fn solve_ipv4_id(icrc_id0: u32, found: u32, covered_len: usize, max: u16) -> Option<u16> {
-    let diff = icrc_id0 ^ found;
-    if diff == 0 {
-        return None;
-    }
-    // The identification ends 6 bytes into the header; the change of ICRC
-    // is linear in its bits.
-    let mut basis = [0u32; 7];
-    for (j, v) in basis.iter_mut().enumerate() {
-        let mut d = [0u8; 6];
-        d[4..6].copy_from_slice(&(1u16 << j).to_be_bytes());
-        *v = delta(&d, covered_len.saturating_sub(6));
-    }
-    (1..=max.min(127)).find(|k| {
-        let mut d = 0;
-        for (j, v) in basis.iter().enumerate() {
-            if k & (1 << j) != 0 {
-                d ^= v;
-            }
-        }
-        d == diff
-    })
+    Rebaser::default().solve_ipv4_id(icrc_id0, found, covered_len, max)
 }
 
 /// The change of a CRC-32 when the covered data changes by `d` (from the
 /// start of the IP header) followed by `after` unchanged bytes: the CRC
 /// register over `d` started at zero, without the final complement,
 /// times x^(8 after) modulo the polynomial.
+#[cfg(test)]
 fn delta(d: &[u8], after: usize) -> u32 {
     mul_mod(register_crc(d), x8n_mod(after))
 }

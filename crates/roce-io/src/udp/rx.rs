@@ -95,7 +95,13 @@ impl UdpBackend {
                 }
                 if !self.v6 {
                     if self.cfg.icrc_check != IcrcCheck::Off
-                        && !check_v4(&mut self.stats, self.cfg.cpu.icrc_code, &mut head, payload)
+                        && !check_v4(
+                            &mut self.stats,
+                            &mut self.rebaser,
+                            self.cfg.cpu.icrc_code,
+                            &mut head,
+                            payload,
+                        )
                     {
                         self.stats.rx_icrc_bad += 1;
                         if self.cfg.icrc_check == IcrcCheck::Require {
@@ -134,9 +140,15 @@ impl UdpBackend {
 }
 
 /// Checks an IPv4 datagram's ICRC assuming ID 0, then the IDs of GSO
-/// segments ([`icrc::solve_ipv4_id`]); on a match writes the ID into
+/// segments ([`icrc::Rebaser::solve_ipv4_id`]); on a match writes the ID into
 /// `head` and counts it.
-fn check_v4(stats: &mut UdpStats, code: Code, head: &mut [u8; 48], payload: &[u8]) -> bool {
+fn check_v4(
+    stats: &mut UdpStats,
+    rebaser: &mut icrc::Rebaser,
+    code: Code,
+    head: &mut [u8; 48],
+    payload: &[u8],
+) -> bool {
     let hl = hdr::rebuilt_header_len(false);
     let n = payload.len();
     if n < bth::HEADER_LEN + icrc::LEN {
@@ -152,7 +164,7 @@ fn check_v4(stats: &mut UdpStats, code: Code, head: &mut [u8; 48], payload: &[u8
         stats.rx_icrc_ok_id0 += 1;
         return true;
     }
-    match icrc::solve_ipv4_id(c0, got, hl + n - icrc::LEN, hdr::MAX_SOLVED_ID) {
+    match rebaser.solve_ipv4_id(c0, got, hl + n - icrc::LEN, hdr::MAX_SOLVED_ID) {
         Some(id) => {
             hdr::set_ipv4_ident(&mut head[..hl], id);
             stats.rx_icrc_ok_gso_id += 1;
