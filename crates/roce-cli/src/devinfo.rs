@@ -62,14 +62,14 @@ fn word(name: &'static str, json: Value, text: &str) -> Cap {
     }
 }
 
-/// The code the stack chose for this CPU ([`roce_io::adapt_to_cpu`]): on
-/// QEMU's emulated CPU a table-driven ICRC and payload copies in pieces.
+/// The code the tool chooses for this CPU ([`roce_io::CpuTuning::detect`],
+/// passed to every device it opens, `crate::tuning`): on QEMU's emulated
+/// CPU a table-driven ICRC and payload copies in pieces.
 fn cpu_cap() -> Cap {
-    roce_io::adapt_to_cpu();
     let emulated = roce_io::emulated();
-    let table = roce_wire::crc32::table_driven();
-    let piece = roce_io::copy_piece();
-    let piece = (piece != usize::MAX).then_some(piece);
+    let tuning = roce_io::CpuTuning::detect();
+    let table = tuning.icrc_code == roce_wire::crc32::Code::Table;
+    let piece = tuning.copy_piece;
     let icrc = if table { "table" } else { "crc32fast" };
     let crc = if table {
         "table-driven ICRC"

@@ -26,9 +26,11 @@ mod devinfo;
 mod inspect;
 mod notice;
 mod perf;
+mod pin;
 mod pingpong;
 mod rping;
 mod sim;
+mod tuning;
 mod udaddy;
 
 use clap::{Parser, Subcommand};

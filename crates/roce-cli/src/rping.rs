@@ -137,6 +137,7 @@ impl Rig {
         // identification a UDP socket cannot see: its ICRC cannot be
         // verified, only counted (docs/security.md).
         let mut o = OpenOptions::new(BackendKind::Udp, local)
+            .cpu(crate::tuning::cpu())
             .roce_port(port, port)
             .icrc_check(roce_io::IcrcCheck::Count);
         if let Some(spec) = faults {

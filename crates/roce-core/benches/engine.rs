@@ -105,10 +105,7 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
     for x in s.iter_mut() {
         loop {
             let dev = &mut x.dev;
-            if !x
-                .tx
-                .push_with(|slot| dev.poll_transmit(0, slot).unwrap_or(0))
-            {
+            if !x.tx.push_transmit_with(|slot| dev.poll_transmit(0, slot)) {
                 break;
             }
             if x.tx.is_full() {
@@ -130,7 +127,7 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
                 break;
             }
             for k in 0..n {
-                x.dev.handle_datagram(0, rx.get(k), RxInfo::default());
+                x.dev.handle_datagram(0, rx.get(k), RxMeta::default());
             }
         }
     }
@@ -148,8 +145,8 @@ fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
         } else {
             (&mut b[0], &mut a[0])
         };
-        while let Some(n) = from.dev.poll_transmit(0, buf) {
-            to.dev.handle_datagram(0, &buf[..n], RxInfo::default());
+        while let Some(n) = from.dev.poll_transmit(0, buf).map(|t| t.size) {
+            to.dev.handle_datagram(0, &buf[..n], RxMeta::default());
             moved += 1;
         }
     }

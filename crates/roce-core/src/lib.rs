@@ -68,7 +68,7 @@
 //!     let mut moved = false;
 //!     for i in 0..2 {
 //!         while let Some(n) = hosts[i].0.poll_transmit(now, &mut buf) {
-//!             hosts[1 - i].0.handle_datagram(now, &buf[..n], RxInfo::default());
+//!             hosts[1 - i].0.handle_datagram(now, &buf[..n], RxMeta::default());
 //!             (moved, packets) = (true, packets + 1);
 //!         }
 //!     }
@@ -101,11 +101,11 @@ mod wr;
 pub use cc::{CcAlgorithm, CcConfig, CcCounters, DcqcnParams, Mlx5Params};
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, CqId, CqOverflow};
-pub use device::{CmCounters, Device, DeviceConfig, RxInfo, VerbsError};
+pub use device::{CmCounters, Device, DeviceConfig, VerbsError};
 pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
 pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
-pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey};
+pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey, RxMeta, Transmit};
 pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
 pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

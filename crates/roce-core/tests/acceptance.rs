@@ -77,7 +77,7 @@ fn only_the_peer_to_our_address_in_our_partition_is_heard() {
     ];
     for (what, d) in cases {
         let before = w.hosts[1].dev.qp_counters(b).unwrap();
-        w.hosts[1].dev.handle_datagram(w.now, &d, RxInfo::default());
+        w.hosts[1].dev.handle_datagram(w.now, &d, RxMeta::default());
         let after = w.hosts[1].dev.qp_counters(b).unwrap();
         assert_eq!(after.drop_invalid, before.drop_invalid + 1, "{what}");
         assert_eq!(after.rx_packets, before.rx_packets, "{what}");
@@ -86,7 +86,7 @@ fn only_the_peer_to_our_address_in_our_partition_is_heard() {
     // The control: the same forgery with the peer's headers is taken
     // (which is why the identifiers must not be guessable).
     let d = forged_write(&first, |_| {});
-    w.hosts[1].dev.handle_datagram(w.now, &d, RxInfo::default());
+    w.hosts[1].dev.handle_datagram(w.now, &d, RxMeta::default());
     assert_eq!(w.hosts[1].read(0, 64), vec![0x66; 64]);
 }
 
@@ -111,13 +111,13 @@ fn cnps_only_from_the_peer_and_only_while_sending() {
     let line = rate(&w).rate_bps;
     for _ in 0..1000 {
         let d = cnp_from(&first, a, [10, 0, 0, 9]);
-        w.hosts[0].dev.handle_datagram(w.now, &d, RxInfo::default());
+        w.hosts[0].dev.handle_datagram(w.now, &d, RxMeta::default());
     }
     assert_eq!(rate(&w).cnp_received, 0);
     assert_eq!(rate(&w).rate_bps, line);
     // From the peer: taken.
     let d = cnp_from(&first, a, [10, 0, 0, 2]);
-    w.hosts[0].dev.handle_datagram(w.now, &d, RxInfo::default());
+    w.hosts[0].dev.handle_datagram(w.now, &d, RxMeta::default());
     assert_eq!(rate(&w).cnp_received, 1);
     assert!(rate(&w).rate_bps < line);
     // A QP in RTR sends nothing: a CNP for it is not taken.
@@ -135,7 +135,7 @@ fn cnps_only_from_the_peer_and_only_while_sending() {
         })
         .unwrap();
     let d = cnp_from(&first, q, [10, 0, 0, 2]);
-    h.dev.handle_datagram(0, &d, RxInfo::default());
+    h.dev.handle_datagram(0, &d, RxMeta::default());
     assert_eq!(h.dev.qp_cc_counters(q).unwrap().cnp_received, 0);
 }
 
@@ -154,12 +154,12 @@ fn a_ce_mark_counts_only_on_a_packet_taken() {
     // Out of the window (a blind guess) and a duplicate: no CE counted.
     for psn in [p0.add(1000), p0] {
         let d = ce(&first, psn);
-        w.hosts[1].dev.handle_datagram(w.now, &d, RxInfo::default());
+        w.hosts[1].dev.handle_datagram(w.now, &d, RxMeta::default());
     }
     assert_eq!(w.hosts[1].dev.qp_cc_counters(b).unwrap().ce_received, 0);
     // In sequence: counted.
     let d = ce(&first, p0.next());
-    w.hosts[1].dev.handle_datagram(w.now, &d, RxInfo::default());
+    w.hosts[1].dev.handle_datagram(w.now, &d, RxMeta::default());
     assert_eq!(w.hosts[1].dev.qp_cc_counters(b).unwrap().ce_received, 1);
 }
 

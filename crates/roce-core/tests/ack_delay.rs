@@ -240,14 +240,17 @@ fn the_deadline_is_a_timer_of_the_engine() {
     recv(&mut w, 1, qb, 7, 0, 64);
     send(&mut w, 0, qa, 1, 16);
     let mut buf = vec![0u8; 4400];
-    let n = w.hosts[0].dev.poll_transmit(0, &mut buf).unwrap();
+    let n = w.hosts[0].dev.poll_transmit(0, &mut buf).unwrap().size;
     let b = &mut w.hosts[1].dev;
-    b.handle_datagram(1_000, &buf[..n], RxInfo::default());
+    b.handle_datagram(1_000, &buf[..n], RxMeta::default());
     assert_eq!(b.poll_transmit(1_000, &mut buf), None, "not held");
     assert_eq!(b.poll_timeout(), Some(1_000 + DELAY));
     assert_eq!(b.poll_transmit(1_000 + DELAY - 1, &mut buf), None);
     b.handle_timeout(1_000 + DELAY);
-    let n = b.poll_transmit(1_000 + DELAY, &mut buf).expect("the ACK");
+    let n = b
+        .poll_transmit(1_000 + DELAY, &mut buf)
+        .expect("the ACK")
+        .size;
     assert_eq!(op_of(&buf[..n]), Operation::Acknowledge);
     assert_eq!(b.poll_transmit(1_000 + DELAY, &mut buf), None);
 }

@@ -174,7 +174,7 @@ fn paced_packets_leave_at_the_set_rate() {
     let dev = &mut w.hosts[0].dev;
     let mut buf = vec![0u8; 4400];
     // The first packet goes out; turn it into a CNP from the peer.
-    let n = dev.poll_transmit(0, &mut buf).unwrap();
+    let n = dev.poll_transmit(0, &mut buf).unwrap().size;
     let cnp = rewrite(&buf[..n], |r| {
         if let IpRepr::V4(ip) = &mut r.ip {
             std::mem::swap(&mut ip.src, &mut ip.dst);
@@ -184,14 +184,14 @@ fn paced_packets_leave_at_the_set_rate() {
         r.ext = Default::default();
         r.payload = &[];
     });
-    dev.handle_datagram(0, &cnp, RxInfo::default());
+    dev.handle_datagram(0, &cnp, RxMeta::default());
     assert_eq!(dev.qp_cc_counters(a).unwrap().rate_bps, LINE / 2);
     let mut now = 0;
     let mut sent = Vec::new();
     // 120 packets: within the requester's 128-PSN window (nothing is
     // acknowledged here).
     while sent.len() < 120 {
-        if let Some(n) = dev.poll_transmit(now, &mut buf) {
+        if let Some(n) = dev.poll_transmit(now, &mut buf).map(|t| t.size) {
             sent.push((now, n));
             continue;
         }

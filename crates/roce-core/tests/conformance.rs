@@ -251,13 +251,13 @@ fn duplicate_read_responses_restart_the_timer() {
     while now < t0 + 8 * timeout {
         now += timeout / 4;
         if now < t0 + 5 * timeout && (now - t0).is_multiple_of(timeout / 2) {
-            host.dev.handle_datagram(now, &first, RxInfo::default());
+            host.dev.handle_datagram(now, &first, RxMeta::default());
             replayed += 1;
         }
         if host.dev.poll_timeout().is_some_and(|t| t <= now) {
             host.dev.handle_timeout(now);
         }
-        while let Some(n) = host.dev.poll_transmit(now, &mut buf) {
+        while let Some(n) = host.dev.poll_transmit(now, &mut buf).map(|t| t.size) {
             if kind(&buf[..n]) == MessageKind::ReadRequest {
                 requests.push(now - t0);
             }
@@ -295,7 +295,7 @@ fn requester_window_limits_unacknowledged_packets() {
     // Alone, host 0 sends 129 packets and stops.
     let mut buf = vec![0u8; 4400];
     let mut first = Vec::new();
-    while let Some(n) = w.hosts[0].dev.poll_transmit(0, &mut buf) {
+    while let Some(n) = w.hosts[0].dev.poll_transmit(0, &mut buf).map(|t| t.size) {
         first.push(buf[..n].to_vec());
     }
     assert_eq!(first.len(), 129);
@@ -305,7 +305,7 @@ fn requester_window_limits_unacknowledged_packets() {
         "the packet that fills the window asks for an ACK"
     );
     for d in &first {
-        w.hosts[1].dev.handle_datagram(0, d, RxInfo::default());
+        w.hosts[1].dev.handle_datagram(0, d, RxMeta::default());
     }
     // From here through the world: track how far the requester runs ahead.
     let state = std::rc::Rc::new(std::cell::Cell::new((0u32, 0u32, 0i32)));

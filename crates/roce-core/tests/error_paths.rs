@@ -729,12 +729,16 @@ fn new_message_while_one_is_in_progress_is_an_invalid_request() {
     };
     w.hosts[1]
         .dev
-        .handle_datagram(0, &send(0x00, 0x100, 256), RxInfo::default()); // SEND_FIRST
+        .handle_datagram(0, &send(0x00, 0x100, 256), RxMeta::default()); // SEND_FIRST
     w.hosts[1]
         .dev
-        .handle_datagram(0, &send(0x04, 0x101, 10), RxInfo::default()); // SEND_ONLY
+        .handle_datagram(0, &send(0x04, 0x101, 10), RxMeta::default()); // SEND_ONLY
     let mut buf = vec![0u8; 4400];
-    let n = w.hosts[1].dev.poll_transmit(0, &mut buf).expect("a NAK");
+    let n = w.hosts[1]
+        .dev
+        .poll_transmit(0, &mut buf)
+        .expect("a NAK")
+        .size;
     let nak = roce_wire::RocePacket::parse_ip(&buf[..n]).unwrap();
     assert_eq!(
         nak.ext.aeth.unwrap().syndrome,

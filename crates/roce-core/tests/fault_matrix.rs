@@ -374,8 +374,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
         for s in sides.iter_mut() {
             loop {
                 let dev = &mut s.dev;
-                let pushed =
-                    s.tx.push_with(|slot| dev.poll_transmit(now, slot).unwrap_or(0));
+                let pushed = s.tx.push_transmit_with(|slot| dev.poll_transmit(now, slot));
                 if !pushed {
                     break;
                 }
@@ -400,9 +399,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                 if trace {
                     eprintln!("{now} {} rx {}", s.dev.addrs()[0], describe(rx.get(k)));
                 }
-                let info = RxInfo {
-                    icrc_checkable: rx.meta(k).icrc_verified,
-                };
+                let info = rx.meta(k);
                 s.dev.handle_datagram(now, rx.get(k), info);
             }
             busy |= n > 0;

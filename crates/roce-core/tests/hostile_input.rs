@@ -147,7 +147,7 @@ proptest! {
             let payload = vec![0xa5u8; payload_len(op, plen)];
             let d = packet(op, dest, psn, ack, va, rkey, len % 100_000, syn, imm, &payload);
             if d.is_empty() { continue; }
-            w.hosts[1].dev.handle_datagram(w.now, &d, RxInfo::default());
+            w.hosts[1].dev.handle_datagram(w.now, &d, RxMeta::default());
             w.now += 100;
             if w.hosts[1].dev.poll_timeout().is_some_and(|t| t <= w.now) {
                 w.hosts[1].dev.handle_timeout(w.now);
@@ -176,8 +176,8 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
         let (mut w, _) = target();
-        w.hosts[1].dev.handle_datagram(0, &data, RxInfo::default());
-        w.hosts[1].dev.handle_datagram(0, &data, RxInfo { icrc_checkable: false });
+        w.hosts[1].dev.handle_datagram(0, &data, RxMeta::default());
+        w.hosts[1].dev.handle_datagram(0, &data, RxMeta::inexact());
         let mut buf = vec![0u8; 4400];
         while w.hosts[1].dev.poll_transmit(0, &mut buf).is_some() {}
     }
@@ -216,7 +216,7 @@ fn hostile_packets_reach_the_qps() {
             &payload,
         );
         if !d.is_empty() {
-            w.hosts[1].dev.handle_datagram(0, &d, RxInfo::default());
+            w.hosts[1].dev.handle_datagram(0, &d, RxMeta::default());
             delivered += 1;
         }
     }

@@ -162,7 +162,11 @@ fn turns(tx_burst: u32) -> Vec<u32> {
     let mut buf = vec![0u8; 4400];
     (0..48)
         .map(|_| {
-            let n = w.hosts[0].dev.poll_transmit(0, &mut buf).expect("a packet");
+            let n = w.hosts[0]
+                .dev
+                .poll_transmit(0, &mut buf)
+                .expect("a packet")
+                .size;
             // BTH destination QP after IPv4 (20) and UDP (8) headers.
             let d = &buf[..n];
             let qpn = u32::from_be_bytes([0, d[33], d[34], d[35]]);

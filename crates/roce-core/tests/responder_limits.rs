@@ -170,7 +170,7 @@ fn the_responders_output_is_bounded() {
     for _ in 0..5000 {
         w.hosts[1]
             .dev
-            .handle_datagram(w.now, &atomic, RxInfo::default());
+            .handle_datagram(w.now, &atomic, RxMeta::default());
     }
     let mut buf = vec![0u8; 4400];
     let mut out = 0;

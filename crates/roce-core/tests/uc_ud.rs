@@ -286,8 +286,8 @@ fn ud_ipv6_grh() {
     wr.ud = Some(UdDest::new(ba, qb, Qkey::new(0x1111_1111)));
     a.dev.post_send(qa, wr).unwrap();
     let mut buf = vec![0u8; 4400];
-    let n = a.dev.poll_transmit(0, &mut buf).unwrap();
-    b.dev.handle_datagram(10, &buf[..n], RxInfo::default());
+    let n = a.dev.poll_transmit(0, &mut buf).unwrap().size;
+    b.dev.handle_datagram(10, &buf[..n], RxMeta::default());
     let c = b.poll();
     assert_eq!(
         (c[0].status, c[0].byte_len, c[0].src_qp),

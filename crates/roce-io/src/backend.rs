@@ -4,6 +4,8 @@
 use std::io;
 use std::net::IpAddr;
 
+use roce_wire::Transmit;
+
 /// Time in nanoseconds.
 ///
 /// Backends never read a clock: the caller passes `now` into every call. Tests
@@ -12,36 +14,9 @@ use std::net::IpAddr;
 /// nanoseconds since a fixed [`std::time::Instant`].
 pub type Nanos = u64;
 
-/// Per-datagram metadata that a receiving backend attaches.
-///
-/// Small and `Copy`; new fields may be added, so build one with
-/// [`RxMeta::new`] and the `with_*` setters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct RxMeta {
-    /// The backend saw the datagram's full IP header as it was on the wire,
-    /// so the ICRC in the datagram covers exactly these bytes and the
-    /// receiver can (and should) verify it. False when the backend had to
-    /// rebuild the IP header (a UDP socket never shows it, and the IPv4
-    /// identification, which the ICRC covers, is lost), in which case the
-    /// ICRC cannot be checked.
-    pub icrc_verified: bool,
-}
-
-impl RxMeta {
-    /// Metadata with every field at its default (`icrc_verified: false`).
-    pub const fn new() -> Self {
-        RxMeta {
-            icrc_verified: false,
-        }
-    }
-
-    /// Sets [`icrc_verified`](Self::icrc_verified).
-    pub const fn with_icrc_verified(mut self, yes: bool) -> Self {
-        self.icrc_verified = yes;
-        self
-    }
-}
+/// Per-datagram metadata that a receiving backend attaches: the type the
+/// engine takes too (`roce_core::Device::handle_datagram`).
+pub use roce_wire::RxMeta;
 
 /// A batch of packet buffers: one contiguous arena of `capacity` fixed-size
 /// slots, so nothing is allocated per packet.
@@ -67,6 +42,8 @@ pub struct PacketBatch {
     arena: Box<[u8]>,
     lens: Box<[usize]>,
     metas: Box<[RxMeta]>,
+    /// How to send each datagram, when pushed with it.
+    transmits: Box<[Option<Transmit>]>,
     slot_size: usize,
     len: usize,
 }
@@ -88,6 +65,7 @@ impl PacketBatch {
             arena: vec![0u8; bytes].into_boxed_slice(),
             lens: vec![0usize; capacity].into_boxed_slice(),
             metas: vec![RxMeta::default(); capacity].into_boxed_slice(),
+            transmits: vec![None; capacity].into_boxed_slice(),
             slot_size,
             len: 0,
         }
@@ -162,8 +140,59 @@ impl PacketBatch {
         }
         self.lens[self.len] = n;
         self.metas[self.len] = RxMeta::default();
+        self.transmits[self.len] = None;
         self.len += 1;
         true
+    }
+
+    /// Fills the next free slot in place with an outgoing datagram and how
+    /// to send it: `f` gets the whole slot, as for
+    /// [`push_with`](Self::push_with), and returns the datagram's
+    /// [`Transmit`] (`Device::poll_transmit` of roce-core is such an `f`),
+    /// or `None` to push nothing. Returns true when a datagram was pushed;
+    /// false when the batch is full (then `f` is not called), `f` returned
+    /// `None`, or its size is 0 or more than the slot.
+    pub fn push_transmit_with(&mut self, f: impl FnOnce(&mut [u8]) -> Option<Transmit>) -> bool {
+        let mut sent = None;
+        let pushed = self.push_with(|slot| match f(slot) {
+            Some(t) => {
+                sent = Some(t);
+                t.size
+            }
+            None => 0,
+        });
+        if pushed {
+            self.transmits[self.len - 1] = sent;
+        }
+        pushed
+    }
+
+    /// How to send the `i`-th datagram: the [`Transmit`] it was pushed with
+    /// ([`push_transmit_with`](Self::push_transmit_with),
+    /// [`set_transmit`](Self::set_transmit)); for a datagram pushed
+    /// without one (built by hand, replayed from a capture), what
+    /// [`Transmit::of_datagram`] reads from its header. `None` when it is
+    /// not a RoCE v2 datagram a backend can send.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn transmit(&self, i: usize) -> Option<Transmit> {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.transmits[i]
+            .filter(|t| t.size == self.lens[i])
+            .or_else(|| Transmit::of_datagram(self.get(i)))
+    }
+
+    /// Sets the [`Transmit`] of the `i`-th datagram (middleware that
+    /// moves datagrams from one batch to another keeps it this way).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn set_transmit(&mut self, i: usize, t: Transmit) {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.transmits[i] = Some(t);
     }
 
     /// The `i`-th datagram.
@@ -228,6 +257,7 @@ impl PacketBatch {
             self.arena.copy_within(src..src + l, dst);
             self.lens[i - n] = l;
             self.metas[i - n] = self.metas[i];
+            self.transmits[i - n] = self.transmits[i];
         }
         self.len -= n;
     }
@@ -403,17 +433,17 @@ mod tests {
     #[test]
     fn meta_defaults_and_set() {
         let mut b = PacketBatch::new(2, 4);
-        let m = RxMeta::new().with_icrc_verified(true);
+        let m = RxMeta::inexact();
         assert!(b.push_with_meta(&[1], m));
         assert!(b.push(&[2]));
-        assert!(b.meta(0).icrc_verified);
-        assert!(!b.meta(1).icrc_verified);
+        assert!(!b.meta(0).header_exact);
+        assert!(b.meta(1).header_exact, "the default");
         b.set_meta(1, m);
-        assert!(b.meta(1).icrc_verified);
+        assert!(!b.meta(1).header_exact);
         // A reused slot does not inherit stale metadata.
         b.clear();
         assert!(b.push(&[3]));
-        assert!(!b.meta(0).icrc_verified);
+        assert!(b.meta(0).header_exact);
     }
 
     #[test]

@@ -1,16 +1,67 @@
-//! Telling an emulated CPU (QEMU's TCG) from a real one, where the fastest
-//! code differs.
+//! Code choices that suit the CPU: under an emulated CPU (QEMU's TCG, as in
+//! the rxe lab's VMs) the fastest code differs from a real CPU's. A
+//! [`CpuTuning`] says which to use; it is an option of whatever is being
+//! built (`UdpConfig::cpu`, roce-core's `DeviceConfig::icrc_code`,
+//! roce-verbs' `ProgressConfig::copy_piece`), never a process-wide switch.
+//! [`CpuTuning::detect`] probes the CPU for a program that wants the
+//! automatic choice (the `roce` tool does).
 
-use std::sync::OnceLock;
-
-/// What [`adapt_to_cpu`] found: whether the CPU is [`emulated`] (unset
-/// until it runs).
-static ADAPTED: OnceLock<bool> = OnceLock::new();
+use roce_wire::crc32::Code;
 
 /// The piece of a [`copy_payload`] on an emulated CPU: below every
 /// threshold at which glibc's `memcpy` switches to `rep movsb` (2048 bytes
 /// and up, by CPU).
 pub const COPY_PIECE: usize = 1024;
+
+/// The code choices that suit a CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct CpuTuning {
+    /// The CRC-32 code for ICRCs: on an emulated CPU the table-driven one
+    /// (the carry-less multiply is a slow and erratic emulator call there:
+    /// one build of `roce perf write-bw` ran at 0.19 Gbit/s in the lab VM,
+    /// the same source with the table at 0.27-0.39).
+    pub icrc_code: Code,
+    /// The largest piece a payload copy is made in ([`copy_payload`]),
+    /// `None` for whole copies: on an emulated CPU [`COPY_PIECE`]. There
+    /// glibc's `memcpy` moves a large block with `rep movsb`, which QEMU's
+    /// TCG runs a byte at a time: 64 KiB took 141 µs in one call and 23 µs
+    /// in 1 KiB pieces in the lab VM (1.9 and 2.1 µs natively).
+    pub copy_piece: Option<usize>,
+}
+
+impl Default for CpuTuning {
+    /// [`CpuTuning::NATIVE`].
+    fn default() -> CpuTuning {
+        CpuTuning::NATIVE
+    }
+}
+
+impl CpuTuning {
+    /// For a real CPU: crc32fast, whole copies.
+    pub const NATIVE: CpuTuning = CpuTuning {
+        icrc_code: Code::Fast,
+        copy_piece: None,
+    };
+
+    /// For QEMU's TCG: the table-driven CRC, copies in [`COPY_PIECE`]s.
+    pub const EMULATED: CpuTuning = CpuTuning {
+        icrc_code: Code::Table,
+        copy_piece: Some(COPY_PIECE),
+    };
+
+    /// [`EMULATED`](Self::EMULATED) when [`emulated`] says so, else
+    /// [`NATIVE`](Self::NATIVE). Probes the CPU on every call (two CPUID
+    /// instructions): call it where a device is configured, and keep the
+    /// result.
+    pub fn detect() -> CpuTuning {
+        if emulated() {
+            CpuTuning::EMULATED
+        } else {
+            CpuTuning::NATIVE
+        }
+    }
+}
 
 /// True when the CPU is emulated by QEMU's TCG (CPUID's hypervisor leaf
 /// says `TCGTCGTCGTCG`), as in the rxe lab's VMs; false on real CPUs and
@@ -39,53 +90,21 @@ pub fn emulated() -> bool {
     }
 }
 
-/// Chooses, once per process, the code that suits this CPU: on an
-/// [`emulated`] one the ICRC's CRC-32 runs table-driven
-/// ([`roce_wire::crc32::set_table_driven`]; the carry-less multiply is a
-/// slow and erratic emulator call there), and payload copies go in pieces
-/// ([`copy_piece`]). Every backend calls it when it opens. The measurements
-/// behind the choice are in the repository's
-/// `docs/notes/2026-12-01-emulated-cpu.md`.
-pub fn adapt_to_cpu() {
-    ADAPTED.get_or_init(|| {
-        let emulated = emulated();
-        if emulated {
-            roce_wire::crc32::set_table_driven(true);
-        }
-        emulated
-    });
-}
-
-/// The largest piece a copy of payload bytes should be made in: `usize::MAX`
-/// on a real CPU, [`COPY_PIECE`] on an emulated one. There glibc's `memcpy`
-/// moves a large block with `rep movsb`, which QEMU's TCG runs a byte at a
-/// time, several times slower than the same copy in 1 KiB pieces.
-pub fn copy_piece() -> usize {
-    if ADAPTED.get() == Some(&true) {
-        COPY_PIECE
-    } else {
-        usize::MAX
-    }
-}
-
-/// Copies `src` into `dst` (as `copy_from_slice`), in pieces of
-/// [`copy_piece`] bytes.
+/// Copies `src` into `dst` (as `copy_from_slice`), in pieces of at most
+/// `piece` bytes (`None`: in one; see [`CpuTuning::copy_piece`]).
 ///
 /// # Panics
 ///
 /// If the lengths differ.
-pub fn copy_payload(dst: &mut [u8], src: &[u8]) {
+pub fn copy_payload(dst: &mut [u8], src: &[u8], piece: Option<usize>) {
     assert_eq!(dst.len(), src.len(), "copy_payload: lengths differ");
-    copy_in_pieces(dst, src, copy_piece());
-}
-
-fn copy_in_pieces(dst: &mut [u8], src: &[u8], piece: usize) {
-    if src.len() <= piece {
-        dst.copy_from_slice(src);
-        return;
-    }
-    for (d, s) in dst.chunks_mut(piece).zip(src.chunks(piece)) {
-        d.copy_from_slice(s);
+    match piece {
+        Some(p) if p > 0 && src.len() > p => {
+            for (d, s) in dst.chunks_mut(p).zip(src.chunks(p)) {
+                d.copy_from_slice(s);
+            }
+        }
+        _ => dst.copy_from_slice(src),
     }
 }
 
@@ -94,29 +113,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn adapting_keeps_the_fast_crc_on_a_real_cpu() {
-        adapt_to_cpu();
-        // This machine's CPU decides; the check value holds either way.
-        assert_eq!(roce_wire::crc32::table_driven(), emulated());
-        let mut c = roce_wire::crc32::Crc32::new();
-        c.update(b"123456789");
-        assert_eq!(c.finalize(), 0xcbf4_3926);
-        assert_eq!(copy_piece() == COPY_PIECE, emulated());
+    fn detection_matches_the_cpu() {
+        // This machine's CPU decides; the choices follow it.
+        let t = CpuTuning::detect();
+        assert_eq!(t == CpuTuning::EMULATED, emulated());
+        assert_eq!(CpuTuning::default(), CpuTuning::NATIVE);
     }
 
     #[test]
     fn piecewise_copies_copy_every_byte() {
         let src: Vec<u8> = (0..5000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        for len in [0, 1, COPY_PIECE - 1, COPY_PIECE, COPY_PIECE + 1, 5000] {
-            let mut dst = vec![0u8; len];
-            copy_payload(&mut dst, &src[..len]);
-            assert_eq!(dst, &src[..len]);
-        }
-        // In pieces, as on an emulated CPU.
-        for len in [COPY_PIECE + 1, 3 * COPY_PIECE, 5000] {
-            let mut dst = vec![0u8; len];
-            copy_in_pieces(&mut dst, &src[..len], COPY_PIECE);
-            assert_eq!(dst, &src[..len]);
+        for piece in [None, Some(COPY_PIECE), Some(1), Some(0)] {
+            for len in [
+                0,
+                1,
+                COPY_PIECE - 1,
+                COPY_PIECE,
+                COPY_PIECE + 1,
+                3 * COPY_PIECE,
+                5000,
+            ] {
+                let mut dst = vec![0u8; len];
+                copy_payload(&mut dst, &src[..len], piece);
+                assert_eq!(dst, &src[..len], "{piece:?} {len}");
+            }
         }
     }
 }

@@ -7,6 +7,8 @@ use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use smallvec::SmallVec;
+
 use crate::backend::{Backend, Nanos, PacketBatch, RxMeta};
 use crate::datagram;
 
@@ -137,6 +139,23 @@ impl fmt::Display for FabricError {
 
 impl std::error::Error for FabricError {}
 
+/// What a port's owner asked to be called when the fabric queues a
+/// datagram for it ([`FabricPort::set_waker`]).
+type WakerFn = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Clone, Default)]
+struct Waker(Option<WakerFn>);
+
+impl fmt::Debug for Waker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Waker(set)"
+        } else {
+            "Waker(none)"
+        })
+    }
+}
+
 /// A datagram on its way to an endpoint.
 #[derive(Debug)]
 struct InFlight {
@@ -154,6 +173,7 @@ struct Port {
     /// Ordered by delivery time (links are FIFO).
     queue: VecDeque<InFlight>,
     stats: PortStats,
+    waker: Waker,
 }
 
 #[derive(Debug, Default)]
@@ -169,14 +189,13 @@ impl Switch {
         self.ports.get_mut(id).and_then(Option::as_mut)
     }
 
-    /// Moves one datagram from endpoint `src` into the fabric at `now`.
-    fn forward(&mut self, src: usize, now: Nanos, d: &[u8]) {
+    /// Moves one datagram from endpoint `src` into the fabric at `now`;
+    /// returns the port it was queued for.
+    fn forward(&mut self, src: usize, now: Nanos, d: &[u8]) -> Option<usize> {
         let len = d.len() as u64;
         self.totals.sent += 1;
         self.totals.sent_bytes += len;
-        let Some(sp) = self.ports.get_mut(src).and_then(Option::as_mut) else {
-            return;
-        };
+        let sp = self.ports.get_mut(src).and_then(Option::as_mut)?;
         sp.stats.sent += 1;
         sp.stats.sent_bytes += len;
         // Store and forward: the whole datagram crosses the sender's link.
@@ -186,20 +205,18 @@ impl Switch {
         let Some(dst) = datagram::dst_addr(d) else {
             sp.stats.dropped_malformed += 1;
             self.totals.dropped_malformed += 1;
-            return;
+            return None;
         };
         let Some(&to) = self.routes.get(&dst) else {
             sp.stats.dropped_no_route += 1;
             self.totals.dropped_no_route += 1;
-            return;
+            return None;
         };
-        let Some(tp) = self.ports.get_mut(to).and_then(Option::as_mut) else {
-            return;
-        };
+        let tp = self.ports.get_mut(to).and_then(Option::as_mut)?;
         if tp.link.queue_limit.is_some_and(|n| tp.queue.len() >= n) {
             tp.stats.dropped_queue_full += 1;
             self.totals.dropped_queue_full += 1;
-            return;
+            return None;
         }
         // The switch serves each output link in the order datagrams are
         // handed to the fabric.
@@ -214,6 +231,7 @@ impl Switch {
         data.clear();
         data.extend_from_slice(d);
         tp.queue.push_back(InFlight { deliver_at, data });
+        Some(to)
     }
 }
 
@@ -288,7 +306,6 @@ impl Fabric {
 
     /// Attaches an endpoint that owns `addr`, with the given link.
     pub fn endpoint_with(&self, addr: IpAddr, link: LinkConfig) -> Result<FabricPort, FabricError> {
-        crate::emu::adapt_to_cpu();
         let mut sw = self.lock();
         if sw.routes.contains_key(&addr) {
             return Err(FabricError::AddrInUse(addr));
@@ -299,6 +316,7 @@ impl Fabric {
             down_free: 0,
             queue: VecDeque::new(),
             stats: PortStats::default(),
+            waker: Waker::default(),
         };
         let id = match sw.ports.iter().position(Option::is_none) {
             Some(free) => {
@@ -369,6 +387,26 @@ impl FabricPort {
         }
     }
 
+    /// Has the fabric call `waker` whenever it queues a datagram for this
+    /// endpoint (on the sending thread, after the send, once per send call
+    /// that queued any), replacing any earlier waker: a progress thread
+    /// that sleeps between its polls registers its unpark here, so a send
+    /// from another endpoint wakes it at once. Only this endpoint's own
+    /// traffic calls it: endpoints of other fabrics, or other endpoints of
+    /// this one, never do.
+    pub fn set_waker(&self, waker: impl Fn() + Send + Sync + 'static) {
+        if let Some(p) = self.fabric.lock().port(self.id) {
+            p.waker = Waker(Some(Arc::new(waker)));
+        }
+    }
+
+    /// Removes the waker [`set_waker`](Self::set_waker) installed.
+    pub fn clear_waker(&self) {
+        if let Some(p) = self.fabric.lock().port(self.id) {
+            p.waker = Waker::default();
+        }
+    }
+
     /// This endpoint's counters.
     pub fn stats(&self) -> PortStats {
         self.fabric
@@ -406,11 +444,26 @@ impl Backend for FabricPort {
     }
 
     /// Takes every datagram (the fabric never pushes back; what it cannot
-    /// deliver it drops and counts).
+    /// deliver it drops and counts), then calls the wakers of the
+    /// endpoints it queued datagrams for ([`FabricPort::set_waker`]).
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        let mut wake: SmallVec<[(usize, WakerFn); 4]> = SmallVec::new();
         let mut sw = self.fabric.lock();
         for d in batch.iter() {
-            sw.forward(self.id, now, d);
+            let Some(to) = sw.forward(self.id, now, d) else {
+                continue;
+            };
+            if wake.iter().any(|(id, _)| *id == to) {
+                continue;
+            }
+            if let Some(w) = sw.port(to).and_then(|p| p.waker.0.clone()) {
+                wake.push((to, w));
+            }
+        }
+        // Outside the lock: a waker may touch the fabric itself.
+        drop(sw);
+        for (_, w) in wake {
+            w();
         }
         Ok(batch.len())
     }
@@ -425,7 +478,7 @@ impl Backend for FabricPort {
         let Some(port) = sw.ports.get_mut(self.id).and_then(Option::as_mut) else {
             return Ok(0);
         };
-        let meta = RxMeta::new().with_icrc_verified(true);
+        let meta = RxMeta::exact();
         while !batch.is_full() && port.queue.front().is_some_and(|f| f.deliver_at <= now) {
             let Some(f) = port.queue.pop_front() else {
                 break;

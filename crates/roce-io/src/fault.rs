@@ -338,6 +338,10 @@ impl<B: Backend> FaultInjector<B> {
                 if !self.out.push_with_meta(&p.data, p.meta) {
                     break;
                 }
+                if let Some(t) = p.transmit {
+                    let last = self.out.len() - 1;
+                    self.out.set_transmit(last, t);
+                }
             }
             let offered = self.out.len();
             let taken = self.inner.send(now, &self.out)?.min(offered);
@@ -376,8 +380,8 @@ impl<B: Backend> Backend for FaultInjector<B> {
             return Ok(0);
         }
         for i in 0..batch.len() {
-            let (d, meta) = (batch.get(i), batch.meta(i));
-            self.tx.ingest(&self.cfg, &mut self.pool, now, d, meta);
+            let (d, meta, t) = (batch.get(i), batch.meta(i), batch.transmit(i));
+            self.tx.ingest(&self.cfg, &mut self.pool, now, d, meta, t);
         }
         if self.flush_tx(now).is_err() {
             self.tx.stats.errors += 1;
@@ -404,7 +408,8 @@ impl<B: Backend> Backend for FaultInjector<B> {
             self.inner.recv(now, &mut self.rx_in)?;
             for i in 0..self.rx_in.len() {
                 let (d, meta) = (self.rx_in.get(i), self.rx_in.meta(i));
-                self.rx.ingest(&self.cfg, &mut self.pool, now, d, meta);
+                self.rx
+                    .ingest(&self.cfg, &mut self.pool, now, d, meta, None);
             }
         }
         while !batch.is_full() {

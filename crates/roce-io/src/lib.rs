@@ -40,8 +40,10 @@
 //! A progress loop drives a backend like this:
 //!
 //! 1. fill a [`PacketBatch`] with outgoing datagrams
-//!    ([`PacketBatch::push_with`] lets the engine emit straight into the
-//!    arena) and call [`Backend::send`]; it returns how many it took, from
+//!    ([`PacketBatch::push_transmit_with`] lets the engine emit straight
+//!    into the arena, and keeps the [`Transmit`](roce_wire::Transmit) that
+//!    says how to send each one, so no backend parses a header) and call
+//!    [`Backend::send`]; it returns how many it took, from
 //!    the front, and the rest are offered again later
 //!    ([`PacketBatch::drain_front`]);
 //! 2. call [`Backend::recv`] with a receive batch and hand each datagram
@@ -105,7 +107,7 @@
 //! let n = b.recv(now, &mut rx)?;
 //! for (i, d) in rx.iter().enumerate() {
 //!     let p = RocePacket::parse_ip(d)?;
-//!     assert!(rx.meta(i).icrc_verified && p.check_icrc().is_ok());
+//!     assert!(rx.meta(i).header_exact && p.check_icrc().is_ok());
 //! }
 //! let (lossy, pcap) = a.finish()?;
 //! assert_eq!(n as u64, 32 - lossy.stats().lost);
@@ -121,8 +123,6 @@
 #![deny(unsafe_code)]
 
 mod backend;
-#[cfg(target_os = "linux")]
-pub mod cpu;
 mod datagram;
 #[allow(unsafe_code)]
 mod emu;
@@ -149,7 +149,7 @@ mod testutil;
 mod udp;
 
 pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
-pub use emu::{adapt_to_cpu, copy_payload, copy_piece, emulated, COPY_PIECE};
+pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
 #[cfg(target_os = "linux")]

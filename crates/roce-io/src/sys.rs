@@ -64,7 +64,10 @@ impl MmsgScratch {
     }
 }
 
-/// Sets an integer socket option.
+/// Sets an integer socket option: for the few that neither nix nor
+/// socket2 wraps (`IP_MTU_DISCOVER`, `IPV6_MTU_DISCOVER`,
+/// `UDP_NO_CHECK6_RX`, `PACKET_VERSION`, `PACKET_AUXDATA`,
+/// `PACKET_IGNORE_OUTGOING`); the others go through theirs.
 pub(crate) fn setsockopt_int(
     fd: BorrowedFd<'_>,
     level: c_int,
@@ -85,28 +88,6 @@ pub(crate) fn setsockopt_int(
     };
     if rc == 0 {
         Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Reads an integer socket option.
-pub(crate) fn getsockopt_int(fd: BorrowedFd<'_>, level: c_int, name: c_int) -> io::Result<c_int> {
-    let mut val: c_int = 0;
-    let mut len = mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `val` and updates
-    // `len`; both are live locals.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            ptr::from_mut(&mut val).cast::<c_void>(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(val)
     } else {
         Err(io::Error::last_os_error())
     }

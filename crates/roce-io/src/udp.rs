@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
+use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 use nix::sys::time::TimeSpec;
 use roce_wire::ipv4;
 use socket2::Socket;
 
 use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
-use hdr::TxHdr;
 use ports::PortSockets;
 use rx::FollowUp;
 use tx::{Planned, Seg, Sent, Via};
@@ -39,17 +39,19 @@ const RX_ROUNDS: usize = 4;
 /// RoCE v2 over UDP sockets: unprivileged, one receive socket on port 4791
 /// plus per-source-port send sockets.
 ///
-/// The engine hands over whole IP datagrams; the kernel builds the IP and
-/// UDP headers itself, so the backend sends each datagram's UDP payload
-/// (BTH ... ICRC) to the datagram's destination address and port, and on
-/// receive rebuilds a whole datagram around the payload the socket returns.
-/// The ICRC covers header fields that the backend does not write itself,
-/// so the rules below keep what goes on the wire consistent with its ICRC.
+/// The engine hands over whole IP datagrams, each with a
+/// [`Transmit`](roce_wire::Transmit) (source, destination, DSCP / ECN);
+/// the kernel builds the IP and UDP headers itself, so the backend sends
+/// each datagram's UDP payload (BTH ... ICRC) as its `Transmit` says,
+/// reading no header, and on receive rebuilds a whole datagram around the
+/// payload the socket returns. The ICRC covers header fields that the
+/// backend does not write itself, so the rules below keep what goes on the
+/// wire consistent with its ICRC ([`roce_wire::icrc::rebase`]).
 ///
 /// # Source ports
 ///
 /// RoCE v2 peers use a fixed UDP source port per QP (0xC000..=0xFFFF) as
-/// ECMP entropy, and the ICRC covers it (docs/protocol.md §1, §4). A UDP
+/// ECMP entropy, and the ICRC covers it (protocol reference §1, §4). A UDP
 /// socket has one source port, so the backend opens, on demand, one send
 /// socket bound to (local IP, source port) per port the engine uses, and
 /// keeps them in a bounded LRU cache ([`UdpConfig::socket_cache`], default
@@ -87,19 +89,17 @@ const RX_ROUNDS: usize = 4;
 ///
 /// * IPv6: every field the ICRC covers is known exactly (the flow label,
 ///   traffic class and hop limit are masked), so the datagram is handed on
-///   with [`RxMeta::icrc_verified`](crate::RxMeta::icrc_verified) set and the engine checks the ICRC.
+///   with [`RxMeta::header_exact`](crate::RxMeta::header_exact) set and the engine checks the ICRC.
 /// * IPv4: the ICRC covers the identification, which the socket never
 ///   shows; a peer that sends non-zero IDs (Linux rxe uses the kernel's
 ///   hashed IDs) cannot be verified. Those datagrams are handed on with
-///   `icrc_verified` false and counted (`udp_rx_icrc_unverified`). The
-///   backend recomputes the ICRC assuming ID 0 (or a GSO segment's ID)
-///   and counts matches (`udp_rx_icrc_id0_ok`: the datagram is intact and
-///   the peer used ID 0, as this stack does) and mismatches
-///   (`udp_rx_icrc_bad`: corrupt, forged, or a peer with other IDs —
-///   indistinguishable). [`IcrcCheck::Require`] (the default) drops the
-///   mismatches; [`IcrcCheck::Count`] hands them on, for peers such as
-///   Linux rxe whose IDs cannot be known (their ICRC is then never
-///   verified: see docs/security.md).
+///   `header_exact` false and counted (`udp_rx_icrc_unverified`). With
+///   [`IcrcCheck::Count`] (the default) the backend also recomputes the
+///   ICRC assuming ID 0 and counts matches (`udp_rx_icrc_id0_ok`: the
+///   datagram is intact and the peer used ID 0, as this stack does) and
+///   mismatches (`udp_rx_icrc_id0_bad`: corrupt, or a peer with other IDs —
+///   indistinguishable); [`IcrcCheck::Require`] drops the mismatches,
+///   for links whose peers are known to send ID 0.
 ///
 /// # Batching and offloads
 ///
@@ -155,7 +155,8 @@ pub struct UdpBackend {
     mmsg: sys::MmsgScratch,
     rx_cur: usize,
     rx_off: usize,
-    solver: hdr::IdSolver,
+    /// Moves ICRCs to the header fields the kernel writes.
+    rebaser: roce_wire::icrc::Rebaser,
 }
 
 impl std::fmt::Debug for UdpBackend {
@@ -177,7 +178,6 @@ impl UdpBackend {
     /// socket holds it (the kernel's rxe binds 4791 on every address); any
     /// other socket error as is.
     pub fn bind(cfg: UdpConfig) -> io::Result<Self> {
-        crate::emu::adapt_to_cpu();
         // The ICRC covers the source and destination addresses: a device
         // must own one address, which the kernel then writes and reports.
         if cfg.local.is_unspecified() {
@@ -218,10 +218,8 @@ impl UdpBackend {
         } else {
             sock.set_recv_tos_v4(true)?;
         }
-        let gso =
-            cfg.gso && sys::getsockopt_int(sock.as_fd(), libc::SOL_UDP, libc::UDP_SEGMENT).is_ok();
-        let gro =
-            cfg.gro && sys::setsockopt_int(sock.as_fd(), libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+        let gso = cfg.gso && getsockopt(&sock, sockopt::UdpGsoSegment).is_ok();
+        let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
         let rx_slot = if gro { 65_536 } else { cfg.max_datagram };
         let rx_msgs = if gro { 32 } else { MAX_MMSG };
         let ports = PortSockets::new(
@@ -251,7 +249,7 @@ impl UdpBackend {
             mmsg: sys::MmsgScratch::new(),
             rx_cur: 0,
             rx_off: 0,
-            solver: hdr::IdSolver::default(),
+            rebaser: roce_wire::icrc::Rebaser::default(),
             cfg,
         })
     }
@@ -315,21 +313,19 @@ impl Backend for UdpBackend {
         // one-datagram probe that tells whose fault it was.
         let mut probe: Option<u64> = None;
         while i < batch.len() {
-            let h = match TxHdr::parse(batch.get(i)) {
-                Some(h) if h.dst.is_ipv6() == self.v6 => h,
-                _ => {
-                    self.stats.tx_malformed += 1;
-                    i += 1;
-                    continue;
-                }
+            let Some(t) = self.sendable(batch, i) else {
+                self.stats.tx_malformed += 1;
+                i += 1;
+                continue;
             };
-            let via = if h.sport == self.cfg.port || self.ports.get(h.sport).is_none() {
+            let sport = t.src.port();
+            let via = if sport == self.cfg.port || self.ports.get(sport).is_none() {
                 Via::Main
             } else {
-                Via::Port(h.sport)
+                Via::Port(sport)
             };
             let limit = if probe.is_some() { 1 } else { TX_CHUNK };
-            let end = self.plan_chunk(batch, i, &h, via, limit);
+            let end = self.plan_chunk(batch, i, &t, via, limit);
             match self.send_chunk(batch, via) {
                 Sent::All => {
                     if let Some(before) = probe.take() {

@@ -133,8 +133,8 @@ fn corrupted_payload_stays_detectable_on_the_rewrite_path_v6() {
     let (dg, meta) = &got[0];
     let p = RocePacket::parse_ip(dg).unwrap();
     println!(
-        "icrc_verified={} check_icrc={:?} payload intact={}",
-        meta.icrc_verified,
+        "header_exact={} check_icrc={:?} payload intact={}",
+        meta.header_exact,
         p.check_icrc(),
         p.payload == &payload(0, 64)[..]
     );
@@ -205,9 +205,9 @@ fn receive_side_corruption_is_left_for_the_engine_to_catch() {
     for i in 0..n {
         let p = RocePacket::parse_ip(rx.get(i)).unwrap();
         println!(
-            "psn {} icrc_verified={} check_icrc={:?}",
+            "psn {} header_exact={} check_icrc={:?}",
             p.bth.psn.value(),
-            rx.meta(i).icrc_verified,
+            rx.meta(i).header_exact,
             p.check_icrc().is_ok()
         );
     }
@@ -220,7 +220,7 @@ fn receive_side_corruption_is_left_for_the_engine_to_catch() {
     assert!(n > 0);
     // Each was damaged after the backend's check: marked for the engine to
     // check, and that check fails.
-    assert!((0..n).all(|i| rx.meta(i).icrc_verified), "left unchecked");
+    assert!((0..n).all(|i| rx.meta(i).header_exact), "left unchecked");
     assert!((0..n).all(|i| RocePacket::parse_ip(rx.get(i)).is_ok_and(|p| p.check_icrc().is_err())));
 }
 

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use roce_core::{
     Access, AddressVector, CqId, Device, DeviceConfig, MrKeys, PdId, Psn, QpAttr, QpAttrMask,
-    QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxInfo, SendOp, SendWr, Sge, Wc,
+    QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxMeta, SendOp, SendWr, Sge, Wc,
     WcOpcode, WcStatus,
 };
 
@@ -235,7 +235,11 @@ impl Host {
         let pkt = match self.held.take() {
             Some(p) => p,
             None => {
-                let Some(n) = self.dev.poll_transmit(sh.now / NS, &mut sh.scratch) else {
+                let Some(n) = self
+                    .dev
+                    .poll_transmit(sh.now / NS, &mut sh.scratch)
+                    .map(|t| t.size)
+                else {
                     return;
                 };
                 let d = &sh.scratch[..n];
@@ -312,7 +316,7 @@ impl Host {
         }
         let n = p.write_to(&mut sh.scratch);
         self.dev
-            .handle_datagram(sh.now / NS, &sh.scratch[..n], RxInfo::default());
+            .handle_datagram(sh.now / NS, &sh.scratch[..n], RxMeta::default());
         sh.pool.free(pkt);
         self.after_engine(sh, done)
     }

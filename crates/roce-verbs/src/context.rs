@@ -12,7 +12,7 @@ use roce_io::{Backend, Fabric, FabricPort};
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::error::Error;
 use crate::pd::ProtectionDomain;
-use crate::progress::{self, FabricEndpoint, ProgressConfig};
+use crate::progress::{self, Doorbell, ProgressConfig};
 use crate::shared::{lock, Shared};
 
 #[derive(Debug)]
@@ -75,7 +75,7 @@ impl Context {
         config: DeviceConfig,
         progress: ProgressConfig,
     ) -> Result<Context, Error> {
-        Context::start(Box::new(backend), config, progress, false)
+        Context::start(Box::new(backend), config, progress, None)
     }
 
     /// Opens a device owning `addr` on an in-memory fabric.
@@ -93,7 +93,21 @@ impl Context {
     ) -> Result<Context, Error>
     where
         B: Backend + Send + 'static,
-        F: FnOnce(FabricEndpoint) -> B,
+        F: FnOnce(FabricPort) -> B,
+    {
+        Context::open_fabric_tuned(fabric, config, ProgressConfig::default(), wrap)
+    }
+
+    /// [`Context::open_fabric_with`] with a progress configuration.
+    pub(crate) fn open_fabric_tuned<B, F>(
+        fabric: &Fabric,
+        config: DeviceConfig,
+        progress: ProgressConfig,
+        wrap: F,
+    ) -> Result<Context, Error>
+    where
+        B: Backend + Send + 'static,
+        F: FnOnce(FabricPort) -> B,
     {
         let mut addrs = config.addrs.iter();
         let first = addrs
@@ -103,15 +117,19 @@ impl Context {
         for a in addrs {
             port.add_addr(*a)?;
         }
-        let backend = wrap(FabricEndpoint::new(port));
-        Context::start(Box::new(backend), config, ProgressConfig::default(), true)
+        // The port wakes this context's progress thread when a datagram is
+        // queued for it (the context is made after the wrapping).
+        let doorbell = Doorbell::default();
+        progress::install_doorbell(&port, &doorbell);
+        let backend = wrap(port);
+        Context::start(Box::new(backend), config, progress, Some(doorbell))
     }
 
     pub(crate) fn start(
         backend: Box<dyn Backend + Send>,
         mut config: DeviceConfig,
         progress: ProgressConfig,
-        doorbell: bool,
+        doorbell: Option<Doorbell>,
     ) -> Result<Context, Error> {
         // QPNs, keys, PSNs, CM IDs and region addresses must not be
         // guessable: the engine's CSPRNG is seeded from the OS unless the
@@ -126,8 +144,8 @@ impl Context {
             return Err(Error::InvalidArgument("progress batch of 0"));
         }
         let shared = Arc::new(Shared::new(Device::new(config), backend, progress));
-        if doorbell {
-            progress::register_doorbell(&shared.addrs, &shared);
+        if let Some(d) = doorbell {
+            let _ = d.set(Arc::downgrade(&shared));
         }
         let s = shared.clone();
         let handle = std::thread::Builder::new()

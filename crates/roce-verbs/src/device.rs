@@ -14,7 +14,7 @@ use std::io;
 use std::net::IpAddr;
 
 use roce_core::{AckDelay, DeviceConfig};
-use roce_io::{Backend, Fabric, IcrcCheck, InterfaceInfo};
+use roce_io::{Backend, CpuTuning, Fabric, IcrcCheck, InterfaceInfo};
 
 use crate::context::Context;
 use crate::progress::ProgressConfig;
@@ -128,6 +128,7 @@ pub struct OpenOptions {
     gids: Option<Vec<IpAddr>>,
     wrap: Option<Wrap>,
     progress: ProgressConfig,
+    cpu: CpuTuning,
     /// The engine's configuration; `addrs` and `active_mtu` are filled in
     /// by [`OpenOptions::open`] (the GID, the link's MTU unless
     /// [`OpenOptions::max_mtu`] lowers it).
@@ -160,6 +161,7 @@ impl OpenOptions {
             vlan: None,
             gids: None,
             wrap: None,
+            cpu: CpuTuning::NATIVE,
             progress: ProgressConfig::default(),
             config: DeviceConfig {
                 ack_delay: AckDelay::INTERACTIVE,
@@ -200,6 +202,15 @@ impl OpenOptions {
     /// packet backends own the local address only.
     pub fn gids(mut self, gids: Vec<IpAddr>) -> OpenOptions {
         self.gids = Some(gids);
+        self
+    }
+
+    /// The code choices for the CPU this runs on (the ICRC's CRC-32 code,
+    /// payload copies in pieces): [`CpuTuning::NATIVE`] unless set; a
+    /// program passes [`CpuTuning::detect`] to run well under an emulated
+    /// CPU. Nothing in the libraries chooses it behind the caller's back.
+    pub fn cpu(mut self, cpu: CpuTuning) -> OpenOptions {
+        self.cpu = cpu;
         self
     }
 
@@ -260,6 +271,8 @@ impl OpenOptions {
         self.config.addrs = self.gids.take().unwrap_or_else(|| vec![local]);
         let mtu = self.link_mtu()?;
         self.config.active_mtu = self.config.active_mtu.min(mtu);
+        self.config.icrc_code = self.cpu.icrc_code;
+        self.progress.copy_piece = self.cpu.copy_piece;
         let backend: Box<dyn Backend + Send> = match &self.backend {
             BackendKind::Fabric(fabric) => {
                 if self.wrap.is_some() {
@@ -267,13 +280,14 @@ impl OpenOptions {
                         "middleware (a capture, faults) needs the udp or packet backend",
                     ));
                 }
-                return Context::open_fabric_with(fabric, self.config, |ep| ep)
+                return Context::open_fabric_tuned(fabric, self.config, self.progress, |ep| ep)
                     .map_err(|e| OpenError::Open(e.to_string()));
             }
             BackendKind::Udp => {
                 let mut ucfg = roce_io::UdpConfig::new(local)
                     .port(self.roce_port)
-                    .remote_port(self.remote_port);
+                    .remote_port(self.remote_port)
+                    .cpu(self.cpu);
                 if let Some(c) = self.icrc {
                     ucfg = ucfg.icrc_check(c);
                 }
@@ -311,7 +325,7 @@ impl OpenOptions {
             Some(w) => w(backend).map_err(OpenError::Middleware)?,
             None => backend,
         };
-        Context::start(backend, self.config, self.progress, false)
+        Context::start(backend, self.config, self.progress, None)
             .map_err(|e| OpenError::Open(e.to_string()))
     }
 }

@@ -141,7 +141,7 @@ pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
-pub use progress::{FabricEndpoint, ProgressConfig};
+pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};

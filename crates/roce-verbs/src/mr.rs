@@ -263,6 +263,8 @@ pub(crate) fn register(
 pub(crate) struct RawMem {
     ptr: *mut u8,
     len: usize,
+    /// [`ProgressConfig::copy_piece`](crate::ProgressConfig::copy_piece).
+    piece: Option<usize>,
 }
 
 impl RawMem {
@@ -271,8 +273,8 @@ impl RawMem {
     /// `ptr..ptr + len` must be valid for reads and writes for as long as
     /// the region is registered (the contract of
     /// [`ProtectionDomain::reg_mr_raw`]).
-    pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> RawMem {
-        RawMem { ptr, len }
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize, piece: Option<usize>) -> RawMem {
+        RawMem { ptr, len, piece }
     }
 }
 
@@ -296,7 +298,14 @@ impl RegionMemory for RawMem {
         // SAFETY: `offset + out.len() <= len` (checked above) and the region
         // `ptr..ptr + len` is valid for reads while registered (reg_mr_raw
         // contract); `move_bytes` tolerates overlap.
-        unsafe { move_bytes(self.ptr.add(offset), out.as_mut_ptr(), out.len()) }
+        unsafe {
+            move_bytes(
+                self.ptr.add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+                self.piece,
+            )
+        }
     }
 
     fn write(&mut self, offset: usize, data: &[u8]) {
@@ -308,20 +317,22 @@ impl RegionMemory for RawMem {
         }
         // SAFETY: as in `read`: in bounds and valid for writes while
         // registered; `move_bytes` tolerates overlap.
-        unsafe { move_bytes(data.as_ptr(), self.ptr.add(offset), data.len()) }
+        unsafe { move_bytes(data.as_ptr(), self.ptr.add(offset), data.len(), self.piece) }
     }
 }
 
-/// `ptr::copy` (overlap allowed) in pieces of [`roce_io::copy_piece`] bytes:
+/// `ptr::copy` (overlap allowed) in pieces of at most `piece` bytes
+/// ([`ProgressConfig::copy_piece`](crate::ProgressConfig::copy_piece);
+/// `None`: one piece):
 /// forwards when `dst` lies below `src`, backwards otherwise, so that no
 /// piece overwrites source bytes a later piece still reads.
 ///
 /// # Safety
 ///
 /// As `ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
-unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
+unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize, piece: Option<usize>) {
     // SAFETY: the caller's contract.
-    unsafe { move_in_pieces(src, dst, len, roce_io::copy_piece()) }
+    unsafe { move_in_pieces(src, dst, len, piece.unwrap_or(usize::MAX).max(1)) }
 }
 
 /// [`move_bytes`] with the piece size given.

@@ -60,7 +60,7 @@ impl ProtectionDomain {
     pub fn reg_mr(&self, buf: impl Into<Vec<u8>>, access: Access) -> Result<MemoryRegion, Error> {
         let buf: Vec<u8> = buf.into();
         let home: Home = Arc::new(Mutex::new(None));
-        let mem = OwnedMem::new(buf, home.clone());
+        let mem = OwnedMem::new(buf, home.clone(), self.shared().cfg.copy_piece);
         mr::register(self, Box::new(mem), None, Some(home), access)
     }
 
@@ -100,7 +100,7 @@ impl ProtectionDomain {
         }
         // SAFETY: the caller upholds the contract above, which is exactly
         // what `RawMem::new` requires.
-        let mem = unsafe { RawMem::new(ptr, len) };
+        let mem = unsafe { RawMem::new(ptr, len, self.shared().cfg.copy_piece) };
         mr::register(self, Box::new(mem), Some(ptr as u64), None, access)
     }
 

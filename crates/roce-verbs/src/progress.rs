@@ -2,15 +2,12 @@
 //! runs the engine's timers, and wakes completion channels and async event
 //! waiters. See the crate docs for the threading model.
 
-use std::collections::HashMap;
-use std::io;
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, TryLockError, Weak};
+use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 
-use roce_core::{Nanos, RxInfo};
-use roce_io::{Backend, FabricPort, PacketBatch};
+use roce_core::Nanos;
+use roce_io::{Backend, FabricPort};
 
 use crate::shared::{lock, Io, Shared, RUNNING};
 
@@ -40,6 +37,11 @@ pub struct ProgressConfig {
     pub batch: usize,
     /// Transmit batches per progress step before receiving again.
     pub tx_batches_per_step: usize,
+    /// The largest piece the engine copies payload into and out of memory
+    /// regions in (`None`, the default: whole copies). Under an emulated
+    /// CPU, copies in pieces are much faster (`roce_io::CpuTuning`, whose
+    /// `detect` gives the automatic choice).
+    pub copy_piece: Option<usize>,
 }
 
 impl Default for ProgressConfig {
@@ -51,6 +53,7 @@ impl Default for ProgressConfig {
             poller_park: Duration::from_millis(16),
             batch: 64,
             tx_batches_per_step: 4,
+            copy_piece: None,
         }
     }
 }
@@ -221,10 +224,8 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
         clock.refresh(shared, &mut io.stale_polls);
         let mut core = shared.core_quiet();
         for i in 0..n {
-            let info = RxInfo {
-                icrc_checkable: io.rx.meta(i).icrc_verified,
-            };
-            core.dev.handle_datagram(clock.now, io.rx.get(i), info);
+            core.dev
+                .handle_datagram(clock.now, io.rx.get(i), io.rx.meta(i));
         }
         let last = n < io.rx.capacity();
         if last {
@@ -278,7 +279,7 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
         while !io.tx.is_full() {
             let pushed = io
                 .tx
-                .push_with(|buf| core.dev.poll_transmit(now, buf).unwrap_or(0));
+                .push_transmit_with(|buf| core.dev.poll_transmit(now, buf));
             if !pushed {
                 t.drained = true;
                 break;
@@ -523,116 +524,27 @@ pub(crate) fn run(shared: Arc<Shared>) {
     }
 }
 
-// ---------------------------------------------------------------------------
-// In-memory fabric endpoints that wake their peers.
+/// The context a fabric port's waker wakes, filled in once the context
+/// exists.
+pub(crate) type Doorbell = Arc<OnceLock<Weak<Shared>>>;
 
-/// Contexts opened on fabric endpoints, by address: a send rings the
-/// receiver's doorbell (unparks its progress thread). Keyed by address
-/// only, so two fabrics in one process that reuse addresses wake each
-/// other's threads spuriously, which costs one idle round.
-fn registry() -> &'static Mutex<HashMap<IpAddr, Vec<Weak<Shared>>>> {
-    static REG: std::sync::OnceLock<Mutex<HashMap<IpAddr, Vec<Weak<Shared>>>>> =
-        std::sync::OnceLock::new();
-    REG.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-pub(crate) fn register_doorbell(addrs: &[IpAddr], shared: &Arc<Shared>) {
-    let mut reg = lock(registry());
-    for a in addrs {
-        let list = reg.entry(*a).or_default();
-        list.retain(|w| w.strong_count() > 0);
-        list.push(Arc::downgrade(shared));
-    }
-}
-
-fn ring(dst: IpAddr) {
-    let targets: Vec<Arc<Shared>> = {
-        let reg = lock(registry());
-        reg.get(&dst)
-            .map(|l| l.iter().filter_map(Weak::upgrade).collect())
-            .unwrap_or_default()
-    };
-    for s in targets {
+/// Wakes a context's progress thread when its fabric port has a datagram
+/// queued ([`FabricPort::set_waker`]), so an idle context reacts at once
+/// instead of at its next poll; not while an application thread polls
+/// (it takes the datagram itself) or the thread is awake.
+pub(crate) fn install_doorbell(port: &FabricPort, doorbell: &Doorbell) {
+    let doorbell = doorbell.clone();
+    port.set_waker(move || {
+        let Some(s) = doorbell.get().and_then(Weak::upgrade) else {
+            return;
+        };
         let now = s.now();
         let polling = now.saturating_sub(s.last_inline.load(Ordering::Relaxed))
             < s.cfg.spin.as_nanos() as Nanos;
         if !polling && s.wake_at.load(Ordering::Acquire) != RUNNING {
             s.unpark();
         }
-    }
-}
-
-/// Destination address of an IPv4 or IPv6 datagram.
-fn dst_addr(d: &[u8]) -> Option<IpAddr> {
-    match d.first()? >> 4 {
-        4 => {
-            let b: [u8; 4] = d.get(16..20)?.try_into().ok()?;
-            Some(IpAddr::from(b))
-        }
-        6 => {
-            let b: [u8; 16] = d.get(24..40)?.try_into().ok()?;
-            Some(IpAddr::from(b))
-        }
-        _ => None,
-    }
-}
-
-/// An endpoint of an in-memory [`roce_io::Fabric`] that wakes the
-/// receiving context's progress thread when it sends, so an idle context
-/// reacts at once instead of at its next poll.
-///
-/// Made by [`Context::open_fabric`](crate::Context::open_fabric) and handed
-/// to the `wrap` closure of
-/// [`Context::open_fabric_with`](crate::Context::open_fabric_with), so
-/// middleware stacks over it (a `FaultInjector` that holds datagrams back
-/// rings when it releases them).
-#[derive(Debug)]
-pub struct FabricEndpoint {
-    port: FabricPort,
-}
-
-impl FabricEndpoint {
-    pub(crate) fn new(port: FabricPort) -> FabricEndpoint {
-        FabricEndpoint { port }
-    }
-
-    /// The fabric port.
-    pub fn port(&self) -> &FabricPort {
-        &self.port
-    }
-}
-
-impl Backend for FabricEndpoint {
-    fn local_addrs(&self) -> &[IpAddr] {
-        self.port.local_addrs()
-    }
-
-    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
-        let n = self.port.send(now, batch)?;
-        let mut last = None;
-        for d in batch.iter().take(n) {
-            let dst = dst_addr(d);
-            if dst != last {
-                if let Some(a) = dst {
-                    ring(a);
-                }
-                last = dst;
-            }
-        }
-        Ok(n)
-    }
-
-    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
-        self.port.recv(now, batch)
-    }
-
-    fn poll_at(&self) -> Option<Nanos> {
-        self.port.poll_at()
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.port.counters()
-    }
+    });
 }
 
 #[cfg(test)]

@@ -123,6 +123,8 @@ pub(crate) struct Core {
     /// their later events are not queued, as nobody will take them. An id
     /// leaves once the engine has forgotten its connection.
     pub(crate) cm_dropped: Vec<roce_core::cm::CmId>,
+    /// [`ProgressConfig::copy_piece`](crate::ProgressConfig::copy_piece).
+    pub(crate) copy_piece: Option<usize>,
     next_id: u64,
 }
 
@@ -206,6 +208,7 @@ impl Shared {
                 recvs: FastMap::default(),
                 notify: Vec::new(),
                 cm_dropped: Vec::new(),
+                copy_piece: cfg.copy_piece,
                 next_id: 1,
             }),
             io: Mutex::new(Io {
@@ -360,7 +363,7 @@ impl Core {
         }
         let va = self.alloc_va(buf.len());
         let home: Home = Arc::new(Mutex::new(None));
-        let mem = OwnedMem::new(buf, home.clone());
+        let mem = OwnedMem::new(buf, home.clone(), self.copy_piece);
         match self.dev.reg_mr(pd, va, Box::new(mem), access) {
             Ok(keys) => Ok((keys, va, home)),
             Err(e) => {
@@ -513,11 +516,13 @@ impl Core {
 pub(crate) struct OwnedMem {
     buf: Vec<u8>,
     home: Home,
+    /// [`ProgressConfig::copy_piece`](crate::ProgressConfig::copy_piece).
+    piece: Option<usize>,
 }
 
 impl OwnedMem {
-    pub(crate) fn new(buf: Vec<u8>, home: Home) -> OwnedMem {
-        OwnedMem { buf, home }
+    pub(crate) fn new(buf: Vec<u8>, home: Home, piece: Option<usize>) -> OwnedMem {
+        OwnedMem { buf, home, piece }
     }
 }
 
@@ -530,7 +535,7 @@ impl RegionMemory for OwnedMem {
             .checked_add(out.len())
             .and_then(|end| self.buf.get(offset..end))
         {
-            roce_io::copy_payload(out, src);
+            roce_io::copy_payload(out, src, self.piece);
         }
     }
     fn write(&mut self, offset: usize, data: &[u8]) {
@@ -538,7 +543,7 @@ impl RegionMemory for OwnedMem {
             .checked_add(data.len())
             .and_then(|end| self.buf.get_mut(offset..end))
         {
-            roce_io::copy_payload(dst, data);
+            roce_io::copy_payload(dst, data, self.piece);
         }
     }
 }

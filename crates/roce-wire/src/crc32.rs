@@ -10,28 +10,28 @@
 //! instructions, which the host CPU makes slow when the emulated program's
 //! AVX2 code (glibc's `memcpy`) has left the upper halves of its vector
 //! registers dirty. A table-driven CRC (the `crc` crate's slicing-by-16 tables)
-//! uses integer instructions only and costs the same in every build. A program
-//! that knows it runs emulated switches to it with [`set_table_driven`]
-//! (roce-io does, when CPUID names QEMU's TCG).
+//! uses integer instructions only and costs the same in every build. The
+//! choice is a [`Code`], given where a CRC is made ([`Crc32::with_code`]):
+//! there is no process-wide switch. A device is told which to use in its
+//! configuration (roce-core's `DeviceConfig::icrc_code`; roce-io's
+//! `CpuTuning::detect` says which suits the CPU).
 
-use core::sync::atomic::{AtomicBool, Ordering};
-
-static TABLE_DRIVEN: AtomicBool = AtomicBool::new(false);
-
-/// The table-driven code, for [`set_table_driven`].
+/// The table-driven code ([`Code::Table`]). Immutable: the tables are
+/// computed at compile time.
 static TABLE: crc::Crc<u32, crc::Table<16>> =
     crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
 
-/// Makes every [`Crc32`] created afterwards (in the whole process) use the
-/// table-driven code (`true`) or crc32fast (`false`, the default). Both give
-/// the same values; only their speed differs.
-pub fn set_table_driven(yes: bool) {
-    TABLE_DRIVEN.store(yes, Ordering::Relaxed);
-}
-
-/// True when new [`Crc32`]s use the table-driven code.
-pub fn table_driven() -> bool {
-    TABLE_DRIVEN.load(Ordering::Relaxed)
+/// Which code computes a CRC-32. Both give the same values; only their
+/// speed differs, and by CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Code {
+    /// crc32fast: the carry-less multiply where the CPU has one (the
+    /// default; the fastest on real CPUs).
+    #[default]
+    Fast,
+    /// Slicing-by-16 tables, integer instructions only: the faster one
+    /// under an emulated CPU (QEMU's TCG).
+    Table,
 }
 
 /// A running CRC-32 over byte runs; `update` in pieces gives the same value
@@ -52,16 +52,22 @@ impl Default for Crc32 {
 }
 
 impl Crc32 {
-    /// A CRC-32 over nothing yet (the standard initial value).
+    /// A CRC-32 over nothing yet (the standard initial value), by
+    /// [`Code::Fast`].
     pub fn new() -> Self {
         Self::with_initial(0)
+    }
+
+    /// A CRC-32 over nothing yet, by `code`.
+    pub fn with_code(code: Code) -> Self {
+        Self::make(0, code == Code::Table)
     }
 
     /// Continues a CRC-32 whose value so far (as [`finalize`](Self::finalize)
     /// returned it) is `crc`. `with_initial(!0)` starts the shift register
     /// at zero: a CRC without the initial complement, linear in its input.
     pub fn with_initial(crc: u32) -> Self {
-        Self::make(crc, table_driven())
+        Self::make(crc, false)
     }
 
     fn make(crc: u32, table: bool) -> Self {
@@ -116,13 +122,10 @@ mod tests {
     }
 
     #[test]
-    fn the_switch_chooses_the_code_of_new_hashers() {
-        set_table_driven(true);
-        let t = Crc32::new();
-        set_table_driven(false);
-        let f = Crc32::new();
-        assert!(matches!(t.0, Inner::Table(_)));
-        assert!(matches!(f.0, Inner::Fast(_)));
+    fn the_code_is_chosen_per_hasher() {
+        assert!(matches!(Crc32::with_code(Code::Table).0, Inner::Table(_)));
+        assert!(matches!(Crc32::with_code(Code::Fast).0, Inner::Fast(_)));
+        assert!(matches!(Crc32::new().0, Inner::Fast(_)));
     }
 
     proptest! {

@@ -1,6 +1,7 @@
 //! [`FrameRepr`]: building a complete RoCE v2 frame from reprs.
 
 use crate::bth::{self, BthRepr};
+use crate::crc32::Code;
 use crate::error::{Error, Result};
 use crate::ethernet::EthernetRepr;
 use crate::ext::ExtHeaders;
@@ -66,7 +67,12 @@ impl FrameRepr<'_> {
     /// Emits the frame into the start of `buf`; returns its length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let payload = self.payload;
-        self.emit_inner(buf, payload.len(), |dst| dst.copy_from_slice(payload))
+        self.emit_inner(
+            buf,
+            payload.len(),
+            |dst| dst.copy_from_slice(payload),
+            Code::Fast,
+        )
     }
 
     /// Emits the frame with a payload of `payload_len` bytes that `fill`
@@ -79,7 +85,19 @@ impl FrameRepr<'_> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize> {
-        self.emit_inner(buf, payload_len, fill)
+        self.emit_inner(buf, payload_len, fill, Code::Fast)
+    }
+
+    /// [`emit_with`](Self::emit_with), computing the ICRC by `code`
+    /// (see [`crate::crc32`]).
+    pub fn emit_with_code(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        code: Code,
+    ) -> Result<usize> {
+        self.emit_inner(buf, payload_len, fill, code)
     }
 
     fn emit_inner(
@@ -87,6 +105,7 @@ impl FrameRepr<'_> {
         buf: &mut [u8],
         plen: usize,
         fill: impl FnOnce(&mut [u8]),
+        code: Code,
     ) -> Result<usize> {
         let opcode = self.bth.opcode;
         let rule = opcode.payload();
@@ -130,7 +149,7 @@ impl FrameRepr<'_> {
         at += plen;
         buf[at..at + pad].fill(0);
         at += pad;
-        let crc = icrc::compute(&buf[ip_start..at])?;
+        let crc = icrc::compute_with(code, &buf[ip_start..at], &[])?;
         buf[at..at + icrc::LEN].copy_from_slice(&icrc::to_wire(crc));
         at += icrc::LEN;
         if self.udp.checksum == UdpChecksum::Compute {

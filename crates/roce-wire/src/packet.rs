@@ -1,6 +1,7 @@
 //! [`RocePacket`]: a whole RoCE v2 packet parsed into its layers.
 
 use crate::bth::{self, BthRepr};
+use crate::crc32::Code;
 use crate::error::{Error, Layer, Result};
 use crate::ethernet::{ethertype, EthernetFrame, EthernetRepr};
 use crate::ext::ExtHeaders;
@@ -130,13 +131,24 @@ impl<'a> RocePacket<'a> {
 
     /// The ICRC recomputed over the packet.
     pub fn computed_icrc(&self) -> u32 {
+        self.computed_icrc_with(Code::Fast)
+    }
+
+    /// [`computed_icrc`](Self::computed_icrc) by `code` (see
+    /// [`crate::crc32`]).
+    pub fn computed_icrc_with(&self, code: Code) -> u32 {
         // `covered` was validated to hold the IP, UDP and BTH headers.
-        icrc::compute(self.covered).unwrap_or(!self.icrc)
+        icrc::compute_with(code, self.covered, &[]).unwrap_or(!self.icrc)
     }
 
     /// Verifies the ICRC.
     pub fn check_icrc(&self) -> Result<()> {
-        let expected = self.computed_icrc();
+        self.check_icrc_with(Code::Fast)
+    }
+
+    /// [`check_icrc`](Self::check_icrc), computing the ICRC by `code`.
+    pub fn check_icrc_with(&self, code: Code) -> Result<()> {
+        let expected = self.computed_icrc_with(code);
         if expected == self.icrc {
             Ok(())
         } else {

@@ -93,6 +93,7 @@ pub(crate) fn open_context(
         BackendKind::Packet => roce_verbs::BackendKind::Packet,
     };
     let mut o = OpenOptions::new(kind, local)
+        .cpu(crate::tuning::cpu())
         .interface(args.dev.as_deref())
         .roce_port(args.roce_port, args.roce_port)
         .vlan(args.vlan);

@@ -522,19 +522,19 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     // starts) on a CPU of its own, when there are two: left to the
     // scheduler, both sides could share one CPU for the first ~12 ms of a
     // run, each polling through the other's time slice (see
-    // roce_io::cpu). Bandwidth tests are left to the scheduler: pinned,
+    // crate::pin). Bandwidth tests are left to the scheduler: pinned,
     // they were no faster here (and slower in the emulated lab guest,
     // though builds there also differ by code placement alone: README).
-    let cpus = roce_io::cpu::allowed_cpus().unwrap_or_default();
+    let cpus = crate::pin::allowed_cpus().unwrap_or_default();
     let placement = (!args.test.is_bw() && cpus.len() >= 2).then(|| (cpus[0], cpus[1]));
     let server = std::thread::spawn(move || {
         if let Some((_, cpu)) = placement {
-            let _ = roce_io::cpu::pin_current_thread(cpu);
+            let _ = crate::pin::pin_current_thread(cpu);
         }
         serve(&server_args, listener, fabric2.as_ref(), true)
     });
     if let Some((cpu, _)) = placement {
-        let _ = roce_io::cpu::pin_current_thread(cpu);
+        let _ = crate::pin::pin_current_thread(cpu);
     }
     let mut client_args = args.clone();
     client_args.server = Some(LOOP_SERVER.to_string());

@@ -92,6 +92,11 @@ pub struct DeviceConfig {
     /// How RC responders defer their positive ACKs ([`AckDelay`]; off by
     /// default, as a NIC).
     pub ack_delay: AckDelay,
+    /// The code that computes and checks ICRCs (protocol reference §4):
+    /// crc32fast by default; the table-driven code under an emulated CPU,
+    /// where it is faster ([`roce_wire::crc32`]; roce-io's
+    /// `CpuTuning::detect` says which suits the CPU). Only speed differs.
+    pub icrc_code: roce_wire::crc32::Code,
 }
 
 impl DeviceConfig {
@@ -107,21 +112,7 @@ impl DeviceConfig {
             max_unacked_psns: 128,
             tx_burst: 16,
             ack_delay: AckDelay::OFF,
-        }
-    }
-}
-
-/// What a received datagram carries besides its bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RxInfo {
-    /// The datagram's real IP header was seen, so the ICRC can be checked.
-    pub icrc_checkable: bool,
-}
-
-impl Default for RxInfo {
-    fn default() -> RxInfo {
-        RxInfo {
-            icrc_checkable: true,
+            icrc_code: roce_wire::crc32::Code::Fast,
         }
     }
 }
@@ -202,6 +193,7 @@ macro_rules! ctx {
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
             ack_delay: $s.config.ack_delay,
+            icrc_code: $s.config.icrc_code,
             cq_lost: false,
         }
     };
@@ -571,7 +563,7 @@ impl Device {
     }
 
     /// Processes one received IP datagram (IPv4 or IPv6 carrying RoCE v2).
-    pub fn handle_datagram(&mut self, now: Nanos, dgram: &[u8], info: RxInfo) {
+    pub fn handle_datagram(&mut self, now: Nanos, dgram: &[u8], meta: roce_wire::RxMeta) {
         self.counters.rx_datagrams += 1;
         let p = match RocePacket::parse_ip(dgram) {
             Ok(p) => p,
@@ -580,8 +572,8 @@ impl Device {
                 return;
             }
         };
-        if info.icrc_checkable {
-            if let Err(WireError::BadIcrc { .. }) = p.check_icrc() {
+        if meta.header_exact {
+            if let Err(WireError::BadIcrc { .. }) = p.check_icrc_with(self.config.icrc_code) {
                 self.counters.rx_bad_icrc += 1;
                 return;
             }
@@ -659,8 +651,23 @@ impl Device {
     }
 
     /// Writes the next datagram to send into `buf` (which should hold at
-    /// least 4200 bytes); returns its length, or `None` when nothing is due.
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+    /// least 4200 bytes); returns how to send it (its length, addresses,
+    /// DSCP / ECN: a backend sends from these without parsing it), or
+    /// `None` when nothing is due.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+        loop {
+            let n = self.next_datagram(now, buf)?;
+            // Read back from the header just written, so the metadata
+            // cannot disagree with the bytes.
+            match roce_wire::Transmit::of_datagram(&buf[..n]) {
+                Some(t) => return Some(t),
+                None => debug_assert!(false, "the engine emitted a datagram it cannot describe"),
+            }
+        }
+    }
+
+    /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
+    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
         // A QP's last ACK before the CM message that may end it (a DREQ).
         if let Some(p) = self.farewell.pop_front() {
             let n = p.len().min(buf.len());

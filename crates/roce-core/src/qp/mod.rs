@@ -42,6 +42,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) max_unacked: u32,
     /// [`DeviceConfig::ack_delay`](crate::DeviceConfig).
     pub(crate) ack_delay: AckDelay,
+    /// [`DeviceConfig::icrc_code`](crate::DeviceConfig).
+    pub(crate) icrc_code: roce_wire::crc32::Code,
     /// A completion did not fit its CQ: the QP that made it must go to the
     /// error state (see [`Ctx::complete`]).
     pub(crate) cq_lost: bool,
@@ -396,6 +398,7 @@ impl Qp {
             ecn: ctx.ecn,
             ttl: av.hop_limit,
             flow_label: av.flow_label,
+            icrc_code: ctx.icrc_code,
         })
     }
 

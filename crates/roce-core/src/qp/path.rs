@@ -17,6 +17,8 @@ pub(crate) struct Path {
     pub(crate) ecn: Ecn,
     pub(crate) ttl: u8,
     pub(crate) flow_label: u32,
+    /// How the ICRC is computed ([`DeviceConfig::icrc_code`](crate::DeviceConfig)).
+    pub(crate) icrc_code: roce_wire::crc32::Code,
 }
 
 /// The UDP source port of a QP: fixed per QP for ECMP, in 0xC000..=0xFFFF
@@ -78,6 +80,7 @@ impl Path {
             ext,
             payload: &[],
         };
-        repr.emit_with(buf, payload_len, fill).ok()
+        repr.emit_with_code(buf, payload_len, fill, self.icrc_code)
+            .ok()
     }
 }

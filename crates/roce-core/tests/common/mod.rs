@@ -209,7 +209,11 @@ impl World {
         let mut buf = vec![0u8; 4400];
         let mut moved = false;
         for i in 0..2 {
-            while let Some(n) = self.hosts[i].dev.poll_transmit(self.now, &mut buf) {
+            while let Some(n) = self.hosts[i]
+                .dev
+                .poll_transmit(self.now, &mut buf)
+                .map(|t| t.size)
+            {
                 moved = true;
                 let dst = 1 - i;
                 match (self.filter)(i, &buf[..n]) {
@@ -235,7 +239,7 @@ impl World {
                 let (_, dst, d) = self.wire.remove(i).unwrap();
                 self.hosts[dst]
                     .dev
-                    .handle_datagram(self.now, &d, RxInfo::default());
+                    .handle_datagram(self.now, &d, RxMeta::default());
                 self.delivered += 1;
                 moved = true;
             } else {

@@ -6,6 +6,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use rand_core::RngCore;
 use rand_xoshiro::Xoshiro256PlusPlus;
+use roce_wire::{Ecn, Transmit};
 
 use super::{FaultConfig, FaultStats};
 use crate::backend::{min_deadline, Nanos, RxMeta};
@@ -19,6 +20,8 @@ const POOL_MAX: usize = 1024;
 pub(super) struct Pkt {
     pub(super) data: Vec<u8>,
     pub(super) meta: RxMeta,
+    /// How to send it (the send path; kept in step with a CE mark).
+    pub(super) transmit: Option<Transmit>,
 }
 
 /// A datagram waiting out its delay; ordered by release time, then by the
@@ -131,6 +134,7 @@ impl Path {
         now: Nanos,
         d: &[u8],
         meta: RxMeta,
+        transmit: Option<Transmit>,
     ) {
         let mut r = [0u64; 7];
         for x in &mut r {
@@ -150,10 +154,14 @@ impl Path {
             // damage (or could not), so the engine must check it now (the
             // header the backend passed on is the one the ICRC covers, or
             // the check fails, as it should for a damaged datagram).
-            meta = meta.with_icrc_verified(true);
+            meta = meta.with_header_exact(true);
         }
+        let mut transmit = transmit;
         if unit(r[3]) < cfg.ce_mark && datagram::mark_ce(&mut data) {
             self.stats.ce_marked += 1;
+            if let Some(t) = &mut transmit {
+                t.ecn = Ecn::Ce;
+            }
         }
         let dup = (unit(r[4]) < cfg.duplicate).then(|| take_buf(pool, &data));
         let reorder = unit(r[5]) < cfg.reorder;
@@ -163,10 +171,30 @@ impl Path {
             0
         };
         let at = now.saturating_add(cfg.delay_ns).saturating_add(jitter);
-        self.schedule(cfg, now, at, reorder, Pkt { data, meta });
+        self.schedule(
+            cfg,
+            now,
+            at,
+            reorder,
+            Pkt {
+                data,
+                meta,
+                transmit,
+            },
+        );
         if let Some(copy) = dup {
             self.stats.duplicated += 1;
-            self.schedule(cfg, now, at, false, Pkt { data: copy, meta });
+            self.schedule(
+                cfg,
+                now,
+                at,
+                false,
+                Pkt {
+                    data: copy,
+                    meta,
+                    transmit,
+                },
+            );
         }
     }
 

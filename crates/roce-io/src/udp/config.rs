@@ -4,6 +4,8 @@ use std::net::IpAddr;
 
 use roce_wire::ROCE_V2_PORT;
 
+use crate::CpuTuning;
+
 /// How the backend gets a datagram's UDP source port onto the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum SourcePorts {
@@ -54,6 +56,7 @@ pub struct UdpConfig {
     pub(super) max_datagram: usize,
     pub(super) recv_buffer: usize,
     pub(super) send_buffer: usize,
+    pub(super) cpu: CpuTuning,
 }
 
 impl UdpConfig {
@@ -76,6 +79,7 @@ impl UdpConfig {
             max_datagram: 9216,
             recv_buffer: 8 << 20,
             send_buffer: 8 << 20,
+            cpu: CpuTuning::NATIVE,
         }
     }
 
@@ -134,6 +138,14 @@ impl UdpConfig {
     /// Largest UDP payload received without GRO (default 9216).
     pub fn max_datagram(mut self, bytes: usize) -> Self {
         self.max_datagram = bytes.max(64);
+        self
+    }
+
+    /// The code choices for this CPU (default [`CpuTuning::NATIVE`];
+    /// [`CpuTuning::detect`] for the automatic choice): the receive
+    /// path's ICRC check and payload copies follow it.
+    pub fn cpu(mut self, tuning: CpuTuning) -> Self {
+        self.cpu = tuning;
         self
     }
 

@@ -54,14 +54,19 @@ pub(crate) fn udp_socket(ip: IpAddr, port: u16, reuse: bool) -> io::Result<Socke
 /// Sets a socket buffer size, forcing past the sysctl limit when
 /// privileged, and otherwise taking what the kernel allows.
 pub(crate) fn grow_buffer(s: &Socket, bytes: usize, recv: bool) {
-    let (force, plain) = if recv {
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+    use nix::sys::socket::{setsockopt, sockopt};
+    let v = bytes.min(i32::MAX as usize);
+    let forced = if recv {
+        setsockopt(s, sockopt::RcvBufForce, &v)
     } else {
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+        setsockopt(s, sockopt::SndBufForce, &v)
     };
-    let v = i32::try_from(bytes).unwrap_or(i32::MAX);
-    if sys::setsockopt_int(s.as_fd(), libc::SOL_SOCKET, force, v).is_err() {
-        let _ = sys::setsockopt_int(s.as_fd(), libc::SOL_SOCKET, plain, v);
+    if forced.is_err() {
+        let _ = if recv {
+            s.set_recv_buffer_size(v)
+        } else {
+            s.set_send_buffer_size(v)
+        };
     }
 }
 

@@ -2,6 +2,9 @@
 //! (GRO-coalesced runs included) into datagrams with rebuilt IP and UDP
 //! headers, and checking IPv4 ICRCs.
 
+use roce_wire::crc32::Code;
+use roce_wire::{bth, icrc};
+
 use super::hdr::{self, RxHdr};
 use super::{IcrcCheck, UdpBackend, UdpStats};
 use crate::backend::{PacketBatch, RxMeta};
@@ -92,7 +95,13 @@ impl UdpBackend {
                 }
                 if !self.v6 {
                     if self.cfg.icrc_check != IcrcCheck::Off
-                        && !check_v4(&mut self.stats, &mut self.solver, &mut head, payload)
+                        && !check_v4(
+                            &mut self.stats,
+                            &mut self.rebaser,
+                            self.cfg.cpu.icrc_code,
+                            &mut head,
+                            payload,
+                        )
                     {
                         self.stats.rx_icrc_bad += 1;
                         if self.cfg.icrc_check == IcrcCheck::Require {
@@ -105,14 +114,15 @@ impl UdpBackend {
                     self.stats.rx_icrc_unverified += 1;
                 }
                 // IPv6: every covered field is known, the engine verifies.
-                let meta = RxMeta::new().with_icrc_verified(self.v6);
+                let meta = RxMeta::exact().with_header_exact(self.v6);
+                let piece = self.cfg.cpu.copy_piece;
                 let pushed = batch.push_with(|slot| {
                     let total = hl + payload.len();
                     if total > slot.len() {
                         return 0;
                     }
                     slot[..hl].copy_from_slice(&head[..hl]);
-                    crate::emu::copy_payload(&mut slot[hl..total], payload);
+                    crate::emu::copy_payload(&mut slot[hl..total], payload, piece);
                     total
                 });
                 if pushed {
@@ -130,25 +140,31 @@ impl UdpBackend {
 }
 
 /// Checks an IPv4 datagram's ICRC assuming ID 0, then the IDs of GSO
-/// segments; on a match writes the ID into `head` and counts it.
+/// segments ([`icrc::Rebaser::solve_ipv4_id`]); on a match writes the ID into
+/// `head` and counts it.
 fn check_v4(
     stats: &mut UdpStats,
-    solver: &mut hdr::IdSolver,
+    rebaser: &mut icrc::Rebaser,
+    code: Code,
     head: &mut [u8; 48],
     payload: &[u8],
 ) -> bool {
     let hl = hdr::rebuilt_header_len(false);
     let n = payload.len();
-    let Some(c0) = hdr::icrc_over(&head[..hl], payload, None) else {
+    if n < bth::HEADER_LEN + icrc::LEN {
+        return false;
+    }
+    let Ok(c0) = icrc::compute_with(code, &head[..hl], &payload[..n - icrc::LEN]) else {
         return false;
     };
     let mut got = [0u8; 4];
     got.copy_from_slice(&payload[n - 4..]);
+    let got = icrc::read(got);
     if c0 == got {
         stats.rx_icrc_ok_id0 += 1;
         return true;
     }
-    match solver.solve(8 + n, c0, got) {
+    match rebaser.solve_ipv4_id(c0, got, hl + n - icrc::LEN, hdr::MAX_SOLVED_ID) {
         Some(id) => {
             hdr::set_ipv4_ident(&mut head[..hl], id);
             stats.rx_icrc_ok_gso_id += 1;

@@ -6,12 +6,15 @@ use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 
-use roce_wire::{ipv4, ROCE_V2_PORT};
+use roce_wire::{Transmit, ROCE_V2_PORT};
 use smallvec::SmallVec;
 use socket2::SockAddr;
 
-use super::hdr::{self, TxHdr, WireFields};
+use super::hdr;
 use super::{UdpBackend, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, TX_CHUNK};
+
+/// The shortest UDP payload a RoCE datagram has: a BTH and an ICRC.
+const MIN_TRANSPORT: usize = roce_wire::bth::HEADER_LEN + roce_wire::icrc::LEN;
 use crate::backend::PacketBatch;
 use crate::sys::{self, TxMsg, MAX_MMSG};
 
@@ -29,6 +32,8 @@ pub(super) enum Via {
 pub(super) struct Seg {
     idx: usize,
     payload_at: usize,
+    /// The source port the engine wrote.
+    sport: u16,
     icrc: Option<[u8; 4]>,
 }
 
@@ -54,23 +59,32 @@ pub(super) enum Sent {
 }
 
 impl UdpBackend {
-    pub(super) fn wire_dst(&self, h: &TxHdr) -> SocketAddr {
-        let port = if h.dport == ROCE_V2_PORT {
-            self.cfg.remote_port
-        } else {
-            h.dport
-        };
-        SocketAddr::new(h.dst, port)
+    pub(super) fn wire_dst(&self, t: &Transmit) -> SocketAddr {
+        match t.destination.port() {
+            ROCE_V2_PORT => SocketAddr::new(t.destination.ip(), self.cfg.remote_port),
+            _ => t.destination,
+        }
     }
 
-    /// Plans the chunk of datagrams from `first` that share `h0`'s source
+    /// The [`Transmit`] of datagram `i`, if this backend can send it: a
+    /// RoCE datagram of the socket's family whose length agrees.
+    pub(super) fn sendable(&self, batch: &PacketBatch, i: usize) -> Option<Transmit> {
+        let t = batch.transmit(i)?;
+        let ok = t.is_ipv6() == self.v6
+            && t.src.is_ipv6() == self.v6
+            && t.size == batch.get(i).len()
+            && t.size >= t.header_len() + MIN_TRANSPORT;
+        ok.then_some(t)
+    }
+
+    /// Plans the chunk of datagrams from `first` that share `t0`'s source
     /// port and leave `via`, at most `limit` of them; fills `self.segs` /
     /// `self.plan` and returns the batch index after the chunk.
     pub(super) fn plan_chunk(
         &mut self,
         batch: &PacketBatch,
         first: usize,
-        h0: &TxHdr,
+        t0: &Transmit,
         via: Via,
         limit: usize,
     ) -> usize {
@@ -84,16 +98,17 @@ impl UdpBackend {
         let mut i = first;
         while i < batch.len() && self.segs.len() < limit.min(TX_CHUNK) {
             let d = batch.get(i);
-            let h = if i == first {
-                *h0
+            let t = if i == first {
+                *t0
             } else {
-                match TxHdr::parse(d) {
-                    Some(h) if h.sport == h0.sport && h.dst.is_ipv6() == self.v6 => h,
+                match self.sendable(batch, i) {
+                    Some(t) if t.src.port() == t0.src.port() => t,
                     _ => break,
                 }
             };
-            let dst = self.wire_dst(&h);
-            let payload_at = h.ip_hlen + 8;
+            let dst = self.wire_dst(&t);
+            let tos = t.tos();
+            let payload_at = t.header_len();
             let size = d.len() - payload_at;
             // Join the open message as a GSO segment when it fits.
             let join = gso
@@ -102,7 +117,7 @@ impl UdpBackend {
                     let last_size =
                         batch.get(self.segs[m.end - 1].idx).len() - self.segs[m.end - 1].payload_at;
                     m.dst == dst
-                        && m.tos == h.tos
+                        && m.tos == tos
                         && size <= m.seg_size
                         && last_size == m.seg_size
                         && n < GSO_MAX_SEGMENTS
@@ -115,44 +130,22 @@ impl UdpBackend {
                 let start = self.segs.len();
                 self.plan.push(Planned {
                     dst,
-                    tos: h.tos,
+                    tos,
                     start,
                     end: start,
                     seg_size: size,
                 });
             }
             let m = self.plan.last_mut().expect("a message is open");
-            let k = m.end - m.start;
-            let wire = WireFields {
-                src: self.cfg.local,
-                ident: u16::try_from(k).unwrap_or(0),
-                sport,
-            };
-            let icrc = if wire.matches(&h) {
-                None
-            } else if h.ip_hlen == ipv4::HEADER_LEN
-                && h.src == wire.src
-                && h.sport == wire.sport
-                && h.dont_frag
-                && h.ident.max(wire.ident) <= hdr::MAX_SOLVED_ID
-                && size == m.seg_size
-            {
-                // Only the IPv4 ID differs (a GSO segment's number): move
-                // the engine's ICRC to it instead of computing it again.
-                // Full-size segments only: their length recurs, so the
-                // solver's per-length basis (seven CRCs over that length
-                // to build) is reused; a GSO send's shorter last segment
-                // is recomputed.
-                let mut own = [0u8; 4];
-                own.copy_from_slice(&d[d.len() - 4..]);
-                let udp_len = d.len() - h.ip_hlen;
-                Some(self.solver.move_id(udp_len, own, h.ident, wire.ident))
-            } else {
-                Some(hdr::icrc_for_wire(d, &h, &wire))
-            };
+            // The kernel writes its own source address and port and (a GSO
+            // send numbering its segments) IPv4 ID: move the engine's ICRC
+            // to them where they differ.
+            let wire = hdr::wire_fields(self.cfg.local, sport, m.end - m.start);
+            let icrc = hdr::icrc_for_wire(&mut self.rebaser, d, &t, &wire);
             self.segs.push(Seg {
                 idx: i,
                 payload_at,
+                sport: t.src.port(),
                 icrc,
             });
             m.end += 1;
@@ -213,9 +206,7 @@ impl UdpBackend {
                             // engine wrote (its UDP header) is rewritten
                             // unless it is the main socket's.
                             if via == Via::Main {
-                                let at = s.payload_at - 8;
-                                let sport = u16::from_be_bytes([d[at], d[at + 1]]);
-                                stats.tx_sport_rewritten += u64::from(sport != self.cfg.port);
+                                stats.tx_sport_rewritten += u64::from(s.sport != self.cfg.port);
                             }
                         }
                         if k > 1 {

@@ -1,0 +1,257 @@
+//! What travels beside a datagram's bytes between the transport engine and
+//! an I/O backend, so that no backend reads protocol bytes.
+//!
+//! [`Transmit`] goes with each outgoing datagram, as quinn-proto's
+//! `poll_transmit` hands out a `Transmit { destination, ecn, segment_size,
+//! src_ip, .. }` beside its bytes: a backend that hands the datagram to a
+//! kernel socket sends the UDP payload ([`Transmit::header_len`] on) from
+//! the source to the destination with the DSCP and ECN given, and moves
+//! the ICRC to the header fields its kernel writes
+//! ([`crate::icrc::rebase`] with [`Transmit::rewritable`]), without parsing
+//! a header. [`RxMeta`] goes with each received one, from the backend to
+//! the engine: one type on both sides of the boundary.
+
+use core::net::{IpAddr, SocketAddr};
+
+use crate::ip::{Ecn, PROTO_UDP};
+use crate::ipv4::Ipv4Packet;
+use crate::ipv6::Ipv6Packet;
+use crate::udp::UdpPacket;
+use crate::{bth, icrc, ipv4, ipv6, udp};
+
+/// How to send one datagram, beside its bytes (an IP datagram: IPv4
+/// without options or IPv6, then UDP, BTH, ..., ICRC; protocol reference
+/// §1).
+///
+/// The engine sends one datagram per `Transmit` (no `segment_size`: it
+/// writes whole datagrams, each with its own headers, and a backend that
+/// offers segmentation offload, UDP GSO, groups consecutive datagrams of
+/// one source, destination, TOS and size itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Transmit {
+    /// Length of the datagram in bytes.
+    pub size: usize,
+    /// IP source address and UDP source port (the QP's entropy port,
+    /// protocol reference §1).
+    pub src: SocketAddr,
+    /// IP destination address and UDP destination port (4791).
+    pub destination: SocketAddr,
+    /// DSCP (the six high bits of the TOS / traffic class).
+    pub dscp: u8,
+    /// ECN codepoint.
+    pub ecn: Ecn,
+    /// The IPv4 identification in the datagram (0 for IPv6; the engine
+    /// writes 0, protocol reference §4).
+    pub ipv4_id: u16,
+    /// The IPv4 don't-fragment flag (true for IPv6).
+    pub dont_frag: bool,
+}
+
+impl Transmit {
+    /// Reads the metadata of a datagram that comes without it (one built
+    /// by hand, replayed from a capture, or just emitted): IPv4 without
+    /// options and not a fragment, or IPv6, carrying UDP with at least a
+    /// BTH and an ICRC, whose length fields agree with `d`. `None` for
+    /// anything else (the IPv4 header checksum is not checked).
+    pub fn of_datagram(d: &[u8]) -> Option<Transmit> {
+        let (hl, src, dst, dscp, ecn, ipv4_id, dont_frag, total) = match d.first()? >> 4 {
+            4 => {
+                let p = Ipv4Packet::new_checked(d).ok()?;
+                if p.ihl() != 5
+                    || p.protocol() != PROTO_UDP
+                    || p.more_frags()
+                    || p.frag_offset() != 0
+                {
+                    return None;
+                }
+                let (src, dst) = (IpAddr::V4(p.src()), IpAddr::V4(p.dst()));
+                let total = usize::from(p.total_len());
+                (
+                    ipv4::HEADER_LEN,
+                    src,
+                    dst,
+                    p.dscp(),
+                    p.ecn(),
+                    p.ident(),
+                    p.dont_frag(),
+                    total,
+                )
+            }
+            6 => {
+                let p = Ipv6Packet::new_checked(d).ok()?;
+                if p.next_header() != PROTO_UDP {
+                    return None;
+                }
+                let (src, dst) = (IpAddr::V6(p.src()), IpAddr::V6(p.dst()));
+                let tc = p.traffic_class();
+                let total = ipv6::HEADER_LEN + usize::from(p.payload_len());
+                (
+                    ipv6::HEADER_LEN,
+                    src,
+                    dst,
+                    tc >> 2,
+                    Ecn::from_bits(tc),
+                    0,
+                    true,
+                    total,
+                )
+            }
+            _ => return None,
+        };
+        if total != d.len() || d.len() < hl + udp::HEADER_LEN + bth::HEADER_LEN + icrc::LEN {
+            return None;
+        }
+        let u = UdpPacket::new_checked(&d[hl..]).ok()?;
+        if usize::from(u.len()) != d.len() - hl {
+            return None;
+        }
+        Some(Transmit {
+            size: d.len(),
+            src: SocketAddr::new(src, u.src_port()),
+            destination: SocketAddr::new(dst, u.dst_port()),
+            dscp,
+            ecn,
+            ipv4_id,
+            dont_frag,
+        })
+    }
+
+    /// True for an IPv6 datagram.
+    pub fn is_ipv6(&self) -> bool {
+        self.destination.is_ipv6()
+    }
+
+    /// Length of the IP and UDP headers in front of the UDP payload (28
+    /// for IPv4, 48 for IPv6).
+    pub fn header_len(&self) -> usize {
+        if self.is_ipv6() {
+            ipv6::HEADER_LEN + udp::HEADER_LEN
+        } else {
+            ipv4::HEADER_LEN + udp::HEADER_LEN
+        }
+    }
+
+    /// The TOS / traffic class byte: DSCP and ECN.
+    pub fn tos(&self) -> u8 {
+        (self.dscp << 2) | self.ecn.bits()
+    }
+
+    /// The header fields the ICRC covers that a sender's network stack may
+    /// write differently (see [`icrc::rebase`]), as this datagram has them.
+    pub fn rewritable(&self) -> icrc::Rewritable {
+        icrc::Rewritable {
+            src: self.src.ip(),
+            src_port: self.src.port(),
+            ipv4_id: self.ipv4_id,
+            dont_frag: self.dont_frag,
+        }
+    }
+}
+
+/// What a receiving backend knows about a datagram beside its bytes.
+///
+/// Small and `Copy`; new fields may be added, so build one with
+/// [`RxMeta::exact`] / [`RxMeta::inexact`] or the `with_*` setters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct RxMeta {
+    /// Every header field the ICRC covers holds the value it had on the
+    /// wire, so the datagram's ICRC is checked against exactly what was
+    /// sent and a mismatch means damage: the engine checks it (protocol
+    /// reference §4). True when the backend saw the whole datagram (a
+    /// fabric, `AF_PACKET`) or rebuilt its header from values it knows
+    /// exactly (IPv6 over a UDP socket, whose flow label and traffic class
+    /// the ICRC masks); false when it had to guess a covered field (the
+    /// IPv4 identification a UDP socket never shows), so that a mismatch
+    /// may be its guess and the ICRC cannot be checked. The default is
+    /// true.
+    pub header_exact: bool,
+}
+
+impl Default for RxMeta {
+    fn default() -> RxMeta {
+        RxMeta::exact()
+    }
+}
+
+impl RxMeta {
+    /// A datagram whose covered header fields are exact
+    /// ([`header_exact`](Self::header_exact)).
+    pub const fn exact() -> RxMeta {
+        RxMeta { header_exact: true }
+    }
+
+    /// A datagram with a covered header field the backend had to guess.
+    pub const fn inexact() -> RxMeta {
+        RxMeta {
+            header_exact: false,
+        }
+    }
+
+    /// Sets [`header_exact`](Self::header_exact).
+    pub const fn with_header_exact(mut self, yes: bool) -> RxMeta {
+        self.header_exact = yes;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BthRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, Psn, Qpn};
+    use crate::{UdpChecksum, UdpRepr};
+
+    fn emit(ip: IpRepr) -> std::vec::Vec<u8> {
+        let repr = FrameRepr {
+            eth: None,
+            ip,
+            udp: UdpRepr {
+                src_port: 0xc123,
+                dst_port: crate::ROCE_V2_PORT,
+                checksum: UdpChecksum::Zero,
+            },
+            bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(5), Psn::new(1)),
+            ext: ExtHeaders::default(),
+            payload: b"hello",
+        };
+        let mut buf = std::vec![0u8; repr.len()];
+        let n = repr.emit(&mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn reads_what_emit_wrote() {
+        let d = emit(IpRepr::V4(Ipv4Repr {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            dscp: 26,
+            ecn: Ecn::Ect0,
+            ident: 9,
+            dont_frag: true,
+            ttl: 64,
+            payload_len: 0,
+        }));
+        let t = Transmit::of_datagram(&d).unwrap();
+        assert_eq!(t.size, d.len());
+        assert_eq!(t.src, "10.0.0.1:49443".parse().unwrap());
+        assert_eq!(t.destination, "10.0.0.2:4791".parse().unwrap());
+        assert_eq!((t.dscp, t.ecn, t.tos()), (26, Ecn::Ect0, 26 << 2 | 2));
+        assert_eq!((t.ipv4_id, t.dont_frag, t.header_len()), (9, true, 28));
+        for n in 0..d.len() {
+            assert_eq!(Transmit::of_datagram(&d[..n]), None, "truncated at {n}");
+        }
+        let d6 = emit(IpRepr::V6(Ipv6Repr {
+            src: "fd00::1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+            dscp: 10,
+            ecn: Ecn::Ce,
+            flow_label: 7,
+            hop_limit: 64,
+            payload_len: 0,
+        }));
+        let t6 = Transmit::of_datagram(&d6).unwrap();
+        assert!(t6.is_ipv6());
+        assert_eq!((t6.dscp, t6.ecn, t6.header_len()), (10, Ecn::Ce, 48));
+    }
+}
