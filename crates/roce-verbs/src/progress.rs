@@ -281,7 +281,9 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
                 .tx
                 .push_transmit_with(|buf| core.dev.poll_transmit(now, buf));
             if !pushed {
-                t.drained = true;
+                // The engine may end a batch early (an answer before the
+                // ACK it released): what it still has goes next round.
+                t.drained = !core.dev.transmit_due(now);
                 break;
             }
         }

@@ -128,6 +128,17 @@ pub(crate) fn announce_stop() {
     }
 }
 
+impl Drop for Control {
+    /// Shuts the connection down: this side's reader thread, still blocked
+    /// in `read` on a clone of the socket, would otherwise keep it open,
+    /// and the peer, waiting for this side's report, would see no end of
+    /// the connection until its own timeout.
+    fn drop(&mut self) {
+        let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = w.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl Control {
     pub(crate) fn new(stream: TcpStream) -> std::io::Result<Control> {
         stream.set_nodelay(true)?;

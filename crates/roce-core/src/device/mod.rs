@@ -137,6 +137,9 @@ pub struct Device {
     burst: u32,
     /// Deferred ACKs of QPs destroyed or reset, to send first.
     farewell: VecDeque<Vec<u8>>,
+    /// The last datagram was an answer that released a held ACK: the next
+    /// [`Device::poll_transmit`] ends the batch (see there).
+    boundary: bool,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
@@ -193,6 +196,7 @@ macro_rules! ctx {
             ecn: $s.config.ecn,
             max_unacked: $s.config.max_unacked_psns,
             ack_delay: $s.config.ack_delay,
+            boundary: false,
             icrc_code: $s.config.icrc_code,
             cq_lost: false,
         }
@@ -225,6 +229,7 @@ impl Device {
             ready: VecDeque::new(),
             burst: 0,
             farewell: VecDeque::new(),
+            boundary: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
             cm,
@@ -654,6 +659,14 @@ impl Device {
     /// least 4200 bytes); returns how to send it (its length, addresses,
     /// DSCP / ECN: a backend sends from these without parsing it), or
     /// `None` when nothing is due.
+    ///
+    /// `None` also ends a batch early, once, after an answer that released
+    /// a deferred ACK (qp/responder/ack.rs): a driver that sends what it
+    /// has at `None` puts the answer, which the peer waits for, in a send
+    /// call of its own, and the ACK in the next (its system call then runs
+    /// while the peer works on the answer). [`Device::transmit_due`] says
+    /// that more is waiting; a driver that only polls again later loses
+    /// nothing either.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
         loop {
             let n = self.next_datagram(now, buf)?;
@@ -668,6 +681,9 @@ impl Device {
 
     /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
     fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+        if std::mem::take(&mut self.boundary) {
+            return None;
+        }
         // A QP's last ACK before the CM message that may end it (a DREQ).
         if let Some(p) = self.farewell.pop_front() {
             let n = p.len().min(buf.len());
@@ -688,6 +704,7 @@ impl Device {
             qp.queued = false;
             let mut ctx = ctx!(self, now);
             let sent = qp.poll_transmit(&mut ctx, buf);
+            self.boundary = ctx.boundary;
             qp.check_cq_lost(&mut ctx);
             if let Some(n) = sent {
                 // Round robin in bursts: the QP keeps its turn for up to

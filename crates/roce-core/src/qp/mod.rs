@@ -42,6 +42,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) max_unacked: u32,
     /// [`DeviceConfig::ack_delay`](crate::DeviceConfig).
     pub(crate) ack_delay: AckDelay,
+    /// A request packet released a held ACK: the ACK goes in the next
+    /// batch, after the answer (see `Device::poll_transmit`).
+    pub(crate) boundary: bool,
     /// [`DeviceConfig::icrc_code`](crate::DeviceConfig).
     pub(crate) icrc_code: roce_wire::crc32::Code,
     /// A completion did not fit its CQ: the QP that made it must go to the
@@ -425,7 +428,7 @@ impl Qp {
             Some(n) => n,
             None => {
                 let n = self.req_poll_transmit(ctx, buf)?;
-                self.resp.answered(ctx.now, ctx.ack_delay);
+                ctx.boundary |= self.resp.answered(ctx.now, ctx.ack_delay);
                 n
             }
         };

@@ -181,8 +181,8 @@ impl Responder {
     }
 
     /// The requester sent a packet at `now`: a deferred ACK follows it.
-    pub(crate) fn answered(&mut self, now: Nanos, policy: AckDelay) {
-        self.ack_hold.answered(now, policy);
+    pub(crate) fn answered(&mut self, now: Nanos, policy: AckDelay) -> bool {
+        self.ack_hold.answered(now, policy)
     }
 
     pub(crate) fn has_output(&self) -> bool {

@@ -120,8 +120,10 @@ impl AckHold {
 
     /// The QP sent a request packet at `now`: a waiting ACK follows it.
     /// An ACK held until now was worth holding; one sent shortly before
-    /// would have been.
-    pub(crate) fn answered(&mut self, now: Nanos, policy: AckDelay) {
+    /// would have been. True when a held ACK was released (the answer it
+    /// waited for is leaving).
+    pub(crate) fn answered(&mut self, now: Nanos, policy: AckDelay) -> bool {
+        let held = matches!(self.state, AckState::Held(_));
         match self.state {
             AckState::Held(_) => self.pays = true,
             AckState::Idle => {
@@ -133,6 +135,7 @@ impl AckHold {
             AckState::Due => {}
         }
         self.release();
+        held
     }
 
     /// The held ACK's deadline came (at `now`): it is due, and holding
