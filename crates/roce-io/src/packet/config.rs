@@ -53,15 +53,15 @@ impl PacketConfig {
     /// Receive through a ring shared with the kernel (`PACKET_RX_RING`,
     /// the default: frames are taken from memory, no system call per
     /// batch) or with `recvmmsg` (`false`). When the kernel refuses the
-    /// ring the backend uses `recvmmsg` ([`PacketBackend::uses_rx_ring`]).
+    /// ring the backend uses `recvmmsg` ([`PacketBackend::uses_rx_ring`](super::PacketBackend::uses_rx_ring)).
     pub fn rx_ring(mut self, yes: bool) -> Self {
         self.rx_ring = yes;
         self
     }
 }
 
-/// Counters of a [`PacketBackend`] (also listed by
-/// [`Backend::counters`] with a `pkt_` prefix).
+/// Counters of a [`PacketBackend`](super::PacketBackend) (also listed by
+/// [`Backend::counters`](crate::Backend::counters) with a `pkt_` prefix).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct PacketStats {

@@ -55,7 +55,7 @@ use tx::Neigh;
 /// Receiving, a classic BPF filter in the kernel keeps the socket to UDP
 /// port 4791 over IPv4 / IPv6 (tagged or not) and to MAC control frames
 /// (EtherType 0x8808). RoCE frames lose their Ethernet header and padding
-/// and are handed on with [`RxMeta::header_exact`] set: the backend saw
+/// and are handed on with [`RxMeta::header_exact`](crate::RxMeta::header_exact) set: the backend saw
 /// the header that was on the wire, so the engine can check the ICRC.
 /// PAUSE / PFC frames are parsed and queued for
 /// [`take_mac_control`](PacketBackend::take_mac_control). Frames arrive

@@ -1,10 +1,14 @@
-//! Reading the engine's datagram headers, recomputing an ICRC for the
-//! header the kernel will really send, and rebuilding a datagram around a
-//! received UDP payload.
+//! The header fields the kernel writes and the ICRC moved to them (from
+//! the datagram's `Transmit`, no header is read), and rebuilding a
+//! datagram's IP and UDP header around a received UDP payload (with
+//! roce-wire's emitters).
 
 use std::net::IpAddr;
 
-use roce_wire::{icrc, ipv4, ipv6, udp, Transmit, ROCE_V2_PORT};
+use roce_wire::{
+    icrc, ipv4, ipv6, udp, Ecn, IpRepr, Ipv4Repr, Ipv6Repr, Transmit, UdpChecksum, UdpRepr,
+    ROCE_V2_PORT,
+};
 
 /// The covered fields the kernel will write for a datagram sent from
 /// `local`, source port `sport`, as GSO segment `segment` of its send (IPv4
@@ -69,78 +73,44 @@ pub(crate) struct RxHdr {
 }
 
 /// Writes the IP and UDP header of a datagram carrying `payload_len` bytes
-/// of UDP payload into `out` (exactly [`rebuilt_header_len`] bytes):
-/// IPv4 with ID 0, DF, TTL 64 and a valid header checksum, or IPv6 with
-/// flow label 0 and hop limit 64; UDP to port 4791 with checksum 0 (the
-/// kernel verified the real one). Returns false when the lengths do not
-/// fit the headers' fields or the families disagree.
-pub(crate) fn rebuild(out: &mut [u8], h: &RxHdr, payload_len: usize) -> bool {
+/// of UDP payload into `out` (exactly [`rebuilt_header_len`] bytes), with
+/// roce-wire's emitters: IPv4 with identification `ident`, DF, TTL 64 and
+/// its header checksum, or IPv6 with flow label 0 and hop limit 64; UDP to
+/// port 4791 with checksum 0 (the kernel verified the real one). Returns
+/// false when the lengths do not fit the headers' fields or the families
+/// disagree.
+pub(crate) fn rebuild(out: &mut [u8], h: &RxHdr, payload_len: usize, ident: u16) -> bool {
     let udp_len = udp::HEADER_LEN + payload_len;
-    let Ok(udp_len16) = u16::try_from(udp_len) else {
-        return false;
-    };
-    let at = match (h.src, h.dst) {
-        (IpAddr::V4(s), IpAddr::V4(t)) => {
-            let Ok(total) = u16::try_from(ipv4::HEADER_LEN + udp_len) else {
-                return false;
-            };
-            let o = &mut out[..ipv4::HEADER_LEN];
-            o[0] = 0x45;
-            o[1] = h.tos;
-            o[2..4].copy_from_slice(&total.to_be_bytes());
-            o[4..6].fill(0);
-            o[6] = 0x40;
-            o[7] = 0;
-            o[8] = 64;
-            o[9] = 17;
-            o[10..12].fill(0);
-            o[12..16].copy_from_slice(&s.octets());
-            o[16..20].copy_from_slice(&t.octets());
-            let mut sum = 0u32;
-            for w in o.chunks_exact(2) {
-                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            o[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-            ipv4::HEADER_LEN
-        }
-        (IpAddr::V6(s), IpAddr::V6(t)) => {
-            let o = &mut out[..ipv6::HEADER_LEN];
-            o[0] = 0x60 | (h.tos >> 4);
-            o[1] = h.tos << 4;
-            o[2] = 0;
-            o[3] = 0;
-            o[4..6].copy_from_slice(&udp_len16.to_be_bytes());
-            o[6] = 17;
-            o[7] = 64;
-            o[8..24].copy_from_slice(&s.octets());
-            o[24..40].copy_from_slice(&t.octets());
-            ipv6::HEADER_LEN
-        }
+    let (dscp, ecn) = (h.tos >> 2, Ecn::from_bits(h.tos));
+    let ip = match (h.src, h.dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
+            src,
+            dst,
+            dscp,
+            ecn,
+            ident,
+            dont_frag: true,
+            ttl: 64,
+            payload_len: udp_len,
+        }),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => IpRepr::V6(Ipv6Repr {
+            src,
+            dst,
+            dscp,
+            ecn,
+            flow_label: 0,
+            hop_limit: 64,
+            payload_len: udp_len,
+        }),
         _ => return false,
     };
-    let u = &mut out[at..at + udp::HEADER_LEN];
-    u[0..2].copy_from_slice(&h.sport.to_be_bytes());
-    u[2..4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
-    u[4..6].copy_from_slice(&udp_len16.to_be_bytes());
-    u[6..8].fill(0);
-    true
-}
-
-/// Stores `ident` in a rebuilt IPv4 header and fixes its checksum.
-pub(crate) fn set_ipv4_ident(head: &mut [u8], ident: u16) {
-    head[4..6].copy_from_slice(&ident.to_be_bytes());
-    head[10..12].fill(0);
-    let mut sum = 0u32;
-    for w in head[..ipv4::HEADER_LEN].chunks_exact(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    head[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let at = ip.header_len();
+    let udp = UdpRepr {
+        src_port: h.sport,
+        dst_port: ROCE_V2_PORT,
+        checksum: UdpChecksum::Zero,
+    };
+    ip.emit(out).is_ok() && out.len() >= at && udp.emit(&mut out[at..], udp_len).is_ok()
 }
 
 /// Largest IPv4 identification a receiver looks for
@@ -152,11 +122,18 @@ pub(crate) const MAX_SOLVED_ID: u16 = 127;
 mod tests {
     use super::*;
     use crate::testutil;
-    use roce_wire::{Ecn, RocePacket};
+    use roce_wire::RocePacket;
 
     fn fix_ipv4_checksum(e: &mut [u8]) {
-        let id = u16::from_be_bytes([e[4], e[5]]);
-        set_ipv4_ident(e, id);
+        e[10..12].fill(0);
+        let mut sum = 0u32;
+        for w in e[..20].chunks_exact(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        e[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
     }
 
     #[test]
@@ -217,7 +194,7 @@ mod tests {
                 dst: t.destination.ip(),
                 tos: t.tos(),
             };
-            assert!(rebuild(&mut out, &rx, payload.len()));
+            assert!(rebuild(&mut out, &rx, payload.len(), 0));
             out[hl..].copy_from_slice(payload);
             let p = RocePacket::parse_ip(&out).unwrap();
             assert_eq!((p.ip.src(), p.ip.dst()), (t.src.ip(), t.destination.ip()));

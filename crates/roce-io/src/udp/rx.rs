@@ -89,24 +89,32 @@ impl UdpBackend {
                     tos: info.tos.unwrap_or(0),
                 };
                 let mut head = [0u8; 48];
-                if !hdr::rebuild(&mut head[..hl], &h, payload.len()) {
+                if !hdr::rebuild(&mut head[..hl], &h, payload.len(), 0) {
                     self.stats.rx_too_big += 1;
                     continue;
                 }
                 if !self.v6 {
-                    if self.cfg.icrc_check != IcrcCheck::Off
-                        && !check_v4(
+                    if self.cfg.icrc_check != IcrcCheck::Off {
+                        let found = check_v4(
                             &mut self.stats,
                             &mut self.rebaser,
                             self.cfg.cpu.icrc_code,
-                            &mut head,
+                            &head[..hl],
                             payload,
-                        )
-                    {
-                        self.stats.rx_icrc_bad += 1;
-                        if self.cfg.icrc_check == IcrcCheck::Require {
-                            self.stats.rx_icrc_dropped += 1;
-                            continue;
+                        );
+                        match found {
+                            Some(0) => {}
+                            // A GSO segment's number: the header says it.
+                            Some(id) => {
+                                hdr::rebuild(&mut head[..hl], &h, payload.len(), id);
+                            }
+                            None => {
+                                self.stats.rx_icrc_bad += 1;
+                                if self.cfg.icrc_check == IcrcCheck::Require {
+                                    self.stats.rx_icrc_dropped += 1;
+                                    continue;
+                                }
+                            }
                         }
                     }
                     // Handed on: the engine cannot verify it (a dropped
@@ -139,37 +147,31 @@ impl UdpBackend {
     }
 }
 
-/// Checks an IPv4 datagram's ICRC assuming ID 0, then the IDs of GSO
-/// segments ([`icrc::Rebaser::solve_ipv4_id`]); on a match writes the ID into
-/// `head` and counts it.
+/// Checks an IPv4 datagram's ICRC assuming ID 0 (`head` is its rebuilt
+/// header), then the IDs of GSO segments
+/// ([`icrc::Rebaser::solve_ipv4_id`]); returns the ID that matches, and
+/// counts it, or `None`.
 fn check_v4(
     stats: &mut UdpStats,
     rebaser: &mut icrc::Rebaser,
     code: Code,
-    head: &mut [u8; 48],
+    head: &[u8],
     payload: &[u8],
-) -> bool {
-    let hl = hdr::rebuilt_header_len(false);
+) -> Option<u16> {
+    let hl = head.len();
     let n = payload.len();
     if n < bth::HEADER_LEN + icrc::LEN {
-        return false;
+        return None;
     }
-    let Ok(c0) = icrc::compute_with(code, &head[..hl], &payload[..n - icrc::LEN]) else {
-        return false;
-    };
+    let c0 = icrc::compute_with(code, head, &payload[..n - icrc::LEN]).ok()?;
     let mut got = [0u8; 4];
     got.copy_from_slice(&payload[n - 4..]);
     let got = icrc::read(got);
     if c0 == got {
         stats.rx_icrc_ok_id0 += 1;
-        return true;
+        return Some(0);
     }
-    match rebaser.solve_ipv4_id(c0, got, hl + n - icrc::LEN, hdr::MAX_SOLVED_ID) {
-        Some(id) => {
-            hdr::set_ipv4_ident(&mut head[..hl], id);
-            stats.rx_icrc_ok_gso_id += 1;
-            true
-        }
-        None => false,
-    }
+    let id = rebaser.solve_ipv4_id(c0, got, hl + n - icrc::LEN, hdr::MAX_SOLVED_ID)?;
+    stats.rx_icrc_ok_gso_id += 1;
+    Some(id)
 }
