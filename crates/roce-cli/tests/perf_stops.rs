@@ -281,13 +281,16 @@ fn flag_combinations_refused() {
 
 /// Ctrl-C during an `-a` latency run keeps the sizes measured so far: a
 /// stop that lands between sizes used to end both sides with "no
-/// iteration completed" and no report.
+/// iteration completed" and no report. The signal comes once the run has
+/// measured its first, second, then third size (its progress lines on
+/// stderr), not after a fixed time: under load, setting up can take longer
+/// than any fixed delay.
 #[test]
 fn ctrl_c_during_all_sizes_keeps_the_rows_measured() {
     let mut interrupted = 0;
-    for delay in [700, 1300, 1900] {
+    for after in 1..=3usize {
         let (port, roce_port) = ports();
-        let c = spawn(&[
+        let mut c = spawn(&[
             "perf",
             "send-lat",
             "--loopback",
@@ -299,15 +302,42 @@ fn ctrl_c_during_all_sizes_keeps_the_rows_measured() {
             "--roce-port",
             &roce_port,
         ]);
-        std::thread::sleep(Duration::from_millis(delay));
+        // Read stderr as it comes; say when `after` sizes are done.
+        let stderr = c.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            let mut done = 0;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.starts_with("[size ") {
+                    done += 1;
+                    if done == after {
+                        let _ = tx.send(());
+                    }
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let measured = rx.recv_timeout(Duration::from_secs(60)).is_ok();
         interrupt(&c);
         let o = wait_bounded(c, Duration::from_secs(30));
-        let (out, err) = text(&o);
+        let err = reader.join().expect("stderr reader");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            measured,
+            "{after}: no size was measured in 60 s: {out} {err}"
+        );
         if o.status.code() == Some(0) {
             continue; // finished before the signal
         }
-        assert_eq!(o.status.code(), Some(130), "{delay} ms: {out} {err}");
-        assert!(!err.contains("roce perf:"), "{delay} ms: {err}");
+        assert_eq!(o.status.code(), Some(130), "{after} sizes: {out} {err}");
+        assert!(!err.contains("roce perf:"), "{after} sizes: {err}");
         assert!(out.contains("interrupted: partial results"), "{out}");
         interrupted += 1;
     }

@@ -67,8 +67,8 @@
 //! loop {
 //!     let mut moved = false;
 //!     for i in 0..2 {
-//!         while let Some(n) = hosts[i].0.poll_transmit(now, &mut buf) {
-//!             hosts[1 - i].0.handle_datagram(now, &buf[..n], RxMeta::default());
+//!         while let Some(t) = hosts[i].0.poll_transmit(now, &mut buf) {
+//!             hosts[1 - i].0.handle_datagram(now, &buf[..t.size], RxMeta::default());
 //!             (moved, packets) = (true, packets + 1);
 //!         }
 //!     }

@@ -133,25 +133,30 @@ fn a_ping_pong_answer_goes_before_its_ack() {
     post_recv(&a, &ma);
     post_recv(&b, &mb);
     const ROUNDS: usize = 200;
-    let start = std::time::Instant::now();
+    // Rounds in which A's SEND completed only HOLD or more after B's
+    // answer was posted: its ACK waited for the deadline, not the answer.
+    let mut waited = 0;
     for i in 0..ROUNDS as u64 {
         a.qp.post_send(SendWr::send(i, vec![ma.sge(0, 8)])).unwrap();
         let r = one(&b.cq);
         assert_eq!((r.wr_id, r.byte_len), (RECV, 8), "{r:?}");
         post_recv(&b, &mb);
         b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 8)])).unwrap();
+        let answered = std::time::Instant::now();
         // A: its SEND's completion and B's answer, in either order.
         let mut got: Vec<u64> = (0..2).map(|_| one(&a.cq).wr_id).collect();
+        if answered.elapsed() >= HOLD {
+            waited += 1;
+        }
         got.sort_unstable();
         assert_eq!(got, [i, RECV]);
         post_recv(&a, &ma);
         // B's SEND completes (A's ACK) before the next round.
         assert_eq!(one(&b.cq).wr_id, i);
     }
-    let elapsed = start.elapsed();
     assert!(
-        elapsed < HOLD * ROUNDS as u32 / 8,
-        "{elapsed:?}: ACKs waited for their deadline"
+        waited <= ROUNDS / 10,
+        "{waited} of {ROUNDS} ACKs waited for their deadline"
     );
     // Round i: B's answer has PSN B_PSN + i, its ACK of A's SEND A_PSN + i.
     let sent = log.lock().unwrap().clone();

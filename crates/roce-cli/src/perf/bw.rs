@@ -43,10 +43,9 @@ struct Measured {
 pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
-        if stopping() {
+        if !ctl.next_size(&format!("size {size}"), stopping())? {
             break;
         }
-        ctl.barrier(&format!("size {size}"))?;
         prepare(s, size)?;
         ctl.barrier("go")?;
         let requester = s.is_client || s.params.bidir;

@@ -128,17 +128,6 @@ pub(crate) fn announce_stop() {
     }
 }
 
-impl Drop for Control {
-    /// Shuts the connection down: this side's reader thread, still blocked
-    /// in `read` on a clone of the socket, would otherwise keep it open,
-    /// and the peer, waiting for this side's report, would see no end of
-    /// the connection until its own timeout.
-    fn drop(&mut self) {
-        let w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = w.shutdown(std::net::Shutdown::Both);
-    }
-}
-
 impl Control {
     pub(crate) fn new(stream: TcpStream) -> std::io::Result<Control> {
         stream.set_nodelay(true)?;
@@ -315,6 +304,24 @@ impl Control {
             return Err(format!("barrier mismatch (wanted '{tag}')"));
         }
         Ok(())
+    }
+
+    /// The barrier before the next size of an `-a` run, where both sides
+    /// also agree whether to stop: each says whether it is stopping, and
+    /// the run goes on only if neither is. (Each side looking at its own
+    /// Ctrl-C flag alone, one could stop here while the other, which had
+    /// looked just before, waited at the barrier for it.) True: go on.
+    pub(crate) fn next_size(&mut self, tag: &str, stopping: bool) -> Result<bool, String> {
+        self.send(&json!({"type": "barrier", "tag": tag, "stop": stopping}))?;
+        let v = self.expect("barrier")?;
+        if v.get("tag").and_then(Value::as_str) != Some(tag) {
+            return Err(format!("barrier mismatch (wanted '{tag}')"));
+        }
+        let peer_stops = v.get("stop").and_then(Value::as_bool).unwrap_or(false);
+        // Both sides decide from the same two flags: a stop that comes
+        // after this side sent its own shows at the next size (the size's
+        // own loops are cut short by it meanwhile).
+        Ok(!stopping && !peer_stops)
     }
 
     /// Tells the peer about a failure (best effort, once).

@@ -142,10 +142,9 @@ fn wait_byte(
 pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
-        if stopping() {
+        if !ctl.next_size(&format!("size {size}"), stopping())? {
             break;
         }
-        ctl.barrier(&format!("size {size}"))?;
         let samples = match s.params.test {
             Test::SendLat => ping_pong(s, ctl, size, false)?,
             Test::WriteLat => ping_pong(s, ctl, size, true)?,
