@@ -29,6 +29,10 @@ pub struct QpCounters {
     pub error_naks_received: u64,
     /// ACK packets sent (including coalesced ones that went out).
     pub acks_sent: u64,
+    /// Deferred ACKs that followed the QP's answer (`DeviceConfig::ack_delay`).
+    pub acks_after_answer: u64,
+    /// Deferred ACKs that left at their deadline (nobody answered in time).
+    pub ack_deadlines: u64,
     /// Duplicate requests received (re-ACKed or replayed).
     pub duplicates: u64,
     /// Duplicate READs served again.

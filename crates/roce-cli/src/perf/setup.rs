@@ -295,7 +295,8 @@ impl Session {
                        "retransmitted": c.retransmitted, "timeouts": c.timeouts,
                        "seq_naks_sent": c.seq_naks_sent, "seq_naks_received": c.seq_naks_received,
                        "rnr_naks_sent": c.rnr_naks_sent, "rnr_naks_received": c.rnr_naks_received,
-                       "acks_sent": c.acks_sent, "duplicates": c.duplicates})
+                       "acks_sent": c.acks_sent, "acks_after_answer": c.acks_after_answer,
+                       "ack_deadlines": c.ack_deadlines, "duplicates": c.duplicates})
             })
             .collect();
         // Who checked each received ICRC, in one place: the engine (full

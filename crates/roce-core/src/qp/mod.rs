@@ -428,7 +428,10 @@ impl Qp {
             Some(n) => n,
             None => {
                 let n = self.req_poll_transmit(ctx, buf)?;
-                ctx.boundary |= self.resp.answered(ctx.now, ctx.ack_delay);
+                if self.resp.answered(ctx.now, ctx.ack_delay) {
+                    ctx.boundary = true;
+                    self.counters.acks_after_answer += 1;
+                }
                 n
             }
         };
@@ -462,7 +465,9 @@ impl Qp {
 
     /// Local ACK timeout and RNR timer processing.
     pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        self.resp.on_timer(ctx.now);
+        if self.resp.on_timer(ctx.now) {
+            self.counters.ack_deadlines += 1;
+        }
         self.cc.on_timer(ctx.now);
         self.req_handle_timeout(ctx);
     }

@@ -162,8 +162,8 @@ impl Responder {
     }
 
     /// A deferred ACK whose deadline has come is due.
-    pub(crate) fn on_timer(&mut self, now: Nanos) {
-        self.ack_hold.expire(now);
+    pub(crate) fn on_timer(&mut self, now: Nanos) -> bool {
+        self.ack_hold.expire(now)
     }
 
     /// The job at the front went out: a positive ACK among them ends the

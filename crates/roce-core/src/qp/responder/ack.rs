@@ -139,14 +139,16 @@ impl AckHold {
     }
 
     /// The held ACK's deadline came (at `now`): it is due, and holding
-    /// stops paying.
-    pub(crate) fn expire(&mut self, now: Nanos) {
+    /// stops paying. True when it did.
+    pub(crate) fn expire(&mut self, now: Nanos) -> bool {
         if let AckState::Held(t) = self.state {
             if t <= now {
                 self.state = AckState::Due;
                 self.pays = false;
+                return true;
             }
         }
+        false
     }
 
     /// The waiting ACK is due now (something is queued behind it, or the
