@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
         records += 1;
         // A record header is at least 12 bytes (pcapng SPB), so a reader
         // that returns more records than bytes loops without consuming.
-        assert!(records <= data.len() / 12 + 1, "more records than the input can hold");
+        assert!(
+            records <= data.len() / 12 + 1,
+            "more records than the input can hold"
+        );
         assert!(packet.file_offset <= data.len() as u64);
         assert!(packet.data.len() <= data.len());
         match packet.payload() {

@@ -46,7 +46,15 @@ impl Host {
         let mut dev = Device::new(DeviceConfig::new(addr.parse().unwrap()));
         let pd = dev.alloc_pd();
         let cq = dev.create_cq(256);
-        Host { dev, pd, cq, qps: 0, out: Vec::new(), reqs: Vec::new(), conns: Vec::new() }
+        Host {
+            dev,
+            pd,
+            cq,
+            qps: 0,
+            out: Vec::new(),
+            reqs: Vec::new(),
+            conns: Vec::new(),
+        }
     }
 
     /// A new RC QP in INIT (at most 16 per input).
@@ -70,7 +78,13 @@ impl Host {
             qp_access_flags: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
             ..QpAttr::default()
         };
-        self.dev.modify_qp(q, &a, QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init)).ok()?;
+        self.dev
+            .modify_qp(
+                q,
+                &a,
+                QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
+            )
+            .ok()?;
         Some(q)
     }
 
@@ -97,8 +111,13 @@ impl Host {
 
 fn connect(a: &mut Host, now: u64, private: &[u8]) {
     if let Some(q) = a.qp() {
-        let p = ConnParam { private_data: private.iter().copied().take(32).collect(), ..ConnParam::default() };
-        let _ = a.dev.cm_connect(now, q, "10.0.0.2".parse().unwrap(), PORT, &p);
+        let p = ConnParam {
+            private_data: private.iter().copied().take(32).collect(),
+            ..ConnParam::default()
+        };
+        let _ = a
+            .dev
+            .cm_connect(now, q, "10.0.0.2".parse().unwrap(), PORT, &p);
     }
 }
 
@@ -129,7 +148,9 @@ fuzz_target!(|data: &[u8]| {
     b.dev.cm_listen_ud(PORT).unwrap();
     let mut now = 1_000u64;
     connect(&mut a, now, b"fuzz");
-    let _ = a.dev.cm_resolve_ud(now, "10.0.0.2".parse().unwrap(), PORT, b"sidr");
+    let _ = a
+        .dev
+        .cm_resolve_ud(now, "10.0.0.2".parse().unwrap(), PORT, b"sidr");
     a.poll(now);
     // The REQ's datagram: the template of every fuzzed MAD.
     let template = a.out.first().cloned().expect("the REQ was sent");
@@ -144,8 +165,13 @@ fuzz_target!(|data: &[u8]| {
         rest = &rest[3 + n..];
         let b0 = bytes.first().copied().unwrap_or(0);
         match tag % 8 {
-            0 => b.dev.handle_datagram(now, &qp1_datagram(&template, bytes, false), RxMeta::exact()),
-            1 => a.dev.handle_datagram(now, &qp1_datagram(&template, bytes, true), RxMeta::exact()),
+            0 => {
+                b.dev
+                    .handle_datagram(now, &qp1_datagram(&template, bytes, false), RxMeta::exact())
+            }
+            1 => a
+                .dev
+                .handle_datagram(now, &qp1_datagram(&template, bytes, true), RxMeta::exact()),
             2 => b.dev.handle_datagram(now, bytes, RxMeta::inexact()),
             3 => {
                 for d in std::mem::take(&mut a.out) {
@@ -200,7 +226,9 @@ fuzz_target!(|data: &[u8]| {
             },
             _ => {
                 let pd: Vec<u8> = bytes.iter().copied().take(64).collect();
-                let _ = a.dev.cm_resolve_ud(now, "10.0.0.2".parse().unwrap(), PORT, &pd);
+                let _ = a
+                    .dev
+                    .cm_resolve_ud(now, "10.0.0.2".parse().unwrap(), PORT, &pd);
             }
         }
         a.poll(now);

@@ -19,7 +19,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if let Ok(s) = Scenario::from_toml(text) {
-        s.check_counts().expect("a parsed scenario passes its own count check");
+        s.check_counts()
+            .expect("a parsed scenario passes its own count check");
         let _ = s.warnings();
         let _ = s.flows();
     }
