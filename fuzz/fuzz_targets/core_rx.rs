@@ -68,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
                 d[33..36].copy_from_slice(&q.value().to_be_bytes()[1..]);
             }
         }
-        dev.handle_datagram(now, &d, RxInfo { icrc_checkable: false });
+        dev.handle_datagram(now, &d, RxMeta::inexact());
         now += 1000;
         if dev.poll_timeout().is_some_and(|t| t <= now) {
             dev.handle_timeout(now);

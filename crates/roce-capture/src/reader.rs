@@ -268,6 +268,16 @@ fn advance<I: PcapReaderIterator>(it: &mut I, st: &mut State) -> Step {
         st.pending = 0;
     }
     let offset = it.consumed() as u64;
+    // pcap-parser subtracts the 12 bytes of a block's framing from its
+    // declared length before checking it against 12 for the block types
+    // with a shorter fixed header (a Process Information Block, 4 bytes):
+    // a length of 4 to 11 overflows (a panic with overflow checks on).
+    // Check every block length here first (found by fuzz/capture).
+    if matches!(st.format, Format::PcapNg) {
+        if let Some(Err(kind)) = st.ng_block_len(it.data()) {
+            return Step::Fail(CaptureError::new(offset, kind));
+        }
+    }
     let outcome = match it.next() {
         Ok((len, block)) => st.classify(len, block, offset),
         Err(PcapError::Eof) => Outcome::Eof,
@@ -407,34 +417,38 @@ impl State {
                 }
                 self.pcap_record_header + caplen as usize
             }
-            Format::PcapNg => {
-                let raw: [u8; 4] = buf.get(4..8)?.try_into().ok()?;
-                let big_endian = if buf.get(..4)? == [0x0a, 0x0d, 0x0d, 0x0a] {
-                    // A new section: its own byte-order magic decides.
-                    match buf.get(8..12)? {
-                        [0x1a, 0x2b, 0x3c, 0x4d] => true,
-                        [0x4d, 0x3c, 0x2b, 0x1a] => false,
-                        _ => {
-                            return Some(ErrorKind::Malformed(
-                                "bad byte-order magic in section header",
-                            ))
-                        }
-                    }
-                } else {
-                    self.ng_big_endian
-                };
-                let len = if big_endian {
-                    u32::from_be_bytes(raw)
-                } else {
-                    u32::from_le_bytes(raw)
-                };
-                match check_block_len(len) {
-                    Ok(len) => len,
-                    Err(kind) => return Some(kind),
-                }
-            }
+            Format::PcapNg => match self.ng_block_len(buf)? {
+                Ok(len) => len,
+                Err(kind) => return Some(kind),
+            },
         };
         (buf.len() >= declared).then_some(ErrorKind::Malformed("block contents overrun its length"))
+    }
+
+    /// The declared total length of the pcapng block at the start of
+    /// `buf`, validated (`None` until enough of its header is in).
+    fn ng_block_len(&self, buf: &[u8]) -> Option<Result<usize, ErrorKind>> {
+        let raw: [u8; 4] = buf.get(4..8)?.try_into().ok()?;
+        let big_endian = if buf.get(..4)? == [0x0a, 0x0d, 0x0d, 0x0a] {
+            // A new section: its own byte-order magic decides.
+            match buf.get(8..12)? {
+                [0x1a, 0x2b, 0x3c, 0x4d] => true,
+                [0x4d, 0x3c, 0x2b, 0x1a] => false,
+                _ => {
+                    return Some(Err(ErrorKind::Malformed(
+                        "bad byte-order magic in section header",
+                    )))
+                }
+            }
+        } else {
+            self.ng_big_endian
+        };
+        let len = if big_endian {
+            u32::from_be_bytes(raw)
+        } else {
+            u32::from_le_bytes(raw)
+        };
+        Some(check_block_len(len))
     }
 }
 

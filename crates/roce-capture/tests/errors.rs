@@ -182,6 +182,18 @@ fn malformed_records() {
         assert_eq!(e.offset, epb as u64, "len {len}");
         assert!(matches!(e.kind, ErrorKind::Malformed(_)), "len {len}: {e}");
     }
+    // A Process Information Block (type 0x80000001, whose fixed header
+    // pcap-parser takes as 4 bytes) declaring 4 to 11 bytes: pcap-parser
+    // computed `len - 12` and overflowed (found by fuzz/capture; the
+    // minimised input is fuzz/artifacts-found/capture-pib-len-10).
+    for len in [4, 8, 10] {
+        let mut bad = ng.clone();
+        le32(&mut bad, epb, 0x8000_0001);
+        le32(&mut bad, epb + 4, len);
+        let e = read_all(&bad[..]).unwrap().1.unwrap();
+        assert_eq!(e.offset, epb as u64, "len {len}");
+        assert!(matches!(e.kind, ErrorKind::Malformed(_)), "len {len}: {e}");
+    }
     // mismatched trailing block length
     let mut bad = ng.clone();
     let next = offsets[3];
