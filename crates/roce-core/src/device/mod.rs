@@ -650,6 +650,19 @@ impl Device {
         }
     }
 
+    /// Drops the stale entries at the top of the timer heap, so that
+    /// [`Device::poll_timeout`] names a live deadline: a deferred ACK's
+    /// deadline, left behind when the ACK followed its answer, would
+    /// otherwise have a driver wake up for nothing every round trip.
+    fn prune_timers(&mut self) {
+        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
+            if self.timer_is_live(t, qpn) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
     /// True when a heap entry still describes its QP's deadline.
     fn timer_is_live(&self, t: Nanos, qpn: u32) -> bool {
         self.qps.get(&qpn).is_some_and(|q| q.armed == Some(t))
@@ -697,7 +710,9 @@ impl Device {
         }
         let rounds = self.ready.len();
         for _ in 0..rounds {
-            let qpn = self.ready.pop_front()?;
+            let Some(qpn) = self.ready.pop_front() else {
+                break;
+            };
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
@@ -730,6 +745,7 @@ impl Device {
             // Nothing now (window, credits, RNR wait, a deferred ACK):
             // timers or incoming packets will make it ready again.
         }
+        self.prune_timers();
         None
     }
 
