@@ -44,6 +44,20 @@ fn send(w: &mut World, h: usize, qp: Qpn, wr_id: u64, len: u32) {
     w.hosts[h].dev.post_send(qp, wr).unwrap();
 }
 
+/// Runs the world until host 0 has `n` completions (bounded); returns them.
+fn completions(w: &mut World, n: usize) -> Vec<Wc> {
+    let mut got = Vec::new();
+    assert!(
+        w.run_until(100_000, |w| {
+            got.extend(w.hosts[0].poll());
+            got.len() >= n
+        }),
+        "host 0 got {} of {n} completions",
+        got.len()
+    );
+    got
+}
+
 fn acks_from(log: &Log, h: usize) -> usize {
     log.borrow()
         .iter()
@@ -60,11 +74,7 @@ fn an_unanswered_ack_leaves_at_its_deadline() {
     let (qa, qb) = w.connect(QpType::Rc, 1024);
     recv(&mut w, 1, qb, 7, 0, 64);
     send(&mut w, 0, qa, 1, 16);
-    let mut got = Vec::new();
-    assert!(w.run_until(10_000, |w| {
-        got.extend(w.hosts[0].poll());
-        !got.is_empty()
-    }));
+    let got = completions(&mut w, 1);
     assert_eq!(statuses(&got), vec![(1, WcStatus::Success)]);
     // Sent at 0, arrived at latency, ACK held DELAY, back after latency.
     assert_eq!(w.now, 2 * w.latency + DELAY, "completion time");
@@ -74,11 +84,7 @@ fn an_unanswered_ack_leaves_at_its_deadline() {
     recv(&mut w, 1, qb, 8, 0, 64);
     send(&mut w, 0, qa, 2, 16);
     let start = w.now;
-    let mut got = Vec::new();
-    assert!(w.run_until(10_000, |w| {
-        got.extend(w.hosts[0].poll());
-        !got.is_empty()
-    }));
+    let got = completions(&mut w, 1);
     assert_eq!(w.now - start, 2 * w.latency, "held again");
 }
 
@@ -89,11 +95,7 @@ fn off_acks_at_once() {
     let (qa, qb) = w.connect(QpType::Rc, 1024);
     recv(&mut w, 1, qb, 7, 0, 64);
     send(&mut w, 0, qa, 1, 16);
-    let mut got = Vec::new();
-    assert!(w.run_until(10_000, |w| {
-        got.extend(w.hosts[0].poll());
-        !got.is_empty()
-    }));
+    let got = completions(&mut w, 1);
     assert_eq!(w.now, 2 * w.latency);
 }
 
@@ -110,11 +112,7 @@ fn the_answer_leaves_before_the_ack() {
     assert!(w.run_until(10_000, |w| !w.hosts[1].poll().is_empty()));
     let answered_at = w.now;
     send(&mut w, 1, qb, 2, 16);
-    let mut got = Vec::new();
-    assert!(w.run_until(10_000, |w| {
-        got.extend(w.hosts[0].poll());
-        got.len() == 2
-    }));
+    let got = completions(&mut w, 2);
     let mut ids: Vec<_> = statuses(&got);
     ids.sort_by_key(|(id, _)| *id);
     assert_eq!(ids, vec![(1, WcStatus::Success), (8, WcStatus::Success)]);
@@ -153,11 +151,7 @@ fn a_stream_is_acked_every_max_psns() {
         };
         w.hosts[0].dev.post_send(qa, wr).unwrap();
     }
-    let mut got = Vec::new();
-    assert!(w.run_until(100_000, |w| {
-        got.extend(w.hosts[0].poll());
-        !got.is_empty()
-    }));
+    let got = completions(&mut w, 1);
     assert_eq!(statuses(&got), vec![(63, WcStatus::Success)]);
     // A window of 8 PSNs, each window's ACK released by its span.
     // 64 = 7 windows of 9 PSNs (una + 8) and one more: each window's ACK
@@ -187,11 +181,7 @@ fn an_ack_deferred_when_the_qp_errs_still_goes() {
         .dev
         .modify_qp(qb, &err, QpAttrMask::STATE)
         .unwrap();
-    let mut got = Vec::new();
-    assert!(w.run_until(10_000, |w| {
-        got.extend(w.hosts[0].poll());
-        !got.is_empty()
-    }));
+    let got = completions(&mut w, 1);
     assert_eq!(statuses(&got), vec![(1, WcStatus::Success)]);
 }
 
@@ -214,14 +204,7 @@ fn an_ack_deferred_when_the_qp_goes_is_its_last_packet() {
         } else {
             w.hosts[1].dev.destroy_qp(qb).unwrap();
         }
-        let mut got = Vec::new();
-        assert!(
-            w.run_until(10_000, |w| {
-                got.extend(w.hosts[0].poll());
-                !got.is_empty()
-            }),
-            "reset {reset}"
-        );
+        let got = completions(&mut w, 1);
         assert_eq!(
             statuses(&got),
             vec![(1, WcStatus::Success)],
