@@ -85,6 +85,7 @@ fn an_unanswered_ack_leaves_at_its_deadline() {
     send(&mut w, 0, qa, 2, 16);
     let start = w.now;
     let got = completions(&mut w, 1);
+    assert_eq!(statuses(&got), vec![(2, WcStatus::Success)]);
     assert_eq!(w.now - start, 2 * w.latency, "held again");
 }
 
@@ -96,6 +97,7 @@ fn off_acks_at_once() {
     recv(&mut w, 1, qb, 7, 0, 64);
     send(&mut w, 0, qa, 1, 16);
     let got = completions(&mut w, 1);
+    assert_eq!(statuses(&got), vec![(1, WcStatus::Success)]);
     assert_eq!(w.now, 2 * w.latency);
 }
 
