@@ -196,6 +196,18 @@ impl PingpongArgs {
                 ));
             }
         }
+        // The GID table has two entries for an IPv4 address (0 and 1) and
+        // one for IPv6 (0): an index past both is wrong whatever address
+        // the connection ends up using, so say so now, as ibv_rc_pingpong
+        // does at start-up, not once a peer connects.
+        let gid_idx = self.gid_idx.unwrap_or(0);
+        let v6_bind = self.bind.is_some_and(|b| b.is_ipv6());
+        if gid_idx > 1 || (v6_bind && gid_idx > 0) {
+            return Err(format!(
+                "GID index {gid_idx} is not in the GID table (an IPv4 address has \
+                 entries 0 and 1, an IPv6 address entry 0; see --help for -g)"
+            ));
+        }
         let slot = u64::from(size) + 40;
         if slot * u64::from(self.rx_depth + num_qp) > 1 << 30 {
             return Err("size × rx-depth needs more than 1 GiB of buffers".into());
@@ -209,7 +221,7 @@ impl PingpongArgs {
             rx_depth: self.rx_depth,
             iters: self.iters,
             events: self.events,
-            gid_idx: self.gid_idx.unwrap_or(0),
+            gid_idx,
             chk: self.chk,
             num_qp,
             bind: self.bind,
