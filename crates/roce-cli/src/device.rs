@@ -47,7 +47,7 @@ pub(crate) fn check_faults(spec: &str) -> Result<String, String> {
 }
 
 /// Parses a `--faults` specification.
-pub(crate) fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
+fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
     fn prob(v: &str) -> Result<f64, String> {
         let (num, scale) = match v.strip_suffix('%') {
             Some(n) => (n, 0.01),

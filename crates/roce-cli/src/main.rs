@@ -30,7 +30,6 @@ mod pin;
 mod pingpong;
 mod rping;
 mod sim;
-mod tuning;
 mod udaddy;
 
 use clap::{Parser, Subcommand};

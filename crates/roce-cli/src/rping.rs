@@ -137,14 +137,11 @@ impl Rig {
         // identification a UDP socket cannot see: its ICRC cannot be
         // verified, only counted (docs/security.md).
         let mut o = OpenOptions::new(BackendKind::Udp, local)
-            .cpu(crate::tuning::cpu())
+            .cpu(roce_io::CpuTuning::detect())
             .roce_port(port, port)
             .icrc_check(roce_io::IcrcCheck::Count);
-        if let Some(spec) = faults {
-            let f = crate::device::parse_faults(spec)?;
-            o = o.wrap(Box::new(move |b| {
-                Ok(Box::new(roce_io::FaultInjector::new(b, f)) as Box<dyn roce_io::Backend + Send>)
-            }));
+        if let Some(w) = crate::device::middleware(None, faults)? {
+            o = o.wrap(w);
         }
         let ctx = o.open().map_err(|e| e.to_string())?;
         let pd = ctx.alloc_pd();

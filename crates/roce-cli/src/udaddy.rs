@@ -72,7 +72,7 @@ impl Ud {
         // identification a UDP socket cannot see: its ICRC cannot be
         // verified, only counted (docs/security.md).
         let o = OpenOptions::new(BackendKind::Udp, local)
-            .cpu(crate::tuning::cpu())
+            .cpu(roce_io::CpuTuning::detect())
             .roce_port(args.roce_port, args.roce_port)
             .icrc_check(roce_io::IcrcCheck::Count);
         let mtu = o.link_mtu().map_err(|e| e.to_string())?;

@@ -269,7 +269,9 @@ impl OpenOptions {
     pub fn open(mut self) -> Result<Context, OpenError> {
         let local = self.local;
         self.config.addrs = self.gids.take().unwrap_or_else(|| vec![local]);
-        let mtu = self.link_mtu()?;
+        // The interfaces are listed once (link_mtu would list them again).
+        let device = self.device()?;
+        let mtu = device.as_ref().map_or(4096, Device::active_mtu);
         self.config.active_mtu = self.config.active_mtu.min(mtu);
         self.config.icrc_code = self.cpu.icrc_code;
         self.progress.copy_piece = self.cpu.copy_piece;
@@ -304,7 +306,7 @@ impl OpenOptions {
                         "the packet backend carries UDP port 4791 only",
                     ));
                 }
-                let dev = self.device()?.ok_or(OpenError::NotLocal(local))?;
+                let dev = device.ok_or(OpenError::NotLocal(local))?;
                 if dev.info.loopback {
                     return Err(OpenError::LoopbackPacket(dev.info.name));
                 }

@@ -105,26 +105,27 @@ pub(crate) enum Driver {
 pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome {
     let mut clock = Clock::start(shared, &mut io.stale_polls, driver);
     let mut out = StepOutcome::default();
-    let now;
     if driver != Driver::Post {
-        let r = receive(shared, io, &mut clock);
-        out.work = r.got;
-        now = clock.now;
+        let Received {
+            got,
+            due,
+            deadline,
+            raised,
+        } = receive(shared, io, &mut clock);
+        out.work = got;
+        raised.wake(shared);
         // A poll that took datagrams after which the engine has nothing
         // to send now (an ACK it defers, a response not yet due) returns
         // at once: the application sees what arrived without waiting for
         // a transmit phase that would find nothing. The engine's deadline
         // says when the next step must look.
-        if driver == Driver::Poll && r.got && !r.due && io.tx.is_empty() {
-            io.deadline = r.deadline;
-            out.deadline = r.deadline;
-            r.raised.wake(shared);
+        if driver == Driver::Poll && got && !due && io.tx.is_empty() {
+            io.deadline = deadline;
+            out.deadline = deadline;
             return out;
         }
-        r.raised.wake(shared);
-    } else {
-        now = clock.now;
     }
+    let now = clock.now;
     // An empty poll with nothing to send, no timer due and the engine not
     // touched since the last step looked: the transmit phase would only
     // take the engine lock to find nothing. A busy-polling loop is mostly

@@ -93,7 +93,7 @@ pub(crate) fn open_context(
         BackendKind::Packet => roce_verbs::BackendKind::Packet,
     };
     let mut o = OpenOptions::new(kind, local)
-        .cpu(crate::tuning::cpu())
+        .cpu(roce_io::CpuTuning::detect())
         .interface(args.dev.as_deref())
         .roce_port(args.roce_port, args.roce_port)
         .vlan(args.vlan);

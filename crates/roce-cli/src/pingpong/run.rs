@@ -136,7 +136,7 @@ fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
     // identification a UDP socket cannot see: its ICRC cannot be
     // verified, only counted (docs/security.md).
     let mut o = OpenOptions::new(BackendKind::Udp, local)
-        .cpu(crate::tuning::cpu())
+        .cpu(roce_io::CpuTuning::detect())
         .roce_port(p.roce_port, p.roce_port)
         .gids(gid_table(local))
         .icrc_check(roce_io::IcrcCheck::Count);

@@ -651,9 +651,10 @@ impl Device {
     }
 
     /// Drops the stale entries at the top of the timer heap, so that
-    /// [`Device::poll_timeout`] names a live deadline: a deferred ACK's
-    /// deadline, left behind when the ACK followed its answer, would
-    /// otherwise have a driver wake up for nothing every round trip.
+    /// [`Device::poll_timeout`] names a live deadline (after timers ran,
+    /// and when a transmit drain ends: a deferred ACK's deadline, left
+    /// behind when the ACK followed its answer, would otherwise have a
+    /// driver wake up for nothing every round trip).
     fn prune_timers(&mut self) {
         while let Some(&Reverse((t, qpn))) = self.timers.peek() {
             if self.timer_is_live(t, qpn) {
@@ -798,13 +799,8 @@ impl Device {
             }
             self.note_timer(qpn);
         }
-        // Drop stale entries so poll_timeout reports a live deadline.
-        while let Some(&Reverse((t, qpn))) = self.timers.peek() {
-            if self.timer_is_live(t, qpn) {
-                break;
-            }
-            self.timers.pop();
-        }
+        // So that poll_timeout reports a live deadline.
+        self.prune_timers();
     }
 }
 
