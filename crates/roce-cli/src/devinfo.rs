@@ -63,7 +63,7 @@ fn word(name: &'static str, json: Value, text: &str) -> Cap {
 }
 
 /// The code the tool chooses for this CPU ([`roce_io::CpuTuning::detect`],
-/// passed to every device it opens, `crate::tuning`): on QEMU's emulated
+/// passed to every device it opens through `OpenOptions::cpu`): on QEMU's emulated
 /// CPU a table-driven ICRC and payload copies in pieces.
 fn cpu_cap() -> Cap {
     let emulated = roce_io::emulated();
