@@ -256,7 +256,8 @@ fn a_forged_write_with_guessed_identifiers_writes_nothing() {
     assert_ne!(rb.addr, other.mr.addr());
 
     // The attack, from A's address (any local user can bind it): QPNs 17
-    // up, the old keys, the old address, PSNs swept.
+    // up, the old keys, the old address, at the PSNs B expects (as if the
+    // attacker had swept them): only the identifiers can stop it.
     let (s, me) = attacker("127.0.18.1");
     let evil = [0x66u8; 64];
     let mut sent = 0u64;
@@ -264,7 +265,10 @@ fn a_forged_write_with_guessed_identifiers_writes_nothing() {
     for qpn in 17..17 + 8 {
         for key in [0x101, 0x202, 0x303] {
             let pkts: Vec<Vec<u8>> = (0..4096u32)
-                .map(|k| write_only(me, "127.0.18.2", qpn, k * 4096, 0x1_0000_0000, key, &evil))
+                .map(|k| {
+                    let psn = a.psn.value().wrapping_add(k) & 0xff_ffff;
+                    write_only(me, "127.0.18.2", qpn, psn, 0x1_0000_0000, key, &evil)
+                })
                 .collect();
             send_all(&s, "127.0.18.2", &pkts);
             sent += pkts.len() as u64;

@@ -103,7 +103,6 @@ impl Session {
         let ctx = open_context(args, local, mtu, fabric)?;
         let pd = ctx.alloc_pd();
         let nq = params.qps as u64;
-        check_memory(params)?;
         let (max_size, ring, slot) = layout(params);
         let depth = params.tx_depth as usize * 2 + ring as usize + 64;
         // Room for twice what can be outstanding, within the device's
