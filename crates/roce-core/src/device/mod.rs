@@ -810,12 +810,12 @@ impl Device {
 /// application could do any of these. Bounded: the oldest go first.
 fn keep_farewell(queue: &mut VecDeque<Vec<u8>>, qp: &mut Qp, ctx: &mut Ctx<'_>) {
     const MAX_FAREWELLS: usize = 1024;
-    let mut buf = vec![0u8; 512];
+    // An ACK is well under 512 bytes; allocated only when there is one.
+    let mut buf = [0u8; 512];
     if let Some(n) = qp.take_deferred_ack(ctx, &mut buf) {
-        buf.truncate(n);
         if queue.len() >= MAX_FAREWELLS {
             queue.pop_front();
         }
-        queue.push_back(buf);
+        queue.push_back(buf[..n].to_vec());
     }
 }

@@ -134,8 +134,13 @@ impl Responder {
 
     /// Output that may go at `now` (not a deferred ACK still held).
     pub(crate) fn has_output_at(&self, now: Nanos) -> bool {
-        let held = self.deferred_ack() && self.ack_hold.holds(now);
-        !self.out.is_empty() && !held
+        !self.out.is_empty() && !self.held(now)
+    }
+
+    /// A deferred ACK is still held at `now` (responder/ack.rs): nothing
+    /// leaves before its deadline or the QP's answer.
+    pub(crate) fn held(&self, now: Nanos) -> bool {
+        self.deferred_ack() && self.ack_hold.holds(now)
     }
 
     /// The only job queued is a positive ACK that has not been sent: it
@@ -189,18 +194,22 @@ impl Responder {
         !self.out.is_empty()
     }
 
-    /// READ and atomic requests whose responses are still queued: the
-    /// responder resources in use (IBTA Vol 1 §9.5.4, max_dest_rd_atomic).
-    fn rd_atomic_in_use(&self) -> usize {
-        self.out
-            .iter()
-            .filter(|j| {
-                matches!(
-                    j,
-                    Job::AtomicAck { fresh: true, .. } | Job::Read { fresh: true, .. }
-                )
-            })
-            .count()
+    /// Whether `max` READ and atomic requests already have their
+    /// responses queued: the responder resources are all in use (IBTA
+    /// Vol 1 §9.5.4, max_dest_rd_atomic). Stops at the `max`-th.
+    fn rd_atomic_full(&self, max: usize) -> bool {
+        max == 0
+            || self
+                .out
+                .iter()
+                .filter(|j| {
+                    matches!(
+                        j,
+                        Job::AtomicAck { fresh: true, .. } | Job::Read { fresh: true, .. }
+                    )
+                })
+                .nth(max - 1)
+                .is_some()
     }
 
     /// The receive WR of a SEND in progress, if any (it must still complete).
@@ -516,7 +525,11 @@ impl Qp {
         // recycles its oldest resource instead). A requester that keeps
         // to its max_rd_atomic never sees it: it counts a request until
         // its response arrives, and this queue lets go of it when sent.
-        if rd_atomic && self.resp.rd_atomic_in_use() >= self.attr.max_dest_rd_atomic as usize {
+        if rd_atomic
+            && self
+                .resp
+                .rd_atomic_full(self.attr.max_dest_rd_atomic as usize)
+        {
             return Err(invalid);
         }
         match kind {

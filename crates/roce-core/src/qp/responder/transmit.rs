@@ -22,10 +22,7 @@ impl Qp {
             self.resp.out.clear();
             return None;
         }
-        if self.state != QpState::Err
-            && self.resp.deferred_ack()
-            && self.resp.ack_hold.holds(ctx.now)
-        {
+        if self.state != QpState::Err && self.resp.held(ctx.now) {
             // Deferred (responder/ack.rs): its deadline is a timer.
             return None;
         }
