@@ -337,7 +337,11 @@ impl QpCc {
 
 impl Qp {
     /// Emits the due CNP, if any (before any other packet of the QP).
-    pub(crate) fn cc_poll_cnp(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn cc_poll_cnp(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<roce_wire::Transmit> {
         if !self.cc.cnp_due() {
             return None;
         }

@@ -478,7 +478,7 @@ impl Device {
     }
 
     /// Writes the next QP1 datagram into `buf`.
-    pub(super) fn cm_poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+    pub(super) fn cm_poll_transmit(&mut self, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
         while let Some(o) = self.cm.out.pop_front() {
             let path = Path {
                 src: o.src,

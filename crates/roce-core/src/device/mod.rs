@@ -136,7 +136,7 @@ pub struct Device {
     /// Packets the QP at the front of `ready` has sent in a row.
     burst: u32,
     /// Deferred ACKs of QPs destroyed or reset, to send first.
-    farewell: VecDeque<Vec<u8>>,
+    farewell: VecDeque<(Vec<u8>, roce_wire::Transmit)>,
     /// The last datagram was an answer that released a held ACK: the next
     /// [`Device::poll_transmit`] ends the batch (see there).
     boundary: bool,
@@ -682,28 +682,19 @@ impl Device {
     /// that more is waiting; a driver that only polls again later loses
     /// nothing either.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
-        loop {
-            let n = self.next_datagram(now, buf)?;
-            // Read back from the header just written, so the metadata
-            // cannot disagree with the bytes.
-            match roce_wire::Transmit::of_datagram(&buf[..n]) {
-                Some(t) => return Some(t),
-                None => debug_assert!(false, "the engine emitted a datagram it cannot describe"),
-            }
-        }
+        self.next_datagram(now, buf)
     }
 
     /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
-    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<usize> {
+    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
         if std::mem::take(&mut self.boundary) {
             return None;
         }
         // A QP's last ACK before the CM message that may end it (a DREQ).
-        if let Some(p) = self.farewell.pop_front() {
-            let n = p.len().min(buf.len());
-            buf[..n].copy_from_slice(&p[..n]);
+        if let Some((p, t)) = self.farewell.pop_front() {
+            buf.get_mut(..p.len())?.copy_from_slice(&p);
             self.counters.tx_datagrams += 1;
-            return Some(n);
+            return Some(t);
         }
         if let Some(n) = self.cm_poll_transmit(buf) {
             self.counters.tx_datagrams += 1;
@@ -808,14 +799,18 @@ impl Device {
 /// application destroys the QP, resets it or moves it to the error state
 /// (also through the CM): with deferral off it would have left before the
 /// application could do any of these. Bounded: the oldest go first.
-fn keep_farewell(queue: &mut VecDeque<Vec<u8>>, qp: &mut Qp, ctx: &mut Ctx<'_>) {
+fn keep_farewell(
+    queue: &mut VecDeque<(Vec<u8>, roce_wire::Transmit)>,
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+) {
     const MAX_FAREWELLS: usize = 1024;
     // An ACK is well under 512 bytes; allocated only when there is one.
     let mut buf = [0u8; 512];
-    if let Some(n) = qp.take_deferred_ack(ctx, &mut buf) {
+    if let Some(t) = qp.take_deferred_ack(ctx, &mut buf) {
         if queue.len() >= MAX_FAREWELLS {
             queue.pop_front();
         }
-        queue.push_back(buf[..n].to_vec());
+        queue.push_back((buf[..t.size].to_vec(), t));
     }
 }

@@ -419,7 +419,11 @@ impl Qp {
     /// Emits the next packet: responses first, then requests. A deferred
     /// ACK (responder/ack.rs) waits, and follows the first request packet
     /// that leaves: the peer is waiting for that one.
-    pub(crate) fn poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn poll_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<roce_wire::Transmit> {
         if let Some(n) = self.cc_poll_cnp(ctx, buf) {
             self.counters.tx_packets += 1;
             return Some(n);
@@ -442,7 +446,11 @@ impl Qp {
     /// A deferred ACK, released and written into `buf` at once: the last
     /// packet of a QP that is destroyed or reset, which would have left
     /// before the application could act with deferral off.
-    pub(crate) fn take_deferred_ack(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn take_deferred_ack(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<roce_wire::Transmit> {
         if !self.resp.release_deferred_ack() {
             return None;
         }

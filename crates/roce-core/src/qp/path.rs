@@ -1,11 +1,16 @@
 //! Building the IP datagram of one packet of a QP.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use roce_wire::{
-    BthRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, UdpChecksum, UdpRepr,
-    ROCE_V2_PORT,
+    BthRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Transmit, UdpChecksum,
+    UdpRepr, ROCE_V2_PORT,
 };
+
+/// The IPv4 identification the engine writes: what the kernel writes for
+/// an unconnected DF UDP socket (docs/protocol.md §4), so UDP backends
+/// keep the ICRC valid.
+const IPV4_IDENT: u16 = 0;
 
 /// The addressing of a QP's packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,9 +42,7 @@ impl Path {
                 dst,
                 dscp: self.dscp,
                 ecn: self.ecn,
-                // What the kernel writes for an unconnected DF UDP socket
-                // (docs/protocol.md §4), so UDP backends keep the ICRC valid.
-                ident: 0,
+                ident: IPV4_IDENT,
                 dont_frag: true,
                 ttl: self.ttl,
                 payload_len: 0,
@@ -67,7 +70,7 @@ impl Path {
         payload_len: usize,
         buf: &mut [u8],
         fill: impl FnOnce(&mut [u8]),
-    ) -> Option<usize> {
+    ) -> Option<Transmit> {
         let repr = FrameRepr {
             eth: None,
             ip: self.ip()?,
@@ -80,7 +83,18 @@ impl Path {
             ext,
             payload: &[],
         };
-        repr.emit_with_code(buf, payload_len, fill, self.icrc_code)
-            .ok()
+        let size = repr
+            .emit_with_code(buf, payload_len, fill, self.icrc_code)
+            .ok()?;
+        // How to send it, from what the header was built of (no parse).
+        Some(Transmit {
+            size,
+            src: SocketAddr::new(self.src, self.sport),
+            destination: SocketAddr::new(self.dst, ROCE_V2_PORT),
+            dscp: self.dscp,
+            ecn: self.ecn,
+            ipv4_id: IPV4_IDENT,
+            dont_frag: true,
+        })
     }
 }

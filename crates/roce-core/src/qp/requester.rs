@@ -251,7 +251,11 @@ impl Qp {
     }
 
     /// Builds the next request packet, if the QP may send one now.
-    pub(crate) fn req_poll_transmit(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    pub(crate) fn req_poll_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<roce_wire::Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
@@ -367,7 +371,7 @@ impl Qp {
             self.req.next_psn = end;
         }
         self.counters.tx_bytes += plen as u64;
-        self.cc.on_sent(n as u64, ctx.now);
+        self.cc.on_sent(n.size as u64, ctx.now);
         if retransmission {
             self.counters.retransmitted += 1;
         }

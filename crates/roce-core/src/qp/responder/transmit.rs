@@ -16,7 +16,7 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
-    ) -> Option<usize> {
+    ) -> Option<roce_wire::Transmit> {
         let job = *self.resp.out.front()?;
         if self.state == QpState::Err && !self.resp.owes_in_error() {
             self.resp.out.clear();
