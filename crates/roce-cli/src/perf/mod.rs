@@ -309,12 +309,6 @@ impl Params {
             if !(d > 0.0 && d <= 86_400.0) {
                 return Err("the duration must be between 0 and 86400 seconds".into());
             }
-            if a.iters.is_some() {
-                return Err(
-                    "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
-                        .into(),
-                );
-            }
             if a.all {
                 return Err("-D and -a cannot be combined".into());
             }
@@ -438,6 +432,12 @@ const MAX_ITERS: u64 = 1_000_000_000;
 
 /// Flags every mode shares, and combinations no mode takes.
 fn check_modes(args: &PerfArgs) -> Result<(), String> {
+    if args.duration.is_some() && args.iters.is_some() {
+        return Err(
+            "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                .into(),
+        );
+    }
     if !args.connection.eq_ignore_ascii_case("RC") {
         return Err(format!(
             "connection type {}: roce perf runs RC only (drop -c, or use roce pingpong --transport uc|ud)",
@@ -567,12 +567,6 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
 fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), String> {
     if args.backend == BackendKind::Fabric {
         return Err("the fabric backend needs --loopback".into());
-    }
-    if args.duration.is_some() && args.iters.is_some() {
-        return Err(
-            "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
-                .into(),
-        );
     }
     let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = TcpListener::bind((bind, args.port))

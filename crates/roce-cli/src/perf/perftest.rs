@@ -225,12 +225,6 @@ impl Plan {
         if args.duration.is_some() && args.all {
             return Err("-D and -a cannot be combined".into());
         }
-        if args.duration.is_some() && args.iters.is_some() {
-            return Err(
-                "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
-                    .into(),
-            );
-        }
         // perftest's own rules (force_dependecies).
         if lat && args.qps != 1 {
             return Err("multiple QPs are only available in BW tests".into());
