@@ -113,14 +113,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn detection_matches_the_cpu() {
-        // This machine's CPU decides; the choices follow it.
-        let t = CpuTuning::detect();
-        assert_eq!(t == CpuTuning::EMULATED, emulated());
-        assert_eq!(CpuTuning::default(), CpuTuning::NATIVE);
-    }
-
-    #[test]
     fn piecewise_copies_copy_every_byte() {
         let src: Vec<u8> = (0..5000u32).map(|i| (i * 7 + i / 251) as u8).collect();
         for piece in [None, Some(COPY_PIECE), Some(1), Some(0)] {

@@ -122,7 +122,11 @@ impl UdpBackend {
                     self.stats.rx_icrc_unverified += 1;
                 }
                 // IPv6: every covered field is known, the engine verifies.
-                let meta = RxMeta::exact().with_header_exact(self.v6);
+                let meta = if self.v6 {
+                    RxMeta::exact()
+                } else {
+                    RxMeta::inexact()
+                };
                 let piece = self.cfg.cpu.copy_piece;
                 let pushed = batch.push_with(|slot| {
                     let total = hl + payload.len();
