@@ -38,7 +38,10 @@ fn reg(dev: &mut Device, pd: PdId) -> MrKeys {
 #[test]
 fn qpns_are_random_valid_and_not_reused_soon() {
     let (mut dev, pd, cq) = device(Some([7; 32]));
+    // The last 64 QPs stay alive, so a live QPN handed out again would
+    // show; older ones are destroyed.
     let mut live = HashSet::new();
+    let mut alive = std::collections::VecDeque::new();
     let mut recent = std::collections::VecDeque::new();
     for _ in 0..6000 {
         let q = qp(&mut dev, pd, cq);
@@ -47,11 +50,15 @@ fn qpns_are_random_valid_and_not_reused_soon() {
         assert!(live.insert(v), "live QPN {v:#x} handed out twice");
         // A QPN destroyed among the last 4096 does not come back.
         assert!(!recent.contains(&v), "recently destroyed QPN {v:#x} reused");
-        dev.destroy_qp(q).unwrap();
-        live.remove(&v);
-        recent.push_back(v);
-        if recent.len() > 4096 {
-            recent.pop_front();
+        alive.push_back(q);
+        if alive.len() > 64 {
+            let old = alive.pop_front().unwrap();
+            dev.destroy_qp(old).unwrap();
+            live.remove(&old.value());
+            recent.push_back(old.value());
+            if recent.len() > 4096 {
+                recent.pop_front();
+            }
         }
     }
     // Not the counter rxe (and this stack before) used: 17, 18, ...
