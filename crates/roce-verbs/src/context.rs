@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::shared::Notifier;
+
 use roce_core::{AsyncEvent, Device, DeviceConfig, DeviceCounters};
 use roce_io::{Backend, Fabric, FabricPort};
 
@@ -157,8 +159,7 @@ impl Context {
                 if r.is_err() {
                     // Nothing drives the device any more: say so, as a
                     // device would (the panic itself went to stderr).
-                    lock(&s.events).push_back(AsyncEvent::DeviceFatal);
-                    s.events_cv.notify_all();
+                    s.queue_events([AsyncEvent::DeviceFatal]);
                 }
             })
             .map_err(|_| Error::ThreadSpawn)?;
@@ -203,6 +204,12 @@ impl Context {
     /// `ibv_create_comp_channel`.
     pub fn create_comp_channel(&self) -> CompletionChannel {
         CompletionChannel::new(self)
+    }
+
+    /// Sets the callback run once per asynchronous event queued (see
+    /// [`Notifier`]). Only the first call takes effect; false for a later one.
+    pub fn set_event_notifier(&self, notifier: Notifier) -> bool {
+        self.shared().event_notifier.set(notifier).is_ok()
     }
 
     /// `ibv_get_async_event`: the next asynchronous event (QP fatal, CQ

@@ -4,7 +4,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use roce_core::{CqId, Wc, WcStatus};
@@ -12,7 +12,7 @@ use roce_core::{CqId, Wc, WcStatus};
 use crate::context::Context;
 use crate::error::Error;
 use crate::progress;
-use crate::shared::{lock, Graveyard, NotifyReg, Shared};
+use crate::shared::{lock, Graveyard, Notifier, NotifyReg, Shared};
 
 thread_local! {
     /// [`CompletionQueue::poll_one`]'s list, kept by each polling thread
@@ -236,11 +236,21 @@ impl CompletionQueue {
     }
 }
 
-#[derive(Debug)]
 pub(crate) struct ChannelInner {
     pub(crate) queue: Mutex<VecDeque<Weak<CqInner>>>,
     pub(crate) cv: Condvar,
+    /// [`CompletionChannel::set_notifier`].
+    pub(crate) notifier: OnceLock<Notifier>,
     ctx: Context,
+}
+
+impl std::fmt::Debug for ChannelInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelInner")
+            .field("queued", &lock(&self.queue).len())
+            .field("notifier", &self.notifier.get().is_some())
+            .finish()
+    }
 }
 
 /// A completion channel (`ibv_comp_channel`): where armed CQs raise their
@@ -256,9 +266,17 @@ impl CompletionChannel {
             inner: Arc::new(ChannelInner {
                 queue: Mutex::new(VecDeque::new()),
                 cv: Condvar::new(),
+                notifier: OnceLock::new(),
                 ctx: ctx.clone(),
             }),
         }
+    }
+
+    /// Sets the callback run once per event queued on this channel (for a
+    /// file descriptor a program can poll: an eventfd it writes to). Only
+    /// the first call takes effect; false for a later one.
+    pub fn set_notifier(&self, notifier: Notifier) -> bool {
+        self.inner.notifier.set(notifier).is_ok()
     }
 
     /// `ibv_get_cq_event`: blocks until an armed CQ of this channel raises

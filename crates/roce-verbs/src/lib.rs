@@ -125,6 +125,7 @@ mod error;
 #[allow(unsafe_code)]
 mod mr;
 // `reg_mr_raw`, the unsafe entry to raw regions.
+mod limits;
 #[allow(unsafe_code)]
 mod pd;
 mod progress;
@@ -139,12 +140,14 @@ pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
 pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
+pub use limits::{DeviceLimits, LIMITS};
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
+pub use shared::Notifier;
 pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{

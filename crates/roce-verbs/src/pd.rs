@@ -92,16 +92,34 @@ impl ProtectionDomain {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion, Error> {
+        // SAFETY: the same contract.
+        unsafe { self.reg_mr_raw_iova(ptr, len, ptr as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova2`: [`reg_mr_raw`](Self::reg_mr_raw) with the
+    /// region seen at virtual address `iova` (work requests and peers
+    /// address its first byte as `iova`).
+    ///
+    /// # Safety
+    /// As [`reg_mr_raw`](Self::reg_mr_raw).
+    pub unsafe fn reg_mr_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion, Error> {
         if ptr.is_null() && len > 0 {
             return Err(Error::InvalidArgument("null pointer"));
         }
-        if (ptr as u64).checked_add(len as u64).is_none() {
+        if (ptr as u64).checked_add(len as u64).is_none() || iova.checked_add(len as u64).is_none()
+        {
             return Err(Error::InvalidArgument("region wraps the address space"));
         }
         // SAFETY: the caller upholds the contract above, which is exactly
         // what `RawMem::new` requires.
         let mem = unsafe { RawMem::new(ptr, len, self.shared().cfg.copy_piece) };
-        mr::register(self, Box::new(mem), Some(ptr as u64), None, access)
+        mr::register(self, Box::new(mem), Some(iova), None, access)
     }
 
     /// `ibv_create_qp`: a QP in RESET.

@@ -330,8 +330,7 @@ impl Raised {
             ch.cv.notify_all();
         }
         if !self.events.is_empty() {
-            lock(&shared.events).extend(self.events);
-            shared.events_cv.notify_all();
+            shared.queue_events(self.events);
         }
         if self.cm_queued {
             shared.cm_cv.notify_all();
@@ -379,7 +378,12 @@ fn collect_events(
         let fired = dev.cq(reg.cq).is_some_and(|c| c.take_notification());
         if fired {
             if let Some(ch) = reg.channel.upgrade() {
-                lock(&ch.queue).push_back(reg.handle.clone());
+                let mut q = lock(&ch.queue);
+                q.push_back(reg.handle.clone());
+                if let Some(n) = ch.notifier.get() {
+                    n();
+                }
+                drop(q);
                 channels.push(ch);
             }
         }

@@ -98,6 +98,28 @@ pub(crate) struct RecvEntry {
     pub(crate) owned: Option<OwnedBuf>,
 }
 
+/// A callback run each time an event is queued where a notifier was set
+/// (a completion channel, the async event queue): one call per event,
+/// under the queue's lock, so a count it keeps (an eventfd's) always
+/// equals the events queued and not yet taken. It must not block or
+/// call back into the context.
+pub type Notifier = Box<dyn Fn() + Send + Sync>;
+
+impl Shared {
+    /// Queues asynchronous events and wakes their waiters.
+    pub(crate) fn queue_events(&self, events: impl IntoIterator<Item = AsyncEvent>) {
+        let mut q = lock(&self.events);
+        for e in events {
+            q.push_back(e);
+            if let Some(n) = self.event_notifier.get() {
+                n();
+            }
+        }
+        drop(q);
+        self.events_cv.notify_all();
+    }
+}
+
 /// A CQ armed to raise events on a channel.
 #[derive(Debug)]
 pub(crate) struct NotifyReg {
@@ -160,6 +182,8 @@ pub(crate) struct Shared {
     pub(crate) polls: AtomicU64,
     pub(crate) events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) events_cv: Condvar,
+    /// Called once per event queued ([`Context::set_event_notifier`](crate::Context::set_event_notifier)).
+    pub(crate) event_notifier: OnceLock<Notifier>,
     /// Connection manager events, taken by the handle they concern.
     pub(crate) cm_events: Mutex<VecDeque<roce_core::cm::CmEvent>>,
     pub(crate) cm_cv: Condvar,
@@ -227,6 +251,7 @@ impl Shared {
             polls: AtomicU64::new(0),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
+            event_notifier: OnceLock::new(),
             cm_events: Mutex::new(VecDeque::new()),
             cm_cv: Condvar::new(),
             #[cfg(target_os = "linux")]

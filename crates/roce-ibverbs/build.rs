@@ -1,0 +1,70 @@
+//! Links `libibverbs.so` as rdma-core's `libibverbs.so.1`: its SONAME
+//! and a version script made from `symbols.txt`, which puts each
+//! exported name in its rdma-core version node.
+//!
+//! rustc passes a version script of its own for every cdylib (exporting
+//! the crate's `#[no_mangle]`/`#[export_name]` items, unversioned), and
+//! GNU ld takes only one, so the library links with lld, which merges
+//! them. The crate's functions are named `roce_abi_<name>` in the object
+//! files; `--defsym=<name>=roce_abi_<name>` makes the C name, which only
+//! our script versions.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-changed=symbols.txt");
+    let list = std::fs::read_to_string("symbols.txt").expect("symbols.txt");
+    let mut nodes: Vec<(String, Vec<String>)> = Vec::new();
+    let mut defsyms = Vec::new();
+    for line in list.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut f = line.split_whitespace();
+        let (Some(node), Some(name), Some(kind)) = (f.next(), f.next(), f.next()) else {
+            panic!("symbols.txt: bad line {line:?}");
+        };
+        let target = match kind {
+            "fn" | "data" => format!("roce_abi_{name}"),
+            "stub" => "roce_abi_unsupported".to_string(),
+            _ => panic!("symbols.txt: unknown kind in {line:?}"),
+        };
+        defsyms.push(format!("{name}={target}"));
+        match nodes.iter_mut().find(|(n, _)| n == node) {
+            Some((_, v)) => v.push(name.to_string()),
+            None => nodes.push((node.to_string(), vec![name.to_string()])),
+        }
+    }
+    let mut script = String::new();
+    let mut prev: Option<String> = None;
+    for (node, names) in &nodes {
+        let _ = writeln!(script, "{node} {{\n  global:");
+        for n in names {
+            let _ = writeln!(script, "    {n};");
+        }
+        match &prev {
+            // The private node stands alone, as in rdma-core's map.
+            Some(p) if !node.contains("PRIVATE") => {
+                let _ = writeln!(script, "}} {p};");
+            }
+            _ => script.push_str("};\n"),
+        }
+        if !node.contains("PRIVATE") {
+            prev = Some(node.clone());
+        }
+    }
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("libibverbs.map");
+    std::fs::write(&out, script).unwrap();
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-cdylib-link-arg=-fuse-ld=lld");
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname=libibverbs.so.1");
+        println!(
+            "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+            out.display()
+        );
+        for d in defsyms {
+            println!("cargo:rustc-cdylib-link-arg=-Wl,--defsym={d}");
+        }
+    }
+}

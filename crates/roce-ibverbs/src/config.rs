@@ -1,0 +1,58 @@
+//! Configuration by environment variable (`docs/dropin.md` lists them):
+//! read when a list or a context is made, never cached, so a test can
+//! set them per process.
+
+use std::net::IpAddr;
+
+/// `ROCE_DEVICES`: a comma-separated list of device or interface names
+/// to show (`roce_lo,eth0`); unset shows every interface with an address.
+pub(crate) fn devices() -> Option<Vec<String>> {
+    let v = std::env::var("ROCE_DEVICES").ok()?;
+    let list: Vec<String> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    (!list.is_empty()).then_some(list)
+}
+
+/// `ROCE_ADDR`: the address a context opens on (it must be one of the
+/// device's, or any loopback address for the loopback device). An
+/// unparsable value is reported once per open and ignored.
+pub(crate) fn addr() -> Result<Option<IpAddr>, String> {
+    match std::env::var("ROCE_ADDR") {
+        Err(_) => Ok(None),
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("ROCE_ADDR={s} is not an IP address")),
+    }
+}
+
+/// `ROCE_BACKEND`: `udp` (the default: UDP sockets, no privilege) or
+/// `packet` (AF_PACKET on the interface; needs CAP_NET_RAW).
+pub(crate) fn backend() -> Result<roce_verbs::BackendKind, String> {
+    match std::env::var("ROCE_BACKEND").as_deref() {
+        Err(_) | Ok("udp") | Ok("") => Ok(roce_verbs::BackendKind::Udp),
+        Ok("packet") => Ok(roce_verbs::BackendKind::Packet),
+        Ok(other) => Err(format!("ROCE_BACKEND={other}: use udp or packet")),
+    }
+}
+
+/// `ROCE_LOG`: when set (to anything but `0`), the library says on
+/// stderr which address each context took and why a verb failed.
+pub(crate) fn log_enabled() -> bool {
+    std::env::var("ROCE_LOG").is_ok_and(|v| v != "0")
+}
+
+/// A line on stderr when `ROCE_LOG` is set.
+macro_rules! log {
+    ($($t:tt)*) => {
+        if $crate::config::log_enabled() {
+            eprintln!("libibverbs (roce): {}", format_args!($($t)*));
+        }
+    };
+}
+pub(crate) use log;

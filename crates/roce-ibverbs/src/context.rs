@@ -1,0 +1,645 @@
+//! Contexts: `ibv_open_device` / `ibv_close_device`, the device and port
+//! queries, GIDs, and asynchronous events.
+//!
+//! A context is one engine of this stack (a `roce_verbs::Context`) bound
+//! to one address of the device: its GID table is that one address
+//! (index 0). Which address: `ROCE_ADDR` when set; otherwise the
+//! device's first IPv4 address (its first address without one). On the
+//! loopback device a taken UDP port 4791 moves the context to the next
+//! free address of 127.0.0.0/8 (every one of them reaches `lo` on Linux
+//! with no configuration), so that any number of unmodified processes
+//! on one host each get an address, and a GID, of their own
+//! (`docs/dropin.md`).
+
+use std::collections::HashMap;
+use std::mem::offset_of;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use roce_verbs::{AsyncEvent, OpenError, OpenOptions};
+
+use crate::abi::consts::*;
+use crate::abi::*;
+use crate::config::{self, log};
+use crate::device::{self, Device};
+use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, Res};
+
+/// A raw pointer kept in a table (the objects it names are owned by the
+/// program's handles; the table only maps engine ids back to them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Raw(pub(crate) *mut c_void);
+// SAFETY: the pointer is only an address in a lookup table; it is
+// dereferenced by the thread that looks it up, under the rules of the
+// object it names (which a program must not destroy while events for it
+// may be delivered, as with rdma-core).
+unsafe impl Send for Raw {}
+
+/// The objects of a context, by engine id: where asynchronous events
+/// and completion channels find the C pointer of what they name.
+#[derive(Default)]
+pub(crate) struct Objects {
+    pub(crate) qps: HashMap<u32, Raw>,
+    pub(crate) cqs: HashMap<u32, Raw>,
+    pub(crate) srqs: HashMap<u32, Raw>,
+}
+
+/// One open context: the C view first (the program holds a pointer to
+/// its `vctx.context`).
+#[repr(C)]
+pub(crate) struct Context {
+    pub(crate) vctx: verbs_context,
+    pub(crate) verbs: roce_verbs::Context,
+    pub(crate) device: &'static Device,
+    /// The context's address: GID index 0, the only one.
+    pub(crate) local: IpAddr,
+    /// Active path MTU in bytes.
+    pub(crate) mtu: u32,
+    /// The eventfd behind `async_fd` (one count per queued event).
+    async_efd: Arc<OwnedFd>,
+    pub(crate) objects: Mutex<Objects>,
+    /// PDs, CQs, channels and QPs still alive: `ibv_close_device` does
+    /// not check (rdma-core does not either), but `ibv_dealloc_pd` does.
+    pub(crate) children: AtomicUsize,
+}
+
+impl Context {
+    /// The context behind a program's `ibv_context` pointer.
+    ///
+    /// # Safety
+    /// `p` must be NULL or a context this library opened and not closed.
+    pub(crate) unsafe fn from_ptr<'a>(p: *mut ibv_context) -> Res<&'a Context> {
+        if p.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
+        // SAFETY: the context is the `vctx.context` field of a `Context`
+        // this library allocated (the caller's contract).
+        Ok(unsafe { &*(p.byte_sub(off) as *const Context) })
+    }
+
+    /// The `ibv_context` pointer programs see.
+    pub(crate) fn ibv(&self) -> *mut ibv_context {
+        &self.vctx.context as *const ibv_context as *mut ibv_context
+    }
+
+    pub(crate) fn gid(&self) -> ibv_gid {
+        gid_of(self.local)
+    }
+}
+
+/// The GID of an address: IPv4 as `::ffff:a.b.c.d` (RoCE v2).
+pub(crate) fn gid_of(a: IpAddr) -> ibv_gid {
+    let v6 = match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    ibv_gid { raw: v6.octets() }
+}
+
+/// The address of a GID (`::ffff:a.b.c.d` is IPv4).
+pub(crate) fn addr_of(g: &ibv_gid) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(g.raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+fn eventfd() -> Res<OwnedFd> {
+    // SAFETY: plain syscall; the descriptor is checked and owned below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EMFILE));
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A notifier that counts one on an eventfd.
+pub(crate) fn counting(fd: &Arc<OwnedFd>) -> roce_verbs::Notifier {
+    let fd = fd.clone();
+    Box::new(move || {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    })
+}
+
+/// Takes one count from an eventfd, waiting for it unless the program
+/// made the descriptor non-blocking (then `EAGAIN`).
+pub(crate) fn take_count(fd: c_int) -> Res<()> {
+    let mut v: u64 = 0;
+    loop {
+        // SAFETY: reads 8 bytes into a live u64.
+        let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether `fd` has a count to take, without taking it.
+pub(crate) fn wait_readable(fd: c_int) -> Res<()> {
+    // SAFETY: F_GETFL on a descriptor the program may have changed.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout = if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
+        0
+    } else {
+        -1
+    };
+    loop {
+        // SAFETY: one live pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, timeout) };
+        if n > 0 {
+            return Ok(());
+        }
+        if n == 0 {
+            return Err(libc::EAGAIN);
+        }
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// The address a context of `dev` opens on first.
+fn first_addr(dev: &Device) -> Option<IpAddr> {
+    let gids = dev.info.gids();
+    gids.iter()
+        .copied()
+        .find(IpAddr::is_ipv4)
+        .or_else(|| gids.first().copied())
+}
+
+fn open_on(
+    dev: &Device,
+    backend: &roce_verbs::BackendKind,
+    addr: IpAddr,
+) -> Result<roce_verbs::Context, OpenError> {
+    let loopback = dev.info.interface().loopback;
+    let mut o = OpenOptions::new(backend.clone(), addr).gids(vec![addr]);
+    if !loopback {
+        o = o.interface(Some(&dev.info.interface().name));
+    }
+    o.open()
+}
+
+/// Opens the engine, moving along 127/8 when the loopback address is
+/// taken and the program did not ask for one.
+fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
+    let backend = config::backend().map_err(|m| {
+        eprintln!("libibverbs (roce): {m}");
+        libc::EINVAL
+    })?;
+    let asked = config::addr().map_err(|m| {
+        eprintln!("libibverbs (roce): {m}");
+        libc::EINVAL
+    })?;
+    let first = match asked.or_else(|| first_addr(dev)) {
+        Some(a) => a,
+        None => return Err(libc::ENODEV),
+    };
+    let mut addr = first;
+    loop {
+        match open_on(dev, &backend, addr) {
+            Ok(c) => {
+                log!("{} opened on {addr}", dev.info.name());
+                return Ok((c, addr));
+            }
+            Err(OpenError::PortInUse { .. })
+                if asked.is_none() && dev.info.interface().loopback =>
+            {
+                let IpAddr::V4(v4) = addr else {
+                    return Err(libc::EADDRINUSE);
+                };
+                let o = v4.octets();
+                if o[3] >= 254 {
+                    eprintln!("libibverbs (roce): UDP port 4791 is taken on every address of 127.0.0.0/24");
+                    return Err(libc::EADDRINUSE);
+                }
+                addr = IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3] + 1));
+            }
+            Err(e) => {
+                eprintln!(
+                    "libibverbs (roce): cannot open {} on {addr}: {e}",
+                    dev.info.name()
+                );
+                return Err(match e {
+                    OpenError::PortInUse { .. } => libc::EADDRINUSE,
+                    OpenError::NeedsRaw(_) => libc::EPERM,
+                    OpenError::NotLocal(_) | OpenError::NotOnInterface { .. } => {
+                        libc::EADDRNOTAVAIL
+                    }
+                    _ => libc::EIO,
+                });
+            }
+        }
+    }
+}
+
+fn new_context(dev: &'static Device) -> Res<*mut ibv_context> {
+    let (verbs, local) = open_engine(dev)?;
+    let efd = Arc::new(eventfd()?);
+    verbs.set_event_notifier(counting(&efd));
+    let mtu = if dev.info.interface().loopback {
+        4096
+    } else {
+        dev.info.active_mtu()
+    };
+    // SAFETY: an all-zero verbs_context is valid (NULL pointers, None
+    // function pointers, zero integers); the fields that matter are set
+    // below.
+    let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
+    vctx.query_port = Some(query_port_ex);
+    vctx.query_device_ex = Some(query_device_ex);
+    crate::cq::install(&mut vctx);
+    crate::qp::install(&mut vctx);
+    crate::srq::install(&mut vctx);
+    vctx.sz = size_of::<verbs_context>();
+    let c = &mut vctx.context;
+    c.device = &dev.ibv as *const ibv_device as *mut ibv_device;
+    c.cmd_fd = -1;
+    c.async_fd = efd.as_raw_fd();
+    c.num_comp_vectors = 1;
+    c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
+    let ctx = Box::new(Context {
+        vctx,
+        verbs,
+        device: dev,
+        local,
+        mtu,
+        async_efd: efd,
+        objects: Mutex::new(Objects::default()),
+        children: AtomicUsize::new(0),
+    });
+    Ok(Box::leak(ctx).ibv())
+}
+
+export! {
+    /// `ibv_open_device`.
+    fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+        ptr_ret(|| new_context(device::from_ptr(dev)?))
+    }
+}
+
+export! {
+    /// `ibv_close_device`: stops the engine. Objects the program did not
+    /// destroy go with it (their memory is not freed: a pointer the
+    /// program still holds stays readable).
+    fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program passes a context it opened.
+            unsafe { Context::from_ptr(ctx)? };
+            let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
+            // SAFETY: as from_ptr; the program gives up the context here.
+            drop(unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) });
+            Ok(())
+        })
+    }
+}
+
+fn mtu_enum(bytes: u32) -> u32 {
+    match bytes {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        _ => 5,
+    }
+}
+
+fn device_attr(ctx: &Context) -> ibv_device_attr {
+    let l = roce_verbs::LIMITS;
+    let clamp = |v: u32| v.min(i32::MAX as u32) as c_int;
+    // SAFETY: all-zero is a valid ibv_device_attr (integers and a char array).
+    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+    crate::ffi::copy_cstr(&mut a.fw_ver, env!("CARGO_PKG_VERSION"));
+    a.node_guid = ctx.device.guid_be;
+    a.sys_image_guid = ctx.device.guid_be;
+    a.max_mr_size = l.max_mr_size;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = 0xffffff;
+    a.vendor_part_id = 0;
+    a.hw_ver = 0;
+    a.max_qp = clamp(l.max_qp);
+    a.max_qp_wr = clamp(l.max_qp_wr);
+    // RC RNR NAK generation, SRQ resize, port active event, system image
+    // GUID, current-state QP modify.
+    a.device_cap_flags = (1 << 12) | (1 << 13) | (1 << 10) | (1 << 11) | (1 << 7);
+    a.max_sge = clamp(l.max_sge);
+    a.max_sge_rd = clamp(l.max_sge);
+    a.max_cq = clamp(l.max_cq);
+    a.max_cqe = clamp(l.max_cqe);
+    a.max_mr = clamp(l.max_mr);
+    a.max_pd = clamp(l.max_pd);
+    a.max_qp_rd_atom = clamp(l.max_qp_rd_atom);
+    a.max_res_rd_atom = clamp(l.max_qp_rd_atom.saturating_mul(l.max_qp.min(1 << 16)));
+    a.max_qp_init_rd_atom = clamp(l.max_qp_init_rd_atom);
+    a.atomic_cap = IBV_ATOMIC_HCA;
+    a.max_ah = clamp(l.max_ah);
+    a.max_srq = clamp(l.max_qp);
+    a.max_srq_wr = clamp(l.max_srq_wr);
+    a.max_srq_sge = clamp(l.max_srq_sge);
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    a
+}
+
+export! {
+    /// `ibv_query_device`.
+    fn ibv_query_device(ctx: *mut ibv_context, out: *mut ibv_device_attr) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's context and output pointers.
+            let (c, out) = unsafe { (Context::from_ptr(ctx)?, arg_mut(out)?) };
+            *out = device_attr(c);
+            Ok(())
+        })
+    }
+}
+
+/// `verbs_context.query_device_ex`: as much of `ibv_device_attr_ex` as
+/// the program's structure holds (`attr_size`).
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    out: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    errno_ret(|| {
+        // SAFETY: the program's context.
+        let c = unsafe { Context::from_ptr(ctx)? };
+        // SAFETY: a NULL input is allowed; otherwise the program's.
+        if let Some(i) = unsafe { input.as_ref() } {
+            if i.comp_mask != 0 {
+                return Err(libc::EINVAL);
+            }
+        }
+        if out.is_null() || attr_size < size_of::<ibv_device_attr>() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: all-zero is a valid ibv_device_attr_ex.
+        let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        ex.orig_attr = device_attr(c);
+        // Completion timestamps are in nanoseconds of CLOCK_MONOTONIC.
+        ex.completion_timestamp_mask = u64::MAX;
+        ex.hca_core_clock = 1_000_000; // kHz
+        ex.phys_port_cnt_ex = 1;
+        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+        // SAFETY: the program's buffer holds attr_size bytes; n is at most
+        // that and at most the source's size.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&ex as *const ibv_device_attr_ex).cast::<u8>(),
+                out.cast::<u8>(),
+                n,
+            )
+        };
+        Ok(())
+    })
+}
+
+fn port_attr(c: &Context) -> ibv_port_attr {
+    ibv_port_attr {
+        state: if c.device.info.interface().up {
+            IBV_PORT_ACTIVE
+        } else {
+            IBV_PORT_DOWN
+        },
+        max_mtu: 5,
+        active_mtu: mtu_enum(c.mtu),
+        gid_tbl_len: 1,
+        // CM supported, IP-based GIDs.
+        port_cap_flags: (1 << 16) | (1 << 26),
+        max_msg_sz: roce_verbs::LIMITS.max_msg_sz,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: 1,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        active_width: 1,
+        active_speed: 1,
+        phys_state: if c.device.info.interface().running {
+            5
+        } else {
+            3
+        },
+        link_layer: IBV_LINK_LAYER_ETHERNET,
+        flags: 0,
+        port_cap_flags2: 0,
+    }
+}
+
+/// `verbs_context.query_port`, which `verbs.h`'s inline `ibv_query_port` calls.
+unsafe extern "C" fn query_port_ex(
+    ctx: *mut ibv_context,
+    port: u8,
+    out: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    errno_ret(|| {
+        // SAFETY: the program's context.
+        let c = unsafe { Context::from_ptr(ctx)? };
+        if port != 1 || out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let a = port_attr(c);
+        let n = len.min(size_of::<ibv_port_attr>());
+        // SAFETY: the program's buffer holds `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&a as *const ibv_port_attr).cast::<u8>(),
+                out.cast::<u8>(),
+                n,
+            )
+        };
+        Ok(())
+    })
+}
+
+export! {
+    /// `ibv_query_port` (the exported compatibility entry; programs built
+    /// against v44's header call `verbs_context.query_port` instead).
+    fn ibv_query_port(ctx: *mut ibv_context, port: u8, out: *mut ibv_port_attr) -> c_int {
+        // The compat structure is the current one up to `link_layer`.
+        // SAFETY: forwarded pointers; the compat size is what such callers hold.
+        unsafe { query_port_ex(ctx, port, out, offset_of!(ibv_port_attr, flags)) }
+    }
+}
+
+export! {
+    /// `ibv_query_gid`: index 0 is the context's address.
+    fn ibv_query_gid(ctx: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
+        minus_one(|| {
+            // SAFETY: the program's pointers.
+            let (c, gid) = unsafe { (Context::from_ptr(ctx)?, arg_mut(gid)?) };
+            if port != 1 || index != 0 {
+                return Err(libc::EINVAL);
+            }
+            *gid = c.gid();
+            Ok(0)
+        })
+    }
+}
+
+export! {
+    /// `ibv_query_pkey`: one P_Key, the default 0xffff.
+    fn ibv_query_pkey(ctx: *mut ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int {
+        minus_one(|| {
+            // SAFETY: the program's pointers.
+            let (_c, pkey) = unsafe { (Context::from_ptr(ctx)?, arg_mut(pkey)?) };
+            if port != 1 || index != 0 {
+                return Err(libc::EINVAL);
+            }
+            *pkey = 0xffffu16.to_be();
+            Ok(0)
+        })
+    }
+}
+
+export! {
+    /// `ibv_get_pkey_index`: the index of a P_Key (network order).
+    fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
+        minus_one(|| {
+            // SAFETY: the program's context.
+            unsafe { Context::from_ptr(ctx)? };
+            if port == 1 && u16::from_be(pkey) & 0x7fff == 0x7fff { Ok(0) } else { Err(libc::ENOENT) }
+        })
+    }
+}
+
+fn gid_entry(c: &Context, index: u32) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: c.gid(),
+        gid_index: index,
+        port_num: 1,
+        gid_type: IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: c.device.info.interface().index,
+    }
+}
+
+export! {
+    /// `_ibv_query_gid_ex` (behind `verbs.h`'s inline `ibv_query_gid_ex`).
+    fn _ibv_query_gid_ex(ctx: *mut ibv_context, port: u32, index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's pointers.
+            let (c, entry) = unsafe { (Context::from_ptr(ctx)?, arg_mut(entry)?) };
+            if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
+                return Err(libc::EINVAL);
+            }
+            if port != 1 || index != 0 {
+                return Err(libc::ENODATA);
+            }
+            *entry = gid_entry(c, index);
+            Ok(())
+        })
+    }
+}
+
+export! {
+    /// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`).
+    fn _ibv_query_gid_table(ctx: *mut ibv_context, entries: *mut ibv_gid_entry, max: usize, flags: u32, entry_size: usize) -> isize {
+        minus_one(|| {
+            // SAFETY: the program's context.
+            let c = unsafe { Context::from_ptr(ctx)? };
+            if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || entries.is_null() {
+                return Err(libc::EINVAL);
+            }
+            if max < 1 {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: the program's array holds `max` >= 1 entries.
+            unsafe { *entries = gid_entry(c, 0) };
+            Ok(1)
+        })
+    }
+}
+
+export! {
+    /// `ibv_query_gid_type`: every GID is RoCE v2.
+    fn ibv_query_gid_type(ctx: *mut ibv_context, port: u8, index: u32, ty: *mut u32) -> c_int {
+        minus_one(|| {
+            // SAFETY: the program's pointers.
+            let (_c, ty) = unsafe { (Context::from_ptr(ctx)?, arg_mut(ty)?) };
+            if port != 1 || index != 0 {
+                return Err(libc::EINVAL);
+            }
+            *ty = IBV_GID_TYPE_ROCE_V2;
+            Ok(0)
+        })
+    }
+}
+
+fn event_of(c: &Context, e: AsyncEvent) -> Option<(u32, *mut c_void)> {
+    let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
+    let qp = |q: roce_verbs::Qpn| objs.qps.get(&q.value()).map(|r| r.0);
+    Some(match e {
+        AsyncEvent::QpFatal(q) => (IBV_EVENT_QP_FATAL, qp(q)?),
+        AsyncEvent::SqDrained(q) => (IBV_EVENT_SQ_DRAINED, qp(q)?),
+        AsyncEvent::QpLastWqeReached(q) => (IBV_EVENT_QP_LAST_WQE_REACHED, qp(q)?),
+        AsyncEvent::CqError(id) => (IBV_EVENT_CQ_ERR, objs.cqs.get(&crate::cq::key(id))?.0),
+        AsyncEvent::SrqLimitReached(id) => (
+            IBV_EVENT_SRQ_LIMIT_REACHED,
+            objs.srqs.get(&crate::srq::key(id))?.0,
+        ),
+        AsyncEvent::DeviceFatal => (IBV_EVENT_DEVICE_FATAL, std::ptr::null_mut()),
+    })
+}
+
+export! {
+    /// `ibv_get_async_event`: waits (unless `async_fd` is non-blocking)
+    /// for the next event of an object still alive.
+    fn ibv_get_async_event(ctx: *mut ibv_context, out: *mut ibv_async_event) -> c_int {
+        minus_one(|| {
+            // SAFETY: the program's pointers.
+            let (c, out) = unsafe { (Context::from_ptr(ctx)?, arg_mut(out)?) };
+            let fd = c.async_efd.as_raw_fd();
+            loop {
+                wait_readable(fd)?;
+                take_count(fd)?;
+                let Some(e) = c.verbs.get_async_event(Some(std::time::Duration::ZERO)) else {
+                    continue;
+                };
+                if let Some((ty, element)) = event_of(c, e) {
+                    out.element = element;
+                    out.event_type = ty;
+                    return Ok(0);
+                }
+            }
+        })
+    }
+}
+
+export! {
+    /// `ibv_ack_async_event`: nothing to release (destroying an object
+    /// does not wait for its events' acknowledgements).
+    fn ibv_ack_async_event(event: *mut ibv_async_event) {
+        // SAFETY: the program's pointer or NULL.
+        let _ = unsafe { arg(event) };
+    }
+}

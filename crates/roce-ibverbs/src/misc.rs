@@ -1,0 +1,277 @@
+//! The rest of the exported API: rate conversions, fork ranges, AHs from
+//! completions, sysfs reads, and the optional verbs this device does not
+//! have (they fail as a provider without them fails: `EOPNOTSUPP`, or
+//! NULL with `errno` set).
+
+use std::os::raw::{c_char, c_int, c_void};
+
+use crate::abi::*;
+use crate::context::{addr_of, gid_of, Context};
+use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, set_errno};
+
+/// `enum ibv_rate` value, 2.5 Gb/s multiple, Mb/s: rdma-core's table.
+const RATES: [(c_int, c_int, c_int); 23] = [
+    (2, 1, 2500),
+    (5, 2, 5000),
+    (3, 4, 10000),
+    (6, 8, 20000),
+    (4, 12, 30000),
+    (7, 16, 40000),
+    (8, 24, 60000),
+    (9, 32, 80000),
+    (10, 48, 120000),
+    (11, -1, 14062),
+    (12, -1, 56250),
+    (13, -1, 112500),
+    (14, -1, 168750),
+    (15, -1, 25781),
+    (16, -1, 103125),
+    (17, -1, 206250),
+    (18, -1, 309375),
+    (19, 11, 28125),
+    (20, 20, 53125),
+    (21, 160, 425000),
+    (22, 240, 637500),
+    (23, 320, 850000),
+    (24, 480, 1275000),
+];
+
+export! {
+    /// `ibv_rate_to_mult`.
+    fn ibv_rate_to_mult(rate: c_int) -> c_int {
+        RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
+    }
+}
+
+export! {
+    /// `mult_to_ibv_rate`.
+    fn mult_to_ibv_rate(mult: c_int) -> c_int {
+        RATES.iter().find(|r| r.1 == mult && mult > 0).map_or(0, |r| r.0)
+    }
+}
+
+export! {
+    /// `ibv_rate_to_mbps`.
+    fn ibv_rate_to_mbps(rate: c_int) -> c_int {
+        RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
+    }
+}
+
+export! {
+    /// `mbps_to_ibv_rate`.
+    fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
+        // Only the rates with a 2.5 Gb/s multiple or a table entry of
+        // their own convert back, as rdma-core's.
+        match RATES.iter().find(|r| r.2 == mbps) {
+            Some(r) if !(16..=18).contains(&r.0) => r.0,
+            _ => 0,
+        }
+    }
+}
+
+export! {
+    /// `ibv_dontfork_range`: no pinned pages to protect from fork here.
+    fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+        0
+    }
+}
+
+export! {
+    /// `ibv_dofork_range`.
+    fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+        0
+    }
+}
+
+/// The GRH a UD receive carries in the first 40 bytes of its buffer:
+/// for IPv4 (RoCE v2) the IPv4 header sits in its last 20 bytes.
+fn grh_source(grh: &[u8; 40]) -> ibv_gid {
+    if grh[20] >> 4 == 4 {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&grh[32..36]);
+        gid_of(std::net::IpAddr::from(a))
+    } else {
+        let mut g = ibv_gid::default();
+        g.raw.copy_from_slice(&grh[8..24]);
+        g
+    }
+}
+
+export! {
+    /// `ibv_init_ah_from_wc`: the address of a UD completion's sender,
+    /// read from the GRH at the start of its receive buffer.
+    fn ibv_init_ah_from_wc(ctx: *mut ibv_context, port: u8, wc: *mut ibv_wc, grh: *mut c_void, ah: *mut ibv_ah_attr) -> c_int {
+        minus_one(|| {
+            // SAFETY: the program's pointers (a GRH is 40 bytes).
+            let (_c, wc, ah) = unsafe { (Context::from_ptr(ctx)?, arg(wc)?, arg_mut(ah)?) };
+            // SAFETY: as above.
+            let grh = unsafe { arg(grh.cast::<[u8; 40]>())? };
+            if port != 1 || wc.wc_flags & 1 == 0 {
+                return Err(libc::EINVAL);
+            }
+            *ah = ibv_ah_attr::default();
+            ah.is_global = 1;
+            ah.port_num = 1;
+            ah.grh.dgid = grh_source(grh);
+            ah.grh.hop_limit = 0xff;
+            ah.grh.sgid_index = 0;
+            let _ = addr_of(&ah.grh.dgid);
+            Ok(0)
+        })
+    }
+}
+
+export! {
+    /// `ibv_create_ah_from_wc`.
+    fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut c_void, port: u8) -> *mut ibv_ah {
+        let mut attr = ibv_ah_attr::default();
+        // SAFETY: forwarded program pointers; the PD names its context.
+        let ctx = unsafe { pd.as_ref() }.map_or(std::ptr::null_mut(), |p| p.context);
+        // SAFETY: forwarded.
+        if unsafe { ibv_init_ah_from_wc(ctx, port, wc, grh, &mut attr) } != 0 {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded.
+        unsafe { crate::pd::ibv_create_ah(pd, &mut attr) }
+    }
+}
+
+export! {
+    /// `ibv_get_sysfs_path`: there is no RDMA sysfs tree for these
+    /// devices; the path is where one would be.
+    fn ibv_get_sysfs_path() -> *const c_char {
+        c"/sys".as_ptr()
+    }
+}
+
+export! {
+    /// `ibv_read_sysfs_file`: nothing to read (`ENOENT`, -1).
+    fn ibv_read_sysfs_file(_dir: *const c_char, _file: *const c_char, _buf: *mut c_char, _size: usize) -> c_int {
+        set_errno(libc::ENOENT);
+        -1
+    }
+}
+
+export! {
+    /// `ibv_read_ibdev_sysfs_file`: as `ibv_read_sysfs_file`.
+    fn ibv_read_ibdev_sysfs_file(_buf: *mut c_char, _size: usize, _dev: *mut c_void, _fmt: *const c_char) -> c_int {
+        set_errno(libc::ENOENT);
+        -1
+    }
+}
+
+export! {
+    /// `ibv_resolve_eth_l2_from_gid`: the engine resolves next hops
+    /// itself (UDP sockets need no MAC; the packet backend asks the
+    /// kernel's neighbour table), so there is no MAC to give here.
+    fn ibv_resolve_eth_l2_from_gid(_ctx: *mut ibv_context, _attr: *mut c_void, _mac: *mut u8, _vid: *mut u16) -> c_int {
+        libc::EOPNOTSUPP
+    }
+}
+
+export! {
+    /// `ibv_rereg_mr`: not supported (`IBV_REREG_MR_ERR_INPUT` semantics:
+    /// the region is left as it was); deregister and register instead.
+    fn ibv_rereg_mr(_mr: *mut c_void, _flags: c_int, _pd: *mut ibv_pd, _addr: *mut c_void, _len: usize, _access: c_int) -> c_int {
+        libc::EOPNOTSUPP
+    }
+}
+
+export! {
+    /// `ibv_attach_mcast`: no multicast on this device.
+    fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
+        libc::EOPNOTSUPP
+    }
+}
+
+export! {
+    /// `ibv_detach_mcast`.
+    fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
+        libc::EOPNOTSUPP
+    }
+}
+
+export! {
+    /// `ibv_query_ece`: no Enhanced Connection Establishment options.
+    fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
+        libc::EOPNOTSUPP
+    }
+}
+
+export! {
+    /// `ibv_set_ece`.
+    fn ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
+        libc::EOPNOTSUPP
+    }
+}
+
+export! {
+    /// `ibv_query_qp_data_in_order`: 0, no in-order guarantee announced
+    /// (the engine places data in order, but programs may not rely on
+    /// what a NIC would not promise).
+    fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: u32, _flags: u32) -> c_int {
+        0
+    }
+}
+
+export! {
+    /// `ibv_reg_dmabuf_mr`: no dma-buf here.
+    fn ibv_reg_dmabuf_mr(_pd: *mut ibv_pd, _off: u64, _len: usize, _iova: u64, _fd: c_int, _access: c_int) -> *mut ibv_mr {
+        ptr_ret(|| Err(libc::EOPNOTSUPP))
+    }
+}
+
+export! {
+    /// `ibv_import_device`: a context cannot be shared across processes.
+    fn ibv_import_device(_fd: c_int) -> *mut ibv_context {
+        ptr_ret(|| Err(libc::EOPNOTSUPP))
+    }
+}
+
+export! {
+    /// `ibv_import_pd`.
+    fn ibv_import_pd(_ctx: *mut ibv_context, _handle: u32) -> *mut ibv_pd {
+        ptr_ret(|| Err(libc::EOPNOTSUPP))
+    }
+}
+
+export! {
+    /// `ibv_import_mr`.
+    fn ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
+        ptr_ret(|| Err(libc::EOPNOTSUPP))
+    }
+}
+
+export! {
+    /// `ibv_import_dm`.
+    fn ibv_import_dm(_ctx: *mut ibv_context, _handle: u32) -> *mut c_void {
+        ptr_ret(|| Err(libc::EOPNOTSUPP))
+    }
+}
+
+export! {
+    /// `ibv_unimport_pd`.
+    fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
+}
+
+export! {
+    /// `ibv_unimport_mr`.
+    fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
+}
+
+export! {
+    /// `ibv_unimport_dm`.
+    fn ibv_unimport_dm(_dm: *mut c_void) {}
+}
+
+/// What every `stub` symbol of `symbols.txt` is an alias of: rdma-core's
+/// internals for provider libraries, never called (no provider device
+/// exists to call them for).
+#[export_name = "roce_abi_unsupported"]
+extern "C" fn unsupported() -> c_int {
+    errno_ret(|| Err(libc::EOPNOTSUPP))
+}
+
+/// `verbs_allow_disassociate_destroy`, the one data symbol providers read.
+#[export_name = "roce_abi_verbs_allow_disassociate_destroy"]
+static ALLOW_DISASSOCIATE_DESTROY: c_int = 0;

@@ -1,0 +1,273 @@
+//! Protection domains, memory regions and address handles.
+
+use std::net::IpAddr;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use roce_verbs::{Access, AhAttr};
+
+use crate::abi::*;
+use crate::context::{addr_of, Context};
+use crate::ffi::{arg, errno_ret, ptr_ret, verr, Res};
+
+/// A protection domain: the C view first.
+#[repr(C)]
+pub(crate) struct Pd {
+    pub(crate) ibv: ibv_pd,
+    pub(crate) pd: roce_verbs::ProtectionDomain,
+    /// MRs, QPs, SRQs and AHs of this PD still alive (`EBUSY` on dealloc).
+    pub(crate) users: AtomicUsize,
+}
+
+impl Pd {
+    /// # Safety
+    /// `p` must be NULL or a PD this library allocated and not freed.
+    pub(crate) unsafe fn from_ptr<'a>(p: *mut ibv_pd) -> Res<&'a Pd> {
+        // SAFETY: `ibv` is the first field of the repr(C) Pd.
+        unsafe { arg(p.cast::<Pd>()) }
+    }
+
+    /// The context the PD belongs to.
+    pub(crate) fn ctx(&self) -> &Context {
+        // SAFETY: a PD's context outlives it (the program must not close
+        // a context with live objects; rdma-core has the same rule).
+        unsafe {
+            &*(self.ibv.context as *const u8)
+                .cast::<Context>()
+                .byte_sub(std::mem::offset_of!(verbs_context, context))
+        }
+    }
+}
+
+export! {
+    /// `ibv_alloc_pd`.
+    fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+        ptr_ret(|| {
+            // SAFETY: the program's context.
+            let c = unsafe { Context::from_ptr(ctx)? };
+            let pd = c.verbs.alloc_pd();
+            let handle = pd.id().0;
+            c.children.fetch_add(1, Ordering::Relaxed);
+            let b = Box::new(Pd {
+                ibv: ibv_pd { context: ctx, handle },
+                pd,
+                users: AtomicUsize::new(0),
+            });
+            Ok(Box::into_raw(b).cast())
+        })
+    }
+}
+
+export! {
+    /// `ibv_dealloc_pd`: `EBUSY` while objects of the PD are alive.
+    fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's PD.
+            let p = unsafe { Pd::from_ptr(pd)? };
+            if p.users.load(Ordering::Acquire) != 0 {
+                return Err(libc::EBUSY);
+            }
+            p.ctx().children.fetch_sub(1, Ordering::Relaxed);
+            // SAFETY: allocated by ibv_alloc_pd; the program gives it up.
+            drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+            Ok(())
+        })
+    }
+}
+
+/// A memory region: the C view first.
+#[repr(C)]
+pub(crate) struct Mr {
+    pub(crate) ibv: ibv_mr,
+    mr: roce_verbs::MemoryRegion,
+    pd: *const Pd,
+}
+
+/// Whether every page of `[addr, addr + len)` is mapped (`msync` fails
+/// with `ENOMEM` on a hole), as the kernel's pinning would find.
+fn mapped(addr: usize, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let start = addr & !(page - 1);
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    // SAFETY: msync on any range only inspects the mappings; MS_ASYNC
+    // with no dirty shared pages does no I/O.
+    unsafe { libc::msync(start as *mut c_void, end - start, libc::MS_ASYNC) == 0 }
+}
+
+/// The access flags the engine understands; the optional ones
+/// (relaxed ordering and the like) and on-demand paging are accepted and
+/// have no effect, as every page of the process is reachable.
+fn access_of(flags: c_int) -> Res<Access> {
+    let f = flags as u32;
+    const MW_BIND: u32 = 1 << 4;
+    const ZERO_BASED: u32 = 1 << 5;
+    const ON_DEMAND: u32 = 1 << 6;
+    const HUGETLB: u32 = 1 << 7;
+    const OPTIONAL: u32 = 0x3ff << 20;
+    let known = 0xf | MW_BIND | ZERO_BASED | ON_DEMAND | HUGETLB | OPTIONAL;
+    if f & !known != 0 {
+        return Err(libc::EINVAL);
+    }
+    let a = Access(f & 0xf);
+    if !a.is_valid() {
+        // Remote write or atomic without local write (IBTA Vol 1 §10.6.3.1).
+        return Err(libc::EINVAL);
+    }
+    Ok(a)
+}
+
+fn reg(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> Res<*mut ibv_mr> {
+    // SAFETY: the program's PD.
+    let p = unsafe { Pd::from_ptr(pd)? };
+    let a = access_of(access)?;
+    let iova = if access as u32 & (1 << 5) != 0 {
+        0
+    } else {
+        iova
+    };
+    if addr.is_null() && len > 0 {
+        return Err(libc::EINVAL);
+    }
+    if !mapped(addr as usize, len) {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the memory is the program's, mapped (checked above), and by
+    // registering it the program hands it to the engine under verbs'
+    // rules (docs/dropin.md: what happens if it is unmapped while
+    // registered).
+    let mr = unsafe { p.pd.reg_mr_raw_iova(addr.cast(), len, iova, a) }.map_err(verr)?;
+    p.users.fetch_add(1, Ordering::AcqRel);
+    let b = Box::new(Mr {
+        ibv: ibv_mr {
+            context: p.ibv.context,
+            pd,
+            addr,
+            length: len,
+            handle: mr.lkey().value(),
+            lkey: mr.lkey().value(),
+            rkey: mr.rkey().value(),
+        },
+        mr,
+        pd: p,
+    });
+    Ok(Box::into_raw(b).cast())
+}
+
+export! {
+    /// `ibv_reg_mr` (the exported form, for constant flags).
+    fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut ibv_mr {
+        ptr_ret(|| reg(pd, addr, len, addr as u64, access))
+    }
+}
+
+export! {
+    /// `ibv_reg_mr_iova`.
+    fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut ibv_mr {
+        ptr_ret(|| reg(pd, addr, len, iova, access))
+    }
+}
+
+export! {
+    /// `ibv_reg_mr_iova2` (what `verbs.h`'s `ibv_reg_mr` calls for
+    /// non-constant flags).
+    fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: u32) -> *mut ibv_mr {
+        ptr_ret(|| reg(pd, addr, len, iova, access as c_int))
+    }
+}
+
+export! {
+    /// `ibv_dereg_mr`.
+    fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+        errno_ret(|| {
+            if mr.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: allocated by reg; the program gives it up.
+            let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
+            // SAFETY: the PD outlives its MRs (dealloc_pd refuses before).
+            unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
+            if let Err(e) = m.mr.dereg() {
+                // Still referenced by work in flight: the region goes when
+                // that work completes; the program's handle is gone now.
+                drop(e);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// An address handle: the C view first.
+#[repr(C)]
+pub(crate) struct Ah {
+    pub(crate) ibv: ibv_ah,
+    pub(crate) ah: roce_verbs::AddressHandle,
+    pd: *const Pd,
+}
+
+/// The engine's address vector of a C `ibv_ah_attr`. RoCE needs the GRH
+/// (`is_global`): without it there is no IP address to send to.
+pub(crate) fn av_of(a: &ibv_ah_attr) -> Res<roce_verbs::AddressVector> {
+    if a.is_global == 0 {
+        return Err(libc::EINVAL);
+    }
+    let dest: IpAddr = addr_of(&a.grh.dgid);
+    if dest.is_unspecified() {
+        return Err(libc::EINVAL);
+    }
+    Ok(roce_verbs::AddressVector {
+        dest,
+        sgid_index: a.grh.sgid_index,
+        hop_limit: a.grh.hop_limit,
+        traffic_class: a.grh.traffic_class,
+        flow_label: a.grh.flow_label & 0xf_ffff,
+    })
+}
+
+export! {
+    /// `ibv_create_ah`.
+    fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+        ptr_ret(|| {
+            // SAFETY: the program's pointers.
+            let (p, a) = unsafe { (Pd::from_ptr(pd)?, arg(attr)?) };
+            let av = av_of(a)?;
+            if av.sgid_index != 0 {
+                return Err(libc::EINVAL);
+            }
+            let mut attr = AhAttr::new(av.dest);
+            attr.hop_limit = av.hop_limit;
+            attr.traffic_class = av.traffic_class;
+            let ah = p.pd.create_ah(attr).map_err(verr)?;
+            p.users.fetch_add(1, Ordering::AcqRel);
+            let b = Box::new(Ah { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ah, pd: p });
+            Ok(Box::into_raw(b).cast())
+        })
+    }
+}
+
+export! {
+    /// `ibv_destroy_ah`.
+    fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+        errno_ret(|| {
+            if ah.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: allocated by ibv_create_ah; the program gives it up.
+            let a = unsafe { Box::from_raw(ah.cast::<Ah>()) };
+            // SAFETY: the PD outlives its AHs.
+            unsafe { &*a.pd }.users.fetch_sub(1, Ordering::AcqRel);
+            Ok(())
+        })
+    }
+}
