@@ -23,6 +23,7 @@
 
 mod device;
 mod devinfo;
+mod exec;
 mod inspect;
 mod notice;
 mod perf;
@@ -80,6 +81,14 @@ enum Command {
     /// Exit status: 0 ran, 1 an output could not be written, 2 the scenario
     /// was unreadable or invalid.
     Sim(sim::SimArgs),
+    /// Run an unmodified RDMA program (ibv_devinfo, ibv_rc_pingpong,
+    /// perftest's ib_write_bw ...) on this stack: `roce exec --
+    /// PROGRAM [ARGS...]` puts the drop-in libibverbs.so.1 first on its
+    /// LD_LIBRARY_PATH (docs/dropin.md).
+    ///
+    /// Exit status: the program's; 126/127 when it cannot be started, 2
+    /// when the library is missing.
+    Exec(exec::ExecArgs),
 }
 
 /// Reports a failure of `roce TOOL`: one line on stderr and, with
@@ -139,6 +148,7 @@ fn main() {
         Command::Rping(args) => rping::run(args),
         Command::Udaddy(args) => udaddy::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Exec(args) => exec::run(args),
     };
     std::process::exit(code);
 }
