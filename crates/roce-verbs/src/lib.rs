@@ -121,6 +121,7 @@ mod context;
 mod cq;
 mod device;
 mod error;
+pub mod loopback;
 // Raw regions: pointers into the application's memory (see the crate docs).
 #[allow(unsafe_code)]
 mod mr;
@@ -139,6 +140,7 @@ pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
 pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
+pub use loopback::free_loopback_v4;
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::ProgressConfig;
