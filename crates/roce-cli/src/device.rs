@@ -113,17 +113,17 @@ fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
 /// `server`: when both ends are on this host's IPv4 loopback, the
 /// server's address is the server's (it binds it once this client
 /// connects), so a client that would use it, or finds its UDP `port`
-/// taken by another stack, takes a free address of 127.0.0.0/8 instead
-/// and says so in one line on stderr (unless `quiet`). `None`: keep
-/// `local`. The side that finds its address taken moves: the server keeps
-/// the address the client dials.
+/// taken by another stack, takes a free address of 127.0.0.0/8 instead.
+/// `None`: keep `local`. With the address comes the one line that says
+/// so, for stderr once the client has reached its server (a client that
+/// reaches nobody has only its error to say). The side that finds its
+/// address taken moves: the server keeps the address the client dials.
 pub(crate) fn loopback_client_local(
     tool: &str,
     server: IpAddr,
     local: IpAddr,
     port: u16,
-    quiet: bool,
-) -> Result<Option<IpAddr>, String> {
+) -> Result<Option<(IpAddr, String)>, String> {
     let (IpAddr::V4(local4), server) = (local.to_canonical(), server.to_canonical()) else {
         return Ok(None);
     };
@@ -146,18 +146,12 @@ pub(crate) fn loopback_client_local(
              another RoCE stack, holds it?): give this side an address with --bind"
         ));
     };
-    if !quiet {
-        if servers {
-            eprintln!(
-                "roce {tool}: {local}:{port} is the server's (both ends on this host); using {a}"
-            );
-        } else {
-            eprintln!(
-                "roce {tool}: {local}:{port} is taken; using {a} (another RoCE stack on this host)"
-            );
-        }
-    }
-    Ok(Some(IpAddr::V4(a)))
+    let note = if servers {
+        format!("roce {tool}: {local}:{port} is the server's (both ends on this host); using {a}")
+    } else {
+        format!("roce {tool}: {local}:{port} is taken; using {a} (another RoCE stack on this host)")
+    };
+    Ok(Some((IpAddr::V4(a), note)))
 }
 
 /// A server's RoCE address when it was given none and would use `local`

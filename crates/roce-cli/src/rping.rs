@@ -284,12 +284,13 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
     };
     // Both ends on this host's loopback: the server holds the address
     // this client dials, so the client takes another.
-    let local = match args.bind {
-        Some(_) => local,
-        None => {
-            crate::device::loopback_client_local("rping", server, local, args.roce_port, false)?
-                .unwrap_or(local)
-        }
+    let (local, moved) = match args.bind {
+        Some(_) => (local, None),
+        None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)?
+        {
+            Some((a, note)) => (a, Some(note)),
+            None => (local, None),
+        },
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
@@ -321,6 +322,9 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
     let conn = rig.qp.cm_connect(server, args.port, &param(), rig.wait);
     drop(notice);
     let conn: CmConnection = conn.map_err(|e| format!("connect to {server}:{}: {e}", args.port))?;
+    if let Some(note) = moved {
+        eprintln!("{note}");
+    }
     let mut start = b'A';
     let mut ping = 0u64;
     while args.count == 0 || ping < args.count {

@@ -197,7 +197,7 @@ fn exchange_bytes_match_the_capture() {
             "--timeout",
             "5",
         ])
-        .args(["--bind", "127.0.0.2", "-g", "1", "127.0.0.1"])
+        .args(["--bind", "127.0.0.2", "-g", "0", "127.0.0.1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -270,6 +270,10 @@ pub(crate) struct PerfArgs {
     /// Print results as JSON.
     #[arg(long)]
     json: bool,
+    /// The line saying that this client took a free loopback address
+    /// (`client_on_loopback`), printed once it reaches its server.
+    #[arg(skip)]
+    pub(crate) moved_note: Option<String>,
 }
 
 /// The parameters both sides agree on (sent by the client).
@@ -523,10 +527,10 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
     let Some(local) = crate::rping::route_source(addr.ip()) else {
         return Ok(None);
     };
-    let moved =
-        crate::device::loopback_client_local("perf", addr.ip(), local, args.roce_port, args.json)?;
-    Ok(moved.map(|b| PerfArgs {
+    let moved = crate::device::loopback_client_local("perf", addr.ip(), local, args.roce_port)?;
+    Ok(moved.map(|(b, note)| PerfArgs {
         bind: Some(b),
+        moved_note: (!args.json).then_some(note),
         ..args.clone()
     }))
 }
@@ -866,6 +870,7 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     let server = args.server.as_deref().ok_or("no server")?;
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
+    args.say_moved();
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
     let mut hello = params.to_json();
     hello["roce_port"] = json!(args.roce_port);
@@ -997,6 +1002,14 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: 
 }
 
 impl PerfArgs {
+    /// Says that this client took a free loopback address (once it has
+    /// reached its server).
+    pub(crate) fn say_moved(&self) {
+        if let Some(n) = &self.moved_note {
+            eprintln!("{n}");
+        }
+    }
+
     fn backend_name(&self) -> &'static str {
         match self.backend {
             BackendKind::Udp => "UDP",

@@ -310,7 +310,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
         let addr = super::resolve(server, args.port)?;
-        super::connect_tcp(addr, args.bind)?
+        let s = super::connect_tcp(addr, args.bind)?;
+        args.say_moved();
+        s
     } else {
         let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let l = TcpListener::bind((bind, args.port))

@@ -363,12 +363,14 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
     // the server sees its new address on the TCP connection too).
     let chosen = p.bind.is_some_and(|b| !b.is_unspecified()) || p.gid_idx.is_some();
     let mut bind = p.bind;
+    let mut moved = None;
     if let (Some(server), false) = (&p.server, chosen) {
         if let Some((addr, local)) = route_source(server, p.port) {
-            if let Some(a) =
-                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port, false)?
+            if let Some((a, note)) =
+                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port)?
             {
                 bind = Some(a);
+                moved = Some(note);
             }
         }
     }
@@ -376,6 +378,9 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         Some(server) => connect_tcp(p, server, bind)?,
         None => accept_tcp(p)?,
     };
+    if let Some(note) = moved {
+        eprintln!("{note}");
+    }
     let _ = tcp.set_nodelay(true);
     tcp.set_read_timeout(p.timeout).map_err(|e| e.to_string())?;
     let peer_ip = canonical(tcp.peer_addr().map_err(|e| e.to_string())?.ip());
