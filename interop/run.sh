@@ -205,7 +205,7 @@ for t in $TRANSPORTS; do
         common="-p $port -s $size -n $ITERS $qflag $CHK"
         theirs_srv="timeout $CASE_TIMEOUT $tool -d $(peer_dev) -g $(peer_gidx) $common $EXTRA_THEIRS"
         theirs_cli="$theirs_srv $HOST_IP"
-        ours_srv=("$ROCE" pingpong --transport "$t" --bind "$HOST_IP" -g 1
+        ours_srv=("$ROCE" pingpong --transport "$t" --bind "$HOST_IP"
                   -p "$port" -s "$size" -n "$ITERS" $qflag $CHK --timeout 60 $EXTRA_OURS)
         ours_cli=("${ours_srv[@]}" "$PEER_IP")
         # Our pingpong client retries its TCP connect: no wait for their server.

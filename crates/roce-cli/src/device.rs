@@ -2,6 +2,7 @@
 //! `--pcap` middleware over the backend that roce-verbs opens
 //! ([`roce_verbs::OpenOptions`]).
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
 /// The middleware the flags ask for: `--faults` outermost, so that a
@@ -105,4 +106,200 @@ fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
         };
     }
     Ok(c.delay(delay, jitter))
+}
+
+/// A client's RoCE address when it was given none (no `--bind`, no GID
+/// index) and would use `local`, the kernel's source address towards
+/// `server`: when both ends are on this host's IPv4 loopback, the
+/// server's address is the server's (it binds it once this client
+/// connects), so a client that would use it, or finds its UDP `port`
+/// taken by another stack, takes a free address of 127.0.0.0/8 instead.
+/// `None`: keep `local`. With the address comes the one line that says
+/// so, for stderr once the client has reached its server (a client that
+/// reaches nobody has only its error to say). The side that finds its
+/// address taken moves: the server keeps the address the client dials.
+pub(crate) fn loopback_client_local(
+    tool: &str,
+    server: IpAddr,
+    local: IpAddr,
+    port: u16,
+) -> Result<Option<(IpAddr, String)>, String> {
+    let (IpAddr::V4(local4), server) = (local.to_canonical(), server.to_canonical()) else {
+        return Ok(None);
+    };
+    if !local4.is_loopback() {
+        return Ok(None);
+    }
+    let servers = local.to_canonical() == server;
+    if !servers && roce_verbs::loopback::udp_port_free(local, port) {
+        return Ok(None);
+    }
+    let mut avoid = vec![local4];
+    if let IpAddr::V4(s) = server {
+        avoid.push(s);
+    }
+    let Some(a) =
+        roce_verbs::loopback::free_loopback_v4_avoiding(port, Ipv4Addr::new(127, 0, 0, 2), &avoid)
+    else {
+        return Err(format!(
+            "UDP port {port} is taken on every loopback address tried (a kernel rxe device, or \
+             another RoCE stack, holds it?): give this side an address with --bind"
+        ));
+    };
+    let note = if servers {
+        format!("roce {tool}: {local}:{port} is the server's (both ends on this host); using {a}")
+    } else {
+        format!("roce {tool}: {local}:{port} is taken; using {a} (another RoCE stack on this host)")
+    };
+    Ok(Some((IpAddr::V4(a), note)))
+}
+
+/// A server's RoCE address when it was given none and would use `local`
+/// (the address its client dialled): when that is an IPv4 loopback
+/// address whose UDP `port` another stack holds, a free address of
+/// 127.0.0.0/8 (never the client's, `peer`), said in one line on stderr
+/// unless `quiet`; the client learns it in the exchange. Otherwise, and
+/// when no address is free, `local` (whose open then names the busy port).
+pub(crate) fn loopback_server_local(
+    tool: &str,
+    local: IpAddr,
+    peer: Option<IpAddr>,
+    port: u16,
+    quiet: bool,
+) -> IpAddr {
+    let IpAddr::V4(local4) = local.to_canonical() else {
+        return local;
+    };
+    if !local4.is_loopback() || roce_verbs::loopback::udp_port_free(local, port) {
+        return local;
+    }
+    let mut avoid = vec![local4];
+    if let Some(IpAddr::V4(p)) = peer.map(|p| p.to_canonical()) {
+        avoid.push(p);
+    }
+    match roce_verbs::loopback::free_loopback_v4_avoiding(port, Ipv4Addr::new(127, 0, 0, 2), &avoid)
+    {
+        Some(a) => {
+            if !quiet {
+                eprintln!(
+                    "roce {tool}: {local}:{port} is taken; using {a} (another RoCE stack on this host)"
+                );
+            }
+            IpAddr::V4(a)
+        }
+        None => local,
+    }
+}
+
+/// A GID index (`perf -x`, `pingpong -g`) checked at start-up, as the
+/// rdma-core tools do, not once a peer connects: against the table of
+/// the device `dev` names or that holds `local` (`--bind`), or, when the
+/// address is not known yet (a server listening on every address),
+/// against the largest table of this host's devices, since no connection
+/// could make a larger index valid.
+pub(crate) fn check_gid_index(
+    x: usize,
+    local: Option<IpAddr>,
+    dev: Option<&str>,
+) -> Result<(), String> {
+    let device = match (dev, local) {
+        (Some(d), _) => Some(roce_verbs::Device::by_name(d).map_err(|e| e.to_string())?),
+        (None, Some(l)) => roce_verbs::OpenOptions::new(roce_verbs::BackendKind::Udp, l)
+            .device()
+            .ok()
+            .flatten(),
+        (None, None) => None,
+    };
+    if let Some(d) = device {
+        return d.gid(x).map(|_| ()).map_err(|e| e.to_string());
+    }
+    let devs = roce_verbs::Device::list().map_err(|e| e.to_string())?;
+    let most = devs.iter().map(|d| d.gids().len()).max().unwrap_or(0);
+    if x < most {
+        return Ok(());
+    }
+    Err(format!(
+        "GID index {x} is not in the GID table of any device (the largest has {most} entries; \
+         roce devinfo lists them)"
+    ))
+}
+
+/// An address as a GID (an IPv4 one as `::ffff:a.b.c.d`).
+pub(crate) fn gid_text(a: IpAddr) -> String {
+    match a.to_canonical() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().to_string(),
+        IpAddr::V6(v6) => v6.to_string(),
+    }
+}
+
+fn family(a: IpAddr) -> &'static str {
+    if a.to_canonical().is_ipv4() {
+        "IPv4"
+    } else {
+        "IPv6"
+    }
+}
+
+/// This side's GID and the peer's, as the two ends of a connection.
+pub(crate) struct GidPair<'a> {
+    /// "the client" or "the server".
+    pub(crate) me: &'a str,
+    /// This side's GID (its RoCE address).
+    pub(crate) local: IpAddr,
+    /// The GID index this side was given, if any.
+    pub(crate) index: Option<usize>,
+    /// The peer's GID.
+    pub(crate) remote: IpAddr,
+    /// The tool's GID index flag (`-x`, `-g`).
+    pub(crate) flag: &'a str,
+    /// The device this side's flags name (`--dev`), if any.
+    pub(crate) dev: Option<&'a str>,
+}
+
+/// RoCE v2 carries a packet in the IP family of its GIDs: an IPv6 GID
+/// cannot reach an IPv4 one (the QP fails on its first send with
+/// LOC_QP_OP_ERR). The error for two GIDs of different families, naming
+/// both, and an index of the right family when this side chose one.
+pub(crate) fn family_mismatch(g: &GidPair<'_>) -> Option<String> {
+    if g.local.to_canonical().is_ipv4() == g.remote.to_canonical().is_ipv4() {
+        return None;
+    }
+    let (me, flag) = (g.me, g.flag);
+    let who = if me == "the client" {
+        "the server"
+    } else {
+        "the client"
+    };
+    let (local, want) = (gid_text(g.local), family(g.remote));
+    let mine = match g.index {
+        Some(x) => format!("{me}'s GID (index {x}) is {local} ({})", family(g.local)),
+        None => format!("{me}'s GID is {local} ({})", family(g.local)),
+    };
+    let fix = match g.index {
+        Some(_) => roce_verbs::OpenOptions::new(roce_verbs::BackendKind::Udp, g.local)
+            .interface(g.dev)
+            .device()
+            .ok()
+            .flatten()
+            .and_then(|d| {
+                let gids = d.gids();
+                let k = gids.iter().position(|a| family(*a) == want)?;
+                Some(format!(
+                    "use {flag} {k} on {me} (GID[{k}] of {} is {})",
+                    d.name(),
+                    gid_text(gids[k])
+                ))
+            })
+            .unwrap_or(format!(
+                "give {me} a {flag} with an {want} GID (roce devinfo lists them)"
+            )),
+        None => format!(
+            "give {who} a GID index with an {} GID, or {me} a {flag} with an {want} one (roce devinfo lists them)",
+            family(g.local)
+        ),
+    };
+    Some(format!(
+        "{mine} but {who}'s is {} ({want}): both ends of a RoCE v2 connection need the same IP family; {fix}",
+        gid_text(g.remote)
+    ))
 }

@@ -20,6 +20,10 @@ pub(crate) struct DevinfoArgs {
     /// by default every interface that is up, loopback excepted.
     #[arg(short = 'd', long = "ib-dev", alias = "dev", value_name = "IFACE")]
     dev: Option<String>,
+    /// List the device names only (as `ibv_devinfo -l`), loopback and
+    /// down interfaces included.
+    #[arg(short = 'l', long = "list", conflicts_with_all = ["dev", "verbose", "json"])]
+    list: bool,
     /// Also print the device capabilities (as `ibv_devinfo -v`).
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -298,7 +302,9 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
     match dev {
         Some(name) => all
             .into_iter()
-            .find(|i| i.name == name)
+            // The interface's name, or the device's (`roce_eth0`, as
+            // roce-verbs and the other tools name it).
+            .find(|i| i.name == name.strip_prefix("roce_").unwrap_or(name))
             .map(|i| vec![i])
             .ok_or(format!("no interface {name}")),
         None => Ok(all
@@ -310,6 +316,18 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
 
 /// Runs `roce devinfo`; returns the exit status.
 pub(crate) fn run(args: &DevinfoArgs) -> i32 {
+    if args.list {
+        return match roce_verbs::Device::list() {
+            Ok(l) => {
+                println!("{} HCAs found:", l.len());
+                for d in l {
+                    println!("\t{}", d.name());
+                }
+                0
+            }
+            Err(e) => crate::fail("devinfo", false, &e.to_string(), 1),
+        };
+    }
     // The devices roce-verbs opens: interfaces with an address.
     let devs = match roce_verbs::Device::list()
         .map(|l| l.into_iter().map(|d| d.interface().clone()).collect())

@@ -34,9 +34,10 @@ pub(crate) struct RpingArgs {
     #[arg(short = 'c')]
     client: bool,
     /// Client: the server's address. Server: the local address to listen
-    /// on (the RoCE device's IP; 0.0.0.0 takes --bind).
+    /// on (the RoCE device's IP; 0.0.0.0 takes --bind) [server default:
+    /// 127.0.0.1, this host only].
     #[arg(short = 'a')]
-    addr: IpAddr,
+    addr: Option<IpAddr>,
     /// rdma_cm port.
     #[arg(short = 'p', default_value_t = 7174)]
     port: u16,
@@ -240,10 +241,13 @@ pub(crate) fn run(args: &RpingArgs) -> i32 {
         eprintln!("roce rping: give -s (server) or -c (client)");
         return 2;
     }
-    let r = if args.server {
-        server(args)
-    } else {
-        client(args)
+    let r = match (args.server, args.addr) {
+        (true, _) => server(args),
+        (false, Some(a)) => client(args, a),
+        (false, None) => {
+            eprintln!("roce rping: the client needs the server's address: -c -a ADDR");
+            return 2;
+        }
     };
     match r {
         Ok(()) => 0,
@@ -273,10 +277,20 @@ fn param() -> ConnParam {
     }
 }
 
-fn client(args: &RpingArgs) -> Result<(), String> {
-    let local = match args.bind.or_else(|| route_source(args.addr)) {
+fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
+    let local = match args.bind.or_else(|| route_source(server)) {
         Some(a) => a,
-        None => return Err(format!("no route to {}", args.addr)),
+        None => return Err(format!("no route to {server}")),
+    };
+    // Both ends on this host's loopback: the server holds the address
+    // this client dials, so the client takes another.
+    let (local, moved) = match args.bind {
+        Some(_) => (local, None),
+        None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)?
+        {
+            Some((a, note)) => (a, Some(note)),
+            None => (local, None),
+        },
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
@@ -298,17 +312,19 @@ fn client(args: &RpingArgs) -> Result<(), String> {
     rig.post_recv()?;
     // The CM retries its request for a while (~17 s) before giving up:
     // say early that no one answers, rather than stay silent.
-    let (addr, port) = (args.addr, args.port);
+    let (addr, port) = (server, args.port);
     let notice = crate::notice::SlowNotice::start(
         Duration::from_secs(2),
         format!(
             "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
         ),
     );
-    let conn = rig.qp.cm_connect(args.addr, args.port, &param(), rig.wait);
+    let conn = rig.qp.cm_connect(server, args.port, &param(), rig.wait);
     drop(notice);
-    let conn: CmConnection =
-        conn.map_err(|e| format!("connect to {}:{}: {e}", args.addr, args.port))?;
+    let conn: CmConnection = conn.map_err(|e| format!("connect to {server}:{}: {e}", args.port))?;
+    if let Some(note) = moved {
+        eprintln!("{note}");
+    }
     let mut start = b'A';
     let mut ping = 0u64;
     while args.count == 0 || ping < args.count {
@@ -351,10 +367,25 @@ fn client(args: &RpingArgs) -> Result<(), String> {
 fn server(args: &RpingArgs) -> Result<(), String> {
     let local = match (args.bind, args.addr) {
         (Some(b), _) => b,
-        (None, a) if a.is_unspecified() => {
+        (None, Some(a)) if a.is_unspecified() => {
             return Err("give the RoCE device's address with -a or --bind".into())
         }
-        (None, a) => a,
+        (None, Some(a)) => a,
+        // rping listens on every address; this stack listens on one: this
+        // host's loopback, where a client on this host finds it.
+        (None, None) => {
+            let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+            let a = crate::device::loopback_server_local("rping", lo, None, args.roce_port, true);
+            if a == lo {
+                eprintln!("roce rping: listening on {lo} (this host only; -a ADDR serves others)");
+            } else {
+                eprintln!(
+                    "roce rping: {lo}:{} is taken (another RoCE stack on this host); listening on {a}: roce rping -c -a {a}",
+                    args.roce_port
+                );
+            }
+            a
+        }
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);

@@ -116,6 +116,32 @@ fn unknown_interface_is_a_one_line_error() {
     assert_eq!(err.trim(), "roce devinfo: no interface no-such-if0");
 }
 
+/// The names the other tools' errors point at work here: `-l` lists the
+/// devices (as `ibv_devinfo -l`; "roce devinfo -l lists them"), and `-d`
+/// takes a device's name (`roce_lo`) as well as its interface's.
+#[test]
+fn list_and_device_names() {
+    let o = devinfo(&["-l"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut lines = out.lines();
+    let n: usize = lines
+        .next()
+        .and_then(|l| l.strip_suffix(" HCAs found:"))
+        .and_then(|n| n.parse().ok())
+        .expect(&out);
+    let names: Vec<&str> = lines.map(str::trim).collect();
+    assert_eq!(names.len(), n, "{out}");
+    assert!(names.contains(&"roce_lo"), "{out}");
+    let v = json(&["--json", "-d", "roce_lo"]);
+    assert_eq!(v["devices"][0]["name"], "lo");
+}
+
 /// What ibv_devinfo shows and devinfo lacked: link speed and width,
 /// max_cq, max_ah, gid_tbl_len (the number of GID lines).
 #[test]

@@ -197,7 +197,7 @@ fn exchange_bytes_match_the_capture() {
             "--timeout",
             "5",
         ])
-        .args(["--bind", "127.0.0.2", "-g", "1", "127.0.0.1"])
+        .args(["--bind", "127.0.0.2", "-g", "0", "127.0.0.1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -281,10 +281,12 @@ fn bad_flags_give_one_line() {
     bad(&["a", "b"], "b");
     // A GID index past the table is refused at start-up (as
     // ibv_rc_pingpong does), not once a client connects.
-    bad(&["-g", "2"], "GID index 2 is not in the GID table");
+    // Without --bind, past every device's table; with it, past the
+    // table of its device (lo's: 127.0.0.1 and, if it has one, ::1).
+    bad(&["-g", "200"], "GID index 200 is not in the GID table");
     bad(
-        &["-g", "1", "--bind", "::1"],
-        "GID index 1 is not in the GID table",
+        &["-g", "2", "--bind", "127.0.0.1"],
+        "GID index 2 is not in the GID table",
     );
 }
 

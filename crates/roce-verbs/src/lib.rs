@@ -121,11 +121,12 @@ mod context;
 mod cq;
 mod device;
 mod error;
+pub mod loopback;
 // Raw regions: pointers into the application's memory (see the crate docs).
 #[allow(unsafe_code)]
 mod mr;
-// `reg_mr_raw`, the unsafe entry to raw regions.
 mod limits;
+// `reg_mr_raw`, the unsafe entry to raw regions.
 #[allow(unsafe_code)]
 mod pd;
 mod progress;
@@ -141,6 +142,7 @@ pub use cq::{Completion, CompletionChannel, CompletionQueue};
 pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use limits::{DeviceLimits, LIMITS};
+pub use loopback::free_loopback_v4;
 pub use mr::{MemoryRegion, RemoteMr};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::ProgressConfig;

@@ -270,6 +270,10 @@ pub(crate) struct PerfArgs {
     /// Print results as JSON.
     #[arg(long)]
     json: bool,
+    /// The line saying that this client took a free loopback address
+    /// (`client_on_loopback`), printed once it reaches its server.
+    #[arg(skip)]
+    pub(crate) moved_note: Option<String>,
 }
 
 /// The parameters both sides agree on (sent by the client).
@@ -468,7 +472,16 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         STOP.store(true, Ordering::SeqCst);
         control::announce_stop();
     });
-    let res = if let Err(e) = check_modes(args) {
+    let moved;
+    let args = match client_on_loopback(args) {
+        Ok(Some(a)) => {
+            moved = a;
+            &moved
+        }
+        Ok(None) => args,
+        Err(e) => return crate::fail("perf", args.json, &e, 1),
+    };
+    let res = if let Err(e) = check_modes(args).and_then(|()| check_gid_index(args)) {
         Err(e)
     } else if args.perftest && args.rdma_cm {
         perftest_cm::run(args)
@@ -490,6 +503,53 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
             crate::fail("perf", args.json, &e, code)
         }
     }
+}
+
+/// A client given no local address (no `--bind`, no `-x`) whose server
+/// is on this host's loopback: the arguments with the free loopback
+/// address it takes instead of the server's as `--bind`, for the control
+/// connection and the RoCE traffic alike, so that the server sees the
+/// address the QPs use ([`crate::device::loopback_client_local`]).
+fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
+    let Some(server) = args.server.as_deref() else {
+        return Ok(None);
+    };
+    if args.loopback || args.bind.is_some() || args.gid_index.is_some() {
+        return Ok(None);
+    }
+    if args.backend != BackendKind::Udp {
+        return Ok(None);
+    }
+    let Ok(addr) = resolve(server, args.port) else {
+        // Said by the run itself.
+        return Ok(None);
+    };
+    let Some(local) = crate::rping::route_source(addr.ip()) else {
+        return Ok(None);
+    };
+    let moved = crate::device::loopback_client_local("perf", addr.ip(), local, args.roce_port)?;
+    Ok(moved.map(|(b, note)| PerfArgs {
+        bind: Some(b),
+        moved_note: (!args.json).then_some(note),
+        ..args.clone()
+    }))
+}
+
+/// `-x N` past the GID table is refused at start-up, as perftest does,
+/// not once a peer connects ([`crate::device::check_gid_index`]).
+fn check_gid_index(args: &PerfArgs) -> Result<(), String> {
+    let Some(x) = args.gid_index else {
+        return Ok(());
+    };
+    if args.backend == BackendKind::Fabric || args.loopback {
+        return Ok(());
+    }
+    let local = args.bind.filter(|b| !b.is_unspecified()).or_else(|| {
+        let server = args.server.as_deref()?;
+        let addr = resolve(server, args.port).ok()?;
+        crate::rping::route_source(addr.ip())
+    });
+    crate::device::check_gid_index(usize::from(x), local, args.dev.as_deref())
 }
 
 /// Where the loopback server listens and the two local addresses.
@@ -751,6 +811,22 @@ fn serve(
             return Err(e);
         }
     };
+    // With no address given, a loopback address another stack holds
+    // gives way to a free one; the client learns it from the endpoints.
+    let local = if args.bind.is_none_or(|b| b.is_unspecified())
+        && args.gid_index.is_none()
+        && args.backend == BackendKind::Udp
+    {
+        crate::device::loopback_server_local(
+            "perf",
+            local,
+            ctl.peer_ip(),
+            args.roce_port,
+            args.json || quiet,
+        )
+    } else {
+        local
+    };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
         .and_then(|mut s| run_session(&mut s, &mut ctl));
     match r {
@@ -794,6 +870,7 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
     let server = args.server.as_deref().ok_or("no server")?;
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
+    args.say_moved();
     let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
     let mut hello = params.to_json();
     hello["roce_port"] = json!(args.roce_port);
@@ -925,6 +1002,14 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: 
 }
 
 impl PerfArgs {
+    /// Says that this client took a free loopback address (once it has
+    /// reached its server).
+    pub(crate) fn say_moved(&self) {
+        if let Some(n) = &self.moved_note {
+            eprintln!("{n}");
+        }
+    }
+
     fn backend_name(&self) -> &'static str {
         match self.backend {
             BackendKind::Udp => "UDP",

@@ -310,7 +310,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
         let addr = super::resolve(server, args.port)?;
-        super::connect_tcp(addr, args.bind)?
+        let s = super::connect_tcp(addr, args.bind)?;
+        args.say_moved();
+        s
     } else {
         let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let l = TcpListener::bind((bind, args.port))
@@ -358,6 +360,18 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
     let tcp_local = stream.local_addr().map_err(|e| e.to_string())?.ip();
     let local = gid_address(args, args.bind.unwrap_or(tcp_local))?;
+    // A server given no address moves off a loopback address another
+    // stack holds; the client learns the new one from its GID.
+    let local = if !client
+        && args.bind.is_none_or(|b| b.is_unspecified())
+        && args.gid_index.is_none()
+        && args.backend == super::BackendKind::Udp
+    {
+        let peer = stream.peer_addr().ok().map(|a| a.ip());
+        crate::device::loopback_server_local("perf", local, peer, args.roce_port, args.json)
+    } else {
+        local
+    };
     let mut oob = Oob { s: stream, client };
 
     // Version, cycle buffer, cache line, MTU.

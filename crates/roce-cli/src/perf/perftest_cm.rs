@@ -258,6 +258,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     };
     let mtu = args.mtu.min(link_path_mtu(args, local)?);
     let ctx = open_context(args, local, mtu, None)?;
+    args.say_moved();
 
     // The control connection.
     let mut ch = Channel::new(&ctx, client)?;

@@ -49,6 +49,69 @@ pub(crate) fn check_memory(params: &Params) -> Result<(), String> {
     Ok(())
 }
 
+/// The peer's QPs are where this side sends: they must be at the peer's
+/// own address (the one on the control connection), unless this side
+/// uses GID addressing (-x), where the GIDs of both sides may be other
+/// addresses of theirs; otherwise a hello could aim this side's traffic
+/// at a third host. One exception, for the client only: a server given no
+/// address moves off a loopback address another stack holds
+/// ([`crate::device::loopback_server_local`]), so a server reached on a
+/// loopback address may put its QPs on another loopback address (of this
+/// host, then). The server's check of the client stays exact: a client
+/// that moves binds its control connection to its new address too.
+fn check_addresses(
+    gid_index: Option<u8>,
+    remote: &[Endpoint],
+    peer: Option<IpAddr>,
+    is_client: bool,
+) -> Result<(), String> {
+    if gid_index.is_some() {
+        return Ok(());
+    }
+    let Some(peer) = peer else {
+        return Ok(());
+    };
+    let loopback = roce_verbs::loopback::is_loopback;
+    let ok = |r: &Endpoint| {
+        r.addr.to_canonical() == peer.to_canonical()
+            || (is_client && loopback(peer) && loopback(r.addr))
+    };
+    match remote.iter().find(|r| !ok(r)) {
+        None => Ok(()),
+        Some(bad) => Err(format!(
+            "the peer's QP {:#x} is at {}, not at the peer's address {peer} (with -x on both sides the addresses may differ)",
+            bad.qpn, bad.addr
+        )),
+    }
+}
+
+/// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
+fn check_family(
+    args: &PerfArgs,
+    local: IpAddr,
+    remote: &[Endpoint],
+    is_client: bool,
+) -> Result<(), String> {
+    for r in remote {
+        let pair = crate::device::GidPair {
+            me: if is_client {
+                "the client"
+            } else {
+                "the server"
+            },
+            local,
+            index: args.gid_index.map(usize::from),
+            remote: r.addr,
+            flag: "-x",
+            dev: args.dev.as_deref(),
+        };
+        if let Some(e) = crate::device::family_mismatch(&pair) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// One side's resources for a test.
 pub(crate) struct Session {
     pub(crate) params: Params,
@@ -167,39 +230,32 @@ impl Session {
             .collect();
         let msg = json!({"type": "endpoints", "mtu": mtu,
                          "qps": mine.iter().map(|e| e.to_json()).collect::<Vec<_>>()});
-        let theirs = if is_client {
+        // The client checks the server's endpoints before it answers, so
+        // that a mismatch is said once, by the side that sees it first.
+        let peer = ctl.peer_ip();
+        let received = |v: &Value| -> Result<Vec<Endpoint>, String> {
+            let remote: Vec<Endpoint> = v
+                .get("qps")
+                .and_then(Value::as_array)
+                .ok_or("the peer sent no endpoints")?
+                .iter()
+                .map(Endpoint::from_json)
+                .collect::<Result<_, _>>()?;
+            check_family(args, local, &remote, is_client)?;
+            check_addresses(args.gid_index, &remote, peer, is_client)?;
+            Ok(remote)
+        };
+        let (theirs, remote) = if is_client {
             let v = ctl.expect("endpoints")?;
+            let remote = received(&v)?;
             ctl.send(&msg)?;
-            v
+            (v, remote)
         } else {
             ctl.send(&msg)?;
-            ctl.expect("endpoints")?
+            let v = ctl.expect("endpoints")?;
+            let remote = received(&v)?;
+            (v, remote)
         };
-        let remote: Vec<Endpoint> = theirs
-            .get("qps")
-            .and_then(Value::as_array)
-            .ok_or("the peer sent no endpoints")?
-            .iter()
-            .map(Endpoint::from_json)
-            .collect::<Result<_, _>>()?;
-        // The peer's QPs are where this side sends: they must be the
-        // peer's own address (the one on the control connection), unless
-        // this side uses GID addressing (-x), where the GIDs of both
-        // sides may be other addresses of theirs. Otherwise a hello could
-        // aim this side's traffic at a third host.
-        if args.gid_index.is_none() {
-            if let (Some(peer), Some(bad)) = (
-                ctl.peer_ip(),
-                remote.iter().find(|r| {
-                    Some(r.addr.to_canonical()) != ctl.peer_ip().map(|p| p.to_canonical())
-                }),
-            ) {
-                return Err(format!(
-                    "the peer's QP {:#x} is at {}, not at the peer's address {peer} (with -x on both sides the addresses may differ)",
-                    bad.qpn, bad.addr
-                ));
-            }
-        }
         if remote.len() != qps.len() {
             return Err(format!(
                 "the peer has {} QPs, this side {}",
@@ -356,5 +412,40 @@ impl Session {
     /// This side's pattern.
     pub(crate) fn own_pattern(&self, len: usize) -> Vec<u8> {
         pattern(self.params.seed ^ self.is_client as u64, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(addr: &str) -> Vec<Endpoint> {
+        vec![Endpoint {
+            qpn: 17,
+            psn: 1,
+            addr: addr.parse().unwrap(),
+            rkey: 1,
+            vaddr: 4096,
+            len: 8192,
+        }]
+    }
+
+    /// The peer's QPs must be at its control address; a client alone
+    /// accepts a server's QPs on another loopback address (a server that
+    /// moved off a taken one), never a server's elsewhere, and the
+    /// server accepts nothing but the client's own address.
+    #[test]
+    fn the_peers_qps_are_at_its_address() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(check_addresses(None, &at("127.0.0.1"), Some(lo), false).is_ok());
+        assert!(check_addresses(None, &at("127.0.0.3"), Some(lo), true).is_ok());
+        assert!(check_addresses(None, &at("::1"), Some(lo), true).is_ok());
+        let e = check_addresses(None, &at("127.0.0.3"), Some(lo), false).unwrap_err();
+        assert!(e.contains("not at the peer's address 127.0.0.1"), "{e}");
+        assert!(check_addresses(None, &at("192.0.2.9"), Some(lo), true).is_err());
+        let far: IpAddr = "192.0.2.1".parse().unwrap();
+        assert!(check_addresses(None, &at("127.0.0.1"), Some(far), true).is_err());
+        // GID addressing (-x): the addresses may differ.
+        assert!(check_addresses(Some(0), &at("192.0.2.9"), Some(lo), false).is_ok());
     }
 }

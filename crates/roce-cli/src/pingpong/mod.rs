@@ -94,8 +94,10 @@ pub(crate) struct PingpongArgs {
     /// Sleep on CQ events (a completion channel) instead of polling.
     #[arg(short = 'e', long)]
     pub(crate) events: bool,
-    /// Local GID index [default: 0]. The table is shaped like rxe's on an
-    /// IPv4 netdev: 0 and 1 both hold ::ffff:a.b.c.d of --bind.
+    /// Local GID index: the RoCE address is entry N of the GID table
+    /// `roce devinfo` prints for the interface of --bind (or of the TCP
+    /// connection's address), e.g. on lo 0 = ::ffff:127.0.0.1, 1 = ::1
+    /// [default: the TCP connection's address].
     #[arg(short = 'g', long = "gid-idx", value_parser = num::<u8>)]
     pub(crate) gid_idx: Option<u8>,
     /// Validate every received buffer (and fail on a mismatch).
@@ -135,7 +137,7 @@ pub(crate) struct Params {
     pub(crate) rx_depth: u32,
     pub(crate) iters: u32,
     pub(crate) events: bool,
-    pub(crate) gid_idx: u8,
+    pub(crate) gid_idx: Option<u8>,
     pub(crate) chk: bool,
     pub(crate) num_qp: u32,
     pub(crate) bind: Option<IpAddr>,
@@ -196,18 +198,14 @@ impl PingpongArgs {
                 ));
             }
         }
-        // The GID table has two entries for an IPv4 address (0 and 1) and
-        // one for IPv6 (0): an index past both is wrong whatever address
-        // the connection ends up using, so say so now, as ibv_rc_pingpong
-        // does at start-up, not once a peer connects.
-        let gid_idx = self.gid_idx.unwrap_or(0);
-        let v6_bind = self.bind.is_some_and(|b| b.is_ipv6());
-        if gid_idx > 1 || (v6_bind && gid_idx > 0) {
-            return Err(format!(
-                "GID index {gid_idx} is not in the GID table (an IPv4 address has \
-                 entries 0 and 1, an IPv6 address entry 0; see --help for -g)"
-            ));
+        // A GID index past the table is wrong whatever address the
+        // connection ends up using: say so now, as ibv_rc_pingpong does
+        // at start-up, not once a peer connects.
+        if let Some(g) = self.gid_idx {
+            let bind = self.bind.filter(|b| !b.is_unspecified());
+            crate::device::check_gid_index(usize::from(g), bind, None)?;
         }
+        let gid_idx = self.gid_idx;
         let slot = u64::from(size) + 40;
         if slot * u64::from(self.rx_depth + num_qp) > 1 << 30 {
             return Err("size × rx-depth needs more than 1 GiB of buffers".into());

@@ -73,7 +73,7 @@ fn deadline(t: Option<Duration>) -> Option<Instant> {
 }
 
 /// The client's TCP connection, retrying while nothing listens yet.
-fn connect_tcp(p: &Params, server: &str) -> Result<TcpStream, String> {
+fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStream, String> {
     use std::net::ToSocketAddrs;
     let addrs: Vec<SocketAddr> = (server, p.port)
         .to_socket_addrs()
@@ -83,7 +83,7 @@ fn connect_tcp(p: &Params, server: &str) -> Result<TcpStream, String> {
     loop {
         let mut last = None;
         for a in &addrs {
-            let r = match p.bind {
+            let r = match bind {
                 Some(b) => (|| {
                     let s = socket2::Socket::new(
                         socket2::Domain::for_address(*a),
@@ -121,16 +121,6 @@ fn accept_tcp(p: &Params) -> Result<TcpStream, String> {
     Ok(s)
 }
 
-/// The device's GID table: rxe's shape on an IPv4 netdev (index 0 and 1
-/// both the IPv4 GID; rxe's are the RoCE v1 and v2 entries, this stack
-/// speaks v2 on both).
-fn gid_table(local: IpAddr) -> Vec<IpAddr> {
-    match local {
-        IpAddr::V4(_) => vec![local, local],
-        IpAddr::V6(_) => vec![local],
-    }
-}
-
 fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
     // The peer may be rdma-core over a kernel rxe device, whose IPv4
     // identification a UDP socket cannot see: its ICRC cannot be
@@ -138,7 +128,6 @@ fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
     let mut o = OpenOptions::new(BackendKind::Udp, local)
         .cpu(roce_io::CpuTuning::detect())
         .roce_port(p.roce_port, p.roce_port)
-        .gids(gid_table(local))
         .icrc_check(roce_io::IcrcCheck::Count);
     o.config.active_mtu = p.mtu;
     o.open().map_err(|e| match e {
@@ -217,9 +206,6 @@ impl Side {
 
 fn setup(p: &Params, local: IpAddr, is_client: bool) -> Result<Side, String> {
     let ctx = open_context(p, local)?;
-    if usize::from(p.gid_idx) >= ctx.addrs().len() {
-        return Err(format!("can't read sgid of index {}", p.gid_idx));
-    }
     let pd = ctx.alloc_pd();
     let nq = p.num_qp as usize;
     let channel = p.events.then(|| ctx.create_comp_channel());
@@ -308,7 +294,8 @@ fn tool_options(p: &Params) -> ConnectOptions {
         min_rnr_timer: 12,
         max_rd_atomic: 1,
         qkey: Qkey::new(QKEY),
-        sgid_index: p.gid_idx,
+        // The context holds one GID, the one -g chose.
+        sgid_index: 0,
         hop_limit: 1,
         traffic_class: 0,
     }
@@ -347,7 +334,7 @@ fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result
                     dest: addr,
                     hop_limit: 1,
                     traffic_class: 0,
-                    sgid_index: p.gid_idx,
+                    sgid_index: 0,
                 })
                 .map_err(|e| format!("Failed to create AH: {e}"))?;
             s.ah = Some(ah);
@@ -357,26 +344,78 @@ fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result
     Ok(())
 }
 
+/// The source address the kernel would use towards `server`.
+fn route_source(server: &str, port: u16) -> Option<(IpAddr, IpAddr)> {
+    use std::net::ToSocketAddrs;
+    let addr = (server, port).to_socket_addrs().ok()?.next()?.ip();
+    Some((addr, crate::rping::route_source(addr)?))
+}
+
+fn canonical(a: IpAddr) -> IpAddr {
+    a.to_canonical()
+}
+
 pub(crate) fn run(p: &Params) -> Result<(), String> {
     let is_client = p.server.is_some();
+    // No address given (no --bind, no -g): both ends may be on this
+    // host's loopback, where the side that finds its address taken moves
+    // (the client off the server's address, before it connects, so that
+    // the server sees its new address on the TCP connection too).
+    let chosen = p.bind.is_some_and(|b| !b.is_unspecified()) || p.gid_idx.is_some();
+    let mut bind = p.bind;
+    let mut moved = None;
+    if let (Some(server), false) = (&p.server, chosen) {
+        if let Some((addr, local)) = route_source(server, p.port) {
+            if let Some((a, note)) =
+                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port)?
+            {
+                bind = Some(a);
+                moved = Some(note);
+            }
+        }
+    }
     let mut tcp = match &p.server {
-        Some(server) => connect_tcp(p, server)?,
+        Some(server) => connect_tcp(p, server, bind)?,
         None => accept_tcp(p)?,
     };
+    if let Some(note) = moved {
+        eprintln!("{note}");
+    }
     let _ = tcp.set_nodelay(true);
     tcp.set_read_timeout(p.timeout).map_err(|e| e.to_string())?;
-    let peer_ip = tcp.peer_addr().map_err(|e| e.to_string())?.ip();
-    let local = match p.bind {
+    let peer_ip = canonical(tcp.peer_addr().map_err(|e| e.to_string())?.ip());
+    let tcp_local = match bind {
         Some(b) if !b.is_unspecified() => b,
         _ => tcp.local_addr().map_err(|e| e.to_string())?.ip(),
     };
-    let local = match local {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(local, IpAddr::V4),
-        v4 => v4,
-    };
-    let peer_ip = match peer_ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer_ip, IpAddr::V4),
-        v4 => v4,
+    let tcp_local = canonical(tcp_local);
+    let local = match p.gid_idx {
+        // Entry N of the GID table of the address's device, as `roce
+        // devinfo` prints it (an address no interface lists, such as
+        // 127.0.0.2, has a table of its own: itself).
+        Some(g) => {
+            let g = usize::from(g);
+            let dev = OpenOptions::new(BackendKind::Udp, tcp_local)
+                .device()
+                .map_err(|e| e.to_string())?;
+            match dev {
+                Some(d) => d.gid(g).map_err(|e| e.to_string())?,
+                None if g == 0 => tcp_local,
+                None => {
+                    return Err(format!(
+                        "GID index {g} is not in the GID table of {tcp_local} (an address no interface lists has one entry, 0)"
+                    ))
+                }
+            }
+        }
+        None if !is_client && !chosen => crate::device::loopback_server_local(
+            "pingpong",
+            tcp_local,
+            Some(peer_ip),
+            p.roce_port,
+            false,
+        ),
+        None => tcp_local,
     };
 
     let mut s = setup(p, local, is_client)?;
@@ -387,7 +426,7 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
     if s.channel.is_some() {
         s.cq.req_notify(false).map_err(|e| e.to_string())?;
     }
-    let gid = wire::gid_of(s.ctx.addrs()[usize::from(p.gid_idx)]);
+    let gid = wire::gid_of(local);
     let ud = p.transport == Transport::Ud;
     let mine: Vec<Dest> = s
         .qps
@@ -414,10 +453,17 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         drop(tcp);
         let remote = check_remote(p, theirs)?;
         print_remote(&remote);
+        check_family(p, local, &remote, peer_ip, true)?;
         connect(&mut s, &mine, &remote, peer_ip)?;
     } else {
         let theirs = wire::server_read(&mut tcp, slots)?;
         let remote = check_remote(p, theirs)?;
+        if let Err(e) = check_family(p, local, &remote, peer_ip, false) {
+            // The tools' exchange has no error message: answer, so that
+            // the client finds the mismatch too and says so.
+            let _ = wire::server_finish(&mut tcp, &mine, slots);
+            return Err(e);
+        }
         connect(&mut s, &mine, &remote, peer_ip)?;
         wire::server_finish(&mut tcp, &mine, slots)?;
         drop(tcp);
@@ -434,6 +480,34 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         }
     }
     r
+}
+
+/// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
+fn check_family(
+    p: &Params,
+    local: IpAddr,
+    remote: &[Dest],
+    peer: IpAddr,
+    is_client: bool,
+) -> Result<(), String> {
+    for d in remote {
+        let pair = crate::device::GidPair {
+            me: if is_client {
+                "the client"
+            } else {
+                "the server"
+            },
+            local,
+            index: p.gid_idx.map(usize::from),
+            remote: remote_addr(d, peer),
+            flag: "-g",
+            dev: None,
+        };
+        if let Some(e) = crate::device::family_mismatch(&pair) {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
 
 fn check_remote(p: &Params, theirs: Vec<Dest>) -> Result<Vec<Dest>, String> {

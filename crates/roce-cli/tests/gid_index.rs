@@ -1,0 +1,236 @@
+//! GID indexes as an rdma-core user expects them (issue 22, item 4):
+//! `perf -x` and `pingpong -g` index the GID table `roce devinfo` prints;
+//! an index past it ends the tool at start-up, before any peer connects;
+//! GIDs of two IP families (an IPv6 GID against an IPv4 peer) are named
+//! at the exchange, with the index to use, instead of a LOC_QP_OP_ERR.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use common::{roce, Guard};
+use serde_json::Value;
+
+/// A TCP port and a RoCE UDP port per test (distinct across this
+/// binary's tests and across processes; 19000-19899, below the ephemeral
+/// range and away from the other test binaries').
+fn ports() -> (String, String) {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let base = 19_000 + (std::process::id() % 90) as u16 * 10;
+    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn spawn(args: &[&str]) -> Guard {
+    let c = roce()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run roce");
+    Guard(Some(c))
+}
+
+fn run_pair(server: &[&str], client: &[&str]) -> (Output, Output) {
+    let server = spawn(server);
+    std::thread::sleep(Duration::from_millis(400));
+    let client = spawn(client).wait(Duration::from_secs(30));
+    let server = server.wait(Duration::from_secs(30));
+    (server, client)
+}
+
+/// lo's GID table as `roce devinfo` prints it.
+fn lo_gids() -> Vec<String> {
+    let o = roce()
+        .args(["devinfo", "--json", "-d", "lo"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["devices"][0]["gids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["gid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Whether lo has ::1 as its GID 1 (not in a container without IPv6).
+fn lo_has_ipv6() -> bool {
+    UdpSocket::bind(("::1", 0)).is_ok() && lo_gids().get(1).map(String::as_str) == Some("::1")
+}
+
+#[test]
+fn perf_refuses_an_index_past_the_table_at_start_up() {
+    let (port, rport) = ports();
+    for extra in [&[][..], &["--bind", "127.0.0.1"][..]] {
+        // A server: it would otherwise wait for a client.
+        let o = spawn(
+            &[
+                &[
+                    "perf",
+                    "write-bw",
+                    "-x",
+                    "200",
+                    "-p",
+                    &port,
+                    "--roce-port",
+                    &rport,
+                ][..],
+                extra,
+            ]
+            .concat(),
+        )
+        .wait(Duration::from_secs(10));
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains("GID index 200 is not in the GID table"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    // A client, before it connects (nothing listens on this port).
+    let o = roce()
+        .args([
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "-x",
+            "2",
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args(["-p", &port, "--roce-port", &rport])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("GID index 2 is not in the GID table of roce_lo"),
+        "{err}"
+    );
+}
+
+/// `-x 1 --bind 127.0.0.1` picks ::1: against an IPv4 server, the client
+/// says which family each end has and which index to use.
+#[test]
+fn perf_names_a_family_mismatch() {
+    if !lo_has_ipv6() {
+        eprintln!("skipped: lo has no IPv6 GID");
+        return;
+    }
+    let (port, rport) = ports();
+    let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
+    let (s, c) = run_pair(
+        &[&["perf", "write-bw", "--bind", "127.0.0.1"][..], &common].concat(),
+        &[
+            &[
+                "perf",
+                "write-bw",
+                "127.0.0.1",
+                "-x",
+                "1",
+                "--bind",
+                "127.0.0.1",
+            ][..],
+            &common,
+        ]
+        .concat(),
+    );
+    let (_, cerr) = text(&c);
+    assert_eq!(c.status.code(), Some(1), "{cerr}");
+    assert!(
+        cerr.contains(
+            "the client's GID (index 1) is ::1 (IPv6) but the server's is ::ffff:127.0.0.1 (IPv4)"
+        ) && cerr.contains("use -x 0 on the client (GID[0] of roce_lo is ::ffff:127.0.0.1)"),
+        "{cerr}"
+    );
+    assert!(!cerr.contains("LocQpOpErr"), "{cerr}");
+    let (_, serr) = text(&s);
+    assert_eq!(s.status.code(), Some(1), "{serr}");
+    assert!(
+        serr.contains("peer: the client's GID (index 1) is ::1"),
+        "{serr}"
+    );
+
+    // The other way round: the server's -x 1, a plain client.
+    let (port, rport) = ports();
+    let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
+    let (_, c) = run_pair(
+        &[
+            &["perf", "write-bw", "--bind", "127.0.0.1", "-x", "1"][..],
+            &common,
+        ]
+        .concat(),
+        &[&["perf", "write-bw", "127.0.0.1"][..], &common].concat(),
+    );
+    let (_, cerr) = text(&c);
+    assert_eq!(c.status.code(), Some(1), "{cerr}");
+    assert!(
+        cerr.contains("but the server's is ::1 (IPv6)")
+            && cerr.contains("give the server a GID index with an IPv4 GID"),
+        "{cerr}"
+    );
+}
+
+/// `pingpong -g N` is entry N of `roce devinfo`'s table (its --help used
+/// to say 0 and 1 both held the IPv4 GID, as rxe's table does): on lo,
+/// -g 1 is ::1, and against an IPv4 client both ends say so.
+#[test]
+fn pingpong_indexes_devinfos_table_and_names_a_family_mismatch() {
+    let help = roce().args(["pingpong", "--help"]).output().unwrap();
+    let (h, _) = text(&help);
+    let h = h.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        h.contains("entry N of the GID table `roce devinfo` prints"),
+        "{h}"
+    );
+    assert!(!h.contains("0 and 1 both hold"), "{h}");
+    if !lo_has_ipv6() {
+        eprintln!("skipped the run: lo has no IPv6 GID");
+        return;
+    }
+    let gids = lo_gids();
+    let (port, rport) = ports();
+    let common = [
+        "-n",
+        "10",
+        "-p",
+        &port,
+        "--roce-port",
+        &rport,
+        "--timeout",
+        "10",
+    ];
+    let (s, c) = run_pair(
+        &[&["pingpong", "--bind", "127.0.0.1", "-g", "1"][..], &common].concat(),
+        &[
+            &["pingpong", "--bind", "127.0.0.2"][..],
+            &common,
+            &["127.0.0.1"],
+        ]
+        .concat(),
+    );
+    let (sout, serr) = text(&s);
+    assert_eq!(s.status.code(), Some(1), "{serr}");
+    assert!(sout.contains(&format!("GID {}", gids[1])), "{sout}");
+    assert!(
+        serr.contains(
+            "the server's GID (index 1) is ::1 (IPv6) but the client's is ::ffff:127.0.0.2 (IPv4)"
+        ) && serr.contains("use -g 0 on the server"),
+        "{serr}"
+    );
+    let (_, cerr) = text(&c);
+    assert_eq!(c.status.code(), Some(1), "{cerr}");
+    assert!(cerr.contains("but the server's is ::1 (IPv6)"), "{cerr}");
+}
