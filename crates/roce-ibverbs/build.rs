@@ -5,7 +5,9 @@
 //! rustc passes a version script of its own for every cdylib (exporting
 //! the crate's `#[no_mangle]`/`#[export_name]` items, unversioned), and
 //! GNU ld takes only one, so the library links with lld, which merges
-//! them. The crate's functions are named `roce_abi_<name>` in the object
+//! them: the `rust-lld` every rustup toolchain ships (through its
+//! `gcc-ld/ld.lld` wrapper), or a system `ld.lld` when the toolchain has
+//! none, so nothing needs installing. The crate's functions are named `roce_abi_<name>` in the object
 //! files; `--defsym=<name>=roce_abi_<name>` makes the C name, which only
 //! our script versions.
 
@@ -57,6 +59,9 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("libibverbs.map");
     std::fs::write(&out, script).unwrap();
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        if let Some(dir) = toolchain_lld() {
+            println!("cargo:rustc-cdylib-link-arg=-B{}", dir.display());
+        }
         println!("cargo:rustc-cdylib-link-arg=-fuse-ld=lld");
         println!("cargo:rustc-cdylib-link-arg=-Wl,-soname=libibverbs.so.1");
         println!(
@@ -67,4 +72,18 @@ fn main() {
             println!("cargo:rustc-cdylib-link-arg=-Wl,--defsym={d}");
         }
     }
+}
+
+/// The toolchain's `gcc-ld` directory (holding an `ld.lld` that runs
+/// `rust-lld`), if it has one.
+fn toolchain_lld() -> Option<PathBuf> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = std::process::Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let sysroot = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    let host = std::env::var("HOST").ok()?;
+    let dir = sysroot.join("lib/rustlib").join(host).join("bin/gcc-ld");
+    dir.join("ld.lld").is_file().then_some(dir)
 }

@@ -581,7 +581,9 @@ export! {
 }
 
 export! {
-    /// `ibv_query_gid_type`: every GID is RoCE v2.
+    /// `ibv_query_gid_type`: every GID is RoCE v2 — in this private
+    /// call's own numbering (`enum ibv_gid_type_sysfs`, where RoCE v2 is
+    /// 1), not `enum ibv_gid_type`'s.
     fn ibv_query_gid_type(ctx: *mut ibv_context, port: u8, index: u32, ty: *mut u32) -> c_int {
         minus_one(|| {
             // SAFETY: the program's pointers.
@@ -589,7 +591,7 @@ export! {
             if port != 1 || index != 0 {
                 return Err(libc::EINVAL);
             }
-            *ty = IBV_GID_TYPE_ROCE_V2;
+            *ty = IBV_GID_TYPE_SYSFS_ROCE_V2;
             Ok(0)
         })
     }

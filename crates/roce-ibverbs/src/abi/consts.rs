@@ -8,6 +8,8 @@ pub(crate) const IBV_PORT_DOWN: u32 = 1;
 pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 pub(crate) const IBV_ATOMIC_HCA: u32 = 1;
 pub(crate) const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (rdma-core's `driver.h`).
+pub(crate) const IBV_GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
 
 pub(crate) const IBV_QPT_RC: u32 = 2;
 pub(crate) const IBV_QPT_UC: u32 = 3;
