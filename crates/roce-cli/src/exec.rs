@@ -39,7 +39,11 @@ pub(crate) struct ExecArgs {
     #[arg(long, conflicts_with = "program")]
     print_path: bool,
     /// The program and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
     program: Vec<OsString>,
 }
 
@@ -69,12 +73,17 @@ fn library() -> Result<PathBuf, String> {
 /// writable, else in the temporary directory. The link is replaced
 /// atomically, so concurrent `roce exec`s never see it missing.
 fn dropin_dir(lib: &Path) -> Result<PathBuf, String> {
-    let target = lib.canonicalize().map_err(|e| format!("{}: {e}", lib.display()))?;
+    let target = lib
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", lib.display()))?;
     let uid = nix::unistd::getuid();
     let mut tried = Vec::new();
-    for base in [lib.parent().map(|p| p.join("roce-dropin")), Some(std::env::temp_dir().join(format!("roce-dropin-{uid}")))]
-        .into_iter()
-        .flatten()
+    for base in [
+        lib.parent().map(|p| p.join("roce-dropin")),
+        Some(std::env::temp_dir().join(format!("roce-dropin-{uid}"))),
+    ]
+    .into_iter()
+    .flatten()
     {
         let link = base.join("libibverbs.so.1");
         if std::fs::read_link(&link).is_ok_and(|t| t == target) {
@@ -91,7 +100,10 @@ fn dropin_dir(lib: &Path) -> Result<PathBuf, String> {
             Err(e) => tried.push(format!("{}: {e}", base.display())),
         }
     }
-    Err(format!("cannot make the library directory ({})", tried.join("; ")))
+    Err(format!(
+        "cannot make the library directory ({})",
+        tried.join("; ")
+    ))
 }
 
 /// Runs `roce exec`; returns only on failure.
@@ -105,11 +117,21 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
         return 0;
     }
     let Some((prog, rest)) = args.program.split_first() else {
-        return crate::fail("exec", false, "name a program to run: roce exec -- PROGRAM [ARGS...]", 2);
+        return crate::fail(
+            "exec",
+            false,
+            "name a program to run: roce exec -- PROGRAM [ARGS...]",
+            2,
+        );
     };
     if let Some(b) = &args.backend {
         if b != "udp" && b != "packet" {
-            return crate::fail("exec", false, &format!("--backend {b}: use udp or packet"), 2);
+            return crate::fail(
+                "exec",
+                false,
+                &format!("--backend {b}: use udp or packet"),
+                2,
+            );
         }
     }
     let mut path = OsString::from(dir.as_os_str());
@@ -132,6 +154,15 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
         cmd.env("ROCE_LOG", "1");
     }
     let e = cmd.exec();
-    let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-    crate::fail("exec", false, &format!("cannot run {}: {e}", Path::new(prog).display()), code)
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    crate::fail(
+        "exec",
+        false,
+        &format!("cannot run {}: {e}", Path::new(prog).display()),
+        code,
+    )
 }

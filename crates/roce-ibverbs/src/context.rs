@@ -312,7 +312,12 @@ export! {
             unsafe { Context::from_ptr(ctx)? };
             let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
             // SAFETY: as from_ptr; the program gives up the context here.
-            drop(unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) });
+            let c = unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) };
+            log!("closing {} on {}", c.device.info.name(), c.local);
+            // The last ACKs of destroyed QPs leave before the program,
+            // which usually exits next, can end the process.
+            c.verbs.flush();
+            drop(c);
             Ok(())
         })
     }

@@ -239,6 +239,14 @@ impl Context {
         }
     }
 
+    /// Sends now what the engine has queued (the last ACK of a QP just
+    /// destroyed, say), without waiting for the progress thread: for a
+    /// program about to exit, which may end the process before that
+    /// thread runs again.
+    pub fn flush(&self) {
+        crate::progress::flush(self.shared());
+    }
+
     /// Device counters of the engine.
     pub fn counters(&self) -> DeviceCounters {
         *self.shared().core_quiet().dev.counters()

@@ -123,9 +123,9 @@ mod device;
 mod error;
 pub mod loopback;
 // Raw regions: pointers into the application's memory (see the crate docs).
+mod limits;
 #[allow(unsafe_code)]
 mod mr;
-mod limits;
 // `reg_mr_raw`, the unsafe entry to raw regions.
 #[allow(unsafe_code)]
 mod pd;

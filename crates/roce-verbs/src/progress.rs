@@ -434,7 +434,15 @@ pub(crate) fn kick(shared: &Shared) {
 /// and for tests that need the wire to have seen a change.
 pub(crate) fn flush(shared: &Shared) {
     let mut io = lock(&shared.io);
-    step(shared, &mut io, Driver::Post);
+    // A step can stop short of what is due (a batch boundary, a full
+    // batch): a few more, while the engine says something is waiting.
+    for _ in 0..8 {
+        let out = step(shared, &mut io, Driver::Post);
+        let now = shared.now();
+        if !out.more && !shared.core_quiet().dev.transmit_due(now) {
+            break;
+        }
+    }
 }
 
 /// [`ProgressConfig::max_park`] in nanoseconds (at least 1 µs).
@@ -529,6 +537,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
         shared.wake_at.store(RUNNING, Ordering::Release);
         park = (park * 2).min(max_park);
     }
+    // The last handle may have gone inside this thread's own step (a
+    // completion channel it was waking held it), with no flush behind
+    // it: what the engine still has to send (a destroyed QP's last ACK)
+    // leaves now.
+    flush(&shared);
 }
 
 /// The context a fabric port's waker wakes, filled in once the context

@@ -210,3 +210,68 @@ fn a_held_ack_leaves_before_the_qp_goes_to_error() {
         );
     }
 }
+
+/// A side that takes the request through a completion channel and then
+/// lets go of everything at once (QP, CQ, channel, PD, region, context),
+/// as a C program does before it exits, still sends the ACK it held: the
+/// peer's SEND completes successfully. The last handle may go inside the
+/// progress thread (which was waking the channel), and the context flushes
+/// either way.
+#[test]
+fn a_held_ack_leaves_when_the_whole_context_goes() {
+    let opts = ConnectOptions {
+        timeout: 14,
+        retry_cnt: 1,
+        ..ConnectOptions::default()
+    };
+    for round in 0..20 {
+        let fabric = Fabric::new();
+        let a = Context::open_fabric(&fabric, "10.0.0.1".parse().unwrap()).unwrap();
+        let b_addr: IpAddr = "10.0.0.2".parse().unwrap();
+        let b = Context::open_fabric_with(
+            &fabric,
+            DeviceConfig {
+                ack_delay: AckDelay {
+                    max_delay: HOLD.as_nanos() as u64,
+                    ..AckDelay::INTERACTIVE
+                },
+                ..DeviceConfig::new(b_addr)
+            },
+            |port| port,
+        )
+        .unwrap();
+        let (apd, acq) = (a.alloc_pd(), a.create_cq(16, None).unwrap());
+        let aqp = apd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &acq, &acq))
+            .unwrap();
+        let ch = b.create_comp_channel();
+        let (bpd, bcq) = (b.alloc_pd(), b.create_cq(16, Some(&ch)).unwrap());
+        let bqp = bpd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &bcq, &bcq))
+            .unwrap();
+        let (ea, eb) = (aqp.endpoint(Psn::new(A_PSN)), bqp.endpoint(Psn::new(B_PSN)));
+        aqp.connect(ea.psn, &eb, &opts).unwrap();
+        bqp.connect(eb.psn, &ea, &opts).unwrap();
+        let ma = apd.reg_mr(vec![1u8; 64], Access::NONE).unwrap();
+        let mb = bpd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+        bqp.post_recv(RecvWr {
+            wr_id: RECV,
+            sgl: vec![mb.sge(0, 64)],
+        })
+        .unwrap();
+        bcq.req_notify(false).unwrap();
+        aqp.post_send(SendWr::send(1, vec![ma.sge(0, 8)])).unwrap();
+        let ev = ch
+            .get_event(Some(Duration::from_secs(5)))
+            .expect("B's event");
+        ev.ack_events(1);
+        assert!(one(&bcq).is_success());
+        drop((ev, bqp, mb, bcq, ch, bpd, b));
+        let c = one(&acq);
+        assert!(
+            c.is_success(),
+            "round {round}: A's SEND ended {:?}",
+            c.status
+        );
+    }
+}

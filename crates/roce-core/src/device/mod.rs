@@ -687,14 +687,17 @@ impl Device {
 
     /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
     fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
-        if std::mem::take(&mut self.boundary) {
-            return None;
-        }
-        // A QP's last ACK before the CM message that may end it (a DREQ).
+        // A QP's last ACK before the CM message that may end it (a DREQ),
+        // and before the boundary: a driver flushing a closing device
+        // calls again only while something is due, and the boundary (a
+        // send-call split for latency) must not strand it.
         if let Some((p, t)) = self.farewell.pop_front() {
             buf.get_mut(..p.len())?.copy_from_slice(&p);
             self.counters.tx_datagrams += 1;
             return Some(t);
+        }
+        if std::mem::take(&mut self.boundary) {
+            return None;
         }
         if let Some(n) = self.cm_poll_transmit(buf) {
             self.counters.tx_datagrams += 1;

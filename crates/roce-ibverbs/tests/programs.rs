@@ -1,0 +1,246 @@
+//! Unmodified programs from Debian's packages (rdma-core's
+//! `ibverbs-utils`, `perftest`) run over the drop-in library: each test
+//! starts them as a program would be started by a user (`LD_LIBRARY_PATH`
+//! naming a directory that holds `libibverbs.so.1`, the way `roce exec`
+//! does), two processes on loopback for the client/server tools, and
+//! checks what they print and their exit status.
+//!
+//! `.ci/run` installs the packages and sets `ROCE_REQUIRE_RDMA_TOOLS`, so
+//! in CI a missing program fails the test; elsewhere it is skipped with a
+//! message.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// The directory with `libibverbs.so.1` → the library cargo built.
+fn dropin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    let lib = profile.join("libibverbs.so");
+    assert!(lib.is_file(), "{} was not built", lib.display());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
+        let tmp = dir.join(format!(".link.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
+    }
+    dir
+}
+
+/// Whether `prog` is installed; a missing one fails the test in CI.
+fn have(prog: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false);
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{prog} is not installed (apt-get install ibverbs-utils perftest)"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils perftest)");
+    }
+    found
+}
+
+fn command(prog: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", dropin())
+        .env_remove("ROCE_ADDR")
+        .env("ROCE_DEVICES", "lo")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for `child` at most `limit`, killing it past that.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let end = Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn run(prog: &str, args: &[&str]) -> Output {
+    let child = command(prog, args).spawn().unwrap();
+    finish(child, Duration::from_secs(30), prog)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A TCP port for one client/server pair (tests run in parallel).
+fn port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20000 + (std::process::id() % 400) as u16 * 100;
+    base + NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Runs `prog` as server and as client (to 127.0.0.1) with `args` and
+/// the port flag; both must exit 0. Returns (server, client) output.
+fn pair(prog: &str, port_flag: &str, args: &[&str], limit: Duration) -> (String, String) {
+    let p = port().to_string();
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend([port_flag, &p]);
+    let server = command(prog, &a).spawn().unwrap();
+    // The server listens on TCP first; clients of these tools do not retry.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ca = a.clone();
+    ca.push("127.0.0.1");
+    let client = command(prog, &ca).spawn().unwrap();
+    let c = finish(client, limit, &format!("{prog} client"));
+    let s = finish(server, limit, &format!("{prog} server"));
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{prog} {args:?}: server {:?}, client {:?}\nserver:\n{st}\nclient:\n{ct}",
+        s.status,
+        c.status
+    );
+    (st, ct)
+}
+
+#[test]
+fn ibv_devices_lists_the_loopback_device() {
+    if !have("ibv_devices") {
+        return;
+    }
+    let o = run("ibv_devices", &[]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    // The GUID column: EUI-64 of lo's all-zero MAC.
+    assert!(
+        t.lines()
+            .any(|l| l.trim_start().starts_with("roce_lo") && l.contains("020000fffe000000")),
+        "{t}"
+    );
+}
+
+#[test]
+fn ibv_devinfo_verbose_shows_port_and_gid() {
+    if !have("ibv_devinfo") {
+        return;
+    }
+    let o = run("ibv_devinfo", &["-v", "-d", "roce_lo"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "hca_id:\troce_lo",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "max_qp_wr:\t\t\t1048576",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
+        "RoCE v2",
+    ] {
+        assert!(t.contains(want), "missing {want:?} in\n{t}");
+    }
+    let gid = t
+        .lines()
+        .find(|l| l.contains("GID[  0]"))
+        .unwrap_or_else(|| panic!("no GID in\n{t}"));
+    assert!(gid.contains("::ffff:127.0.0."), "{gid}");
+}
+
+fn pingpong(prog: &str, extra: &[&str], iters: u32) {
+    if !have(prog) {
+        return;
+    }
+    let n = iters.to_string();
+    let mut args = vec!["-d", "roce_lo", "-g", "0", "-n", &n];
+    args.extend_from_slice(extra);
+    let (s, c) = pair(prog, "-p", &args, Duration::from_secs(60));
+    let want = format!("{iters} iters in");
+    assert!(
+        s.contains(&want) && c.contains(&want),
+        "server:\n{s}\nclient:\n{c}"
+    );
+    // Each side learned the other's GID: two distinct loopback addresses.
+    // (ibv_srq_pingpong prints a line per QP: the GIDs repeat.)
+    let mut gids: Vec<&str> = c.lines().filter_map(|l| l.split("GID ").nth(1)).collect();
+    gids.sort_unstable();
+    gids.dedup();
+    assert_eq!(gids.len(), 2, "{c}");
+}
+
+#[test]
+fn ibv_rc_pingpong() {
+    pingpong("ibv_rc_pingpong", &[], 500);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    pingpong("ibv_rc_pingpong", &["-e"], 200);
+}
+
+#[test]
+fn ibv_rc_pingpong_large_messages() {
+    pingpong("ibv_rc_pingpong", &["-s", "65536", "-m", "1024"], 50);
+}
+
+#[test]
+fn ibv_rc_pingpong_new_send_api() {
+    pingpong("ibv_rc_pingpong", &["-N"], 200);
+}
+
+#[test]
+fn ibv_rc_pingpong_completion_timestamps() {
+    pingpong("ibv_rc_pingpong", &["-t"], 200);
+}
+
+#[test]
+fn ibv_rc_pingpong_chained_contiguous() {
+    pingpong("ibv_rc_pingpong", &["-c"], 200);
+}
+
+#[test]
+fn ibv_uc_pingpong() {
+    pingpong("ibv_uc_pingpong", &[], 500);
+}
+
+#[test]
+fn ibv_uc_pingpong_with_events() {
+    pingpong("ibv_uc_pingpong", &["-e", "-s", "1024"], 200);
+}
+
+#[test]
+fn ibv_ud_pingpong() {
+    pingpong("ibv_ud_pingpong", &[], 500);
+}
+
+#[test]
+fn ibv_ud_pingpong_with_events() {
+    pingpong("ibv_ud_pingpong", &["-e", "-s", "2048"], 200);
+}
+
+#[test]
+fn ibv_srq_pingpong() {
+    pingpong("ibv_srq_pingpong", &[], 500);
+}
+
+#[test]
+fn ibv_srq_pingpong_many_qps_with_events() {
+    pingpong("ibv_srq_pingpong", &["-q", "8", "-e"], 200);
+}
