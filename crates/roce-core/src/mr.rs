@@ -307,6 +307,25 @@ impl MrTable {
         Ok(())
     }
 
+    /// Revokes a region whatever its kind, by its local key: every later
+    /// local or remote access fails as for a bad key and the engine never
+    /// touches its memory again; its keys stay taken until it is
+    /// deregistered. For memory that is going away under a registration
+    /// (a program unmapping it: the kernel would keep the pages pinned;
+    /// here the access is refused instead). False when no region has the key.
+    pub fn revoke(&mut self, lkey: Lkey) -> bool {
+        let Some(slot) = self.slot_of(lkey.value()) else {
+            return false;
+        };
+        match self.slots[slot].as_mut() {
+            Some(r) => {
+                r.valid = false;
+                true
+            }
+            None => false,
+        }
+    }
+
     fn slot_of(&self, key: u32) -> Option<usize> {
         let slot = *self.by_key.get(&key)?;
         match self.slots.get(slot) {

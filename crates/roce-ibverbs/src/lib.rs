@@ -25,3 +25,4 @@ mod post;
 mod qp;
 mod srq;
 mod strings;
+mod unmap;

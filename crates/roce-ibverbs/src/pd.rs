@@ -149,6 +149,7 @@ fn reg(
     // registered).
     let mr = unsafe { p.pd.reg_mr_raw_iova(addr.cast(), len, iova, a) }.map_err(verr)?;
     p.users.fetch_add(1, Ordering::AcqRel);
+    let revoker = mr.revoker();
     let b = Box::new(Mr {
         ibv: ibv_mr {
             context: p.ibv.context,
@@ -162,7 +163,9 @@ fn reg(
         mr,
         pd: p,
     });
-    Ok(Box::into_raw(b).cast())
+    let ptr = Box::into_raw(b);
+    crate::unmap::watch(addr as usize, len, ptr as usize, revoker);
+    Ok(ptr.cast())
 }
 
 export! {
@@ -194,6 +197,7 @@ export! {
             if mr.is_null() {
                 return Err(libc::EINVAL);
             }
+            crate::unmap::forget(mr as usize);
             // SAFETY: allocated by reg; the program gives it up.
             let m = unsafe { Box::from_raw(mr.cast::<Mr>()) };
             // SAFETY: the PD outlives its MRs (dealloc_pd refuses before).

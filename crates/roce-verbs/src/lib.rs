@@ -143,7 +143,7 @@ pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
-pub use mr::{MemoryRegion, RemoteMr};
+pub use mr::{MemoryRegion, RemoteMr, Revoker};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};

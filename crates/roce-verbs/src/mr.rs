@@ -79,7 +79,37 @@ pub struct MemoryRegion {
     pd: ProtectionDomain,
 }
 
+/// A handle that revokes a region ([`MemoryRegion::revoker`]): cheap to
+/// clone, `Send + Sync`, and harmless once the region or its context is
+/// gone. For a layer that learns that a region's memory is going away
+/// (the drop-in libibverbs watches `munmap`).
+#[derive(Clone, Debug)]
+pub struct Revoker {
+    keys: MrKeys,
+    shared: Weak<Shared>,
+}
+
+impl Revoker {
+    /// Every later local or remote access of the region fails (a local
+    /// protection error, a remote access error to the peer) and the
+    /// engine never touches its memory again. Takes the engine lock: not
+    /// to be called while holding it.
+    pub fn revoke(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.core().dev.revoke_mr(self.keys);
+        }
+    }
+}
+
 impl MemoryRegion {
+    /// A [`Revoker`] of this region.
+    pub fn revoker(&self) -> Revoker {
+        Revoker {
+            keys: self.core.keys,
+            shared: self.core.shared.clone(),
+        }
+    }
+
     /// Local key, for scatter/gather entries.
     pub fn lkey(&self) -> Lkey {
         self.core.keys.lkey

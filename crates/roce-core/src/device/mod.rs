@@ -302,6 +302,12 @@ impl Device {
             .map_err(VerbsError::Access)
     }
 
+    /// Revokes a region ([`MrTable::revoke`]): no access reaches its
+    /// memory any more. False when it is not registered.
+    pub fn revoke_mr(&mut self, keys: MrKeys) -> bool {
+        self.mrs.revoke(keys.lkey)
+    }
+
     /// `ibv_dereg_mr`: hands the memory back.
     pub fn dereg_mr(&mut self, keys: MrKeys) -> Result<Box<dyn RegionMemory>, VerbsError> {
         self.mrs.deregister(keys.lkey).ok_or(VerbsError::NotFound)
