@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Unmodified perftest over the drop-in libibverbs.so.1 against `roce perf`,
+side by side in one sitting, alternating, on loopback (two processes each).
+
+    python3 benches/dropin_side_by_side.py [ROUNDS]
+
+Needs Debian's perftest and a release build (`cargo build --release -p
+roce-cli`, which builds the library beside `roce`). Prints one line per
+measurement and the median ratio per test (drop-in / roce perf): the
+issue's targets are >= 0.95 for bandwidth, <= 1.05 for latency.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROCE = os.path.join(ROOT, "target", "release", "roce")
+PORT = [26000 + os.getpid() % 1000 * 4]
+
+TESTS = [
+    # name, perftest tool, roce perf test, args, column, higher-is-better
+    ("write_bw 64 KiB MB/s", "ib_write_bw", "write-bw", ["-s", "65536", "-n", "5000"], 3, True),
+    ("send_bw 8 B Mpps", "ib_send_bw", "send-bw", ["-s", "8", "-n", "200000"], 4, True),
+    ("write_lat 2 B t_typical us", "ib_write_lat", "write-lat", ["-s", "2", "-n", "20000"], 4, False),
+    ("send_lat 2 B t_typical us", "ib_send_lat", "send-lat", ["-s", "2", "-n", "20000"], 4, False),
+]
+
+
+def figure(text, col):
+    lines = text.splitlines()
+    for i, l in enumerate(lines):
+        if l.strip().startswith("#bytes"):
+            for row in lines[i + 1:]:
+                f = row.split()
+                if f and f[0].isdigit():
+                    return float(f[col])
+    raise RuntimeError("no result row in:\n" + text)
+
+
+def pair(server, client, env=None):
+    PORT[0] += 1
+    p = str(PORT[0])
+    s = subprocess.Popen(server + ["-p", p], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.4)
+    c = subprocess.run(client + ["-p", p], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        s.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        s.kill()
+    if c.returncode != 0:
+        raise RuntimeError(" ".join(client) + " failed:\n" + c.stdout + c.stderr)
+    return c.stdout
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    lib = subprocess.run([ROCE, "exec", "--print-path"], capture_output=True, text=True, check=True).stdout.strip()
+    env = dict(os.environ, LD_LIBRARY_PATH=lib, ROCE_DEVICES="lo")
+    for name, tool, test, args, col, higher in TESTS:
+        ratios = []
+        for r in range(rounds):
+            dev = ["-d", "roce_lo", "-x", "0"]
+            ours = figure(pair([tool] + dev + args, [tool] + dev + args + ["127.0.0.1"], env), col)
+            native = figure(pair([ROCE, "perf", test] + args, [ROCE, "perf", test, "127.0.0.1"] + args), col)
+            ratios.append(ours / native)
+            print(f"{name}: round {r + 1}: drop-in {ours:.3f}  roce perf {native:.3f}  ratio {ours / native:.2f}", flush=True)
+        print(f"{name}: median ratio {statistics.median(ratios):.2f} ({'higher' if higher else 'lower'} is better)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
