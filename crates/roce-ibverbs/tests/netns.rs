@@ -1,0 +1,245 @@
+//! Unmodified programs on the drop-in library between two network
+//! namespaces joined by a veth, over the UDP and the AF_PACKET backend:
+//! `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ib_write_bw`, server in one
+//! namespace, client in the other.
+//!
+//! Needs root and `ip netns` (skips with the reason otherwise) and the
+//! programs (required in CI: `ROCE_REQUIRE_RDMA_TOOLS`).
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+/// Namespaces `a` (server, .1) and `b` (client, .2) joined by veth; all
+/// removed on drop.
+struct Lab {
+    a: String,
+    b: String,
+    va: String,
+    vb: String,
+    ip_a: String,
+}
+
+impl Lab {
+    fn new() -> Result<Lab, String> {
+        let uid = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if !uid
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        {
+            return Err("not root".into());
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let net = 1 + (std::process::id() + n) % 250;
+        let lab = Lab {
+            a: format!("dia{id}"),
+            b: format!("dib{id}"),
+            va: format!("dva{id}"),
+            vb: format!("dvb{id}"),
+            ip_a: format!("10.98.{net}.1"),
+        };
+        sh(&["netns", "add", &lab.a]).map_err(|e| format!("ip netns unavailable ({e})"))?;
+        sh(&["netns", "add", &lab.b])?;
+        sh(&[
+            "link", "add", &lab.va, "netns", &lab.a, "type", "veth", "peer", "name", &lab.vb,
+            "netns", &lab.b,
+        ])?;
+        for (ns, dev, host) in [(&lab.a, &lab.va, 1), (&lab.b, &lab.vb, 2)] {
+            sh(&[
+                "netns",
+                "exec",
+                ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("10.98.{net}.{host}/24"),
+                "dev",
+                dev,
+            ])?;
+            sh(&["netns", "exec", ns, "ip", "link", "set", dev, "up"])?;
+            sh(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"])?;
+        }
+        Ok(lab)
+    }
+
+    fn command(&self, ns: &str, dev: &str, backend: &str, prog: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, prog])
+            .args(args)
+            .env("LD_LIBRARY_PATH", dropin())
+            .env("ROCE_DEVICES", dev)
+            .env("ROCE_BACKEND", backend)
+            .env_remove("ROCE_ADDR")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = sh(&["netns", "del", &self.a]);
+        let _ = sh(&["netns", "del", &self.b]);
+    }
+}
+
+fn dropin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libibverbs.so");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin-netns");
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
+        let tmp = dir.join(format!(".l{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
+    }
+    dir
+}
+
+fn have(prog: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{prog} is not installed"
+        );
+        eprintln!("skipped: {prog} is not installed");
+    }
+    found
+}
+
+fn finish(mut c: std::process::Child, what: &str) -> Output {
+    let end = Instant::now() + Duration::from_secs(60);
+    while c.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = c.kill();
+            let o = c.wait_with_output().unwrap();
+            panic!(
+                "{what} did not finish:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.wait_with_output().unwrap()
+}
+
+/// Server in `a`, client in `b`; both must succeed; returns the client's output.
+fn across(backend: &str, prog: &str, args: &[&str]) -> Option<String> {
+    if !have(prog) {
+        return None;
+    }
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+    };
+    let (da, db) = (format!("roce_{}", lab.va), format!("roce_{}", lab.vb));
+    let mut sa: Vec<&str> = vec!["-d", &da];
+    sa.extend_from_slice(args);
+    let mut ca: Vec<&str> = vec!["-d", &db];
+    ca.extend_from_slice(args);
+    ca.push(&lab.ip_a);
+    let s = lab
+        .command(&lab.a, &lab.va, backend, prog, &sa)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let c = finish(
+        lab.command(&lab.b, &lab.vb, backend, prog, &ca)
+            .spawn()
+            .unwrap(),
+        prog,
+    );
+    let s = finish(s, prog);
+    let (st, ct) = (
+        String::from_utf8_lossy(&s.stdout),
+        String::from_utf8_lossy(&c.stdout),
+    );
+    assert!(
+        s.status.success() && c.status.success(),
+        "{prog} over {backend}: server {:?} client {:?}\nserver:\n{st}{}\nclient:\n{ct}{}",
+        s.status,
+        c.status,
+        String::from_utf8_lossy(&s.stderr),
+        String::from_utf8_lossy(&c.stderr)
+    );
+    Some(ct.into_owned())
+}
+
+fn pingpong(backend: &str, prog: &str) {
+    if let Some(out) = across(backend, prog, &["-g", "0", "-n", "300"]) {
+        assert!(out.contains("300 iters in"), "{out}");
+        assert!(out.contains("GID ::ffff:10.98."), "{out}");
+    }
+}
+
+fn write_bw(backend: &str) {
+    if let Some(out) = across(
+        backend,
+        "ib_write_bw",
+        &["-x", "0", "-n", "500", "-s", "65536"],
+    ) {
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("65536"))
+            .unwrap_or_else(|| panic!("no result row:\n{out}"));
+        let bw: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert!(bw > 0.0, "{row}");
+    }
+}
+
+#[test]
+fn rc_pingpong_over_udp_between_namespaces() {
+    pingpong("udp", "ibv_rc_pingpong");
+}
+
+#[test]
+fn rc_pingpong_over_af_packet_between_namespaces() {
+    pingpong("packet", "ibv_rc_pingpong");
+}
+
+#[test]
+fn ud_pingpong_over_af_packet_between_namespaces() {
+    pingpong("packet", "ibv_ud_pingpong");
+}
+
+#[test]
+fn write_bw_over_udp_between_namespaces() {
+    write_bw("udp");
+}
+
+#[test]
+fn write_bw_over_af_packet_between_namespaces() {
+    write_bw("packet");
+}
