@@ -323,7 +323,8 @@ export! {
     }
 }
 
-fn mtu_enum(bytes: u32) -> u32 {
+/// `enum ibv_mtu` of a path MTU in bytes (4096 and anything else: 5).
+pub(crate) fn mtu_enum(bytes: u32) -> u32 {
     match bytes {
         256 => 1,
         512 => 2,

@@ -8,7 +8,7 @@ use roce_verbs::{Access, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpSt
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::context::{gid_of, Context, Raw};
+use crate::context::{gid_of, mtu_enum, Context, Raw};
 use crate::cq::Cq;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::{av_of, Pd};
@@ -288,16 +288,6 @@ export! {
             unsafe { (*qp).state = state };
             Ok(())
         })
-    }
-}
-
-fn mtu_enum(bytes: u32) -> u32 {
-    match bytes {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
     }
 }
 

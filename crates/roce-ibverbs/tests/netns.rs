@@ -6,10 +6,16 @@
 //! Needs root and `ip netns` (skips with the reason otherwise) and the
 //! programs (required in CI: `ROCE_REQUIRE_RDMA_TOOLS`).
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::{finish, have};
+
+/// Longest one program may take.
+const LIMIT: Duration = Duration::from_secs(60);
 
 fn sh(args: &[&str]) -> Result<(), String> {
     let o = Command::new("ip")
@@ -85,7 +91,7 @@ impl Lab {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns, prog])
             .args(args)
-            .env("LD_LIBRARY_PATH", dropin())
+            .env("LD_LIBRARY_PATH", common::dropin("dropin-netns"))
             .env("ROCE_DEVICES", dev)
             .env("ROCE_BACKEND", backend)
             .env_remove("ROCE_ADDR")
@@ -100,56 +106,6 @@ impl Drop for Lab {
         let _ = sh(&["netns", "del", &self.a]);
         let _ = sh(&["netns", "del", &self.b]);
     }
-}
-
-fn dropin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libibverbs.so");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin-netns");
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
-        let tmp = dir.join(format!(".l{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
-        std::fs::rename(&tmp, &link).unwrap();
-    }
-    dir
-}
-
-fn have(prog: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed"
-        );
-        eprintln!("skipped: {prog} is not installed");
-    }
-    found
-}
-
-fn finish(mut c: std::process::Child, what: &str) -> Output {
-    let end = Instant::now() + Duration::from_secs(60);
-    while c.try_wait().unwrap().is_none() {
-        if Instant::now() > end {
-            let _ = c.kill();
-            let o = c.wait_with_output().unwrap();
-            panic!(
-                "{what} did not finish:\n{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    c.wait_with_output().unwrap()
 }
 
 /// Server in `a`, client in `b`; both must succeed; returns the client's output.
@@ -179,9 +135,10 @@ fn across(backend: &str, prog: &str, args: &[&str]) -> Option<String> {
         lab.command(&lab.b, &lab.vb, backend, prog, &ca)
             .spawn()
             .unwrap(),
+        LIMIT,
         prog,
     );
-    let s = finish(s, prog);
+    let s = finish(s, LIMIT, prog);
     let (st, ct) = (
         String::from_utf8_lossy(&s.stdout),
         String::from_utf8_lossy(&c.stdout),

@@ -9,74 +9,24 @@
 //! in CI a missing program fails the test; elsewhere it is skipped with a
 //! message.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The directory with `libibverbs.so.1` → the library cargo built.
-fn dropin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    let lib = profile.join("libibverbs.so");
-    assert!(lib.is_file(), "{} was not built", lib.display());
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin");
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
-        let tmp = dir.join(format!(".link.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
-        std::fs::rename(&tmp, &link).unwrap();
-    }
-    dir
-}
-
-/// Whether `prog` is installed; a missing one fails the test in CI.
-fn have(prog: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false);
-    if !found {
-        assert!(
-            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed (apt-get install ibverbs-utils perftest)"
-        );
-        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils perftest)");
-    }
-    found
-}
+use common::{finish, have};
 
 fn command(prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new(prog);
     c.args(args)
-        .env("LD_LIBRARY_PATH", dropin())
+        .env("LD_LIBRARY_PATH", common::dropin("dropin"))
         .env_remove("ROCE_ADDR")
         .env("ROCE_DEVICES", "lo")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// Waits for `child` at most `limit`, killing it past that.
-fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let end = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn run(prog: &str, args: &[&str]) -> Output {

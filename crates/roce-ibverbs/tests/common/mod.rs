@@ -1,0 +1,67 @@
+//! What the tests that run programs on the library share: the directory
+//! holding `libibverbs.so.1`, the check for an installed program, and a
+//! bounded wait.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
+
+/// A directory (under the test's target tmpdir, named `name`) holding
+/// `libibverbs.so.1` → the library cargo built for this test profile.
+pub(crate) fn dropin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libibverbs.so");
+    assert!(lib.is_file(), "{} was not built", lib.display());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
+        // Replaced atomically: tests in parallel never see it missing.
+        let tmp = dir.join(format!(".link.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
+    }
+    dir
+}
+
+/// Whether `prog` is installed; a missing one fails the test in CI
+/// (`ROCE_REQUIRE_RDMA_TOOLS`), and is a printed skip elsewhere.
+pub(crate) fn have(prog: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{prog} is not installed (apt-get install ibverbs-utils perftest)"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils perftest)");
+    }
+    found
+}
+
+/// Waits for `child` at most `limit`, killing it (and failing) past that.
+pub(crate) fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let end = Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{what} did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
