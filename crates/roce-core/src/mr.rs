@@ -161,7 +161,7 @@ const RETIRED_KEYS: usize = 1 << 16;
 /// Each registration gets a fresh key of 32 unpredictable bits (L_Key =
 /// R_Key, as rxe does), drawn from the device's CSPRNG: a peer cannot
 /// guess another region's key from its own, and a key is never handed out
-/// while it is live or among the last [`RETIRED_KEYS`] that ended, so a
+/// while it is live or among the last `RETIRED_KEYS` that ended, so a
 /// stale key does not reach a region registered later (IBTA Vol 1
 /// §10.6.3.2, a key names one registration). The rxe scheme of an index
 /// plus an 8-bit tag is not used: the tag returns after 256 registrations

@@ -130,8 +130,8 @@ pub struct OpenOptions {
     progress: ProgressConfig,
     cpu: CpuTuning,
     /// The engine's configuration; `addrs` and `active_mtu` are filled in
-    /// by [`OpenOptions::open`] (the GID, the link's MTU unless
-    /// [`OpenOptions::max_mtu`] lowers it).
+    /// by [`OpenOptions::open`] (the GID; the link's MTU, capped by the
+    /// `active_mtu` set here).
     pub config: DeviceConfig,
 }
 

@@ -135,7 +135,7 @@ pub struct CmCounters {
     pub pending_timed_out: u64,
     /// Events not queued because the event queue was full.
     pub events_lost: u64,
-    /// MRAs ignored (over [`MAX_MRAS`] per connection).
+    /// MRAs ignored (over `MAX_MRAS` per connection).
     pub mras_ignored: u64,
 }
 

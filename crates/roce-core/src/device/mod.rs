@@ -66,7 +66,7 @@ pub struct DeviceConfig {
     /// Congestion control (off by default; the notification point is on).
     pub cc: CcConfig,
     /// Seed of the device's CSPRNG (ChaCha20), from which QPNs, initial
-    /// PSNs, memory keys and CM identifiers are drawn (see [`crate::ids`]).
+    /// PSNs, memory keys and CM identifiers are drawn (see `crate::ids`).
     /// `None` uses a fixed seed: reproducible, and so predictable — for
     /// tests and the simulator only. roce-verbs fills it from the
     /// operating system's `getrandom` when it opens a device.

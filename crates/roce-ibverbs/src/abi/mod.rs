@@ -5,11 +5,11 @@
 //!
 //! Nothing here is behaviour. The layouts are checked against the real
 //! header by `tests/layout.rs`, which compiles a C program that prints
-//! `sizeof` and `offsetof` of every field listed in [`layout::FIELDS`]
+//! `sizeof` and `offsetof` of every field listed in [`layout::TYPES`]
 //! and compares them with what Rust computes.
 //!
 //! Conventions: C `enum` fields are `u32` (their values are the constants
-//! of [`consts`]); anonymous unions get the name of the C union's first
+//! of `consts`); anonymous unions get the name of the C union's first
 //! member's role (`imm_or_inv`), named ones keep the C name; function
 //! pointers the library never calls are [`VoidFn`].
 
