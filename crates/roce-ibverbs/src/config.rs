@@ -41,6 +41,33 @@ pub(crate) fn backend() -> Result<roce_verbs::BackendKind, String> {
     }
 }
 
+/// `ROCE_ACK_DELAY`: how long, in microseconds, an RC responder may
+/// hold a positive ACK back for the application's answer to carry it
+/// out (the engine's ACK deferral, `roce_verbs::AckDelay`). Unset or 0:
+/// ACKs leave at once, as an HCA sends them, so the requester's send
+/// completion comes before the answer it provoked. Programs that take
+/// their completions from one channel for both CQs and expect that
+/// order (perftest's `ib_send_lat -e`) depend on it; a ping-pong that
+/// polls gains a few microseconds from a deferral (`25`, the engine's
+/// interactive default).
+pub(crate) fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
+    let us = match std::env::var("ROCE_ACK_DELAY") {
+        Err(_) => return Ok(roce_verbs::AckDelay::OFF),
+        Ok(s) => s
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("ROCE_ACK_DELAY={s}: give microseconds (0 = ACK at once)"))?,
+    };
+    Ok(if us == 0 {
+        roce_verbs::AckDelay::OFF
+    } else {
+        roce_verbs::AckDelay {
+            max_delay: us.saturating_mul(1000),
+            ..roce_verbs::AckDelay::INTERACTIVE
+        }
+    })
+}
+
 /// `ROCE_LOG`: when set (to anything but `0`), the library says on
 /// stderr which address each context took and why a verb failed.
 pub(crate) fn log_enabled() -> bool {

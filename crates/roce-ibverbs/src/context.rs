@@ -193,10 +193,12 @@ fn first_addr(dev: &Device) -> Option<IpAddr> {
 fn open_on(
     dev: &Device,
     backend: &roce_verbs::BackendKind,
+    ack_delay: roce_verbs::AckDelay,
     addr: IpAddr,
 ) -> Result<roce_verbs::Context, OpenError> {
     let loopback = dev.info.interface().loopback;
     let mut o = OpenOptions::new(backend.clone(), addr).gids(vec![addr]);
+    o.config.ack_delay = ack_delay;
     if !loopback {
         o = o.interface(Some(&dev.info.interface().name));
     }
@@ -210,6 +212,10 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
     })?;
+    let ack_delay = config::ack_delay().map_err(|m| {
+        eprintln!("libibverbs (roce): {m}");
+        libc::EINVAL
+    })?;
     let asked = config::addr().map_err(|m| {
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
@@ -220,7 +226,7 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
     };
     let mut addr = first;
     loop {
-        match open_on(dev, &backend, addr) {
+        match open_on(dev, &backend, ack_delay, addr) {
             Ok(c) => {
                 log!("{} opened on {addr}", dev.info.name());
                 return Ok((c, addr));
