@@ -1,0 +1,306 @@
+//! Debian's perftest tools, unmodified, under `roce exec` (the drop-in
+//! libibverbs.so.1), against this stack's own perftest-compatible
+//! `roce perf`, in both roles: the tool as server and `roce perf TEST
+//! --perftest HOST` as client; a plain `roce perf TEST` server (which
+//! recognises a perftest client) and the tool as client. One host: each
+//! side takes a loopback address of its own by itself.
+//!
+//! `.ci/run` installs perftest and sets `ROCE_REQUIRE_RDMA_TOOLS`, so in
+//! CI a missing program fails the test; elsewhere it is skipped.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{roce, Guard};
+
+const LIMIT: Duration = Duration::from_secs(60);
+const ITERS: &str = "200";
+
+/// Whether `prog` is installed; a missing one fails the test in CI.
+fn have(prog: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false);
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{prog} is not installed (apt-get install perftest)"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install perftest)");
+    }
+    found
+}
+
+/// Where cargo left the drop-in library for this build of `roce`: as a
+/// dependency's cdylib it is in `deps/` (a `libibverbs.so` beside the
+/// binary is there only after building roce-ibverbs itself, and may be
+/// older).
+fn lib_dir() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
+    let dir = bin.parent().unwrap();
+    let deps = dir.join("deps");
+    if deps.join("libibverbs.so").is_file() {
+        deps
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// `roce exec -- PROG ARGS` on the loopback device.
+fn exec(prog: &str, args: &[&str]) -> Command {
+    let mut c = roce();
+    c.args(["exec", "--devices", "lo", "--", prog])
+        .args(args)
+        .env("ROCE_LIB_DIR", lib_dir())
+        .env_remove("ROCE_ADDR")
+        .env_remove("ROCE_ACK_DELAY");
+    c
+}
+
+/// A TCP port nobody listens on now (the kernel's choice).
+fn free_port() -> String {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string()
+}
+
+/// Whether a socket listens on TCP `port`, read from /proc: a probe
+/// connection would be taken for the client by a perftest server.
+fn listening(port: &str) -> bool {
+    let want = format!(":{:04X}", port.parse::<u16>().unwrap());
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+    })
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Starts `server`, then `client` once the server listens on `port`;
+/// both must exit 0 within the limit. Returns (server, client) output.
+///
+/// One pair at a time: `roce perf` picks a free loopback address before
+/// it binds it, and another pair starting meanwhile can take it first
+/// ("UDP port 4791 on 127.0.0.3 is in use").
+fn pair(server: Command, client: Command, port: &str) -> (String, String) {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let end = Instant::now() + LIMIT;
+    let mut s = Guard::spawn(server);
+    while !listening(port) {
+        let child = s.0.as_mut().unwrap();
+        if child.try_wait().unwrap().is_some() {
+            let out = s.0.take().unwrap().wait_with_output().unwrap();
+            panic!("the server exited before it listened:\n{}", text(&out));
+        }
+        assert!(Instant::now() < end, "the server did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = Guard::spawn(client).wait(end.saturating_duration_since(Instant::now()));
+    let (ct, c_ok) = (text(&c), c.status.success());
+    let s = s.wait(if c_ok {
+        end.saturating_duration_since(Instant::now())
+    } else {
+        Duration::from_secs(2)
+    });
+    let st = text(&s);
+    assert!(
+        s.status.success() && c_ok,
+        "server {}, client {}\n--- server:\n{st}\n--- client:\n{ct}",
+        s.status,
+        c.status
+    );
+    (st, ct)
+}
+
+/// The first row of a results table (after its `#bytes` header), as
+/// numbers: (bytes, iterations, figures...).
+fn first_row(out: &str) -> Option<Vec<f64>> {
+    let row = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .nth(1)?;
+    row.split_whitespace()
+        .map(|w| w.parse::<f64>().ok())
+        .collect::<Option<Vec<f64>>>()
+        .filter(|v| v.len() >= 4)
+}
+
+/// `out` has a results row of `size` bytes and ITERS iterations whose
+/// bandwidth (BW average) or latency (t_min) is above zero.
+fn assert_table(who: &str, out: &str, size: f64, bw: bool) {
+    let r = first_row(out).unwrap_or_else(|| panic!("{who}: no results table in\n{out}"));
+    assert_eq!(r[0], size, "{who}: message size in\n{out}");
+    assert_eq!(
+        r[1],
+        ITERS.parse::<f64>().unwrap(),
+        "{who}: iterations in\n{out}"
+    );
+    let figure = if bw { r[3] } else { r[2] };
+    assert!(figure > 0.0, "{who}: no figure in {r:?}\n{out}");
+}
+
+/// perftest's complaints about the exchange, which it prints and then
+/// exits 0 anyway (a closing round that did not match, say).
+fn assert_clean(who: &str, out: &str) {
+    for bad in ["Failed", "Couldn't", "couldn't", "Unable"] {
+        assert!(!out.contains(bad), "{who}: {bad:?} in\n{out}");
+    }
+}
+
+/// The two GIDs the perftest side printed (its own and its peer's)
+/// differ: each side took a loopback address of its own.
+fn assert_two_gids(out: &str) {
+    let gids: std::collections::BTreeSet<&str> = out
+        .lines()
+        .filter_map(|l| l.split("GID: ").nth(1))
+        .map(str::trim)
+        .collect();
+    assert_eq!(gids.len(), 2, "GIDs {gids:?} in\n{out}");
+}
+
+/// The perftest tool as server, `roce perf TEST --perftest` as client.
+fn tool_serves(prog: &str, test: &str, size: f64, bw: bool) {
+    if !have(prog) {
+        return;
+    }
+    let port = free_port();
+    let server = exec(
+        prog,
+        &["-d", "roce_lo", "-x", "0", "-p", &port, "-n", ITERS],
+    );
+    let mut client = roce();
+    client.args([
+        "perf",
+        test,
+        "--perftest",
+        "-n",
+        ITERS,
+        "-p",
+        &port,
+        "127.0.0.1",
+    ]);
+    let (s, c) = pair(server, client, &port);
+    assert_clean(prog, &s);
+    assert_two_gids(&s);
+    assert_table("roce perf client", &c, size, bw);
+    assert!(c.contains("Peer version : 6.06"), "{c}");
+    // perftest's BW server prints the client's figures; its latency
+    // servers print nothing but ib_send_lat's own.
+    if bw || prog == "ib_send_lat" {
+        assert_table(prog, &s, size, bw);
+    }
+}
+
+/// A plain `roce perf TEST` server, the perftest tool as client.
+fn tool_connects(prog: &str, test: &str, size: f64, bw: bool) {
+    if !have(prog) {
+        return;
+    }
+    let port = free_port();
+    let mut server = roce();
+    server.args(["perf", test, "-n", ITERS, "-p", &port]);
+    let client = exec(
+        prog,
+        &[
+            "-d",
+            "roce_lo",
+            "-x",
+            "0",
+            "-p",
+            &port,
+            "-n",
+            ITERS,
+            "127.0.0.1",
+        ],
+    );
+    let (s, c) = pair(server, client, &port);
+    assert!(s.contains("the client speaks perftest's exchange"), "{s}");
+    assert_clean(prog, &c);
+    assert_two_gids(&c);
+    assert_table(prog, &c, size, bw);
+    // The server of a READ latency test is passive and prints no
+    // figures, as perftest's.
+    if bw || test == "send-lat" {
+        assert_table("roce perf server", &s, size, bw);
+    }
+}
+
+#[test]
+fn ib_write_bw_server_roce_perf_client() {
+    tool_serves("ib_write_bw", "write-bw", 65536.0, true);
+}
+
+#[test]
+fn roce_perf_server_ib_write_bw_client() {
+    tool_connects("ib_write_bw", "write-bw", 65536.0, true);
+}
+
+#[test]
+fn ib_send_lat_server_roce_perf_client() {
+    tool_serves("ib_send_lat", "send-lat", 2.0, false);
+}
+
+#[test]
+fn roce_perf_server_ib_send_lat_client() {
+    tool_connects("ib_send_lat", "send-lat", 2.0, false);
+}
+
+#[test]
+fn ib_read_lat_server_roce_perf_client() {
+    tool_serves("ib_read_lat", "read-lat", 2.0, false);
+}
+
+#[test]
+fn roce_perf_server_ib_read_lat_client() {
+    tool_connects("ib_read_lat", "read-lat", 2.0, false);
+}
+
+/// `roce perf --perftest` as the server too (not only recognising the
+/// client): ib_write_bw as client.
+#[test]
+fn roce_perf_perftest_server_ib_write_bw_client() {
+    if !have("ib_write_bw") {
+        return;
+    }
+    let port = free_port();
+    let mut server = roce();
+    server.args(["perf", "write-bw", "--perftest", "-n", ITERS, "-p", &port]);
+    let client = exec(
+        "ib_write_bw",
+        &[
+            "-d",
+            "roce_lo",
+            "-x",
+            "0",
+            "-p",
+            &port,
+            "-n",
+            ITERS,
+            "127.0.0.1",
+        ],
+    );
+    let (s, c) = pair(server, client, &port);
+    assert_clean("ib_write_bw", &c);
+    assert_table("ib_write_bw", &c, 65536.0, true);
+    assert_table("roce perf server", &s, 65536.0, true);
+}
