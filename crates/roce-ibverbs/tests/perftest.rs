@@ -17,24 +17,32 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The directory with `libibverbs.so.1` → the library cargo built.
+/// The directory with `libibverbs.so.1` → the library cargo built;
+/// made once per process (the tests are threads of one process: a
+/// temporary link named after the process would be theirs to race for).
 fn dropin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    let lib = profile.join("libibverbs.so");
-    assert!(lib.is_file(), "{} was not built", lib.display());
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("perftest-dropin");
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
-        let tmp = dir.join(format!(".link.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
-        std::fs::rename(&tmp, &link).unwrap();
-    }
-    dir
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile = exe.parent().unwrap().parent().unwrap();
+        let lib = profile.join("libibverbs.so");
+        assert!(lib.is_file(), "{} was not built", lib.display());
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("perftest-dropin");
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("libibverbs.so.1");
+        if std::fs::read_link(&link).ok() != Some(lib.clone()) {
+            // Replaced atomically: another test binary may be using it.
+            let tmp = dir.join(format!(".link.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&lib, &tmp).unwrap();
+            std::fs::rename(&tmp, &link).unwrap();
+        }
+        dir
+    })
+    .clone()
 }
 
 /// Whether `prog` is installed; a missing one fails the test in CI.
