@@ -47,8 +47,9 @@ pub(crate) struct ExecArgs {
     program: Vec<OsString>,
 }
 
-/// Where the library is: `ROCE_LIB_DIR`, else beside this executable.
-fn library() -> Result<PathBuf, String> {
+/// Where the library is: `ROCE_LIB_DIR`, else beside this executable;
+/// and that directory.
+fn library() -> Result<(PathBuf, PathBuf), String> {
     let dir = match std::env::var_os("ROCE_LIB_DIR") {
         Some(d) => PathBuf::from(d),
         None => std::env::current_exe()
@@ -57,11 +58,19 @@ fn library() -> Result<PathBuf, String> {
             .map(Path::to_path_buf)
             .unwrap_or_default(),
     };
-    for name in ["libibverbs.so", "libibverbs.so.1"] {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
+    // Cargo builds the library of a dependency in `deps/` and copies it
+    // beside the binaries only when roce-ibverbs itself is built: the
+    // newer of the two is the current one.
+    let newest = [
+        dir.join("libibverbs.so"),
+        dir.join("deps").join("libibverbs.so"),
+        dir.join("libibverbs.so.1"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(t, _)| *t);
+    if let Some((_, p)) = newest {
+        return Ok((dir, p));
     }
     Err(format!(
         "no libibverbs.so in {} (build it with `cargo build --release -p roce-ibverbs`, or set ROCE_LIB_DIR)",
@@ -72,14 +81,14 @@ fn library() -> Result<PathBuf, String> {
 /// The directory holding `libibverbs.so.1` → the library: beside it when
 /// writable, else in the temporary directory. The link is replaced
 /// atomically, so concurrent `roce exec`s never see it missing.
-fn dropin_dir(lib: &Path) -> Result<PathBuf, String> {
+fn dropin_dir(dir: &Path, lib: &Path) -> Result<PathBuf, String> {
     let target = lib
         .canonicalize()
         .map_err(|e| format!("{}: {e}", lib.display()))?;
     let uid = nix::unistd::getuid();
     let mut tried = Vec::new();
     for base in [
-        lib.parent().map(|p| p.join("roce-dropin")),
+        Some(dir.join("roce-dropin")),
         Some(std::env::temp_dir().join(format!("roce-dropin-{uid}"))),
     ]
     .into_iter()
@@ -108,7 +117,7 @@ fn dropin_dir(lib: &Path) -> Result<PathBuf, String> {
 
 /// Runs `roce exec`; returns only on failure.
 pub(crate) fn run(args: &ExecArgs) -> i32 {
-    let dir = match library().and_then(|l| dropin_dir(&l)) {
+    let dir = match library().and_then(|(d, l)| dropin_dir(&d, &l)) {
         Ok(d) => d,
         Err(e) => return crate::fail("exec", false, &e, 2),
     };

@@ -4,6 +4,8 @@
 //! error rdma-core gives, unmapped registered memory does not fault the
 //! engine, and the program ends although it frees nothing.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,13 +22,7 @@ fn bad_input_and_hostile_use_from_c() {
         eprintln!("skipped: {} is missing", header.display());
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libibverbs.so");
+    let lib = common::library();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("abuse");
     std::fs::create_dir_all(&dir).unwrap();
     // Linked against the library under its SONAME's file name.

@@ -14,50 +14,18 @@
 //! `.ci/run` sets `ROCE_REQUIRE_RDMA_TOOLS`, so in CI a missing program
 //! fails the test; elsewhere it is skipped with a message.
 
+mod common;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The directory with `libibverbs.so.1` → the library cargo built;
-/// made once per process (the tests are threads of one process: a
-/// temporary link named after the process would be theirs to race for).
-fn dropin() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let profile = exe.parent().unwrap().parent().unwrap();
-        let lib = profile.join("libibverbs.so");
-        assert!(lib.is_file(), "{} was not built", lib.display());
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("perftest-dropin");
-        std::fs::create_dir_all(&dir).unwrap();
-        let link = dir.join("libibverbs.so.1");
-        if std::fs::read_link(&link).ok() != Some(lib.clone()) {
-            // Replaced atomically: another test binary may be using it.
-            let tmp = dir.join(format!(".link.{}", std::process::id()));
-            let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&lib, &tmp).unwrap();
-            std::fs::rename(&tmp, &link).unwrap();
-        }
-        dir
-    })
-    .clone()
-}
+use common::have;
 
-/// Whether `prog` is installed; a missing one fails the test in CI.
-fn have(prog: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false);
-    if !found {
-        assert!(
-            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed (apt-get install perftest)"
-        );
-        eprintln!("skipped: {prog} is not installed (apt-get install perftest)");
-    }
-    found
+/// The directory with `libibverbs.so.1`.
+fn dropin() -> PathBuf {
+    common::dropin("perftest-dropin")
 }
 
 fn command(prog: &str, args: &[String]) -> Command {

@@ -7,23 +7,35 @@ use std::path::PathBuf;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
+/// The library cargo built for this test profile: the newer of the one
+/// beside the binaries and the one in `deps/` (a stale copy can stay
+/// beside them when only a dependent crate was rebuilt).
+pub(crate) fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    [
+        profile.join("libibverbs.so"),
+        profile.join("deps/libibverbs.so"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(t, _)| *t)
+    .map(|(_, p)| p)
+    .unwrap_or_else(|| panic!("libibverbs.so was not built in {}", profile.display()))
+}
+
 /// A directory (under the test's target tmpdir, named `name`) holding
 /// `libibverbs.so.1` → the library cargo built for this test profile.
 pub(crate) fn dropin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libibverbs.so");
-    assert!(lib.is_file(), "{} was not built", lib.display());
+    let lib = library();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("libibverbs.so.1");
     if std::fs::read_link(&link).ok() != Some(lib.clone()) {
         // Replaced atomically: tests in parallel never see it missing.
-        let tmp = dir.join(format!(".link.{}", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".link.{}.{n}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&lib, &tmp).unwrap();
         std::fs::rename(&tmp, &link).unwrap();
