@@ -20,6 +20,7 @@ fn deferring() -> World {
         c.ack_delay = AckDelay {
             max_delay: DELAY,
             max_psns: 8,
+            ack_first: false,
         }
     })
 }
@@ -128,6 +129,44 @@ fn the_answer_leaves_before_the_ack() {
     assert_eq!(from_b[..2], [Operation::SendOnly, Operation::Acknowledge]);
 }
 
+/// With `ack_first` (an HCA's order) the held ACK still waits for the
+/// answer, but leaves just before it: the requester's send completion
+/// comes before the answer's receive.
+#[test]
+fn ack_first_sends_the_held_ack_before_the_answer() {
+    let mut w = World::with_config(1 << 20, |c| {
+        c.ack_delay = AckDelay {
+            max_delay: DELAY,
+            max_psns: 8,
+            ack_first: true,
+        }
+    });
+    let log = record(&mut w);
+    let (qa, qb) = w.connect(QpType::Rc, 1024);
+    recv(&mut w, 1, qb, 7, 0, 64);
+    recv(&mut w, 0, qa, 8, 0, 64);
+    send(&mut w, 0, qa, 1, 16);
+    assert!(w.run_until(10_000, |w| !w.hosts[1].poll().is_empty()));
+    // Held: nothing from B yet.
+    assert_eq!(acks_from(&log, 1), 0);
+    let answered_at = w.now;
+    send(&mut w, 1, qb, 2, 16);
+    let got = completions(&mut w, 2);
+    assert!(w.now < answered_at + DELAY, "waited for the deadline");
+    // The send completion (wr 1) before the receive (wr 8).
+    assert_eq!(
+        statuses(&got),
+        vec![(1, WcStatus::Success), (8, WcStatus::Success)]
+    );
+    let from_b: Vec<Operation> = log
+        .borrow()
+        .iter()
+        .filter(|(f, _)| *f == 1)
+        .map(|(_, op)| *op)
+        .collect();
+    assert_eq!(from_b[..2], [Operation::Acknowledge, Operation::SendOnly]);
+}
+
 /// A stream from a requester with a small window: the ACK covering
 /// `max_psns` goes at once, so the requester never waits out the delay.
 #[test]
@@ -136,6 +175,7 @@ fn a_stream_is_acked_every_max_psns() {
         c.ack_delay = AckDelay {
             max_delay: DELAY,
             max_psns: 8,
+            ack_first: false,
         };
         c.max_unacked_psns = 8;
     });

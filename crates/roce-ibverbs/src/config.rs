@@ -43,16 +43,18 @@ pub(crate) fn backend() -> Result<roce_verbs::BackendKind, String> {
 
 /// `ROCE_ACK_DELAY`: how long, in microseconds, an RC responder may
 /// hold a positive ACK back for the application's answer to carry it
-/// out (the engine's ACK deferral, `roce_verbs::AckDelay`). Unset or 0:
-/// ACKs leave at once, as an HCA sends them, so the requester's send
-/// completion comes before the answer it provoked. Programs that take
-/// their completions from one channel for both CQs and expect that
-/// order (perftest's `ib_send_lat -e`) depend on it; a ping-pong that
-/// polls gains a few microseconds from a deferral (`25`, the engine's
-/// interactive default).
+/// (the engine's ACK deferral, `roce_verbs::AckDelay`); `0` sends every
+/// ACK at once. Unset: 25 µs. Either way a held ACK leaves just before
+/// the answer (`ack_first`), so the requester's send completion comes
+/// before the answer its request provoked, as with an HCA: programs that
+/// take both CQs' events from one channel rely on that order (perftest's
+/// `ib_send_lat -e`). Holding the ACK matters to programs that poll a CQ
+/// until a completion and then spin on memory (`ib_write_lat`): with
+/// ACKs at once, the peer's WRITE arrives after the poll that saw the
+/// ACK, and waits for the progress thread.
 pub(crate) fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
     let us = match std::env::var("ROCE_ACK_DELAY") {
-        Err(_) => return Ok(roce_verbs::AckDelay::OFF),
+        Err(_) => 25,
         Ok(s) => s
             .trim()
             .parse::<u64>()
@@ -63,6 +65,7 @@ pub(crate) fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
     } else {
         roce_verbs::AckDelay {
             max_delay: us.saturating_mul(1000),
+            ack_first: true,
             ..roce_verbs::AckDelay::INTERACTIVE
         }
     })

@@ -197,7 +197,16 @@ fn open_on(
     addr: IpAddr,
 ) -> Result<roce_verbs::Context, OpenError> {
     let loopback = dev.info.interface().loopback;
-    let mut o = OpenOptions::new(backend.clone(), addr).gids(vec![addr]);
+    // C programs often poll a CQ until a completion, then wait by other
+    // means (spinning on memory a peer WRITEs): the progress thread takes
+    // over as soon as a poll succeeds.
+    let progress = roce_verbs::ProgressConfig {
+        hand_over_on_completion: true,
+        ..roce_verbs::ProgressConfig::default()
+    };
+    let mut o = OpenOptions::new(backend.clone(), addr)
+        .gids(vec![addr])
+        .progress(progress);
     o.config.ack_delay = ack_delay;
     if !loopback {
         o = o.interface(Some(&dev.info.interface().name));

@@ -148,6 +148,13 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
         let n = self.poll_engine(out, max)?;
         let shared = self.shared();
+        if n > 0
+            && shared.cfg.hand_over_on_completion
+            && shared.last_inline.swap(0, Ordering::Relaxed) != 0
+        {
+            // It polled until this: it may now wait by other means.
+            shared.unpark();
+        }
         if n > 0 || max == 0 || !shared.cfg.inline_progress {
             return Ok(n);
         }

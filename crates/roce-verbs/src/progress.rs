@@ -42,6 +42,16 @@ pub struct ProgressConfig {
     /// CPU, copies in pieces are much faster (`roce_io::CpuTuning`, whose
     /// `detect` gives the automatic choice).
     pub copy_piece: Option<usize>,
+    /// When a poll of a CQ returns completions, take the application to
+    /// have stopped polling (and wake this thread if it stood back for
+    /// it): for programs that poll until a completion, then wait for the
+    /// next thing by other means, such as spinning on memory a peer's
+    /// RDMA WRITE fills (perftest's `ib_write_lat`, and many an MPI
+    /// progress loop). Without it such a WRITE waits for the progress
+    /// thread's next look, up to `poller_park`. Costs a wake-up per
+    /// completion polled after empty polls; off by default (the drop-in
+    /// libibverbs, whose programs are unknown, turns it on).
+    pub hand_over_on_completion: bool,
 }
 
 impl Default for ProgressConfig {
@@ -54,6 +64,7 @@ impl Default for ProgressConfig {
             batch: 64,
             tx_batches_per_step: 4,
             copy_piece: None,
+            hand_over_on_completion: false,
         }
     }
 }

@@ -431,6 +431,16 @@ impl Qp {
         let n = match self.resp_poll_transmit(ctx, buf) {
             Some(n) => n,
             None => {
+                // HCA order: the held ACK just before the answer.
+                if ctx.ack_delay.ack_first
+                    && self.req.has_work()
+                    && self.resp.release_deferred_ack()
+                {
+                    if let Some(n) = self.resp_poll_transmit(ctx, buf) {
+                        self.counters.tx_packets += 1;
+                        return Some(n);
+                    }
+                }
                 let n = self.req_poll_transmit(ctx, buf)?;
                 if self.resp.answered(ctx.now, ctx.ack_delay) {
                     ctx.boundary = true;

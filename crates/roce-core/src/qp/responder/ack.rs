@@ -37,6 +37,13 @@ pub struct AckDelay {
     /// peer's window of unacknowledged PSNs (rxe and this stack: 128), or
     /// a streaming peer waits out `max_delay` before it may go on.
     pub max_psns: u32,
+    /// A held ACK leaves just before the QP's answer instead of just
+    /// after it: the order of an HCA, where the requester's send
+    /// completion always comes before the answer its request provoked
+    /// (programs that take both CQs' events from one channel rely on
+    /// it: perftest's `ib_send_lat -e`). The ACK still waits for the
+    /// answer, or its deadline, and goes in the answer's send call.
+    pub ack_first: bool,
 }
 
 impl AckDelay {
@@ -44,6 +51,7 @@ impl AckDelay {
     pub const OFF: AckDelay = AckDelay {
         max_delay: 0,
         max_psns: 1,
+        ack_first: false,
     };
 
     /// What a program driving the engine from its polling loop wants: up
@@ -53,6 +61,7 @@ impl AckDelay {
     pub const INTERACTIVE: AckDelay = AckDelay {
         max_delay: 25_000,
         max_psns: 32,
+        ack_first: false,
     };
 
     /// True when ACKs are never held.
@@ -196,6 +205,7 @@ mod tests {
     const P: AckDelay = AckDelay {
         max_delay: 100,
         max_psns: 4,
+        ack_first: false,
     };
 
     #[test]
