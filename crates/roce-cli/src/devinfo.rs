@@ -96,30 +96,29 @@ fn cpu_cap() -> Cap {
     )
 }
 
-/// What the stack supports, from the limits in the code: the QPN space
-/// (24 bits, 0 and 1 reserved), memory keys (24-bit index), the verbs
-/// layer's CQ and SRQ bounds, `max_inline_data` (roce-core refuses more
-/// than 4096), messages up to 2^31 bytes, `QpCaps`' 16 SGEs, and the
-/// 16 outstanding READ/atomics that `ConnectOptions` sets.
+/// What the stack supports: `roce_verbs::LIMITS` (the drop-in
+/// libibverbs answers `ibv_query_device` with the same), and the
+/// transports, MTUs and backends.
 fn capabilities() -> Vec<Cap> {
+    let l = roce_verbs::LIMITS;
     vec![
-        hex("max_mr_size", u64::MAX),
-        hex("max_msg_sz", 1 << 31),
-        num("max_qp", 0xff_ffff - 1),
-        num("max_qp_wr", 1 << 20),
-        num("max_sge", 16),
-        num("max_sge_rd", 16),
-        num("max_cq", u32::MAX.into()),
-        num("max_cqe", 4 << 20),
-        num("max_mr", (1 << 24) - 1),
-        num("max_pd", u32::MAX.into()),
-        num("max_ah", u32::MAX.into()),
-        num("max_qp_rd_atom", 16),
-        num("max_qp_init_rd_atom", 16),
+        hex("max_mr_size", l.max_mr_size),
+        hex("max_msg_sz", l.max_msg_sz.into()),
+        num("max_qp", l.max_qp.into()),
+        num("max_qp_wr", l.max_qp_wr.into()),
+        num("max_sge", l.max_sge.into()),
+        num("max_sge_rd", l.max_sge.into()),
+        num("max_cq", l.max_cq.into()),
+        num("max_cqe", l.max_cqe.into()),
+        num("max_mr", l.max_mr.into()),
+        num("max_pd", l.max_pd.into()),
+        num("max_ah", l.max_ah.into()),
+        num("max_qp_rd_atom", l.max_qp_rd_atom.into()),
+        num("max_qp_init_rd_atom", l.max_qp_init_rd_atom.into()),
         word("atomic_cap", json!("ATOMIC_HCA"), "ATOMIC_HCA (1)"),
-        num("max_srq_wr", 1 << 20),
-        num("max_srq_sge", roce_verbs::roce_core::MAX_SRQ_SGE as u64),
-        num("max_inline_data", 4096),
+        num("max_srq_wr", l.max_srq_wr.into()),
+        num("max_srq_sge", l.max_srq_sge.into()),
+        num("max_inline_data", l.max_inline_data.into()),
         word("transports", json!(["RC", "UC", "UD"]), "RC UC UD"),
         word("srq", json!(true), "yes"),
         word(
