@@ -337,3 +337,37 @@ fn gid_index_out_of_range() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("GID index 5 is not in the GID table"), "{err}");
 }
+
+/// A client whose server is not there yet says it is waiting (as it
+/// retries a refused connection until `--timeout`), then fails naming
+/// the address.
+#[test]
+fn a_client_without_a_server_says_it_waits() {
+    let (port, roce_port) = ports();
+    let o = roce()
+        .args([
+            "pingpong",
+            "-p",
+            &port,
+            "--roce-port",
+            &roce_port,
+            "--timeout",
+            "1",
+            "127.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains(&format!(
+            "no server at 127.0.0.1:{port} yet; trying again for"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Couldn't connect to 127.0.0.1:{port}")),
+        "{err}"
+    );
+    assert_eq!(err.matches("no server at").count(), 1, "{err}");
+}

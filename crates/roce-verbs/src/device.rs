@@ -394,6 +394,10 @@ impl fmt::Display for OpenError {
                 f,
                 "GID index {index} is not in the GID table of {device} ({len} entries; see roce devinfo -d {device})"
             ),
+            OpenError::PortInUse { addr, port } if addr.is_loopback() => write!(
+                f,
+                "UDP port {port} on {addr} is in use (another RoCE stack on this host: when both ends of a test run here, give one of them another address, e.g. --bind 127.0.0.2, or drop its GID index so that it takes a free one)"
+            ),
             OpenError::PortInUse { addr, port } => write!(
                 f,
                 "UDP port {port} on {addr} is in use (another RoCE stack, or a kernel rxe device?)"
@@ -472,5 +476,29 @@ mod tests {
             .open()
             .unwrap();
         assert_eq!(ctx.addrs(), &["10.9.0.1".parse::<IpAddr>().unwrap()]);
+    }
+}
+
+#[cfg(test)]
+mod port_in_use_tests {
+    use super::OpenError;
+
+    /// On loopback the likely other stack is the test's own peer: the
+    /// message says how to give the two ends different addresses.
+    #[test]
+    fn a_taken_loopback_port_names_the_fix() {
+        let lo = OpenError::PortInUse {
+            addr: "127.0.0.1".parse().unwrap(),
+            port: 4791,
+        }
+        .to_string();
+        assert!(lo.contains("--bind 127.0.0.2"), "{lo}");
+        let other = OpenError::PortInUse {
+            addr: "192.0.2.1".parse().unwrap(),
+            port: 4791,
+        }
+        .to_string();
+        assert!(other.contains("kernel rxe device"), "{other}");
+        assert!(!other.contains("--bind"), "{other}");
     }
 }

@@ -80,6 +80,7 @@ fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStre
         .map_err(|e| format!("{server}: {e}"))?
         .collect();
     let end = deadline(p.timeout);
+    let mut told = false;
     loop {
         let mut last = None;
         for a in &addrs {
@@ -107,6 +108,21 @@ fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStre
         if !refused || end.is_some_and(|e| Instant::now() >= e) {
             let why = last.map_or("no address".to_string(), |e| e.to_string());
             return Err(format!("Couldn't connect to {server}:{} ({why})", p.port));
+        }
+        if !told {
+            // A server started a moment later is found: say that this
+            // is waiting, not hung.
+            let limit = end.map_or("until interrupted".to_string(), |e| {
+                format!(
+                    "for {} s more",
+                    e.saturating_duration_since(Instant::now()).as_secs()
+                )
+            });
+            eprintln!(
+                "no server at {server}:{} yet; trying again {limit} (--timeout SECONDS sets how long)",
+                p.port
+            );
+            told = true;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
