@@ -162,6 +162,11 @@ fn bad_input_is_one_line_and_exit_2() {
     let e = stderr(&o);
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(e.contains("/nonexistent/x.toml"), "{e}");
+    assert_eq!(
+        e.matches("/nonexistent/x.toml").count(),
+        1,
+        "named once: {e}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
@@ -267,11 +272,20 @@ fn summary_lines_say_what_they_cover() {
     let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
     assert!(queues.contains("before metrics.convergence"), "{queues}");
 
+    // The queue line points at queues.svg only when plots are written.
     let o = roce(&["sim", &sc]);
     let out = stdout(&o);
     let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
     assert!(
-        queues.contains("from metrics.convergence = 0.020 ms") && queues.contains("queues.svg"),
+        queues.contains("from metrics.convergence = 0.020 ms") && !queues.contains("queues.svg"),
+        "{queues}"
+    );
+    let plots = dir.path().join("plots");
+    let o = roce(&["sim", &sc, "--plots", plots.to_str().unwrap()]);
+    let out = stdout(&o);
+    let queues = out.lines().find(|l| l.starts_with("queues")).unwrap();
+    assert!(
+        queues.contains("queues.svg shows the whole run"),
         "{queues}"
     );
 }

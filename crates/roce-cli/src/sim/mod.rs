@@ -45,7 +45,11 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     let mut sc = match Scenario::from_file(&args.scenario) {
         Ok(s) => s,
         Err(e) => {
-            let msg = format!("{}: {e}", args.scenario.display());
+            // A read error names the file itself.
+            let msg = match &e {
+                roce_sim::Error::Io(_) => e.to_string(),
+                _ => format!("{}: {e}", args.scenario.display()),
+            };
             return crate::fail("sim", args.json, &msg, 2);
         }
     };
@@ -98,7 +102,10 @@ pub(crate) fn run(args: &SimArgs) -> i32 {
     if args.json {
         println!("{}", results.to_json());
     } else {
-        print!("{}", summary(&results, sc.metrics.convergence));
+        print!(
+            "{}",
+            summary(&results, sc.metrics.convergence, args.plots.is_some())
+        );
     }
     let mut code = 0;
     if let Some(dir) = &args.csv {
@@ -173,7 +180,9 @@ fn ms(ps: u64) -> f64 {
 
 /// The text summary; `convergence` is `metrics.convergence`, from which
 /// the queue statistics and the fairness window are taken.
-pub(crate) fn summary(r: &Results, convergence: u64) -> String {
+/// The run's summary; `plots` says whether SVG plots are being written
+/// (the text then points at them).
+pub(crate) fn summary(r: &Results, convergence: u64, plots: bool) -> String {
     let before_convergence = r.sim_time_ps <= convergence;
     let mut s = String::new();
     let _ = writeln!(
@@ -289,8 +298,13 @@ pub(crate) fn summary(r: &Results, convergence: u64) -> String {
     qs.sort_by(|a, b| b.mean.total_cmp(&a.mean));
     let window = if convergence > 0 {
         format!(
-            "from metrics.convergence = {:.3} ms to the end; queues.svg shows the whole run",
-            ms(convergence)
+            "from metrics.convergence = {:.3} ms to the end{}",
+            ms(convergence),
+            if plots {
+                "; queues.svg shows the whole run"
+            } else {
+                ""
+            }
         )
     } else {
         "the whole run".to_string()
