@@ -16,8 +16,9 @@ use serde_json::{json, Value};
 /// Options of `roce devinfo`.
 #[derive(clap::Args, Debug, Clone)]
 pub(crate) struct DevinfoArgs {
-    /// Show this interface only (loopback and down interfaces included);
-    /// by default every interface that is up, loopback excepted.
+    /// Show this interface only (down interfaces included); by default
+    /// every interface that is up, loopback included (as the drop-in
+    /// libibverbs lists it: `roce_lo`).
     #[arg(short = 'd', long = "ib-dev", alias = "dev", value_name = "IFACE")]
     dev: Option<String>,
     /// List the device names only (as `ibv_devinfo -l`), loopback and
@@ -248,7 +249,9 @@ fn device_text(i: &InterfaceInfo, verbose: bool) -> String {
     let mac = i.mac.map(|m| m.0).unwrap_or_default();
     let guid = node_guid(mac);
     let mut s = String::new();
-    let _ = writeln!(s, "hca_id:\t{}", i.name);
+    // The device's name, as `-l`, the other tools and ibv_devinfo on
+    // the drop-in library call it.
+    let _ = writeln!(s, "hca_id:\troce_{}", i.name);
     let _ = writeln!(s, "\ttransport:\t\t\tRoCE v2 (userspace)");
     let _ = writeln!(s, "\tnode_guid:\t\t\t{guid}");
     let _ = writeln!(s, "\tsys_image_guid:\t\t\t{guid}");
@@ -295,8 +298,7 @@ fn device_text(i: &InterfaceInfo, verbose: bool) -> String {
     s
 }
 
-/// The interfaces to show: the named one, or every one that is up and
-/// not loopback.
+/// The interfaces to show: the named one, or every one that is up.
 fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInfo>, String> {
     match dev {
         Some(name) => all
@@ -306,10 +308,7 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
             .find(|i| i.name == name.strip_prefix("roce_").unwrap_or(name))
             .map(|i| vec![i])
             .ok_or(format!("no interface {name}")),
-        None => Ok(all
-            .into_iter()
-            .filter(|i| i.up && i.running && !i.loopback)
-            .collect()),
+        None => Ok(all.into_iter().filter(|i| i.up && i.running).collect()),
     }
 }
 
@@ -342,9 +341,7 @@ pub(crate) fn run(args: &DevinfoArgs) -> i32 {
         return 0;
     }
     if devs.is_empty() {
-        eprintln!(
-            "roce devinfo: no device (every interface is down or loopback; name one with -d)"
-        );
+        eprintln!("roce devinfo: no device (every interface is down; name one with -d)");
         return 1;
     }
     let text: Vec<String> = devs.iter().map(|i| device_text(i, args.verbose)).collect();

@@ -637,8 +637,12 @@ fn devinfo_shows_veth_mtus_and_gids() {
     ] {
         let v: Value = serde_json::from_str(&devinfo(ns, &["--json"])).unwrap();
         let devs = v["devices"].as_array().unwrap();
-        assert_eq!(devs.len(), 1, "only the veth (lo is skipped): {v}");
-        let d = &devs[0];
+        // The namespace's lo and the veth.
+        assert_eq!(devs.len(), 2, "lo and the veth: {v}");
+        let d = devs
+            .iter()
+            .find(|d| d["name"] == dev.as_str())
+            .unwrap_or_else(|| panic!("no {dev}: {v}"));
         assert_eq!(d["name"], dev.as_str());
         assert_eq!(d["mtu"], mtu);
         assert_eq!(d["active_mtu"], active);
@@ -658,7 +662,7 @@ fn devinfo_shows_veth_mtus_and_gids() {
             .iter()
             .all(|g| g["type"] == "RoCE v2"));
         let text = devinfo(ns, &["-v", "-d", dev]);
-        assert!(text.contains(&format!("hca_id:\t{dev}")), "{text}");
+        assert!(text.contains(&format!("hca_id:\troce_{dev}")), "{text}");
         assert!(
             text.contains(&format!("active_mtu:\t\t{active} (")),
             "{text}"
@@ -670,12 +674,18 @@ fn devinfo_shows_veth_mtus_and_gids() {
     lab.a
         .exec(&["ip", "link", "set", &lab.va, "mtu", "2127"])
         .unwrap();
-    let v: Value = serde_json::from_str(&devinfo(&lab.a, &["--json"])).unwrap();
+    let v: Value = serde_json::from_str(&devinfo(&lab.a, &["-d", &lab.va, "--json"])).unwrap();
     assert_eq!(v["devices"][0]["active_mtu"], 1024, "{v}");
-    // A down interface is listed only when named.
+    // A down interface is listed only when named (lo stays).
     lab.a.exec(&["ip", "link", "set", &lab.va, "down"]).unwrap();
     let v: Value = serde_json::from_str(&devinfo(&lab.a, &["--json"])).unwrap();
-    assert_eq!(v["devices"].as_array().unwrap().len(), 0, "{v}");
+    let names: Vec<&str> = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lo"], "{v}");
     let v: Value = serde_json::from_str(&devinfo(&lab.a, &["--json", "-d", &lab.va])).unwrap();
     assert_eq!(v["devices"][0]["state"], "PORT_DOWN", "{v}");
 }
