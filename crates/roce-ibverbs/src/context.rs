@@ -202,6 +202,9 @@ fn open_on(
     // over as soon as a poll succeeds.
     let progress = roce_verbs::ProgressConfig {
         hand_over_on_completion: true,
+        // Looks every 20 µs while the program polls (see ProgressConfig::
+        // poller_park); the idle nap stays the default.
+        poller_park: std::time::Duration::from_micros(20),
         ..roce_verbs::ProgressConfig::default()
     };
     let mut o = OpenOptions::new(backend.clone(), addr)

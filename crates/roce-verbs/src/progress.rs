@@ -31,7 +31,11 @@ pub struct ProgressConfig {
     /// application stopped polling (without blocking on a channel, which
     /// hands over at once) can wait this long. Waking the thread costs the
     /// polling thread a context switch: under an emulated CPU one wake per
-    /// millisecond doubled the latency of a ping-pong.
+    /// millisecond doubled the latency of a ping-pong. Below `max_park`,
+    /// every look comes after this long (without doubling): for programs
+    /// that poll once between waits of another kind (perftest's
+    /// `ib_write_lat` polls its send CQ once per iteration and spins on
+    /// memory otherwise), whose datagrams would wait up to a look.
     pub poller_park: Duration,
     /// Datagrams per receive / transmit batch.
     pub batch: usize,
@@ -468,8 +472,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let max_park = max_park(&shared);
     let min_park = 10_000.min(max_park);
     let mut park = min_park;
-    let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(max_park);
-    let mut watch = max_park;
+    // A poller_park below max_park makes every look that short (for
+    // programs that poll once between waits of another kind).
+    let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(1_000);
+    let first_look = max_park.min(poller_park);
+    let mut watch = first_look;
     let mut polls_seen = 0u64;
     let mut last_work = shared.now();
     while !shared.shutdown.load(Ordering::Acquire) {
@@ -497,7 +504,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
             watch = (watch * 2).min(poller_park);
             continue;
         }
-        watch = max_park;
+        watch = first_look;
         let out = match shared.io.try_lock() {
             Ok(mut io) => step(&shared, &mut io, Driver::Thread),
             // An application thread is driving progress right now: count
