@@ -204,10 +204,20 @@ pub(crate) fn run(args: &UdaddyArgs) -> i32 {
 
 fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
     println!("udaddy: starting client");
-    let local = args
+    let mut local = args
         .bind
         .or_else(|| crate::rping::route_source(server))
         .ok_or(format!("no route to {server}"))?;
+    if args.bind.is_none() {
+        // Both ends on this host: the client moves off the server's
+        // loopback address (as perf, pingpong and rping do).
+        if let Some((a, note)) =
+            crate::device::loopback_client_local("udaddy", server, local, args.roce_port)?
+        {
+            eprintln!("{note}");
+            local = a;
+        }
+    }
     let ud = Ud::open(local, args)?;
     println!("udaddy: connecting");
     // The CM retries for ~17 s: say early that no one answers.

@@ -100,3 +100,56 @@ fn unknown_service_and_bad_flags() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("-b ADDR"));
 }
+
+/// Both ends on this host with no `-b` on the client: it takes another
+/// loopback address by itself (as perf, pingpong and rping do), says so,
+/// and the datagrams go both ways.
+#[test]
+fn a_client_on_the_servers_host_needs_no_bind() {
+    let rp = roce_port(2);
+    let mut server = roce()
+        .args([
+            "udaddy",
+            "-b",
+            "127.0.0.1",
+            "-C",
+            "4",
+            "--roce-port",
+            &rp,
+            "--timeout",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let c = roce()
+        .args([
+            "udaddy",
+            "-s",
+            "127.0.0.1",
+            "-C",
+            "4",
+            "--roce-port",
+            &rp,
+            "--timeout",
+            "20",
+        ])
+        .output()
+        .unwrap();
+    let (cout, cerr) = (
+        String::from_utf8_lossy(&c.stdout),
+        String::from_utf8_lossy(&c.stderr),
+    );
+    assert_eq!(c.status.code(), Some(0), "{cout}{cerr}");
+    assert!(
+        cout.contains("data transfers complete\ntest complete"),
+        "{cout}"
+    );
+    assert!(
+        cerr.contains("is the server's (both ends on this host); using 127.0.0."),
+        "{cerr}"
+    );
+    assert!(server.wait().unwrap().success());
+}
