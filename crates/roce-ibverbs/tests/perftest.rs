@@ -16,12 +16,11 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::have;
+use common::{free_port, have, listening};
 
 /// The directory with `libibverbs.so.1`.
 fn dropin() -> PathBuf {
@@ -66,31 +65,6 @@ fn finish(mut child: Child, end: Instant) -> Result<Output, String> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// A TCP port nobody listens on now (the kernel's choice).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Whether a socket listens on TCP `port` (read from /proc, without
-/// connecting: perftest's server takes the first connection as its
-/// client).
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-    })
 }
 
 /// Runs `prog` as server and client with `args` (and the device, GID

@@ -12,10 +12,9 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use common::{finish, have};
+use common::{finish, free_port, have, listening};
 
 fn command(prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new(prog);
@@ -42,22 +41,27 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// A TCP port for one client/server pair (tests run in parallel).
-fn port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 20000 + (std::process::id() % 400) as u16 * 100;
-    base + NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
 /// Runs `prog` as server and as client (to 127.0.0.1) with `args` and
 /// the port flag; both must exit 0. Returns (server, client) output.
 fn pair(prog: &str, port_flag: &str, args: &[&str], limit: Duration) -> (String, String) {
-    let p = port().to_string();
+    let p = free_port().to_string();
     let mut a: Vec<&str> = args.to_vec();
     a.extend([port_flag, &p]);
-    let server = command(prog, &a).spawn().unwrap();
-    // The server listens on TCP first; clients of these tools do not retry.
-    std::thread::sleep(Duration::from_millis(300));
+    let mut server = command(prog, &a).spawn().unwrap();
+    // Clients of these tools do not retry: start it once the server
+    // listens (bounded: a server that exits or never listens fails).
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while !listening(p.parse().unwrap()) {
+        assert!(
+            server.try_wait().unwrap().is_none(),
+            "{prog} server exited before listening"
+        );
+        assert!(
+            std::time::Instant::now() < end,
+            "{prog} server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut ca = a.clone();
     ca.push("127.0.0.1");
     let client = command(prog, &ca).spawn().unwrap();
