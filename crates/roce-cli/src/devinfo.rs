@@ -160,19 +160,10 @@ pub(crate) fn active_mtu(i: &InterfaceInfo) -> u32 {
     i.mtu.map_or(1024, path_mtu_for_link).min(MAX_MTU)
 }
 
-/// EUI-64 from a MAC address (universal/local bit flipped, ff:fe in the
-/// middle), written as four groups of 16 bits as `ibv_devinfo` does.
+/// The node GUID of a MAC ([`roce_verbs::node_guid`]), written as four
+/// groups of 16 bits as `ibv_devinfo` does.
 fn node_guid(mac: [u8; 6]) -> String {
-    let g = [
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ];
+    let g = roce_verbs::node_guid(mac).to_be_bytes();
     g.chunks(2)
         .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
         .collect::<Vec<_>>()

@@ -31,13 +31,6 @@ pub(crate) struct Device {
 /// Every device seen by this process (see the module docs).
 static DEVICES: Mutex<Vec<&'static Device>> = Mutex::new(Vec::new());
 
-/// The node GUID of an interface: the EUI-64 of its MAC, as Linux rxe
-/// derives it; a fixed locally administered one without a MAC (loopback).
-pub(crate) fn node_guid(mac: Option<[u8; 6]>) -> u64 {
-    let m = mac.unwrap_or([0x02, 0, 0, 0, 0, 1]);
-    u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
-}
-
 fn lookup(info: roce_verbs::Device) -> &'static Device {
     let mut all = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
     let name = info.name();
@@ -66,10 +59,9 @@ fn lookup(info: roce_verbs::Device) -> &'static Device {
         &mut ibv.ibdev_path,
         &format!("/sys/class/infiniband/{name}"),
     );
-    let mac = info.interface().mac.map(|m| m.0);
     let d: &'static Device = Box::leak(Box::new(Device {
         ibv,
-        guid_be: node_guid(mac).to_be(),
+        guid_be: info.node_guid().to_be(),
         name: std::ffi::CString::new(name).unwrap_or_default(),
         info,
     }));

@@ -82,11 +82,32 @@ impl Device {
             })
     }
 
+    /// The node GUID: [`node_guid`] of the interface's MAC (all zero
+    /// without one).
+    pub fn node_guid(&self) -> u64 {
+        node_guid(self.info.mac.map(|m| m.0).unwrap_or_default())
+    }
+
     /// The active MTU: the largest IB MTU whose packets (plus 80 bytes of
     /// headers, rxe's rule) fit the link's MTU; 4096 when it is unknown.
     pub fn active_mtu(&self) -> u32 {
         self.info.mtu.map_or(4096, roce_core::qp::path_mtu_for_link)
     }
+}
+
+/// The EUI-64 of a MAC address (universal/local bit flipped, `ff:fe` in
+/// the middle): a RoCE device's node GUID, as Linux rxe derives it.
+pub fn node_guid(mac: [u8; 6]) -> u64 {
+    u64::from_be_bytes([
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
 }
 
 /// Which packet I/O a context uses.

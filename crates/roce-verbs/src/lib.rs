@@ -139,7 +139,7 @@ pub use cm::{CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
-pub use device::{BackendKind, Device, OpenError, OpenOptions, Wrap};
+pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
