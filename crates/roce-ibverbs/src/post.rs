@@ -4,6 +4,8 @@
 
 use std::os::raw::{c_int, c_void};
 
+use smallvec::SmallVec;
+
 use roce_verbs::{Lkey, Payload, Qkey, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge};
 
 use crate::abi::consts::*;
@@ -113,7 +115,21 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
     })
 }
 
-/// `ops.post_send`. On error `*bad` is the first WR not posted.
+/// The `n`th WR of a C list (`n` is within it: counted while walking it).
+///
+/// # Safety
+/// `wr` is the program's list, at least `n + 1` long.
+unsafe fn nth(mut wr: *mut ibv_send_wr, n: usize) -> *mut ibv_send_wr {
+    for _ in 0..n {
+        // SAFETY: the caller's contract.
+        wr = unsafe { (*wr).next };
+    }
+    wr
+}
+
+/// `ops.post_send`. On error `*bad` is the first WR not posted. The
+/// list is converted first (no heap for up to eight WRs, as
+/// `post_send_list` keeps them) and posted under one lock.
 unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -122,10 +138,8 @@ unsafe extern "C" fn post_send(
     let r = std::panic::catch_unwind(|| {
         // SAFETY: the program's QP.
         let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
+        let mut wrs: SmallVec<[SendWr; 8]> = SmallVec::new();
         let mut cur = wr;
-        // Convert the whole list first, then post it under one lock.
-        let mut wrs = Vec::new();
-        let mut ptrs = Vec::new();
         // SAFETY: the program's list, NULL-terminated.
         while let Some(w) = unsafe { cur.as_ref() } {
             // SAFETY: the program's WR.
@@ -135,15 +149,16 @@ unsafe extern "C" fn post_send(
                     // Post the ones before, as a provider would have.
                     return match q.qp.post_send_list(wrs) {
                         Ok(()) => Err((e, cur)),
-                        Err((n, pe)) => Err((errno_of(&pe), ptrs[n])),
+                        // SAFETY: n is below the WRs walked.
+                        Err((n, pe)) => Err((errno_of(&pe), unsafe { nth(wr, n) })),
                     };
                 }
             }
-            ptrs.push(cur);
             cur = w.next;
         }
+        // SAFETY: as above.
         q.qp.post_send_list(wrs)
-            .map_err(|(n, e)| (errno_of(&e), ptrs[n]))
+            .map_err(|(n, e)| (errno_of(&e), unsafe { nth(wr, n) }))
     });
     match r {
         Ok(Ok(())) => 0,
