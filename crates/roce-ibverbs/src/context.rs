@@ -108,7 +108,8 @@ pub(crate) fn addr_of(g: &ibv_gid) -> IpAddr {
     }
 }
 
-fn eventfd() -> Res<OwnedFd> {
+/// A semaphore eventfd (one count per queued event), close-on-exec.
+pub(crate) fn eventfd() -> Res<OwnedFd> {
     // SAFETY: plain syscall; the descriptor is checked and owned below.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
     if fd < 0 {

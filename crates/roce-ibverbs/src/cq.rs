@@ -3,7 +3,7 @@
 //! any of them) and completion channels.
 
 use std::cell::{Cell, UnsafeCell};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use roce_verbs::{Completion, CqId, WcFlags};
 
 use crate::abi::*;
-use crate::context::{counting, take_count, wait_readable, Context, Raw};
+use crate::context::{counting, eventfd, take_count, wait_readable, Context, Raw};
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
 
 /// The objects table's key of a CQ.
@@ -383,13 +383,7 @@ export! {
         ptr_ret(|| {
             // SAFETY: the program's context.
             let c = unsafe { Context::from_ptr(ctx)? };
-            // SAFETY: plain syscall, checked below.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-            if fd < 0 {
-                return Err(libc::EMFILE);
-            }
-            // SAFETY: a fresh descriptor.
-            let efd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+            let efd = Arc::new(eventfd()?);
             let ch = c.verbs.create_comp_channel();
             ch.set_notifier(counting(&efd));
             c.children.fetch_add(1, Ordering::Relaxed);
