@@ -191,7 +191,7 @@ fn speed_text(mbps: Option<u64>) -> String {
 
 /// `IBV_MTU_*` of a path MTU in bytes.
 fn mtu_enum(mtu: u32) -> u32 {
-    mtu.trailing_zeros().saturating_sub(7)
+    roce_verbs::roce_core::qp::mtu_to_enum(mtu).into()
 }
 
 fn port_state(i: &InterfaceInfo) -> (&'static str, u32) {

@@ -342,15 +342,9 @@ export! {
     }
 }
 
-/// `enum ibv_mtu` of a path MTU in bytes (4096 and anything else: 5).
+/// `enum ibv_mtu` of a path MTU in bytes.
 pub(crate) fn mtu_enum(bytes: u32) -> u32 {
-    match bytes {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
-    }
+    roce_verbs::roce_core::qp::mtu_to_enum(bytes).into()
 }
 
 fn device_attr(ctx: &Context) -> ibv_device_attr {

@@ -123,13 +123,7 @@ pub(crate) fn version_msg() -> Vec<u8> {
 
 /// perftest's ibv_mtu enum for a path MTU.
 pub(crate) fn mtu_enum(mtu: u32) -> u8 {
-    match mtu {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        _ => 5,
-    }
+    roce_verbs::roce_core::qp::mtu_to_enum(mtu)
 }
 
 pub(crate) fn mtu_of_enum(e: u8) -> Option<u32> {

@@ -147,6 +147,18 @@ impl Default for QpAttr {
     }
 }
 
+/// Path MTU in bytes to its enum value (`enum ibv_mtu`: 256 is 1 ...
+/// 4096 is 5; anything else 5, the largest).
+pub fn mtu_to_enum(bytes: u32) -> u8 {
+    match bytes {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        _ => 5,
+    }
+}
+
 /// Path MTU enum value (1..=5) to bytes.
 pub fn mtu_from_enum(v: u8) -> Option<u32> {
     match v {

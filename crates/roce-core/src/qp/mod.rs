@@ -13,7 +13,9 @@ use std::net::IpAddr;
 
 use roce_wire::{Ecn, Qpn};
 
-pub use attr::{mtu_from_enum, path_mtu_for_link, AddressVector, QpAttr, QpCaps, QpInitAttr};
+pub use attr::{
+    mtu_from_enum, mtu_to_enum, path_mtu_for_link, AddressVector, QpAttr, QpCaps, QpInitAttr,
+};
 pub(crate) use path::Path;
 use requester::Requester;
 pub use responder::AckDelay;
