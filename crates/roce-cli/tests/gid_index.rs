@@ -7,11 +7,11 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use common::{roce, Guard};
+use common::{roce, spawn, text};
 use serde_json::Value;
 
 /// A TCP port and a RoCE UDP port per test (distinct across this
@@ -22,23 +22,6 @@ fn ports() -> (String, String) {
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let base = 19_000 + (std::process::id() % 90) as u16 * 10;
     ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn spawn(args: &[&str]) -> Guard {
-    let c = roce()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run roce");
-    Guard(Some(c))
 }
 
 fn run_pair(server: &[&str], client: &[&str]) -> (Output, Output) {

@@ -9,11 +9,11 @@
 mod common;
 
 use std::net::UdpSocket;
-use std::process::{Child, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use common::{roce, Guard};
+use common::{spawn, text};
 
 /// A TCP port and a RoCE UDP port per test, distinct across the tests of
 /// this binary and across processes, below the ephemeral range and away
@@ -23,23 +23,6 @@ fn ports() -> (String, String) {
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let base = 2_000 + (std::process::id() % 250) as u16 * 12;
     ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn spawn(args: &[&str]) -> Guard {
-    let c: Child = roce()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run roce");
-    Guard(Some(c))
 }
 
 /// Runs `server` and, once it listens, `client`; both bounded in time.

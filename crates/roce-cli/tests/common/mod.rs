@@ -12,3 +12,15 @@ pub fn roce() -> Command {
 /// waiting for it; `wait(limit)` is bounded.
 #[allow(unused_imports)]
 pub use roce_testkit::Guard;
+
+/// A process's standard output and error as text.
+#[allow(unused_imports)]
+pub use roce_testkit::text;
+
+/// `roce ARGS`, started with its output captured, killed if the test
+/// fails before waiting for it.
+pub fn spawn(args: &[&str]) -> Guard {
+    let mut c = roce();
+    c.args(args);
+    Guard::spawn(c)
+}
