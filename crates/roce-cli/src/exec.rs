@@ -27,6 +27,12 @@ pub(crate) struct ExecArgs {
     /// 127.0.0.1.
     #[arg(long, value_name = "ADDR")]
     addr: Option<std::net::IpAddr>,
+    /// The UDP port to listen on and send to (default 4791; every
+    /// process of the exchange must use the same; the udp backend only):
+    /// ROCE_PORT. For running beside a kernel RoCE device such as rxe,
+    /// which holds 4791 on every address of its host.
+    #[arg(long, value_name = "PORT")]
+    port: Option<u16>,
     /// udp (the default: no privilege) or packet (AF_PACKET, needs
     /// CAP_NET_RAW): ROCE_BACKEND.
     #[arg(long, value_name = "udp|packet")]
@@ -155,6 +161,9 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
     }
     if let Some(a) = &args.addr {
         cmd.env("ROCE_ADDR", a.to_string());
+    }
+    if let Some(p) = args.port {
+        cmd.env("ROCE_PORT", p.to_string());
     }
     if let Some(b) = &args.backend {
         cmd.env("ROCE_BACKEND", b);

@@ -26,11 +26,13 @@ fn the_program_sees_the_library_and_the_options() {
             "lo",
             "--addr",
             "127.0.0.9",
+            "--port",
+            "4792",
             "--",
             "sh",
             "-c",
         ])
-        .arg("echo \"$LD_LIBRARY_PATH|$ROCE_DEVICES|$ROCE_ADDR\"; exit 7")
+        .arg("echo \"$LD_LIBRARY_PATH|$ROCE_DEVICES|$ROCE_ADDR|$ROCE_PORT\"; exit 7")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(7));
@@ -40,7 +42,7 @@ fn the_program_sees_the_library_and_the_options() {
         f[0].split(':').next().unwrap().ends_with("roce-dropin"),
         "{out}"
     );
-    assert_eq!(&f[1..], ["lo", "127.0.0.9"]);
+    assert_eq!(&f[1..], ["lo", "127.0.0.9", "4792"]);
 }
 
 #[test]

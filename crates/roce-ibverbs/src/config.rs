@@ -4,6 +4,9 @@
 
 use std::net::IpAddr;
 
+/// RoCE v2's UDP port.
+pub(crate) const ROCE_V2_PORT: u16 = 4791;
+
 /// `ROCE_DEVICES`: a comma-separated list of device or interface names
 /// to show (`roce_lo,eth0`); unset shows every interface with an address.
 pub(crate) fn devices() -> Option<Vec<String>> {
@@ -38,6 +41,20 @@ pub(crate) fn backend() -> Result<roce_verbs::BackendKind, String> {
         Err(_) | Ok("udp") | Ok("") => Ok(roce_verbs::BackendKind::Udp),
         Ok("packet") => Ok(roce_verbs::BackendKind::Packet),
         Ok(other) => Err(format!("ROCE_BACKEND={other}: use udp or packet")),
+    }
+}
+
+/// `ROCE_PORT`: the UDP port contexts listen on and send to (the UDP
+/// backend only); unset: 4791, RoCE v2's. For running beside a kernel
+/// RoCE device, which holds 4791 on every address of its host (Linux rxe
+/// in the lab VM): every process of the exchange must use the same port.
+pub(crate) fn port() -> Result<u16, String> {
+    match std::env::var("ROCE_PORT") {
+        Err(_) => Ok(ROCE_V2_PORT),
+        Ok(s) => match s.trim().parse::<u16>() {
+            Ok(p) if p != 0 => Ok(p),
+            _ => Err(format!("ROCE_PORT={s}: give a UDP port (1-65535)")),
+        },
     }
 }
 

@@ -196,6 +196,7 @@ fn open_on(
     backend: &roce_verbs::BackendKind,
     ack_delay: roce_verbs::AckDelay,
     addr: IpAddr,
+    port: u16,
 ) -> Result<roce_verbs::Context, OpenError> {
     let loopback = dev.info.interface().loopback;
     // C programs often poll a CQ until a completion, then wait by other
@@ -216,6 +217,7 @@ fn open_on(
     let mut o = OpenOptions::new(backend.clone(), addr)
         .gids(vec![addr])
         .icrc_check(roce_verbs::roce_io::IcrcCheck::Count)
+        .roce_port(port, port)
         .progress(progress);
     o.config.ack_delay = ack_delay;
     if !loopback {
@@ -235,6 +237,10 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
     })?;
+    let port = config::port().map_err(|m| {
+        eprintln!("libibverbs (roce): {m}");
+        libc::EINVAL
+    })?;
     let asked = config::addr().map_err(|m| {
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
@@ -245,9 +251,13 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
     };
     let mut addr = first;
     loop {
-        match open_on(dev, &backend, ack_delay, addr) {
+        match open_on(dev, &backend, ack_delay, addr, port) {
             Ok(c) => {
-                log!("{} opened on {addr}", dev.info.name());
+                if port == config::ROCE_V2_PORT {
+                    log!("{} opened on {addr}", dev.info.name());
+                } else {
+                    log!("{} opened on {addr}, UDP port {port}", dev.info.name());
+                }
                 return Ok((c, addr));
             }
             Err(OpenError::PortInUse { .. })
@@ -258,7 +268,7 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
                 };
                 let o = v4.octets();
                 if o[3] >= 254 {
-                    eprintln!("libibverbs (roce): UDP port 4791 is taken on every address of 127.0.0.0/24");
+                    eprintln!("libibverbs (roce): UDP port {port} is taken on every address of 127.0.0.0/24");
                     return Err(libc::EADDRINUSE);
                 }
                 addr = IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3] + 1));

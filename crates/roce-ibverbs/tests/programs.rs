@@ -44,10 +44,21 @@ fn text(o: &Output) -> String {
 /// Runs `prog` as server and as client (to 127.0.0.1) with `args` and
 /// the port flag; both must exit 0. Returns (server, client) output.
 fn pair(prog: &str, port_flag: &str, args: &[&str], limit: Duration) -> (String, String) {
+    pair_env(prog, port_flag, args, limit, &[])
+}
+
+/// [`pair`] with environment variables for both processes.
+fn pair_env(
+    prog: &str,
+    port_flag: &str,
+    args: &[&str],
+    limit: Duration,
+    env: &[(&str, &str)],
+) -> (String, String) {
     let p = free_port().to_string();
     let mut a: Vec<&str> = args.to_vec();
     a.extend([port_flag, &p]);
-    let mut server = command(prog, &a).spawn().unwrap();
+    let mut server = command(prog, &a).envs(env.iter().copied()).spawn().unwrap();
     // Clients of these tools do not retry: start it once the server
     // listens (bounded: a server that exits or never listens fails).
     let end = std::time::Instant::now() + Duration::from_secs(20);
@@ -64,7 +75,10 @@ fn pair(prog: &str, port_flag: &str, args: &[&str], limit: Duration) -> (String,
     }
     let mut ca = a.clone();
     ca.push("127.0.0.1");
-    let client = command(prog, &ca).spawn().unwrap();
+    let client = command(prog, &ca)
+        .envs(env.iter().copied())
+        .spawn()
+        .unwrap();
     let c = finish(client, limit, &format!("{prog} client"));
     let s = finish(server, limit, &format!("{prog} server"));
     let (st, ct) = (text(&s), text(&c));
@@ -142,6 +156,50 @@ fn pingpong(prog: &str, extra: &[&str], iters: u32) {
 #[test]
 fn ibv_rc_pingpong() {
     pingpong("ibv_rc_pingpong", &[], 500);
+}
+
+/// `ROCE_PORT`: both processes on another UDP port than 4791 (as beside
+/// a kernel RoCE device, which holds 4791 on every address), each saying
+/// so (`ROCE_LOG`).
+#[test]
+fn ibv_rc_pingpong_on_another_udp_port() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let env = [("ROCE_PORT", port.as_str()), ("ROCE_LOG", "1")];
+    let args = ["-d", "roce_lo", "-g", "0", "-n", "100"];
+    let (s, c) = pair_env(
+        "ibv_rc_pingpong",
+        "-p",
+        &args,
+        Duration::from_secs(60),
+        &env,
+    );
+    let said = format!("UDP port {port}");
+    for out in [&s, &c] {
+        assert!(out.contains("100 iters in") && out.contains(&said), "{out}");
+    }
+}
+
+/// A bad `ROCE_PORT` fails `ibv_open_device`, saying why.
+#[test]
+fn a_bad_roce_port_is_refused() {
+    if !have("ibv_devinfo") {
+        return;
+    }
+    let child = command("ibv_devinfo", &["-d", "roce_lo"])
+        .env("ROCE_PORT", "0")
+        .spawn()
+        .unwrap();
+    let o = finish(child, Duration::from_secs(30), "ibv_devinfo");
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("ROCE_PORT=0"), "{t}");
 }
 
 #[test]
