@@ -1,8 +1,9 @@
 #!/bin/bash
 # Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
 # `roce perf --perftest` against perftest's eight tools (also with -R), `roce rping` and
-# `roce udaddy` against librdmacm's rping and udaddy, and loss cases, on a real RoCE peer,
-# both roles, each case captured and every ICRC checked with
+# `roce udaddy` against librdmacm's rping and udaddy, the same unmodified pingpong and
+# perftest programs on our side over the drop-in libibverbs (`roce exec`), and loss cases,
+# on a real RoCE peer, both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
 #
 #   bash interop/run.sh                     # the rxe lab (interop/lab), VM vmA
@@ -27,6 +28,9 @@
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
 #   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_FLAGS [lines "tool flags": -a, -q 4,
 #               -b, -D cases over TCP, -q with -R; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
+#   DROPIN_PINGPONG [rc uc ud srq]  DROPIN_PERFTEST [the eight]: the same Debian tools on our side
+#               under `roce exec` (the drop-in libibverbs); '' skips.  DROPIN_LOSSES [0 1] (% loss
+#               on the peer's egress; 0 = none)  DROPIN_LOSS_PINGPONG [rc srq] (UC, UD: no recovery)
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -43,7 +47,7 @@ HOST_IP=${HOST_IP:-10.77.0.1}
 PEER_IP=${PEER_IP:-10.77.0.11}
 CAP_IF=${CAP_IF:-tap0}
 ROCE=${ROCE:-$HERE/../target/release/roce}
-TRANSPORTS=${TRANSPORTS:-rc uc ud srq}
+TRANSPORTS=${TRANSPORTS-rc uc ud srq}
 ROLES=${ROLES:-our-client our-server}
 ITERS=${ITERS:-20}
 SRQ_QPS=${SRQ_QPS:-4}
@@ -96,6 +100,17 @@ peer_wait() {
         wait "$1"
     fi
 }
+
+# peer_run CMD: runs CMD on the peer and waits (its output on stdout).
+PEER_IF=${PEER_IF:-eth0}
+peer_run() {
+    if [ "$PEER_MODE" = lab ]; then
+        TIMEOUT=120 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"
+    else
+        ssh -o BatchMode=yes "$PEER_SSH" "$1"
+    fi
+}
+netem_off() { peer_run "tc qdisc del dev $PEER_IF root 2>/dev/null; true" >/dev/null 2>&1; }
 
 if [ "$PEER_MODE" = lab ]; then
     bash "$LAB_DIR/net.sh" up >/dev/null 2>&1
@@ -168,7 +183,7 @@ run_case_once() {
         # server: a refused connection exchanged nothing, so try again.
         for try in 1 2 3 4 5 6; do
             nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
-            [ $rc_ours -ne 0 ] && grep -q 'Connection refused' "$case_dir/ours.log" || break
+            [ $rc_ours -ne 0 ] && grep -qE "Connection refused|Couldn't connect" "$case_dir/ours.log" || break
             sleep 5
         done
         peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
@@ -422,22 +437,92 @@ for role in $UDADDY_ROLES; do
         "$(tail -1 "$case_dir/inspect.txt"); UD datagrams=$ud"
 done
 
+# --- Debian's unmodified tools on our side, over the drop-in libibverbs (roce exec) ----------
+# The same rdma-core and perftest binaries on both ends: the peer's over its kernel device,
+# ours under `roce exec` (crates/roce-ibverbs) on the device that holds HOST_IP. Both
+# roles, each case captured and every ICRC checked, then again with the peer's egress under
+# `tc netem loss L%` (DROPIN_LOSSES; our side has no loss of its own, its tools being
+# unmodified). UC and UD have no recovery, so under loss only DROPIN_LOSS_PINGPONG (rc srq)
+# run. A case passes when both tools exit 0, every ICRC is valid and the capture holds RoCE
+# traffic both ways (pingpong: both sides validate the data with -c; perftest: a result row).
+DROPIN_PINGPONG=${DROPIN_PINGPONG-rc uc ud srq}
+DROPIN_PERFTEST=${DROPIN_PERFTEST-write_bw read_bw send_bw atomic_bw write_lat send_lat read_lat atomic_lat}
+DROPIN_LOSSES=${DROPIN_LOSSES-0 1}
+DROPIN_LOSS_PINGPONG=${DROPIN_LOSS_PINGPONG-rc srq}
+# Our device: roce_<the interface holding HOST_IP> (roce_br0 in the lab).
+OUR_IF=$(nsx ip -o -4 addr show | awk -v ip="$HOST_IP" '{split($4, a, "/")} a[1] == ip {print $2; exit}')
+OUR_DEV=roce_${OUR_IF:-?}
+ours_exec=("$ROCE" exec --devices "$OUR_DEV" --addr "$HOST_IP" --)
+flows_of() { awk '/^flow/{f=1;next} f&&NF==0{f=0} f{n++} END{print n+0}' "$1"; }
+for loss in $DROPIN_LOSSES; do
+    if [ "$loss" != 0 ]; then
+        if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${loss}%" >"$OUT/dropin-netem-$loss.log" 2>&1; then
+            echo "cannot apply netem on the peer (see $OUT/dropin-netem-$loss.log); drop-in loss cases skipped" >&2
+            break
+        fi
+        trap 'netem_off; cleanup' EXIT
+        pingpongs=$DROPIN_LOSS_PINGPONG; tag="loss=$loss%"
+    else
+        pingpongs=$DROPIN_PINGPONG; tag=""
+    fi
+    for t in $pingpongs; do
+        size=${SIZE:-$([ "$t" = ud ] && echo 1024 || echo 4096)}
+        qflag=""; [ "$t" = srq ] && qflag="-q $SRQ_QPS"
+        tool="ibv_${t}_pingpong"
+        for role in $ROLES; do
+            N=$((N + 1)); port=$((PORT_BASE + N))
+            case_dir="$OUT/dropin-loss$loss-$t-$role"
+            common="-p $port -s $size -n $ITERS $qflag $CHK"
+            theirs_srv="timeout $CASE_TIMEOUT $tool -d $(peer_dev) -g $(peer_gidx) $common"
+            theirs_cli="$theirs_srv $HOST_IP"
+            ours_srv=("${ours_exec[@]}" "$tool" -d "$OUR_DEV" -g 0 $common)
+            ours_cli=("${ours_srv[@]}" "$PEER_IP")
+            run_case "$role" "$case_dir" "udp port 4791 or tcp port $port" 5
+            flows=$(flows_of "$case_dir/inspect.txt")
+            res=PASS
+            if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ "$flows" -lt 2 ]; then
+                res=FAIL; FAILS=$((FAILS + 1))
+            fi
+            printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$tool exec $tag" "$dir" "$t" "$size" "$res" \
+                "$(figures "$case_dir/theirs.log") [rc=$rc_theirs]" \
+                "$(figures "$case_dir/ours.log") [rc=$rc_ours]" \
+                "$(tail -1 "$case_dir/inspect.txt"); flows=$flows [rc=$rc_insp]"
+        done
+    done
+    for tool in $DROPIN_PERFTEST; do
+        for role in $ROLES; do
+            N=$((N + 1)); port=$((PORT_BASE + N))
+            case_dir="$OUT/dropin-loss$loss-$tool-$role"
+            pf="-n 200 -p $port"
+            case $tool in *_bw) [ "$tool" = atomic_bw ] || pf="$pf -s 4096" ;; esac
+            # Under loss a 16-message window: go-back-N resends whole windows.
+            [ "$loss" != 0 ] && case $tool in *_bw) pf="$pf -t 16" ;; esac
+            theirs_srv="timeout $CASE_TIMEOUT ib_$tool -d $(peer_dev) -x $(peer_gidx) -F $pf"
+            theirs_cli="$theirs_srv $HOST_IP"
+            ours_srv=("${ours_exec[@]}" "ib_$tool" -d "$OUR_DEV" -x 0 -F $pf)
+            ours_cli=("${ours_srv[@]}" "$PEER_IP")
+            run_case "$role" "$case_dir" "udp port 4791 or tcp port $port" 5
+            rt=$(row "$case_dir/theirs.log"); ro=$(row "$case_dir/ours.log")
+            flows=$(flows_of "$case_dir/inspect.txt")
+            res=PASS
+            if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$rt$ro" ] \
+                || [ "$flows" -lt 2 ]; then
+                res=FAIL; FAILS=$((FAILS + 1))
+            fi
+            printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_$tool exec $tag" "$dir" rc - "$res" \
+                "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" "$(tail -1 "$case_dir/inspect.txt"); flows=$flows [rc=$rc_insp]"
+        done
+    done
+    [ "$loss" != 0 ] && netem_off
+done
+
 # --- recovery across implementations: loss, duplication, reordering ----------------------
 # The peer's egress gets `tc netem loss L duplicate 1%` (its qdisc, on the interface the peer
 # runs RoCE on: PEER_IF [eth0]); ours gets the same through `--faults` (the host kernel may
 # lack sch_netem) plus 2 % reordering. Cases: rping with -V in both roles (data checked by
 # both clients) and perftest's BW tools in both roles. LOSSES='' skips them.
 LOSSES=${LOSSES-1 5}
-PEER_IF=${PEER_IF:-eth0}
 LOSS_OPS=${LOSS_OPS:-write read send}
-peer_run() {
-    if [ "$PEER_MODE" = lab ]; then
-        TIMEOUT=120 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"
-    else
-        ssh -o BatchMode=yes "$PEER_SSH" "$1"
-    fi
-}
-netem_off() { peer_run "tc qdisc del dev $PEER_IF root 2>/dev/null; true" >/dev/null 2>&1; }
 for loss in $LOSSES; do
     if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${loss}% duplicate 1%" \
         >"$OUT/netem-$loss.log" 2>&1; then
