@@ -10,7 +10,14 @@
 #
 #   cargo build --release -p roce-cli && bash interop/side-by-side.sh
 #
-# Variables: LAB_DIR [interop/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
+# Then (WHAT=dropin, or both by default) the same Debian perftest binaries twice in the
+# same VM and boot: over rxe, and over this stack's drop-in libibverbs.so.1 (copied into the
+# share, on LD_LIBRARY_PATH), server and client in the VM each time, alternating, ROUNDS
+# rounds. Over rxe they run on the VM's address ($IP, -d $DEV -x $GIDX); over the library
+# on loopback (-d roce_lo -x 0: the server takes 127.0.0.1, the client 127.0.0.2) with
+# ROCE_PORT=4792, since rxe holds UDP port 4791 on every address of the VM.
+#
+# Variables: WHAT [roce-perf dropin], ROUNDS [3] (dropin), LAB_DIR [interop/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
 # SHARE [$LAB/run/$PEER: the directory the VM sees as /lab],
 # DURATION [5] seconds per BW test, ITERS [2000] latency samples,
 # ROCE [target/release/roce], PEER_IP [10.77.0.11] (the VM's address). Our side uses UDP port 4792 on 127.0.0.1/2
@@ -25,6 +32,8 @@ DURATION=${DURATION:-5}
 ITERS=${ITERS:-2000}
 ROCE=${ROCE:-$HERE/../target/release/roce}
 PEER_IP=${PEER_IP:-10.77.0.11}
+WHAT=${WHAT:-roce-perf dropin}
+ROUNDS=${ROUNDS:-3}
 [ -x "$ROCE" ] || { echo "no roce binary at $ROCE" >&2; exit 2; }
 
 bash "$LAB_DIR/net.sh" up >/dev/null 2>&1
@@ -33,7 +42,12 @@ if ! TIMEOUT=60 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
 fi
 cp "$ROCE" "$SHARE/roce-side-by-side"
 # The bench binary (cargo bench -p roce-io --bench udp_ceiling --no-run).
-CEIL=$(ls -t "$HERE"/../target/release/deps/udp_ceiling-* 2>/dev/null | grep -v '\.d$' | head -1)
+CEIL=
+for f in "$HERE"/../target/release/deps/udp_ceiling-*; do   # the newest build of it
+    case $f in *.d) continue ;; esac
+    [ -x "$f" ] || continue
+    if [ -z "$CEIL" ] || [ "$f" -nt "$CEIL" ]; then CEIL=$f; fi
+done
 [ -n "$CEIL" ] && cp "$CEIL" "$SHARE/udp-ceiling"
 
 run() { TIMEOUT=300 bash "$LAB_DIR/peer.sh" exec "$PEER" "$1"; }
@@ -61,8 +75,6 @@ lat_row() { # perftest latency table -> "t_typical us"
     awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/{v=$5} END{print v}'
 }
 
-echo "perftest over rxe vs roce perf over this stack, inside $PEER ($(run 'uname -r'), emulated CPU)"
-printf '%-22s %-14s %-14s %-16s %-10s %s\n' test rxe+perftest "roce perf" "in process" "UDP floor" unit
 # A run that prints no table (or perftest's "inf" when it misreads the emulated
 # CPU's clock) is tried up to three times. Raw outputs go to $LOGS.
 LOGS=${LOGS:-/tmp/side-by-side-logs}; mkdir -p "$LOGS"
@@ -75,18 +87,53 @@ measure() { # name, parser, command...: the figure, retried if missing
     done
     echo "$v"
 }
-w_rxe=$(measure rxe-write-bw bw_row pair 18701 "ib_write_bw $P -s 65536 -D $DURATION --report_gbits")
-w_us=$(measure ours-write-bw bw_row ours "write-bw -s 65536 -D $DURATION --report_gbits")
-w_in=$(measure ours-fabric-write-bw bw_row in_process "write-bw -s 65536 -D $DURATION --report_gbits")
-printf '%-22s %-14s %-14s %-16s %-10s %s\n' "write-bw -s 65536" "$w_rxe" "$w_us" "$w_in" - "Gb/s (BW average)"
-s_rxe=$(measure rxe-send-lat lat_row pair 18702 "ib_send_lat $P -s 2 -n $ITERS")
-s_us=$(measure ours-send-lat lat_row ours "send-lat -s 2 -n $ITERS")
-s_in=$(measure ours-fabric-send-lat lat_row in_process "send-lat -s 2 -n $ITERS")
-floor=$(udp_floor)
-printf '%-22s %-14s %-14s %-16s %-10s %s\n' "send-lat -s 2" "$s_rxe" "$s_us" "$s_in" "${floor:--}" "us (t_typical)"
-r_rxe=$(measure rxe-read-lat lat_row pair 18703 "ib_read_lat $P -s 2 -n $ITERS")
-r_us=$(measure ours-read-lat lat_row ours "read-lat -s 2 -n $ITERS")
-r_in=$(measure ours-fabric-read-lat lat_row in_process "read-lat -s 2 -n $ITERS")
-# A READ's figure is a whole round trip: twice the ping-pong's half.
-r_floor=$(awk -v f="${floor:-}" 'BEGIN { if (f != "") printf "%.2f", 2 * f }')
-printf '%-22s %-14s %-14s %-16s %-10s %s\n' "read-lat -s 2" "$r_rxe" "$r_us" "$r_in" "${r_floor:--}" "us (t_typical)"
+want() { case " $WHAT " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if want roce-perf; then
+    echo "perftest over rxe vs roce perf over this stack, inside $PEER ($(run 'uname -r'), emulated CPU)"
+    printf '%-22s %-14s %-14s %-16s %-10s %s\n' test rxe+perftest "roce perf" "in process" "UDP floor" unit
+    w_rxe=$(measure rxe-write-bw bw_row pair 18701 "ib_write_bw $P -s 65536 -D $DURATION --report_gbits")
+    w_us=$(measure ours-write-bw bw_row ours "write-bw -s 65536 -D $DURATION --report_gbits")
+    w_in=$(measure ours-fabric-write-bw bw_row in_process "write-bw -s 65536 -D $DURATION --report_gbits")
+    printf '%-22s %-14s %-14s %-16s %-10s %s\n' "write-bw -s 65536" "$w_rxe" "$w_us" "$w_in" - "Gb/s (BW average)"
+    s_rxe=$(measure rxe-send-lat lat_row pair 18702 "ib_send_lat $P -s 2 -n $ITERS")
+    s_us=$(measure ours-send-lat lat_row ours "send-lat -s 2 -n $ITERS")
+    s_in=$(measure ours-fabric-send-lat lat_row in_process "send-lat -s 2 -n $ITERS")
+    floor=$(udp_floor)
+    printf '%-22s %-14s %-14s %-16s %-10s %s\n' "send-lat -s 2" "$s_rxe" "$s_us" "$s_in" "${floor:--}" "us (t_typical)"
+    r_rxe=$(measure rxe-read-lat lat_row pair 18703 "ib_read_lat $P -s 2 -n $ITERS")
+    r_us=$(measure ours-read-lat lat_row ours "read-lat -s 2 -n $ITERS")
+    r_in=$(measure ours-fabric-read-lat lat_row in_process "read-lat -s 2 -n $ITERS")
+    # A READ's figure is a whole round trip: twice the ping-pong's half.
+    r_floor=$(awk -v f="${floor:-}" 'BEGIN { if (f != "") printf "%.2f", 2 * f }')
+    printf '%-22s %-14s %-14s %-16s %-10s %s\n' "read-lat -s 2" "$r_rxe" "$r_us" "$r_in" "${r_floor:--}" "us (t_typical)"
+fi
+
+if want dropin; then
+    # The library (and whatever else roce exec puts beside it) into the share.
+    LIBDIR=$("$ROCE" exec --print-path) || { echo "no drop-in library (cargo build --release -p roce-cli)" >&2; exit 2; }
+    mkdir -p "$SHARE/dropin"
+    cp -L "$LIBDIR"/*.so.1 "$SHARE/dropin/"
+    D="env LD_LIBRARY_PATH=/lab/dropin ROCE_DEVICES=lo ROCE_PORT=4792"
+    PD="-d roce_lo -x 0 -F"
+    dpair() { # port, command: server and client over the library on the VM's loopback
+        run "$D timeout 120 $2 -p $1 > /tmp/sbs.srv 2>&1 &
+             for i in \$(seq 60); do ss -ltn | grep -q ':$1 ' && break; sleep 0.5; done
+             $D timeout 120 $2 -p $1 127.0.0.1; wait"
+    }
+    echo
+    echo "Debian's perftest over rxe vs the same binaries over the drop-in libibverbs, inside $PEER, alternating"
+    printf '%-6s %-22s %-12s %-12s %s\n' round test rxe drop-in unit
+    port=18800
+    for r in $(seq "$ROUNDS"); do
+        for t in "ib_write_bw -s 65536 -D $DURATION|bw_row|MB/s (BW average)" \
+                 "ib_send_lat -s 2 -n $ITERS|lat_row|us (t_typical)" \
+                 "ib_read_lat -s 2 -n $ITERS|lat_row|us (t_typical)"; do
+            cmd=${t%%|*}; rest=${t#*|}; parse=${rest%%|*}; unit=${rest#*|}
+            name=$(echo "$cmd" | cut -d' ' -f1)
+            port=$((port + 1)); a=$(measure "dropin-rxe-$name.$r" "$parse" pair "$port" "$cmd $P")
+            port=$((port + 1)); b=$(measure "dropin-lib-$name.$r" "$parse" dpair "$port" "$cmd $PD")
+            printf '%-6s %-22s %-12s %-12s %s\n' "$r" "${cmd% -[Dn] *}" "${a:--}" "${b:--}" "$unit"
+        done
+    done
+fi
