@@ -30,6 +30,7 @@ fn main() {
         let target = match kind {
             "fn" | "data" => format!("roce_abi_{name}"),
             "stub" => "roce_abi_unsupported".to_string(),
+            "enosys" => "roce_abi_enosys".to_string(),
             _ => panic!("symbols.txt: unknown kind in {line:?}"),
         };
         defsyms.push(format!("{name}={target}"));
@@ -45,9 +46,12 @@ fn main() {
         for n in names {
             let _ = writeln!(script, "    {n};");
         }
+        // Each library's nodes inherit its previous one (IBVERBS_1.1
+        // from IBVERBS_1.0, RDMACM_1.1 from RDMACM_1.0); the private node
+        // stands alone, as in rdma-core's maps.
+        let family = node.rsplit_once('_').map_or(node.as_str(), |(f, _)| f);
         match &prev {
-            // The private node stands alone, as in rdma-core's map.
-            Some(p) if !node.contains("PRIVATE") => {
+            Some(p) if !node.contains("PRIVATE") && p.starts_with(&format!("{family}_")) => {
                 let _ = writeln!(script, "}} {p};");
             }
             _ => script.push_str("};\n"),

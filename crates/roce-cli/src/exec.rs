@@ -1,12 +1,14 @@
 //! `roce exec -- PROGRAM [ARGS...]`: runs an unmodified RDMA program on
 //! this stack, with the drop-in `libibverbs.so.1` (crates/roce-ibverbs)
-//! found first by the dynamic loader (`docs/dropin.md`).
+//! and `librdmacm.so.1` (crates/roce-rdmacm) found first by the dynamic
+//! loader (`docs/dropin.md`).
 //!
-//! The library is built beside the `roce` binary (`target/release/
-//! libibverbs.so`, as cargo names the cdylib); the loader looks for
-//! `libibverbs.so.1`, so `roce exec` keeps a directory holding that name
-//! as a link to it, and puts the directory first on `LD_LIBRARY_PATH`.
-//! The options become the library's environment variables.
+//! The libraries are built beside the `roce` binary (`target/release/
+//! libibverbs.so`, as cargo names a cdylib); the loader looks for
+//! `libibverbs.so.1` and `librdmacm.so.1`, so `roce exec` keeps a
+//! directory holding those names as links to them, and puts the
+//! directory first on `LD_LIBRARY_PATH`. The options become the
+//! library's environment variables.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -53,61 +55,71 @@ pub(crate) struct ExecArgs {
     program: Vec<OsString>,
 }
 
-/// Where the library is: `ROCE_LIB_DIR`, else beside this executable;
-/// and that directory.
-fn library() -> Result<(PathBuf, PathBuf), String> {
-    let dir = match std::env::var_os("ROCE_LIB_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => std::env::current_exe()
+/// The libraries `roce exec` puts in place, by the name cargo gives
+/// their files (`<name>.so`); the loader looks for `<name>.so.1`.
+const LIBRARIES: [&str; 2] = ["libibverbs", "librdmacm"];
+
+/// Where the libraries are: `ROCE_LIB_DIR`, else beside this executable.
+fn library_dir() -> Result<PathBuf, String> {
+    match std::env::var_os("ROCE_LIB_DIR") {
+        Some(d) => Ok(PathBuf::from(d)),
+        None => Ok(std::env::current_exe()
             .map_err(|e| format!("cannot find this executable: {e}"))?
             .parent()
             .map(Path::to_path_buf)
-            .unwrap_or_default(),
-    };
+            .unwrap_or_default()),
+    }
+}
+
+/// The current file of library `name` in `dir`.
+fn library(dir: &Path, name: &str) -> Result<PathBuf, String> {
     // Cargo builds the library of a dependency in `deps/` and copies it
-    // beside the binaries only when roce-ibverbs itself is built: the
-    // newer of the two is the current one.
+    // beside the binaries only when its own crate is built: the newer
+    // of the two is the current one.
     let newest = [
-        dir.join("libibverbs.so"),
-        dir.join("deps").join("libibverbs.so"),
-        dir.join("libibverbs.so.1"),
+        dir.join(format!("{name}.so")),
+        dir.join("deps").join(format!("{name}.so")),
+        dir.join(format!("{name}.so.1")),
     ]
     .into_iter()
     .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
     .max_by_key(|(t, _)| *t);
-    if let Some((_, p)) = newest {
-        return Ok((dir, p));
+    match newest {
+        Some((_, p)) => Ok(p),
+        None => Err(format!(
+            "no {name}.so in {} (build it with `cargo build --release -p roce-cli`, or set ROCE_LIB_DIR)",
+            dir.display()
+        )),
     }
-    Err(format!(
-        "no libibverbs.so in {} (build it with `cargo build --release -p roce-ibverbs`, or set ROCE_LIB_DIR)",
-        dir.display()
-    ))
 }
 
-/// The directory holding `libibverbs.so.1` → the library: beside it when
-/// writable, else in the temporary directory. The link is replaced
-/// atomically, so concurrent `roce exec`s never see it missing.
-fn dropin_dir(dir: &Path, lib: &Path) -> Result<PathBuf, String> {
-    let target = lib
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", lib.display()))?;
+/// The directory holding `<name>.so.1` → each library: beside them when
+/// writable, else in the temporary directory. The links are replaced
+/// atomically, so concurrent `roce exec`s never see one missing.
+fn dropin_dir(dir: &Path) -> Result<PathBuf, String> {
+    let mut targets = Vec::new();
+    for name in LIBRARIES {
+        let lib = library(dir, name)?;
+        let t = lib
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", lib.display()))?;
+        targets.push((format!("{name}.so.1"), t));
+    }
     let uid = nix::unistd::getuid();
     let mut tried = Vec::new();
     for base in [
-        Some(dir.join("roce-dropin")),
-        Some(std::env::temp_dir().join(format!("roce-dropin-{uid}"))),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let link = base.join("libibverbs.so.1");
-        if std::fs::read_link(&link).is_ok_and(|t| t == target) {
-            return Ok(base);
-        }
-        let made = std::fs::create_dir_all(&base).and_then(|()| {
-            let tmp = base.join(format!(".libibverbs.so.1.{}", std::process::id()));
+        dir.join("roce-dropin"),
+        std::env::temp_dir().join(format!("roce-dropin-{uid}")),
+    ] {
+        let made = targets.iter().try_for_each(|(soname, target)| {
+            let link = base.join(soname);
+            if std::fs::read_link(&link).is_ok_and(|t| t == *target) {
+                return Ok(());
+            }
+            std::fs::create_dir_all(&base)?;
+            let tmp = base.join(format!(".{soname}.{}", std::process::id()));
             let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp)?;
+            std::os::unix::fs::symlink(target, &tmp)?;
             std::fs::rename(&tmp, &link)
         });
         match made {
@@ -123,7 +135,7 @@ fn dropin_dir(dir: &Path, lib: &Path) -> Result<PathBuf, String> {
 
 /// Runs `roce exec`; returns only on failure.
 pub(crate) fn run(args: &ExecArgs) -> i32 {
-    let dir = match library().and_then(|(d, l)| dropin_dir(&d, &l)) {
+    let dir = match library_dir().and_then(|d| dropin_dir(&d)) {
         Ok(d) => d,
         Err(e) => return crate::fail("exec", false, &e, 2),
     };

@@ -38,12 +38,34 @@ use roce_wire::Qpn;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CmId(pub u32);
 
+impl CmId {
+    /// The rdma_cm source port an active connection (or SIDR request)
+    /// announces in its private-data header: derived from the ID, in
+    /// the range the kernel's ephemeral ports use (0x8000 and up).
+    pub fn source_port(self) -> u16 {
+        0x8000 | (self.0 as u16 & 0x7fff)
+    }
+}
+
 /// A listener: the service ID it serves (rdma_cm's TCP port space for
 /// connections, UDP port space for UD service resolution).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ListenId(pub u64);
 
 impl ListenId {
+    /// The listener of `port` in rdma_cm's TCP port space (connections)
+    /// or, with `udp`, its UDP port space (UD service resolution): what
+    /// `Device::cm_listen` / `Device::cm_listen_ud` return for it.
+    pub fn for_port(udp: bool, port: u16) -> ListenId {
+        use roce_wire::cm::{ip_service_id, port_space};
+        let space = if udp {
+            port_space::UDP
+        } else {
+            port_space::TCP
+        };
+        ListenId(ip_service_id(space, port))
+    }
+
     /// The rdma_cm port.
     pub fn port(&self) -> u16 {
         self.0 as u16

@@ -63,6 +63,9 @@ pub(crate) struct Context {
     /// PDs, CQs, channels and QPs still alive: `ibv_close_device` does
     /// not check (rdma-core does not either), but `ibv_dealloc_pd` does.
     pub(crate) children: AtomicUsize,
+    /// librdmacm's map of this context's connections (`cm::dispatch`),
+    /// made when librdmacm first uses the context.
+    pub(crate) cm: std::sync::OnceLock<Arc<Mutex<crate::cm::Table>>>,
 }
 
 impl Context {
@@ -227,8 +230,8 @@ fn open_on(
 }
 
 /// Opens the engine, moving along 127/8 when the loopback address is
-/// taken and the program did not ask for one.
-fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
+/// taken and nobody asked for one (`at`, or `ROCE_ADDR` without it).
+fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, IpAddr)> {
     let backend = config::backend().map_err(|m| {
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
@@ -241,10 +244,13 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
     })?;
-    let asked = config::addr().map_err(|m| {
-        eprintln!("libibverbs (roce): {m}");
-        libc::EINVAL
-    })?;
+    let asked = match at {
+        Some(a) => Some(a),
+        None => config::addr().map_err(|m| {
+            eprintln!("libibverbs (roce): {m}");
+            libc::EINVAL
+        })?,
+    };
     let first = match asked.or_else(|| first_addr(dev)) {
         Some(a) => a,
         None => return Err(libc::ENODEV),
@@ -291,8 +297,10 @@ fn open_engine(dev: &Device) -> Res<(roce_verbs::Context, IpAddr)> {
     }
 }
 
-fn new_context(dev: &'static Device) -> Res<*mut ibv_context> {
-    let (verbs, local) = open_engine(dev)?;
+/// Opens a context of `dev` on `at` (librdmacm binding an address), or
+/// where `ibv_open_device` would.
+pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
+    let (verbs, local) = open_engine(dev, at)?;
     let efd = Arc::new(eventfd()?);
     verbs.set_event_notifier(counting(&efd));
     let mtu = if dev.info.interface().loopback {
@@ -326,6 +334,7 @@ fn new_context(dev: &'static Device) -> Res<*mut ibv_context> {
         async_efd: efd,
         objects: Mutex::new(Objects::default()),
         children: AtomicUsize::new(0),
+        cm: std::sync::OnceLock::new(),
     });
     Ok(Box::leak(ctx).ibv())
 }
@@ -333,7 +342,7 @@ fn new_context(dev: &'static Device) -> Res<*mut ibv_context> {
 export! {
     /// `ibv_open_device`.
     fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-        ptr_ret(|| new_context(device::from_ptr(dev)?))
+        ptr_ret(|| new_context(device::from_ptr(dev)?, None))
     }
 }
 

@@ -15,6 +15,7 @@
 pub mod abi;
 #[macro_use]
 mod ffi;
+mod cm;
 mod config;
 mod context;
 mod cq;

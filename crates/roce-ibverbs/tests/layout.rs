@@ -1,23 +1,25 @@
-//! Every structure of `abi` against rdma-core's own header: a C program
-//! compiled against `<infiniband/verbs.h>` prints `sizeof`, `_Alignof`
-//! and each field's `offsetof` and `sizeof`; they must equal what Rust
-//! computes for the same names (`abi::layout::TYPES`).
+//! Every structure of `abi` against rdma-core's own headers: a C program
+//! compiled against `<infiniband/verbs.h>` (and one against
+//! `<rdma/rdma_cma.h>`) prints `sizeof`, `_Alignof` and each field's
+//! `offsetof` and `sizeof`; they must equal what Rust computes for the
+//! same names (`abi::layout::TYPES`, `abi::layout::CM_TYPES`).
 //!
-//! Needs a C compiler and Debian's `libibverbs-dev` (`.ci/run` installs
-//! it). Without the header the test says so and passes, unless
-//! `ROCE_REQUIRE_C_HEADERS` is set (as `.ci/run` does), when it fails.
+//! Needs a C compiler and Debian's `libibverbs-dev` and `librdmacm-dev`
+//! (`.ci/run` installs them). Without a header the test says so and
+//! passes, unless `ROCE_REQUIRE_C_HEADERS` is set (as `.ci/run` does),
+//! when it fails.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 
-use ibverbs::abi::layout::TYPES;
+use ibverbs::abi::layout::{Type, CM_TYPES, TYPES};
 
-fn c_program() -> String {
-    let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+fn c_program(include: &str, types: &[Type]) -> String {
+    let mut c = format!(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <{include}>\nint main(void) {{\n"
     );
-    for t in TYPES {
+    for t in types {
         let _ = writeln!(
             c,
             "  printf(\"{0} %zu %zu\\n\", sizeof({0}), _Alignof({0}));",
@@ -35,9 +37,9 @@ fn c_program() -> String {
     c
 }
 
-fn rust_table() -> String {
+fn rust_table(types: &[Type]) -> String {
     let mut s = String::new();
-    for t in TYPES {
+    for t in types {
         let _ = writeln!(s, "{} {} {}", t.c_name, t.size, t.align);
         for f in t.fields {
             let _ = writeln!(s, "{}.{} {} {}", t.c_name, f.path, f.offset, f.size);
@@ -46,26 +48,28 @@ fn rust_table() -> String {
     s
 }
 
-#[test]
-fn every_structure_matches_rdma_core_header() {
-    let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
+/// The C side's table for `types` from `include`, or None (test
+/// skipped) when the header is not installed.
+fn c_table(include: &str, package: &str, types: &[Type]) -> Option<String> {
+    let header = std::path::Path::new("/usr/include").join(include);
     if !header.exists() {
         assert!(
             std::env::var_os("ROCE_REQUIRE_C_HEADERS").is_none(),
-            "{} is missing (apt-get install libibverbs-dev)",
+            "{} is missing (apt-get install {package})",
             header.display()
         );
         eprintln!(
-            "skipped: {} is missing (apt-get install libibverbs-dev)",
+            "skipped: {} is missing (apt-get install {package})",
             header.display()
         );
-        return;
+        return None;
     }
+    let name = include.replace(['/', '.'], "_");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("layout");
     std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("layout.c");
-    let exe = dir.join("layout");
-    std::fs::write(&src, c_program()).unwrap();
+    let src = dir.join(format!("{name}.c"));
+    let exe = dir.join(name);
+    std::fs::write(&src, c_program(include, types)).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .arg("-o")
@@ -80,8 +84,12 @@ fn every_structure_matches_rdma_core_header() {
     );
     let run = Command::new(&exe).output().unwrap();
     assert!(run.status.success());
-    let c = String::from_utf8(run.stdout).unwrap();
-    let rust = rust_table();
+    Some(String::from_utf8(run.stdout).unwrap())
+}
+
+/// Compares the two tables line by line.
+fn assert_same(c: &str, types: &[Type]) {
+    let rust = rust_table(types);
     let diffs: Vec<String> = c
         .lines()
         .zip(rust.lines())
@@ -90,6 +98,14 @@ fn every_structure_matches_rdma_core_header() {
         .collect();
     assert_eq!(c.lines().count(), rust.lines().count());
     assert!(diffs.is_empty(), "layout differs:\n{}", diffs.join("\n"));
+}
+
+#[test]
+fn every_structure_matches_rdma_core_header() {
+    let Some(c) = c_table("infiniband/verbs.h", "libibverbs-dev", TYPES) else {
+        return;
+    };
+    assert_same(&c, TYPES);
     // The sizes the drop-in issue names, as a cross-check of the table.
     for (name, size) in [
         ("struct ibv_context", 328),
@@ -100,6 +116,22 @@ fn every_structure_matches_rdma_core_header() {
         ("struct ibv_wc", 48),
         ("struct ibv_send_wr", 128),
     ] {
+        let line = format!("{name} {size} ");
+        assert!(
+            c.lines().any(|l| l.starts_with(&line)),
+            "{name} is not {size} bytes"
+        );
+    }
+}
+
+#[test]
+fn every_rdma_cm_structure_matches_rdma_core_header() {
+    let Some(c) = c_table("rdma/rdma_cma.h", "librdmacm-dev", CM_TYPES) else {
+        return;
+    };
+    assert_same(&c, CM_TYPES);
+    // The sizes the librdmacm issue names, as a cross-check.
+    for (name, size) in [("struct rdma_cm_id", 416), ("struct rdma_cm_event", 80)] {
         let line = format!("{name} {size} ");
         assert!(
             c.lines().any(|l| l.starts_with(&line)),

@@ -126,7 +126,7 @@ fn give_up(shared: &Shared, id: CmId) -> Option<CmEvent> {
 
 /// Brings a fresh RC QP to INIT (the state the CM needs) if it is in
 /// RESET.
-fn to_init(qp: &QueuePair) -> Result<(), Error> {
+pub(crate) fn to_init(qp: &QueuePair) -> Result<(), Error> {
     if qp.qp_type() != QpType::Rc {
         return Err(Error::InvalidArgument("rdma_cm connects RC QPs"));
     }

@@ -116,6 +116,7 @@
 #![deny(unsafe_code)]
 
 mod cm;
+mod cm_sink;
 mod connect;
 mod context;
 mod cq;
@@ -136,6 +137,7 @@ mod shared;
 mod srq;
 
 pub use cm::{CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
+pub use cm_sink::{CmSink, PortSpace};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
@@ -148,7 +150,7 @@ pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
-pub use roce_core::cm::{ConnParam, ConnRequest, UdRequest};
+pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
 pub use shared::Notifier;
 pub use srq::SharedReceiveQueue;
 

@@ -363,6 +363,10 @@ pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared)
     } = core;
     let mut queued = false;
     while let Some(e) = dev.poll_cm_event() {
+        if let Some(sink) = shared.cm_sink.get() {
+            sink(e);
+            continue;
+        }
         if !cm_dropped.contains(&e.id()) {
             let mut q = lock(&shared.cm_events);
             if q.len() >= crate::shared::MAX_CM_EVENTS {

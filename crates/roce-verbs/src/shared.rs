@@ -187,6 +187,9 @@ pub(crate) struct Shared {
     /// Connection manager events, taken by the handle they concern.
     pub(crate) cm_events: Mutex<VecDeque<roce_core::cm::CmEvent>>,
     pub(crate) cm_cv: Condvar,
+    /// Where CM events go instead of `cm_events`, once set
+    /// ([`Context::set_cm_sink`](crate::Context::set_cm_sink)).
+    pub(crate) cm_sink: OnceLock<crate::cm_sink::CmSink>,
     /// Where the idle progress thread sleeps when the backend has a
     /// descriptor: it wakes on an arriving datagram.
     #[cfg(target_os = "linux")]
@@ -254,6 +257,7 @@ impl Shared {
             event_notifier: OnceLock::new(),
             cm_events: Mutex::new(VecDeque::new()),
             cm_cv: Condvar::new(),
+            cm_sink: OnceLock::new(),
             #[cfg(target_os = "linux")]
             sleeper,
             in_sleep: AtomicBool::new(false),

@@ -522,7 +522,7 @@ fn cma_private(
     user: &[u8],
 ) -> Result<(), VerbsError> {
     let cma = CmaHeader {
-        src_port: 0x8000 | (id as u16 & 0x7fff),
+        src_port: CmId(id).source_port(),
         src: local,
         dst,
     };

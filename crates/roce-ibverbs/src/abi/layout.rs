@@ -660,3 +660,138 @@ pub const TYPES: &[Type] = &[
         }
     ),
 ];
+
+/// Every C type of `<rdma/rdma_cma.h>` (and `<infiniband/sa.h>`) this
+/// library shares with programs (`abi::cm`).
+pub const CM_TYPES: &[Type] = &[
+    ty!("struct rdma_ib_addr", rdma_ib_addr { sgid, dgid, pkey }),
+    ty!("struct rdma_addr", rdma_addr {}, extra: [
+        Field { path: "src_addr", offset: offset_of!(rdma_addr, src), size: size_of::<libc::sockaddr>() },
+        Field { path: "src_sin", offset: offset_of!(rdma_addr, src), size: size_of::<libc::sockaddr_in>() },
+        Field { path: "src_sin6", offset: offset_of!(rdma_addr, src), size: size_of::<libc::sockaddr_in6>() },
+        Field { path: "src_storage", offset: offset_of!(rdma_addr, src), size: size_of::<libc::sockaddr_storage>() },
+        Field { path: "dst_addr", offset: offset_of!(rdma_addr, dst), size: size_of::<libc::sockaddr>() },
+        Field { path: "dst_sin", offset: offset_of!(rdma_addr, dst), size: size_of::<libc::sockaddr_in>() },
+        Field { path: "dst_sin6", offset: offset_of!(rdma_addr, dst), size: size_of::<libc::sockaddr_in6>() },
+        Field { path: "dst_storage", offset: offset_of!(rdma_addr, dst), size: size_of::<libc::sockaddr_storage>() },
+        nested!("addr.ibaddr.sgid", rdma_addr, ibaddr, rdma_ib_addr, sgid),
+        nested!("addr.ibaddr.dgid", rdma_addr, ibaddr, rdma_ib_addr, dgid),
+        nested!("addr.ibaddr.pkey", rdma_addr, ibaddr, rdma_ib_addr, pkey),
+    ]),
+    ty!(
+        "struct ibv_sa_path_rec",
+        ibv_sa_path_rec {
+            dgid,
+            sgid,
+            dlid,
+            slid,
+            raw_traffic,
+            flow_label,
+            hop_limit,
+            traffic_class,
+            reversible,
+            numb_path,
+            pkey,
+            sl,
+            mtu_selector,
+            mtu,
+            rate_selector,
+            rate,
+            packet_life_time_selector,
+            packet_life_time,
+            preference,
+        }
+    ),
+    ty!(
+        "struct rdma_route",
+        rdma_route {
+            addr,
+            path_rec,
+            num_paths
+        }
+    ),
+    ty!("struct rdma_event_channel", rdma_event_channel { fd }),
+    ty!(
+        "struct rdma_cm_id",
+        rdma_cm_id {
+            verbs,
+            channel,
+            context,
+            qp,
+            route,
+            ps,
+            port_num,
+            event,
+            send_cq_channel,
+            send_cq,
+            recv_cq_channel,
+            recv_cq,
+            srq,
+            pd,
+            qp_type,
+        }
+    ),
+    ty!(
+        "struct rdma_conn_param",
+        rdma_conn_param {
+            private_data,
+            private_data_len,
+            responder_resources,
+            initiator_depth,
+            flow_control,
+            retry_count,
+            rnr_retry_count,
+            srq,
+            qp_num,
+        }
+    ),
+    ty!(
+        "struct rdma_ud_param",
+        rdma_ud_param {
+            private_data,
+            private_data_len,
+            ah_attr,
+            qp_num,
+            qkey
+        }
+    ),
+    ty!("struct rdma_cm_event", rdma_cm_event { id, listen_id, event, status }, extra: [
+        nested!("param.conn.private_data", rdma_cm_event, param, rdma_conn_param, private_data),
+        nested!("param.conn.private_data_len", rdma_cm_event, param, rdma_conn_param, private_data_len),
+        nested!("param.conn.responder_resources", rdma_cm_event, param, rdma_conn_param, responder_resources),
+        nested!("param.conn.initiator_depth", rdma_cm_event, param, rdma_conn_param, initiator_depth),
+        nested!("param.conn.qp_num", rdma_cm_event, param, rdma_conn_param, qp_num),
+        nested!("param.ud.private_data_len", rdma_cm_event, param, rdma_ud_param, private_data_len),
+        nested!("param.ud.ah_attr", rdma_cm_event, param, rdma_ud_param, ah_attr),
+        nested!("param.ud.qp_num", rdma_cm_event, param, rdma_ud_param, qp_num),
+        nested!("param.ud.qkey", rdma_cm_event, param, rdma_ud_param, qkey),
+    ]),
+    ty!(
+        "struct rdma_addrinfo",
+        rdma_addrinfo {
+            ai_flags,
+            ai_family,
+            ai_qp_type,
+            ai_port_space,
+            ai_src_len,
+            ai_dst_len,
+            ai_src_addr,
+            ai_dst_addr,
+            ai_src_canonname,
+            ai_dst_canonname,
+            ai_route_len,
+            ai_route,
+            ai_connect_len,
+            ai_connect,
+            ai_next,
+        }
+    ),
+    ty!(
+        "struct rdma_cm_join_mc_attr_ex",
+        rdma_cm_join_mc_attr_ex {
+            comp_mask,
+            join_flags,
+            addr
+        }
+    ),
+];

@@ -15,12 +15,14 @@
 
 #![allow(non_camel_case_types, non_snake_case, missing_docs)]
 
+pub mod cm;
 pub(crate) mod consts;
 mod context;
 pub mod layout;
 mod objects;
 mod post;
 
+pub use cm::*;
 pub use context::*;
 pub use objects::*;
 pub use post::*;

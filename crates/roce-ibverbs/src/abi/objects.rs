@@ -172,6 +172,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,

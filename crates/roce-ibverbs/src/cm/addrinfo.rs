@@ -1,0 +1,163 @@
+//! `rdma_getaddrinfo` / `rdma_freeaddrinfo`: host and service names to
+//! the addresses `rdma_create_ep` takes. Names resolve as
+//! `getaddrinfo(3)` resolves them; the route is the IP one, so no path
+//! records are returned.
+
+use std::ffi::CStr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::os::raw::{c_char, c_int};
+
+use super::id::to_sockaddr;
+use crate::abi::consts::{IBV_QPT_RC, IBV_QPT_UD};
+use crate::abi::*;
+use crate::ffi::{arg_mut, Res};
+
+/// One answer: the C view first, then the addresses it points to.
+#[repr(C)]
+struct Info {
+    c: rdma_addrinfo,
+    src: rdma_sockaddr,
+    dst: rdma_sockaddr,
+}
+
+fn len_of(a: SocketAddr) -> libc::socklen_t {
+    (match a {
+        SocketAddr::V4(_) => size_of::<libc::sockaddr_in>(),
+        SocketAddr::V6(_) => size_of::<libc::sockaddr_in6>(),
+    }) as libc::socklen_t
+}
+
+/// A C string argument, or None for NULL.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string.
+unsafe fn text<'a>(p: *const c_char) -> Res<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(Some).map_err(|_| libc::EINVAL)
+}
+
+/// The port of a service: a number, or a name from the services
+/// database.
+fn port_of(service: &str) -> Res<u16> {
+    if let Ok(p) = service.parse::<u16>() {
+        return Ok(p);
+    }
+    let name = std::ffi::CString::new(service).map_err(|_| libc::EINVAL)?;
+    // SAFETY: a NUL-terminated name and protocol; the result is read at
+    // once (getservbyname's static buffer, as getaddrinfo uses it).
+    let s = unsafe { libc::getservbyname(name.as_ptr(), c"tcp".as_ptr()) };
+    // SAFETY: NULL or a valid servent.
+    match unsafe { s.as_ref() } {
+        Some(s) => Ok(u16::from_be(s.s_port as u16)),
+        None => Err(libc::ENOENT),
+    }
+}
+
+/// The first address of `node` of the family asked for.
+fn resolve(node: &str, port: u16, family: c_int, numeric: bool) -> Res<SocketAddr> {
+    if let Ok(ip) = node.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    if numeric {
+        return Err(libc::EINVAL);
+    }
+    let addrs = (node, port)
+        .to_socket_addrs()
+        .map_err(|_| libc::EADDRNOTAVAIL)?;
+    addrs
+        .into_iter()
+        .find(|a| match family {
+            libc::AF_INET => a.is_ipv4(),
+            libc::AF_INET6 => a.is_ipv6(),
+            _ => true,
+        })
+        .ok_or(libc::EADDRNOTAVAIL)
+}
+
+export! {
+    /// `rdma_getaddrinfo`: one answer. Passive (`RAI_PASSIVE`): the
+    /// source address (the node's, or the wildcard); active: the
+    /// destination, and the hints' source address if they give one.
+    fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int {
+        super::rc(|| {
+            // SAFETY: the program's out pointer and strings.
+            let (out, node, service) = unsafe { (arg_mut(res)?, text(node)?, text(service)?) };
+            // SAFETY: NULL or the program's hints.
+            let h = unsafe { hints.as_ref() };
+            let flags = h.map_or(0, |h| h.ai_flags);
+            let family = h.map_or(0, |h| h.ai_family);
+            let qp_type = h.map_or(0, |h| h.ai_qp_type);
+            let space = h.map_or(0, |h| h.ai_port_space);
+            if node.is_none() && service.is_none() {
+                return Err(libc::EINVAL);
+            }
+            let port = service.map(port_of).transpose()?.unwrap_or(0);
+            let passive = flags & rai::PASSIVE != 0;
+            let any = if family == libc::AF_INET6 {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            };
+            let addr = match node {
+                Some(n) => resolve(n, port, family, flags & rai::NUMERICHOST != 0)?,
+                None if passive => SocketAddr::new(any, port),
+                None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
+            };
+            // SAFETY: calloc of one Info (all-zero is valid for it).
+            let info = unsafe { libc::calloc(1, size_of::<Info>()) }.cast::<Info>();
+            if info.is_null() {
+                return Err(libc::ENOMEM);
+            }
+            // SAFETY: the allocation just made.
+            let i = unsafe { &mut *info };
+            let qp_type = if qp_type == 0 { IBV_QPT_RC as c_int } else { qp_type };
+            i.c.ai_flags = flags;
+            i.c.ai_family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+            i.c.ai_qp_type = qp_type;
+            i.c.ai_port_space = if space != 0 {
+                space
+            } else if qp_type == IBV_QPT_UD as c_int {
+                ps::UDP as c_int
+            } else {
+                ps::TCP as c_int
+            };
+            if passive {
+                i.src = to_sockaddr(addr);
+                i.c.ai_src_len = len_of(addr);
+                i.c.ai_src_addr = (&raw mut i.src).cast();
+            } else {
+                i.dst = to_sockaddr(addr);
+                i.c.ai_dst_len = len_of(addr);
+                i.c.ai_dst_addr = (&raw mut i.dst).cast();
+                if let Some(h) = h.filter(|h| !h.ai_src_addr.is_null()) {
+                    // SAFETY: the hints' source address.
+                    if let Ok(s) = unsafe { super::id::sockaddr_in(h.ai_src_addr) } {
+                        i.src = to_sockaddr(s);
+                        i.c.ai_src_len = len_of(s);
+                        i.c.ai_src_addr = (&raw mut i.src).cast();
+                    }
+                }
+            }
+            *out = info.cast();
+            Ok(())
+        })
+    }
+}
+
+export! {
+    /// `rdma_freeaddrinfo`.
+    fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+        let mut p = res;
+        while !p.is_null() {
+            // SAFETY: an answer of rdma_getaddrinfo (calloc'd Info).
+            let next = unsafe { (*p).ai_next };
+            // SAFETY: as above.
+            unsafe { libc::free(p.cast()) };
+            p = next;
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! librdmacm: rdma-core's RDMA connection manager API (`<rdma/rdma_cma.h>`,
+//! v44's symbols) over the engine's IB CM (`roce_verbs::Context::
+//! cm_connect_nowait` and its siblings), so that programs connect by IP
+//! address and port as they do over the kernel's rdma_cm.
+//!
+//! These functions live in this library, `libibverbs.so.1`, under
+//! librdmacm's version nodes (`RDMACM_1.0` ...); the `librdmacm.so.1`
+//! that programs load (crate `roce-rdmacm`) is a stub that defines those
+//! version nodes and needs this library, so the dynamic linker finds
+//! each `rdma_*@RDMACM_1.x` here. glibc moved libpthread into libc the
+//! same way. One library means one copy of the state: the contexts that
+//! `id->verbs` points to are the contexts of this library's verbs.
+//!
+//! The pieces:
+//! * `channel`: event channels (an eventfd programs poll) and events;
+//! * `id`: `rdma_cm_id`s, addresses, routes, options, devices;
+//! * `conn`: listen, connect, accept, reject, disconnect;
+//! * `qp`: the QPs, CQs and endpoints librdmacm makes for a program;
+//! * `dispatch`: the engine's CM events turned into `rdma_cm_event`s on
+//!   the channel of the id they concern;
+//! * `addrinfo`: `rdma_getaddrinfo`.
+//!
+//! The rsocket API (`rsocket`, `rsend` ...) is exported too, but not
+//! implemented: every call fails with `ENOSYS` (`symbols.txt`, kind
+//! `enosys`).
+//!
+//! How an id finds a context (`docs/dropin.md`): binding to an address
+//! opens (once per process) a context of the device that owns it, on
+//! that address; resolving a destination takes the source address the
+//! kernel's routing would use, and on loopback any loopback context of
+//! the process (a new one moves along 127/8 if 127.0.0.1 is taken, so a
+//! client and a server on one host each have their own). A listener
+//! bound to the wildcard address listens on a context of every device.
+
+mod addrinfo;
+mod channel;
+mod conn;
+mod dispatch;
+mod id;
+mod qp;
+
+use std::net::SocketAddr;
+use std::os::raw::c_int;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use roce_verbs::{CmId, ListenId};
+
+pub(crate) use channel::Channel;
+pub(crate) use dispatch::Table;
+
+use crate::abi::*;
+use crate::context::Context;
+use crate::ffi::Res;
+
+/// Locks a mutex, whatever a panicking holder left.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs a librdmacm call: 0 on success, or -1 with `errno` set (what
+/// rdma-core's `ERR()` returns), never a panic into C.
+pub(crate) fn rc(f: impl FnOnce() -> Res<()>) -> c_int {
+    crate::ffi::minus_one(|| f().map(|()| 0))
+}
+
+/// Where an id is in its life (rdma_cm's states, reduced to what the
+/// calls check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Created, or bound to an address.
+    Idle,
+    /// `rdma_resolve_addr` done.
+    AddrResolved,
+    /// `rdma_resolve_route` done.
+    RouteResolved,
+    /// `rdma_listen` done.
+    Listening,
+    /// A request received (the id of a CONNECT_REQUEST event).
+    Requested,
+    /// `rdma_connect` or `rdma_accept` sent, waiting for the peer.
+    Connecting,
+    /// ESTABLISHED delivered.
+    Connected,
+    /// DISCONNECTED, REJECTED or UNREACHABLE delivered (or disconnect
+    /// called): the connection is over.
+    Closed,
+}
+
+/// What librdmacm keeps beside the C view of an id.
+pub(crate) struct IdState {
+    pub(crate) state: State,
+    /// Where its events go (the program's channel, or a private one for a
+    /// synchronous id).
+    pub(crate) channel: Arc<Channel>,
+    /// The bound or resolved local address and port.
+    pub(crate) local: Option<SocketAddr>,
+    /// The destination (`rdma_resolve_addr`) or the requester.
+    pub(crate) peer: Option<SocketAddr>,
+    /// The engine's connection (or SIDR exchange).
+    pub(crate) conn: Option<CmId>,
+    /// What it listens on: a context and the engine's listener for each.
+    pub(crate) listens: Vec<(*mut ibv_context, ListenId)>,
+    /// The path record `route.path_rec` points to.
+    pub(crate) path: Box<ibv_sa_path_rec>,
+    /// What `rdma_create_qp` made for the program, to destroy with the QP.
+    pub(crate) own_cqs: bool,
+    pub(crate) own_pd: bool,
+    /// `rdma_create_ep`/`rdma_get_request`: the QP attributes to create a
+    /// QP with on each request (a passive endpoint's).
+    pub(crate) ep_qp_attr: Option<ibv_qp_init_attr>,
+    /// Set options.
+    pub(crate) tos: u8,
+    pub(crate) ack_timeout: u8,
+    /// The initiator depth and responder resources of the request or
+    /// `rdma_accept`, for `rdma_init_qp_attr`.
+    pub(crate) depths: (u8, u8),
+}
+
+/// One `rdma_cm_id`: the C view first (programs hold a pointer to it and
+/// read its fields), then the library's state.
+#[repr(C)]
+pub(crate) struct Id {
+    /// The C view: programs read and write its fields (`context`, and
+    /// `rdma_verbs.h` reads `qp`, `pd`, the CQs ...), so Rust only
+    /// reaches it through the raw pointer [`Id::c`].
+    cview: std::cell::UnsafeCell<rdma_cm_id>,
+    /// A synchronous id (created without a channel): calls wait for
+    /// their outcome.
+    pub(crate) sync: bool,
+    pub(crate) st: Mutex<IdState>,
+}
+
+// SAFETY: the raw pointers in the C view and the state name objects
+// owned by the program or this library, used under the rules of the
+// verbs API (an object is not destroyed while another thread uses it);
+// the state is behind a mutex.
+unsafe impl Send for Id {}
+// SAFETY: as above.
+unsafe impl Sync for Id {}
+
+impl Id {
+    /// The id behind a program's pointer.
+    ///
+    /// # Safety
+    /// `p` must be NULL or an id this library created and not destroyed.
+    pub(crate) unsafe fn from_ptr<'a>(p: *mut rdma_cm_id) -> Res<&'a Id> {
+        // SAFETY: `c` is the first field of the repr(C) Id.
+        unsafe { crate::ffi::arg(p.cast::<Id>()) }
+    }
+
+    /// The C view (the pointer programs hold).
+    pub(crate) fn c(&self) -> *mut rdma_cm_id {
+        self.cview.get()
+    }
+
+    pub(crate) fn st(&self) -> MutexGuard<'_, IdState> {
+        lock(&self.st)
+    }
+
+    /// The context the id is bound to, if any.
+    pub(crate) fn ctx(&self) -> Res<&Context> {
+        // SAFETY: `verbs` is NULL or a context of this library, kept open
+        // for the process (see `id::context_for`); the program does not
+        // write it.
+        unsafe { Context::from_ptr((*self.c()).verbs) }
+    }
+}
