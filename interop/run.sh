@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2206 # flag strings ($pf, $qflag, $CHK ...) become words of a command on purpose
 # Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
 # `roce perf --perftest` against perftest's eight tools (also with -R), `roce rping` and
 # `roce udaddy` against librdmacm's rping and udaddy, the same unmodified pingpong and
@@ -80,7 +81,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- the peer -------------------------------------------------------------------------
+# In the lab, $DEV and $GIDX expand in the guest (hence single quotes).
+# shellcheck disable=SC2016
 peer_dev() { if [ "$PEER_MODE" = lab ]; then echo '$DEV'; else echo "${PEER_DEV:?set PEER_DEV}"; fi; }
+# shellcheck disable=SC2016
 peer_gidx() { if [ "$PEER_MODE" = lab ]; then echo '$GIDX'; else echo "${PEER_GIDX:?set PEER_GIDX}"; fi; }
 
 # peer_bg CMD LOG: starts CMD on the peer, its output to LOG; prints a handle.
@@ -183,7 +187,9 @@ run_case_once() {
         # server: a refused connection exchanged nothing, so try again.
         for try in 1 2 3 4 5 6; do
             nsx timeout "$CASE_TIMEOUT" "${ours_cli[@]}" >"$case_dir/ours.log" 2>&1; rc_ours=$?
-            [ $rc_ours -ne 0 ] && grep -qE "Connection refused|Couldn't connect" "$case_dir/ours.log" || break
+            if [ "$rc_ours" -eq 0 ] || ! grep -qE "Connection refused|Couldn't connect" "$case_dir/ours.log"; then
+                break
+            fi
             sleep 5
         done
         peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
@@ -193,7 +199,7 @@ run_case_once() {
         op=$!; BG_PIDS+=("$op"); sleep 1
         h=$(peer_bg "$theirs_cli" "$case_dir/theirs.log")
         peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
-        if [ $rc_theirs -ne 0 ]; then
+        if [ "$rc_theirs" -ne 0 ]; then
             # Their client failed (bad flags, a crash): give our server 10 s
             # to notice, then stop it instead of waiting for the case timeout.
             for _ in $(seq 10); do kill -0 "$op" 2>/dev/null || break; sleep 1; done
@@ -228,7 +234,7 @@ for t in $TRANSPORTS; do
         insp=$(tail -1 "$case_dir/inspect.txt")
         flows=$(awk '/^flow/{f=1;next} f&&NF==0{f=0} f{n++} END{print n+0}' "$case_dir/inspect.txt")
         res=PASS
-        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ "$flows" -lt 2 ]; then
+        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ "$flows" -lt 2 ]; then
             res=FAIL; FAILS=$((FAILS + 1))
         fi
         printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$tool" "$dir" "$t" "$size" "$res" \
@@ -265,7 +271,7 @@ for role in $RPING_ROLES; do
     cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
     po=$(pings "$case_dir/ours.log" "$want_ours"); pt=$(pings "$case_dir/theirs.log" "$want_theirs")
     res=PASS
-    if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] \
+    if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] \
         || [ "$po" -ne "$RPING_COUNT" ] || [ "$pt" -ne "$RPING_COUNT" ] || [ "$cm" -lt 5 ]; then
         res=FAIL; FAILS=$((FAILS + 1))
     fi
@@ -285,8 +291,8 @@ if [ -n "$RPING_ROLES" ]; then
     peer_wait "$h" "$case_dir/theirs.log"; rc_theirs=$?
     kill "$op" 2>/dev/null; wait "$op" 2>/dev/null
     res=PASS
-    if [ $rc_ours -ne 1 ] || ! grep -q "connection refused" "$case_dir/ours.log" \
-        || [ $rc_theirs -eq 0 ] || ! grep -q "REJECTED, error 8" "$case_dir/theirs.log"; then
+    if [ "$rc_ours" -ne 1 ] || ! grep -q "connection refused" "$case_dir/ours.log" \
+        || [ "$rc_theirs" -eq 0 ] || ! grep -q "REJECTED, error 8" "$case_dir/theirs.log"; then
         res=FAIL; FAILS=$((FAILS + 1))
     fi
     printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' rping refused rc - "$res" \
@@ -311,7 +317,7 @@ for tool in $PERFTEST_TOOLS; do
         rt=$(grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$case_dir/theirs.log" | tail -1 | tr -s ' \t' ' ' | cut -c1-42)
         ro=$(grep -E "^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+" "$case_dir/ours.log" | tail -1 | tr -s ' \t' ' ' | cut -c1-42)
         res=PASS
-        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$rt$ro" ]; then
+        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$rt$ro" ]; then
             res=FAIL; FAILS=$((FAILS + 1))
         fi
         printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "ib_$tool" "$dir" rc - "$res" \
@@ -374,7 +380,7 @@ while read -r tool flags <&3; do
         want=1; case " $flags " in *" -a "*) want=23 ;; esac
         nr=$(rows "$cl")
         res=PASS
-        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$ct" ] \
+        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$ct" ] \
             || [ "$ct" != "$co" ] || [ "$nr" -ne "$want" ]; then
             res=FAIL; FAILS=$((FAILS + 1))
         fi
@@ -408,7 +414,7 @@ for tool in $PERFTEST_CM_TOOLS; do
             *) rt=$(echo "$rt" | cut -d' ' -f1-2); ro=$(echo "$ro" | cut -d' ' -f1-2)
                ct=${rt:-$ro}; co=${ro:-$rt} ;;
         esac
-        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$ct" ] \
+        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$ct" ] \
             || [ "$ct" != "$co" ] || [ "$cm" -lt 6 ]; then
             res=FAIL; FAILS=$((FAILS + 1))
         fi
@@ -427,7 +433,7 @@ for role in $UDADDY_ROLES; do
     run_case "$role" "$case_dir" "udp port 4791" 5
     ud=$(grep -c "UD SEND_ONLY_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
     res=PASS
-    if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ "$ud" -ne 20 ] \
+    if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ "$ud" -ne 20 ] \
         || ! grep -q "data transfers complete" "$case_dir/theirs.log"; then
         res=FAIL; FAILS=$((FAILS + 1))
     fi
@@ -555,7 +561,7 @@ for loss in $LOSSES; do
             run_case "$role" "$case_dir" "udp port 4791" 5
             insp=$(tail -1 "$case_dir/inspect.txt")
             res=PASS
-            if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ]; then
+            if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ]; then
                 res=FAIL; FAILS=$((FAILS + 1))
             fi
             their_fig=$(grep -E "^ *[0-9]+ +[0-9]+ " "$case_dir/theirs.log" | tail -1 | tr -s ' ' | cut -c1-40)
