@@ -229,6 +229,28 @@ fn open_on(
     o.open()
 }
 
+/// Whether `a` is an address of `dev` (for loopback: any loopback address).
+fn owns(dev: &Device, a: IpAddr) -> bool {
+    if dev.info.interface().loopback {
+        a.to_canonical().is_loopback()
+    } else {
+        dev.info.gids().contains(&a)
+    }
+}
+
+/// Whether another listed device owns `a`. `ROCE_ADDR` names the address
+/// of one device; a program that opens every device (librdmacm's listen
+/// on the wildcard address does) opens the others on their own
+/// addresses, instead of taking that address a second time (loopback
+/// took it and the device it belongs to then found it in use). An address
+/// no device owns still fails to open, as asked.
+fn owned_by_another(dev: &Device, a: IpAddr) -> bool {
+    device::current().is_ok_and(|all| {
+        all.iter()
+            .any(|d| d.info.name() != dev.info.name() && owns(d, a))
+    })
+}
+
 /// Opens the engine, moving along 127/8 when the loopback address is
 /// taken and nobody asked for one (`at`, or `ROCE_ADDR` without it).
 fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, IpAddr)> {
@@ -246,10 +268,21 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
     })?;
     let asked = match at {
         Some(a) => Some(a),
-        None => config::addr().map_err(|m| {
-            eprintln!("libibverbs (roce): {m}");
-            libc::EINVAL
-        })?,
+        None => config::addr()
+            .map_err(|m| {
+                eprintln!("libibverbs (roce): {m}");
+                libc::EINVAL
+            })?
+            .filter(|&a| {
+                let elsewhere = !owns(dev, a) && owned_by_another(dev, a);
+                if elsewhere {
+                    log!(
+                        "ROCE_ADDR={a} is another device's: {} opens on its own",
+                        dev.info.name()
+                    );
+                }
+                !elsewhere
+            }),
     };
     let first = match asked.or_else(|| first_addr(dev)) {
         Some(a) => a,

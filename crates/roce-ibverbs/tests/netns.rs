@@ -200,3 +200,62 @@ fn write_bw_over_udp_between_namespaces() {
 fn write_bw_over_af_packet_between_namespaces() {
     write_bw("packet");
 }
+
+/// `udaddy`'s server listens on the wildcard address, which opens every
+/// device; with `ROCE_ADDR` naming the veth's address (as `roce exec
+/// --addr` does) the loopback device took that address first and the
+/// veth's own context then found it in use ("failure trying to listen:
+/// Address already in use"). Each device now opens on its own address
+/// unless `ROCE_ADDR` is one of its own.
+#[test]
+fn udaddy_server_on_every_device_with_roce_addr() {
+    if !have("udaddy") {
+        return;
+    }
+    let Some(libs) = common::dropin_with_rdmacm("dropin-netns-cm") else {
+        eprintln!("skipped: librdmacm.so was not built (cargo build -p roce-rdmacm)");
+        return;
+    };
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let args = ["-C", "10", "-S", "100"];
+    let s = lab
+        .command(&lab.a, &lab.va, "udp", "udaddy", &args)
+        .env("LD_LIBRARY_PATH", &libs)
+        .env_remove("ROCE_DEVICES")
+        .env("ROCE_ADDR", &lab.ip_a)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let mut ca = vec!["-s", lab.ip_a.as_str()];
+    ca.extend_from_slice(&args);
+    let c = finish(
+        lab.command(&lab.b, &lab.vb, "udp", "udaddy", &ca)
+            .env("LD_LIBRARY_PATH", &libs)
+            .spawn()
+            .unwrap(),
+        LIMIT,
+        "udaddy client",
+    );
+    let s = finish(s, LIMIT, "udaddy server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "server {:?}:\n{st}\nclient {:?}:\n{ct}",
+        s.status,
+        c.status
+    );
+    assert!(st.contains("data transfers complete"), "{st}");
+}

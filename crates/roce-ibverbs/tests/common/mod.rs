@@ -11,17 +11,36 @@ use std::time::{Duration, Instant};
 /// beside the binaries and the one in `deps/` (a stale copy can stay
 /// beside them when only a dependent crate was rebuilt).
 pub(crate) fn library() -> PathBuf {
+    built("libibverbs.so").unwrap_or_else(|| panic!("libibverbs.so was not built"))
+}
+
+/// The newest `file` (a cdylib's name) cargo built for this test profile,
+/// beside the binaries or in `deps/`; `None` when it was not built
+/// (`librdmacm.so` is roce-rdmacm's, built by `cargo test --workspace` or
+/// `cargo build -p roce-rdmacm`, not by this crate's tests alone).
+pub(crate) fn built(file: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().unwrap().parent().unwrap();
-    [
-        profile.join("libibverbs.so"),
-        profile.join("deps/libibverbs.so"),
-    ]
-    .into_iter()
-    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-    .max_by_key(|(t, _)| *t)
-    .map(|(_, p)| p)
-    .unwrap_or_else(|| panic!("libibverbs.so was not built in {}", profile.display()))
+    [profile.join(file), profile.join("deps").join(file)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
+}
+
+/// A directory like [`dropin`]'s also holding `librdmacm.so.1` (the
+/// drop-in librdmacm), or `None` when that was not built.
+pub(crate) fn dropin_with_rdmacm(name: &str) -> Option<PathBuf> {
+    let cm = built("librdmacm.so")?;
+    let dir = dropin(name);
+    let link = dir.join("librdmacm.so.1");
+    if std::fs::read_link(&link).ok() != Some(cm.clone()) {
+        let tmp = dir.join(format!(".cm.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&cm, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
+    }
+    Some(dir)
 }
 
 /// A directory (under the test's target tmpdir, named `name`) holding
@@ -51,9 +70,9 @@ pub(crate) fn have(prog: &str) -> bool {
     if !found {
         assert!(
             std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed (apt-get install ibverbs-utils perftest)"
+            "{prog} is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)"
         );
-        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils perftest)");
+        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)");
     }
     found
 }
