@@ -259,3 +259,68 @@ fn udaddy_server_on_every_device_with_roce_addr() {
     );
     assert!(st.contains("data transfers complete"), "{st}");
 }
+
+/// librdmacm's synchronous examples: `rdma_server` and `rdma_client`
+/// (`rdma_getaddrinfo`, `rdma_create_ep` with QP attributes whose type
+/// they leave zero, `rdma_get_request`, `rdma_accept`/`rdma_connect`, a
+/// SEND each way). `rdma_create_ep` must take the QP type from the
+/// address answer, as librdmacm does; it kept the zero and creating the
+/// QP failed (`rdma_create_ep: Operation not supported` on the client,
+/// `rdma_get_request: Operation not supported` on the server).
+#[test]
+fn rdma_server_and_rdma_client_between_namespaces() {
+    if !have("rdma_server") {
+        return;
+    }
+    let Some(libs) = common::dropin_with_rdmacm("dropin-netns-cm") else {
+        eprintln!("skipped: librdmacm.so was not built (cargo build -p roce-rdmacm)");
+        return;
+    };
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let port = common::free_port().to_string();
+    let s = lab
+        .command(&lab.a, &lab.va, "udp", "rdma_server", &["-p", &port])
+        .env("LD_LIBRARY_PATH", &libs)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let c = finish(
+        lab.command(
+            &lab.b,
+            &lab.vb,
+            "udp",
+            "rdma_client",
+            &["-s", &lab.ip_a, "-p", &port],
+        )
+        .env("LD_LIBRARY_PATH", &libs)
+        .spawn()
+        .unwrap(),
+        LIMIT,
+        "rdma_client",
+    );
+    let s = finish(s, LIMIT, "rdma_server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "server {:?}:\n{st}\nclient {:?}:\n{ct}",
+        s.status,
+        c.status
+    );
+    assert!(
+        st.contains("rdma_server: end 0") && ct.contains("rdma_client: end 0"),
+        "{st}{ct}"
+    );
+}

@@ -350,8 +350,13 @@ export! {
                     bind(i, unsafe { sockaddr_in(r.ai_src_addr)? })?;
                     // SAFETY: the id's C view.
                     unsafe { (*i.c()).pd = pd };
-                    // SAFETY: the program's attributes (or NULL).
-                    i.st().ep_qp_attr = unsafe { attr.as_ref() }.copied();
+                    // SAFETY: the program's attributes (or NULL). The QP
+                    // type is the answer's, as librdmacm sets it (rdma-core's
+                    // rdma_server leaves it zero in its attributes).
+                    i.st().ep_qp_attr = unsafe { attr.as_ref() }.copied().map(|mut a| {
+                        a.qp_type = r.ai_qp_type as _;
+                        a
+                    });
                     return Ok(());
                 }
                 // SAFETY: the id and the program's addresses.
@@ -366,8 +371,11 @@ export! {
                     return Err(last_errno());
                 }
                 complete_ok(i);
-                // SAFETY: the program's attributes (or NULL).
+                // SAFETY: the program's attributes (or NULL): their QP type
+                // becomes the answer's, as librdmacm does (rdma_client
+                // leaves it zero).
                 if let Some(a) = unsafe { attr.as_mut() } {
+                    a.qp_type = r.ai_qp_type as _;
                     create_qp(i, pd, a)?;
                 }
                 Ok(())
