@@ -689,3 +689,88 @@ fn devinfo_shows_veth_mtus_and_gids() {
     let v: Value = serde_json::from_str(&devinfo(&lab.a, &["--json", "-d", &lab.va])).unwrap();
     assert_eq!(v["devices"][0]["state"], "PORT_DOWN", "{v}");
 }
+
+/// Debian's `ib_write_bw -R` on the drop-in libraries (`roce exec`) as
+/// server, `roce perf --perftest -R` as client. perftest opens the device
+/// itself, then listens through the RDMA CM on the same address: the
+/// CM's context shares the program's engine (the address's UDP port can
+/// be bound once; the CM's own open failed with "UDP port 4791 on ... is
+/// in use" and the server never listened). The client is `roce perf`,
+/// which retries while perftest's server is not yet listening for the
+/// data connection (Debian's perftest client does not: against a fast
+/// peer it gets REJ reason 8, docs/interop.md).
+#[test]
+fn dropin_perftest_over_rdma_cm_serves_roce_perf() {
+    let have = |p: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+    };
+    if !have("ib_write_bw") {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "ib_write_bw is not installed (apt-get install perftest)"
+        );
+        println!("skipped: ib_write_bw is not installed");
+        return;
+    }
+    let lab = lab_or_skip!();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let dev = format!("roce_{}", lab.va);
+    let flags = ["-s", "4096", "-n", "200", "-p", &port];
+    let server = Guard(
+        lab.a
+            .command(ROCE)
+            .args([
+                "exec",
+                "--addr",
+                &lab.ip_a,
+                "--",
+                "ib_write_bw",
+                "-R",
+                "-d",
+                &dev,
+            ])
+            .args(flags)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let client = Guard(
+        lab.b
+            .command(ROCE)
+            .args(["perf", "write-bw", "--perftest", "-R", "--bind", &lab.ip_b])
+            .args(flags)
+            .arg(&lab.ip_a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let c = client.wait_output(RUN_LIMIT).unwrap();
+    let s = server.wait_output(RUN_LIMIT).unwrap();
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "server {:?}:\n{st}\nclient {:?}:\n{ct}",
+        s.status,
+        c.status
+    );
+    assert!(
+        st.lines().any(|l| l.trim_start().starts_with("4096 ")),
+        "no result row:\n{st}"
+    );
+}

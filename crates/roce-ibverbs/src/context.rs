@@ -332,10 +332,53 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
 
 /// Opens a context of `dev` on `at` (librdmacm binding an address), or
 /// where `ibv_open_device` would.
+/// Contexts the program opened (`ibv_open_device`), by address: the
+/// RDMA CM opens its own context on an address, and where the program
+/// has one there it shares that context's engine, as the UDP port can be
+/// bound once (perftest with `-R` opens the device itself, then connects
+/// through the CM on the same address).
+static OPENED: Mutex<Vec<(IpAddr, Raw)>> = Mutex::new(Vec::new());
+
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let (verbs, local) = open_engine(dev, at)?;
+    build_context(dev, verbs, local, true)
+}
+
+/// A context for the RDMA CM on exactly `addr`: sharing the engine of a
+/// context the program opened there, else a new one.
+pub(crate) fn cm_context(dev: &'static Device, addr: IpAddr) -> Res<*mut ibv_context> {
+    let shared = {
+        let opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+        opened.iter().find(|(a, _)| *a == addr).map(|(_, Raw(p))| {
+            // SAFETY: listed while the program's context is open (removed
+            // by ibv_close_device before it is freed).
+            unsafe { &*(*p as *const Context) }.verbs.clone()
+        })
+    };
+    match shared {
+        Some(verbs) => {
+            log!(
+                "{} on {addr}: the CM shares the program's context",
+                dev.info.name()
+            );
+            build_context(dev, verbs, addr, false)
+        }
+        None => new_context(dev, Some(addr)),
+    }
+}
+
+/// The C context around an engine; `own` when the engine is this
+/// context's alone (its asynchronous events come to it).
+fn build_context(
+    dev: &'static Device,
+    verbs: roce_verbs::Context,
+    local: IpAddr,
+    own: bool,
+) -> Res<*mut ibv_context> {
     let efd = Arc::new(eventfd()?);
-    verbs.set_event_notifier(counting(&efd));
+    if own {
+        verbs.set_event_notifier(counting(&efd));
+    }
     let mtu = if dev.info.interface().loopback {
         4096
     } else {
@@ -375,7 +418,16 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
 export! {
     /// `ibv_open_device`.
     fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-        ptr_ret(|| new_context(device::from_ptr(dev)?, None))
+        ptr_ret(|| {
+            let ctx = new_context(device::from_ptr(dev)?, None)?;
+            // SAFETY: just made by this library.
+            let local = unsafe { Context::from_ptr(ctx)? }.local;
+            let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
+            // SAFETY: the Context holding the C view.
+            let whole = unsafe { ctx.byte_sub(off) } as *mut c_void;
+            OPENED.lock().unwrap_or_else(|p| p.into_inner()).push((local, Raw(whole)));
+            Ok(ctx)
+        })
     }
 }
 
@@ -388,8 +440,11 @@ export! {
             // SAFETY: the program passes a context it opened.
             unsafe { Context::from_ptr(ctx)? };
             let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
+            // SAFETY: as from_ptr: the Context holding the C view.
+            let whole = unsafe { ctx.byte_sub(off) } as *mut c_void;
+            OPENED.lock().unwrap_or_else(|p| p.into_inner()).retain(|(_, Raw(p))| *p != whole);
             // SAFETY: as from_ptr; the program gives up the context here.
-            let c = unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) };
+            let c = unsafe { Box::from_raw(whole as *mut Context) };
             log!("closing {} on {}", c.device.info.name(), c.local);
             // The last ACKs of destroyed QPs leave before the program,
             // which usually exits next, can end the process.

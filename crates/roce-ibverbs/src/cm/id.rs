@@ -13,7 +13,7 @@ use super::dispatch::table;
 use super::{lock, rc, Channel, Id, IdState, State};
 use crate::abi::*;
 use crate::config::log;
-use crate::context::{gid_of, mtu_enum, new_context, Context, Raw};
+use crate::context::{cm_context, gid_of, mtu_enum, new_context, Context, Raw};
 use crate::device;
 use crate::ffi::{arg_mut, ptr_ret, Res};
 
@@ -207,7 +207,7 @@ pub(crate) fn context_at(addr: IpAddr) -> Res<*mut ibv_context> {
         return Ok(c);
     }
     let dev = device_of(addr)?;
-    let ctx = new_context(dev, Some(addr))?;
+    let ctx = cm_context(dev, addr)?;
     remember(addr, ctx);
     Ok(ctx)
 }
