@@ -32,6 +32,8 @@
 #   DROPIN_PINGPONG [rc uc ud srq]  DROPIN_PERFTEST [the eight]: the same Debian tools on our side
 #               under `roce exec` (the drop-in libibverbs); '' skips.  DROPIN_LOSSES [0 1] (% loss
 #               on the peer's egress; 0 = none)  DROPIN_LOSS_PINGPONG [rc srq] (UC, UD: no recovery)
+#   DROPIN_CM   [rping udaddy ucmatose rdma_server write_bw_R]: librdmacm's tools on our side
+#               under `roce exec` (the drop-in librdmacm); '' skips
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -520,6 +522,57 @@ for loss in $DROPIN_LOSSES; do
         done
     done
     [ "$loss" != 0 ] && netem_off
+done
+
+# --- librdmacm's tools on our side, over the drop-in librdmacm (roce exec) ----------------
+# rping (-v -C 10: per ping SEND, READ, SEND, WRITE, SEND), udaddy (SIDR, then UD datagrams),
+# ucmatose (RC connection, SENDs), rdma_server/rdma_client (rdma_create_ep, one SEND each way)
+# and ib_write_bw -R, the same binary on both ends, both roles. A case passes when both exit 0,
+# the tool's own success lines are in both logs, the capture holds CM MADs and every ICRC is
+# valid. (Debian's perftest client with -R does not retry a connection its server is not yet
+# listening for: see docs/interop.md.)
+DROPIN_CM=${DROPIN_CM-rping udaddy ucmatose rdma_server write_bw_R}
+for c in $DROPIN_CM; do
+    for role in $ROLES; do
+        N=$((N + 1)); port=$((PORT_BASE + N))
+        case_dir="$OUT/dropin-cm-$c-$role"
+        # srv: the server's command; cli: the client's, @S@ standing for the server's address;
+        # ok_srv / ok_cli: a line each side must print (a count for rping).
+        case $c in
+        rping) srv="rping -s -a 0.0.0.0 -p $port -C $RPING_COUNT -v"
+               cli="rping -c -a @S@ -p $port -C $RPING_COUNT -v"
+               ok_srv="server ping data"; ok_cli="^ping data" ;;
+        udaddy) srv="udaddy -C 10 -S 100"; cli="udaddy -s @S@ -C 10 -S 100"   # port 7174
+               ok_srv="data transfers complete"; ok_cli=$ok_srv ;;
+        ucmatose) srv="ucmatose -C 10"; cli="ucmatose -s @S@ -C 10"          # port 7471
+               ok_srv="data transfers complete"; ok_cli=$ok_srv ;;
+        rdma_server) srv="rdma_server -p $port"; cli="rdma_client -s @S@ -p $port"
+               ok_srv="rdma_server: end 0"; ok_cli="rdma_client: end 0" ;;
+        write_bw_R) srv="ib_write_bw -R -s 4096 -n 200 -p $port"; cli="$srv @S@"
+               ok_srv="^ *4096 +200 "; ok_cli=$ok_srv ;;
+        *) echo "unknown DROPIN_CM case $c" >&2; continue ;;
+        esac
+        dev_t=""; dev_o=""
+        [ "$c" = write_bw_R ] && dev_t="-d $(peer_dev)" && dev_o="-d $OUR_DEV"
+        theirs_srv="timeout $CASE_TIMEOUT ${srv/ -R/ -R $dev_t}"
+        theirs_cli="timeout $CASE_TIMEOUT ${cli//@S@/$HOST_IP}"; theirs_cli=${theirs_cli/ -R/ -R $dev_t}
+        ours_srv=("${ours_exec[@]}" ${srv/ -R/ -R $dev_o})
+        c_o=${cli//@S@/$PEER_IP}
+        ours_cli=("${ours_exec[@]}" ${c_o/ -R/ -R $dev_o})
+        run_case "$role" "$case_dir" "udp port 4791" 8
+        if [ "$role" = our-client ]; then lo=$ok_cli; lt=$ok_srv; else lo=$ok_srv; lt=$ok_cli; fi
+        no=$(grep -cE "$lo" "$case_dir/ours.log" || true); nt=$(grep -cE "$lt" "$case_dir/theirs.log" || true)
+        want=1; [ "$c" = rping ] && want=$RPING_COUNT
+        cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
+        res=PASS
+        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ "$no" -lt "$want" ] \
+            || [ "$nt" -lt "$want" ] || [ "$cm" -lt 2 ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$c exec" "$dir" - - "$res" \
+            "$nt ok lines [rc=$rc_theirs]" "$no ok lines [rc=$rc_ours]" \
+            "$(tail -1 "$case_dir/inspect.txt"); CM MADs=$cm [rc=$rc_insp]"
+    done
 done
 
 # --- recovery across implementations: loss, duplication, reordering ----------------------
