@@ -154,11 +154,18 @@ figures() { # the tools' two result lines, joined
 # for the client's next message while the capture holds no DREQ from the client: the
 # DREQ was lost on a lossy link, and Linux's CM does not send it again once the tool
 # destroyed its ID (rping does right after rdma_disconnect), so no server can learn of
-# the disconnect. The retries are said on stderr and counted in DIR/clock-retries or
-# DIR/dreq-retries; the last run's result stands.
+# the disconnect; and, under loss (LOSSY=1), when with their server the peer's tool ended
+# well but ours did not while the capture ends with our retransmissions unanswered: the
+# peer's last ACK was lost and its tool, done, had destroyed the QP that would have
+# answered them (ibv_rc_pingpong's server exits as soon as it has everything). The retries
+# are said on stderr and counted in DIR/clock-retries, DIR/dreq-retries or
+# DIR/lastack-retries; the last run's result stands.
+last_packet() { # the last packet line of a roce inspect listing
+    grep -E "^[0-9]+ [0-9.]+ " "$1" 2>/dev/null | tail -n 1
+}
 run_case() {
     local try why msg
-    rm -f "$2/clock-retries" "$2/dreq-retries"
+    rm -f "$2/clock-retries" "$2/dreq-retries" "$2/lastack-retries"
     for try in 1 2 3; do
         run_case_once "$@"
         if grep -q "Can't produce a report" "$2/theirs.log" 2>/dev/null; then
@@ -167,6 +174,9 @@ run_case() {
             && grep -q "timed out waiting for a completion" "$2/ours.log" 2>/dev/null \
             && ! grep -qE " $PEER_IP:[0-9]+ > .* CM DREQ" "$2/inspect.txt" 2>/dev/null; then
             why=dreq msg="the peer's DREQ never reached the link (lost, and not resent)"
+        elif [ "${LOSSY:-0}" = 1 ] && [ "$1" = our-client ] && [ "$rc_theirs" -eq 0 ] \
+            && [ "$rc_ours" -ne 0 ] && last_packet "$2/inspect.txt" | grep -qE "^[0-9]+ [0-9.]+ $HOST_IP:[0-9]+ > $PEER_IP:4791 .* retx"; then
+            why=lastack msg="the peer's last ACK was lost and its tool had ended (our retransmissions unanswered)"
         else
             return 0
         fi
@@ -469,9 +479,9 @@ for loss in $DROPIN_LOSSES; do
             break
         fi
         trap 'netem_off; cleanup' EXIT
-        pingpongs=$DROPIN_LOSS_PINGPONG; tag="loss=$loss%"
+        pingpongs=$DROPIN_LOSS_PINGPONG; tag="loss=$loss%"; LOSSY=1
     else
-        pingpongs=$DROPIN_PINGPONG; tag=""
+        pingpongs=$DROPIN_PINGPONG; tag=""; LOSSY=0
     fi
     for t in $pingpongs; do
         size=${SIZE:-$([ "$t" = ud ] && echo 1024 || echo 4096)}
@@ -522,6 +532,7 @@ for loss in $DROPIN_LOSSES; do
         done
     done
     [ "$loss" != 0 ] && netem_off
+    LOSSY=0
 done
 
 # --- librdmacm's tools on our side, over the drop-in librdmacm (roce exec) ----------------
