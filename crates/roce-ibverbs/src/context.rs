@@ -66,6 +66,24 @@ pub(crate) struct Context {
     /// librdmacm's map of this context's connections (`cm::dispatch`),
     /// made when librdmacm first uses the context.
     pub(crate) cm: std::sync::OnceLock<Arc<Mutex<crate::cm::Table>>>,
+    /// librdmacm's ids use it: it stays open for the process (a
+    /// program's `ibv_close_device` only flushes it).
+    pub(crate) pinned: std::sync::atomic::AtomicBool,
+}
+
+/// Every open context, so that librdmacm can find the one on an address
+/// (a process can have only one per address: it holds UDP port 4791
+/// there). Programs like perftest open a context themselves and then
+/// use librdmacm on the same address.
+static LIVE: Mutex<Vec<Raw>> = Mutex::new(Vec::new());
+
+/// The open contexts (see `LIVE`).
+pub(crate) fn live() -> Vec<*mut ibv_context> {
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|Raw(p)| p.cast())
+        .collect()
 }
 
 impl Context {
@@ -319,8 +337,13 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         objects: Mutex::new(Objects::default()),
         children: AtomicUsize::new(0),
         cm: std::sync::OnceLock::new(),
+        pinned: std::sync::atomic::AtomicBool::new(false),
     });
-    Ok(Box::leak(ctx).ibv())
+    let p = Box::leak(ctx).ibv();
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Raw(p.cast()));
+    Ok(p)
 }
 
 export! {
@@ -337,7 +360,15 @@ export! {
     fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         errno_ret(|| {
             // SAFETY: the program passes a context it opened.
-            unsafe { Context::from_ptr(ctx)? };
+            let c = unsafe { Context::from_ptr(ctx)? };
+            if c.pinned.load(std::sync::atomic::Ordering::Acquire) {
+                // librdmacm's ids use it (see `pinned`).
+                c.verbs.flush();
+                return Ok(());
+            }
+            LIVE.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|Raw(p)| *p != ctx.cast());
             let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
             // SAFETY: as from_ptr; the program gives up the context here.
             let c = unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) };

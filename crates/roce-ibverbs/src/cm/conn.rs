@@ -133,6 +133,12 @@ export! {
                     }
                 }
             }
+            crate::config::log!(
+                "librdmacm: listening on port {} ({} device(s), {})",
+                local.port(),
+                done.len(),
+                if ud { "UDP port space" } else { "TCP port space" }
+            );
             let mut st = i.st();
             st.listens = done;
             st.state = State::Listening;
@@ -206,6 +212,7 @@ export! {
             }
             // SAFETY: the program's parameters (or NULL).
             let p = unsafe { param_of(param, ack) };
+            crate::config::log!("librdmacm: connecting from {} to {peer}", ctx.local);
             let conn = if is_ud(i) {
                 ctx.verbs
                     .cm_resolve_ud_nowait(peer.ip(), peer.port(), &p.private_data)

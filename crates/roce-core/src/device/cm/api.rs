@@ -44,6 +44,7 @@ impl Device {
         if self.cm.listeners.contains_key(&service) {
             return Err(VerbsError::Busy);
         }
+        self.cm.relisten.retain(|(s, _)| *s != service);
         self.cm
             .listeners
             .insert(service, (ListenId(service), backlog.clamp(1, MAX_CONNS)));
@@ -133,7 +134,9 @@ impl Device {
     /// [`Device::cm_abandon`]).
     pub fn cm_stop_listen(&mut self, l: ListenId) -> Vec<CmId> {
         // (The key is the service ID, which the ListenId carries.)
-        self.cm.listeners.remove(&l.0);
+        if self.cm.listeners.remove(&l.0).is_some() {
+            self.cm.listener_gone(l.0);
+        }
         self.cm
             .conns
             .iter()

@@ -91,6 +91,11 @@ impl Device {
             Some(l) => (0, Some(l)),
         };
         let Some(listen) = listen else {
+            if reason == rej_reason::INVALID_SERVICE_ID
+                && self.cm.hold_for_relisten(r.service_id, now)
+            {
+                return;
+            }
             self.cm.counters.rejected_reqs += 1;
             self.send_rej(
                 local,
