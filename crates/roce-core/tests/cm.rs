@@ -574,3 +574,55 @@ fn a_req_between_two_listeners_on_a_port_is_resent_not_refused() {
     );
     assert!(w.now >= 2_000_000_000, "the refusal came at {} ns", w.now);
 }
+
+/// A QP the program manages (rdma_cm ids without a QP, as `cmtime` and
+/// `rping -q` use them): the CM tells each side the attributes and never
+/// modifies the QPs itself; the active side gets CONNECT_RESPONSE and
+/// sends the RTU on `cm_establish`, the passive side ESTABLISHED on it.
+#[test]
+fn program_managed_qps_are_told_their_attributes() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let (q0, q1) = (init_qp(&mut w, 0), init_qp(&mut w, 1));
+    let peer = w.hosts[1].addr();
+    let id0 = w.hosts[0]
+        .dev
+        .cm_connect_manual(0, q0, false, peer, PORT, &ConnParam::default())
+        .unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected the REQ")
+    };
+    // The passive side brings its QP up itself, then accepts.
+    let bring_up = |w: &mut World, i: usize, id: cm::CmId, q: Qpn| {
+        for st in [QpState::Rtr, QpState::Rts] {
+            let (a, m) = w.hosts[i].dev.cm_qp_attr(id, st).unwrap();
+            w.hosts[i].dev.modify_qp(q, &a, m).unwrap();
+        }
+    };
+    bring_up(&mut w, 1, req.id, q1);
+    w.hosts[1]
+        .dev
+        .cm_accept_manual(w.now, req.id, q1, false, &ConnParam::default())
+        .unwrap();
+    let e = next_event(&mut w, 0);
+    assert!(
+        matches!(e, CmEvent::ConnectResponse { id, .. } if id == id0),
+        "{e:?}"
+    );
+    // The CM left the active QP alone: still INIT.
+    assert_eq!(w.hosts[0].dev.qp(q0).unwrap().state(), QpState::Init);
+    bring_up(&mut w, 0, id0, q0);
+    w.hosts[0].dev.cm_establish(id0).unwrap();
+    assert!(matches!(next_event(&mut w, 1), CmEvent::Established { .. }));
+    assert_eq!(w.hosts[0].dev.cm_state(id0), Some(CmState::Established));
+    // Each side's QP names the other's, and each sends from the PSN the
+    // other expects.
+    let (a0, a1) = (
+        *w.hosts[0].dev.qp(q0).unwrap().attr(),
+        *w.hosts[1].dev.qp(q1).unwrap().attr(),
+    );
+    assert_eq!((a0.dest_qp_num, a1.dest_qp_num), (q1, q0));
+    assert_eq!(a0.sq_psn, a1.rq_psn);
+    assert_eq!(a1.sq_psn, a0.rq_psn);
+    assert_eq!(w.hosts[1].dev.qp(q1).unwrap().state(), QpState::Rts);
+}

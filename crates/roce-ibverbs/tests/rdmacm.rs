@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -61,15 +61,28 @@ fn bound(addr: &str) -> bool {
         .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
 }
 
+/// Kills its child when dropped (a failed test leaves no server behind).
+struct Guard(Option<Child>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// Runs `server` (its contexts on `s`) and then `client` (on `c`); both
 /// must exit 0. Returns their output.
 fn pair(server: (&str, &[&str]), client: (&str, &[&str]), s: &str, c: &str) -> (String, String) {
     let limit = Duration::from_secs(60);
-    let mut srv = command(server.0, server.1, s).spawn().unwrap();
+    let mut srv = Guard(Some(command(server.0, server.1, s).spawn().unwrap()));
     let end = Instant::now() + Duration::from_secs(20);
     while !bound(s) {
+        let child = srv.0.as_mut().unwrap();
         assert!(
-            srv.try_wait().unwrap().is_none(),
+            child.try_wait().unwrap().is_none(),
             "{} exited before opening its device",
             server.0
         );
@@ -81,7 +94,7 @@ fn pair(server: (&str, &[&str]), client: (&str, &[&str]), s: &str, c: &str) -> (
     std::thread::sleep(Duration::from_millis(300));
     let cl = command(client.0, client.1, c).spawn().unwrap();
     let co = finish(cl, limit, client.0);
-    let so = finish(srv, limit, server.0);
+    let so = finish(srv.0.take().unwrap(), limit, server.0);
     let (st, ct) = (text(&so), text(&co));
     assert!(
         so.status.success() && co.status.success(),
@@ -228,4 +241,66 @@ fn perftest_tools_with_rdma_cm() {
         let (_, ct) = pair((tool, &a), (tool, &ca), &s, &c);
         assert!(ct.contains("#bytes"), "{tool}: no results table\n{ct}");
     }
+}
+
+/// `rping -q`: both sides create and modify their QPs themselves
+/// (`rdma_init_qp_attr` for INIT, RTR and RTS, `rdma_establish`).
+#[test]
+fn rping_with_program_managed_qps() {
+    if !have("rping") {
+        return;
+    }
+    let (s, c) = addrs();
+    let (st, ct) = pair(
+        ("rping", &["-s", "-q", "-a", &s, "-v", "-C", "5"]),
+        ("rping", &["-c", "-q", "-a", &s, "-v", "-V", "-C", "5"]),
+        &s,
+        &c,
+    );
+    assert!(ct.contains("ping data: rdma-ping-4: "), "{ct}");
+    assert!(st.contains("server ping data: rdma-ping-4: "), "{st}");
+}
+
+/// `cmtime`: 50 connections set up and torn down with program-managed
+/// QPs; its server runs until killed, so only the client must finish.
+#[test]
+fn cmtime_fifty_connections() {
+    if !have("cmtime") {
+        return;
+    }
+    let (s, c) = addrs();
+    let mut srv = Guard(Some(
+        command("cmtime", &["-b", &s, "-c", "50"], &s)
+            .spawn()
+            .unwrap(),
+    ));
+    let end = Instant::now() + Duration::from_secs(20);
+    while !bound(&s) {
+        assert!(srv.0.as_mut().unwrap().try_wait().unwrap().is_none());
+        assert!(Instant::now() < end, "cmtime never opened its device");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let cl = command("cmtime", &["-s", &s, "-c", "50"], &c)
+        .spawn()
+        .unwrap();
+    let co = finish(cl, Duration::from_secs(60), "cmtime client");
+    let ct = text(&co);
+    assert!(co.status.success(), "{:?}\n{ct}", co.status);
+    // Its table: one row per step, each with a total above zero for the
+    // steps that cross the network.
+    for step in ["connect", "disconnect"] {
+        let row = ct
+            .lines()
+            .find(|l| l.trim_start().starts_with(step) && l.contains(':'))
+            .unwrap_or_else(|| panic!("no {step} row in\n{ct}"));
+        let total: f64 = row
+            .split(':')
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{row}"));
+        assert!(total > 0.0, "{row}");
+    }
+    drop(srv);
 }

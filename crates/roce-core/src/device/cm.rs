@@ -105,6 +105,13 @@ struct Conn {
     mras: u8,
     /// A received request counted against its listener's backlog.
     pending: bool,
+    /// The program manages the QP (`cm_connect_manual`,
+    /// `cm_accept_manual`): the CM never modifies it (`qpn` stays None)
+    /// and tells the program its attributes (`cm_qp_attr`).
+    manual: bool,
+    /// The attributes of a program-managed QP, known once the REP came
+    /// (active side).
+    qp_attr: Option<QpAttr>,
 }
 
 /// One MAD waiting to be sent.
@@ -366,6 +373,8 @@ impl Conn {
             listen: None,
             mras: 0,
             pending: false,
+            manual: false,
+            qp_attr: None,
         }
     }
 
