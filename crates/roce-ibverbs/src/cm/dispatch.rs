@@ -96,6 +96,11 @@ impl Table {
         self.listeners.retain(|_, v| *v != p);
     }
 
+    /// The engine's connections the table maps.
+    pub(crate) fn conn_ids(&self) -> Vec<CmId> {
+        self.conns.keys().copied().collect()
+    }
+
     /// Forgets one connection (its outcome was delivered).
     pub(crate) fn forget_conn(&mut self, conn: CmId) {
         self.conns.remove(&conn);

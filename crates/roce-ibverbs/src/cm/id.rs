@@ -515,7 +515,8 @@ pub(crate) fn complete(i: &Id) -> Res<()> {
 
 export! {
     /// `rdma_resolve_addr`: picks the local address and context towards
-    /// `dst` (ADDR_RESOLVED, or ADDR_ERROR with the routing error).
+    /// `dst` (ADDR_RESOLVED); without a route the call fails with the
+    /// routing error (`ENETUNREACH`).
     fn rdma_resolve_addr(id: *mut rdma_cm_id, src: *mut libc::sockaddr, dst: *mut libc::sockaddr, _timeout_ms: c_int) -> c_int {
         rc(|| {
             // SAFETY: the program's id and addresses.
@@ -524,12 +525,10 @@ export! {
                 // SAFETY: the program's address.
                 bind(i, unsafe { sockaddr_in(src)? })?;
             }
-            let outcome = resolve(i, d);
-            let ev = match outcome {
-                Ok(()) => Event::new(i.c(), event::ADDR_RESOLVED, 0),
-                Err(e) => Event::new(i.c(), event::ADDR_ERROR, -e),
-            };
-            deliver(i, ev);
+            // A destination without a route, or of the other address
+            // family, fails the call itself, as the kernel's does.
+            resolve(i, d)?;
+            deliver(i, Event::new(i.c(), event::ADDR_RESOLVED, 0));
             complete(i)
         })
     }
