@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, BackendKind, CmConnection, CompletionQueue, ConnParam, Context, MemoryRegion,
+    Access, BackendKind, CmConnection, CmError, CompletionQueue, ConnParam, Context, MemoryRegion,
     OpenOptions, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp,
     SendWr, WcStatus,
 };
@@ -58,7 +58,8 @@ pub(crate) struct RpingArgs {
     #[arg(long)]
     bind: Option<IpAddr>,
     /// Give up after this many seconds without progress (0: wait forever;
-    /// at most 10^9).
+    /// at most 10^9). A client waits at most 4 s for the server to answer
+    /// its connection request (less with a shorter --timeout).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     timeout: u64,
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).
@@ -266,6 +267,21 @@ fn wait(args: &RpingArgs) -> Duration {
     }
 }
 
+/// How long a client waits for the server to answer its connection
+/// request when `--timeout` allows that long.
+const CONNECT_WAIT: Duration = Duration::from_secs(4);
+
+/// The client's wait for an answer to its connection request: at most
+/// [`CONNECT_WAIT`], less with a shorter `--timeout`, unbounded with
+/// `--timeout 0`.
+fn connect_wait(args: &RpingArgs) -> Duration {
+    if args.timeout == 0 {
+        wait(args)
+    } else {
+        wait(args).min(CONNECT_WAIT)
+    }
+}
+
 fn param() -> ConnParam {
     // rping's rdma_conn_param.
     ConnParam {
@@ -310,18 +326,27 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     rig.post_recv()?;
-    // The CM retries its request for a while (~17 s) before giving up:
-    // say early that no one answers, rather than stay silent.
+    // A missing server is reported within CONNECT_WAIT, as rping's
+    // rdma_cm reports one within a few seconds (the CM alone would retry
+    // its request for about 17 s). `--timeout 0` keeps trying, saying so.
     let (addr, port) = (server, args.port);
-    let notice = crate::notice::SlowNotice::start(
-        Duration::from_secs(2),
-        format!(
-            "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
-        ),
-    );
-    let conn = rig.qp.cm_connect(server, args.port, &param(), rig.wait);
+    let hint = format!("is a server running there: roce rping -s -a {addr}, or rping -s?");
+    let limit = connect_wait(args);
+    let notice = (args.timeout == 0).then(|| {
+        crate::notice::SlowNotice::start(
+            Duration::from_secs(2),
+            format!("roce rping: no answer yet from {addr} port {port} ({hint}); still trying"),
+        )
+    });
+    let conn = rig.qp.cm_connect(server, args.port, &param(), limit);
     drop(notice);
-    let conn: CmConnection = conn.map_err(|e| format!("connect to {server}:{}: {e}", args.port))?;
+    let conn: CmConnection = conn.map_err(|e| match e {
+        CmError::TimedOut | CmError::Unreachable => format!(
+            "connect to {addr}:{port}: no answer in {} s ({hint})",
+            limit.as_secs()
+        ),
+        e => format!("connect to {addr}:{port}: {e}"),
+    })?;
     if let Some(note) = moved {
         eprintln!("{note}");
     }
