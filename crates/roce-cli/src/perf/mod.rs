@@ -274,6 +274,10 @@ pub(crate) struct PerfArgs {
     /// (`client_on_loopback`), printed once it reaches its server.
     #[arg(skip)]
     pub(crate) moved_note: Option<String>,
+    /// This side chose its loopback address itself (`client_on_loopback`):
+    /// it moves on to the next free one if another pair takes it first.
+    #[arg(skip)]
+    pub(crate) local_moves: bool,
 }
 
 /// The parameters both sides agree on (sent by the client).
@@ -531,6 +535,7 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
     Ok(moved.map(|(b, note)| PerfArgs {
         bind: Some(b),
         moved_note: (!args.json).then_some(note),
+        local_moves: true,
         ..args.clone()
     }))
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
-use super::backend::{gid_address, link_path_mtu, open_context};
+use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
 use super::{PerfArgs, Test};
@@ -395,7 +395,13 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
         .map_or(mtu, |t| t.min(mtu));
 
     // One QP and region per -q.
-    let ctx = open_context(args, local, mtu, None)?;
+    // The bind is the probe: a side that chose its loopback address
+    // itself moves on when another pair took it meanwhile; the peer
+    // learns the address from the GID in the keys.
+    let moves = args.local_moves
+        || (!client && args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
+    let peer: Vec<IpAddr> = oob.s.peer_addr().ok().map(|a| a.ip()).into_iter().collect();
+    let (ctx, local) = open_moving(args, local, mtu, None, moves, &peer, args.json)?;
     let qps = (0..plan.qps)
         .map(|_| DataQp::create(&ctx, &plan))
         .collect::<Result<Vec<_>, _>>()?;
