@@ -400,7 +400,8 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         // host's loopback, where a client on this host finds it.
         (None, None) => {
             let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-            let a = crate::device::loopback_server_local("rping", lo, None, args.roce_port, true);
+            let a =
+                crate::device::loopback_server_local("rping", lo, None, args.roce_port, true, None);
             if a == lo {
                 eprintln!("roce rping: listening on {lo} (this host only; -a ADDR serves others)");
             } else {

@@ -816,11 +816,10 @@ fn serve(
             return Err(e);
         }
     };
-    // With no address given, a loopback address another stack holds
-    // gives way to a free one; the client learns it from the endpoints.
-    let local = if args.bind.is_none_or(|b| b.is_unspecified())
-        && args.gid_index.is_none()
-        && args.backend == BackendKind::Udp
+    // With no address given, a loopback address the client uses too (or,
+    // with no GID index, another stack holds) gives way to a free one;
+    // the client learns it from the endpoints.
+    let local = if args.bind.is_none_or(|b| b.is_unspecified()) && args.backend == BackendKind::Udp
     {
         crate::device::loopback_server_local(
             "perf",
@@ -828,6 +827,7 @@ fn serve(
             ctl.peer_ip(),
             args.roce_port,
             args.json || quiet,
+            args.gid_index.map(usize::from),
         )
     } else {
         local

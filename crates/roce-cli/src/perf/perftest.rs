@@ -358,11 +358,11 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     // stack holds; the client learns the new one from its GID.
     let local = if !client
         && args.bind.is_none_or(|b| b.is_unspecified())
-        && args.gid_index.is_none()
         && args.backend == super::BackendKind::Udp
     {
         let peer = stream.peer_addr().ok().map(|a| a.ip());
-        crate::device::loopback_server_local("perf", local, peer, args.roce_port, args.json)
+        let index = args.gid_index.map(usize::from);
+        crate::device::loopback_server_local("perf", local, peer, args.roce_port, args.json, index)
     } else {
         local
     };

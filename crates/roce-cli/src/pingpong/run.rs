@@ -430,8 +430,24 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
             Some(peer_ip),
             p.roce_port,
             false,
+            None,
         ),
         None => tcp_local,
+    };
+    // A server's GID the client uses too (both ends on this host, each
+    // given -g 0, say) gives way to a free loopback address, as with no -g.
+    let local = match p.gid_idx {
+        Some(g) if !is_client && p.bind.is_none_or(|b| b.is_unspecified()) => {
+            crate::device::loopback_server_local(
+                "pingpong",
+                local,
+                Some(peer_ip),
+                p.roce_port,
+                false,
+                Some(usize::from(g)),
+            )
+        }
+        _ => local,
     };
 
     let mut s = setup(p, local, is_client)?;
