@@ -59,7 +59,9 @@ pub(crate) struct RpingArgs {
     bind: Option<IpAddr>,
     /// Give up after this many seconds without progress (0: wait forever;
     /// at most 10^9). A client waits at most 4 s for the server to answer
-    /// its connection request (less with a shorter --timeout).
+    /// its connection request, and once connected either side gives up on
+    /// a peer silent for 10 s (a killed peer sends no disconnect; less
+    /// with a shorter --timeout).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     timeout: u64,
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).
@@ -127,6 +129,10 @@ struct Rig {
     recv: MemoryRegion,
     send: MemoryRegion,
     wait: Duration,
+    /// Once connected, how long the peer may stay silent ([`silence`]).
+    silence: Duration,
+    /// "the client" or "the server": who [`Rig::wait_for`] waits on.
+    peer: &'static str,
     /// Completions that arrived while waiting for another one.
     early: std::cell::RefCell<Vec<u64>>,
 }
@@ -171,6 +177,8 @@ impl Rig {
             recv,
             send,
             wait: Duration::from_secs(1 << 40),
+            silence: Duration::from_secs(1 << 40),
+            peer: "the peer",
             early: std::cell::RefCell::new(Vec::new()),
         })
     }
@@ -204,10 +212,17 @@ impl Rig {
         loop {
             let v = self
                 .cq
-                .poll_until(1, self.wait)
+                .poll_until(1, self.silence)
                 .map_err(|e| e.to_string())?;
             let Some(c) = v.into_iter().next() else {
-                return Err("timed out waiting for a completion".into());
+                // Nothing for that long from a peer that pings without
+                // pause: it is gone without a disconnect (killed, where
+                // the kernel's rdma_cm would still send one).
+                return Err(format!(
+                    "{} sent nothing for {} s and did not disconnect (killed, or unreachable): giving up",
+                    self.peer,
+                    self.silence.as_secs()
+                ));
             };
             if c.status == WcStatus::WrFlushErr {
                 return Ok(false);
@@ -267,6 +282,21 @@ fn wait(args: &RpingArgs) -> Duration {
     }
 }
 
+/// Once connected, how long a peer may stay silent: rping pings without
+/// pause, so a peer silent this long is gone (a process killed sends no
+/// disconnect here, where the kernel's rdma_cm outlives it and sends one).
+pub(crate) const PEER_SILENCE: Duration = Duration::from_secs(10);
+
+/// The connected wait: [`PEER_SILENCE`], less with a shorter `--timeout`,
+/// unbounded with `--timeout 0`.
+fn silence(args: &RpingArgs) -> Duration {
+    if args.timeout == 0 {
+        wait(args)
+    } else {
+        wait(args).min(PEER_SILENCE)
+    }
+}
+
 /// How long a client waits for the server to answer its connection
 /// request when `--timeout` allows that long.
 const CONNECT_WAIT: Duration = Duration::from_secs(4);
@@ -310,6 +340,8 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
+    rig.silence = silence(args);
+    rig.peer = "the server";
     let size = args.size as usize;
     let start_buf = rig
         .pd
@@ -415,6 +447,8 @@ fn server(args: &RpingArgs) -> Result<(), String> {
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
+    rig.silence = silence(args);
+    rig.peer = "the client";
     let mut size = args.size as usize;
     let mut rdma_buf = rig
         .pd
