@@ -15,6 +15,7 @@ mod perftest;
 mod perftest_cm;
 mod perftest_session;
 mod perftest_traffic;
+mod progress;
 mod report;
 mod setup;
 
@@ -270,6 +271,10 @@ pub(crate) struct PerfArgs {
     /// Print results as JSON.
     #[arg(long)]
     json: bool,
+    /// Seconds between the progress lines printed when stderr is not a
+    /// terminal (for the tests of those lines).
+    #[arg(long, hide = true, default_value_t = 5.0)]
+    progress_every: f64,
     /// The line saying that this client took a free loopback address
     /// (`client_on_loopback`), printed once it reaches its server.
     #[arg(skip)]
@@ -485,6 +490,15 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         Ok(None) => args,
         Err(e) => return crate::fail("perf", args.json, &e, 1),
     };
+    progress::set_interval(
+        (!args.json && args.progress_every > 0.0 && args.progress_every < 1e6)
+            .then(|| Duration::from_secs_f64(args.progress_every)),
+    );
+    if !args.json {
+        if let Some(w) = args.faults.as_deref().and_then(crate::device::loss_warning) {
+            eprintln!("roce perf: {w}");
+        }
+    }
     let res = if let Err(e) = check_modes(args).and_then(|()| check_gid_index(args)) {
         Err(e)
     } else if args.perftest && args.rdma_cm {
