@@ -13,6 +13,7 @@ mod control;
 mod lat;
 mod perftest;
 mod perftest_cm;
+mod perftest_peer;
 mod perftest_session;
 mod perftest_traffic;
 mod progress;

@@ -162,7 +162,14 @@ struct Oob {
 impl Oob {
     fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, String> {
         let mut theirs = vec![0u8; n];
-        let e = |e: std::io::Error| format!("perftest exchange: {e}");
+        let e = |e: std::io::Error| match e.kind() {
+            // The peer stopped (an error of its own: see its output).
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                "perftest exchange: the peer closed the connection (it stopped: see its output)"
+                    .to_string()
+            }
+            _ => format!("perftest exchange: {e}"),
+        };
         if self.client {
             self.s.write_all(mine).map_err(e)?;
             self.s.read_exact(&mut theirs).map_err(e)?;
@@ -295,6 +302,9 @@ impl Control for Oob {
     }
     fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
         self.xchg(mine, 8)
+    }
+    fn watch(&self) -> Option<TcpStream> {
+        self.s.try_clone().ok()
     }
 }
 
