@@ -12,6 +12,7 @@ use roce_verbs::{Access, QpCaps, QpInitAttr, QpType, RecvWr, Rkey, SendOp, SendW
 
 use super::perftest::Plan;
 use super::perftest_peer::PeerWatch;
+use super::progress::Progress;
 use super::report::{self, BwResult};
 use super::Test;
 
@@ -183,6 +184,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
     let mut comps = Vec::with_capacity(256);
     let start = Instant::now();
     let mut watch = PeerWatch::new(t.peer);
+    let mut shown = Progress::new(None, t.until.is_none().then(|| t.total()), t.size);
     let mut finished = 0;
     while finished < n {
         let mut progress = false;
@@ -227,6 +229,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
                 finished += 1;
             }
         }
+        shown.tick(times.len() as u64);
         watch.round(progress, false, || {
             let (s, r): (u64, u64) = c
                 .iter()
@@ -235,6 +238,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
             format!("after {s} of {} messages sent ({r} received)", t.total())
         })?;
     }
+    shown.finish();
     let secs = times
         .last()
         .map_or(1e-9, |l| l.duration_since(start).as_secs_f64());
