@@ -79,3 +79,15 @@ fn json_has_neither_warning_nor_progress() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["results"][0]["iterations"], 1000, "{out}");
 }
+
+/// Flags that cannot run get their error alone, not the warning first.
+#[test]
+fn bad_flags_get_no_warning() {
+    let o = lossy(&["--perftest"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "roce perf: --perftest talks to another program's endpoint; it cannot be combined with --loopback"
+    );
+}

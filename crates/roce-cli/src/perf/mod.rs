@@ -495,12 +495,14 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         (!args.json && args.progress_every > 0.0 && args.progress_every < 1e6)
             .then(|| Duration::from_secs_f64(args.progress_every)),
     );
-    if !args.json {
+    let checked = check_modes(args).and_then(|()| check_gid_index(args));
+    // What loss costs, said once the flags are known to be good.
+    if checked.is_ok() && !args.json {
         if let Some(w) = args.faults.as_deref().and_then(crate::device::loss_warning) {
             eprintln!("roce perf: {w}");
         }
     }
-    let res = if let Err(e) = check_modes(args).and_then(|()| check_gid_index(args)) {
+    let res = if let Err(e) = checked {
         Err(e)
     } else if args.perftest && args.rdma_cm {
         perftest_cm::run(args)
