@@ -11,11 +11,12 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{roce, Guard};
+use roce_testkit::text_of;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -67,51 +68,15 @@ fn ours(args: &[&str]) -> Command {
     c
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Whether UDP port 4791 is bound on `addr` (/proc/net/udp).
-fn bound(addr: &str) -> bool {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    std::fs::read_to_string("/proc/net/udp")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-}
-
 /// Starts `server` (its device on `addr`), then `client` once the
-/// server's device is open and it had a moment to listen; both must
-/// exit 0. Returns (server, client) output.
+/// server's device is open; both must exit 0. Returns (server, client)
+/// output.
 fn pair(server: Command, client: Command, addr: &str) -> (String, String) {
-    let end = Instant::now() + LIMIT;
-    let mut s = Guard::spawn(server);
-    while !bound(addr) {
-        let child = s.0.as_mut().unwrap();
-        if child.try_wait().unwrap().is_some() {
-            let out = s.0.take().unwrap().wait_with_output().unwrap();
-            panic!(
-                "the server exited before it opened its device:\n{}",
-                text(&out)
-            );
-        }
-        assert!(Instant::now() < end, "the server did not open {addr}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let c = Guard::spawn(client).wait(end.saturating_duration_since(Instant::now()));
-    let (ct, c_ok) = (text(&c), c.status.success());
-    let s = s.wait(if c_ok {
-        end.saturating_duration_since(Instant::now())
-    } else {
-        Duration::from_secs(2)
-    });
-    let st = text(&s);
+    let s = Guard::spawn_roce_server(server, addr.parse().unwrap());
+    let c = Guard::spawn(client).wait(LIMIT);
+    let c_ok = c.status.success();
+    let s = s.wait(if c_ok { LIMIT } else { Duration::from_secs(2) });
+    let (st, ct) = (text_of(&s), text_of(&c));
     assert!(
         s.status.success() && c_ok,
         "server {}, client {}\n--- server:\n{st}\n--- client:\n{ct}",

@@ -13,12 +13,12 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::finish;
+use roce_testkit::{text_of, Guard};
 
 /// The test program, built once.
 fn program() -> Option<PathBuf> {
@@ -62,69 +62,28 @@ fn block() -> String {
     format!("127.{}.{n}", 20 + std::process::id() % 40)
 }
 
-fn run(exe: &PathBuf, addr: &str, args: &[&str]) -> Child {
-    Command::new(exe)
-        .args(args)
+fn run(exe: &PathBuf, addr: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(exe);
+    c.args(args)
         .env("LD_LIBRARY_PATH", common::dropin("cm-events-dropin"))
         .env("ROCE_ADDR", addr)
-        .env("ROCE_DEVICES", "lo")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .env("ROCE_DEVICES", "lo");
+    c
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+/// Runs a client to its end (at most `limit`).
+fn client(exe: &PathBuf, addr: &str, args: &[&str], limit: Duration) -> Output {
+    Guard::spawn(run(exe, addr, args)).wait(limit)
 }
 
-/// Whether UDP port 4791 is bound on `addr`.
-fn bound(addr: &str) -> bool {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    std::fs::read_to_string("/proc/net/udp")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-}
-
-/// Starts a server on `addr` and waits until it listens.
-struct Server(Option<Child>);
-
-impl Server {
-    fn start(exe: &PathBuf, addr: &str, args: &[&str]) -> Server {
-        let s = Server(Some(run(exe, addr, args)));
-        let end = Instant::now() + Duration::from_secs(20);
-        while !bound(addr) {
-            assert!(Instant::now() < end, "the server never opened {addr}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        s
-    }
-
-    fn output(mut self, limit: Duration) -> Output {
-        finish(self.0.take().unwrap(), limit, "server")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// Starts a server on `addr` and returns once it listens.
+fn server(exe: &PathBuf, addr: &str, args: &[&str]) -> Guard {
+    Guard::spawn_roce_server(run(exe, addr, args), addr.parse().unwrap())
 }
 
 /// The "EVENT <name> <status>" line a run printed.
 fn event(o: &Output) -> String {
-    let t = text(o);
+    let t = text_of(o);
     assert!(o.status.success(), "{:?}\n{t}", o.status);
     t.lines()
         .find(|l| l.starts_with("EVENT ") || l.starts_with("ERRNO "))
@@ -137,12 +96,8 @@ fn a_port_nobody_listens_on_is_rejected_with_status_8() {
     let Some(exe) = program() else { return };
     let b = block();
     let (s, c) = (format!("{b}.1"), format!("{b}.2"));
-    let _server = Server::start(&exe, &s, &["serve", &s, "7001"]);
-    let o = finish(
-        run(&exe, &c, &["connect", &s, "7002"]),
-        Duration::from_secs(30),
-        "client",
-    );
+    let _server = server(&exe, &s, &["serve", &s, "7001"]);
+    let o = client(&exe, &c, &["connect", &s, "7002"], Duration::from_secs(30));
     assert_eq!(event(&o), "EVENT RDMA_CM_EVENT_REJECTED 8");
 }
 
@@ -151,15 +106,11 @@ fn a_destroyed_listener_rejects_the_requests_it_had() {
     let Some(exe) = program() else { return };
     let b = block();
     let (s, c) = (format!("{b}.1"), format!("{b}.2"));
-    let server = Server::start(&exe, &s, &["drop_listener", &s, "7003", "3"]);
-    let o = finish(
-        run(&exe, &c, &["connect", &s, "7003"]),
-        Duration::from_secs(30),
-        "client",
-    );
+    let srv = server(&exe, &s, &["drop_listener", &s, "7003", "3"]);
+    let o = client(&exe, &c, &["connect", &s, "7003"], Duration::from_secs(30));
     assert_eq!(event(&o), "EVENT RDMA_CM_EVENT_REJECTED 28");
-    let so = server.output(Duration::from_secs(10));
-    assert!(text(&so).contains("DESTROYED"), "{}", text(&so));
+    let so = srv.wait(Duration::from_secs(10));
+    assert!(text_of(&so).contains("DESTROYED"), "{}", text_of(&so));
 }
 
 #[test]
@@ -169,11 +120,7 @@ fn a_silent_peer_is_unreachable() {
     // Nobody owns {b}.1: the REQ is resent until the CM gives up.
     let (s, c) = (format!("{b}.1"), format!("{b}.2"));
     let t = Instant::now();
-    let o = finish(
-        run(&exe, &c, &["connect", &s, "7004"]),
-        Duration::from_secs(60),
-        "client",
-    );
+    let o = client(&exe, &c, &["connect", &s, "7004"], Duration::from_secs(60));
     assert_eq!(event(&o), "EVENT RDMA_CM_EVENT_UNREACHABLE -110");
     // Every retry ran: 15 resends a second or so apart.
     assert!(t.elapsed() > Duration::from_secs(10), "{:?}", t.elapsed());
@@ -184,14 +131,15 @@ fn a_peer_that_exits_connected_disconnects() {
     let Some(exe) = program() else { return };
     let b = block();
     let (s, c) = (format!("{b}.1"), format!("{b}.2"));
-    let server = Server::start(&exe, &s, &["serve", &s, "7005"]);
-    let o = finish(
-        run(&exe, &c, &["connect_exit", &s, "7005"]),
+    let srv = server(&exe, &s, &["serve", &s, "7005"]);
+    let o = client(
+        &exe,
+        &c,
+        &["connect_exit", &s, "7005"],
         Duration::from_secs(30),
-        "client",
     );
     assert_eq!(event(&o), "EVENT RDMA_CM_EVENT_ESTABLISHED 0");
-    let so = server.output(Duration::from_secs(30));
+    let so = srv.wait(Duration::from_secs(30));
     assert_eq!(event(&so), "EVENT RDMA_CM_EVENT_DISCONNECTED 0");
 }
 

@@ -8,18 +8,19 @@
 //! server, `127.77.N.2` for the client's contexts, through `ROCE_ADDR`),
 //! so tests in parallel never meet. An rdma_cm client does not retry a
 //! refused connection, so the client starts once the server's context
-//! is bound (read from /proc) and the server has had a moment to listen.
+//! is open (`Guard::spawn_roce_server`).
 //!
 //! `.ci/run` installs the packages and sets `ROCE_REQUIRE_RDMA_TOOLS`, so
 //! in CI a missing program fails the test; elsewhere it is skipped.
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{finish, have};
+use common::have;
+use roce_testkit::{text_of, Guard};
 
 /// A pair of loopback addresses no other test of this binary uses.
 fn addrs() -> (String, String) {
@@ -34,68 +35,18 @@ fn command(prog: &str, args: &[&str], addr: &str) -> Command {
     c.args(args)
         .env("LD_LIBRARY_PATH", common::dropin("rdmacm-dropin"))
         .env("ROCE_ADDR", addr)
-        .env("ROCE_DEVICES", "lo")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("ROCE_DEVICES", "lo");
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Whether UDP port 4791 is bound on `addr` (the server's context is
-/// open), read from /proc/net/udp.
-fn bound(addr: &str) -> bool {
-    let ip: std::net::Ipv4Addr = addr.parse().unwrap();
-    // /proc shows the address as the u32 in host order, in hex.
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
-    std::fs::read_to_string("/proc/net/udp")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-}
-
-/// Kills its child when dropped (a failed test leaves no server behind).
-struct Guard(Option<Child>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// Runs `server` (its contexts on `s`) and then `client` (on `c`); both
 /// must exit 0. Returns their output.
 fn pair(server: (&str, &[&str]), client: (&str, &[&str]), s: &str, c: &str) -> (String, String) {
     let limit = Duration::from_secs(60);
-    let mut srv = Guard(Some(command(server.0, server.1, s).spawn().unwrap()));
-    let end = Instant::now() + Duration::from_secs(20);
-    while !bound(s) {
-        let child = srv.0.as_mut().unwrap();
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "{} exited before opening its device",
-            server.0
-        );
-        assert!(Instant::now() < end, "{} never opened its device", server.0);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // From its device opening to its rdma_listen, a server makes no
-    // network round trip.
-    std::thread::sleep(Duration::from_millis(300));
-    let cl = command(client.0, client.1, c).spawn().unwrap();
-    let co = finish(cl, limit, client.0);
-    let so = finish(srv.0.take().unwrap(), limit, server.0);
-    let (st, ct) = (text(&so), text(&co));
+    let srv = Guard::spawn_roce_server(command(server.0, server.1, s), s.parse().unwrap());
+    let co = Guard::spawn(command(client.0, client.1, c)).wait(limit);
+    let so = srv.wait(limit);
+    let (st, ct) = (text_of(&so), text_of(&co));
     assert!(
         so.status.success() && co.status.success(),
         "server {:?} {:?}, client {:?} {:?}\nserver:\n{st}\nclient:\n{ct}",
@@ -269,23 +220,13 @@ fn cmtime_fifty_connections() {
         return;
     }
     let (s, c) = addrs();
-    let mut srv = Guard(Some(
-        command("cmtime", &["-b", &s, "-c", "50"], &s)
-            .spawn()
-            .unwrap(),
-    ));
-    let end = Instant::now() + Duration::from_secs(20);
-    while !bound(&s) {
-        assert!(srv.0.as_mut().unwrap().try_wait().unwrap().is_none());
-        assert!(Instant::now() < end, "cmtime never opened its device");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let cl = command("cmtime", &["-s", &s, "-c", "50"], &c)
-        .spawn()
-        .unwrap();
-    let co = finish(cl, Duration::from_secs(60), "cmtime client");
-    let ct = text(&co);
+    let srv = Guard::spawn_roce_server(
+        command("cmtime", &["-b", &s, "-c", "50"], &s),
+        s.parse().unwrap(),
+    );
+    let co =
+        Guard::spawn(command("cmtime", &["-s", &s, "-c", "50"], &c)).wait(Duration::from_secs(60));
+    let ct = text_of(&co);
     assert!(co.status.success(), "{:?}\n{ct}", co.status);
     // Its table: one row per step, each with a total above zero for the
     // steps that cross the network.
