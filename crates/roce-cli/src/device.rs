@@ -47,23 +47,42 @@ pub(crate) fn check_faults(spec: &str) -> Result<String, String> {
     parse_faults(spec).map(|_| spec.to_string())
 }
 
+/// A probability of `--faults`: `0.02` or `2%`.
+fn prob(v: &str) -> Result<f64, String> {
+    let (num, scale) = match v.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (v, 1.0),
+    };
+    let p = num
+        .parse::<f64>()
+        .map_err(|_| format!("'{v}' is not a probability"))?
+        * scale;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("'{v}' is not between 0 and 1 (0% and 100%)"))
+    }
+}
+
+/// What a `--faults` specification with loss does to a reliable
+/// connection's throughput, said before the run: every lost packet makes
+/// go-back-N resend what followed it, and a lost last packet of a burst
+/// waits for the retransmission timer. `None` without loss.
+pub(crate) fn loss_warning(spec: &str) -> Option<String> {
+    let (_, loss) = spec
+        .split(',')
+        .filter_map(|i| i.split_once('='))
+        .find(|(k, v)| *k == "loss" && prob(v).is_ok_and(|p| p > 0.0))?;
+    Some(format!(
+        "--faults loss={loss}: each lost packet makes go-back-N resend what followed it, and a lost \
+         last packet waits for the retransmission timer (268 ms; 67 ms with --perftest): expect a few MB/s, not line rate \
+         (64 KiB messages on loopback: about 15 MB/s at 1% loss, 2 to 4 MB/s at 5%); progress \
+         is shown while it runs"
+    ))
+}
+
 /// Parses a `--faults` specification.
 fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
-    fn prob(v: &str) -> Result<f64, String> {
-        let (num, scale) = match v.strip_suffix('%') {
-            Some(n) => (n, 0.01),
-            None => (v, 1.0),
-        };
-        let p = num
-            .parse::<f64>()
-            .map_err(|_| format!("'{v}' is not a probability"))?
-            * scale;
-        if (0.0..=1.0).contains(&p) {
-            Ok(p)
-        } else {
-            Err(format!("'{v}' is not between 0 and 1 (0% and 100%)"))
-        }
-    }
     fn nanos(v: &str) -> Result<u64, String> {
         let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
         let (num, unit) = v.split_at(split);
@@ -155,35 +174,54 @@ pub(crate) fn loopback_client_local(
 }
 
 /// A server's RoCE address when it was given none and would use `local`
-/// (the address its client dialled): when that is an IPv4 loopback
-/// address whose UDP `port` another stack holds, a free address of
-/// 127.0.0.0/8 (never the client's, `peer`), said in one line on stderr
-/// unless `quiet`; the client learns it in the exchange. Otherwise, and
-/// when no address is free, `local` (whose open then names the busy port).
+/// (the address its client dialled, or entry `index` of the GID table
+/// when given one): on this host's IPv4 loopback, a free address of
+/// 127.0.0.0/8 (never the client's, `peer`) when the client uses `local`
+/// too (both ends on this host, the client given that address or GID
+/// index) or, with no index, when another stack holds its UDP `port`.
+/// The move is said in one line on stderr unless `quiet`; the client
+/// learns the address in the exchange. Otherwise, and when no address is
+/// free, `local` (whose open then names the busy port).
 pub(crate) fn loopback_server_local(
     tool: &str,
     local: IpAddr,
     peer: Option<IpAddr>,
     port: u16,
     quiet: bool,
+    index: Option<usize>,
 ) -> IpAddr {
     let IpAddr::V4(local4) = local.to_canonical() else {
         return local;
     };
-    if !local4.is_loopback() || roce_verbs::loopback::udp_port_free(local, port) {
+    if !local4.is_loopback() {
+        return local;
+    }
+    let peer4 = match peer.map(|p| p.to_canonical()) {
+        Some(IpAddr::V4(p)) => Some(p),
+        _ => None,
+    };
+    let shared = peer4 == Some(local4);
+    if !shared && (index.is_some() || roce_verbs::loopback::udp_port_free(local, port)) {
         return local;
     }
     let mut avoid = vec![local4];
-    if let Some(IpAddr::V4(p)) = peer.map(|p| p.to_canonical()) {
-        avoid.push(p);
-    }
+    avoid.extend(peer4);
     match roce_verbs::loopback::free_loopback_v4_avoiding(port, Ipv4Addr::new(127, 0, 0, 2), &avoid)
     {
         Some(a) => {
             if !quiet {
-                eprintln!(
-                    "roce {tool}: {local}:{port} is taken; using {a} (another RoCE stack on this host)"
-                );
+                let line = match (shared, index) {
+                    (true, Some(x)) => format!(
+                        "GID {x} is {local}, which the client uses too (both ends on this host); using {a}"
+                    ),
+                    (true, None) => {
+                        format!("the client uses {local} too (both ends on this host); using {a}")
+                    }
+                    (false, _) => format!(
+                        "{local}:{port} is taken; using {a} (another RoCE stack on this host)"
+                    ),
+                };
+                eprintln!("roce {tool}: {line}");
             }
             IpAddr::V4(a)
         }

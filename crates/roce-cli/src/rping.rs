@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, BackendKind, CmConnection, CompletionQueue, ConnParam, Context, MemoryRegion,
+    Access, BackendKind, CmConnection, CmError, CompletionQueue, ConnParam, Context, MemoryRegion,
     OpenOptions, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp,
     SendWr, WcStatus,
 };
@@ -58,7 +58,10 @@ pub(crate) struct RpingArgs {
     #[arg(long)]
     bind: Option<IpAddr>,
     /// Give up after this many seconds without progress (0: wait forever;
-    /// at most 10^9).
+    /// at most 10^9). A client waits at most 4 s for the server to answer
+    /// its connection request, and once connected either side gives up on
+    /// a peer silent for 10 s (a killed peer sends no disconnect; less
+    /// with a shorter --timeout).
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     timeout: u64,
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).
@@ -126,6 +129,10 @@ struct Rig {
     recv: MemoryRegion,
     send: MemoryRegion,
     wait: Duration,
+    /// Once connected, how long the peer may stay silent ([`silence`]).
+    silence: Duration,
+    /// "the client" or "the server": who [`Rig::wait_for`] waits on.
+    peer: &'static str,
     /// Completions that arrived while waiting for another one.
     early: std::cell::RefCell<Vec<u64>>,
 }
@@ -170,6 +177,8 @@ impl Rig {
             recv,
             send,
             wait: Duration::from_secs(1 << 40),
+            silence: Duration::from_secs(1 << 40),
+            peer: "the peer",
             early: std::cell::RefCell::new(Vec::new()),
         })
     }
@@ -203,10 +212,17 @@ impl Rig {
         loop {
             let v = self
                 .cq
-                .poll_until(1, self.wait)
+                .poll_until(1, self.silence)
                 .map_err(|e| e.to_string())?;
             let Some(c) = v.into_iter().next() else {
-                return Err("timed out waiting for a completion".into());
+                // Nothing for that long from a peer that pings without
+                // pause: it is gone without a disconnect (killed, where
+                // the kernel's rdma_cm would still send one).
+                return Err(format!(
+                    "{} sent nothing for {} s and did not disconnect (killed, or unreachable): giving up",
+                    self.peer,
+                    self.silence.as_secs()
+                ));
             };
             if c.status == WcStatus::WrFlushErr {
                 return Ok(false);
@@ -266,6 +282,36 @@ fn wait(args: &RpingArgs) -> Duration {
     }
 }
 
+/// Once connected, how long a peer may stay silent: rping pings without
+/// pause, so a peer silent this long is gone (a process killed sends no
+/// disconnect here, where the kernel's rdma_cm outlives it and sends one).
+pub(crate) const PEER_SILENCE: Duration = Duration::from_secs(10);
+
+/// The connected wait: [`PEER_SILENCE`], less with a shorter `--timeout`,
+/// unbounded with `--timeout 0`.
+fn silence(args: &RpingArgs) -> Duration {
+    if args.timeout == 0 {
+        wait(args)
+    } else {
+        wait(args).min(PEER_SILENCE)
+    }
+}
+
+/// How long a client waits for the server to answer its connection
+/// request when `--timeout` allows that long.
+const CONNECT_WAIT: Duration = Duration::from_secs(4);
+
+/// The client's wait for an answer to its connection request: at most
+/// [`CONNECT_WAIT`], less with a shorter `--timeout`, unbounded with
+/// `--timeout 0`.
+fn connect_wait(args: &RpingArgs) -> Duration {
+    if args.timeout == 0 {
+        wait(args)
+    } else {
+        wait(args).min(CONNECT_WAIT)
+    }
+}
+
 fn param() -> ConnParam {
     // rping's rdma_conn_param.
     ConnParam {
@@ -294,6 +340,8 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
+    rig.silence = silence(args);
+    rig.peer = "the server";
     let size = args.size as usize;
     let start_buf = rig
         .pd
@@ -310,18 +358,27 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
     rig.post_recv()?;
-    // The CM retries its request for a while (~17 s) before giving up:
-    // say early that no one answers, rather than stay silent.
+    // A missing server is reported within CONNECT_WAIT, as rping's
+    // rdma_cm reports one within a few seconds (the CM alone would retry
+    // its request for about 17 s). `--timeout 0` keeps trying, saying so.
     let (addr, port) = (server, args.port);
-    let notice = crate::notice::SlowNotice::start(
-        Duration::from_secs(2),
-        format!(
-            "roce rping: no answer yet from {addr} port {port} (is a server running there: roce rping -s -a {addr}, or rping -s?); still trying"
-        ),
-    );
-    let conn = rig.qp.cm_connect(server, args.port, &param(), rig.wait);
+    let hint = format!("is a server running there: roce rping -s -a {addr}, or rping -s?");
+    let limit = connect_wait(args);
+    let notice = (args.timeout == 0).then(|| {
+        crate::notice::SlowNotice::start(
+            Duration::from_secs(2),
+            format!("roce rping: no answer yet from {addr} port {port} ({hint}); still trying"),
+        )
+    });
+    let conn = rig.qp.cm_connect(server, args.port, &param(), limit);
     drop(notice);
-    let conn: CmConnection = conn.map_err(|e| format!("connect to {server}:{}: {e}", args.port))?;
+    let conn: CmConnection = conn.map_err(|e| match e {
+        CmError::TimedOut | CmError::Unreachable => format!(
+            "connect to {addr}:{port}: no answer in {} s ({hint})",
+            limit.as_secs()
+        ),
+        e => format!("connect to {addr}:{port}: {e}"),
+    })?;
     if let Some(note) = moved {
         eprintln!("{note}");
     }
@@ -375,7 +432,8 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         // host's loopback, where a client on this host finds it.
         (None, None) => {
             let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-            let a = crate::device::loopback_server_local("rping", lo, None, args.roce_port, true);
+            let a =
+                crate::device::loopback_server_local("rping", lo, None, args.roce_port, true, None);
             if a == lo {
                 eprintln!("roce rping: listening on {lo} (this host only; -a ADDR serves others)");
             } else {
@@ -389,6 +447,8 @@ fn server(args: &RpingArgs) -> Result<(), String> {
     };
     let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
     rig.wait = wait(args);
+    rig.silence = silence(args);
+    rig.peer = "the client";
     let mut size = args.size as usize;
     let mut rdma_buf = rig
         .pd

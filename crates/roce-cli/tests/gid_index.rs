@@ -217,3 +217,68 @@ fn pingpong_indexes_devinfos_table_and_names_a_family_mismatch() {
     assert_eq!(c.status.code(), Some(1), "{cerr}");
     assert!(cerr.contains("but the server's is ::1 (IPv6)"), "{cerr}");
 }
+
+fn assert_ok(who: &str, o: &Output) {
+    let (out, err) = text(o);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{who} failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+}
+
+/// Both ends on one host given `-x 0` (GID 0 of lo: 127.0.0.1): the
+/// server, whose client uses that address too, takes a free loopback
+/// address as it does with no index, and says why (both ends failed with
+/// "UDP port ... is in use"). With `-x 0` on the client only, the server
+/// says the same, not "another RoCE stack on this host".
+#[test]
+fn perf_with_gid_index_0_on_both_ends_of_one_host() {
+    for (server_x, want) in [
+        (
+            &["-x", "0"][..],
+            "roce perf: GID 0 is 127.0.0.1, which the client uses too (both ends on this host); using 127.0.0.",
+        ),
+        (
+            &[][..],
+            "roce perf: the client uses 127.0.0.1 too (both ends on this host); using 127.0.0.",
+        ),
+    ] {
+        let (port, rport) = ports();
+        let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
+        let (s, c) = run_pair(
+            &[&["perf", "write-bw"][..], server_x, &common].concat(),
+            &[&["perf", "write-bw", "127.0.0.1", "-x", "0"][..], &common].concat(),
+        );
+        assert_ok("server", &s);
+        assert_ok("client", &c);
+        let (_, serr) = text(&s);
+        assert!(serr.contains(want), "{server_x:?}: {serr}");
+        assert!(!serr.contains("another RoCE stack"), "{serr}");
+        let (cout, _) = text(&c);
+        assert!(cout.contains("Data verified  : yes"), "{cout}");
+        assert!(cout.contains(" 65536      100 "), "{cout}");
+    }
+}
+
+/// The same with `pingpong -g 0` on both ends.
+#[test]
+fn pingpong_with_gid_index_0_on_both_ends_of_one_host() {
+    let (port, rport) = ports();
+    let common = ["-n", "50", "-g", "0", "-p", &port, "--roce-port", &rport];
+    let (s, c) = run_pair(
+        &[&["pingpong"][..], &common].concat(),
+        &[&["pingpong"][..], &common, &["127.0.0.1"]].concat(),
+    );
+    assert_ok("server", &s);
+    assert_ok("client", &c);
+    let (_, serr) = text(&s);
+    assert!(
+        serr.contains(
+            "roce pingpong: GID 0 is 127.0.0.1, which the client uses too (both ends on this host); using 127.0.0."
+        ),
+        "{serr}"
+    );
+    let (cout, _) = text(&c);
+    assert!(cout.contains("50 iters in"), "{cout}");
+}

@@ -161,3 +161,53 @@ fn rping_without_bind() {
     assert!(sout.contains("(4 pings served)"), "{sout}");
     assert!(serr.contains("listening on 127.0.0.1"), "{serr}");
 }
+
+/// Several pairs started at once on one RoCE port, none with `--bind`:
+/// every client picks the same free loopback address before any of them
+/// binds it, so the bind itself must be the probe: a side that finds its
+/// address taken by then moves on to the next one and says so, and every
+/// pair completes (they failed with "UDP port ... is in use").
+#[test]
+fn perf_pairs_started_at_once_each_get_an_address() {
+    const PAIRS: usize = 6;
+    let all: Vec<(String, String)> = (0..PAIRS).map(|_| ports()).collect();
+    let rport = all[0].1.clone();
+    let flags = |tcp: &str| -> Vec<String> {
+        ["-n", "200", "-p", tcp, "--roce-port", &rport]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let servers: Vec<_> = all
+        .iter()
+        .map(|(tcp, _)| {
+            let f = flags(tcp);
+            let f: Vec<&str> = f.iter().map(String::as_str).collect();
+            spawn(&[&["perf", "write-bw"][..], &f].concat())
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let clients: Vec<_> = all
+        .iter()
+        .map(|(tcp, _)| {
+            let f = flags(tcp);
+            let f: Vec<&str> = f.iter().map(String::as_str).collect();
+            spawn(&[&["perf", "write-bw", "127.0.0.1"][..], &f].concat())
+        })
+        .collect();
+    let clients: Vec<Output> = clients
+        .into_iter()
+        .map(|c| c.wait(Duration::from_secs(60)))
+        .collect();
+    let servers: Vec<Output> = servers
+        .into_iter()
+        .map(|s| s.wait(Duration::from_secs(30)))
+        .collect();
+    for (i, (c, s)) in clients.iter().zip(&servers).enumerate() {
+        assert_ok(&format!("client {i}"), c);
+        assert_ok(&format!("server {i}"), s);
+        let (out, _) = text(c);
+        assert!(out.contains("Data verified  : yes"), "{out}");
+        assert!(out.contains(" 65536      200 "), "{out}");
+    }
+}

@@ -690,12 +690,13 @@ fn devinfo_shows_veth_mtus_and_gids() {
     assert_eq!(v["devices"][0]["state"], "PORT_DOWN", "{v}");
 }
 
-/// Debian's `ib_write_bw -R` on the drop-in libraries (`roce exec`) as
-/// server, `roce perf --perftest -R` as client. perftest opens the device
-/// itself, then listens through the RDMA CM on the same address: the
-/// CM's context shares the program's engine (the address's UDP port can
-/// be bound once; the CM's own open failed with "UDP port 4791 on ... is
-/// in use" and the server never listened). The client is `roce perf`,
+/// Debian's `ib_write_bw -R` on the drop-in libraries (`roce exec --addr`)
+/// as server, `roce perf --perftest -R` as client, between namespaces.
+/// perftest opens the device itself, then listens through the RDMA CM on
+/// the same address: the CM must use the program's context there (the
+/// address's UDP port can be bound once; a second open failed with "UDP
+/// port 4791 on ... is in use" and the server never listened). The client
+/// is `roce perf`,
 /// which retries while perftest's server is not yet listening for the
 /// data connection (Debian's perftest client does not: against a fast
 /// peer it gets REJ reason 8, docs/interop.md).

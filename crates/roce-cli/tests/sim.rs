@@ -338,3 +338,46 @@ fn plots_say_what_they_show() {
         assert!(q.iter().any(|(_, s)| s == want), "{want}: {q:?}");
     }
 }
+
+/// `scenarios/pfc_deadlock_ring.toml`: the deadlock is said before the
+/// figures, and the fairness rates are means over the window they name,
+/// in which nothing moved after the deadlock (they read 10.77 Gb/s over
+/// 0..3 ms, the rate of the one 50 us bin the flows sent in, beside
+/// "DEADLOCK at 0.070 ms").
+#[test]
+fn a_deadlock_frames_the_figures() {
+    let sc = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/pfc_deadlock_ring.toml"
+    );
+    let o = roce(&["sim", sc]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |p: &str| lines.iter().position(|l| l.starts_with(p)).unwrap();
+    let dl = lines[at("DEADLOCK at ")];
+    assert!(dl.starts_with("DEADLOCK at 0.070 ms: ring"), "{out}");
+    assert!(at("DEADLOCK") < at("fairness:"), "{out}");
+    assert!(at("DEADLOCK") < at("queues"), "{out}");
+    let fair = lines[at("fairness:")];
+    assert!(
+        fair.contains("mean rates over 0.000..3.000 ms")
+            && fair.ends_with("; deadlocked from 0.070 ms: nothing moved after)"),
+        "{fair}"
+    );
+    // 67,300 bytes per flow in 3 ms: 0.18 Gb/s each.
+    let rates = fair.split("Gb/s: ").nth(1).unwrap();
+    let rates: Vec<f64> = rates
+        .split(';')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|r| r.parse().unwrap())
+        .collect();
+    assert_eq!(rates, vec![0.18, 0.18, 0.18], "{fair}");
+    let queues = lines[at("queues")];
+    assert!(
+        queues.contains("the whole run, 0.000..3.000 ms; deadlocked from 0.070 ms"),
+        "{queues}"
+    );
+}

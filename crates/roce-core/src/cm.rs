@@ -17,6 +17,8 @@
 //! | (none)       | `cm_connect`: send REQ     | `ReqSent`     |
 //! | (none)       | REQ for a listener         | `ReqRcvd`     |
 //! | `ReqSent`    | REP: QP to RTS, send RTU   | `Established` |
+//! | `ReqSent`    | REP, program-managed QP    | `RepRcvd`     |
+//! | `RepRcvd`    | `cm_establish`: send RTU   | `Established` |
 //! | `ReqSent`    | REJ / retries exhausted    | (gone)        |
 //! | `ReqRcvd`    | `cm_accept`: QP to RTS, REP| `RepSent`     |
 //! | `ReqRcvd`    | `cm_reject`: send REJ      | (gone)        |
@@ -166,6 +168,17 @@ pub enum CmEvent {
         /// Its Q_Key.
         qkey: u32,
     },
+    /// The REP of a connection whose QP the program manages
+    /// ([`crate::Device::cm_connect_manual`]) came
+    /// (`RDMA_CM_EVENT_CONNECT_RESPONSE`): the program brings its QP to RTS
+    /// with [`crate::Device::cm_qp_attr`], then calls
+    /// [`crate::Device::cm_establish`].
+    ConnectResponse {
+        /// The connection.
+        id: CmId,
+        /// The consumer's private data of the REP.
+        private_data: Vec<u8>,
+    },
     /// The connection is up: its QP is in RTS (`RDMA_CM_EVENT_ESTABLISHED`).
     Established {
         /// The connection.
@@ -203,6 +216,7 @@ impl CmEvent {
             CmEvent::ConnectRequest(r) => r.id,
             CmEvent::UdRequest(r) => r.id,
             CmEvent::UdResolved { id, .. }
+            | CmEvent::ConnectResponse { id, .. }
             | CmEvent::Established { id, .. }
             | CmEvent::Rejected { id, .. }
             | CmEvent::Unreachable { id }
@@ -225,6 +239,9 @@ pub enum CmState {
     ReqRcvd,
     /// REP sent, waiting for RTU.
     RepSent,
+    /// REP received for a program-managed QP, waiting for the program's
+    /// `cm_establish`.
+    RepRcvd,
     /// Connected.
     Established,
     /// DREQ sent, waiting for DREP.
@@ -245,6 +262,7 @@ pub(crate) const fn accepts(state: CmState, attr_id: u16) -> bool {
         (state, attr_id),
         (CmState::ReqSent, attr::REP | attr::REJ | attr::MRA)
             | (CmState::RepSent, attr::RTU | attr::REJ | attr::MRA)
+            | (CmState::RepRcvd, attr::REP | attr::REJ | attr::DREQ)
             | (CmState::Established, attr::REP | attr::RTU | attr::DREQ)
             | (CmState::DreqSent, attr::DREP | attr::DREQ)
             | (CmState::ReqRcvd, attr::REJ)

@@ -524,3 +524,105 @@ fn mra_extensions_are_capped() {
     let bound = (4096u64 << 22) + 17 * (4096u64 << 18);
     assert!(w.now - t0 <= bound, "gave up after {} ns", w.now - t0);
 }
+
+/// A listener closed and opened again on the same port (perftest does it
+/// between its exchange and its test connections): a REQ that comes in
+/// between is left for its sender to resend, not refused; once the port
+/// has had no listener for 2 s, REQs are refused again.
+#[test]
+fn a_req_between_two_listeners_on_a_port_is_resent_not_refused() {
+    let mut w = World::new(4096);
+    let l = w.hosts[1].dev.cm_listen(PORT).unwrap();
+    w.hosts[1].dev.cm_stop_listen(l);
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+        .unwrap();
+    // The REQ arrives and is held (no REJ, no event on either side).
+    w.run_until(100_000, |w| w.hosts[1].dev.cm_counters().rx_mads > 0);
+    assert_eq!(w.hosts[1].dev.cm_counters().held_for_relisten, 1);
+    assert_eq!(w.hosts[1].dev.cm_counters().rejected_reqs, 0);
+    assert!(events(&mut w, 0).is_empty());
+    // The new listener gets the resent REQ.
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected the resent REQ")
+    };
+    assert_eq!(req.remote_qpn, q0);
+    assert_eq!(w.hosts[0].dev.cm_state(id), Some(cm::CmState::ReqSent));
+
+    // Without a new listener, the REQ is refused once 2 s have passed
+    // since the first REQ found the port closed.
+    let l2 = w.hosts[1].dev.cm_listen(PORT + 1).unwrap();
+    w.hosts[1].dev.cm_stop_listen(l2);
+    let q2 = init_qp(&mut w, 0);
+    let id2 = w.hosts[0]
+        .dev
+        .cm_connect(w.now, q2, peer, PORT + 1, &ConnParam::default())
+        .unwrap();
+    let e = next_event(&mut w, 0);
+    assert_eq!(
+        e,
+        CmEvent::Rejected {
+            id: id2,
+            reason: rej_reason::INVALID_SERVICE_ID,
+            private_data: vec![]
+        },
+        "refused once the grace ran out"
+    );
+    assert!(w.now >= 2_000_000_000, "the refusal came at {} ns", w.now);
+}
+
+/// A QP the program manages (rdma_cm ids without a QP, as `cmtime` and
+/// `rping -q` use them): the CM tells each side the attributes and never
+/// modifies the QPs itself; the active side gets CONNECT_RESPONSE and
+/// sends the RTU on `cm_establish`, the passive side ESTABLISHED on it.
+#[test]
+fn program_managed_qps_are_told_their_attributes() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let (q0, q1) = (init_qp(&mut w, 0), init_qp(&mut w, 1));
+    let peer = w.hosts[1].addr();
+    let id0 = w.hosts[0]
+        .dev
+        .cm_connect_manual(0, q0, false, peer, PORT, &ConnParam::default())
+        .unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected the REQ")
+    };
+    // The passive side brings its QP up itself, then accepts.
+    let bring_up = |w: &mut World, i: usize, id: cm::CmId, q: Qpn| {
+        for st in [QpState::Rtr, QpState::Rts] {
+            let (a, m) = w.hosts[i].dev.cm_qp_attr(id, st).unwrap();
+            w.hosts[i].dev.modify_qp(q, &a, m).unwrap();
+        }
+    };
+    bring_up(&mut w, 1, req.id, q1);
+    w.hosts[1]
+        .dev
+        .cm_accept_manual(w.now, req.id, q1, false, &ConnParam::default())
+        .unwrap();
+    let e = next_event(&mut w, 0);
+    assert!(
+        matches!(e, CmEvent::ConnectResponse { id, .. } if id == id0),
+        "{e:?}"
+    );
+    // The CM left the active QP alone: still INIT.
+    assert_eq!(w.hosts[0].dev.qp(q0).unwrap().state(), QpState::Init);
+    bring_up(&mut w, 0, id0, q0);
+    w.hosts[0].dev.cm_establish(id0).unwrap();
+    assert!(matches!(next_event(&mut w, 1), CmEvent::Established { .. }));
+    assert_eq!(w.hosts[0].dev.cm_state(id0), Some(CmState::Established));
+    // Each side's QP names the other's, and each sends from the PSN the
+    // other expects.
+    let (a0, a1) = (
+        *w.hosts[0].dev.qp(q0).unwrap().attr(),
+        *w.hosts[1].dev.qp(q1).unwrap().attr(),
+    );
+    assert_eq!((a0.dest_qp_num, a1.dest_qp_num), (q1, q0));
+    assert_eq!(a0.sq_psn, a1.rq_psn);
+    assert_eq!(a1.sq_psn, a0.rq_psn);
+    assert_eq!(w.hosts[1].dev.qp(q1).unwrap().state(), QpState::Rts);
+}

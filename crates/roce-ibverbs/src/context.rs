@@ -66,6 +66,27 @@ pub(crate) struct Context {
     /// librdmacm's map of this context's connections (`cm::dispatch`),
     /// made when librdmacm first uses the context.
     pub(crate) cm: std::sync::OnceLock<Arc<Mutex<crate::cm::Table>>>,
+    /// librdmacm's ids use it: it stays open for the process (a
+    /// program's `ibv_close_device` only flushes it).
+    pub(crate) pinned: std::sync::atomic::AtomicBool,
+    /// The process that opened it: a child made by `fork()` inherits the
+    /// memory but not the progress thread, and must not act for it.
+    pub(crate) pid: u32,
+}
+
+/// Every open context, so that librdmacm can find the one on an address
+/// (a process can have only one per address: it holds UDP port 4791
+/// there). Programs like perftest open a context themselves and then
+/// use librdmacm on the same address.
+static LIVE: Mutex<Vec<Raw>> = Mutex::new(Vec::new());
+
+/// The open contexts (see `LIVE`).
+pub(crate) fn live() -> Vec<*mut ibv_context> {
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|Raw(p)| p.cast())
+        .collect()
 }
 
 impl Context {
@@ -332,53 +353,10 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
 
 /// Opens a context of `dev` on `at` (librdmacm binding an address), or
 /// where `ibv_open_device` would.
-/// Contexts the program opened (`ibv_open_device`), by address: the
-/// RDMA CM opens its own context on an address, and where the program
-/// has one there it shares that context's engine, as the UDP port can be
-/// bound once (perftest with `-R` opens the device itself, then connects
-/// through the CM on the same address).
-static OPENED: Mutex<Vec<(IpAddr, Raw)>> = Mutex::new(Vec::new());
-
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let (verbs, local) = open_engine(dev, at)?;
-    build_context(dev, verbs, local, true)
-}
-
-/// A context for the RDMA CM on exactly `addr`: sharing the engine of a
-/// context the program opened there, else a new one.
-pub(crate) fn cm_context(dev: &'static Device, addr: IpAddr) -> Res<*mut ibv_context> {
-    let shared = {
-        let opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
-        opened.iter().find(|(a, _)| *a == addr).map(|(_, Raw(p))| {
-            // SAFETY: listed while the program's context is open (removed
-            // by ibv_close_device before it is freed).
-            unsafe { &*(*p as *const Context) }.verbs.clone()
-        })
-    };
-    match shared {
-        Some(verbs) => {
-            log!(
-                "{} on {addr}: the CM shares the program's context",
-                dev.info.name()
-            );
-            build_context(dev, verbs, addr, false)
-        }
-        None => new_context(dev, Some(addr)),
-    }
-}
-
-/// The C context around an engine; `own` when the engine is this
-/// context's alone (its asynchronous events come to it).
-fn build_context(
-    dev: &'static Device,
-    verbs: roce_verbs::Context,
-    local: IpAddr,
-    own: bool,
-) -> Res<*mut ibv_context> {
     let efd = Arc::new(eventfd()?);
-    if own {
-        verbs.set_event_notifier(counting(&efd));
-    }
+    verbs.set_event_notifier(counting(&efd));
     let mtu = if dev.info.interface().loopback {
         4096
     } else {
@@ -411,23 +389,20 @@ fn build_context(
         objects: Mutex::new(Objects::default()),
         children: AtomicUsize::new(0),
         cm: std::sync::OnceLock::new(),
+        pinned: std::sync::atomic::AtomicBool::new(false),
+        pid: std::process::id(),
     });
-    Ok(Box::leak(ctx).ibv())
+    let p = Box::leak(ctx).ibv();
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Raw(p.cast()));
+    Ok(p)
 }
 
 export! {
     /// `ibv_open_device`.
     fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-        ptr_ret(|| {
-            let ctx = new_context(device::from_ptr(dev)?, None)?;
-            // SAFETY: just made by this library.
-            let local = unsafe { Context::from_ptr(ctx)? }.local;
-            let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
-            // SAFETY: the Context holding the C view.
-            let whole = unsafe { ctx.byte_sub(off) } as *mut c_void;
-            OPENED.lock().unwrap_or_else(|p| p.into_inner()).push((local, Raw(whole)));
-            Ok(ctx)
-        })
+        ptr_ret(|| new_context(device::from_ptr(dev)?, None))
     }
 }
 
@@ -438,13 +413,18 @@ export! {
     fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         errno_ret(|| {
             // SAFETY: the program passes a context it opened.
-            unsafe { Context::from_ptr(ctx)? };
+            let c = unsafe { Context::from_ptr(ctx)? };
+            if c.pinned.load(std::sync::atomic::Ordering::Acquire) {
+                // librdmacm's ids use it (see `pinned`).
+                c.verbs.flush();
+                return Ok(());
+            }
+            LIVE.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|Raw(p)| *p != ctx.cast());
             let off = offset_of!(Context, vctx) + offset_of!(verbs_context, context);
-            // SAFETY: as from_ptr: the Context holding the C view.
-            let whole = unsafe { ctx.byte_sub(off) } as *mut c_void;
-            OPENED.lock().unwrap_or_else(|p| p.into_inner()).retain(|(_, Raw(p))| *p != whole);
             // SAFETY: as from_ptr; the program gives up the context here.
-            let c = unsafe { Box::from_raw(whole as *mut Context) };
+            let c = unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) };
             log!("closing {} on {}", c.device.info.name(), c.local);
             // The last ACKs of destroyed QPs leave before the program,
             // which usually exits next, can end the process.

@@ -65,12 +65,19 @@ fn caps_checked(cap: &ibv_qp_cap, srq: bool) -> Res<QpCaps> {
     {
         return Err(libc::EINVAL);
     }
+    let max_send_sge = cap.max_send_sge.max(1);
     Ok(QpCaps {
         max_send_wr: cap.max_send_wr.max(1),
         max_recv_wr: recv_wr.max(1),
-        max_send_sge: cap.max_send_sge.max(1),
+        max_send_sge,
         max_recv_sge: cap.max_recv_sge.max(1),
-        max_inline_data: cap.max_inline_data,
+        // At least what the send queue's scatter list would take, as rxe
+        // and mlx5 round it up (a WQE's SGE space holds inline data):
+        // rdma_xclient posts 16 inline bytes on a QP created with 0.
+        max_inline_data: cap
+            .max_inline_data
+            .max(max_send_sge.saturating_mul(16))
+            .min(l.max_inline_data),
     })
 }
 

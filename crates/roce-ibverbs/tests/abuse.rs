@@ -22,7 +22,7 @@ fn bad_input_and_hostile_use_from_c() {
         eprintln!("skipped: {} is missing", header.display());
         return;
     }
-    let lib = common::library();
+    let lib = common::library("libibverbs");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("abuse");
     std::fs::create_dir_all(&dir).unwrap();
     // Linked against the library under its SONAME's file name.

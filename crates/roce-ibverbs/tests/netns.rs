@@ -1,7 +1,8 @@
 //! Unmodified programs on the drop-in library between two network
 //! namespaces joined by a veth, over the UDP and the AF_PACKET backend:
-//! `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ib_write_bw`, server in one
-//! namespace, client in the other.
+//! `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ib_write_bw`, and over the
+//! drop-in librdmacm `rping`, `udaddy` and `ib_write_bw -R`, server in
+//! one namespace, client in the other.
 //!
 //! Needs root and `ip netns` (skips with the reason otherwise) and the
 //! programs (required in CI: `ROCE_REQUIRE_RDMA_TOOLS`).
@@ -201,6 +202,94 @@ fn write_bw_over_af_packet_between_namespaces() {
     write_bw("packet");
 }
 
+/// An rdma_cm program between the namespaces: the server in `a` given
+/// `server` (with `{A}` replaced by its address), the client in `b`
+/// given `client`; both must succeed. Returns (server, client) output.
+fn across_cm(
+    backend: &str,
+    prog: &str,
+    server: &[&str],
+    client: &[&str],
+) -> Option<(String, String)> {
+    if !have(prog) {
+        return None;
+    }
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+    };
+    let fill =
+        |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.replace("{A}", &lab.ip_a)).collect() };
+    let (sa, ca) = (fill(server), fill(client));
+    let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+    let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+    let s = lab
+        .command(&lab.a, &lab.va, backend, prog, &sa)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let c = finish(
+        lab.command(&lab.b, &lab.vb, backend, prog, &ca)
+            .spawn()
+            .unwrap(),
+        LIMIT,
+        prog,
+    );
+    let s = finish(s, LIMIT, prog);
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{prog} over {backend}: server {:?} client {:?}\nserver:\n{st}\nclient:\n{ct}",
+        s.status,
+        c.status
+    );
+    Some((st, ct))
+}
+
+#[test]
+fn rping_over_udp_between_namespaces() {
+    if let Some((st, ct)) = across_cm(
+        "udp",
+        "rping",
+        &["-s", "-a", "{A}", "-v", "-C", "10"],
+        &["-c", "-a", "{A}", "-v", "-V", "-C", "10"],
+    ) {
+        assert!(ct.contains("ping data: rdma-ping-9"), "{ct}");
+        assert!(st.contains("server ping data: rdma-ping-9"), "{st}");
+    }
+}
+
+#[test]
+fn udaddy_over_af_packet_between_namespaces() {
+    if let Some((st, ct)) = across_cm("packet", "udaddy", &["-b", "{A}"], &["-s", "{A}"]) {
+        for out in [&st, &ct] {
+            assert!(out.contains("return status 0"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn write_bw_rdma_cm_over_udp_between_namespaces() {
+    if let Some((_, ct)) = across_cm(
+        "udp",
+        "ib_write_bw",
+        &["-R", "-n", "500", "-s", "65536"],
+        &["-R", "-n", "500", "-s", "65536", "{A}"],
+    ) {
+        assert!(ct.contains("#bytes"), "{ct}");
+    }
+}
+
 /// `udaddy`'s server listens on the wildcard address, which opens every
 /// device; with `ROCE_ADDR` naming the veth's address (as `roce exec
 /// --addr` does) the loopback device took that address first and the
@@ -212,10 +301,6 @@ fn udaddy_server_on_every_device_with_roce_addr() {
     if !have("udaddy") {
         return;
     }
-    let Some(libs) = common::dropin_with_rdmacm("dropin-netns-cm") else {
-        eprintln!("skipped: librdmacm.so was not built (cargo build -p roce-rdmacm)");
-        return;
-    };
     let lab = match Lab::new() {
         Ok(l) => l,
         Err(e) => {
@@ -226,7 +311,6 @@ fn udaddy_server_on_every_device_with_roce_addr() {
     let args = ["-C", "10", "-S", "100"];
     let s = lab
         .command(&lab.a, &lab.va, "udp", "udaddy", &args)
-        .env("LD_LIBRARY_PATH", &libs)
         .env_remove("ROCE_DEVICES")
         .env("ROCE_ADDR", &lab.ip_a)
         .spawn()
@@ -236,7 +320,6 @@ fn udaddy_server_on_every_device_with_roce_addr() {
     ca.extend_from_slice(&args);
     let c = finish(
         lab.command(&lab.b, &lab.vb, "udp", "udaddy", &ca)
-            .env("LD_LIBRARY_PATH", &libs)
             .spawn()
             .unwrap(),
         LIMIT,
@@ -272,10 +355,6 @@ fn rdma_server_and_rdma_client_between_namespaces() {
     if !have("rdma_server") {
         return;
     }
-    let Some(libs) = common::dropin_with_rdmacm("dropin-netns-cm") else {
-        eprintln!("skipped: librdmacm.so was not built (cargo build -p roce-rdmacm)");
-        return;
-    };
     let lab = match Lab::new() {
         Ok(l) => l,
         Err(e) => {
@@ -286,7 +365,6 @@ fn rdma_server_and_rdma_client_between_namespaces() {
     let port = common::free_port().to_string();
     let s = lab
         .command(&lab.a, &lab.va, "udp", "rdma_server", &["-p", &port])
-        .env("LD_LIBRARY_PATH", &libs)
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(400));
@@ -298,7 +376,6 @@ fn rdma_server_and_rdma_client_between_namespaces() {
             "rdma_client",
             &["-s", &lab.ip_a, "-p", &port],
         )
-        .env("LD_LIBRARY_PATH", &libs)
         .spawn()
         .unwrap(),
         LIMIT,

@@ -161,13 +161,16 @@ pub struct ThroughputSeries {
 }
 
 impl ThroughputSeries {
-    /// Mean rate in bits per second over bins `from..to`.
+    /// Mean rate in bits per second over bins `from..to`. The series
+    /// ends at the flow's last byte: bins past it count as empty, so a
+    /// flow that stopped (finished, or stuck in a deadlock) is averaged
+    /// over the whole window, not over the bins it was sending in.
     pub fn rate_bps(&self, from: usize, to: usize) -> f64 {
-        let to = to.min(self.bytes.len());
         if to <= from {
             return 0.0;
         }
-        let b: u64 = self.bytes[from..to].iter().sum();
+        let end = to.min(self.bytes.len());
+        let b: u64 = self.bytes.get(from..end).map_or(0, |s| s.iter().sum());
         b as f64 * 8.0 / ((to - from) as f64 * self.bin_ps as f64 * 1e-12)
     }
 }
@@ -459,7 +462,26 @@ impl Results {
 
 #[cfg(test)]
 mod tests {
-    use super::jain_index;
+    use super::{jain_index, ThroughputSeries};
+
+    /// A flow that sent in its first bin only, then stopped: its mean
+    /// over ten bins is a tenth of that bin's rate (it read as the bin's
+    /// rate: the bins after its last byte were not counted).
+    #[test]
+    fn a_rate_counts_the_bins_after_the_last_byte() {
+        let s = ThroughputSeries {
+            src: 0,
+            dst: 1,
+            prio: 3,
+            bin_ps: 1_000_000, // 1 us
+            bytes: vec![1000],
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b;
+        assert!(close(s.rate_bps(0, 1), 8e9), "{}", s.rate_bps(0, 1));
+        assert!(close(s.rate_bps(0, 10), 8e8), "{}", s.rate_bps(0, 10));
+        assert_eq!(s.rate_bps(5, 10), 0.0);
+        assert_eq!(s.rate_bps(3, 3), 0.0);
+    }
 
     #[test]
     fn jain() {

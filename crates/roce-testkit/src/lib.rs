@@ -4,7 +4,10 @@
 //! * [`example`]: the path of an example binary of the package under
 //!   test (`cargo test` builds every example beside the test binaries);
 //! * [`run_bounded`] and [`Guard`]: a child process waited for at most a
-//!   given time, killed if the test fails first, so no test can hang.
+//!   given time, killed if the test fails first, so no test can hang;
+//! * [`Guard::spawn_roce_server`] and [`roce_bound`]: a RoCE server
+//!   started and waited for until its device is open (an rdma_cm client
+//!   does not retry a refused connection).
 //!
 //! ```
 //! use std::process::Command;
@@ -83,6 +86,46 @@ impl Drop for Guard {
     }
 }
 
+impl Guard {
+    /// Spawns a RoCE server and returns once UDP port 4791 is bound on
+    /// `addr` (its device is open) and it had a moment to listen: from
+    /// opening its device to listening, a server makes no network round
+    /// trip. Fails if the server exits first or never binds (20 s).
+    pub fn spawn_roce_server(cmd: Command, addr: std::net::Ipv4Addr) -> Guard {
+        let mut g = Guard::spawn(cmd);
+        let end = Instant::now() + Duration::from_secs(20);
+        while !roce_bound(addr) {
+            let child = g.0.as_mut().expect("spawned");
+            if child.try_wait().expect("try_wait").is_some() {
+                let out =
+                    g.0.take()
+                        .expect("spawned")
+                        .wait_with_output()
+                        .expect("wait");
+                panic!(
+                    "the server exited before it opened {addr}:\n{}",
+                    text_of(&out)
+                );
+            }
+            assert!(Instant::now() < end, "the server never opened {addr}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        g
+    }
+}
+
+/// Whether UDP port 4791 (RoCE v2) is bound on `addr`, read from
+/// `/proc/net/udp` (no probe packet: a probe would reach the server).
+pub fn roce_bound(addr: std::net::Ipv4Addr) -> bool {
+    // /proc shows the address as the u32 in host order, in hex.
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(addr.octets()));
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
 /// Runs `cmd` to the end, at most `limit` (see [`Guard::wait`]).
 pub fn run_bounded(cmd: Command, limit: Duration) -> Output {
     Guard::spawn(cmd).wait(limit)
@@ -94,4 +137,10 @@ pub fn text(o: &Output) -> (String, String) {
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// A process's standard output then error, as one text.
+pub fn text_of(o: &Output) -> String {
+    let (out, err) = text(o);
+    out + &err
 }

@@ -21,7 +21,7 @@
 use std::net::IpAddr;
 
 use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
-use roce_core::QpType;
+use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
 use crate::progress::kick;
@@ -205,5 +205,60 @@ impl Context {
     /// The state of a connection in the CM (`None` once it is gone).
     pub fn cm_state(&self, id: CmId) -> Option<CmState> {
         self.shared().core_quiet().dev.cm_state(id)
+    }
+
+    /// `rdma_connect` on an id without a QP: the REQ names `qpn`, a QP the
+    /// program manages (the CM never modifies it). [`CmEvent::ConnectResponse`]
+    /// follows the REP; the program then brings the QP up
+    /// ([`Context::cm_qp_attr`]) and calls [`Context::cm_establish`].
+    pub fn cm_connect_manual_nowait(
+        &self,
+        qpn: Qpn,
+        srq: bool,
+        peer: IpAddr,
+        port: u16,
+        param: &ConnParam,
+    ) -> Result<CmId, Error> {
+        let shared = self.shared();
+        let id = {
+            let mut core = shared.core();
+            let now = shared.now();
+            core.dev
+                .cm_connect_manual(now, qpn, srq, peer, port, param)?
+        };
+        kick(shared);
+        Ok(id)
+    }
+
+    /// `rdma_accept` on an id without a QP: the REP names `qpn`, which the
+    /// program brought up itself ([`Context::cm_qp_attr`]).
+    pub fn cm_accept_manual_nowait(
+        &self,
+        id: CmId,
+        qpn: Qpn,
+        srq: bool,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        let shared = self.shared();
+        {
+            let mut core = shared.core();
+            let now = shared.now();
+            core.dev.cm_accept_manual(now, id, qpn, srq, param)?;
+        }
+        kick(shared);
+        Ok(())
+    }
+
+    /// `rdma_establish`: sends the RTU of a connection whose program
+    /// brought its QP up after [`CmEvent::ConnectResponse`].
+    pub fn cm_establish(&self, id: CmId) -> Result<(), Error> {
+        self.shared().core().dev.cm_establish(id)?;
+        kick(self.shared());
+        Ok(())
+    }
+
+    /// `rdma_init_qp_attr` for RTR or RTS of a program-managed QP.
+    pub fn cm_qp_attr(&self, id: CmId, state: QpState) -> Result<(QpAttr, QpAttrMask), Error> {
+        Ok(self.shared().core_quiet().dev.cm_qp_attr(id, state)?)
     }
 }

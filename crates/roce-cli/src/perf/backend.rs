@@ -4,7 +4,7 @@
 //! `--faults` middleware; the GID table lookup of `-x`; the path MTU the
 //! link carries.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use roce_verbs::{Context, Device, OpenError, OpenOptions};
 
@@ -76,16 +76,17 @@ pub(crate) fn open_context(
     local: IpAddr,
     mtu: u32,
     fabric: Option<&roce_io::Fabric>,
-) -> Result<Context, String> {
+) -> Result<Context, OpenFailure> {
+    let other = |e: &str| OpenFailure::Other(e.to_string());
     // From 1 Mbit/s: DCQCN's rates are whole bits per second.
     if !(args.link_gbps >= 0.001 && args.link_gbps <= 10_000.0) {
-        return Err("--link-gbps must be between 0.001 and 10000".into());
+        return Err(other("--link-gbps must be between 0.001 and 10000"));
     }
     let kind = match args.backend {
         BackendKind::Fabric => {
-            let f = fabric.ok_or("the fabric backend needs --loopback")?;
+            let f = fabric.ok_or_else(|| other("the fabric backend needs --loopback"))?;
             if args.pcap.is_some() || args.faults.is_some() {
-                return Err("--pcap and --faults need the udp or packet backend".into());
+                return Err(other("--pcap and --faults need the udp or packet backend"));
             }
             roce_verbs::BackendKind::Fabric(f.clone())
         }
@@ -104,7 +105,9 @@ pub(crate) fn open_context(
         // kernel numbers IDs as it likes: there they are only counted.
         o = o.icrc_check(roce_io::IcrcCheck::Count);
     }
-    if let Some(w) = crate::device::middleware(args.pcap.as_deref(), args.faults.as_deref())? {
+    if let Some(w) = crate::device::middleware(args.pcap.as_deref(), args.faults.as_deref())
+        .map_err(OpenFailure::Other)?
+    {
         o = o.wrap(w);
     }
     o.config.active_mtu = mtu;
@@ -119,7 +122,84 @@ pub(crate) fn open_context(
         o.config.ecn = roce_wire::Ecn::Ect0;
     }
     o.open().map_err(|e| match e {
-        OpenError::Open(_) | OpenError::Io(..) => format!("cannot open a device on {local}: {e}"),
-        e => e.to_string(),
+        OpenError::Open(_) | OpenError::Io(..) => {
+            OpenFailure::Other(format!("cannot open a device on {local}: {e}"))
+        }
+        OpenError::PortInUse { .. } => OpenFailure::PortInUse(e.to_string()),
+        e => OpenFailure::Other(e.to_string()),
     })
+}
+
+/// Why [`open_context`] failed: the UDP port taken on the address (a
+/// side that chose its loopback address itself moves on), or anything else.
+pub(crate) enum OpenFailure {
+    PortInUse(String),
+    Other(String),
+}
+
+impl From<OpenFailure> for String {
+    fn from(f: OpenFailure) -> String {
+        match f {
+            OpenFailure::PortInUse(e) | OpenFailure::Other(e) => e,
+        }
+    }
+}
+
+/// Most loopback addresses [`open_moving`] tries after the first.
+const MOVES: u32 = 64;
+
+/// Opens the context on `local`, or, when this side chose `local` itself
+/// on the IPv4 loopback (`moves`: no `--bind`, no `-x`) and its UDP port
+/// turns out to be taken there, on the next address of 127.0.0.0/8 (never
+/// one in `avoid`: the peer's) whose port is free. The bind is the probe:
+/// pairs started at once, which may have picked the same free address,
+/// each end up with one of their own. Returns the context and the address
+/// it holds; a move is said on stderr unless `quiet`.
+pub(crate) fn open_moving(
+    args: &PerfArgs,
+    local: IpAddr,
+    mtu: u32,
+    fabric: Option<&roce_io::Fabric>,
+    moves: bool,
+    avoid: &[IpAddr],
+    quiet: bool,
+) -> Result<(Context, IpAddr), String> {
+    let first = match local.to_canonical() {
+        IpAddr::V4(a) if moves && a.is_loopback() && args.backend == BackendKind::Udp => a,
+        _ => return Ok((open_context(args, local, mtu, fabric)?, local)),
+    };
+    let avoid: Vec<Ipv4Addr> = avoid
+        .iter()
+        .filter_map(|a| match a.to_canonical() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        })
+        .collect();
+    let mut at = first;
+    let mut tries = 0;
+    loop {
+        match open_context(args, IpAddr::V4(at), mtu, fabric) {
+            Ok(ctx) => {
+                if at != first && !quiet {
+                    eprintln!(
+                        "roce perf: {first}:{} was taken meanwhile (another pair starting?); using {at}",
+                        args.roce_port
+                    );
+                }
+                return Ok((ctx, IpAddr::V4(at)));
+            }
+            Err(OpenFailure::PortInUse(e)) if tries < MOVES => {
+                tries += 1;
+                let next = (u32::from(at)..=0x7fff_fffe)
+                    .skip(1)
+                    .map(Ipv4Addr::from)
+                    .find(|a| !avoid.contains(a));
+                match next {
+                    Some(n) => at = n,
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }

@@ -9,6 +9,7 @@ use roce_verbs::{RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{expect_type, Control};
+use super::progress::Progress;
 use super::report::{self, BwResult};
 use super::setup::Session;
 use super::{stopping, Test};
@@ -131,7 +132,8 @@ fn drive(
     let peer_pattern = s.peer_pattern(size as usize);
     let mut comps = Vec::with_capacity(256);
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
-    let progress = super::lat::progress_bar(p.duration);
+    let total = requester.then(|| per_qp_target.saturating_mul(nq as u64));
+    let mut progress = Progress::new(p.duration, total, size);
     let start = Instant::now();
     let deadline = p.duration.map(|d| start + Duration::from_secs_f64(d));
     let mut end_time = None;
@@ -216,9 +218,7 @@ fn drive(
         if requester && samples.last().is_none_or(|&(_, d)| d != total_done) {
             samples.push((start.elapsed().as_secs_f64(), total_done));
         }
-        if let Some(pb) = &progress {
-            pb.set_position(start.elapsed().as_millis() as u64);
-        }
+        progress.tick(total_done);
         let own_finished = !requester
             || (0..nq)
                 .all(|q| done[q] == posted[q] && (posted[q] >= per_qp_target || stop_posting));
@@ -254,9 +254,7 @@ fn drive(
             }
         }
     }
-    if let Some(pb) = progress {
-        pb.finish_and_clear();
-    }
+    progress.finish();
     let secs = end_time.unwrap_or_else(|| start.elapsed().as_secs_f64());
     let ops: u64 = done.iter().sum();
     let peak_bps = peak_rate(&samples, secs / 20.0) * size as f64;

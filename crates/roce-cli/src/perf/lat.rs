@@ -5,11 +5,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{Control, PeerAlarm};
+use super::progress::Progress;
 use super::report::{self, LatResult};
 use super::setup::Session;
 use super::{stopping, Test};
@@ -19,19 +19,6 @@ const RECV_ID: u64 = 1 << 62;
 
 /// Give up on the peer after this long without progress.
 const STALL: Duration = Duration::from_secs(10);
-
-/// A progress bar on stderr for duration runs, when stderr is a terminal.
-pub(super) fn progress_bar(duration: Option<f64>) -> Option<ProgressBar> {
-    use std::io::IsTerminal;
-    let d = duration?;
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let pb = ProgressBar::new((d * 1000.0) as u64);
-    pb.set_style(ProgressStyle::with_template("{bar:40} {elapsed_precise} / {msg}").ok()?);
-    pb.set_message(format!("{d:.0}s"));
-    Some(pb)
-}
 
 /// The checks a busy-polling wait makes every 256 spins: it yields the
 /// CPU, ends on Ctrl-C or when the peer reported an error, and gives up
@@ -210,8 +197,7 @@ fn ping_pong(
     let deadline = p
         .duration
         .map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let progress = progress_bar(p.duration);
-    let start = Instant::now();
+    let mut progress = Progress::new(p.duration, s.is_client.then_some(iters), size);
     let mut samples = Vec::with_capacity(p.iters.min(1 << 24) as usize);
     let mut i = 0u64;
     let mut pending_recv = 0u64;
@@ -325,14 +311,10 @@ fn ping_pong(
             }
             unreaped -= 1;
         }
-        if let Some(pb) = &progress {
-            pb.set_position(start.elapsed().as_millis() as u64);
-        }
+        progress.tick(i);
         i += 1;
     }
-    if let Some(pb) = progress {
-        pb.finish_and_clear();
-    }
+    progress.finish();
     Ok(samples)
 }
 
@@ -354,8 +336,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         } else {
             p.iters
         };
-        let progress = progress_bar(p.duration);
-        let start = Instant::now();
+        let mut progress = Progress::new(p.duration, Some(iters), size);
         let mut i = 0;
         let len = if p.test == Test::AtomicLat {
             8
@@ -377,14 +358,10 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
                 Err(_) if stopping() => break,
                 Err(e) => return Err(e),
             }
-            if let Some(pb) = &progress {
-                pb.set_position(start.elapsed().as_millis() as u64);
-            }
+            progress.tick(i);
             i += 1;
         }
-        if let Some(pb) = progress {
-            pb.finish_and_clear();
-        }
+        progress.finish();
         // An interrupted run may leave its last operation in flight.
         let interrupted = stopping();
         if p.verify && !samples.is_empty() && !interrupted {

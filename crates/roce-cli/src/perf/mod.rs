@@ -13,8 +13,10 @@ mod control;
 mod lat;
 mod perftest;
 mod perftest_cm;
+mod perftest_peer;
 mod perftest_session;
 mod perftest_traffic;
+mod progress;
 mod report;
 mod setup;
 
@@ -270,10 +272,18 @@ pub(crate) struct PerfArgs {
     /// Print results as JSON.
     #[arg(long)]
     json: bool,
+    /// Seconds between the progress lines printed when stderr is not a
+    /// terminal (for the tests of those lines).
+    #[arg(long, hide = true, default_value_t = 5.0)]
+    progress_every: f64,
     /// The line saying that this client took a free loopback address
     /// (`client_on_loopback`), printed once it reaches its server.
     #[arg(skip)]
     pub(crate) moved_note: Option<String>,
+    /// This side chose its loopback address itself (`client_on_loopback`):
+    /// it moves on to the next free one if another pair takes it first.
+    #[arg(skip)]
+    pub(crate) local_moves: bool,
 }
 
 /// The parameters both sides agree on (sent by the client).
@@ -481,7 +491,18 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
         Ok(None) => args,
         Err(e) => return crate::fail("perf", args.json, &e, 1),
     };
-    let res = if let Err(e) = check_modes(args).and_then(|()| check_gid_index(args)) {
+    progress::set_interval(
+        (!args.json && args.progress_every > 0.0 && args.progress_every < 1e6)
+            .then(|| Duration::from_secs_f64(args.progress_every)),
+    );
+    let checked = check_modes(args).and_then(|()| check_gid_index(args));
+    // What loss costs, said once the flags are known to be good.
+    if checked.is_ok() && !args.json {
+        if let Some(w) = args.faults.as_deref().and_then(crate::device::loss_warning) {
+            eprintln!("roce perf: {w}");
+        }
+    }
+    let res = if let Err(e) = checked {
         Err(e)
     } else if args.perftest && args.rdma_cm {
         perftest_cm::run(args)
@@ -531,6 +552,7 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
     Ok(moved.map(|(b, note)| PerfArgs {
         bind: Some(b),
         moved_note: (!args.json).then_some(note),
+        local_moves: true,
         ..args.clone()
     }))
 }
@@ -811,11 +833,10 @@ fn serve(
             return Err(e);
         }
     };
-    // With no address given, a loopback address another stack holds
-    // gives way to a free one; the client learns it from the endpoints.
-    let local = if args.bind.is_none_or(|b| b.is_unspecified())
-        && args.gid_index.is_none()
-        && args.backend == BackendKind::Udp
+    // With no address given, a loopback address the client uses too (or,
+    // with no GID index, another stack holds) gives way to a free one;
+    // the client learns it from the endpoints.
+    let local = if args.bind.is_none_or(|b| b.is_unspecified()) && args.backend == BackendKind::Udp
     {
         crate::device::loopback_server_local(
             "perf",
@@ -823,6 +844,7 @@ fn serve(
             ctl.peer_ip(),
             args.roce_port,
             args.json || quiet,
+            args.gid_index.map(usize::from),
         )
     } else {
         local

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
-use super::backend::{gid_address, link_path_mtu, open_context};
+use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
 use super::{PerfArgs, Test};
@@ -162,7 +162,14 @@ struct Oob {
 impl Oob {
     fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, String> {
         let mut theirs = vec![0u8; n];
-        let e = |e: std::io::Error| format!("perftest exchange: {e}");
+        let e = |e: std::io::Error| match e.kind() {
+            // The peer stopped (an error of its own: see its output).
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+                "perftest exchange: the peer closed the connection (it stopped: see its output)"
+                    .to_string()
+            }
+            _ => format!("perftest exchange: {e}"),
+        };
         if self.client {
             self.s.write_all(mine).map_err(e)?;
             self.s.read_exact(&mut theirs).map_err(e)?;
@@ -296,6 +303,9 @@ impl Control for Oob {
     fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
         self.xchg(mine, 8)
     }
+    fn watch(&self) -> Option<TcpStream> {
+        self.s.try_clone().ok()
+    }
 }
 
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
@@ -358,11 +368,11 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     // stack holds; the client learns the new one from its GID.
     let local = if !client
         && args.bind.is_none_or(|b| b.is_unspecified())
-        && args.gid_index.is_none()
         && args.backend == super::BackendKind::Udp
     {
         let peer = stream.peer_addr().ok().map(|a| a.ip());
-        crate::device::loopback_server_local("perf", local, peer, args.roce_port, args.json)
+        let index = args.gid_index.map(usize::from);
+        crate::device::loopback_server_local("perf", local, peer, args.roce_port, args.json, index)
     } else {
         local
     };
@@ -395,7 +405,13 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
         .map_or(mtu, |t| t.min(mtu));
 
     // One QP and region per -q.
-    let ctx = open_context(args, local, mtu, None)?;
+    // The bind is the probe: a side that chose its loopback address
+    // itself moves on when another pair took it meanwhile; the peer
+    // learns the address from the GID in the keys.
+    let moves = args.local_moves
+        || (!client && args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
+    let peer: Vec<IpAddr> = oob.s.peer_addr().ok().map(|a| a.ip()).into_iter().collect();
+    let (ctx, local) = open_moving(args, local, mtu, None, moves, &peer, args.json)?;
     let qps = (0..plan.qps)
         .map(|_| DataQp::create(&ctx, &plan))
         .collect::<Result<Vec<_>, _>>()?;

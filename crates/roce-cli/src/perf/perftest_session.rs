@@ -37,6 +37,11 @@ pub(crate) trait Control {
     fn keys(&mut self, mine: &Dest) -> Result<Dest, String>;
     /// One 8-byte exchange of the report; the peer's 8 bytes.
     fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String>;
+    /// The TCP connection the traffic loops look at while they wait for
+    /// the peer (`None` over rdma_cm).
+    fn watch(&self) -> Option<std::net::TcpStream> {
+        None
+    }
 }
 
 /// The rows a run prints.
@@ -88,8 +93,10 @@ pub(crate) fn run_session(
     client: bool,
 ) -> Result<Rows, String> {
     let all = plan.sizes.len() > 1;
+    let watch = ctl.watch();
     // A timed run (-D) starts its clock as its traffic starts.
     let traffic = |size| Traffic {
+        peer: watch.as_ref(),
         qps,
         remotes,
         size,
@@ -239,8 +246,15 @@ pub(crate) fn print_rows(plan: &Plan, mtu: u32, their_version: &str, rows: &Rows
         println!("{v}");
         return;
     }
-    // The server of a READ/atomic latency test measures nothing.
+    // The server of a READ/atomic latency test measures nothing (as
+    // perftest's): it says where the table is rather than end silently.
     if matches!(rows, Rows::Lat(r) if r.is_empty()) {
+        println!("{}", report::RULE);
+        println!(
+            " {}: the client measures every operation; its table is on its side",
+            plan.test.title()
+        );
+        println!("{}", report::RULE);
         return;
     }
     let gbits = args.gbits;

@@ -5,16 +5,17 @@
 //! and the three latency ping-pongs (SEND, WRITE, READ/atomic). With `-D`
 //! every loop runs until its deadline instead of counting to `iters`.
 
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use roce_verbs::{Access, QpCaps, QpInitAttr, QpType, RecvWr, Rkey, SendOp, SendWr};
 
 use super::perftest::Plan;
+use super::perftest_peer::PeerWatch;
+use super::progress::Progress;
 use super::report::{self, BwResult};
 use super::Test;
 
-/// How long one loop waits for the peer before giving up.
-const PATIENCE: Duration = Duration::from_secs(600);
 /// Receive buffers per QP at most (as perftest's default rx depth).
 const MAX_RING: u64 = 512;
 /// Memory for one QP's receive ring at most, unless two messages need more.
@@ -122,6 +123,9 @@ pub(crate) struct Traffic<'a> {
     pub(crate) test: Test,
     /// The end of a timed run (`-D`).
     pub(crate) until: Option<Instant>,
+    /// The TCP control connection, looked at while a loop waits for the
+    /// peer ([`PeerWatch`]); `None` over rdma_cm.
+    pub(crate) peer: Option<&'a TcpStream>,
 }
 
 impl Traffic<'_> {
@@ -154,29 +158,6 @@ impl Traffic<'_> {
     }
 }
 
-/// Ends a polling loop that made no progress for [`PATIENCE`].
-struct Stall(Instant);
-
-impl Stall {
-    fn new() -> Stall {
-        Stall(Instant::now())
-    }
-
-    /// After one round of a loop: progress restarts the clock; otherwise
-    /// yield the CPU, or fail with `what` once the patience is spent.
-    fn round(&mut self, progress: bool, what: impl FnOnce() -> String) -> Result<(), String> {
-        let now = Instant::now();
-        if progress {
-            self.0 = now;
-        } else if now - self.0 > PATIENCE {
-            return Err(what());
-        } else {
-            std::thread::yield_now();
-        }
-        Ok(())
-    }
-}
-
 /// Per-QP counters of a BW loop.
 #[derive(Clone, Copy, Default)]
 struct Counts {
@@ -202,7 +183,8 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
     let mut times: Vec<Instant> = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(256);
     let start = Instant::now();
-    let mut stall = Stall::new();
+    let mut watch = PeerWatch::new(t.peer);
+    let mut shown = Progress::new(None, t.until.is_none().then(|| t.total()), t.size);
     let mut finished = 0;
     while finished < n {
         let mut progress = false;
@@ -247,17 +229,16 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
                 finished += 1;
             }
         }
-        stall.round(progress, || {
+        shown.tick(times.len() as u64);
+        watch.round(progress, false, || {
             let (s, r): (u64, u64) = c
                 .iter()
                 .map(|k| (k.sent, k.received))
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-            format!(
-                "timed out after {s} of {} completions ({r} received)",
-                t.total()
-            )
+            format!("after {s} of {} messages sent ({r} received)", t.total())
         })?;
     }
+    shown.finish();
     let secs = times
         .last()
         .map_or(1e-9, |l| l.duration_since(start).as_secs_f64());
@@ -292,7 +273,7 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
     let mut comps = Vec::with_capacity(256);
     let mut times = Vec::with_capacity(t.cap());
     let mut start = None;
-    let mut stall = Stall::new();
+    let mut watch = PeerWatch::new(t.peer);
     while got.iter().any(|&g| g < iters) && !t.over() {
         let mut progress = false;
         for (i, d) in t.qps.iter().enumerate() {
@@ -309,9 +290,9 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
                 }
             }
         }
-        stall.round(progress, || {
+        watch.round(progress, true, || {
             let total: u64 = got.iter().sum();
-            format!("timed out after {total} of {} messages", t.total())
+            format!("after {total} of the {} messages", t.total())
         })?;
     }
     let start = start.unwrap_or_else(Instant::now);
@@ -360,7 +341,7 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
     let (size, iters) = (t.size, t.iters);
     let mut stamps = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(16);
-    let deadline = Instant::now() + PATIENCE;
+    let mut watch = PeerWatch::new(t.peer);
     let last = size - 1;
     // Our WRITEs completed so far.
     let mut done = 0u64;
@@ -372,9 +353,13 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
                         comps: &mut Vec<roce_verbs::Completion>|
      -> Result<bool, String> {
         let mut b = [0u8; 1];
+        let mut spins = 0u32;
         loop {
             d.poll(comps)?;
             done += comps.len() as u64;
+            if !comps.is_empty() {
+                watch.progressed();
+            }
             match want {
                 Some(w) => {
                     d.mr.read(last, &mut b).map_err(|e| e.to_string())?;
@@ -388,8 +373,13 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
                 None if done == posted => return Ok(true),
                 None => {}
             }
-            if Instant::now() > deadline {
-                return Err(format!("timed out waiting for the peer's write {want:?}"));
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) {
+                // The peer's write is what this side waits for: a peer
+                // that finished (or left) will not write again.
+                watch.check(want.is_some(), || {
+                    format!("after {posted} of the {iters} iterations")
+                })?;
             }
         }
     };
@@ -455,7 +445,7 @@ pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
     let (addr, rkey) = t.remotes[0];
     let mut samples = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(4);
-    let deadline = Instant::now() + PATIENCE;
+    let mut watch = PeerWatch::new(t.peer);
     for n in 0..t.iters {
         if t.over() {
             break;
@@ -463,13 +453,16 @@ pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
         let t0 = Instant::now();
         let wr = SendWr::rdma(n, op, vec![d.mr.sge(d.area, t.size as u32)], addr, rkey);
         d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+        let mut spins = 0u32;
         loop {
             d.poll(&mut comps)?;
             if !comps.is_empty() {
+                watch.progressed();
                 break;
             }
-            if Instant::now() > deadline {
-                return Err(format!("timed out after {n} of {} operations", t.iters));
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) {
+                watch.check(false, || format!("after {n} of {} operations", t.iters))?;
             }
         }
         samples.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -489,7 +482,20 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
     let mut comps = Vec::with_capacity(16);
     let mut reposted = d.ring_slots(size, iters);
     let (mut sent, mut received) = (0u64, 0u64);
-    let deadline = Instant::now() + PATIENCE;
+    let mut watch = PeerWatch::new(t.peer);
+    let mut spins = 0u32;
+    // The peer's messages are what this side waits for: a peer that
+    // finished (or left) sends no more.
+    let mut idle = |watch: &mut PeerWatch<'_>, sent: u64, received: u64| {
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(256) {
+            watch.check(true, || {
+                format!("after {sent} sends and {received} receives of the {iters} iterations")
+            })
+        } else {
+            Ok(())
+        }
+    };
     while sent < iters && !t.over() {
         // The server (and the client after its first send) waits for the
         // peer's message before sending.
@@ -511,16 +517,20 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
                 d.repost(c.wr_id, size)?;
             }
         }
-        if comps.is_empty() && Instant::now() > deadline {
-            return Err(format!("timed out after {sent} sends, {received} receives"));
+        if comps.is_empty() {
+            idle(&mut watch, sent, received)?;
+        } else {
+            watch.progressed();
         }
     }
     // The client's last reply arrives after its last send.
     while client && received < iters && !t.over() {
         d.poll(&mut comps)?;
         received += comps.iter().filter(|c| c.wr_id & SEND_BIT == 0).count() as u64;
-        if comps.is_empty() && Instant::now() > deadline {
-            return Err(format!("timed out after {received} of {iters} replies"));
+        if comps.is_empty() {
+            idle(&mut watch, sent, received)?;
+        } else {
+            watch.progressed();
         }
     }
     Ok(half_intervals(&stamps))

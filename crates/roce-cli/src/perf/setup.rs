@@ -9,7 +9,7 @@ use roce_verbs::{
 };
 use serde_json::{json, Value};
 
-use super::backend::{link_path_mtu, open_context, prime_neighbours};
+use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
 use super::{BackendKind, Params, PerfArgs, Test};
 
@@ -53,17 +53,15 @@ pub(crate) fn check_memory(params: &Params) -> Result<(), String> {
 /// own address (the one on the control connection), unless this side
 /// uses GID addressing (-x), where the GIDs of both sides may be other
 /// addresses of theirs; otherwise a hello could aim this side's traffic
-/// at a third host. One exception, for the client only: a server given no
-/// address moves off a loopback address another stack holds
-/// ([`crate::device::loopback_server_local`]), so a server reached on a
-/// loopback address may put its QPs on another loopback address (of this
-/// host, then). The server's check of the client stays exact: a client
-/// that moves binds its control connection to its new address too.
+/// at a third host. One exception: a peer reached on a loopback address
+/// may put its QPs on another loopback address (of this host, then): a
+/// side that chose its loopback address itself moves to a free one when
+/// another stack holds it ([`crate::device::loopback_server_local`],
+/// [`super::backend::open_moving`]).
 fn check_addresses(
     gid_index: Option<u8>,
     remote: &[Endpoint],
     peer: Option<IpAddr>,
-    is_client: bool,
 ) -> Result<(), String> {
     if gid_index.is_some() {
         return Ok(());
@@ -73,8 +71,7 @@ fn check_addresses(
     };
     let loopback = roce_verbs::loopback::is_loopback;
     let ok = |r: &Endpoint| {
-        r.addr.to_canonical() == peer.to_canonical()
-            || (is_client && loopback(peer) && loopback(r.addr))
+        r.addr.to_canonical() == peer.to_canonical() || (loopback(peer) && loopback(r.addr))
     };
     match remote.iter().find(|r| !ok(r)) {
         None => Ok(()),
@@ -163,7 +160,15 @@ impl Session {
         // perftest's rule: a path MTU above what the link carries is
         // lowered to the largest that fits; both sides use the smaller.
         let mtu = params.mtu.min(link_path_mtu(args, local)?);
-        let ctx = open_context(args, local, mtu, fabric)?;
+        // A side that chose its loopback address itself (a client that
+        // moved off its server's, a server given no address) moves on if
+        // another pair took it meanwhile; its endpoints say where it is.
+        let moves = args.local_moves
+            || (!is_client
+                && args.bind.is_none_or(|b| b.is_unspecified())
+                && args.gid_index.is_none());
+        let avoid: Vec<IpAddr> = ctl.peer_ip().into_iter().collect();
+        let (ctx, local) = open_moving(args, local, mtu, fabric, moves, &avoid, args.json)?;
         let pd = ctx.alloc_pd();
         let nq = params.qps as u64;
         let (max_size, ring, slot) = layout(params);
@@ -242,7 +247,7 @@ impl Session {
                 .map(Endpoint::from_json)
                 .collect::<Result<_, _>>()?;
             check_family(args, local, &remote, is_client)?;
-            check_addresses(args.gid_index, &remote, peer, is_client)?;
+            check_addresses(args.gid_index, &remote, peer)?;
             Ok(remote)
         };
         let (theirs, remote) = if is_client {
@@ -430,22 +435,21 @@ mod tests {
         }]
     }
 
-    /// The peer's QPs must be at its control address; a client alone
-    /// accepts a server's QPs on another loopback address (a server that
-    /// moved off a taken one), never a server's elsewhere, and the
-    /// server accepts nothing but the client's own address.
+    /// The peer's QPs must be at its control address; either side
+    /// accepts a peer's QPs on another loopback address when it reached
+    /// the peer on one (a side that moved off a taken address), never a
+    /// loopback peer's elsewhere, nor a remote peer's on loopback.
     #[test]
     fn the_peers_qps_are_at_its_address() {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        assert!(check_addresses(None, &at("127.0.0.1"), Some(lo), false).is_ok());
-        assert!(check_addresses(None, &at("127.0.0.3"), Some(lo), true).is_ok());
-        assert!(check_addresses(None, &at("::1"), Some(lo), true).is_ok());
-        let e = check_addresses(None, &at("127.0.0.3"), Some(lo), false).unwrap_err();
+        assert!(check_addresses(None, &at("127.0.0.1"), Some(lo)).is_ok());
+        assert!(check_addresses(None, &at("127.0.0.3"), Some(lo)).is_ok());
+        assert!(check_addresses(None, &at("::1"), Some(lo)).is_ok());
+        let e = check_addresses(None, &at("192.0.2.9"), Some(lo)).unwrap_err();
         assert!(e.contains("not at the peer's address 127.0.0.1"), "{e}");
-        assert!(check_addresses(None, &at("192.0.2.9"), Some(lo), true).is_err());
         let far: IpAddr = "192.0.2.1".parse().unwrap();
-        assert!(check_addresses(None, &at("127.0.0.1"), Some(far), true).is_err());
+        assert!(check_addresses(None, &at("127.0.0.1"), Some(far)).is_err());
         // GID addressing (-x): the addresses may differ.
-        assert!(check_addresses(Some(0), &at("192.0.2.9"), Some(lo), false).is_ok());
+        assert!(check_addresses(Some(0), &at("192.0.2.9"), Some(lo)).is_ok());
     }
 }

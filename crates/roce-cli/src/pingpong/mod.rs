@@ -115,7 +115,9 @@ pub(crate) struct PingpongArgs {
     pub(crate) roce_port: u16,
     /// Give up after this many seconds without progress (connecting, the
     /// exchange, or a completion); 0 waits forever, as the tools do. At
-    /// most 10^9 (31 years).
+    /// most 10^9 (31 years). Once the ping-pong runs, a peer silent for
+    /// 10 s is taken as gone (a killed peer sends nothing), less with a
+    /// shorter --timeout.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000))]
     pub(crate) timeout: u64,
     /// Print the device's and the backend's counters to stderr at the end.

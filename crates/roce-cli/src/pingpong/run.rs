@@ -430,8 +430,24 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
             Some(peer_ip),
             p.roce_port,
             false,
+            None,
         ),
         None => tcp_local,
+    };
+    // A server's GID the client uses too (both ends on this host, each
+    // given -g 0, say) gives way to a free loopback address, as with no -g.
+    let local = match p.gid_idx {
+        Some(g) if !is_client && p.bind.is_none_or(|b| b.is_unspecified()) => {
+            crate::device::loopback_server_local(
+                "pingpong",
+                local,
+                Some(peer_ip),
+                p.roce_port,
+                false,
+                Some(usize::from(g)),
+            )
+        }
+        _ => local,
     };
 
     let mut s = setup(p, local, is_client)?;
@@ -547,13 +563,26 @@ fn print_remote(remote: &[Dest]) {
     }
 }
 
-/// Waits for completions: busy-polling, or on the channel with `-e`.
+/// How long a connected peer may leave this side without a completion:
+/// the tools ping-pong without pause, so a peer silent this long is gone
+/// (a killed process sends nothing; its QP just stops answering).
+const PEER_SILENCE: Duration = Duration::from_secs(10);
+
+/// Waits for completions: busy-polling, or on the channel with `-e`; at
+/// most [`PEER_SILENCE`] (less with a shorter `--timeout`, unbounded with
+/// `--timeout 0`).
 fn wait(s: &Side, out: &mut Vec<Completion>, events: &mut u64) -> Result<(), String> {
-    let end = deadline(s.p.timeout);
+    let limit = s.p.timeout.map(|t| t.min(PEER_SILENCE));
+    let end = deadline(limit);
     let idle = || {
         format!(
-            "no completion for {} s: the peer stopped answering",
-            s.p.timeout.map_or(0, |t| t.as_secs())
+            "no completion for {} s: {} stopped answering (killed, or unreachable): giving up",
+            limit.map_or(0, |t| t.as_secs()),
+            if s.is_client {
+                "the server"
+            } else {
+                "the client"
+            }
         )
     };
     if let Some(ch) = &s.channel {

@@ -202,6 +202,22 @@ pub(crate) fn summary(r: &Results, convergence: u64, plots: bool) -> String {
         r.flows.len(),
         failed
     );
+    // A deadlock freezes everything after it: said first, and the
+    // figures measured over windows that reach past it say so.
+    for dl in &r.deadlocks {
+        let _ = writeln!(
+            s,
+            "DEADLOCK at {:.3} ms: {}",
+            ms(dl.detected_ps),
+            dl.cycle.join(" -> ")
+        );
+    }
+    let deadlock = r.deadlocks.iter().map(|d| d.detected_ps).min();
+    let frozen = |to: u64| {
+        deadlock.filter(|&d| d < to).map_or(String::new(), |d| {
+            format!("; deadlocked from {:.3} ms: nothing moved after", ms(d))
+        })
+    };
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     if r.flows_completed == 0 {
         let _ = writeln!(s, "FCT slowdown: - (no flow completed)");
@@ -271,12 +287,13 @@ pub(crate) fn summary(r: &Results, convergence: u64, plots: bool) -> String {
             let rates: Vec<String> = fa.gbps.iter().map(|g| format!("{g:.2}")).collect();
             let _ = writeln!(
                 s,
-                "fairness: Jain {:.4} over {} flows, {:.3}..{:.3} ms (Gb/s: {})",
+                "fairness: Jain {:.4} over {} flows, mean rates over {:.3}..{:.3} ms (Gb/s: {}{})",
                 fa.jain,
                 fa.flows.len(),
                 ms(fa.from_ps),
                 ms(fa.to_ps),
-                rates.join(" ")
+                rates.join(" "),
+                frozen(fa.to_ps)
             );
         }
         None if before_convergence => {
@@ -307,8 +324,9 @@ pub(crate) fn summary(r: &Results, convergence: u64, plots: bool) -> String {
             }
         )
     } else {
-        "the whole run".to_string()
+        format!("the whole run, 0.000..{:.3} ms", ms(r.sim_time_ps))
     };
+    let window = format!("{window}{}", frozen(r.sim_time_ps));
     if !qs.is_empty() {
         let _ = writeln!(s, "queues (busiest by mean, {window}):");
     } else if before_convergence {
@@ -342,16 +360,6 @@ pub(crate) fn summary(r: &Results, convergence: u64, plots: bool) -> String {
             human_bytes(q.max as f64),
             band
         );
-    }
-    if !r.deadlocks.is_empty() {
-        for dl in &r.deadlocks {
-            let _ = writeln!(
-                s,
-                "DEADLOCK at {:.3} ms: {}",
-                ms(dl.detected_ps),
-                dl.cycle.join(" -> ")
-            );
-        }
     }
     if !r.watchdog.is_empty() {
         let _ = writeln!(s, "watchdog actions: {}", r.watchdog.len());

@@ -105,6 +105,13 @@ struct Conn {
     mras: u8,
     /// A received request counted against its listener's backlog.
     pending: bool,
+    /// The program manages the QP (`cm_connect_manual`,
+    /// `cm_accept_manual`): the CM never modifies it (`qpn` stays None)
+    /// and tells the program its attributes (`cm_qp_attr`).
+    manual: bool,
+    /// The attributes of a program-managed QP, known once the REP came
+    /// (active side).
+    qp_attr: Option<QpAttr>,
 }
 
 /// One MAD waiting to be sent.
@@ -137,7 +144,22 @@ pub struct CmCounters {
     pub events_lost: u64,
     /// MRAs ignored (over `MAX_MRAS` per connection).
     pub mras_ignored: u64,
+    /// REQs left unanswered (to be resent) because their port's listener
+    /// went less than 2 s before: programs close a listener and open
+    /// another on the same port, and a REQ may come in between.
+    pub held_for_relisten: u64,
 }
+
+/// How long after a listener goes a REQ for its port is left unanswered
+/// (its sender resends it after about a second) instead of refused:
+/// programs close a listener and open another on the same port (perftest
+/// does, between its exchange and its test connections), and their peer's
+/// REQ may come in between. Past it, such a REQ is refused (REJ, no
+/// listener), as ever.
+pub(crate) const RELISTEN_GRACE: Nanos = 2_000_000_000;
+
+/// Ports whose listener went recently, at most this many remembered.
+const MAX_RELISTEN: usize = 16;
 
 /// The CM's part of a device.
 #[derive(Debug)]
@@ -152,6 +174,9 @@ pub(crate) struct CmTable {
     by_remote: BTreeMap<(IpAddr, u32), u32>,
     /// Requests waiting for the application, per listener.
     pending: BTreeMap<u64, usize>,
+    /// Services whose listener went, and since when (set by the first
+    /// REQ that finds it gone): see [`RELISTEN_GRACE`].
+    pub(crate) relisten: VecDeque<(u64, Option<Nanos>)>,
     out: VecDeque<OutMad>,
     events: VecDeque<CmEvent>,
     /// CM IDs, transaction IDs and starting PSNs.
@@ -175,6 +200,7 @@ impl CmTable {
             conns: BTreeMap::new(),
             by_remote: BTreeMap::new(),
             pending: BTreeMap::new(),
+            relisten: VecDeque::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             ids: Ids::new(seed),
@@ -182,6 +208,31 @@ impl CmTable {
             timers: BinaryHeap::new(),
             counters: CmCounters::default(),
         }
+    }
+
+    /// Remembers that `service`'s listener went (see [`RELISTEN_GRACE`]).
+    pub(crate) fn listener_gone(&mut self, service: u64) {
+        self.relisten.retain(|(s, _)| *s != service);
+        if self.relisten.len() >= MAX_RELISTEN {
+            self.relisten.pop_front();
+        }
+        self.relisten.push_back((service, None));
+    }
+
+    /// Whether a REQ for `service`, which has no listener, should go
+    /// unanswered now: its listener went less than [`RELISTEN_GRACE`]
+    /// ago (counted from the first REQ that found it gone).
+    pub(crate) fn hold_for_relisten(&mut self, service: u64, now: Nanos) -> bool {
+        let Some(k) = self.relisten.iter().position(|(s, _)| *s == service) else {
+            return false;
+        };
+        let since = *self.relisten[k].1.get_or_insert(now);
+        if now.saturating_sub(since) < RELISTEN_GRACE {
+            self.counters.held_for_relisten += 1;
+            return true;
+        }
+        self.relisten.remove(k);
+        false
     }
 
     /// A fresh local communication ID: random (IBTA Vol 1 §12.6.3 only
@@ -322,6 +373,8 @@ impl Conn {
             listen: None,
             mras: 0,
             pending: false,
+            manual: false,
+            qp_attr: None,
         }
     }
 

@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::os::raw::{c_int, c_void};
 
-use roce_verbs::{ConnParam, ListenId, PortSpace};
+use roce_verbs::{ConnParam, ListenId, PortSpace, QpState};
 
 use super::channel::Event;
 use super::dispatch::table;
@@ -63,19 +63,27 @@ unsafe fn param_of(p: *const rdma_conn_param, ack_timeout: u8) -> ConnParam {
     out
 }
 
-/// The id's QP, as the engine knows it (`EINVAL` without one: a QP the
-/// program drives itself by `rdma_init_qp_attr` is not supported).
+/// The id's QP, as the engine knows it.
 fn qp_of(i: &Id) -> Res<&Qp> {
     // SAFETY: the id's C view; `qp` is NULL or a QP of this library.
-    let qp = unsafe { (*i.c()).qp };
-    if qp.is_null() {
-        crate::config::log!(
-            "librdmacm: a connection needs a QP made by rdma_create_qp (a program-managed QP is not supported)"
-        );
-        return Err(libc::EOPNOTSUPP);
+    unsafe { Qp::from_ptr((*i.c()).qp) }
+}
+
+/// For an RC id without a QP: the QP the program manages itself, as
+/// `rdma_conn_param` names it (`qp_num`, `srq`); `None` when the id has
+/// a QP. Such a QP is brought up by the program (`rdma_init_qp_attr`),
+/// never by the CM.
+fn program_qp(i: &Id, param: *const rdma_conn_param) -> Res<Option<(roce_verbs::Qpn, bool)>> {
+    // SAFETY: the id's C view.
+    if !unsafe { (*i.c()).qp }.is_null() || is_ud(i) {
+        return Ok(None);
     }
-    // SAFETY: as above.
-    unsafe { Qp::from_ptr(qp) }
+    // SAFETY: the program's parameters (or NULL).
+    let p = unsafe { param.as_ref() }.ok_or(libc::EINVAL)?;
+    if p.qp_num == 0 || p.qp_num > 0xff_ffff {
+        return Err(libc::EINVAL);
+    }
+    Ok(Some((roce_verbs::Qpn::new(p.qp_num), p.srq != 0)))
 }
 
 fn is_ud(i: &Id) -> bool {
@@ -133,6 +141,12 @@ export! {
                     }
                 }
             }
+            crate::config::log!(
+                "librdmacm: listening on port {} ({} device(s), {})",
+                local.port(),
+                done.len(),
+                if ud { "UDP port space" } else { "TCP port space" }
+            );
             let mut st = i.st();
             st.listens = done;
             st.state = State::Listening;
@@ -206,9 +220,15 @@ export! {
             }
             // SAFETY: the program's parameters (or NULL).
             let p = unsafe { param_of(param, ack) };
+            crate::config::log!("librdmacm: connecting from {} to {peer}", ctx.local);
             let conn = if is_ud(i) {
                 ctx.verbs
                     .cm_resolve_ud_nowait(peer.ip(), peer.port(), &p.private_data)
+                    .map_err(crate::ffi::verr)?
+            } else if let Some((qpn, srq)) = program_qp(i, param)? {
+                i.st().depths = (p.initiator_depth, p.responder_resources);
+                ctx.verbs
+                    .cm_connect_manual_nowait(qpn, srq, peer.ip(), peer.port(), &p)
                     .map_err(crate::ffi::verr)?
             } else {
                 let qp = qp_of(i)?;
@@ -251,6 +271,18 @@ export! {
             };
             if state != State::Requested {
                 return Err(libc::EINVAL);
+            }
+            if let Some((qpn, srq)) = program_qp(i, param)? {
+                // SAFETY: the program's parameters (or NULL).
+                let mut p = unsafe { param_of(param, ack) };
+                p.initiator_depth = p.initiator_depth.min(init.max(1));
+                p.responder_resources = p.responder_resources.min(resp.max(1));
+                i.st().state = State::Connecting;
+                ctx.verbs.cm_accept_manual_nowait(conn, qpn, srq, &p).map_err(|e| {
+                    i.st().state = State::Requested;
+                    crate::ffi::verr(e)
+                })?;
+                return complete(i);
             }
             let qp = qp_of(i)?;
             if is_ud(i) {
@@ -361,14 +393,24 @@ export! {
 }
 
 export! {
-    /// `rdma_establish`: the engine sends the RTU itself, so a connected
-    /// id has nothing to do; any other state is `EINVAL`.
+    /// `rdma_establish`: after CONNECT_RESPONSE (a program-managed QP,
+    /// now in RTS), the RTU leaves and the id is connected. An id whose
+    /// QP the CM brought up is connected already.
     fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
         rc(|| {
             // SAFETY: the program's id.
             let i = unsafe { Id::from_ptr(id)? };
-            match i.st().state {
-                State::Connected => Ok(()),
+            let (state, conn) = {
+                let st = i.st();
+                (st.state, st.conn)
+            };
+            match (state, conn) {
+                (State::Connected, _) => Ok(()),
+                (State::Connecting, Some(c)) => {
+                    i.ctx()?.verbs.cm_establish(c).map_err(crate::ffi::verr)?;
+                    i.st().state = State::Connected;
+                    Ok(())
+                }
                 _ => Err(libc::EINVAL),
             }
         })
@@ -387,17 +429,25 @@ export! {
 }
 
 export! {
-    /// `rdma_init_qp_attr`: the attributes to bring a program's QP to
-    /// INIT for this id (`qp_attr->qp_state` says which transition);
-    /// RTR and RTS are made by the engine's CM on the id's own QP, so
-    /// they are `EOPNOTSUPP` here.
+    /// `rdma_init_qp_attr`: the attributes (and mask) that bring a QP the
+    /// program manages to `qp_attr->qp_state` for this id: INIT at any
+    /// time, RTR and RTS once the peer's parameters are known (the
+    /// request, on the passive side; CONNECT_RESPONSE, on the active).
     fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr, mask: *mut c_int) -> c_int {
         rc(|| {
             // SAFETY: the program's id and output structures.
             let (i, a, m) = unsafe { (Id::from_ptr(id)?, arg_mut(attr)?, arg_mut(mask)?) };
-            i.ctx()?;
+            let ctx = i.ctx()?;
+            if a.qp_state == 2 || a.qp_state == 3 {
+                let conn = i.st().conn.ok_or(libc::EINVAL)?;
+                let state = if a.qp_state == 2 { QpState::Rtr } else { QpState::Rts };
+                let (q, qm) = ctx.verbs.cm_qp_attr(conn, state).map_err(crate::ffi::verr)?;
+                *a = ibv_qp_attr_of(&q);
+                *m = qm.0 as c_int;
+                return Ok(());
+            }
             if a.qp_state != 1 {
-                return Err(libc::EOPNOTSUPP);
+                return Err(libc::EINVAL);
             }
             a.pkey_index = 0;
             a.port_num = 1;
@@ -477,5 +527,37 @@ export! {
             *e = [0; 3];
             Ok(())
         })
+    }
+}
+
+/// The C attributes of the engine's.
+fn ibv_qp_attr_of(q: &roce_verbs::QpAttr) -> ibv_qp_attr {
+    ibv_qp_attr {
+        qp_state: q.qp_state as u32,
+        path_mtu: crate::context::mtu_enum(q.path_mtu),
+        rq_psn: q.rq_psn.value(),
+        sq_psn: q.sq_psn.value(),
+        dest_qp_num: q.dest_qp_num.value(),
+        qp_access_flags: q.qp_access_flags.0,
+        ah_attr: ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: crate::context::gid_of(q.ah_attr.dest),
+                flow_label: q.ah_attr.flow_label,
+                sgid_index: q.ah_attr.sgid_index,
+                hop_limit: q.ah_attr.hop_limit,
+                traffic_class: q.ah_attr.traffic_class,
+            },
+            is_global: 1,
+            port_num: 1,
+            ..Default::default()
+        },
+        max_rd_atomic: q.max_rd_atomic,
+        max_dest_rd_atomic: q.max_dest_rd_atomic,
+        min_rnr_timer: q.min_rnr_timer,
+        port_num: 1,
+        timeout: q.timeout,
+        retry_cnt: q.retry_cnt,
+        rnr_retry: q.rnr_retry,
+        ..Default::default()
     }
 }

@@ -96,6 +96,11 @@ impl Table {
         self.listeners.retain(|_, v| *v != p);
     }
 
+    /// The engine's connections the table maps.
+    pub(crate) fn conn_ids(&self) -> Vec<CmId> {
+        self.conns.keys().copied().collect()
+    }
+
     /// Forgets one connection (its outcome was delivered).
     pub(crate) fn forget_conn(&mut self, conn: CmId) {
         self.conns.remove(&conn);
@@ -115,7 +120,10 @@ impl Table {
                 };
                 // SAFETY: registered ids are alive (forgotten before freed).
                 let id = unsafe { &*p };
-                let over = !matches!(other, CmEvent::Established { .. });
+                let over = !matches!(
+                    other,
+                    CmEvent::Established { .. } | CmEvent::ConnectResponse { .. }
+                );
                 if over {
                     self.conns.remove(&other.id());
                 }
@@ -273,6 +281,27 @@ fn conn_event(id: &Id, e: CmEvent) {
                     rnr_retry_count: 7,
                     srq: 0,
                     qp_num: 0,
+                },
+            );
+            ev
+        }
+        CmEvent::ConnectResponse { private_data, .. } => {
+            // The program brings its own QP up, then rdma_establish.
+            let mut ev = Event::new(id.c(), event::CONNECT_RESPONSE, 0);
+            let (init, resp) = st.depths;
+            ev.set_conn(
+                &private_data,
+                if private_data.is_empty() {
+                    0
+                } else {
+                    REP_PRIVATE
+                },
+                rdma_conn_param {
+                    responder_resources: resp,
+                    initiator_depth: init,
+                    retry_count: 7,
+                    rnr_retry_count: 7,
+                    ..zero_conn()
                 },
             );
             ev

@@ -13,14 +13,9 @@ use super::dispatch::table;
 use super::{lock, rc, Channel, Id, IdState, State};
 use crate::abi::*;
 use crate::config::log;
-use crate::context::{cm_context, gid_of, mtu_enum, new_context, Context, Raw};
+use crate::context::{gid_of, live, mtu_enum, new_context, Context};
 use crate::device;
 use crate::ffi::{arg_mut, ptr_ret, Res};
-
-/// The contexts librdmacm opened, by address: shared by every id on that
-/// address (as rdma-core shares one per device), open for the process's
-/// life (ids and the program's objects point into them).
-static CONTEXTS: Mutex<Vec<(IpAddr, Raw)>> = Mutex::new(Vec::new());
 
 /// A new id (not yet in any table).
 pub(crate) fn new_id(
@@ -176,15 +171,24 @@ fn is_local(a: IpAddr) -> bool {
             .unwrap_or(false)
 }
 
-fn opened(addr: IpAddr) -> Option<*mut ibv_context> {
-    lock(&CONTEXTS)
-        .iter()
-        .find(|(a, _)| *a == addr)
-        .map(|(_, Raw(p))| p.cast())
+/// The open context (the program's or librdmacm's) whose address `f`
+/// accepts, pinned for librdmacm: ids share the one context of an
+/// address (as rdma-core's share one per device), and it stays open for
+/// the process's life (ids and the objects made on them point into it).
+fn opened(f: impl Fn(IpAddr) -> bool) -> Option<*mut ibv_context> {
+    live().into_iter().find_map(|p| {
+        // SAFETY: the live contexts of this library.
+        let c = unsafe { Context::from_ptr(p) }.ok()?;
+        f(c.local).then(|| {
+            pin(c);
+            p
+        })
+    })
 }
 
-fn remember(addr: IpAddr, ctx: *mut ibv_context) {
-    lock(&CONTEXTS).push((addr, Raw(ctx.cast())));
+/// Keeps a context librdmacm uses open (see `Context::pinned`).
+fn pin(c: &Context) {
+    c.pinned.store(true, std::sync::atomic::Ordering::Release);
 }
 
 /// The device that owns `addr` (the loopback device for 127/8 and ::1).
@@ -203,23 +207,20 @@ fn device_of(addr: IpAddr) -> Res<&'static device::Device> {
 
 /// The context on exactly `addr` (opened the first time).
 pub(crate) fn context_at(addr: IpAddr) -> Res<*mut ibv_context> {
-    if let Some(c) = opened(addr) {
+    if let Some(c) = opened(|a| a == addr) {
         return Ok(c);
     }
     let dev = device_of(addr)?;
-    let ctx = cm_context(dev, addr)?;
-    remember(addr, ctx);
+    let ctx = new_context(dev, Some(addr))?;
+    // SAFETY: just opened by this library.
+    pin(unsafe { Context::from_ptr(ctx)? });
     Ok(ctx)
 }
 
 /// A loopback context of the family of `v6`: one already open, or a new
 /// one on the first free loopback address.
 fn loopback_context(v6: bool) -> Res<*mut ibv_context> {
-    if let Some(c) = lock(&CONTEXTS)
-        .iter()
-        .find(|(a, _)| is_loopback(*a) && a.is_ipv6() == v6)
-        .map(|(_, Raw(p))| p.cast())
-    {
+    if let Some(c) = opened(|a| is_loopback(a) && a.is_ipv6() == v6) {
         return Ok(c);
     }
     let dev = device::current()?
@@ -229,8 +230,7 @@ fn loopback_context(v6: bool) -> Res<*mut ibv_context> {
     let at = v6.then_some(IpAddr::V6(Ipv6Addr::LOCALHOST));
     let ctx = new_context(dev, at)?;
     // SAFETY: just opened by this library.
-    let local = unsafe { Context::from_ptr(ctx)? }.local;
-    remember(local, ctx);
+    pin(unsafe { Context::from_ptr(ctx)? });
     Ok(ctx)
 }
 
@@ -515,7 +515,8 @@ pub(crate) fn complete(i: &Id) -> Res<()> {
 
 export! {
     /// `rdma_resolve_addr`: picks the local address and context towards
-    /// `dst` (ADDR_RESOLVED, or ADDR_ERROR with the routing error).
+    /// `dst` (ADDR_RESOLVED); without a route the call fails with the
+    /// routing error (`ENETUNREACH`).
     fn rdma_resolve_addr(id: *mut rdma_cm_id, src: *mut libc::sockaddr, dst: *mut libc::sockaddr, _timeout_ms: c_int) -> c_int {
         rc(|| {
             // SAFETY: the program's id and addresses.
@@ -524,12 +525,10 @@ export! {
                 // SAFETY: the program's address.
                 bind(i, unsafe { sockaddr_in(src)? })?;
             }
-            let outcome = resolve(i, d);
-            let ev = match outcome {
-                Ok(()) => Event::new(i.c(), event::ADDR_RESOLVED, 0),
-                Err(e) => Event::new(i.c(), event::ADDR_ERROR, -e),
-            };
-            deliver(i, ev);
+            // A destination without a route, or of the other address
+            // family, fails the call itself, as the kernel's does.
+            resolve(i, d)?;
+            deliver(i, Event::new(i.c(), event::ADDR_RESOLVED, 0));
             complete(i)
         })
     }

@@ -18,7 +18,9 @@
 //! * `qp`: the QPs, CQs and endpoints librdmacm makes for a program;
 //! * `dispatch`: the engine's CM events turned into `rdma_cm_event`s on
 //!   the channel of the id they concern;
-//! * `addrinfo`: `rdma_getaddrinfo`.
+//! * `addrinfo`: `rdma_getaddrinfo`;
+//! * `exit`: connections given up when the process exits, as the
+//!   kernel does for a process's ids.
 //!
 //! The rsocket API (`rsocket`, `rsend` ...) is exported too, but not
 //! implemented: every call fails with `ENOSYS` (`symbols.txt`, kind
@@ -36,6 +38,7 @@ mod addrinfo;
 mod channel;
 mod conn;
 mod dispatch;
+mod exit;
 mod id;
 mod qp;
 

@@ -149,6 +149,10 @@ pub(crate) fn create_qp(i: &Id, pd: *mut ibv_pd, attr: &mut ibv_qp_init_attr) ->
         return Err(libc::EOPNOTSUPP);
     }
     let pd = pd_for(i, pd)?;
+    if attr.srq.is_null() {
+        // An SRQ made on the id (`rdma_create_srq`) serves its QP.
+        attr.srq = c.srq;
+    }
     let mut made = false;
     if attr.send_cq.is_null() || attr.recv_cq.is_null() {
         if !c.recv_cq.is_null() || !c.send_cq.is_null() {
@@ -345,16 +349,18 @@ export! {
             let made = (|| {
                 // SAFETY: the id just made.
                 let i = unsafe { Id::from_ptr(idp)? };
+                if r.ai_qp_type != 0 {
+                    // SAFETY: the id's C view, not yet the program's.
+                    unsafe { (*i.c()).qp_type = r.ai_qp_type as u32 };
+                }
                 if r.ai_flags & rai::PASSIVE != 0 {
                     // SAFETY: the program's source address.
                     bind(i, unsafe { sockaddr_in(r.ai_src_addr)? })?;
                     // SAFETY: the id's C view.
                     unsafe { (*i.c()).pd = pd };
-                    // SAFETY: the program's attributes (or NULL). The QP
-                    // type is the answer's, as librdmacm sets it (rdma-core's
-                    // rdma_server leaves it zero in its attributes).
+                    // SAFETY: the program's attributes (or NULL).
                     i.st().ep_qp_attr = unsafe { attr.as_ref() }.copied().map(|mut a| {
-                        a.qp_type = r.ai_qp_type as _;
+                        a.qp_type = r.ai_qp_type as u32;
                         a
                     });
                     return Ok(());
@@ -371,11 +377,9 @@ export! {
                     return Err(last_errno());
                 }
                 complete_ok(i);
-                // SAFETY: the program's attributes (or NULL): their QP type
-                // becomes the answer's, as librdmacm does (rdma_client
-                // leaves it zero).
+                // SAFETY: the program's attributes (or NULL).
                 if let Some(a) = unsafe { attr.as_mut() } {
-                    a.qp_type = r.ai_qp_type as _;
+                    a.qp_type = r.ai_qp_type as u32;
                     create_qp(i, pd, a)?;
                 }
                 Ok(())

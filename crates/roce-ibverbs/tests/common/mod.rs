@@ -1,63 +1,49 @@
 //! What the tests that run programs on the library share: the directory
-//! holding `libibverbs.so.1`, the check for an installed program, and a
-//! bounded wait.
+//! holding `libibverbs.so.1` and `librdmacm.so.1`, the check for an
+//! installed program, and a bounded wait.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-/// The library cargo built for this test profile: the newer of the one
-/// beside the binaries and the one in `deps/` (a stale copy can stay
-/// beside them when only a dependent crate was rebuilt).
-pub(crate) fn library() -> PathBuf {
-    built("libibverbs.so").unwrap_or_else(|| panic!("libibverbs.so was not built"))
-}
-
-/// The newest `file` (a cdylib's name) cargo built for this test profile,
-/// beside the binaries or in `deps/`; `None` when it was not built
-/// (`librdmacm.so` is roce-rdmacm's, built by `cargo test --workspace` or
-/// `cargo build -p roce-rdmacm`, not by this crate's tests alone).
-pub(crate) fn built(file: &str) -> Option<PathBuf> {
+/// Library `name` (`libibverbs`, `librdmacm`) as cargo built it for this
+/// test profile: the newer of the one beside the binaries and the one
+/// in `deps/` (a stale copy can stay beside them when only a dependent
+/// crate was rebuilt).
+pub(crate) fn library(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().unwrap().parent().unwrap();
-    [profile.join(file), profile.join("deps").join(file)]
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max_by_key(|(t, _)| *t)
-        .map(|(_, p)| p)
-}
-
-/// A directory like [`dropin`]'s also holding `librdmacm.so.1` (the
-/// drop-in librdmacm), or `None` when that was not built.
-pub(crate) fn dropin_with_rdmacm(name: &str) -> Option<PathBuf> {
-    let cm = built("librdmacm.so")?;
-    let dir = dropin(name);
-    let link = dir.join("librdmacm.so.1");
-    if std::fs::read_link(&link).ok() != Some(cm.clone()) {
-        let tmp = dir.join(format!(".cm.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&cm, &tmp).unwrap();
-        std::fs::rename(&tmp, &link).unwrap();
-    }
-    Some(dir)
+    [
+        profile.join(format!("{name}.so")),
+        profile.join(format!("deps/{name}.so")),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(t, _)| *t)
+    .map(|(_, p)| p)
+    .unwrap_or_else(|| panic!("{name}.so was not built in {}", profile.display()))
 }
 
 /// A directory (under the test's target tmpdir, named `name`) holding
-/// `libibverbs.so.1` → the library cargo built for this test profile.
+/// `libibverbs.so.1` and `librdmacm.so.1` → the libraries cargo built
+/// for this test profile (librdmacm is a dev-dependency, so it is built
+/// with these tests).
 pub(crate) fn dropin(name: &str) -> PathBuf {
-    let lib = library();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok() != Some(lib.clone()) {
-        // Replaced atomically: tests in parallel never see it missing.
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!(".link.{}.{n}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp).unwrap();
-        std::fs::rename(&tmp, &link).unwrap();
+    for lib in ["libibverbs", "librdmacm"] {
+        let target = library(lib);
+        let link = dir.join(format!("{lib}.so.1"));
+        if std::fs::read_link(&link).ok() != Some(target.clone()) {
+            // Replaced atomically: tests in parallel never see it missing.
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = dir.join(format!(".link.{}.{n}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).unwrap();
+            std::fs::rename(&tmp, &link).unwrap();
+        }
     }
     dir
 }
@@ -72,7 +58,9 @@ pub(crate) fn have(prog: &str) -> bool {
             std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
             "{prog} is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)"
         );
-        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)");
+        eprintln!(
+            "skipped: {prog} is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)"
+        );
     }
     found
 }

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
 use crate::device::{Device, VerbsError};
-use crate::qp::state::{QpState, QpType};
+use crate::qp::state::{QpAttrMask, QpState, QpType};
 use crate::qp::QpAttr;
 use crate::Nanos;
 
@@ -44,6 +44,7 @@ impl Device {
         if self.cm.listeners.contains_key(&service) {
             return Err(VerbsError::Busy);
         }
+        self.cm.relisten.retain(|(s, _)| *s != service);
         self.cm
             .listeners
             .insert(service, (ListenId(service), backlog.clamp(1, MAX_CONNS)));
@@ -133,7 +134,9 @@ impl Device {
     /// [`Device::cm_abandon`]).
     pub fn cm_stop_listen(&mut self, l: ListenId) -> Vec<CmId> {
         // (The key is the service ID, which the ListenId carries.)
-        self.cm.listeners.remove(&l.0);
+        if self.cm.listeners.remove(&l.0).is_some() {
+            self.cm.listener_gone(l.0);
+        }
         self.cm
             .conns
             .iter()
@@ -177,6 +180,38 @@ impl Device {
         if qp.state != QpState::Init {
             return Err(VerbsError::InvalidArgument("the QP must be in INIT"));
         }
+        let srq = qp.init.srq.is_some();
+        self.send_req(now, qpn, srq, dst, port, param, false)
+    }
+
+    /// `rdma_connect` on an id without a QP (`rdma_conn_param.qp_num`): the
+    /// REQ names `qpn`, a QP the program manages, which the CM never
+    /// modifies. The REP raises [`CmEvent::ConnectResponse`]; the program
+    /// brings its QP up with [`Device::cm_qp_attr`] and calls
+    /// [`Device::cm_establish`].
+    pub fn cm_connect_manual(
+        &mut self,
+        now: Nanos,
+        qpn: Qpn,
+        srq: bool,
+        dst: IpAddr,
+        port: u16,
+        param: &ConnParam,
+    ) -> Result<CmId, VerbsError> {
+        self.send_req(now, qpn, srq, dst, port, param, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_req(
+        &mut self,
+        now: Nanos,
+        qpn: Qpn,
+        srq: bool,
+        dst: IpAddr,
+        port: u16,
+        param: &ConnParam,
+        manual: bool,
+    ) -> Result<CmId, VerbsError> {
         if param.private_data.len() > cm::private_len::REQ - CMA_HEADER_LEN {
             return Err(VerbsError::InvalidArgument(
                 "REQ private data over 56 bytes",
@@ -216,7 +251,7 @@ impl Device {
             rdc_exists: false,
             rnr_retry_count: param.rnr_retry_count.min(7),
             max_cm_retries: MAX_CM_RETRIES,
-            srq: qp.init.srq.is_some(),
+            srq,
             extended_transport: 0,
             primary: PathRepr {
                 local_lid: 0xffff,
@@ -236,7 +271,8 @@ impl Device {
         };
         let mad = self.cm.send(local, dst, tid, &CmMessage::Req(req));
         let mut c = Conn::new(CmState::ReqSent, 0, tid, dst, local);
-        c.qpn = Some(qpn);
+        c.qpn = (!manual).then_some(qpn);
+        c.manual = manual;
         c.psn = psn;
         c.param = param.clone();
         c.arm(mad);
@@ -256,6 +292,39 @@ impl Device {
         qpn: Qpn,
         param: &ConnParam,
     ) -> Result<(), VerbsError> {
+        let srq = self
+            .qps
+            .get(&qpn.value())
+            .ok_or(VerbsError::NotFound)?
+            .init
+            .srq
+            .is_some();
+        self.send_rep(now, id, qpn, srq, param, false)
+    }
+
+    /// `rdma_accept` on an id without a QP: the REP names `qpn`, a QP the
+    /// program manages and has brought up with [`Device::cm_qp_attr`];
+    /// the CM never modifies it. [`CmEvent::Established`] follows the RTU.
+    pub fn cm_accept_manual(
+        &mut self,
+        now: Nanos,
+        id: CmId,
+        qpn: Qpn,
+        srq: bool,
+        param: &ConnParam,
+    ) -> Result<(), VerbsError> {
+        self.send_rep(now, id, qpn, srq, param, true)
+    }
+
+    fn send_rep(
+        &mut self,
+        now: Nanos,
+        id: CmId,
+        qpn: Qpn,
+        srq: bool,
+        param: &ConnParam,
+        manual: bool,
+    ) -> Result<(), VerbsError> {
         let c = self.cm.conns.get(&id.0).ok_or(VerbsError::NotFound)?;
         if c.state != CmState::ReqRcvd {
             return Err(VerbsError::InvalidArgument("no pending request"));
@@ -266,8 +335,7 @@ impl Device {
             ));
         }
         let req = c.req.clone().ok_or(VerbsError::NotFound)?;
-        let (peer, local) = (c.peer, c.local);
-        let psn = self.cm.new_psn();
+        let (peer, local, psn) = (c.peer, c.local, c.psn);
         let initiator_depth = param.initiator_depth.min(req.responder_resources);
         let responder_resources = param.responder_resources.min(req.initiator_depth);
         let av = self.av_to(peer, local, &req);
@@ -289,7 +357,9 @@ impl Device {
             max_rd_atomic: initiator_depth.max(1),
             ..QpAttr::default()
         };
-        self.bring_up(qpn, a)?;
+        if !manual {
+            self.bring_up(qpn, a)?;
+        }
         let rep = RepRepr {
             local_comm_id: id.0,
             remote_comm_id: self.cm.conns[&id.0].remote_id,
@@ -302,7 +372,7 @@ impl Device {
             failover_accepted: 0,
             end_to_end_flow_control: false,
             rnr_retry_count: param.rnr_retry_count.min(7),
-            srq: self.qps[&qpn.value()].init.srq.is_some(),
+            srq,
             local_ca_guid: self.node_guid(),
             private_data: &param.private_data,
         };
@@ -310,8 +380,8 @@ impl Device {
         let mad = self.cm.send(local, peer, tid, &CmMessage::Rep(rep));
         self.cm.unpend(id.0);
         let c = self.cm.conns.get_mut(&id.0).ok_or(VerbsError::NotFound)?;
-        c.qpn = Some(qpn);
-        c.psn = psn;
+        c.qpn = (!manual).then_some(qpn);
+        c.manual = manual;
         c.param = param.clone();
         c.state = CmState::RepSent;
         c.arm(mad);
@@ -407,5 +477,64 @@ impl Device {
         let t = now + c.interval;
         self.cm.schedule(id.0, t);
         Ok(())
+    }
+
+    /// `rdma_establish`: the program brought its QP to RTS after
+    /// [`CmEvent::ConnectResponse`]; the RTU leaves and the connection is
+    /// established (no event: the program knows).
+    pub fn cm_establish(&mut self, id: CmId) -> Result<(), VerbsError> {
+        let c = self.cm.conns.get_mut(&id.0).ok_or(VerbsError::NotFound)?;
+        if c.state != CmState::RepRcvd {
+            return Err(VerbsError::InvalidArgument(
+                "no REP waiting for rdma_establish",
+            ));
+        }
+        c.state = CmState::Established;
+        self.send_rtu(id.0);
+        Ok(())
+    }
+
+    /// `rdma_init_qp_attr` for RTR or RTS: the attributes (and the mask of
+    /// the transition) that bring a program-managed QP of connection `id`
+    /// to `state`, from the REQ (passive side) or the REP (active side).
+    pub fn cm_qp_attr(
+        &mut self,
+        id: CmId,
+        state: QpState,
+    ) -> Result<(QpAttr, QpAttrMask), VerbsError> {
+        let c = self.cm.conns.get(&id.0).ok_or(VerbsError::NotFound)?;
+        let mut a = match (&c.qp_attr, &c.req) {
+            (Some(a), _) => *a,
+            (None, Some(req)) => {
+                let (peer, local, psn) = (c.peer, c.local, c.psn);
+                let req = req.clone();
+                QpAttr {
+                    ah_attr: self.av_to(peer, local, &req),
+                    path_mtu: req.path_mtu.min(self.config.active_mtu),
+                    dest_qp_num: req.remote_qpn,
+                    rq_psn: psn,
+                    max_dest_rd_atomic: req.initiator_depth.max(1),
+                    min_rnr_timer: ConnParam::default().min_rnr_timer,
+                    sq_psn: req.starting_psn,
+                    timeout: req.ack_timeout,
+                    retry_cnt: req.retry_count,
+                    rnr_retry: req.rnr_retry_count,
+                    max_rd_atomic: req.responder_resources.max(1),
+                    ..QpAttr::default()
+                }
+            }
+            (None, None) => {
+                return Err(VerbsError::InvalidArgument(
+                    "the peer's parameters are not known yet",
+                ))
+            }
+        };
+        let from = match state {
+            QpState::Rtr => QpState::Init,
+            QpState::Rts => QpState::Rtr,
+            _ => return Err(VerbsError::InvalidArgument("RTR or RTS")),
+        };
+        a.qp_state = state;
+        Ok((a, QpAttrMask::required(QpType::Rc, from, state)))
     }
 }

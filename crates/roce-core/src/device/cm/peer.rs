@@ -91,6 +91,11 @@ impl Device {
             Some(l) => (0, Some(l)),
         };
         let Some(listen) = listen else {
+            if reason == rej_reason::INVALID_SERVICE_ID
+                && self.cm.hold_for_relisten(r.service_id, now)
+            {
+                return;
+            }
             self.cm.counters.rejected_reqs += 1;
             self.send_rej(
                 local,
@@ -135,6 +140,9 @@ impl Device {
         let mut c = Conn::new(CmState::ReqRcvd, r.local_comm_id, h.tid, peer, local);
         c.remote_qpn = r.local_qpn;
         c.req = Some(info);
+        // Chosen now: a program managing its QP asks for it
+        // (`cm_qp_attr`) before it accepts.
+        c.psn = self.cm.new_psn();
         c.listen = Some(listen);
         self.cm.insert(id, c);
         self.cm
@@ -308,8 +316,8 @@ impl Device {
 
     fn on_rep(&mut self, _now: Nanos, id: u32, r: &RepRepr<'_>) {
         let c = &self.cm.conns[&id];
-        let Some(qpn) = c.qpn else { return };
-        let (peer, local, psn, param) = (c.peer, c.local, c.psn, c.param.clone());
+        let manual = c.manual;
+        let (peer, local, psn, param, qpn) = (c.peer, c.local, c.psn, c.param.clone(), c.qpn);
         let info = ReqInfo {
             remote_qpn: r.local_qpn,
             starting_psn: r.starting_psn,
@@ -341,6 +349,23 @@ impl Device {
             max_rd_atomic: param.initiator_depth.min(r.responder_resources).max(1),
             ..QpAttr::default()
         };
+        if manual {
+            // The program brings its QP up (`cm_qp_attr`), then calls
+            // `cm_establish`, which sends the RTU.
+            let c = self.cm.conns.get_mut(&id).expect("exists");
+            c.remote_id = r.local_comm_id;
+            c.remote_qpn = r.local_qpn;
+            c.state = CmState::RepRcvd;
+            c.deadline = None;
+            c.last = None;
+            c.qp_attr = Some(a);
+            self.cm.push_event(CmEvent::ConnectResponse {
+                id: CmId(id),
+                private_data: trim_zeros(r.private_data).to_vec(),
+            });
+            return;
+        }
+        let Some(qpn) = qpn else { return };
         if self.bring_up(qpn, a).is_err() {
             let tid = self.cm.conns[&id].tid;
             self.send_rej(
@@ -370,7 +395,7 @@ impl Device {
         });
     }
 
-    fn send_rtu(&mut self, id: u32) {
+    pub(super) fn send_rtu(&mut self, id: u32) {
         let c = &self.cm.conns[&id];
         let rtu = IdsRepr {
             local_comm_id: id,

@@ -1,0 +1,197 @@
+//! librdmacm's tools (Debian's `rdmacm-utils`, perftest with `-R`),
+//! unmodified, under `roce exec` (the drop-in libibverbs.so.1 and
+//! librdmacm.so.1), against this stack's own `roce rping`, `roce
+//! udaddy` and `roce perf --perftest -R`, in both roles. Each test takes
+//! loopback addresses of its own: the server's on 127.X.Y.1, the
+//! client's on 127.X.Y.2.
+//!
+//! `.ci/run` installs the packages and sets `ROCE_REQUIRE_RDMA_TOOLS`, so
+//! in CI a missing program fails the test; elsewhere it is skipped.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use common::{roce, Guard};
+use roce_testkit::text_of;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn have(prog: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{prog} is not installed (apt-get install rdmacm-utils perftest)"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install rdmacm-utils perftest)");
+    }
+    found
+}
+
+/// A pair of loopback addresses (server, client) of this test's own.
+fn addrs() -> (String, String) {
+    static N: AtomicU8 = AtomicU8::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let base = 200 + (std::process::id() % 50) as u8;
+    (format!("127.{base}.{n}.1"), format!("127.{base}.{n}.2"))
+}
+
+/// Where cargo left the drop-in libraries for this build of `roce`.
+fn lib_dir() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
+    let dir = bin.parent().unwrap();
+    let deps = dir.join("deps");
+    if deps.join("libibverbs.so").is_file() && deps.join("librdmacm.so").is_file() {
+        deps
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// `roce exec --addr ADDR -- PROG ARGS` on the loopback device.
+fn exec(addr: &str, prog: &str, args: &[&str]) -> Command {
+    let mut c = roce();
+    c.args(["exec", "--devices", "lo", "--addr", addr, "--", prog])
+        .args(args)
+        .env("ROCE_LIB_DIR", lib_dir());
+    c
+}
+
+fn ours(args: &[&str]) -> Command {
+    let mut c = roce();
+    c.args(args);
+    c
+}
+
+/// Starts `server` (its device on `addr`), then `client` once the
+/// server's device is open; both must exit 0. Returns (server, client)
+/// output.
+fn pair(server: Command, client: Command, addr: &str) -> (String, String) {
+    let s = Guard::spawn_roce_server(server, addr.parse().unwrap());
+    let c = Guard::spawn(client).wait(LIMIT);
+    let c_ok = c.status.success();
+    let s = s.wait(if c_ok { LIMIT } else { Duration::from_secs(2) });
+    let (st, ct) = (text_of(&s), text_of(&c));
+    assert!(
+        s.status.success() && c_ok,
+        "server {}, client {}\n--- server:\n{st}\n--- client:\n{ct}",
+        s.status,
+        c.status
+    );
+    (st, ct)
+}
+
+#[test]
+fn rping_serves_roce_rping() {
+    if !have("rping") {
+        return;
+    }
+    let (a, b) = addrs();
+    let (st, ct) = pair(
+        exec(&a, "rping", &["-s", "-a", &a, "-v", "-C", "5"]),
+        ours(&["rping", "-c", "-a", &a, "--bind", &b, "-C", "5", "-V", "-v"]),
+        &a,
+    );
+    assert!(st.contains("server ping data: rdma-ping-4"), "{st}");
+    assert!(ct.contains("rdma-ping-4"), "{ct}");
+}
+
+#[test]
+fn roce_rping_serves_rping() {
+    if !have("rping") {
+        return;
+    }
+    let (a, b) = addrs();
+    let (_, ct) = pair(
+        ours(&["rping", "-s", "-a", &a, "--timeout", "30"]),
+        exec(&b, "rping", &["-c", "-a", &a, "-v", "-V", "-C", "5"]),
+        &a,
+    );
+    assert!(ct.contains("ping data: rdma-ping-4"), "{ct}");
+}
+
+#[test]
+fn udaddy_serves_roce_udaddy() {
+    if !have("udaddy") {
+        return;
+    }
+    let (a, b) = addrs();
+    let (st, _) = pair(
+        exec(&a, "udaddy", &["-b", &a]),
+        ours(&["udaddy", "-s", &a, "--bind", &b]),
+        &a,
+    );
+    assert!(st.contains("return status 0"), "{st}");
+}
+
+#[test]
+fn roce_udaddy_serves_udaddy() {
+    if !have("udaddy") {
+        return;
+    }
+    let (a, b) = addrs();
+    let (_, ct) = pair(
+        ours(&["udaddy", "-b", &a]),
+        exec(&b, "udaddy", &["-s", &a]),
+        &a,
+    );
+    assert!(ct.contains("return status 0"), "{ct}");
+}
+
+#[test]
+fn ib_write_bw_rdma_cm_against_roce_perf_both_roles() {
+    if !have("ib_write_bw") {
+        return;
+    }
+    for tool_serves in [true, false] {
+        let (a, b) = addrs();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+            .to_string();
+        let (server, client) = if tool_serves {
+            (
+                exec(&a, "ib_write_bw", &["-R", "-p", &port, "-n", "200"]),
+                ours(&[
+                    "perf",
+                    "write-bw",
+                    "--perftest",
+                    "-R",
+                    "-n",
+                    "200",
+                    "-p",
+                    &port,
+                    "--bind",
+                    &b,
+                    &a,
+                ]),
+            )
+        } else {
+            (
+                ours(&[
+                    "perf",
+                    "write-bw",
+                    "--perftest",
+                    "-R",
+                    "-n",
+                    "200",
+                    "-p",
+                    &port,
+                    "--bind",
+                    &a,
+                ]),
+                exec(&b, "ib_write_bw", &["-R", "-p", &port, "-n", "200", &a]),
+            )
+        };
+        let (st, ct) = pair(server, client, &a);
+        let tool = if tool_serves { &st } else { &ct };
+        assert!(tool.contains("#bytes"), "no results table:\n{tool}");
+    }
+}
