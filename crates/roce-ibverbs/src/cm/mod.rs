@@ -41,6 +41,7 @@ mod dispatch;
 mod exit;
 mod id;
 mod qp;
+mod rsocket;
 
 use std::net::SocketAddr;
 use std::os::raw::c_int;
