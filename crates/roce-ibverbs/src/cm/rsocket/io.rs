@@ -36,8 +36,13 @@ fn send(socket: c_int, iov: &[&[u8]], flags: c_int) -> Res<isize> {
         g = g2;
         r.map_err(|_| libc::EAGAIN)?;
     }
-    if g.state & RS_CONNECTED == 0 && g.state != RS_DISCONNECTED && g.state != RS_ERROR {
+    if g.s.is_none() {
         return Err(libc::ENOTCONN);
+    }
+    // rsocket.c checks this only when it has to wait; a connection shut
+    // down for writing, or gone, refuses data at once here.
+    if g.state & RS_WRITABLE == 0 {
+        return Err(libc::ECONNRESET);
     }
     let len: usize = iov.iter().map(|b| b.len()).sum();
     let mut left = len;
