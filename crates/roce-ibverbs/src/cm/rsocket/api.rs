@@ -49,7 +49,7 @@ export! {
             let mut g = s.lock();
             // SAFETY: the rsocket's id; the program's address (checked
             // by rdma_bind_addr).
-            if unsafe { rdma_bind_addr(g.id, addr.cast_mut()) } != 0 {
+            if unsafe { rdma_bind_addr(g.id()?, addr.cast_mut()) } != 0 {
                 return Err(last_errno());
             }
             g.state = RS_BOUND;
@@ -68,7 +68,7 @@ export! {
                 return Ok(0);
             }
             // SAFETY: the rsocket's id.
-            if unsafe { rdma_listen(g.id, backlog) } != 0 {
+            if unsafe { rdma_listen(g.id()?, backlog) } != 0 {
                 return Err(last_errno());
             }
             g.state = RS_LISTENING;
@@ -215,7 +215,7 @@ export! {
             let s = get(socket)?;
             let g = s.lock();
             // SAFETY: the id's C view; the program's buffers.
-            unsafe { copy_addr(&(*g.id).route.addr.dst, addr, len)? };
+            unsafe { copy_addr(&(*g.id()?).route.addr.dst, addr, len)? };
             Ok(0)
         })
     }
@@ -228,7 +228,7 @@ export! {
             let s = get(socket)?;
             let g = s.lock();
             // SAFETY: the id's C view; the program's buffers.
-            unsafe { copy_addr(&(*g.id).route.addr.src, addr, len)? };
+            unsafe { copy_addr(&(*g.id()?).route.addr.src, addr, len)? };
             Ok(0)
         })
     }
@@ -261,7 +261,7 @@ export! {
                 (libc::SOL_SOCKET, libc::SO_REUSEADDR) => {
                     let mut x = v;
                     // SAFETY: the rsocket's id; a live int.
-                    unsafe { rdma_set_option(g.id, 0, 1, (&mut x as *mut c_int).cast(), 4) };
+                    unsafe { rdma_set_option(g.id()?, 0, 1, (&mut x as *mut c_int).cast(), 4) };
                     &mut g.so_opts
                 }
                 (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
@@ -289,7 +289,7 @@ export! {
                 (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
                     let mut x = v;
                     // SAFETY: the rsocket's id; a live int (AFONLY).
-                    unsafe { rdma_set_option(g.id, 0, 2, (&mut x as *mut c_int).cast(), 4) };
+                    unsafe { rdma_set_option(g.id()?, 0, 2, (&mut x as *mut c_int).cast(), 4) };
                     &mut g.ipv6_opts
                 }
                 (SOL_RDMA, _) if g.state >= RS_OPENING => return Err(libc::EINVAL),

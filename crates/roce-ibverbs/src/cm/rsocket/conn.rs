@@ -261,6 +261,9 @@ pub(super) fn teardown(inner: &mut Inner) {
     // SAFETY: the rsocket's id, not used again.
     unsafe { rdma_destroy_id(inner.id) };
     inner.id = std::ptr::null_mut();
+    // A thread still waiting on the socket (closed under it) sees a
+    // connection that is over, and returns.
+    inner.state = RS_DISCONNECTED;
 }
 
 /// A CM event on a socket's channel.

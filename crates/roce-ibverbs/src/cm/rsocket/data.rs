@@ -316,7 +316,10 @@ impl Stream {
         let cq = unsafe { Cq::from_ptr(self.cq)? };
         let mut v = Vec::new();
         let mut rcnt = 0;
-        loop {
+        // The peer's DISCONNECT ends the polling (rsocket.c returns at
+        // once; the rest of the batch polled with it is still counted).
+        let mut ended = false;
+        while !ended {
             v.clear();
             let _ = cq.cq.poll(&mut v, 32);
             if v.is_empty() {
@@ -344,13 +347,13 @@ impl Stream {
                         RS_OP_CTRL => {
                             if data == RS_CTRL_DISCONNECT {
                                 *state = RS_DISCONNECTED;
-                                return Ok(());
+                                ended = true;
                             } else if data == RS_CTRL_SHUTDOWN {
                                 if *state & RS_WRITABLE != 0 {
                                     *state &= !RS_READABLE;
                                 } else {
                                     *state = RS_DISCONNECTED;
-                                    return Ok(());
+                                    ended = true;
                                 }
                             }
                         }
@@ -379,7 +382,7 @@ impl Stream {
                 }
             }
         }
-        if *state & RS_CONNECTED != 0 {
+        if *state & RS_CONNECTED != 0 && !ended {
             for _ in 0..rcnt {
                 if let Err(e) = self.post_recv() {
                     *state = RS_ERROR;

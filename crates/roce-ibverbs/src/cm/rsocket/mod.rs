@@ -153,6 +153,15 @@ fn remove(fd: c_int) -> Option<Arc<Sock>> {
 }
 
 impl Inner {
+    /// The socket's id (`EBADF` once closed under a caller).
+    fn id(&self) -> Res<*mut rdma_cm_id> {
+        if self.id.is_null() {
+            Err(libc::EBADF)
+        } else {
+            Ok(self.id)
+        }
+    }
+
     fn nonblocking(&self, flags: c_int) -> bool {
         self.fd_flags & libc::O_NONBLOCK != 0 || flags & libc::MSG_DONTWAIT != 0
     }
