@@ -1,7 +1,8 @@
 #!/bin/bash
 # Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
 # `roce perf --perftest` against perftest's eight tools (also with -R), `roce rping` and
-# `roce udaddy` against librdmacm's rping and udaddy, and loss cases, on a real RoCE peer,
+# `roce udaddy` against librdmacm's rping and udaddy, rstream (rsockets) on our drop-in
+# libraries against theirs, and loss cases, on a real RoCE peer,
 # both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
 #
@@ -27,6 +28,7 @@
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
 #   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_FLAGS [lines "tool flags": -a, -q 4,
 #               -b, -D cases over TCP, -q with -R; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
+#   RSTREAM_ROLES [$ROLES; '' skips rstream]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -420,6 +422,35 @@ for role in $UDADDY_ROLES; do
         "$(grep -c 'complete' "$case_dir/theirs.log") 'complete' lines [rc=$rc_theirs]" \
         "$(grep -c 'complete' "$case_dir/ours.log") 'complete' lines [rc=$rc_ours]" \
         "$(tail -1 "$case_dir/inspect.txt"); UD datagrams=$ud"
+done
+
+# --- rsockets: rstream over librdmacm's rsocket protocol ---------------------------------
+# Their rstream (Linux librdmacm rsockets) against rstream on our drop-in libraries
+# (`roce exec`): blocking with data verified, and asynchronous (rpoll).
+RSTREAM_ROLES=${RSTREAM_ROLES-$ROLES}
+for role in $RSTREAM_ROLES; do
+    for mode in "-T b -T v -S 65536 -C 50" "-T a -S 4096 -C 200"; do
+        N=$((N + 1)); port=$((PORT_BASE + N))
+        case_dir="$OUT/rstream-$role-$N"
+        rf="-p $port $mode"
+        theirs_srv="timeout $CASE_TIMEOUT rstream -b $PEER_IP $rf"
+        theirs_cli="timeout $CASE_TIMEOUT rstream -s $HOST_IP $rf"
+        ours_srv=("$ROCE" exec --addr "$HOST_IP" -- rstream -b "$HOST_IP" $rf)
+        ours_cli=("$ROCE" exec --addr "$HOST_IP" -- rstream -s "$PEER_IP" $rf)
+        run_case "$role" "$case_dir" "udp port 4791" 5
+        imm=$(grep -c "WRITE_ONLY_WITH_IMMEDIATE\|WRITE_LAST_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
+        rt=$(grep '^custom' "$case_dir/theirs.log" | awk '{print $2, $3}')
+        ro=$(grep '^custom' "$case_dir/ours.log" | awk '{print $2, $3}')
+        res=PASS
+        if [ $rc_ours -ne 0 ] || [ $rc_theirs -ne 0 ] || [ $rc_insp -ne 0 ] || [ -z "$rt" ] \
+            || [ "$rt" != "$ro" ] || [ "$imm" -eq 0 ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "rstream ${mode%% -S*}" "$dir" rc \
+            "$(echo "$mode" | awk '{for (i = 1; i < NF; i++) if ($i == "-S") print $(i + 1)}')" \
+            "$res" "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" \
+            "$(tail -1 "$case_dir/inspect.txt"); WRITEs with imm=$imm"
+    done
 done
 
 # --- recovery across implementations: loss, duplication, reordering ----------------------
