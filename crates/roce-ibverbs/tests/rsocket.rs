@@ -160,6 +160,7 @@ fn eagain_eof_rpoll_and_errors() {
         "rrecv MSG_WAITALL",
         "rrecv after the peer's rclose: EOF",
         "rsend after the peer's rclose: ECONNRESET",
+        "rrecv after the peer exited without rclose: EOF",
         "SOCK_DGRAM: EOPNOTSUPP",
         "riomap: ENOSYS",
     ] {

@@ -2,7 +2,8 @@
  * tests/rsocket.rs): `rsocket server ADDR PORT` and `rsocket client ADDR
  * PORT`. The server checks EAGAIN on a non-blocking rrecv with nothing
  * sent, rpoll on an rsocket beside a pipe, MSG_WAITALL, the peer's
- * address, EOF (0) after the peer's rclose, and the errors of
+ * address, EOF (0) after the peer's rclose and after the peer's exit
+ * without rclose, and the errors of
  * unsupported or unknown sockets. Prints "ok: ..." per check; exits 0
  * when all pass. */
 #include <arpa/inet.h>
@@ -87,6 +88,14 @@ static int server(struct sockaddr_in *a)
 	CHECK(n == -1 && errno == ECONNRESET, "rsend after the peer's rclose: ECONNRESET");
 
 	CHECK(rclose(s) == 0, "rclose");
+
+	/* A peer that exits with its connection up (no rclose): the
+	 * library's exit path sends the DREQ, which ends a blocking rrecv. */
+	s = raccept(l, NULL, NULL);
+	CHECK(s >= 0, "raccept a second connection");
+	n = rrecv(s, buf, sizeof buf, 0);
+	CHECK(n == 0, "rrecv after the peer exited without rclose: EOF");
+	CHECK(rclose(s) == 0, "rclose the second connection");
 	CHECK(rclose(l) == 0, "rclose listener");
 	n = rrecv(s, buf, 1, 0);
 	CHECK(n == -1 && errno == EBADF, "rrecv on a closed rsocket: EBADF");
@@ -109,7 +118,12 @@ static int client(struct sockaddr_in *a)
 	CHECK(rsend(s, "hel", 3, 0) == 3 && rsend(s, "lo", 2, 0) == 2, "rsend");
 	usleep(200000);
 	CHECK(rclose(s) == 0, "rclose");
-	return 0;
+
+	s = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(s >= 0 && rconnect(s, (struct sockaddr *) a, sizeof *a) == 0,
+	      "rconnect a second connection");
+	usleep(200000);
+	exit(0); /* with the connection up */
 }
 
 int main(int argc, char **argv)
