@@ -2,12 +2,16 @@
 """Unmodified perftest over the drop-in libibverbs.so.1 against `roce perf`,
 side by side in one sitting, alternating, on loopback (two processes each).
 
-    python3 benches/dropin_side_by_side.py [ROUNDS]
+    python3 benches/dropin_side_by_side.py [ROUNDS] [--rdma-cm]
 
 Needs Debian's perftest and a release build (`cargo build --release -p
 roce-cli`, which builds the library beside `roce`). Prints one line per
 measurement and the median ratio per test (drop-in / roce perf): the
 issue's targets are >= 0.95 for bandwidth, <= 1.05 for latency.
+
+With --rdma-cm, perftest connects through the drop-in librdmacm.so.1
+(`-R`) and is compared with `roce perf --perftest -R` (its rdma_cm mode),
+for the bandwidth and SEND latency tests.
 """
 import os
 import statistics
@@ -55,15 +59,27 @@ def pair(server, client, env=None):
 
 
 def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    cm = "--rdma-cm" in sys.argv
+    rounds = int(args[0]) if args else 3
     lib = subprocess.run([ROCE, "exec", "--print-path"], capture_output=True, text=True, check=True).stdout.strip()
     env = dict(os.environ, LD_LIBRARY_PATH=lib, ROCE_DEVICES="lo")
-    for name, tool, test, args, col, higher in TESTS:
+    tests = [t for t in TESTS if not cm or t[1] in ("ib_write_bw", "ib_send_lat")]
+    for name, tool, test, args, col, higher in tests:
         ratios = []
+        if cm:
+            name += " (rdma_cm)"
         for r in range(rounds):
-            dev = ["-d", "roce_lo", "-x", "0"]
+            dev = ["-R"] if cm else ["-d", "roce_lo", "-x", "0"]
+            mode = ["--perftest", "-R"] if cm else []
             ours = figure(pair([tool] + dev + args, [tool] + dev + args + ["127.0.0.1"], env), col)
-            native = figure(pair([ROCE, "perf", test] + args, [ROCE, "perf", test, "127.0.0.1"] + args), col)
+            native = figure(
+                pair(
+                    [ROCE, "perf", test] + mode + (["--bind", "127.0.0.1"] if cm else []) + args,
+                    [ROCE, "perf", test, "127.0.0.1"] + mode + args,
+                ),
+                col,
+            )
             ratios.append(ours / native)
             print(f"{name}: round {r + 1}: drop-in {ours:.3f}  roce perf {native:.3f}  ratio {ours / native:.2f}", flush=True)
         print(f"{name}: median ratio {statistics.median(ratios):.2f} ({'higher' if higher else 'lower'} is better)", flush=True)

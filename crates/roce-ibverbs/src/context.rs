@@ -69,6 +69,9 @@ pub(crate) struct Context {
     /// librdmacm's ids use it: it stays open for the process (a
     /// program's `ibv_close_device` only flushes it).
     pub(crate) pinned: std::sync::atomic::AtomicBool,
+    /// The process that opened it: a child made by `fork()` inherits the
+    /// memory but not the progress thread, and must not act for it.
+    pub(crate) pid: u32,
 }
 
 /// Every open context, so that librdmacm can find the one on an address
@@ -338,6 +341,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         children: AtomicUsize::new(0),
         cm: std::sync::OnceLock::new(),
         pinned: std::sync::atomic::AtomicBool::new(false),
+        pid: std::process::id(),
     });
     let p = Box::leak(ctx).ibv();
     LIVE.lock()

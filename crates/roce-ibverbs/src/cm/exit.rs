@@ -4,7 +4,9 @@
 //! one being set up) instead of waiting out their timeouts. This runs on
 //! `exit(3)` and on a return from `main`; a killed process (SIGKILL,
 //! `_exit`) runs nothing, and its peers find out through their QPs'
-//! retries or their own timeouts.
+//! retries or their own timeouts. A child made by `fork()` that exits
+//! does nothing for its parent's connections (the kernel would not
+//! either: the parent still holds them).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -17,6 +19,9 @@ extern "C" fn at_exit() {
             let Ok(ctx) = (unsafe { Context::from_ptr(p) }) else {
                 continue;
             };
+            if ctx.pid != std::process::id() {
+                continue;
+            }
             let Some(table) = ctx.cm.get() else { continue };
             // Never wait at exit: a table held by a thread the exit froze
             // mid-call is skipped.
