@@ -1,7 +1,7 @@
 #!/bin/bash
 # Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
 # `roce perf --perftest` against perftest's eight tools (also with -R), `roce rping` and
-# `roce udaddy` against librdmacm's rping and udaddy, rstream (rsockets) on our drop-in
+# `roce udaddy` against librdmacm's rping and udaddy, rstream and riostream (rsockets) on our drop-in
 # libraries against theirs, and loss cases, on a real RoCE peer,
 # both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
@@ -28,7 +28,7 @@
 #   RPING_COUNT [10]  RPING_SIZE [64]  RPING_ROLES [$ROLES; '' skips rping]
 #   PERFTEST_TOOLS [the eight ib_*_{bw,lat}; '' skips]  PERFTEST_FLAGS [lines "tool flags": -a, -q 4,
 #               -b, -D cases over TCP, -q with -R; '' skips]  PERFTEST_CM_TOOLS [the eight, with -R; '' skips]  UDADDY_ROLES [$ROLES; '' skips]
-#   RSTREAM_ROLES [$ROLES; '' skips rstream]
+#   RSTREAM_ROLES [$ROLES; '' skips rstream and riostream]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -424,19 +424,22 @@ for role in $UDADDY_ROLES; do
         "$(tail -1 "$case_dir/inspect.txt"); UD datagrams=$ud"
 done
 
-# --- rsockets: rstream over librdmacm's rsocket protocol ---------------------------------
-# Their rstream (Linux librdmacm rsockets) against rstream on our drop-in libraries
-# (`roce exec`): blocking with data verified, and asynchronous (rpoll).
+# --- rsockets: rstream and riostream over librdmacm's rsocket protocol -------------------
+# Their rstream/riostream (Linux librdmacm rsockets) against the same program on our
+# drop-in libraries (`roce exec`): blocking with data verified, asynchronous (rpoll), and
+# riostream's direct placement (riomap/riowrite).
 RSTREAM_ROLES=${RSTREAM_ROLES-$ROLES}
 for role in $RSTREAM_ROLES; do
-    for mode in "-T b -T v -S 65536 -C 50" "-T a -S 4096 -C 200"; do
+    for pm in "rstream -T b -T v -S 65536 -C 50" "rstream -T a -S 4096 -C 200" \
+        "riostream -T b -T v -S 65536 -C 20"; do
+        prog=${pm%% *}; mode=${pm#* }
         N=$((N + 1)); port=$((PORT_BASE + N))
-        case_dir="$OUT/rstream-$role-$N"
+        case_dir="$OUT/$prog-$role-$N"
         rf="-p $port $mode"
-        theirs_srv="timeout $CASE_TIMEOUT rstream -b $PEER_IP $rf"
-        theirs_cli="timeout $CASE_TIMEOUT rstream -s $HOST_IP $rf"
-        ours_srv=("$ROCE" exec --addr "$HOST_IP" -- rstream -b "$HOST_IP" $rf)
-        ours_cli=("$ROCE" exec --addr "$HOST_IP" -- rstream -s "$PEER_IP" $rf)
+        theirs_srv="timeout $CASE_TIMEOUT $prog -b $PEER_IP $rf"
+        theirs_cli="timeout $CASE_TIMEOUT $prog -s $HOST_IP $rf"
+        ours_srv=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -b "$HOST_IP" $rf)
+        ours_cli=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -s "$PEER_IP" $rf)
         run_case "$role" "$case_dir" "udp port 4791" 5
         imm=$(grep -c "WRITE_ONLY_WITH_IMMEDIATE\|WRITE_LAST_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
         rt=$(grep '^custom' "$case_dir/theirs.log" | awk '{print $2, $3}')
@@ -446,7 +449,7 @@ for role in $RSTREAM_ROLES; do
             || [ "$rt" != "$ro" ] || [ "$imm" -eq 0 ]; then
             res=FAIL; FAILS=$((FAILS + 1))
         fi
-        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "rstream ${mode%% -S*}" "$dir" rc \
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$prog ${mode%% -S*}" "$dir" rc \
             "$(echo "$mode" | awk '{for (i = 1; i < NF; i++) if ($i == "-S") print $(i + 1)}')" \
             "$res" "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" \
             "$(tail -1 "$case_dir/inspect.txt"); WRITEs with imm=$imm"

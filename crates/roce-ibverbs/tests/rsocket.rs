@@ -2,9 +2,9 @@
 //! `rstream` (rdmacm-utils) as server (`-b ADDR`) and client (`-s ADDR`)
 //! in two processes on loopback, blocking (`-T b`), non-blocking (the
 //! default) and asynchronous with `rpoll` (`-T a`), with data verified
-//! (`-T v`) at a few sizes; and `tests/c/rsocket.c` for EAGAIN, EOF,
-//! `rpoll` over an rsocket and a pipe, and the errors of what is not
-//! implemented.
+//! (`-T v`) at a few sizes; `riostream` (direct placement: `riomap`,
+//! `riowrite`); and `tests/c/rsocket.c` for EAGAIN, EOF, `rpoll` over an
+//! rsocket and a pipe, and the errors of what is not supported.
 //!
 //! Each test takes loopback addresses of its own (`127.B.N.1` for the
 //! server, `.2` for the client, through `ROCE_ADDR`), as `tests/rdmacm.rs`
@@ -56,10 +56,10 @@ fn pair(prog: &str, server: &[&str], client: &[&str], s: &str, c: &str) -> (Stri
     (st, ct)
 }
 
-/// Runs rstream with `opts` (and `-S size -C count`) on both sides and
+/// Runs `prog` (rstream or riostream) with `opts` (and `-S size -C count`) on both sides and
 /// checks the throughput table each prints.
-fn rstream(opts: &[&str], size: &str, count: &str) {
-    if !have("rstream") {
+fn stream(prog: &str, opts: &[&str], size: &str, count: &str) {
+    if !have(prog) {
         return;
     }
     let (s, c) = addrs();
@@ -67,7 +67,7 @@ fn rstream(opts: &[&str], size: &str, count: &str) {
     server.extend_from_slice(opts);
     let mut client = vec!["-s", &s, "-p", "7480", "-S", size, "-C", count];
     client.extend_from_slice(opts);
-    let (st, ct) = pair("rstream", &server, &client, &s, &c);
+    let (st, ct) = pair(prog, &server, &client, &s, &c);
     for out in [&st, &ct] {
         assert!(out.contains("Gb/sec") && out.contains("usec/xfer"), "{out}");
         let row = out
@@ -77,9 +77,13 @@ fn rstream(opts: &[&str], size: &str, count: &str) {
         assert!(row.contains(&format!(" {count} ")), "{row}");
     }
     eprintln!(
-        "rstream {opts:?} -S {size}: {}",
+        "{prog} {opts:?} -S {size}: {}",
         ct.lines().last().unwrap_or("")
     );
+}
+
+fn rstream(opts: &[&str], size: &str, count: &str) {
+    stream("rstream", opts, size, count);
 }
 
 #[test]
@@ -105,6 +109,19 @@ fn rstream_async_rpoll_64() {
 #[test]
 fn rstream_async_rpoll_64k_verified() {
     rstream(&["-T", "a", "-T", "v"], "65536", "50");
+}
+
+/// riostream: data by `riowrite` straight into the peer's `riomap`ped
+/// buffer, verified, blocking.
+#[test]
+fn riostream_blocking_64k_verified() {
+    stream("riostream", &["-T", "b", "-T", "v"], "65536", "20");
+}
+
+/// riostream with `rpoll` (its sync messages by rsend/rrecv).
+#[test]
+fn riostream_async_4k() {
+    stream("riostream", &["-T", "a"], "4096", "100");
 }
 
 /// `tests/c/rsocket.c`, built once.
@@ -162,7 +179,7 @@ fn eagain_eof_rpoll_and_errors() {
         "rsend after the peer's rclose: ECONNRESET",
         "rrecv after the peer exited without rclose: EOF",
         "SOCK_DGRAM: EOPNOTSUPP",
-        "riomap: ENOSYS",
+        "riomap before a connection: EINVAL",
     ] {
         assert!(st.contains(&format!("ok: {check}")), "{check}:\n{st}");
     }

@@ -21,10 +21,9 @@
 //! * `addrinfo`: `rdma_getaddrinfo`;
 //! * `exit`: connections given up when the process exits, as the
 //!   kernel does for a process's ids;
-//! * `rsocket`: the rsocket API (`rsocket`, `rsend` ...) for stream
-//!   sockets, over the calls above and this library's verbs
-//!   (`docs/rsocket.md`); `riomap`, `riounmap` and `riowrite` fail with
-//!   `ENOSYS` (`symbols.txt`, kind `enosys`).
+//! * `rsocket`: the rsocket API (`rsocket`, `rsend`, `riomap` ...) for
+//!   stream sockets, over the calls above and this library's verbs
+//!   (`docs/rsocket.md`).
 //!
 //! How an id finds a context (`docs/dropin.md`): binding to an address
 //! opens (once per process) a context of the device that owns it, on

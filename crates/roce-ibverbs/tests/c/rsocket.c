@@ -4,7 +4,7 @@
  * sent, rpoll on an rsocket beside a pipe, MSG_WAITALL, the peer's
  * address, EOF (0) after the peer's rclose and after the peer's exit
  * without rclose, and the errors of
- * unsupported or unknown sockets. Prints "ok: ..." per check; exits 0
+ * unsupported or unknown sockets and of riomap without a connection. Prints "ok: ..." per check; exits 0
  * when all pass. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -101,8 +101,10 @@ static int server(struct sockaddr_in *a)
 	CHECK(n == -1 && errno == EBADF, "rrecv on a closed rsocket: EBADF");
 	n = rsocket(AF_INET, SOCK_DGRAM, 0);
 	CHECK(n == -1 && errno == EOPNOTSUPP, "SOCK_DGRAM: EOPNOTSUPP");
-	CHECK(riomap(l, buf, sizeof buf, PROT_WRITE, 0, -1) == -1 && errno == ENOSYS,
-	      "riomap: ENOSYS");
+	l = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(riomap(l, buf, sizeof buf, PROT_WRITE, 0, -1) == -1 && errno == EINVAL,
+	      "riomap before a connection: EINVAL");
+	CHECK(rclose(l) == 0, "rclose an unconnected rsocket");
 	return 0;
 }
 

@@ -305,6 +305,10 @@ export! {
                     g.sizes.inline = (v as u32).min(RS_QP_MAX_SIZE);
                     return Ok(0);
                 }
+                (SOL_RDMA, RDMA_IOMAPSIZE) => {
+                    g.sizes.iomap = iomap::scale_to_value(iomap::value_to_scale(v.max(0) as u32) & 0xff);
+                    return Ok(0);
+                }
                 _ => return Err(libc::ENOTSUP),
             };
             if on {
@@ -338,7 +342,7 @@ export! {
                 (SOL_RDMA, RDMA_SQSIZE) => g.sizes.sq as c_int,
                 (SOL_RDMA, RDMA_RQSIZE) => g.sizes.rq as c_int,
                 (SOL_RDMA, RDMA_INLINE) => g.sizes.inline as c_int,
-                (SOL_RDMA, RDMA_IOMAPSIZE) => 0,
+                (SOL_RDMA, RDMA_IOMAPSIZE) => g.sizes.iomap as c_int,
                 _ => return Err(libc::ENOTSUP),
             };
             // SAFETY: the program's buffer and length (checked non-NULL);

@@ -8,7 +8,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 use super::buf::Region;
-use super::data::Stream;
+use super::data::{Stream, IOMAP_LEN};
 use super::*;
 use crate::abi::consts::IBV_QPT_RC;
 use crate::abi::*;
@@ -61,7 +61,8 @@ fn format_conn_data(s: &Stream) -> [u8; CONN_DATA_LEN] {
             0
         };
     d[2..4].copy_from_slice(&(s.rq_size as u16).to_be_bytes());
-    // reserved[3] and target_iomap_size (0) stay zero.
+    // reserved[3] stay zero.
+    d[7] = super::iomap::value_to_scale(s.iomap_size) as u8;
     d[8..16].copy_from_slice(&s.tgt.addr(0).to_be_bytes());
     d[16..20].copy_from_slice(&s.tgt.rkey().to_be_bytes());
     d[20..24].copy_from_slice(&(RS_SGL_SIZE as u32).to_be_bytes());
@@ -82,6 +83,14 @@ fn save_conn_data(s: &mut Stream, d: &[u8]) -> Res<()> {
     s.remote_sgl = (be64(8), be32(16), be32(20));
     s.remote_sge = 1;
     s.swap = (d[1] & FLAG_NET != 0) != cfg!(target_endian = "big");
+    if d[1] & FLAG_IOMAP != 0 {
+        let (a, k, l) = s.remote_sgl;
+        s.remote_iomap = (
+            a + 16 * u64::from(l),
+            k,
+            super::iomap::scale_to_value(u32::from(d[7])),
+        );
+    }
     s.tgt.set_u64(0, be64(24));
     s.tgt.set_u32(8, be32(32));
     s.tgt.set_u32(12, be32(36));
@@ -162,7 +171,11 @@ fn create_ep(inner: &mut Inner) -> Res<()> {
             cq,
             cch,
             sbuf: Region::new(pd, z.sbuf as usize + ctrl, false)?,
-            tgt: Region::new(pd, 16 * RS_SGL_SIZE, true)?,
+            tgt: Region::new(
+                pd,
+                16 * RS_SGL_SIZE + IOMAP_LEN as usize * z.iomap as usize,
+                true,
+            )?,
             rbuf: Region::new(pd, z.rbuf as usize, true)?,
             sbuf_size: z.sbuf,
             rbuf_size: z.rbuf,
@@ -188,6 +201,9 @@ fn create_ep(inner: &mut Inner) -> Res<()> {
             rmsg: VecDeque::new(),
             armed: false,
             unacked: 0,
+            iomap_size: z.iomap,
+            remote_iomap: (0, 0, 0),
+            maps: Vec::new(),
         })
     });
     match made {
@@ -250,6 +266,7 @@ pub(super) fn teardown(inner: &mut Inner) {
     unsafe { rdma_destroy_qp(inner.id) };
     if let Some(mut s) = inner.s.take() {
         s.drain_events();
+        super::iomap::unmap_all(&mut s);
         let (cq, cch) = (s.cq, s.cch);
         drop(s);
         // SAFETY: the CQ and channel the endpoint made, no QP left on them.

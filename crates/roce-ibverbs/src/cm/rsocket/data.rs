@@ -14,6 +14,9 @@ use crate::cq::Cq;
 use crate::ffi::{verr, Res};
 use crate::qp::Qp;
 
+/// Size of `struct rs_iomap` (offset, then an rs_sge).
+pub(super) const IOMAP_LEN: u32 = 24;
+
 /// `wr_id` bit of a receive (rsocket.c's `RS_WR_ID_FLAG_RECV`).
 const WR_RECV: u64 = 1 << 63;
 
@@ -63,6 +66,12 @@ pub(super) struct Stream {
     pub(super) rmsg: VecDeque<u32>,
     pub(super) armed: bool,
     pub(super) unacked: u32,
+    /// Entries of our target iomap (after the target SGL in `tgt`).
+    pub(super) iomap_size: u32,
+    /// The peer's target iomap: (addr, key, entries).
+    pub(super) remote_iomap: (u64, u32, u32),
+    /// Buffers mapped with `riomap`.
+    pub(super) maps: Vec<super::iomap::Mapping>,
 }
 
 // SAFETY: the raw pointers name this library's QP, CQ and channel, owned
@@ -77,7 +86,25 @@ impl Stream {
 
     /// Posts one signaled WRITE with immediate `imm` (wr_id `imm`, as
     /// rsocket.c identifies its sends).
-    fn post(&self, imm: u32, payload: Payload, raddr: u64, rkey: u32) -> Res<()> {
+    pub(super) fn post(&self, imm: u32, payload: Payload, raddr: u64, rkey: u32) -> Res<()> {
+        self.post_op(
+            u64::from(imm),
+            SendOp::WriteWithImm(imm),
+            payload,
+            raddr,
+            rkey,
+        )
+    }
+
+    /// Posts one signaled WRITE (`op`) with `wr_id`.
+    pub(super) fn post_op(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        payload: Payload,
+        raddr: u64,
+        rkey: u32,
+    ) -> Res<()> {
         let inline = matches!(payload, Payload::Inline(_));
         let flags = if inline {
             SendFlags(SendFlags::SIGNALED.0 | SendFlags::INLINE.0)
@@ -87,8 +114,8 @@ impl Stream {
         self.qp()?
             .qp
             .post_send(SendWr {
-                wr_id: u64::from(imm),
-                op: SendOp::WriteWithImm(imm),
+                wr_id,
+                op,
                 payload,
                 flags,
                 remote_addr: raddr,
@@ -110,7 +137,7 @@ impl Stream {
     }
 
     /// Target SGE `i` of the peer's receive buffer: (addr, key, length).
-    fn target(&self, i: usize) -> (u64, u32, u32) {
+    pub(super) fn target(&self, i: usize) -> (u64, u32, u32) {
         let o = i * 16;
         let len = self.tgt.get_u32(o + 12);
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
@@ -369,7 +396,10 @@ impl Stream {
                                 *state = RS_DISCONNECTED;
                             }
                         }
-                        RS_OP_IOMAP_SGL => self.sqe_avail += 1,
+                        RS_OP_IOMAP_SGL => {
+                            self.sqe_avail += 1;
+                            self.sbuf_bytes_avail += IOMAP_LEN;
+                        }
                         _ => {
                             self.sqe_avail += 1;
                             self.sbuf_bytes_avail += m & 0x1fff_ffff;

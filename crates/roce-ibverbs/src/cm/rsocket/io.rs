@@ -44,6 +44,9 @@ fn send(socket: c_int, iov: &[&[u8]], flags: c_int) -> Res<isize> {
     if g.state & RS_WRITABLE == 0 {
         return Err(libc::ECONNRESET);
     }
+    let (g2, r) = super::iomap::send_pending(&sock, g, flags);
+    g = g2;
+    r?;
     let len: usize = iov.iter().map(|b| b.len()).sum();
     let mut left = len;
     let mut olen = RS_OLAP_START_SIZE;

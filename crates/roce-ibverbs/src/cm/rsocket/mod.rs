@@ -11,6 +11,7 @@
 //! * `data`: the data path over this library's verbs;
 //! * `api`: socket calls (`rsocket`, `rbind` ... `rfcntl`);
 //! * `io`: `rsend`, `rrecv` and their variants;
+//! * `iomap`: `riomap`, `riounmap`, `riowrite` (direct placement);
 //! * `poll`: `rpoll`, `rselect`;
 //! * `buf`: registered buffers.
 //!
@@ -24,6 +25,7 @@ mod buf;
 mod conn;
 mod data;
 mod io;
+mod iomap;
 mod poll;
 
 use std::collections::HashMap;
@@ -81,6 +83,8 @@ struct Sizes {
     sq: u32,
     rq: u32,
     inline: u32,
+    /// Entries of the target iomap (`RDMA_IOMAPSIZE`).
+    iomap: u32,
 }
 
 impl Default for Sizes {
@@ -91,6 +95,7 @@ impl Default for Sizes {
             sq: DEF_SQSIZE,
             rq: DEF_RQSIZE,
             inline: DEF_INLINE,
+            iomap: 0,
         }
     }
 }
