@@ -16,6 +16,9 @@ const RDMA_RQSIZE: c_int = 1;
 const RDMA_INLINE: c_int = 2;
 const RDMA_IOMAPSIZE: c_int = 3;
 
+/// How long `rshutdown` waits for its sends to complete.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn last_errno() -> c_int {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -137,9 +140,13 @@ fn shutdown(s: &Sock, how: c_int) -> Res<()> {
         }
         _ => return Err(libc::EINVAL),
     };
+    // A peer killed without a word never completes our sends (retries
+    // go on for ever): the shutdown gives up after SHUTDOWN_WAIT, and
+    // `rclose` frees the socket anyway.
+    let deadline = Some(std::time::Instant::now() + SHUTDOWN_WAIT);
     let ctrl_ok =
         |i: &Inner| i.state & RS_CONNECTED == 0 || i.s.as_ref().is_some_and(|s| s.ctrl_avail());
-    let (mut g, r) = wait(s, g, false, ctrl_ok);
+    let (mut g, r) = wait_until(s, g, false, deadline, ctrl_ok);
     r?;
     if g.state & RS_CONNECTED != 0 {
         if let Some(st) = g.s.as_mut() {
@@ -150,7 +157,7 @@ fn shutdown(s: &Sock, how: c_int) -> Res<()> {
     }
     let done =
         |i: &Inner| i.state & RS_CONNECTED == 0 || i.s.as_ref().is_some_and(|s| s.all_sends_done());
-    let (_g, r) = wait(s, g, false, done);
+    let (_g, r) = wait_until(s, g, false, deadline, done);
     r
 }
 

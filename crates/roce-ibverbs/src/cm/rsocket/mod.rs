@@ -203,8 +203,19 @@ impl Inner {
 /// through its disconnect (CM event or flushed work).
 fn wait<'a>(
     sock: &'a Sock,
+    g: MutexGuard<'a, Inner>,
+    nonblock: bool,
+    test: impl Fn(&Inner) -> bool,
+) -> (MutexGuard<'a, Inner>, Res<()>) {
+    wait_until(sock, g, nonblock, None, test)
+}
+
+/// [`wait`], giving up with `ETIMEDOUT` at `deadline`.
+fn wait_until<'a>(
+    sock: &'a Sock,
     mut g: MutexGuard<'a, Inner>,
     nonblock: bool,
+    deadline: Option<std::time::Instant>,
     test: impl Fn(&Inner) -> bool,
 ) -> (MutexGuard<'a, Inner>, Res<()>) {
     loop {
@@ -218,6 +229,9 @@ fn wait<'a>(
         }
         if nonblock {
             return (g, Err(libc::EWOULDBLOCK));
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return (g, Err(libc::ETIMEDOUT));
         }
         let comp_fd = match g.s.as_mut() {
             Some(s) if !s.armed => {
