@@ -164,7 +164,7 @@ fn eagain_eof_rpoll_and_errors() {
     let Some(exe) = program() else { return };
     let exe = exe.to_str().unwrap();
     let (s, c) = addrs();
-    let (st, _) = pair(
+    let (st, ct) = pair(
         exe,
         &["server", &s, "7481"],
         &["client", &s, "7481"],
@@ -183,4 +183,5 @@ fn eagain_eof_rpoll_and_errors() {
     ] {
         assert!(st.contains(&format!("ok: {check}")), "{check}:\n{st}");
     }
+    assert!(ct.contains("ok: rselect: readable once data came"), "{ct}");
 }

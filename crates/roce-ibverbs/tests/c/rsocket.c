@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 #define CHECK(c, what)                                                      \
@@ -112,10 +113,18 @@ static int client(struct sockaddr_in *a)
 {
 	int s;
 	char c;
+	fd_set r;
+	struct timeval tv;
 
 	s = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(s >= 0, "rsocket");
 	CHECK(rconnect(s, (struct sockaddr *) a, sizeof *a) == 0, "rconnect");
+	FD_ZERO(&r);
+	FD_SET(s, &r);
+	tv.tv_sec = 10;
+	tv.tv_usec = 0;
+	CHECK(rselect(s + 1, &r, NULL, NULL, &tv) == 1 && FD_ISSET(s, &r),
+	      "rselect: readable once data came");
 	CHECK(rrecv(s, &c, 1, 0) == 1 && c == 'x', "rrecv");
 	CHECK(rsend(s, "hel", 3, 0) == 3 && rsend(s, "lo", 2, 0) == 2, "rsend");
 	usleep(200000);
