@@ -2,9 +2,10 @@
 # shellcheck disable=SC2206 # flag strings ($pf, $qflag, $CHK ...) become words of a command on purpose
 # Interop matrix: `roce pingpong` against rdma-core's ibv_{rc,uc,ud,srq}_pingpong,
 # `roce perf --perftest` against perftest's eight tools (also with -R), `roce rping` and
-# `roce udaddy` against librdmacm's rping and udaddy, the same unmodified pingpong and
-# perftest programs on our side over the drop-in libibverbs (`roce exec`), and loss cases,
-# on a real RoCE peer, both roles, each case captured and every ICRC checked with
+# `roce udaddy` against librdmacm's rping and udaddy, the same unmodified pingpong, perftest and
+# librdmacm programs on our side over the drop-in libraries (`roce exec`), rstream and riostream
+# (rsockets) on our drop-in libraries against theirs, and loss cases, on a real RoCE peer,
+# both roles, each case captured and every ICRC checked with
 # `roce inspect`. One row per case; exit 0 only when every case passed.
 #
 #   bash interop/run.sh                     # the rxe lab (interop/lab), VM vmA
@@ -34,6 +35,7 @@
 #               on the peer's egress; 0 = none)  DROPIN_LOSS_PINGPONG [rc srq] (UC, UD: no recovery)
 #   DROPIN_CM   [rping udaddy ucmatose rdma_server write_bw_R]: librdmacm's tools on our side
 #               under `roce exec` (the drop-in librdmacm); '' skips
+#   RSTREAM_ROLES [$ROLES; '' skips rstream and riostream]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
 #   OUT         where captures and logs go [/tmp/interop-DATE]
@@ -583,6 +585,38 @@ for c in $DROPIN_CM; do
         printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$c exec" "$dir" - - "$res" \
             "$nt ok lines [rc=$rc_theirs]" "$no ok lines [rc=$rc_ours]" \
             "$(tail -1 "$case_dir/inspect.txt"); CM MADs=$cm [rc=$rc_insp]"
+    done
+done
+
+# --- rsockets: rstream and riostream over librdmacm's rsocket protocol -------------------
+# Their rstream/riostream (Linux librdmacm rsockets) against the same program on our
+# drop-in libraries (`roce exec`): blocking with data verified, asynchronous (rpoll), and
+# riostream's direct placement (riomap/riowrite).
+RSTREAM_ROLES=${RSTREAM_ROLES-$ROLES}
+for role in $RSTREAM_ROLES; do
+    for pm in "rstream -T b -T v -S 65536 -C 50" "rstream -T a -S 4096 -C 200" \
+        "riostream -T b -T v -S 65536 -C 20"; do
+        prog=${pm%% *}; mode=${pm#* }
+        N=$((N + 1)); port=$((PORT_BASE + N))
+        case_dir="$OUT/$prog-$role-$N"
+        rf="-p $port $mode"
+        theirs_srv="timeout $CASE_TIMEOUT $prog -b $PEER_IP $rf"
+        theirs_cli="timeout $CASE_TIMEOUT $prog -s $HOST_IP $rf"
+        ours_srv=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -b "$HOST_IP" $rf)
+        ours_cli=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -s "$PEER_IP" $rf)
+        run_case "$role" "$case_dir" "udp port 4791" 5
+        imm=$(grep -c "WRITE_ONLY_WITH_IMMEDIATE\|WRITE_LAST_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
+        rt=$(grep '^custom' "$case_dir/theirs.log" | awk '{print $2, $3}')
+        ro=$(grep '^custom' "$case_dir/ours.log" | awk '{print $2, $3}')
+        res=PASS
+        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$rt" ] \
+            || [ "$rt" != "$ro" ] || [ "$imm" -eq 0 ]; then
+            res=FAIL; FAILS=$((FAILS + 1))
+        fi
+        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$prog ${mode%% -S*}" "$dir" rc \
+            "$(echo "$mode" | awk '{for (i = 1; i < NF; i++) if ($i == "-S") print $(i + 1)}')" \
+            "$res" "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" \
+            "$(tail -1 "$case_dir/inspect.txt"); WRITEs with imm=$imm"
     done
 done
 

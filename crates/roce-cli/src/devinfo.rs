@@ -31,6 +31,10 @@ pub(crate) struct DevinfoArgs {
     /// Print JSON (always with the capabilities).
     #[arg(long)]
     json: bool,
+    /// The port to query (as `ibv_devinfo -i`): every device has one
+    /// port, number 1.
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
+    port: Option<u32>,
 }
 
 /// The largest path MTU of the IB enumeration (`IBV_MTU_4096`).
@@ -305,6 +309,14 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
 
 /// Runs `roce devinfo`; returns the exit status.
 pub(crate) fn run(args: &DevinfoArgs) -> i32 {
+    if let Some(p) = args.port.filter(|p| *p != 1) {
+        return crate::fail(
+            "devinfo",
+            args.json,
+            &format!("no port {p}: a device of this stack has one port, number 1"),
+            1,
+        );
+    }
     if args.list {
         return match roce_verbs::Device::list() {
             Ok(l) => {

@@ -11,6 +11,7 @@
 //! disconnects.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -72,6 +73,10 @@ pub(crate) struct RpingArgs {
     #[arg(long, value_parser = crate::device::check_faults)]
     faults: Option<String>,
 }
+
+/// Set by Ctrl-C: the client stops pinging and disconnects, so the
+/// server (Linux's rping has no silence limit) hears DISCONNECTED at once.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 const RECV_ID: u64 = 1;
 const SEND_ID: u64 = 2;
@@ -257,6 +262,9 @@ pub(crate) fn run(args: &RpingArgs) -> i32 {
         eprintln!("roce rping: give -s (server) or -c (client)");
         return 2;
     }
+    if args.client {
+        let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
+    }
     let r = match (args.server, args.addr) {
         (true, _) => server(args),
         (false, Some(a)) => client(args, a),
@@ -266,6 +274,10 @@ pub(crate) fn run(args: &RpingArgs) -> i32 {
         }
     };
     match r {
+        Ok(()) if INTERRUPTED.load(Ordering::SeqCst) => {
+            eprintln!("roce rping: interrupted: disconnected from the server");
+            130
+        }
         Ok(()) => 0,
         Err(e) => {
             eprintln!("roce rping: {e}");
@@ -384,7 +396,7 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
     }
     let mut start = b'A';
     let mut ping = 0u64;
-    while args.count == 0 || ping < args.count {
+    while (args.count == 0 || ping < args.count) && !INTERRUPTED.load(Ordering::SeqCst) {
         let text = ping_text(ping, start, size);
         start = if start >= b'z' { b'A' } else { start + 1 };
         start_buf.write(0, &text).map_err(|e| e.to_string())?;

@@ -179,3 +179,22 @@ fn speed_width_cq_ah_and_gid_table_length() {
     assert_eq!(d["active_width"], "1X");
     assert!(d["caps"]["max_cq"].as_u64().is_some() && d["caps"]["max_ah"].as_u64().is_some());
 }
+
+/// ibv_devinfo's `-i PORT`: port 1 is the one there is; another is an
+/// error that says so.
+#[test]
+fn port_flag_as_ibv_devinfo() {
+    let o = devinfo(&["-d", "roce_lo", "-i", "1"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("hca_id:"),
+        "{o:?}"
+    );
+    let o = devinfo(&["-i", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("no port 2: a device of this stack has one port, number 1"),
+        "{o:?}"
+    );
+}

@@ -282,3 +282,33 @@ fn pingpong_with_gid_index_0_on_both_ends_of_one_host() {
     let (cout, _) = text(&c);
     assert!(cout.contains("50 iters in"), "{cout}");
 }
+
+/// perftest's habit `-d roce_lo -x 0` on both ends of one host: the side
+/// that moves along 127/8 is still on `lo` (every 127/8 address is, listed
+/// or not), so both run.
+#[test]
+fn perf_with_dev_roce_lo_on_both_ends_of_one_host() {
+    let (port, rport) = ports();
+    let common = [
+        "-d",
+        "roce_lo",
+        "-x",
+        "0",
+        "-F",
+        "-n",
+        "100",
+        "-p",
+        &port,
+        "--roce-port",
+        &rport,
+    ];
+    let (s, c) = run_pair(
+        &[&["perf", "write-bw"][..], &common].concat(),
+        &[&["perf", "write-bw", "127.0.0.1"][..], &common].concat(),
+    );
+    assert_ok("server", &s);
+    assert_ok("client", &c);
+    let (cout, cerr) = text(&c);
+    assert!(!cerr.contains("is not an address of lo"), "{cerr}");
+    assert!(cout.contains(" 65536      100 "), "{cout}");
+}

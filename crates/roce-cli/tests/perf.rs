@@ -379,7 +379,9 @@ fn peer_killed_mid_run_ends_with_an_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(
-        err.contains("retry counter exceeded") || err.contains("closed the control connection"),
+        err.contains("retry counter exceeded (RetryExcErr) on QP")
+            && err.contains("(the peer stopped answering: killed, or unreachable)")
+            || err.contains("closed the control connection"),
         "{err}"
     );
     assert!(

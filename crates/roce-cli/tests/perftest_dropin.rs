@@ -304,3 +304,44 @@ fn roce_perf_perftest_server_ib_write_bw_client() {
     assert_table("ib_write_bw", &c, 65536.0, true);
     assert_table("roce perf server", &s, 65536.0, true);
 }
+
+/// perftest's habit `-d roce_lo -x 0` on both ends of one host, with
+/// the perftest tool serving: the `roce perf --perftest` client, whose
+/// GID 0 is the server's address, moves to another loopback address and
+/// says so (it failed with "UDP port 4791 on 127.0.0.1 is in use", and
+/// the server died in its exchange).
+#[test]
+fn gid_index_0_on_both_ends_with_ib_write_bw_serving() {
+    if !have("ib_write_bw") {
+        return;
+    }
+    let port = free_port();
+    let server = exec(
+        "ib_write_bw",
+        &["-d", "roce_lo", "-x", "0", "-F", "-p", &port, "-n", ITERS],
+    );
+    let mut client = roce();
+    client.args([
+        "perf",
+        "write-bw",
+        "--perftest",
+        "-d",
+        "roce_lo",
+        "-x",
+        "0",
+        "-F",
+        "-n",
+        ITERS,
+        "-p",
+        &port,
+        "127.0.0.1",
+    ]);
+    let (s, c) = pair(server, client, &port);
+    assert_clean("ib_write_bw", &s);
+    assert_two_gids(&s);
+    assert!(
+        c.contains("GID 0 is 127.0.0.1, which the server uses too (both ends on this host); using 127.0.0."),
+        "{c}"
+    );
+    assert_table("roce perf client", &c, 65536.0, true);
+}

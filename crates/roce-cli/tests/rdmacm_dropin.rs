@@ -195,3 +195,27 @@ fn ib_write_bw_rdma_cm_against_roce_perf_both_roles() {
         assert!(tool.contains("#bytes"), "no results table:\n{tool}");
     }
 }
+
+/// Ctrl-C on a `roce rping` client that pings without end: it stops,
+/// disconnects (exit 130), and Linux's rping server, which has no limit
+/// on a silent peer, hears the disconnect and ends.
+#[test]
+fn ctrl_c_on_roce_rping_disconnects_rping() {
+    if !have("rping") {
+        return;
+    }
+    let (a, b) = addrs();
+    let server = Guard::spawn_roce_server(exec(&a, "rping", &["-s", "-a", &a]), a.parse().unwrap());
+    let client = Guard::spawn(ours(&["rping", "-c", "-a", &a, "--bind", &b, "-C", "0"]));
+    std::thread::sleep(Duration::from_millis(800));
+    let pid = client.0.as_ref().unwrap().id().to_string();
+    let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(sent.success());
+    let c = client.wait(LIMIT);
+    let (_, cerr) = roce_testkit::text(&c);
+    assert_eq!(c.status.code(), Some(130), "{cerr}");
+    assert!(cerr.contains("interrupted"), "{cerr}");
+    let s = server.wait(Duration::from_secs(10));
+    assert!(s.status.success(), "{}", text_of(&s));
+    assert!(text_of(&s).contains("DISCONNECT"), "{}", text_of(&s));
+}

@@ -272,9 +272,10 @@ extern "C" fn unsupported() -> c_int {
     errno_ret(|| Err(libc::EOPNOTSUPP))
 }
 
-/// What every `enosys` symbol of `symbols.txt` is an alias of:
-/// librdmacm's rsocket API, not implemented. Each of those returns an
-/// `int`, `ssize_t` or `off_t`: -1 in the full register is -1 for each.
+/// What an `enosys` symbol of `symbols.txt` is an alias of: a call
+/// exported but not implemented (none at present; the rsocket API used
+/// to be). Such a call returns an `int`, `ssize_t` or `off_t`: -1 in the
+/// full register is -1 for each.
 #[export_name = "roce_abi_enosys"]
 extern "C" fn enosys() -> isize {
     crate::ffi::set_errno(libc::ENOSYS);

@@ -263,7 +263,11 @@ impl OpenOptions {
         match &self.ifname {
             Some(name) => {
                 let d = Device::by_name(name)?;
-                if self.local.is_unspecified() || d.info.addrs.contains(&self.local) {
+                // Every address of 127.0.0.0/8 reaches the loopback
+                // interface, listed or not (Linux routes the whole block
+                // to `lo`).
+                let on_lo = d.info.loopback && self.local.is_loopback();
+                if self.local.is_unspecified() || on_lo || d.info.addrs.contains(&self.local) {
                     Ok(Some(d))
                 } else {
                     Err(OpenError::NotOnInterface {
@@ -474,6 +478,12 @@ mod tests {
             OpenOptions::new(BackendKind::Udp, "192.0.2.1".parse().unwrap()).interface(Some("lo"));
         let e = o.open().unwrap_err().to_string();
         assert!(e.starts_with("192.0.2.1 is not an address of lo"), "{e}");
+        // Any 127/8 address is on lo, listed or not (perftest's `-d
+        // roce_lo` on a side that moved to 127.0.0.2).
+        let o =
+            OpenOptions::new(BackendKind::Udp, "127.0.77.9".parse().unwrap()).interface(Some("lo"));
+        let dev = o.device().unwrap().expect("lo");
+        assert!(dev.interface().loopback);
     }
 
     #[test]

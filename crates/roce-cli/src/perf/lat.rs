@@ -79,9 +79,10 @@ fn check(c: &Completion) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "work request failed: {} ({:?})",
+        "work request failed: {} ({:?}){}",
         c.status.as_str(),
-        c.status
+        c.status,
+        super::report::hint(c.status)
     ))
 }
 

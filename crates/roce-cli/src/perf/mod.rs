@@ -535,7 +535,7 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
     let Some(server) = args.server.as_deref() else {
         return Ok(None);
     };
-    if args.loopback || args.bind.is_some() || args.gid_index.is_some() {
+    if args.loopback || args.bind.is_some() {
         return Ok(None);
     }
     if args.backend != BackendKind::Udp {
@@ -545,10 +545,38 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
         // Said by the run itself.
         return Ok(None);
     };
-    let Some(local) = crate::rping::route_source(addr.ip()) else {
+    let Some(route) = crate::rping::route_source(addr.ip()) else {
         return Ok(None);
     };
-    let moved = crate::device::loopback_client_local("perf", addr.ip(), local, args.roce_port)?;
+    // With `-x N` (perftest's habit on both ends of one host), entry N
+    // of the GID table, which may be the very address the server holds.
+    let local = match args.gid_index {
+        None => route,
+        Some(_) => match backend::gid_address(args, route) {
+            Ok(g) if g.is_loopback() => g,
+            // Not a loopback GID, or a bad index (said by the run).
+            _ => return Ok(None),
+        },
+    };
+    let moved = crate::device::loopback_client_local("perf", addr.ip(), local, args.roce_port)?
+        .map(|(b, note)| match args.gid_index {
+            Some(x) => (
+                b,
+                format!(
+                    "roce perf: GID {x} is {local}, which the server uses too (both ends on this host); using {b}"
+                ),
+            ),
+            None => (b, note),
+        });
+    if moved.is_some() && args.gid_index.is_some() {
+        return Ok(moved.map(|(b, note)| PerfArgs {
+            bind: Some(b),
+            gid_index: None,
+            moved_note: (!args.json).then_some(note),
+            local_moves: true,
+            ..args.clone()
+        }));
+    }
     Ok(moved.map(|(b, note)| PerfArgs {
         bind: Some(b),
         moved_note: (!args.json).then_some(note),

@@ -147,14 +147,27 @@ pub(crate) fn lat_json(r: &LatResult) -> serde_json::Value {
 pub(crate) const RULE: &str =
     "---------------------------------------------------------------------------------------";
 
-/// The error line for a failed work completion.
+/// The error line for a failed work completion, with what the status
+/// usually means for a perf run.
 pub(super) fn failed(c: &Completion) -> String {
     format!(
-        "work request failed: {} ({:?}) on QP {}",
+        "work request failed: {} ({:?}) on QP {}{}",
         c.status.as_str(),
         c.status,
-        c.qp_num
+        c.qp_num,
+        hint(c.status)
     )
+}
+
+/// What a failed status usually means here: retries exhausted is a peer
+/// that stopped answering.
+pub(super) fn hint(s: roce_verbs::WcStatus) -> &'static str {
+    match s {
+        roce_verbs::WcStatus::RetryExcErr => {
+            " (the peer stopped answering: killed, or unreachable)"
+        }
+        _ => "",
+    }
 }
 
 #[cfg(test)]

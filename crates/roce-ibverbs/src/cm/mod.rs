@@ -20,11 +20,10 @@
 //!   the channel of the id they concern;
 //! * `addrinfo`: `rdma_getaddrinfo`;
 //! * `exit`: connections given up when the process exits, as the
-//!   kernel does for a process's ids.
-//!
-//! The rsocket API (`rsocket`, `rsend` ...) is exported too, but not
-//! implemented: every call fails with `ENOSYS` (`symbols.txt`, kind
-//! `enosys`).
+//!   kernel does for a process's ids;
+//! * `rsocket`: the rsocket API (`rsocket`, `rsend`, `riomap` ...) for
+//!   stream sockets, over the calls above and this library's verbs
+//!   (`docs/rsocket.md`).
 //!
 //! How an id finds a context (`docs/dropin.md`): binding to an address
 //! opens (once per process) a context of the device that owns it, on
@@ -41,6 +40,7 @@ mod dispatch;
 mod exit;
 mod id;
 mod qp;
+mod rsocket;
 
 use std::net::SocketAddr;
 use std::os::raw::c_int;

@@ -1,0 +1,187 @@
+//! The rsocket API over the drop-in libraries: Debian's unmodified
+//! `rstream` (rdmacm-utils) as server (`-b ADDR`) and client (`-s ADDR`)
+//! in two processes on loopback, blocking (`-T b`), non-blocking (the
+//! default) and asynchronous with `rpoll` (`-T a`), with data verified
+//! (`-T v`) at a few sizes; `riostream` (direct placement: `riomap`,
+//! `riowrite`); and `tests/c/rsocket.c` for EAGAIN, EOF, `rpoll` over an
+//! rsocket and a pipe, and the errors of what is not supported.
+//!
+//! Each test takes loopback addresses of its own (`127.B.N.1` for the
+//! server, `.2` for the client, through `ROCE_ADDR`), as `tests/rdmacm.rs`
+//! does. Skipped when rstream (or librdmacm-dev, for the C program) is
+//! missing, unless CI requires them.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::have;
+use roce_testkit::{text_of, Guard};
+
+/// A pair of loopback addresses no other test of this binary uses.
+fn addrs() -> (String, String) {
+    static N: AtomicU8 = AtomicU8::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let base = 150 + (std::process::id() % 60) as u8;
+    (format!("127.{base}.{n}.1"), format!("127.{base}.{n}.2"))
+}
+
+fn command(prog: &str, args: &[&str], addr: &str) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", common::dropin("rsocket-dropin"))
+        .env("ROCE_ADDR", addr)
+        .env("ROCE_DEVICES", "lo");
+    c
+}
+
+/// Runs `prog` as server (on `s`) and client (on `c`) with `server` and
+/// `client` arguments; both must exit 0. Returns their output.
+fn pair(prog: &str, server: &[&str], client: &[&str], s: &str, c: &str) -> (String, String) {
+    let limit = Duration::from_secs(120);
+    let srv = Guard::spawn_roce_server(command(prog, server, s), s.parse().unwrap());
+    let co = Guard::spawn(command(prog, client, c)).wait(limit);
+    let so = srv.wait(limit);
+    let (st, ct) = (text_of(&so), text_of(&co));
+    assert!(
+        so.status.success() && co.status.success(),
+        "server {server:?} {:?}, client {client:?} {:?}\nserver:\n{st}\nclient:\n{ct}",
+        so.status,
+        co.status
+    );
+    (st, ct)
+}
+
+/// Runs `prog` (rstream or riostream) with `opts` (and `-S size -C count`) on both sides and
+/// checks the throughput table each prints.
+fn stream(prog: &str, opts: &[&str], size: &str, count: &str) {
+    if !have(prog) {
+        return;
+    }
+    let (s, c) = addrs();
+    let mut server = vec!["-b", &s, "-p", "7480", "-S", size, "-C", count];
+    server.extend_from_slice(opts);
+    let mut client = vec!["-s", &s, "-p", "7480", "-S", size, "-C", count];
+    client.extend_from_slice(opts);
+    let (st, ct) = pair(prog, &server, &client, &s, &c);
+    for out in [&st, &ct] {
+        assert!(out.contains("Gb/sec") && out.contains("usec/xfer"), "{out}");
+        let row = out
+            .lines()
+            .find(|l| l.starts_with("custom"))
+            .unwrap_or_else(|| panic!("no result row:\n{out}"));
+        assert!(row.contains(&format!(" {count} ")), "{row}");
+    }
+    eprintln!(
+        "{prog} {opts:?} -S {size}: {}",
+        ct.lines().last().unwrap_or("")
+    );
+}
+
+fn rstream(opts: &[&str], size: &str, count: &str) {
+    stream("rstream", opts, size, count);
+}
+
+#[test]
+fn rstream_blocking_4k() {
+    rstream(&["-T", "b", "-T", "v"], "4096", "200");
+}
+
+#[test]
+fn rstream_blocking_1m() {
+    rstream(&["-T", "b"], "1000000", "10");
+}
+
+#[test]
+fn rstream_nonblocking_100k() {
+    rstream(&["-T", "n", "-T", "v"], "100000", "20");
+}
+
+#[test]
+fn rstream_async_rpoll_64() {
+    rstream(&["-T", "a"], "64", "500");
+}
+
+#[test]
+fn rstream_async_rpoll_64k_verified() {
+    rstream(&["-T", "a", "-T", "v"], "65536", "50");
+}
+
+/// riostream: data by `riowrite` straight into the peer's `riomap`ped
+/// buffer, verified, blocking.
+#[test]
+fn riostream_blocking_64k_verified() {
+    stream("riostream", &["-T", "b", "-T", "v"], "65536", "20");
+}
+
+/// riostream with `rpoll` (its sync messages by rsend/rrecv).
+#[test]
+fn riostream_async_4k() {
+    stream("riostream", &["-T", "a"], "4096", "100");
+}
+
+/// `tests/c/rsocket.c`, built once.
+fn program() -> Option<PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
+                assert!(
+                    std::env::var_os("ROCE_REQUIRE_C_HEADERS").is_none(),
+                    "<rdma/rsocket.h> is missing (apt-get install librdmacm-dev)"
+                );
+                eprintln!("skipped: <rdma/rsocket.h> is missing (apt-get install librdmacm-dev)");
+                return None;
+            }
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rsocket");
+            std::fs::create_dir_all(&dir).unwrap();
+            let exe = dir.join("rsocket");
+            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/rsocket.c");
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+            let out = Command::new(&cc)
+                .args(["-O1", "-Wall", "-o"])
+                .arg(&exe)
+                .arg(&src)
+                .args(["-lrdmacm", "-libverbs"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "rsocket.c did not build:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(exe)
+        })
+        .clone()
+}
+
+#[test]
+fn eagain_eof_rpoll_and_errors() {
+    let Some(exe) = program() else { return };
+    let exe = exe.to_str().unwrap();
+    let (s, c) = addrs();
+    let (st, ct) = pair(
+        exe,
+        &["server", &s, "7481"],
+        &["client", &s, "7481"],
+        &s,
+        &c,
+    );
+    for check in [
+        "non-blocking rrecv with no data: EAGAIN",
+        "rpoll on an rsocket and a pipe",
+        "rrecv MSG_WAITALL",
+        "rrecv after the peer's rclose: EOF",
+        "rsend after the peer's rclose: ECONNRESET",
+        "rrecv after the peer exited without rclose: EOF",
+        "SOCK_DGRAM: EOPNOTSUPP",
+        "riomap before a connection: EINVAL",
+    ] {
+        assert!(st.contains(&format!("ok: {check}")), "{check}:\n{st}");
+    }
+    assert!(ct.contains("ok: rselect: readable once data came"), "{ct}");
+}
