@@ -15,4 +15,15 @@
 //! program calls. `docs/dropin.md` has the details.
 //!
 //! There is no code here: `build.rs` gives the library its SONAME,
-//! version nodes and dependency.
+//! version nodes and dependency. A program runs on it through `roce
+//! exec`, which puts both libraries first on its `LD_LIBRARY_PATH`:
+//!
+//! ```text
+//! roce exec -- rping -s -a 127.0.0.1 -v -C 3 &
+//! roce exec -- rping -c -a 127.0.0.1 -v -C 3
+//! ```
+//!
+//! `crates/roce-ibverbs/tests/rdmacm.rs` runs Debian's rdma_cm programs
+//! over it; `readelf -d` and `objdump -p` on the built `librdmacm.so`
+//! show the SONAME, the DT_NEEDED entry and the four version
+//! definitions.
