@@ -15,44 +15,13 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use roce_testkit::{text_of, Guard};
 
-/// The test program, built once.
+/// `tests/c/cm_events.c`, built once.
 fn program() -> Option<PathBuf> {
-    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if !std::path::Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-                assert!(
-                    std::env::var_os("ROCE_REQUIRE_C_HEADERS").is_none(),
-                    "<rdma/rdma_cma.h> is missing (apt-get install librdmacm-dev)"
-                );
-                eprintln!("skipped: <rdma/rdma_cma.h> is missing (apt-get install librdmacm-dev)");
-                return None;
-            }
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cm_events");
-            std::fs::create_dir_all(&dir).unwrap();
-            let exe = dir.join("cm_events");
-            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_events.c");
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-            let out = Command::new(&cc)
-                .args(["-O1", "-Wall", "-o"])
-                .arg(&exe)
-                .arg(&src)
-                .args(["-lrdmacm", "-libverbs"])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "cm_events.c did not build:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(exe)
-        })
-        .clone()
+    common::c_program("cm_events", "rdma/rdma_cma.h")
 }
 
 /// A loopback address block of this test's own: 127.B.N.x.

@@ -16,7 +16,6 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::have;
@@ -126,37 +125,7 @@ fn riostream_async_4k() {
 
 /// `tests/c/rsocket.c`, built once.
 fn program() -> Option<PathBuf> {
-    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
-                assert!(
-                    std::env::var_os("ROCE_REQUIRE_C_HEADERS").is_none(),
-                    "<rdma/rsocket.h> is missing (apt-get install librdmacm-dev)"
-                );
-                eprintln!("skipped: <rdma/rsocket.h> is missing (apt-get install librdmacm-dev)");
-                return None;
-            }
-            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rsocket");
-            std::fs::create_dir_all(&dir).unwrap();
-            let exe = dir.join("rsocket");
-            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/rsocket.c");
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-            let out = Command::new(&cc)
-                .args(["-O1", "-Wall", "-o"])
-                .arg(&exe)
-                .arg(&src)
-                .args(["-lrdmacm", "-libverbs"])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "rsocket.c did not build:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(exe)
-        })
-        .clone()
+    common::c_program("rsocket", "rdma/rsocket.h")
 }
 
 #[test]

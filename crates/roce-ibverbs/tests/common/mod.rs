@@ -109,3 +109,46 @@ pub(crate) fn listening(port: u16) -> bool {
             })
     })
 }
+
+/// Builds `tests/c/<name>.c` against rdma-core's headers and libraries
+/// (`-lrdmacm -libverbs`, as any program is built), once per process,
+/// into the test's target tmpdir; `None` (a printed skip) when `header`
+/// (under /usr/include) is missing, unless `ROCE_REQUIRE_C_HEADERS` is
+/// set (as `.ci/run` does), when the test fails.
+pub(crate) fn c_program(name: &'static str, header: &str) -> Option<PathBuf> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static BUILT: OnceLock<Mutex<HashMap<&'static str, Option<PathBuf>>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap();
+    built
+        .entry(name)
+        .or_insert_with(|| {
+            if !std::path::Path::new("/usr/include").join(header).exists() {
+                assert!(
+                    std::env::var_os("ROCE_REQUIRE_C_HEADERS").is_none(),
+                    "<{header}> is missing (apt-get install librdmacm-dev)"
+                );
+                eprintln!("skipped: <{header}> is missing (apt-get install librdmacm-dev)");
+                return None;
+            }
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let exe = dir.join(name);
+            let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+            let out = std::process::Command::new(&cc)
+                .args(["-O1", "-Wall", "-o"])
+                .arg(&exe)
+                .arg(&src)
+                .args(["-lrdmacm", "-libverbs"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}.c did not build:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(exe)
+        })
+        .clone()
+}
