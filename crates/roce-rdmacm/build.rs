@@ -14,17 +14,17 @@
 
 use std::path::PathBuf;
 
+// The script, shared with the crate's docs (`rdmacm::VERSION_SCRIPT`).
+include!("src/nodes.rs");
+
 fn main() {
+    println!("cargo:rerun-if-changed=src/nodes.rs");
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let script = out.join("librdmacm.map");
-    std::fs::write(
-        &script,
-        "RDMACM_1.0 { local: *; };\nRDMACM_1.1 { } RDMACM_1.0;\nRDMACM_1.2 { } RDMACM_1.1;\nRDMACM_1.3 { } RDMACM_1.2;\n",
-    )
-    .unwrap();
+    std::fs::write(&script, VERSION_SCRIPT).unwrap();
     let needed = out.join("libibverbs.so");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let made = std::process::Command::new(&cc)

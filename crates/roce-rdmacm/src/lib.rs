@@ -15,8 +15,18 @@
 //! program calls. `docs/dropin.md` has the details.
 //!
 //! There is no code here: `build.rs` gives the library its SONAME,
-//! version nodes and dependency. A program runs on it through `roce
-//! exec`, which puts both libraries first on its `LD_LIBRARY_PATH`:
+//! its version nodes ([`VERSION_SCRIPT`]) and its dependency:
+//!
+//! ```
+//! // Every version node of rdma-core v44's librdmacm, none with a symbol.
+//! for node in ["RDMACM_1.0", "RDMACM_1.1", "RDMACM_1.2", "RDMACM_1.3"] {
+//!     assert!(rdmacm::VERSION_SCRIPT.contains(&format!("{node} {{")));
+//! }
+//! assert!(!rdmacm::VERSION_SCRIPT.contains("global"));
+//! ```
+//!
+//! A program runs on it through `roce exec`, which puts both libraries
+//! first on its `LD_LIBRARY_PATH`:
 //!
 //! ```text
 //! roce exec -- rping -s -a 127.0.0.1 -v -C 3 &
@@ -27,3 +37,6 @@
 //! over it; `readelf -d` and `objdump -p` on the built `librdmacm.so`
 //! show the SONAME, the DT_NEEDED entry and the four version
 //! definitions.
+
+mod nodes;
+pub use nodes::VERSION_SCRIPT;
