@@ -550,6 +550,13 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
     };
     // With `-x N` (perftest's habit on both ends of one host), entry N
     // of the GID table, which may be the very address the server holds.
+    // A perftest server keeps its address, so the client gives way; a
+    // roce perf server gives way itself when the client uses its address
+    // (the exchange tells it), so without --perftest the client keeps
+    // the GID it was given.
+    if args.gid_index.is_some() && !args.perftest {
+        return Ok(None);
+    }
     let local = match args.gid_index {
         None => route,
         Some(_) => match backend::gid_address(args, route) {
