@@ -13,7 +13,6 @@ use std::os::raw::{c_int, c_void};
 
 use roce_verbs::{ConnParam, ListenId, PortSpace, QpState};
 
-use super::channel::Event;
 use super::dispatch::table;
 use super::id::{bind, complete, listen_contexts};
 use super::{lock, rc, Id, State};
@@ -166,22 +165,16 @@ export! {
             if !l.sync {
                 return Err(libc::EINVAL);
             }
-            // SAFETY: the listener's C view; its `event` is the library's.
-            let slot = unsafe { &mut (*l.c()).event };
-            if !slot.is_null() {
-                // SAFETY: an event this library handed out.
-                drop(unsafe { Box::from_raw(slot.cast::<Event>()) });
-                *slot = std::ptr::null_mut();
-            }
+            l.ack_held();
             let ch = l.st().channel.clone();
             let e = ch.take()?;
             if e.c.event == event::REJECTED {
-                *slot = Box::into_raw(e).cast();
+                l.hold(e);
                 return Err(libc::ECONNREFUSED);
             }
             if e.c.status != 0 || e.c.event != event::CONNECT_REQUEST {
                 let err = if e.c.status != 0 { e.c.status.abs() } else { libc::EINVAL };
-                *slot = Box::into_raw(e).cast();
+                l.hold(e);
                 return Err(err);
             }
             let child = e.c.id;
@@ -195,7 +188,7 @@ export! {
                 super::qp::create_qp(unsafe { Id::from_ptr(child)? }, pd, &mut a)?;
             }
             // SAFETY: the new id is live; its event is the request.
-            unsafe { (*child).event = Box::into_raw(e).cast() };
+            unsafe { Id::from_ptr(child)? }.hold(e);
             *out = child;
             Ok(())
         })
@@ -272,11 +265,12 @@ export! {
             if state != State::Requested {
                 return Err(libc::EINVAL);
             }
+            // SAFETY: the program's parameters (or NULL).
+            let mut p = unsafe { param_of(param, ack) };
+            // What the requester offered bounds what we take.
+            p.initiator_depth = p.initiator_depth.min(init.max(1));
+            p.responder_resources = p.responder_resources.min(resp.max(1));
             if let Some((qpn, srq)) = program_qp(i, param)? {
-                // SAFETY: the program's parameters (or NULL).
-                let mut p = unsafe { param_of(param, ack) };
-                p.initiator_depth = p.initiator_depth.min(init.max(1));
-                p.responder_resources = p.responder_resources.min(resp.max(1));
                 i.st().state = State::Connecting;
                 ctx.verbs.cm_accept_manual_nowait(conn, qpn, srq, &p).map_err(|e| {
                     i.st().state = State::Requested;
@@ -295,22 +289,10 @@ export! {
                 st.state = State::Connected;
                 drop(st);
                 if i.sync {
-                    // SAFETY: the id's C view; the request event is the
-                    // library's for a synchronous id.
-                    let slot = unsafe { &mut (*i.c()).event };
-                    if !slot.is_null() {
-                        // SAFETY: an event this library handed out.
-                        drop(unsafe { Box::from_raw(slot.cast::<Event>()) });
-                        *slot = std::ptr::null_mut();
-                    }
+                    i.ack_held();
                 }
                 return Ok(());
             }
-            // SAFETY: the program's parameters (or NULL).
-            let mut p = unsafe { param_of(param, ack) };
-            // What the requester offered bounds what we take.
-            p.initiator_depth = p.initiator_depth.min(init.max(1));
-            p.responder_resources = p.responder_resources.min(resp.max(1));
             i.st().depths = (p.initiator_depth, p.responder_resources);
             i.st().state = State::Connecting;
             ctx.verbs.cm_accept_nowait(conn, &qp.qp, &p).map_err(|e| {

@@ -132,12 +132,22 @@ impl Table {
         }
     }
 
-    /// A new id for a request on listener `l`, and the listener.
-    fn child(&self, l: ListenId, local: IpAddr, peer: SocketAddr) -> Option<(IdRef, Box<Id>)> {
+    /// A new id for request `conn` on listener `l`, registered under
+    /// `conn` and owned by the program from its CONNECT_REQUEST on; and
+    /// the event to fill, already naming both ids (`None`: no such
+    /// listener, or no channel could be made). The caller pushes the event
+    /// to the listener's channel, which comes with it.
+    fn adopt(
+        &mut self,
+        l: ListenId,
+        conn: CmId,
+        local: IpAddr,
+        peer: SocketAddr,
+    ) -> Option<(&'static Id, Box<Event>, Arc<Channel>)> {
         let &IdRef(p) = self.listeners.get(&l)?;
         // SAFETY: registered ids are alive.
         let listener = unsafe { &*p };
-        let (channel, sync, port, ps, qp_type, context) = {
+        let (to, sync, port, ps, qp_type, context) = {
             let st = listener.st();
             // SAFETY: the listener's C view; `ps` and `qp_type` are not
             // the program's to write, `context` is read as rdma-core
@@ -156,7 +166,11 @@ impl Table {
         // A synchronous listener's requests get a channel of their own
         // (rdma-core migrates them), the event still goes to the
         // listener's.
-        let channel = if sync { Channel::new().ok()? } else { channel };
+        let channel = if sync {
+            Channel::new().ok()?
+        } else {
+            to.clone()
+        };
         let local = SocketAddr::new(local, port);
         let id = super::id::new_id(self.ctx, channel, sync, ps, qp_type, context);
         {
@@ -164,46 +178,36 @@ impl Table {
             st.state = State::Requested;
             st.local = Some(local);
             st.peer = Some(peer);
+            st.conn = Some(conn);
         }
         super::id::set_route(&id, local, peer);
         // SAFETY: a fresh id's C view.
         unsafe { (*id.c()).port_num = 1 };
-        Some((IdRef(p), id))
+        // The program frees it (rdma_destroy_id); until then the table
+        // reaches it through `conns`, forgotten before it is freed.
+        let id: &'static Id = Box::leak(id);
+        self.conns.insert(conn, IdRef(id));
+        let mut ev = Event::new(id.c(), event::CONNECT_REQUEST, 0);
+        ev.c.listen_id = listener.c();
+        Some((id, ev, to))
     }
 
     fn request(&mut self, r: ConnRequest) {
         let peer = SocketAddr::new(r.peer, r.peer_port);
-        let Some((IdRef(lp), id)) = self.child(r.listen, r.local, peer) else {
+        let Some((id, mut ev, to)) = self.adopt(r.listen, r.id, r.local, peer) else {
             return;
         };
-        // SAFETY: registered ids are alive.
-        let listener = unsafe { &*lp };
-        {
-            let mut st = id.st();
-            st.conn = Some(r.id);
-            // Our view: we may issue what they accept, accept what they issue.
-            st.depths = (r.responder_resources, r.initiator_depth);
-        }
-        let to = listener.st().channel.clone();
-        let id = Box::into_raw(id);
-        // SAFETY: just allocated; owned by the program from the event on.
-        let idr = unsafe { &*id };
-        self.conns.insert(r.id, IdRef(idr));
-        let mut ev = Event::new(idr.c(), event::CONNECT_REQUEST, 0);
-        ev.c.listen_id = listener.c();
+        // Our view: we may issue what they accept, accept what they issue.
+        id.st().depths = (r.responder_resources, r.initiator_depth);
         ev.set_conn(
             &r.private_data,
             REQ_PRIVATE,
             rdma_conn_param {
-                private_data: std::ptr::null(),
-                private_data_len: 0,
                 responder_resources: r.initiator_depth,
                 initiator_depth: r.responder_resources,
-                flow_control: 0,
-                retry_count: 0,
                 rnr_retry_count: 7,
-                srq: 0,
                 qp_num: r.remote_qpn.value(),
+                ..zero_conn()
             },
         );
         to.push(ev);
@@ -211,19 +215,9 @@ impl Table {
 
     fn ud_request(&mut self, r: UdRequest) {
         let peer = SocketAddr::new(r.peer, r.peer_port);
-        let Some((IdRef(lp), id)) = self.child(r.listen, r.local, peer) else {
+        let Some((_, mut ev, to)) = self.adopt(r.listen, r.id, r.local, peer) else {
             return;
         };
-        // SAFETY: registered ids are alive.
-        let listener = unsafe { &*lp };
-        id.st().conn = Some(r.id);
-        let to = listener.st().channel.clone();
-        let id = Box::into_raw(id);
-        // SAFETY: just allocated; owned by the program from the event on.
-        let idr = unsafe { &*id };
-        self.conns.insert(r.id, IdRef(idr));
-        let mut ev = Event::new(idr.c(), event::CONNECT_REQUEST, 0);
-        ev.c.listen_id = listener.c();
         ev.set_ud(&r.private_data, SIDR_REQ_PRIVATE, ud_param(r.peer, 0, 0));
         to.push(ev);
     }
@@ -262,49 +256,11 @@ fn conn_event(id: &Id, e: CmEvent) {
     let ev = match e {
         CmEvent::Established { private_data, .. } => {
             st.state = State::Connected;
-            let mut ev = Event::new(id.c(), event::ESTABLISHED, 0);
-            let (init, resp) = st.depths;
-            ev.set_conn(
-                &private_data,
-                if private_data.is_empty() {
-                    0
-                } else {
-                    REP_PRIVATE
-                },
-                rdma_conn_param {
-                    private_data: std::ptr::null(),
-                    private_data_len: 0,
-                    responder_resources: resp,
-                    initiator_depth: init,
-                    flow_control: 0,
-                    retry_count: 7,
-                    rnr_retry_count: 7,
-                    srq: 0,
-                    qp_num: 0,
-                },
-            );
-            ev
+            rep_event(id, event::ESTABLISHED, st.depths, &private_data)
         }
+        // The program brings its own QP up, then rdma_establish.
         CmEvent::ConnectResponse { private_data, .. } => {
-            // The program brings its own QP up, then rdma_establish.
-            let mut ev = Event::new(id.c(), event::CONNECT_RESPONSE, 0);
-            let (init, resp) = st.depths;
-            ev.set_conn(
-                &private_data,
-                if private_data.is_empty() {
-                    0
-                } else {
-                    REP_PRIVATE
-                },
-                rdma_conn_param {
-                    responder_resources: resp,
-                    initiator_depth: init,
-                    retry_count: 7,
-                    rnr_retry_count: 7,
-                    ..zero_conn()
-                },
-            );
-            ev
+            rep_event(id, event::CONNECT_RESPONSE, st.depths, &private_data)
         }
         CmEvent::UdResolved { qpn, qkey, .. } => {
             st.state = State::Connected;
@@ -354,6 +310,29 @@ fn conn_event(id: &Id, e: CmEvent) {
     let ch = st.channel.clone();
     drop(st);
     ch.push(ev);
+}
+
+/// ESTABLISHED or CONNECT_RESPONSE: the REP's private data (none on the
+/// passive side) and the depths the connection settled on.
+fn rep_event(id: &Id, kind: u32, (init, resp): (u8, u8), private_data: &[u8]) -> Box<Event> {
+    let mut ev = Event::new(id.c(), kind, 0);
+    let full = if private_data.is_empty() {
+        0
+    } else {
+        REP_PRIVATE
+    };
+    ev.set_conn(
+        private_data,
+        full,
+        rdma_conn_param {
+            responder_resources: resp,
+            initiator_depth: init,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..zero_conn()
+        },
+    );
+    ev
 }
 
 /// Connection parameters with nothing in them.

@@ -332,22 +332,16 @@ export! {
 pub(crate) fn destroy(id: *mut rdma_cm_id) -> Res<()> {
     // SAFETY: the program's id.
     let i = unsafe { Id::from_ptr(id)? };
-    let (conn, listens, channel, ev) = {
+    let (conn, listens, channel) = {
         let mut st = i.st();
-        // SAFETY: the id's C view.
-        let ev = std::mem::replace(unsafe { &mut (*i.c()).event }, std::ptr::null_mut());
         (
             st.conn.take(),
             std::mem::take(&mut st.listens),
             st.channel.clone(),
-            ev,
         )
     };
-    if !ev.is_null() {
-        // A synchronous id's last event.
-        // SAFETY: an event this library handed out to the id.
-        drop(unsafe { Box::from_raw(ev.cast::<Event>()) });
-    }
+    // A synchronous id's last event.
+    i.ack_held();
     for (c, l) in &listens {
         // SAFETY: contexts of this library, open for the process.
         if let Ok(ctx) = unsafe { Context::from_ptr(*c) } {
@@ -492,17 +486,10 @@ pub(crate) fn complete(i: &Id) -> Res<()> {
         return Ok(());
     }
     let ch = i.st().channel.clone();
-    // SAFETY: the id's C view; `event` belongs to the library for a
-    // synchronous id.
-    let slot = unsafe { &mut (*i.c()).event };
-    if !slot.is_null() {
-        // SAFETY: an event this library handed out.
-        drop(unsafe { Box::from_raw(slot.cast::<Event>()) });
-        *slot = std::ptr::null_mut();
-    }
+    i.ack_held();
     let e = ch.take()?;
     let (kind, status) = (e.c.event, e.c.status);
-    *slot = Box::into_raw(e).cast();
+    i.hold(e);
     if status == 0 {
         return Ok(());
     }

@@ -160,6 +160,24 @@ impl Id {
         lock(&self.st)
     }
 
+    /// Acks the event a synchronous id holds for the program
+    /// (`id->event`, which rdma-core acks at the id's next call), if any.
+    pub(crate) fn ack_held(&self) {
+        // SAFETY: the id's C view; a synchronous id's `event` is an event
+        // this library handed out (a Box<Event>) or NULL.
+        let held = std::mem::replace(unsafe { &mut (*self.c()).event }, std::ptr::null_mut());
+        if !held.is_null() {
+            // SAFETY: as above; taken out of the slot, freed once.
+            drop(unsafe { Box::from_raw(held.cast::<channel::Event>()) });
+        }
+    }
+
+    /// Hands `e` to the program as the event the id holds (`id->event`).
+    pub(crate) fn hold(&self, e: Box<channel::Event>) {
+        // SAFETY: the id's C view; the slot is empty (acked before).
+        unsafe { (*self.c()).event = Box::into_raw(e).cast() };
+    }
+
     /// The context the id is bound to, if any.
     pub(crate) fn ctx(&self) -> Res<&Context> {
         // SAFETY: `verbs` is NULL or a context of this library, kept open

@@ -310,19 +310,23 @@ export! {
     }
 }
 
+/// `rdma_destroy_srq` on a live id.
+fn destroy_srq(i: &Id) {
+    // SAFETY: the id's C view.
+    let c = unsafe { &mut *i.c() };
+    if !c.srq.is_null() {
+        // SAFETY: the id's SRQ, made by rdma_create_srq.
+        unsafe { ibv_destroy_srq(c.srq) };
+        c.srq = std::ptr::null_mut();
+    }
+}
+
 export! {
     /// `rdma_destroy_srq`.
     fn rdma_destroy_srq(id: *mut rdma_cm_id) {
         // SAFETY: the program's id.
         if let Ok(i) = unsafe { Id::from_ptr(id) } {
-            // SAFETY: the id's C view and its SRQ.
-            unsafe {
-                let c = &mut *i.c();
-                if !c.srq.is_null() {
-                    ibv_destroy_srq(c.srq);
-                    c.srq = std::ptr::null_mut();
-                }
-            }
+            destroy_srq(i);
         }
     }
 }
@@ -376,7 +380,7 @@ export! {
                 if unsafe { super::id::rdma_resolve_route(idp, 2000) } != 0 {
                     return Err(last_errno());
                 }
-                complete_ok(i);
+                i.ack_held();
                 // SAFETY: the program's attributes (or NULL).
                 if let Some(a) = unsafe { attr.as_mut() } {
                     a.qp_type = r.ai_qp_type as u32;
@@ -394,17 +398,6 @@ export! {
     }
 }
 
-/// Leaves a synchronous id with no pending event (its last one acked).
-fn complete_ok(i: &Id) {
-    // SAFETY: the id's C view; a synchronous id's event is the library's.
-    let slot = unsafe { &mut (*i.c()).event };
-    if !slot.is_null() {
-        // SAFETY: an event this library handed out.
-        drop(unsafe { Box::from_raw(slot.cast::<super::channel::Event>()) });
-        *slot = std::ptr::null_mut();
-    }
-}
-
 export! {
     /// `rdma_destroy_ep`: the QP (and what `rdma_create_qp` made), the
     /// SRQ, the id, and the PD if the library allocated it.
@@ -412,14 +405,7 @@ export! {
         // SAFETY: the program's id.
         let Ok(i) = (unsafe { Id::from_ptr(id) }) else { return };
         destroy_qp(i);
-        // SAFETY: the id's C view and its SRQ.
-        unsafe {
-            let c = &mut *i.c();
-            if !c.srq.is_null() {
-                ibv_destroy_srq(c.srq);
-                c.srq = std::ptr::null_mut();
-            }
-        }
+        destroy_srq(i);
         let _ = destroy(id);
     }
 }
