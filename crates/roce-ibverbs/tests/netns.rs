@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{finish, have};
+use roce_testkit::text_of;
 
 /// Longest one program may take.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -109,9 +110,18 @@ impl Drop for Lab {
     }
 }
 
-/// Server in `a`, client in `b`; both must succeed; returns the client's output.
-fn across(backend: &str, prog: &str, args: &[&str]) -> Option<String> {
-    if !have(prog) {
+/// Runs `prog` (or `progs`: server, client) as server in `a` with `server`
+/// and as client in `b` with `client` (in both, `{A}` is the server's address, `{DA}`/`{DB}` the
+/// veth devices), `tune` adjusting the server's command; both must
+/// succeed. Returns (server, client) output, or None when skipped.
+fn across_with(
+    backend: &str,
+    (prog, client_prog): (&str, &str),
+    server: &[&str],
+    client: &[&str],
+    tune: impl FnOnce(&Lab, &mut Command),
+) -> Option<(String, String)> {
+    if !have(prog) || !have(client_prog) {
         return None;
     }
     let lab = match Lab::new() {
@@ -122,37 +132,57 @@ fn across(backend: &str, prog: &str, args: &[&str]) -> Option<String> {
         }
     };
     let (da, db) = (format!("roce_{}", lab.va), format!("roce_{}", lab.vb));
-    let mut sa: Vec<&str> = vec!["-d", &da];
-    sa.extend_from_slice(args);
-    let mut ca: Vec<&str> = vec!["-d", &db];
-    ca.extend_from_slice(args);
-    ca.push(&lab.ip_a);
-    let s = lab
-        .command(&lab.a, &lab.va, backend, prog, &sa)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
+    let fill = |a: &[&str]| -> Vec<String> {
+        a.iter()
+            .map(|s| {
+                s.replace("{A}", &lab.ip_a)
+                    .replace("{DA}", &da)
+                    .replace("{DB}", &db)
+            })
+            .collect()
+    };
+    let (sa, ca) = (fill(server), fill(client));
+    let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+    let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+    let mut sc = lab.command(&lab.a, &lab.va, backend, prog, &sa);
+    tune(&lab, &mut sc);
+    let s = sc.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
     let c = finish(
-        lab.command(&lab.b, &lab.vb, backend, prog, &ca)
+        lab.command(&lab.b, &lab.vb, backend, client_prog, &ca)
             .spawn()
             .unwrap(),
         LIMIT,
-        prog,
+        client_prog,
     );
     let s = finish(s, LIMIT, prog);
-    let (st, ct) = (
-        String::from_utf8_lossy(&s.stdout),
-        String::from_utf8_lossy(&c.stdout),
-    );
+    let (st, ct) = (text_of(&s), text_of(&c));
     assert!(
         s.status.success() && c.status.success(),
-        "{prog} over {backend}: server {:?} client {:?}\nserver:\n{st}{}\nclient:\n{ct}{}",
+        "{prog} over {backend}: server {:?} client {:?}\nserver:\n{st}\nclient:\n{ct}",
         s.status,
-        c.status,
-        String::from_utf8_lossy(&s.stderr),
-        String::from_utf8_lossy(&c.stderr)
+        c.status
     );
-    Some(ct.into_owned())
+    Some((st, ct))
+}
+
+/// A verbs tool on each veth device (`-d`), the client naming the
+/// server's address; returns the client's output.
+fn across(backend: &str, prog: &str, args: &[&str]) -> Option<String> {
+    let sa = [&["-d", "{DA}"][..], args].concat();
+    let ca = [&["-d", "{DB}"][..], args, &["{A}"]].concat();
+    across_with(backend, (prog, prog), &sa, &ca, |_, _| {}).map(|(_, ct)| ct)
+}
+
+/// An rdma_cm program between the namespaces (no device flags: the CM
+/// picks the device that owns the address).
+fn across_cm(
+    backend: &str,
+    prog: &str,
+    server: &[&str],
+    client: &[&str],
+) -> Option<(String, String)> {
+    across_with(backend, (prog, prog), server, client, |_, _| {})
 }
 
 fn pingpong(backend: &str, prog: &str) {
@@ -202,60 +232,6 @@ fn write_bw_over_af_packet_between_namespaces() {
     write_bw("packet");
 }
 
-/// An rdma_cm program between the namespaces: the server in `a` given
-/// `server` (with `{A}` replaced by its address), the client in `b`
-/// given `client`; both must succeed. Returns (server, client) output.
-fn across_cm(
-    backend: &str,
-    prog: &str,
-    server: &[&str],
-    client: &[&str],
-) -> Option<(String, String)> {
-    if !have(prog) {
-        return None;
-    }
-    let lab = match Lab::new() {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return None;
-        }
-    };
-    let fill =
-        |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.replace("{A}", &lab.ip_a)).collect() };
-    let (sa, ca) = (fill(server), fill(client));
-    let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
-    let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
-    let s = lab
-        .command(&lab.a, &lab.va, backend, prog, &sa)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(600));
-    let c = finish(
-        lab.command(&lab.b, &lab.vb, backend, prog, &ca)
-            .spawn()
-            .unwrap(),
-        LIMIT,
-        prog,
-    );
-    let s = finish(s, LIMIT, prog);
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (st, ct) = (text(&s), text(&c));
-    assert!(
-        s.status.success() && c.status.success(),
-        "{prog} over {backend}: server {:?} client {:?}\nserver:\n{st}\nclient:\n{ct}",
-        s.status,
-        c.status
-    );
-    Some((st, ct))
-}
-
 #[test]
 fn rping_over_udp_between_namespaces() {
     if let Some((st, ct)) = across_cm(
@@ -298,49 +274,13 @@ fn write_bw_rdma_cm_over_udp_between_namespaces() {
 /// unless `ROCE_ADDR` is one of its own.
 #[test]
 fn udaddy_server_on_every_device_with_roce_addr() {
-    if !have("udaddy") {
-        return;
-    }
-    let lab = match Lab::new() {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
     let args = ["-C", "10", "-S", "100"];
-    let s = lab
-        .command(&lab.a, &lab.va, "udp", "udaddy", &args)
-        .env_remove("ROCE_DEVICES")
-        .env("ROCE_ADDR", &lab.ip_a)
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
-    let mut ca = vec!["-s", lab.ip_a.as_str()];
-    ca.extend_from_slice(&args);
-    let c = finish(
-        lab.command(&lab.b, &lab.vb, "udp", "udaddy", &ca)
-            .spawn()
-            .unwrap(),
-        LIMIT,
-        "udaddy client",
-    );
-    let s = finish(s, LIMIT, "udaddy server");
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (st, ct) = (text(&s), text(&c));
-    assert!(
-        s.status.success() && c.status.success(),
-        "server {:?}:\n{st}\nclient {:?}:\n{ct}",
-        s.status,
-        c.status
-    );
-    assert!(st.contains("data transfers complete"), "{st}");
+    let ca = [&["-s", "{A}"][..], &args].concat();
+    if let Some((st, _)) = across_with("udp", ("udaddy", "udaddy"), &args, &ca, |lab, c| {
+        c.env_remove("ROCE_DEVICES").env("ROCE_ADDR", &lab.ip_a);
+    }) {
+        assert!(st.contains("data transfers complete"), "{st}");
+    }
 }
 
 /// librdmacm's synchronous examples: `rdma_server` and `rdma_client`
@@ -352,52 +292,17 @@ fn udaddy_server_on_every_device_with_roce_addr() {
 /// `rdma_get_request: Operation not supported` on the server).
 #[test]
 fn rdma_server_and_rdma_client_between_namespaces() {
-    if !have("rdma_server") {
-        return;
-    }
-    let lab = match Lab::new() {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return;
-        }
-    };
     let port = common::free_port().to_string();
-    let s = lab
-        .command(&lab.a, &lab.va, "udp", "rdma_server", &["-p", &port])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
-    let c = finish(
-        lab.command(
-            &lab.b,
-            &lab.vb,
-            "udp",
-            "rdma_client",
-            &["-s", &lab.ip_a, "-p", &port],
-        )
-        .spawn()
-        .unwrap(),
-        LIMIT,
-        "rdma_client",
-    );
-    let s = finish(s, LIMIT, "rdma_server");
-    let text = |o: &std::process::Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (st, ct) = (text(&s), text(&c));
-    assert!(
-        s.status.success() && c.status.success(),
-        "server {:?}:\n{st}\nclient {:?}:\n{ct}",
-        s.status,
-        c.status
-    );
-    assert!(
-        st.contains("rdma_server: end 0") && ct.contains("rdma_client: end 0"),
-        "{st}{ct}"
-    );
+    if let Some((st, ct)) = across_with(
+        "udp",
+        ("rdma_server", "rdma_client"),
+        &["-p", &port],
+        &["-s", "{A}", "-p", &port],
+        |_, _| {},
+    ) {
+        assert!(
+            st.contains("rdma_server: end 0") && ct.contains("rdma_client: end 0"),
+            "{st}{ct}"
+        );
+    }
 }
