@@ -156,37 +156,29 @@ fn ib_write_bw_rdma_cm_against_roce_perf_both_roles() {
             .unwrap()
             .port()
             .to_string();
+        // roce perf in rdma_cm mode, its RoCE address first in `tail`.
+        let perf = |tail: &[&str]| {
+            let head = [
+                "perf",
+                "write-bw",
+                "--perftest",
+                "-R",
+                "-n",
+                "200",
+                "-p",
+                &port,
+                "--bind",
+            ];
+            ours(&[&head[..], tail].concat())
+        };
         let (server, client) = if tool_serves {
             (
                 exec(&a, "ib_write_bw", &["-R", "-p", &port, "-n", "200"]),
-                ours(&[
-                    "perf",
-                    "write-bw",
-                    "--perftest",
-                    "-R",
-                    "-n",
-                    "200",
-                    "-p",
-                    &port,
-                    "--bind",
-                    &b,
-                    &a,
-                ]),
+                perf(&[&b, &a]),
             )
         } else {
             (
-                ours(&[
-                    "perf",
-                    "write-bw",
-                    "--perftest",
-                    "-R",
-                    "-n",
-                    "200",
-                    "-p",
-                    &port,
-                    "--bind",
-                    &a,
-                ]),
+                perf(&[&a]),
                 exec(&b, "ib_write_bw", &["-R", "-p", &port, "-n", "200", &a]),
             )
         };
