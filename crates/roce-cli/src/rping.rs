@@ -10,7 +10,7 @@
 //! client disconnects after `-C` pings; the server serves until the client
 //! disconnects.
 
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -246,15 +246,9 @@ impl Rig {
     }
 }
 
-/// The source address the kernel would use towards `peer`.
+/// The source address the kernel's routing picks towards `peer`.
 pub(crate) fn route_source(peer: IpAddr) -> Option<IpAddr> {
-    let any: IpAddr = match peer {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-    };
-    let s = UdpSocket::bind((any, 0)).ok()?;
-    s.connect((peer, 9)).ok()?;
-    s.local_addr().ok().map(|a| a.ip())
+    roce_verbs::loopback::route_source(peer).ok()
 }
 
 pub(crate) fn run(args: &RpingArgs) -> i32 {

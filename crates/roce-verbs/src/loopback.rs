@@ -78,6 +78,20 @@ pub fn is_loopback(addr: IpAddr) -> bool {
     addr.to_canonical().is_loopback()
 }
 
+/// The source address the kernel's routing picks towards `dst` (a UDP
+/// socket connected to it, which sends nothing): the local address a
+/// RoCE endpoint talking to `dst` should use. The error is the routing
+/// one (`ENETUNREACH` where there is no route).
+pub fn route_source(dst: IpAddr) -> io::Result<IpAddr> {
+    let any = match dst {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    let s = UdpSocket::bind((any, 0))?;
+    s.connect((dst, 4791))?;
+    Ok(s.local_addr()?.ip())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

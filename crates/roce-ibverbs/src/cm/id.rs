@@ -4,7 +4,7 @@
 //! `rdma_get_devices`; and which context an address gets (module docs of
 //! `cm`).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::raw::{c_int, c_void};
 use std::sync::{Arc, Mutex};
 
@@ -191,6 +191,15 @@ fn pin(c: &Context) {
     c.pinned.store(true, std::sync::atomic::Ordering::Release);
 }
 
+/// A new context of `dev` (on `at`, or where `ibv_open_device` would
+/// open it), kept open for librdmacm.
+fn open_pinned(dev: &'static device::Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
+    let ctx = new_context(dev, at)?;
+    // SAFETY: just opened by this library.
+    pin(unsafe { Context::from_ptr(ctx)? });
+    Ok(ctx)
+}
+
 /// The device that owns `addr` (the loopback device for 127/8 and ::1).
 fn device_of(addr: IpAddr) -> Res<&'static device::Device> {
     let devs = device::current()?;
@@ -210,11 +219,7 @@ pub(crate) fn context_at(addr: IpAddr) -> Res<*mut ibv_context> {
     if let Some(c) = opened(|a| a == addr) {
         return Ok(c);
     }
-    let dev = device_of(addr)?;
-    let ctx = new_context(dev, Some(addr))?;
-    // SAFETY: just opened by this library.
-    pin(unsafe { Context::from_ptr(ctx)? });
-    Ok(ctx)
+    open_pinned(device_of(addr)?, Some(addr))
 }
 
 /// A loopback context of the family of `v6`: one already open, or a new
@@ -227,23 +232,14 @@ fn loopback_context(v6: bool) -> Res<*mut ibv_context> {
         .into_iter()
         .find(|d| d.info.interface().loopback)
         .ok_or(libc::ENODEV)?;
-    let at = v6.then_some(IpAddr::V6(Ipv6Addr::LOCALHOST));
-    let ctx = new_context(dev, at)?;
-    // SAFETY: just opened by this library.
-    pin(unsafe { Context::from_ptr(ctx)? });
-    Ok(ctx)
+    open_pinned(dev, v6.then_some(IpAddr::V6(Ipv6Addr::LOCALHOST)))
 }
 
-/// The source address the kernel's routing picks towards `dst`.
+/// The source address the kernel's routing picks towards `dst`, or the
+/// routing error.
 fn route_source(dst: IpAddr) -> Res<IpAddr> {
-    let any: SocketAddr = match dst {
-        IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
-        IpAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
-    };
-    let err = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::ENETUNREACH);
-    let s = UdpSocket::bind(any).map_err(err)?;
-    s.connect((dst, 4791)).map_err(err)?;
-    Ok(s.local_addr().map_err(err)?.ip())
+    roce_verbs::loopback::route_source(dst)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))
 }
 
 /// The context to reach `dst` from: a loopback one for this host's own
