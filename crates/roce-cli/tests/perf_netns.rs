@@ -756,14 +756,7 @@ fn dropin_perftest_over_rdma_cm_serves_roce_perf() {
     );
     let c = client.wait_output(RUN_LIMIT).unwrap();
     let s = server.wait_output(RUN_LIMIT).unwrap();
-    let text = |o: &Output| {
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    };
-    let (st, ct) = (text(&s), text(&c));
+    let (st, ct) = (roce_testkit::text_of(&s), roce_testkit::text_of(&c));
     assert!(
         s.status.success() && c.status.success(),
         "server {:?}:\n{st}\nclient {:?}:\n{ct}",
