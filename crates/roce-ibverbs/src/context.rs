@@ -251,7 +251,7 @@ fn open_on(
 }
 
 /// Whether `a` is an address of `dev` (for loopback: any loopback address).
-fn owns(dev: &Device, a: IpAddr) -> bool {
+pub(crate) fn owns(dev: &Device, a: IpAddr) -> bool {
     if dev.info.interface().loopback {
         a.to_canonical().is_loopback()
     } else {

@@ -13,7 +13,7 @@ use super::dispatch::table;
 use super::{lock, rc, Channel, Id, IdState, State};
 use crate::abi::*;
 use crate::config::log;
-use crate::context::{gid_of, live, mtu_enum, new_context, Context};
+use crate::context::{gid_of, live, mtu_enum, new_context, owns, Context};
 use crate::device;
 use crate::ffi::{arg_mut, ptr_ret, Res};
 
@@ -157,10 +157,7 @@ fn set_source(id: &Id, local: SocketAddr) {
 }
 
 fn is_loopback(a: IpAddr) -> bool {
-    match a {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v| v.is_loopback()),
-    }
+    a.to_canonical().is_loopback()
 }
 
 /// Whether `a` is an address of this host (any interface).
@@ -202,15 +199,9 @@ fn open_pinned(dev: &'static device::Device, at: Option<IpAddr>) -> Res<*mut ibv
 
 /// The device that owns `addr` (the loopback device for 127/8 and ::1).
 fn device_of(addr: IpAddr) -> Res<&'static device::Device> {
-    let devs = device::current()?;
-    devs.into_iter()
-        .find(|d| {
-            if is_loopback(addr) {
-                d.info.interface().loopback
-            } else {
-                d.info.gids().contains(&addr)
-            }
-        })
+    device::current()?
+        .into_iter()
+        .find(|d| owns(d, addr))
         .ok_or(libc::EADDRNOTAVAIL)
 }
 
