@@ -167,6 +167,54 @@ fn ack_first_sends_the_held_ack_before_the_answer() {
     assert_eq!(from_b[..2], [Operation::Acknowledge, Operation::SendOnly]);
 }
 
+/// With `ack_first`, an answer the peer only sees in memory (an RDMA
+/// WRITE) still goes before the held ACK: by the time the requester's
+/// send completion shows, the answer's bytes are in its memory (a program
+/// that polls until that completion and then reads memory finds them).
+#[test]
+fn ack_first_keeps_the_ack_behind_a_write_answer() {
+    let mut w = World::with_config(1 << 20, |c| {
+        c.ack_delay = AckDelay {
+            max_delay: DELAY,
+            max_psns: 8,
+            ack_first: true,
+        }
+    });
+    let log = record(&mut w);
+    let (qa, qb) = w.connect(QpType::Rc, 1024);
+    recv(&mut w, 1, qb, 7, 0, 64);
+    send(&mut w, 0, qa, 1, 16);
+    assert!(w.run_until(10_000, |w| !w.hosts[1].poll().is_empty()));
+    assert_eq!(acks_from(&log, 1), 0, "held");
+    // B answers with a WRITE into A's memory at 4096.
+    w.hosts[1].write(256, &[0x5a; 16]);
+    let answered_at = w.now;
+    let (va, rkey) = (w.hosts[0].base + 4096, w.hosts[0].mr.rkey);
+    let sge = w.hosts[1].sge(256, 16);
+    let wr = SendWr::rdma(2, SendOp::Write, vec![sge], va, rkey);
+    w.hosts[1].dev.post_send(qb, wr).unwrap();
+    let mut seen = None;
+    assert!(w.run_until(100_000, |w| {
+        if w.hosts[0].poll().iter().any(|c| c.wr_id == 1) {
+            seen = Some(w.hosts[0].read(4096, 16));
+        }
+        seen.is_some()
+    }));
+    assert!(w.now < answered_at + DELAY, "waited for the deadline");
+    assert_eq!(
+        seen.unwrap(),
+        vec![0x5a; 16],
+        "completion before the answer's bytes"
+    );
+    let from_b: Vec<Operation> = log
+        .borrow()
+        .iter()
+        .filter(|(f, _)| *f == 1)
+        .map(|(_, op)| *op)
+        .collect();
+    assert_eq!(from_b[..2], [Operation::WriteOnly, Operation::Acknowledge]);
+}
+
 /// A stream from a requester with a small window: the ACK covering
 /// `max_psns` goes at once, so the requester never waits out the delay.
 #[test]

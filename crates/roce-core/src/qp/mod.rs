@@ -433,9 +433,10 @@ impl Qp {
         let n = match self.resp_poll_transmit(ctx, buf) {
             Some(n) => n,
             None => {
-                // HCA order: the held ACK just before the answer.
+                // HCA order: the held ACK just before an answer the peer
+                // takes from a CQ; after one it sees only in memory.
                 if ctx.ack_delay.ack_first
-                    && self.req.has_work()
+                    && self.req.next_completes_a_receive()
                     && self.resp.release_deferred_ack()
                 {
                     if let Some(n) = self.resp_poll_transmit(ctx, buf) {

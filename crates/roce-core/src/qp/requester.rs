@@ -110,6 +110,21 @@ impl Requester {
         self.index_of(self.cursor_seq).is_some()
     }
 
+    /// True when the packet to send next belongs to a request that
+    /// completes a receive at the responder (SEND, WRITE with immediate):
+    /// one the peer's program learns of from a CQ rather than from memory.
+    pub(crate) fn next_completes_a_receive(&self) -> bool {
+        self.index_of(self.cursor_seq).is_some_and(|i| {
+            matches!(
+                self.sq[i].wr.op,
+                SendOp::Send
+                    | SendOp::SendWithImm(_)
+                    | SendOp::SendWithInv(_)
+                    | SendOp::WriteWithImm(_)
+            )
+        })
+    }
+
     pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
         match (self.timer, self.rnr_until) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -38,11 +38,18 @@ pub struct AckDelay {
     /// a streaming peer waits out `max_delay` before it may go on.
     pub max_psns: u32,
     /// A held ACK leaves just before the QP's answer instead of just
-    /// after it: the order of an HCA, where the requester's send
-    /// completion always comes before the answer its request provoked
-    /// (programs that take both CQs' events from one channel rely on
-    /// it: perftest's `ib_send_lat -e`). The ACK still waits for the
-    /// answer, or its deadline, and goes in the answer's send call.
+    /// after it when the answer completes a receive at the peer (SEND,
+    /// WRITE with immediate): the order of an HCA, where the requester's
+    /// send completion always comes before the receive completion its
+    /// request provoked (programs that take both CQs' events from one
+    /// channel rely on it: perftest's `ib_send_lat -e`). The ACK still
+    /// waits for the answer, or its deadline, and goes in the answer's
+    /// send call. Before an answer the peer sees only in memory (RDMA
+    /// WRITE, READ, atomics) the ACK stays behind it, so that the memory
+    /// is written by the time the peer's send completion shows: a
+    /// program that polls until that completion and then spins on memory
+    /// (perftest's `ib_write_lat`) finds the answer there instead of
+    /// waiting for whoever receives next.
     pub ack_first: bool,
 }
 
