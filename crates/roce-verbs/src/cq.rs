@@ -146,29 +146,31 @@ impl CompletionQueue {
     /// progress step on this thread first (unless another thread is
     /// driving the I/O), so a polling loop is also the progress loop.
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
-        let n = self.poll_engine(out, max)?;
         let shared = self.shared();
-        if n > 0
-            && shared.cfg.hand_over_on_completion
-            && shared.last_inline.swap(0, Ordering::Relaxed) != 0
-        {
-            // It polled until this: it may now wait by other means.
-            shared.unpark();
+        let mut n = self.poll_engine(out, max)?;
+        if n == 0 && max > 0 && shared.cfg.inline_progress {
+            shared.last_inline.store(shared.recent(), Ordering::Relaxed);
+            // A count for the progress thread's heuristics, not an exact
+            // one: no locked increment on every empty poll.
+            let polls = shared.polls.load(Ordering::Relaxed);
+            shared.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
+            match progress::inline_step(shared, progress::Driver::Poll) {
+                // An idle step changed nothing (a completion another
+                // thread made since the CQ was polled shows at the next
+                // poll).
+                Some(step) if !step.idle => n = self.poll_engine(out, max)?,
+                _ => return Ok(0),
+            }
         }
-        if n > 0 || max == 0 || !shared.cfg.inline_progress {
-            return Ok(n);
+        if n > 0 && shared.cfg.hand_over_on_completion {
+            // It polled until this: it may now wait by other means. The
+            // progress thread sees that at its next look; waking it now
+            // would cost this thread a context switch where CPUs are
+            // scarce, and the answer to a request usually came with the
+            // completion (roce-core's ACK deferral sends it first).
+            shared.last_inline.store(0, Ordering::Relaxed);
         }
-        shared.last_inline.store(shared.recent(), Ordering::Relaxed);
-        // A count for the progress thread's heuristics, not an exact one:
-        // no locked increment on every empty poll.
-        let polls = shared.polls.load(Ordering::Relaxed);
-        shared.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
-        match progress::inline_step(shared, progress::Driver::Poll) {
-            // An idle step changed nothing (a completion another thread
-            // made since the CQ was polled shows at the next poll).
-            Some(step) if !step.idle => self.poll_engine(out, max),
-            _ => Ok(0),
-        }
+        Ok(n)
     }
 
     /// Polls one completion. Does not allocate: the one-element list is

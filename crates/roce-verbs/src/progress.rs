@@ -47,15 +47,24 @@ pub struct ProgressConfig {
     /// `detect` gives the automatic choice).
     pub copy_piece: Option<usize>,
     /// When a poll of a CQ returns completions, take the application to
-    /// have stopped polling (and wake this thread if it stood back for
-    /// it): for programs that poll until a completion, then wait for the
-    /// next thing by other means, such as spinning on memory a peer's
-    /// RDMA WRITE fills (perftest's `ib_write_lat`, and many an MPI
-    /// progress loop). Without it such a WRITE waits for the progress
-    /// thread's next look, up to `poller_park`. Costs a wake-up per
-    /// completion polled after empty polls; off by default (the drop-in
-    /// libibverbs, whose programs are unknown, turns it on).
+    /// have stopped polling: for programs that poll until a completion,
+    /// then wait for the next thing by other means, such as spinning on
+    /// memory a peer's RDMA WRITE fills (perftest's `ib_write_lat`, and
+    /// many an MPI progress loop). The progress thread is not woken for
+    /// it (that would cost the polling thread a context switch when CPUs
+    /// are scarce): at its next look, within `poller_park`, it finds the
+    /// application gone, receives, and sleeps on the backend's
+    /// descriptor. Off by default (the drop-in libibverbs, whose programs
+    /// are unknown, turns it on).
     pub hand_over_on_completion: bool,
+    /// Posts of send work that follow the previous one within this long
+    /// leave their packets to the end of the burst instead of sending
+    /// each in a system call of its own: the application's next poll, a
+    /// post that finds `batch / 2` waiting, or the progress thread within
+    /// this long, whichever comes first. For programs that post one work
+    /// request per call in a loop (perftest's bandwidth tests); `ZERO`
+    /// (the default) sends at every post.
+    pub coalesce_posts: Duration,
 }
 
 impl Default for ProgressConfig {
@@ -69,6 +78,7 @@ impl Default for ProgressConfig {
             tx_batches_per_step: 4,
             copy_piece: None,
             hand_over_on_completion: false,
+            coalesce_posts: Duration::ZERO,
         }
     }
 }
@@ -287,6 +297,7 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
         if round == 0 {
             // From here on this step sees every change made so far.
             shared.touched.store(false, Ordering::Relaxed);
+            shared.posts_waiting.store(0, Ordering::Relaxed);
             if core.dev.poll_timeout().is_some_and(|d| d <= now) {
                 core.dev.handle_timeout(now);
                 t.work = true;
@@ -432,7 +443,12 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         && out
             .deadline
             .is_some_and(|d| d <= shared.recent().saturating_add(max_park(shared)));
-    if out.more || (!polled_soon && out.deadline.is_some_and(|d| d < wake_at)) {
+    // The progress thread looks again within max_park whatever it is
+    // doing (awake, or asleep for at most that long): a later timer is
+    // its business at that look, not worth a wake-up now.
+    let horizon = shared.recent().saturating_add(max_park(shared));
+    let early = out.deadline.is_some_and(|d| d < wake_at && d < horizon);
+    if out.more || (!polled_soon && early) {
         shared.unpark();
     }
     Some(out)
@@ -446,6 +462,31 @@ pub(crate) fn kick(shared: &Shared) {
     if !(shared.cfg.inline_progress && inline_step(shared, Driver::Post).is_some()) {
         shared.unpark();
     }
+}
+
+/// After a post of send work: [`kick`], unless the post is part of a burst
+/// ([`ProgressConfig::coalesce_posts`]): then its packets wait for the
+/// burst's end, and the progress thread is woken only if it would not
+/// look within the window anyway.
+pub(crate) fn kick_post(shared: &Shared) {
+    let window = shared.cfg.coalesce_posts.as_nanos() as Nanos;
+    if window == 0 || !shared.cfg.inline_progress {
+        return kick(shared);
+    }
+    let now = shared.now();
+    let last = shared.last_post.load(Ordering::Relaxed);
+    let waiting = shared.posts_waiting.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < window && waiting < shared.cfg.batch / 2 {
+        shared.posts_waiting.store(waiting + 1, Ordering::Relaxed);
+        shared.last_post.store(now, Ordering::Relaxed);
+        if shared.wake_at.load(Ordering::Acquire) > now.saturating_add(window) {
+            shared.unpark();
+        }
+        return;
+    }
+    kick(shared);
+    // The burst window runs from the end of this post's own send.
+    shared.last_post.store(shared.now(), Ordering::Relaxed);
 }
 
 /// Sends everything the engine has to send now, whoever else is driving

@@ -274,7 +274,7 @@ impl QueuePair {
         }
         drop(unkept);
         if posted > 0 {
-            progress::kick(shared);
+            progress::kick_post(shared);
         }
         match refused {
             None => Ok(()),

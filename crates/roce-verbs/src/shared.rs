@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::thread::Thread;
 use std::time::Instant;
@@ -203,6 +203,10 @@ pub(crate) struct Shared {
     /// last looked for what to send: a polling step that receives nothing
     /// skips its transmit phase only while this is clear.
     pub(crate) touched: AtomicBool,
+    /// When the last post of send work ended (`progress::kick_post`).
+    pub(crate) last_post: AtomicU64,
+    /// Posts whose packets wait for the end of their burst.
+    pub(crate) posts_waiting: AtomicUsize,
     /// The last reading of [`Shared::now`] (see [`Shared::recent`]).
     clock: AtomicU64,
 }
@@ -263,6 +267,8 @@ impl Shared {
             in_sleep: AtomicBool::new(false),
             kicked: AtomicBool::new(false),
             touched: AtomicBool::new(true),
+            last_post: AtomicU64::new(0),
+            posts_waiting: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
         }
     }

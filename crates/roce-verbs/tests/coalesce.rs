@@ -1,0 +1,161 @@
+//! Posts in a burst share their send calls (`ProgressConfig::
+//! coalesce_posts`): a program that posts one work request per call in a
+//! loop (perftest's bandwidth tests through the drop-in libibverbs) would
+//! otherwise pay a system call per message. Whatever waits still leaves
+//! when nobody polls.
+
+mod common;
+
+use std::io;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use roce_core::Nanos;
+use roce_io::{Backend, Fabric, PacketBatch};
+use roce_verbs::*;
+
+/// Counts the backend's send calls that carried datagrams.
+struct CallCounter<B> {
+    inner: B,
+    calls: Arc<AtomicUsize>,
+}
+
+impl<B: Backend> Backend for CallCounter<B> {
+    fn local_addrs(&self) -> &[IpAddr] {
+        self.inner.local_addrs()
+    }
+
+    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        if !batch.is_empty() {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.send(now, batch)
+    }
+
+    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        self.inner.recv(now, batch)
+    }
+
+    fn poll_at(&self) -> Option<Nanos> {
+        self.inner.poll_at()
+    }
+}
+
+/// A connected RC pair on a fresh fabric; B (the sender) coalesces posts
+/// within `window` and counts its send calls.
+fn pair(window: Duration) -> (Side, Side, Arc<AtomicUsize>) {
+    let fabric = Fabric::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let a = Context::open_fabric(&fabric, "10.0.0.1".parse().unwrap()).unwrap();
+    let b_addr = "10.0.0.2".parse().unwrap();
+    let cfg = ProgressConfig {
+        coalesce_posts: window,
+        ..ProgressConfig::default()
+    };
+    let counter = CallCounter {
+        inner: fabric.endpoint(b_addr).unwrap(),
+        calls: calls.clone(),
+    };
+    let b = Context::open_with(counter, DeviceConfig::new(b_addr), cfg).unwrap();
+    let side = |ctx: Context| {
+        let pd = ctx.alloc_pd();
+        let cq = ctx.create_cq(256, None).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+        Side { ctx, pd, cq, qp }
+    };
+    let (a, b) = (side(a), side(b));
+    let (ea, eb) = (a.qp.endpoint(Psn::new(5)), b.qp.endpoint(Psn::new(600)));
+    a.qp.connect(ea.psn, &eb, &ConnectOptions::default())
+        .unwrap();
+    b.qp.connect(eb.psn, &ea, &ConnectOptions::default())
+        .unwrap();
+    (a, b, calls)
+}
+
+const MESSAGES: u64 = 32;
+
+/// Posts MESSAGES one-packet SENDs of B's region, one per call, then takes
+/// every receive at A and checks each message's bytes; returns B's send
+/// calls up to the last receive.
+fn burst(window: Duration) -> usize {
+    let (a, b, calls) = pair(window);
+    let ma =
+        a.pd.reg_mr(vec![0u8; 64 * 32], Access::LOCAL_WRITE)
+            .unwrap();
+    let mb = b.pd.reg_mr(pattern(64 * 32, 9), Access::NONE).unwrap();
+    for i in 0..MESSAGES {
+        a.qp.post_recv(RecvWr {
+            wr_id: i,
+            sgl: vec![ma.sge(i * 64, 64)],
+        })
+        .unwrap();
+    }
+    let before = calls.load(Ordering::Relaxed);
+    for i in 0..MESSAGES {
+        b.qp.post_send(SendWr::send(i, vec![mb.sge(i * 64, 64)]))
+            .unwrap();
+    }
+    // B polls (its sends' completions): that ends the burst.
+    let sent = b.cq.poll_until(MESSAGES as usize, WAIT).unwrap();
+    assert_eq!(sent.len(), MESSAGES as usize, "B's sends did not complete");
+    assert!(sent.iter().all(|c| c.is_success()), "{sent:?}");
+    let got = a.cq.poll_until(MESSAGES as usize, WAIT).unwrap();
+    assert_eq!(got.len(), MESSAGES as usize, "A got {} messages", got.len());
+    assert_eq!(ma.to_vec().unwrap(), pattern(64 * 32, 9), "bytes differ");
+    calls.load(Ordering::Relaxed) - before
+}
+
+/// With coalescing, a burst of 32 one-WR posts leaves in a few send
+/// calls; without, each post sends on its own.
+#[test]
+fn a_burst_of_posts_shares_its_send_calls() {
+    // (Now and then the progress thread holds the I/O when a post comes,
+    // and sends two posts' packets together.)
+    let each = burst(Duration::ZERO);
+    assert!(
+        each >= MESSAGES as usize / 2,
+        "{each} send calls without coalescing"
+    );
+    // A long window: every post after the first finds the previous one
+    // recent, so only the batch limit (32 waiting) and B's poll send.
+    let shared = burst(Duration::from_secs(1));
+    assert!(
+        shared <= 4,
+        "{shared} send calls for {MESSAGES} coalesced posts"
+    );
+}
+
+/// Posts that wait for their burst's end still leave when the program
+/// never polls: the progress thread sends them within the window.
+#[test]
+fn coalesced_posts_leave_without_a_poll() {
+    let window = Duration::from_millis(5);
+    let (a, b, _calls) = pair(window);
+    let ma = a.pd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+    let mb = b.pd.reg_mr(pattern(64, 3), Access::NONE).unwrap();
+    for i in 0..3 {
+        a.qp.post_recv(RecvWr {
+            wr_id: i,
+            sgl: vec![ma.sge(0, 64)],
+        })
+        .unwrap();
+    }
+    let start = Instant::now();
+    for i in 0..3 {
+        b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
+            .unwrap();
+    }
+    // Only A polls.
+    let got = a.cq.poll_until(3, WAIT).unwrap();
+    assert_eq!(got.len(), 3, "the coalesced posts never left");
+    assert!(
+        got.iter().all(|c| c.is_success() && c.byte_len == 64),
+        "{got:?}"
+    );
+    assert!(start.elapsed() < WAIT, "took {:?}", start.elapsed());
+}
