@@ -61,17 +61,23 @@ pub(crate) fn port() -> Result<u16, String> {
 /// `ROCE_ACK_DELAY`: how long, in microseconds, an RC responder may
 /// hold a positive ACK back for the application's answer to carry it
 /// (the engine's ACK deferral, `roce_verbs::AckDelay`); `0` sends every
-/// ACK at once. Unset: 25 µs. Either way a held ACK leaves just before
-/// the answer (`ack_first`), so the requester's send completion comes
-/// before the answer its request provoked, as with an HCA: programs that
-/// take both CQs' events from one channel rely on that order (perftest's
-/// `ib_send_lat -e`). Holding the ACK matters to programs that poll a CQ
-/// until a completion and then spin on memory (`ib_write_lat`): with
-/// ACKs at once, the peer's WRITE arrives after the poll that saw the
-/// ACK, and waits for the progress thread.
+/// ACK at once. Unset: 200 µs. A held ACK leaves just before an answer
+/// that completes a receive at the peer (`ack_first`), so the
+/// requester's send completion comes before the receive completion its
+/// request provoked, as with an HCA: programs that take both CQs' events
+/// from one channel rely on that order (perftest's `ib_send_lat -e`); it
+/// leaves just after an answer the peer sees only in memory. Holding the
+/// ACK matters to programs that poll a CQ until a completion and then
+/// spin on memory (`ib_write_lat`): with the ACK at once, the peer's
+/// WRITE arrives after the poll that saw the ACK, and waits for the
+/// progress thread. 200 µs rather than the engine's 25: a program that
+/// shares its CPU with its progress thread (pinned with `taskset`, or on
+/// a machine with fewer CPUs than busy threads) often answers later than
+/// 25 µs, and each ACK that ran out its deadline cost that round trip a
+/// scheduler time slice (docs/performance.md).
 pub(crate) fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
     let us = match std::env::var("ROCE_ACK_DELAY") {
-        Err(_) => 25,
+        Err(_) => 200,
         Ok(s) => s
             .trim()
             .parse::<u64>()

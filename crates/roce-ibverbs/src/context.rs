@@ -224,13 +224,17 @@ fn open_on(
 ) -> Result<roce_verbs::Context, OpenError> {
     let loopback = dev.info.interface().loopback;
     // C programs often poll a CQ until a completion, then wait by other
-    // means (spinning on memory a peer WRITEs): the progress thread takes
-    // over as soon as a poll succeeds.
+    // means (spinning on memory a peer WRITEs), and post one work request
+    // per call. Chosen by measurement with perftest on two CPUs, each
+    // program pinned to one (docs/performance.md): every wake-up of the
+    // progress thread then takes the CPU from the program it serves, so
+    // the thread looks seldom (poller_park = max_park) and is not woken
+    // when a poll succeeds (hand_over_on_completion only marks the
+    // program as gone), and posts in a burst share their system calls.
     let progress = roce_verbs::ProgressConfig {
         hand_over_on_completion: true,
-        // Looks every 20 µs while the program polls (see ProgressConfig::
-        // poller_park); the idle nap stays the default.
-        poller_park: std::time::Duration::from_micros(20),
+        poller_park: std::time::Duration::from_millis(1),
+        coalesce_posts: std::time::Duration::from_micros(4),
         ..roce_verbs::ProgressConfig::default()
     };
     // Peers that number their IPv4 identifications (Linux rxe, and the

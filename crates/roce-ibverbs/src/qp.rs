@@ -353,6 +353,7 @@ export! {
         errno_ret(|| {
             // SAFETY: the program's QP.
             let q = unsafe { Qp::from_ptr(qp)? };
+            crate::config::log!("QP {:#08x} destroyed: {:?}", q.qp.qpn().value(), q.qp.counters());
             let ctx: &Context = q.pd().ctx();
             ctx.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.remove(&q.qp.qpn().value());
             q.pd().users.fetch_sub(1, Ordering::AcqRel);
