@@ -31,54 +31,18 @@ use roce_verbs::{
 };
 
 use super::backend::{link_path_mtu, open_context};
-use super::perftest::{gid_of, mtu_msg, mtu_of_enum, version_msg, Dest, Plan};
+use super::perftest::{mtu_msg, Plan};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
+use super::perftest_wire::{
+    agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
+};
 use super::{PerfArgs, Test};
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
-const MSG: usize = 56;
+const MSG: usize = CM_MSG_LEN;
 const RECV: u64 = 5;
 const SEND: u64 = 6;
-
-/// The binary `struct pingpong_dest`: lid, out_reads, qpn, psn, rkey (u32
-/// BE each), 4 pad bytes, vaddr (u64 BE), the GID's 16 bytes, srqn and
-/// gid_index (u32 BE).
-pub(crate) fn dest_bytes(d: &Dest, gid_index: u32) -> [u8; MSG] {
-    let mut b = [0u8; MSG];
-    b[0..4].copy_from_slice(&u32::from(d.lid).to_be_bytes());
-    b[4..8].copy_from_slice(&u32::from(d.out_reads).to_be_bytes());
-    b[8..12].copy_from_slice(&d.qpn.to_be_bytes());
-    b[12..16].copy_from_slice(&d.psn.to_be_bytes());
-    b[16..20].copy_from_slice(&d.rkey.to_be_bytes());
-    b[24..32].copy_from_slice(&d.vaddr.to_be_bytes());
-    b[32..48].copy_from_slice(&d.gid);
-    b[48..52].copy_from_slice(&d.srqn.to_be_bytes());
-    b[52..56].copy_from_slice(&gid_index.to_be_bytes());
-    b
-}
-
-/// Reads the fields perftest reads (lid through gid).
-pub(crate) fn parse_dest(b: &[u8]) -> Result<Dest, String> {
-    if b.len() < MSG {
-        return Err(format!("a {}-byte key message (want {MSG})", b.len()));
-    }
-    let u = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let mut v = [0u8; 8];
-    v.copy_from_slice(&b[24..32]);
-    let mut gid = [0u8; 16];
-    gid.copy_from_slice(&b[32..48]);
-    Ok(Dest {
-        lid: u(0) as u16,
-        out_reads: u(4) as u16,
-        qpn: u(8) & 0xff_ffff,
-        psn: u(12) & 0xff_ffff,
-        rkey: u(16),
-        vaddr: u64::from_be_bytes(v),
-        gid,
-        srqn: u(48),
-    })
-}
 
 /// The control connection: one RC QP, a 56-byte receive always posted.
 struct Channel {
@@ -285,16 +249,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
                 .map_err(|e| format!("accept: {e}"))?,
         );
     }
-    let v = ch.xchg(&version_msg(), 16)?;
-    let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
-    let their_version = String::from_utf8_lossy(&v[..end]).to_string();
+    let their_version = version_text(&ch.xchg(&version_msg(), 16)?);
     ch.xchg(&4096u32.to_be_bytes(), 4)?;
     ch.xchg(&64u32.to_be_bytes(), 4)?;
-    let m = ch.xchg(&mtu_msg(mtu), 2)?;
-    let mtu = m[0]
-        .checked_sub(b'0')
-        .and_then(mtu_of_enum)
-        .map_or(mtu, |t| t.min(mtu));
+    let mtu = agreed_mtu(&ch.xchg(&mtu_msg(mtu), 2)?, mtu);
 
     // The data QPs and their memory: one CM connection each, made after a
     // zero sync (the client retries while the server is not listening
@@ -377,32 +335,5 @@ impl Control for Channel {
     }
     fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
         self.xchg(mine, 8)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dest_layout_is_perftests_struct() {
-        let d = Dest {
-            lid: 0,
-            out_reads: 16,
-            qpn: 0x11,
-            psn: 0xabcdef,
-            rkey: 0x1234,
-            vaddr: 0x0102_0304_0506_0708,
-            gid: gid_of("10.77.0.1".parse().unwrap()),
-            srqn: 0,
-        };
-        let b = dest_bytes(&d, 1);
-        assert_eq!(&b[4..8], &[0, 0, 0, 16]);
-        assert_eq!(&b[8..16], &[0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
-        assert_eq!(&b[24..32], &[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(&b[42..48], &[0xff, 0xff, 10, 77, 0, 1]);
-        assert_eq!(&b[52..56], &[0, 0, 0, 1]);
-        assert_eq!(parse_dest(&b).unwrap(), d);
-        assert!(parse_dest(&b[..40]).is_err());
     }
 }
