@@ -133,6 +133,9 @@ pub struct CmCounters {
     pub resent: u64,
     /// QP1 packets that were not CM MADs, or messages no state takes.
     pub dropped: u64,
+    /// QP1 packets whose BTH P_Key matches no entry of the port's P_Key
+    /// table (dropped before the MAD is parsed).
+    pub dropped_pkey: u64,
     /// REQs refused with a REJ (no listener, bad transport).
     pub rejected_reqs: u64,
     /// Requests dropped because the listener's backlog, the connection
