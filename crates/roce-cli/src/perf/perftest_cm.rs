@@ -23,11 +23,11 @@
 //! every control message received (to work out a peer's sequence).
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, CmConnection, CmError, CompletionQueue, ConnParam, ConnectOptions, Context,
-    MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
+    Access, CmConnection, CmError, CmListener, CmRequest, CompletionQueue, ConnParam,
+    ConnectOptions, Context, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
 };
 
 use super::backend::{link_path_mtu, open_context};
@@ -206,6 +206,34 @@ fn connect_retrying(
     }
 }
 
+/// Most requests from other addresses a server rejects while it waits
+/// for one data connection.
+const MAX_STRANGERS: usize = 64;
+
+/// The next connection request on `l` from `peer` (the control
+/// connection's client): a request from any other address, which cannot
+/// be this test's data connection (a stranger's, or a REQ spoofed to take
+/// the connection with the test's memory keys), is rejected and the wait
+/// goes on, up to `timeout` and [`MAX_STRANGERS`] of them.
+fn request_from(l: &CmListener, peer: IpAddr, timeout: Duration) -> Result<CmRequest, String> {
+    let end = Instant::now() + timeout;
+    for _ in 0..=MAX_STRANGERS {
+        let left = end.saturating_duration_since(Instant::now());
+        let req = l
+            .get_request(left)
+            .map_err(|e| format!("waiting for a data connection: {e}"))?;
+        let from = req.info().peer;
+        if from.to_canonical() == peer.to_canonical() {
+            return Ok(req);
+        }
+        eprintln!("roce perf: refused a data connection from {from}: the client is {peer}");
+        let _ = req.reject(&[]);
+    }
+    Err(format!(
+        "more than {MAX_STRANGERS} connection requests from addresses other than the client's ({peer})"
+    ))
+}
+
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let plan = Plan::from_args(args)?;
@@ -226,6 +254,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 
     // The control connection.
     let mut ch = Channel::new(&ctx, client)?;
+    let mut client_addr = None;
     let control = ConnParam {
         responder_resources: 0,
         initiator_depth: 0,
@@ -244,6 +273,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         let req = l
             .get_request(Duration::from_secs(3600))
             .map_err(|e| format!("waiting for a client: {e}"))?;
+        // The first request wins (nothing tells a client from a spoofed
+        // REQ here: docs/security.md); the data connections must then
+        // come from the same address.
+        client_addr = Some(req.info().peer);
         ch.conn = Some(
             req.accept(&ch.qp, &control, Duration::from_secs(30))
                 .map_err(|e| format!("accept: {e}"))?,
@@ -274,10 +307,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             .cm_listen(args.port)
             .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
         ch.send(&zeros)?;
+        let peer = client_addr.ok_or("no control connection")?;
         for dq in &dqs {
-            let req = l
-                .get_request(Duration::from_secs(60))
-                .map_err(|e| format!("waiting for a data connection: {e}"))?;
+            let req = request_from(&l, peer, Duration::from_secs(60))?;
             data.push(
                 req.accept(&dq.qp, &param(test), Duration::from_secs(30))
                     .map_err(|e| format!("accept a data connection: {e}"))?,
@@ -335,5 +367,67 @@ impl Control for Channel {
     }
     fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
         self.xchg(mine, 8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_io::{UdpBackend, UdpConfig};
+    use roce_verbs::DeviceConfig;
+
+    /// A UDP port of this test's own, so that it meets no other stack.
+    const ROCE_PORT: u16 = 18794;
+    const CM_PORT: u16 = 7400;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn open(addr: &str) -> Context {
+        let a = ip(addr);
+        let b = UdpBackend::bind(UdpConfig::new(a).port(ROCE_PORT).remote_port(ROCE_PORT))
+            .expect("a free loopback address");
+        Context::open(b, DeviceConfig::new(a)).unwrap()
+    }
+
+    fn rc_qp(ctx: &Context) -> (QueuePair, CompletionQueue) {
+        let cq = ctx.create_cq(8, None).unwrap();
+        let qp = ctx
+            .alloc_pd()
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+        (qp, cq)
+    }
+
+    /// The -R server takes its data connections only from the control
+    /// connection's client: a request from another address (here a
+    /// stranger's, first in line) is refused, the client's accepted.
+    #[test]
+    fn data_connections_only_from_the_control_connections_client() {
+        let server = open("127.0.19.1");
+        let l = server.cm_listen(CM_PORT).unwrap();
+        let peers = std::thread::spawn(|| {
+            let (stranger, client) = (open("127.0.19.3"), open("127.0.19.2"));
+            let p = ConnParam::default();
+            let wait = Duration::from_secs(10);
+            let (q, _cq) = rc_qp(&stranger);
+            let refused = q.cm_connect(ip("127.0.19.1"), CM_PORT, &p, wait).err();
+            let (q, cq) = rc_qp(&client);
+            let conn = q.cm_connect(ip("127.0.19.1"), CM_PORT, &p, wait);
+            (refused, conn.map(|c| (c, cq, client)))
+        });
+        let req = request_from(&l, ip("127.0.19.2"), Duration::from_secs(20)).unwrap();
+        assert_eq!(req.info().peer, ip("127.0.19.2"));
+        let (qp, _cq) = rc_qp(&server);
+        let _conn = req
+            .accept(&qp, &ConnParam::default(), Duration::from_secs(10))
+            .unwrap();
+        let (refused, conn) = peers.join().unwrap();
+        assert!(
+            matches!(refused, Some(CmError::Rejected { .. })),
+            "{refused:?}"
+        );
+        assert!(conn.is_ok(), "the client's connection: {:?}", conn.err());
     }
 }
