@@ -219,7 +219,9 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'R', long = "rdma-cm", requires = "perftest")]
     rdma_cm: bool,
     /// Local address to use (default: the address that reaches the peer);
-    /// a server listens on it only (default: on every address, as perftest).
+    /// a server listens on it only (default: the control port on every
+    /// IPv4 address, as perftest, and RoCE on the address the client
+    /// reached).
     #[arg(long)]
     bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
