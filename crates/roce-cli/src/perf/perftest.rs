@@ -35,6 +35,7 @@ use super::perftest_traffic::DataQp;
 pub(crate) use super::perftest_wire::{
     agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN,
 };
+use super::setup::check_peer_qps;
 use super::{PerfArgs, Test};
 
 /// Outstanding RDMA READs / atomics this side accepts as responder.
@@ -298,6 +299,14 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
         .iter()
         .map(|d| oob.hand_shake(d))
         .collect::<Result<Vec<_>, _>>()?;
+    // As in roce perf's own exchange: the GIDs the keys name are where
+    // this side sends, so they must be the TCP peer's (unless -x), or a
+    // stranger's keys could aim this side's traffic at a third host.
+    check_peer_qps(
+        args.gid_index,
+        rem.iter().map(|r| (r.qpn, r.addr())),
+        peer.first().copied(),
+    )?;
     let opts = ConnectOptions {
         path_mtu: Some(mtu),
         max_rd_atomic: rem[0].out_reads.clamp(1, OUT_READS) as u8,
