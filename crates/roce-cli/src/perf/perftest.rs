@@ -35,7 +35,6 @@ use super::perftest_traffic::DataQp;
 pub(crate) use super::perftest_wire::{
     agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN,
 };
-use super::setup::check_peer_qps;
 use super::{PerfArgs, Test};
 
 /// Outstanding RDMA READs / atomics this side accepts as responder.
@@ -302,10 +301,11 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     // As in roce perf's own exchange: the GIDs the keys name are where
     // this side sends, so they must be the TCP peer's (unless -x), or a
     // stranger's keys could aim this side's traffic at a third host.
-    check_peer_qps(
-        args.gid_index,
+    crate::device::check_peer_qps(
+        args.gid_index.is_some(),
         rem.iter().map(|r| (r.qpn, r.addr())),
         peer.first().copied(),
+        "-x",
     )?;
     let opts = ConnectOptions {
         path_mtu: Some(mtu),

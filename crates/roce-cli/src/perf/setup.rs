@@ -29,31 +29,8 @@ fn check_addresses(
     remote: &[Endpoint],
     peer: Option<IpAddr>,
 ) -> Result<(), String> {
-    check_peer_qps(gid_index, remote.iter().map(|r| (r.qpn, r.addr)), peer)
-}
-
-/// [`check_addresses`] for any exchange: the peer's QPs as (QPN,
-/// address), `peer` the address of the control connection. perftest's
-/// exchange over TCP ([`super::perftest`]) checks its keys' GIDs with it.
-pub(crate) fn check_peer_qps(
-    gid_index: Option<u8>,
-    mut remote: impl Iterator<Item = (u32, IpAddr)>,
-    peer: Option<IpAddr>,
-) -> Result<(), String> {
-    if gid_index.is_some() {
-        return Ok(());
-    }
-    let Some(peer) = peer else {
-        return Ok(());
-    };
-    let loopback = roce_verbs::loopback::is_loopback;
-    let ok = |a: IpAddr| a.to_canonical() == peer.to_canonical() || (loopback(peer) && loopback(a));
-    match remote.find(|&(_, a)| !ok(a)) {
-        None => Ok(()),
-        Some((qpn, addr)) => Err(format!(
-            "the peer's QP {qpn:#x} is at {addr}, not at the peer's address {peer} (with -x on both sides the addresses may differ)"
-        )),
-    }
+    let remote = remote.iter().map(|r| (r.qpn, r.addr));
+    crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x")
 }
 
 /// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
