@@ -40,6 +40,22 @@ def pcap_frames(path):
     return out
 
 
+def tcp_streams(path):
+    """Each direction's TCP payload, in order, of an Ethernet IPv4 pcap."""
+    streams = {}
+    for f in pcap_frames(path):
+        if len(f) < 14 + 20 or f[12:14] != b"\x08\x00" or f[14 + 9] != 6:
+            continue
+        ip = f[14:]
+        ihl = (ip[0] & 15) * 4
+        total = struct.unpack(">H", ip[2:4])[0]
+        tcp = ip[ihl:total]
+        off = (tcp[12] >> 4) * 4
+        key = struct.unpack(">HH", tcp[:4])
+        streams.setdefault(key, bytearray()).extend(tcp[off:])
+    return [bytes(b) for b in streams.values() if b]
+
+
 def main():
     caps = os.path.join(ROOT, "testdata", "captures")
     fmts = os.path.join(ROOT, "testdata", "capture-formats")
@@ -118,6 +134,27 @@ def main():
         put("pingpong_wire", m)
         put("pingpong_wire", m + m + b"done\0")
     put("pingpong_wire", b"\0" * 52 * 4 + b"done\0")
+    # perf_control: roce perf's control connection as recorded, each
+    # side's stream whole and each message alone.
+    pc = os.path.join(ROOT, "testdata", "perf-control")
+    for n in sorted(os.listdir(pc)):
+        if n.endswith(".jsonl"):
+            b = open(os.path.join(pc, n), "rb").read()
+            put("perf_control", b)
+            for line in b.splitlines(keepends=True):
+                put("perf_control", line)
+    put("perf_control", b'{"type":"stop"}\n')
+    put("perf_control", b'{"message":"the client runs read-bw but this server runs write-bw","type":"error"}\n')
+    # perftest_wire: each side of the TCP exchanges of perftest 4.5's
+    # tools (testdata/perftest/*.pcap), and of the rdma_cm channel.
+    pt = os.path.join(ROOT, "testdata", "perftest")
+    for n in sorted(os.listdir(pt)):
+        p = os.path.join(pt, n)
+        if n.endswith(".pcap"):
+            for b in tcp_streams(p):
+                put("perftest_wire", b[:4096])
+        elif n.endswith(".bin"):
+            put("perftest_wire", open(p, "rb").read())
     return 0
 
 

@@ -341,3 +341,30 @@ pub(crate) fn family_mismatch(g: &GidPair<'_>) -> Option<String> {
         gid_text(g.remote)
     ))
 }
+
+/// The peer's QPs are where this side sends: unless this side was given a
+/// GID index (`gid_index`; its flag, `-x` or `-g`, is `flag`), they must
+/// be at the peer's own address on the control connection (`peer`), or a
+/// stranger's exchange could aim this side's traffic at a third host
+/// (docs/security.md §2). A peer reached on a loopback address may put its
+/// QPs on another loopback address: a side that chose its loopback address
+/// itself moves to a free one when another stack holds it
+/// ([`loopback_server_local`]). `remote` is (QPN, address) per QP.
+pub(crate) fn check_peer_qps(
+    gid_index: bool,
+    mut remote: impl Iterator<Item = (u32, IpAddr)>,
+    peer: Option<IpAddr>,
+    flag: &str,
+) -> Result<(), String> {
+    let Some(peer) = peer.filter(|_| !gid_index) else {
+        return Ok(());
+    };
+    let loopback = roce_verbs::loopback::is_loopback;
+    let ok = |a: IpAddr| a.to_canonical() == peer.to_canonical() || (loopback(peer) && loopback(a));
+    match remote.find(|&(_, a)| !ok(a)) {
+        None => Ok(()),
+        Some((qpn, addr)) => Err(format!(
+            "the peer's QP {qpn:#x} is at {addr}, not at the peer's address {peer} (with {flag} on both sides the addresses may differ)"
+        )),
+    }
+}

@@ -185,6 +185,14 @@ impl Ud {
     }
 }
 
+/// The first of the received datagrams (source, immediate data) that
+/// came from `client`.
+fn from_client(got: &[(IpAddr, u32)], client: IpAddr) -> Option<(IpAddr, u32)> {
+    got.iter()
+        .copied()
+        .find(|(src, _)| src.to_canonical() == client.to_canonical())
+}
+
 pub(crate) fn run(args: &UdaddyArgs) -> i32 {
     let r = match args.server {
         Some(s) => client(args, s),
@@ -264,13 +272,23 @@ fn server(args: &UdaddyArgs) -> Result<(), String> {
     let req = listener
         .get_ud_request(ud.wait)
         .map_err(|e| format!("waiting for a client: {e}"))?;
+    // The first request is served (no peer is known beforehand:
+    // docs/security.md); the replies then go to its sender only.
+    let client = req.info().peer;
     req.accept(&ud.qp, UDP_QKEY)
         .map_err(|e| format!("accept: {e}"))?;
     println!("receiving data transfers");
     let got = ud.receive(args.count)?;
     println!("sending replies");
-    // Answer each sender at the QPN its immediate data names.
-    let (src, imm) = got[0];
+    // Answer the client at the QPN its immediate data names. Datagrams
+    // from other addresses (rdma_cm's Q_Key is well known) name no
+    // destination: a forged one must not aim the replies elsewhere.
+    let Some((src, imm)) = from_client(&got, client) else {
+        return Err(format!(
+            "none of the {} datagrams came from the client ({client})",
+            got.len()
+        ));
+    };
     let ah = ud
         .pd
         .create_ah(AhAttr::new(src))
@@ -278,4 +296,23 @@ fn server(args: &UdaddyArgs) -> Result<(), String> {
     ud.send_to(&ah, Qpn::new(imm & 0xff_ffff), args.count)?;
     println!("data transfers complete");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server answers the client that resolved it, at the QPN of the
+    /// client's own datagram: a datagram forged from another address
+    /// (first in line, naming another QPN) does not aim the replies.
+    #[test]
+    fn replies_go_to_the_resolving_client_only() {
+        let client: IpAddr = "10.0.0.2".parse().unwrap();
+        let forged: IpAddr = "10.0.0.66".parse().unwrap();
+        let mapped = IpAddr::V6(Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped());
+        let got = [(forged, 0x66), (client, 0x1234), (client, 0x1234)];
+        assert_eq!(from_client(&got, client), Some((client, 0x1234)));
+        assert_eq!(from_client(&got[1..], mapped), Some((client, 0x1234)));
+        assert_eq!(from_client(&got[..1], client), None);
+    }
 }

@@ -183,6 +183,44 @@ fn endpoints_at_another_host_are_refused() {
     assert!(line.contains("192.0.2.9"), "{line}");
 }
 
+/// The same over perftest's exchange: a client whose key string puts its
+/// QP at a third host (GID ::ffff:192.0.2.9, not its TCP address) is
+/// refused once its keys arrive, before any QP is connected to them.
+#[test]
+fn perftest_keys_at_another_host_are_refused() {
+    let (port, rport) = ports();
+    let (c, mut s) = server("write-bw", port, rport);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut xchg = |mine: &[u8], n: usize| {
+        s.write_all(mine).unwrap();
+        let mut theirs = vec![0u8; n];
+        std::io::Read::read_exact(&mut s, &mut theirs).map(|_| theirs)
+    };
+    let mut version = b"6.06".to_vec();
+    version.resize(16, 0);
+    assert_eq!(&xchg(&version, 16).unwrap()[..4], b"6.06");
+    xchg(&4096u32.to_be_bytes(), 4).unwrap();
+    xchg(&64u32.to_be_bytes(), 4).unwrap();
+    xchg(b"5\0", 2).unwrap();
+    // LID:OUT_READS:QPN:PSN:RKEY:VADDR:16 GID bytes:SRQN:, as perftest 4.5.
+    let mut key = b"0000:0001:000017:000001:00000001:0000000000001000:".to_vec();
+    for b in std::net::Ipv4Addr::new(192, 0, 2, 9)
+        .to_ipv6_mapped()
+        .octets()
+    {
+        key.extend(format!("{b:02x}:").bytes());
+    }
+    key.extend(b"00000000:\0");
+    assert_eq!(key.len(), 108);
+    let _ = xchg(&key, 108);
+    let (code, err, _) = finish(c, Duration::from_secs(15));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("192.0.2.9") && err.contains("not at the peer's address"),
+        "{err}"
+    );
+}
+
 /// A peer that connects and says nothing is dropped after 10 s, with an
 /// error, instead of holding the server forever.
 #[test]

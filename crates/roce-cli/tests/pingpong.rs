@@ -371,3 +371,36 @@ fn a_client_without_a_server_says_it_waits() {
     );
     assert_eq!(err.matches("no server at").count(), 1, "{err}");
 }
+
+/// A client whose address message puts its QP at a third host (GID
+/// ::ffff:192.0.2.9, not its TCP address) is refused by the server before
+/// any QP is connected to it: it could aim the server's traffic there.
+#[test]
+fn a_gid_at_another_host_is_refused() {
+    let (port, roce_port) = ports();
+    let server = roce()
+        .args(["pingpong", "-p", &port, "--roce-port", &roce_port])
+        .args(["--bind", "127.0.0.1", "--timeout", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let server = Guard(Some(server));
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match std::net::TcpStream::connect(format!("127.0.0.1:{port}")) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("the server does not listen: {e}"),
+        }
+    };
+    s.write_all(b"0000:000011:a179e0:00000000000000000000ffffc0000209\0")
+        .unwrap();
+    let o = server.wait(Duration::from_secs(30));
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("192.0.2.9") && err.contains("not at the peer's address"),
+        "{err}"
+    );
+}

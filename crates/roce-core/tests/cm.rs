@@ -626,3 +626,47 @@ fn program_managed_qps_are_told_their_attributes() {
     assert_eq!(a1.sq_psn, a0.rq_psn);
     assert_eq!(w.hosts[1].dev.qp(q1).unwrap().state(), QpState::Rts);
 }
+
+/// Host 0's QP1 datagrams leave with this BTH P_Key (ICRC recomputed).
+fn qp1_pkey(pkey: u16) -> common::Filter {
+    Box::new(move |i, d| {
+        let p = RocePacket::parse_ip(d).unwrap();
+        if i != 0 || p.bth.dest_qp != roce_wire::mad::GSI_QPN {
+            return Verdict::Deliver;
+        }
+        Verdict::Replace(common::rewrite(d, |r| r.bth.pkey = roce_wire::Pkey(pkey)))
+    })
+}
+
+/// CM MADs on QP1 are taken only in a partition of the port's P_Key
+/// table (the default, 0xFFFF): a REQ in another partition (0x1234, or
+/// 0x8001 with the full-member bit) is dropped and counted, and no
+/// request reaches the application; a limited member of the default
+/// partition (0x7FFF) matches the table's full member and connects.
+#[test]
+fn cm_mads_outside_the_ports_partitions_are_dropped() {
+    for pkey in [0x1234, 0x8001, 0x0000] {
+        let mut w = World::new(4096);
+        w.hosts[1].dev.cm_listen(PORT).unwrap();
+        w.filter = qp1_pkey(pkey);
+        let q0 = init_qp(&mut w, 0);
+        let peer = w.hosts[1].addr();
+        w.hosts[0]
+            .dev
+            .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+            .unwrap();
+        // Past the first resend of the REQ.
+        w.run_until(1_000_000, |w| w.now > 2_500_000_000);
+        let c = w.hosts[1].dev.cm_counters();
+        assert!(c.dropped_pkey >= 2, "P_Key {pkey:#x}: {c:?}");
+        assert_eq!(c.rx_mads, 0, "P_Key {pkey:#x}: {c:?}");
+        assert!(events(&mut w, 1).is_empty(), "P_Key {pkey:#x}");
+    }
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    w.filter = qp1_pkey(0x7fff);
+    let (q0, q1, _, _) = establish(&mut w, &ConnParam::default(), &ConnParam::default());
+    assert_eq!(w.hosts[0].dev.qp(q0).unwrap().state(), QpState::Rts);
+    assert_eq!(w.hosts[1].dev.qp(q1).unwrap().state(), QpState::Rts);
+    assert_eq!(w.hosts[1].dev.cm_counters().dropped_pkey, 0);
+}

@@ -23,7 +23,7 @@ use roce_verbs::*;
 use roce_wire::cm::{self as wcm, port_space, CmMessage, PathRepr, ReqRepr};
 use roce_wire::{
     mad, AethRepr, BthRepr, DethRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Msn, NakCode,
-    Opcode, RethRepr, Syndrome, UdpChecksum, UdpRepr, ROCE_V2_PORT,
+    Opcode, Pkey, RethRepr, Syndrome, UdpChecksum, UdpRepr, ROCE_V2_PORT,
 };
 
 const PORT: u16 = 18791;
@@ -526,6 +526,11 @@ fn rss_kib() -> u64 {
 }
 
 fn spoofed_req(from: Src, dst: IpAddr, port: u16, id: u32) -> Vec<u8> {
+    spoofed_req_in(from, dst, port, id, 0xffff)
+}
+
+/// A spoofed REQ whose BTH carries the P_Key `pkey`.
+fn spoofed_req_in(from: Src, dst: IpAddr, port: u16, id: u32, pkey: u16) -> Vec<u8> {
     let src = from.0;
     let mut pd = [0u8; wcm::private_len::REQ];
     let cma = wcm::CmaHeader {
@@ -575,6 +580,7 @@ fn spoofed_req(from: Src, dst: IpAddr, port: u16, id: u32) -> Vec<u8> {
     CmMessage::Req(req).emit_mad(u64::from(id), &mut m).unwrap();
     let mut bth = BthRepr::new(Opcode::UD_SEND_ONLY, mad::GSI_QPN, Psn::new(id & 0xff_ffff));
     bth.ack_req = true;
+    bth.pkey = Pkey(pkey);
     let ext = ExtHeaders {
         deth: Some(DethRepr {
             qkey: mad::GSI_QKEY,
@@ -664,4 +670,39 @@ fn a_req_flood_is_bounded_and_a_real_client_still_connects() {
         .unwrap()
         .expect("server never saw the client");
     println!("connected after rejecting {rejected} spoofed requests");
+}
+
+/// QP1 takes CM MADs only in the port's partitions: a forged REQ whose
+/// BTH P_Key (0x1234) matches no entry of the P_Key table is dropped and
+/// counted before it is parsed, and the listener sees nothing; the same
+/// REQ in the default partition reaches it (the control).
+#[test]
+fn a_forged_req_in_another_partition_is_dropped() {
+    const CM_PORT: u16 = 18519;
+    let server = open("127.0.18.61", None);
+    let listener = server.cm_listen(CM_PORT).unwrap();
+    let (s, me) = attacker("127.0.18.62");
+    let to = ip("127.0.18.61");
+    send_all(
+        &s,
+        "127.0.18.61",
+        &[spoofed_req_in(me, to, CM_PORT, 0x6000_0001, 0x1234)],
+    );
+    let deadline = Instant::now() + WAIT;
+    while server.cm_counters().dropped_pkey == 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let c = server.cm_counters();
+    assert_eq!((c.dropped_pkey, c.rx_mads), (1, 0), "{c:?}");
+    assert!(listener.get_request(Duration::from_millis(200)).is_err());
+
+    send_all(
+        &s,
+        "127.0.18.61",
+        &[spoofed_req(me, to, CM_PORT, 0x6000_0002)],
+    );
+    let req = listener.get_request(WAIT).expect("the control REQ");
+    assert_eq!(req.info().peer, ip("127.0.18.62"));
+    assert_eq!(server.cm_counters().dropped_pkey, 1);
+    let _ = req.reject(&[]);
 }

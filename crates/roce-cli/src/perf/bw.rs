@@ -372,7 +372,7 @@ fn exchange(
     };
     for (ops, secs, peak) in sides {
         let r = BwResult::new(size, ops, secs, peak);
-        total.iterations += r.iterations;
+        total.iterations = total.iterations.saturating_add(r.iterations);
         total.avg_bps += r.avg_bps;
         total.peak_bps += r.peak_bps;
         total.msg_rate += r.msg_rate;

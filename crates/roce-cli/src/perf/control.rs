@@ -1,13 +1,9 @@
 //! The out-of-band control connection of `roce perf` (TCP, one JSON object
-//! per line). This is the project's own format; the perftest-compatible
-//! exchange is separate.
-//!
-//! Client → server: `Hello` (the test's parameters). Server → client:
-//! `Endpoints`. Client → server: `Endpoints`. Then `Barrier` both ways
-//! before each measured phase, `Result` and `Done` at the end. Either side
-//! may send `Error` and close.
+//! per line): a reader thread, waits with timeouts, barriers. This is the
+//! project's own format; the perftest-compatible exchange is separate.
+//! The messages and their checks are [`super::messages`].
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
@@ -15,62 +11,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// Protocol version; peers must match.
-pub(crate) const VERSION: u64 = 1;
-
-/// Longest control message (one line); 256 QPs' endpoints take ~30 KB.
-pub(crate) const MAX_LINE: u64 = 64 << 10;
-
-/// One QP's connection data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Endpoint {
-    pub(crate) qpn: u32,
-    pub(crate) psn: u32,
-    pub(crate) addr: IpAddr,
-    pub(crate) rkey: u32,
-    pub(crate) vaddr: u64,
-    pub(crate) len: u64,
-}
-
-impl Endpoint {
-    pub(crate) fn to_json(self) -> Value {
-        json!({"qpn": self.qpn, "psn": self.psn, "addr": self.addr.to_string(),
-               "rkey": self.rkey, "vaddr": self.vaddr, "len": self.len})
-    }
-
-    pub(crate) fn from_json(v: &Value) -> Result<Endpoint, String> {
-        let num = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .ok_or(format!("endpoint lacks '{k}'"))
-        };
-        let addr = v
-            .get("addr")
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse().ok())
-            .ok_or("endpoint lacks a valid 'addr'")?;
-        let bits = |k: &str, max: u64| {
-            num(k).and_then(|n| {
-                u32::try_from(n)
-                    .ok()
-                    .filter(|&n| u64::from(n) <= max)
-                    .ok_or(format!("endpoint has a bad '{k}' ({n})"))
-            })
-        };
-        let addr: IpAddr = addr;
-        if addr.is_unspecified() || addr.is_multicast() || addr == IpAddr::from([255u8; 4]) {
-            return Err(format!("endpoint has a bad 'addr' ({addr})"));
-        }
-        Ok(Endpoint {
-            qpn: bits("qpn", 0xff_ffff)?,
-            psn: bits("psn", 0xff_ffff)?,
-            addr,
-            rkey: bits("rkey", u64::from(u32::MAX))?,
-            vaddr: num("vaddr")?,
-            len: num("len")?,
-        })
-    }
-}
+pub(crate) use super::messages::{expect_type, Endpoint};
+use super::messages::{foreign_peer, peer_error, read_message, type_of};
 
 /// A line-oriented JSON connection. A reader thread turns incoming lines
 /// into messages, so loops can poll for them without blocking.
@@ -151,26 +93,9 @@ impl Control {
                     return;
                 }
                 loop {
-                    let mut line = String::new();
-                    // At most MAX_LINE bytes: a peer that never sends a
-                    // newline must not grow this side's memory.
-                    let msg = match (&mut reader).take(MAX_LINE + 1).read_line(&mut line) {
-                        Ok(0) => Err("the peer closed the control connection".to_string()),
-                        Ok(_) if !line.ends_with('\n') && line.len() as u64 > MAX_LINE => {
-                            Err(format!(
-                                "the peer sent a control message longer than {} KiB",
-                                MAX_LINE >> 10
-                            ))
-                        }
-                        Ok(_) => serde_json::from_str::<Value>(&line)
-                            .map_err(|e| format!("bad control message: {e}")),
-                        Err(e) => Err(format!("control connection: {e}")),
-                    };
+                    let msg = read_message(&mut reader);
                     let end = msg.is_err();
-                    if msg
-                        .as_ref()
-                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("stop"))
-                    {
+                    if msg.as_ref().is_ok_and(|v| type_of(v) == Some("stop")) {
                         // The peer was interrupted: this side's loops end
                         // as if it had been.
                         super::PEER_STOP.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -179,10 +104,7 @@ impl Control {
                     if let Some(m) = msg.as_ref().ok().and_then(peer_error) {
                         let _ = raise.0.set(m);
                     }
-                    if msg
-                        .as_ref()
-                        .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("result"))
-                    {
+                    if msg.as_ref().is_ok_and(|v| type_of(v) == Some("result")) {
                         raise.1.store(true, Ordering::SeqCst);
                     }
                     if tx.send(msg).is_err() || end {
@@ -329,42 +251,5 @@ impl Control {
         if !std::mem::replace(&mut self.error_sent, true) {
             let _ = self.send(&json!({"type": "error", "message": msg}));
         }
-    }
-}
-
-/// An error for a peer whose first bytes are not a JSON object: a
-/// perftest peer's version string (digits, a dot, NUL padding) or
-/// something else.
-fn foreign_peer(first: &[u8]) -> Option<String> {
-    match first.first() {
-        None | Some(b'{') => None,
-        Some(b'0'..=b'9') => {
-            let end = first.iter().position(|&c| c == 0).unwrap_or(first.len());
-            let v = String::from_utf8_lossy(&first[..end.min(16)]);
-            Some(format!(
-                "the peer speaks perftest's exchange (version string '{v}'), not roce perf's: \
-                 run this side with --perftest"
-            ))
-        }
-        Some(_) => Some("the peer does not speak roce perf's control protocol".into()),
-    }
-}
-
-/// The text of an `Error` message from the peer.
-fn peer_error(v: &Value) -> Option<String> {
-    (v.get("type").and_then(Value::as_str) == Some("error")).then(|| {
-        let m = v.get("message").and_then(Value::as_str);
-        m.unwrap_or("unknown error").to_string()
-    })
-}
-
-/// Checks a message's type.
-pub(crate) fn expect_type(v: Value, ty: &str) -> Result<Value, String> {
-    match v.get("type").and_then(Value::as_str) {
-        Some(t) if t == ty => Ok(v),
-        Some(t) => Err(format!(
-            "expected a '{ty}' message from the peer, got '{t}'"
-        )),
-        None => Err(format!("expected a '{ty}' message from the peer")),
     }
 }

@@ -11,11 +11,13 @@ pub(crate) mod backend;
 mod bw;
 mod control;
 mod lat;
+pub(crate) mod messages;
 mod perftest;
 mod perftest_cm;
 mod perftest_peer;
 mod perftest_session;
 mod perftest_traffic;
+pub(crate) mod perftest_wire;
 mod progress;
 mod report;
 mod setup;
@@ -27,6 +29,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use control::Control;
+pub(crate) use messages::{Params, Test, MAX_ITERS};
 
 /// Set by Ctrl-C: loops stop and report what they measured.
 pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
@@ -55,59 +58,27 @@ pub(crate) fn stopping() -> bool {
     STOP.load(Ordering::SeqCst) || PEER_STOP.load(Ordering::SeqCst)
 }
 
-/// The tests, named as perftest's binaries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Test {
-    /// RDMA WRITE bandwidth (ib_write_bw).
-    WriteBw,
-    /// RDMA READ bandwidth (ib_read_bw).
-    ReadBw,
-    /// SEND bandwidth (ib_send_bw).
-    SendBw,
-    /// FETCH_ADD bandwidth (ib_atomic_bw).
-    AtomicBw,
-    /// RDMA WRITE latency (ib_write_lat).
-    WriteLat,
-    /// RDMA READ latency (ib_read_lat).
-    ReadLat,
-    /// SEND latency (ib_send_lat).
-    SendLat,
-    /// FETCH_ADD latency (ib_atomic_lat).
-    AtomicLat,
+impl clap::ValueEnum for Test {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Test::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self {
+            Test::WriteBw => "RDMA WRITE bandwidth (ib_write_bw)",
+            Test::ReadBw => "RDMA READ bandwidth (ib_read_bw)",
+            Test::SendBw => "SEND bandwidth (ib_send_bw)",
+            Test::AtomicBw => "FETCH_ADD bandwidth (ib_atomic_bw)",
+            Test::WriteLat => "RDMA WRITE latency (ib_write_lat)",
+            Test::ReadLat => "RDMA READ latency (ib_read_lat)",
+            Test::SendLat => "SEND latency (ib_send_lat)",
+            Test::AtomicLat => "FETCH_ADD latency (ib_atomic_lat)",
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
 }
 
 impl Test {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Test::WriteBw => "write-bw",
-            Test::ReadBw => "read-bw",
-            Test::SendBw => "send-bw",
-            Test::AtomicBw => "atomic-bw",
-            Test::WriteLat => "write-lat",
-            Test::ReadLat => "read-lat",
-            Test::SendLat => "send-lat",
-            Test::AtomicLat => "atomic-lat",
-        }
-    }
-
-    fn from_name(s: &str) -> Option<Test> {
-        <Test as clap::ValueEnum>::value_variants()
-            .iter()
-            .copied()
-            .find(|t| t.name() == s)
-    }
-
-    pub(crate) fn is_bw(self) -> bool {
-        matches!(
-            self,
-            Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw
-        )
-    }
-
-    pub(crate) fn is_atomic(self) -> bool {
-        matches!(self, Test::AtomicBw | Test::AtomicLat)
-    }
-
     /// The perftest tool of this test (`ib_write_bw`).
     pub(crate) fn perftest_tool(self) -> String {
         format!("ib_{}", self.name().replace('-', "_"))
@@ -248,7 +219,9 @@ pub(crate) struct PerfArgs {
     #[arg(short = 'R', long = "rdma-cm", requires = "perftest")]
     rdma_cm: bool,
     /// Local address to use (default: the address that reaches the peer);
-    /// a server listens on it only (default: on every address, as perftest).
+    /// a server listens on it only (default: the control port on every
+    /// IPv4 address, as perftest, and RoCE on the address the client
+    /// reached).
     #[arg(long)]
     bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic (4791 is the standard; the peer must match).
@@ -284,21 +257,6 @@ pub(crate) struct PerfArgs {
     /// it moves on to the next free one if another pair takes it first.
     #[arg(skip)]
     pub(crate) local_moves: bool,
-}
-
-/// The parameters both sides agree on (sent by the client).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Params {
-    pub(crate) test: Test,
-    pub(crate) sizes: Vec<u64>,
-    pub(crate) iters: u64,
-    pub(crate) duration: Option<f64>,
-    pub(crate) qps: u32,
-    pub(crate) tx_depth: u32,
-    pub(crate) mtu: u32,
-    pub(crate) bidir: bool,
-    pub(crate) verify: bool,
-    pub(crate) seed: u64,
 }
 
 impl Params {
@@ -363,86 +321,10 @@ impl Params {
             verify: !a.no_verify,
             seed: 0x5eed_0000 ^ std::process::id() as u64,
         };
-        setup::check_memory(&p)?;
-        Ok(p)
-    }
-
-    fn to_json(&self) -> Value {
-        json!({"type": "hello", "version": control::VERSION, "test": self.test.name(),
-               "sizes": self.sizes, "iters": self.iters, "duration": self.duration,
-               "qps": self.qps, "tx_depth": self.tx_depth, "mtu": self.mtu,
-               "bidir": self.bidir, "verify": self.verify, "seed": self.seed})
-    }
-
-    /// The parameters of a client's hello, every field checked (against
-    /// the same limits as the client's flags) before anything is
-    /// allocated: the hello comes from the network.
-    fn from_json(v: &Value) -> Result<Params, String> {
-        if v.get("version").and_then(Value::as_u64) != Some(control::VERSION) {
-            return Err("the peer speaks another version of the roce perf protocol".into());
-        }
-        let num = |k: &str, lo: u64, hi: u64| match v.get(k).and_then(Value::as_u64) {
-            Some(n) if (lo..=hi).contains(&n) => Ok(n),
-            Some(n) => Err(format!("bad '{k}' in hello: {n} (not {lo} to {hi})")),
-            None => Err(format!("hello lacks '{k}'")),
-        };
-        let flag = |k: &str, default: bool| match v.get(k) {
-            None => Ok(default),
-            Some(b) => b.as_bool().ok_or(format!("bad '{k}' in hello")),
-        };
-        let test = v
-            .get("test")
-            .and_then(Value::as_str)
-            .and_then(Test::from_name)
-            .ok_or("unknown test")?;
-        let sizes = v
-            .get("sizes")
-            .and_then(Value::as_array)
-            .ok_or("hello lacks sizes")?;
-        // -a has 23 sizes.
-        if sizes.is_empty() || sizes.len() > 23 {
-            return Err("bad sizes in hello".into());
-        }
-        let sizes: Vec<u64> = sizes
-            .iter()
-            .map(|s| s.as_u64().filter(|&s| s > 0 && s <= 1 << 30))
-            .collect::<Option<_>>()
-            .ok_or("bad sizes in hello")?;
-        let duration = match v.get("duration") {
-            None | Some(Value::Null) => None,
-            Some(d) => match d.as_f64() {
-                Some(d) if d > 0.0 && d <= 86_400.0 => Some(d),
-                _ => return Err("bad duration in hello".into()),
-            },
-        };
-        let p = Params {
-            test,
-            sizes,
-            iters: num("iters", 1, MAX_ITERS)?,
-            duration,
-            qps: num("qps", 1, 256)? as u32,
-            tx_depth: num("tx_depth", 1, 4096)? as u32,
-            mtu: num("mtu", 256, 4096)? as u32,
-            bidir: flag("bidir", false)?,
-            verify: flag("verify", true)?,
-            seed: num("seed", 0, u64::MAX)?,
-        };
-        if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
-            return Err("bad MTU in hello".into());
-        }
-        if !test.is_bw() && (p.qps > 1 || p.bidir) {
-            return Err("bad hello: a latency test with several QPs or both directions".into());
-        }
-        if test.is_atomic() && p.sizes != [8] {
-            return Err("bad sizes in hello: atomics move 8 bytes".into());
-        }
-        setup::check_memory(&p)?;
+        messages::check_memory(&p)?;
         Ok(p)
     }
 }
-
-/// Most iterations a run may ask for (`-n`).
-const MAX_ITERS: u64 = 1_000_000_000;
 
 /// Flags every mode shares, and combinations no mode takes.
 fn check_modes(args: &PerfArgs) -> Result<(), String> {
@@ -1072,36 +954,6 @@ impl PerfArgs {
             BackendKind::Udp => "UDP",
             BackendKind::Packet => "AF_PACKET",
             BackendKind::Fabric => "in-memory fabric",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A client's hello with a duration out of range is refused with an
-    /// error (it used to panic the server in `Duration::from_secs_f64`).
-    #[test]
-    fn a_hello_with_a_bad_duration_is_refused() {
-        let p = Params {
-            test: Test::WriteBw,
-            sizes: vec![65536],
-            iters: 10,
-            duration: Some(2.0),
-            qps: 1,
-            tx_depth: 128,
-            mtu: 4096,
-            bidir: false,
-            verify: true,
-            seed: 1,
-        };
-        assert!(Params::from_json(&p.to_json()).is_ok());
-        for d in [-1.0, 0.0, 1e300, 86_401.0] {
-            let mut v = p.to_json();
-            v["duration"] = json!(d);
-            let e = Params::from_json(&v).err();
-            assert_eq!(e.as_deref(), Some("bad duration in hello"), "{d}");
         }
     }
 }

@@ -24,7 +24,7 @@
 //!    this and just closes (captured inside the lab VM over lo).
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
@@ -32,125 +32,22 @@ use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
+pub(crate) use super::perftest_wire::{
+    agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN,
+};
 use super::{PerfArgs, Test};
 
-/// The version string perftest 4.5 sends.
-pub(crate) const VERSION: &str = "6.06";
-/// Length of one key string, with its NUL.
-pub(crate) const KEY_LEN: usize = 108;
 /// Outstanding RDMA READs / atomics this side accepts as responder.
 const OUT_READS: u16 = 16;
-
-/// One QP's data in perftest's key string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Dest {
-    pub(crate) lid: u16,
-    pub(crate) out_reads: u16,
-    pub(crate) qpn: u32,
-    pub(crate) psn: u32,
-    pub(crate) rkey: u32,
-    pub(crate) vaddr: u64,
-    pub(crate) gid: [u8; 16],
-    pub(crate) srqn: u32,
-}
-
-impl Dest {
-    /// The 108-byte key string: LID:OUT_READS:QPN:PSN:RKEY:VADDR:16 GID
-    /// bytes:SRQN:, hex, fixed widths, NUL-terminated.
-    pub(crate) fn format(&self) -> Vec<u8> {
-        let mut s = format!(
-            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
-            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
-        );
-        for b in self.gid {
-            s.push_str(&format!("{b:02x}:"));
-        }
-        s.push_str(&format!("{:08x}:", self.srqn));
-        let mut v = s.into_bytes();
-        v.push(0);
-        v
-    }
-
-    pub(crate) fn parse(b: &[u8]) -> Result<Dest, String> {
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        let s = std::str::from_utf8(&b[..end]).map_err(|_| "key string is not ASCII")?;
-        let f: Vec<&str> = s.split(':').collect();
-        if f.len() < 23 {
-            return Err(format!("short perftest key string '{s}'"));
-        }
-        let h = |i: usize| {
-            u64::from_str_radix(f[i], 16).map_err(|_| format!("bad field {i} in key string '{s}'"))
-        };
-        let mut gid = [0u8; 16];
-        for (k, g) in gid.iter_mut().enumerate() {
-            *g = h(6 + k)? as u8;
-        }
-        Ok(Dest {
-            lid: h(0)? as u16,
-            out_reads: h(1)? as u16,
-            qpn: h(2)? as u32 & 0xff_ffff,
-            psn: h(3)? as u32 & 0xff_ffff,
-            rkey: h(4)? as u32,
-            vaddr: h(5)?,
-            gid,
-            srqn: h(22)? as u32,
-        })
-    }
-
-    pub(crate) fn addr(&self) -> IpAddr {
-        let v6 = Ipv6Addr::from(self.gid);
-        match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        }
-    }
-}
-
-/// A GID for a local address (IPv4 as ::ffff:a.b.c.d).
-pub(crate) fn gid_of(a: IpAddr) -> [u8; 16] {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// The version message (16 bytes).
-pub(crate) fn version_msg() -> Vec<u8> {
-    let mut v = VERSION.as_bytes().to_vec();
-    v.resize(16, 0);
-    v
-}
 
 /// perftest's ibv_mtu enum for a path MTU.
 pub(crate) fn mtu_enum(mtu: u32) -> u8 {
     roce_verbs::roce_core::qp::mtu_to_enum(mtu)
 }
 
-pub(crate) fn mtu_of_enum(e: u8) -> Option<u32> {
-    match e {
-        1 => Some(256),
-        2 => Some(512),
-        3 => Some(1024),
-        4 => Some(2048),
-        5 => Some(4096),
-        _ => None,
-    }
-}
-
 /// The MTU message: the enum as a digit and a NUL.
 pub(crate) fn mtu_msg(mtu: u32) -> Vec<u8> {
     vec![b'0' + mtu_enum(mtu), 0]
-}
-
-/// The bandwidth report: five 8-byte big-endian values.
-pub(crate) fn report_msgs(size: u64, iters: u64, peak: f64, avg: f64, rate: f64) -> [[u8; 8]; 5] {
-    [
-        size.to_be_bytes(),
-        iters.to_be_bytes(),
-        peak.to_bits().to_be_bytes(),
-        avg.to_bits().to_be_bytes(),
-        rate.to_bits().to_be_bytes(),
-    ]
 }
 
 /// The TCP side of the exchange.
@@ -379,30 +276,11 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     let mut oob = Oob { s: stream, client };
 
     // Version, cycle buffer, cache line, MTU.
-    let v = oob.xchg(&version_msg(), 16)?;
-    let end = v.iter().position(|&c| c == 0).unwrap_or(16);
-    let their_version = String::from_utf8_lossy(&v[..end]).to_string();
-    if v.first() == Some(&b'{') {
-        return Err(
-            "the peer speaks roce perf's own exchange, not perftest's: run both sides without --perftest"
-                .into(),
-        );
-    }
-    let ver: f64 = their_version.parse().unwrap_or(0.0);
-    // 6.28 and later add a binary parameter negotiation (not implemented).
-    if (ver * 100.0).round() as u32 >= 628 {
-        return Err(format!(
-            "the peer is perftest version {their_version}; only the 4.5 exchange (6.06) is implemented"
-        ));
-    }
+    let their_version = check_version(&oob.xchg(&version_msg(), 16)?)?;
     oob.xchg(&4096u32.to_be_bytes(), 4)?;
     oob.xchg(&64u32.to_be_bytes(), 4)?;
     let mtu = args.mtu.min(link_path_mtu(args, local)?);
-    let m = oob.xchg(&mtu_msg(mtu), 2)?;
-    let mtu = m[0]
-        .checked_sub(b'0')
-        .and_then(mtu_of_enum)
-        .map_or(mtu, |t| t.min(mtu));
+    let mtu = agreed_mtu(&oob.xchg(&mtu_msg(mtu), 2)?, mtu);
 
     // One QP and region per -q.
     // The bind is the probe: a side that chose its loopback address
@@ -420,6 +298,15 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
         .iter()
         .map(|d| oob.hand_shake(d))
         .collect::<Result<Vec<_>, _>>()?;
+    // As in roce perf's own exchange: the GIDs the keys name are where
+    // this side sends, so they must be the TCP peer's (unless -x), or a
+    // stranger's keys could aim this side's traffic at a third host.
+    crate::device::check_peer_qps(
+        args.gid_index.is_some(),
+        rem.iter().map(|r| (r.qpn, r.addr())),
+        peer.first().copied(),
+        "-x",
+    )?;
     let opts = ConnectOptions {
         path_mtu: Some(mtu),
         max_rd_atomic: rem[0].out_reads.clamp(1, OUT_READS) as u8,
@@ -478,75 +365,11 @@ mod tests {
             .collect()
     }
 
-    /// Frames of testdata/captures/rdma_write_4096B.pcap (client 10.77.0.12,
-    /// server 10.77.0.11; ib_write_bw -F -s 4096 -n 8), in order.
-    const WRITE_CLIENT_KEY: &str = "303030303a303030313a3030303031373a3736623362363a30303030303731653a303030303535623464303462633030303a30303a30303a30303a30303a30303a30303a30303a30303a30303a30303a66663a66663a30613a34643a30303a30633a30303030303030303a00";
-    const WRITE_SERVER_KEY: &str = "303030303a303030313a3030303031373a3433643537613a30303030303731353a303030303535656338323531663030303a30303a30303a30303a30303a30303a30303a30303a30303a30303a30303a66663a66663a30613a34643a30303a30623a30303030303030303a00";
-    /// rdma_read_4096B.pcap: out_reads 0x80.
-    const READ_CLIENT_KEY: &str = "303030303a303038303a3030303031393a3763633366363a30303030303964343a303030303535663732343561393030303a30303a30303a30303a30303a30303a30303a30303a30303a30303a30303a66663a66663a30613a34643a30303a30633a30303030303030303a00";
-
     #[test]
     fn preamble_matches_capture() {
         assert_eq!(version_msg(), hex("362e3036000000000000000000000000"));
         assert_eq!(4096u32.to_be_bytes().to_vec(), hex("00001000"));
         assert_eq!(64u32.to_be_bytes().to_vec(), hex("00000040"));
         assert_eq!(mtu_msg(1024), hex("3300"));
-    }
-
-    #[test]
-    fn key_strings_round_trip_byte_identically() {
-        for k in [WRITE_CLIENT_KEY, WRITE_SERVER_KEY, READ_CLIENT_KEY] {
-            let b = hex(k);
-            assert_eq!(b.len(), KEY_LEN);
-            let d = Dest::parse(&b).unwrap();
-            assert_eq!(d.format(), b);
-        }
-        let c = Dest::parse(&hex(WRITE_CLIENT_KEY)).unwrap();
-        assert_eq!(
-            c,
-            Dest {
-                lid: 0,
-                out_reads: 1,
-                qpn: 0x17,
-                psn: 0x76b3b6,
-                rkey: 0x71e,
-                vaddr: 0x55b4d04bc000,
-                gid: gid_of("10.77.0.12".parse().unwrap()),
-                srqn: 0,
-            }
-        );
-        assert_eq!(c.addr(), "10.77.0.12".parse::<IpAddr>().unwrap());
-        let s = Dest::parse(&hex(WRITE_SERVER_KEY)).unwrap();
-        assert_eq!(
-            (s.qpn, s.psn, s.rkey, s.vaddr),
-            (0x17, 0x43d57a, 0x715, 0x55ec8251f000)
-        );
-        let r = Dest::parse(&hex(READ_CLIENT_KEY)).unwrap();
-        assert_eq!(
-            (r.out_reads, r.qpn, r.psn, r.rkey),
-            (0x80, 0x19, 0x7cc3f6, 0x9d4)
-        );
-    }
-
-    #[test]
-    fn report_matches_capture() {
-        // Frames 64..72 of rdma_write_4096B.pcap (the client's report; the
-        // server printed 5.13 peak, 4.17 average, 0.001067 Mpps).
-        let want = [
-            "0000000000001000",
-            "0000000000000008",
-            "40148a1caf0c7930",
-            "4010adc2b97f89dd",
-            "3f517d2b252c6452",
-        ];
-        let peak = f64::from_bits(0x4014_8a1c_af0c_7930);
-        let avg = f64::from_bits(0x4010_adc2_b97f_89dd);
-        let rate = f64::from_bits(0x3f51_7d2b_252c_6452);
-        assert!((peak - 5.13).abs() < 0.01 && (avg - 4.17).abs() < 0.01);
-        assert!((rate - 0.001067).abs() < 1e-6);
-        let got = report_msgs(4096, 8, peak, avg, rate);
-        for (g, w) in got.iter().zip(want) {
-            assert_eq!(g.to_vec(), hex(w));
-        }
     }
 }

@@ -23,62 +23,26 @@
 //! every control message received (to work out a peer's sequence).
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, CmConnection, CmError, CompletionQueue, ConnParam, ConnectOptions, Context,
-    MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
+    Access, CmConnection, CmError, CmListener, CmRequest, CompletionQueue, ConnParam,
+    ConnectOptions, Context, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
 };
 
 use super::backend::{link_path_mtu, open_context};
-use super::perftest::{gid_of, mtu_msg, mtu_of_enum, version_msg, Dest, Plan};
+use super::perftest::{mtu_msg, Plan};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
+use super::perftest_wire::{
+    agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
+};
 use super::{PerfArgs, Test};
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
-const MSG: usize = 56;
+const MSG: usize = CM_MSG_LEN;
 const RECV: u64 = 5;
 const SEND: u64 = 6;
-
-/// The binary `struct pingpong_dest`: lid, out_reads, qpn, psn, rkey (u32
-/// BE each), 4 pad bytes, vaddr (u64 BE), the GID's 16 bytes, srqn and
-/// gid_index (u32 BE).
-pub(crate) fn dest_bytes(d: &Dest, gid_index: u32) -> [u8; MSG] {
-    let mut b = [0u8; MSG];
-    b[0..4].copy_from_slice(&u32::from(d.lid).to_be_bytes());
-    b[4..8].copy_from_slice(&u32::from(d.out_reads).to_be_bytes());
-    b[8..12].copy_from_slice(&d.qpn.to_be_bytes());
-    b[12..16].copy_from_slice(&d.psn.to_be_bytes());
-    b[16..20].copy_from_slice(&d.rkey.to_be_bytes());
-    b[24..32].copy_from_slice(&d.vaddr.to_be_bytes());
-    b[32..48].copy_from_slice(&d.gid);
-    b[48..52].copy_from_slice(&d.srqn.to_be_bytes());
-    b[52..56].copy_from_slice(&gid_index.to_be_bytes());
-    b
-}
-
-/// Reads the fields perftest reads (lid through gid).
-pub(crate) fn parse_dest(b: &[u8]) -> Result<Dest, String> {
-    if b.len() < MSG {
-        return Err(format!("a {}-byte key message (want {MSG})", b.len()));
-    }
-    let u = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    let mut v = [0u8; 8];
-    v.copy_from_slice(&b[24..32]);
-    let mut gid = [0u8; 16];
-    gid.copy_from_slice(&b[32..48]);
-    Ok(Dest {
-        lid: u(0) as u16,
-        out_reads: u(4) as u16,
-        qpn: u(8) & 0xff_ffff,
-        psn: u(12) & 0xff_ffff,
-        rkey: u(16),
-        vaddr: u64::from_be_bytes(v),
-        gid,
-        srqn: u(48),
-    })
-}
 
 /// The control connection: one RC QP, a 56-byte receive always posted.
 struct Channel {
@@ -242,6 +206,34 @@ fn connect_retrying(
     }
 }
 
+/// Most requests from other addresses a server rejects while it waits
+/// for one data connection.
+const MAX_STRANGERS: usize = 64;
+
+/// The next connection request on `l` from `peer` (the control
+/// connection's client): a request from any other address, which cannot
+/// be this test's data connection (a stranger's, or a REQ spoofed to take
+/// the connection with the test's memory keys), is rejected and the wait
+/// goes on, up to `timeout` and [`MAX_STRANGERS`] of them.
+fn request_from(l: &CmListener, peer: IpAddr, timeout: Duration) -> Result<CmRequest, String> {
+    let end = Instant::now() + timeout;
+    for _ in 0..=MAX_STRANGERS {
+        let left = end.saturating_duration_since(Instant::now());
+        let req = l
+            .get_request(left)
+            .map_err(|e| format!("waiting for a data connection: {e}"))?;
+        let from = req.info().peer;
+        if from.to_canonical() == peer.to_canonical() {
+            return Ok(req);
+        }
+        eprintln!("roce perf: refused a data connection from {from}: the client is {peer}");
+        let _ = req.reject(&[]);
+    }
+    Err(format!(
+        "more than {MAX_STRANGERS} connection requests from addresses other than the client's ({peer})"
+    ))
+}
+
 /// Runs one test in perftest's rdma_cm mode.
 pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let plan = Plan::from_args(args)?;
@@ -262,6 +254,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 
     // The control connection.
     let mut ch = Channel::new(&ctx, client)?;
+    let mut client_addr = None;
     let control = ConnParam {
         responder_resources: 0,
         initiator_depth: 0,
@@ -280,21 +273,19 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         let req = l
             .get_request(Duration::from_secs(3600))
             .map_err(|e| format!("waiting for a client: {e}"))?;
+        // The first request wins (nothing tells a client from a spoofed
+        // REQ here: docs/security.md); the data connections must then
+        // come from the same address.
+        client_addr = Some(req.info().peer);
         ch.conn = Some(
             req.accept(&ch.qp, &control, Duration::from_secs(30))
                 .map_err(|e| format!("accept: {e}"))?,
         );
     }
-    let v = ch.xchg(&version_msg(), 16)?;
-    let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
-    let their_version = String::from_utf8_lossy(&v[..end]).to_string();
+    let their_version = version_text(&ch.xchg(&version_msg(), 16)?);
     ch.xchg(&4096u32.to_be_bytes(), 4)?;
     ch.xchg(&64u32.to_be_bytes(), 4)?;
-    let m = ch.xchg(&mtu_msg(mtu), 2)?;
-    let mtu = m[0]
-        .checked_sub(b'0')
-        .and_then(mtu_of_enum)
-        .map_or(mtu, |t| t.min(mtu));
+    let mtu = agreed_mtu(&ch.xchg(&mtu_msg(mtu), 2)?, mtu);
 
     // The data QPs and their memory: one CM connection each, made after a
     // zero sync (the client retries while the server is not listening
@@ -316,10 +307,9 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             .cm_listen(args.port)
             .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
         ch.send(&zeros)?;
+        let peer = client_addr.ok_or("no control connection")?;
         for dq in &dqs {
-            let req = l
-                .get_request(Duration::from_secs(60))
-                .map_err(|e| format!("waiting for a data connection: {e}"))?;
+            let req = request_from(&l, peer, Duration::from_secs(60))?;
             data.push(
                 req.accept(&dq.qp, &param(test), Duration::from_secs(30))
                     .map_err(|e| format!("accept a data connection: {e}"))?,
@@ -383,26 +373,61 @@ impl Control for Channel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roce_io::{UdpBackend, UdpConfig};
+    use roce_verbs::DeviceConfig;
 
+    /// A UDP port of this test's own, so that it meets no other stack.
+    const ROCE_PORT: u16 = 18794;
+    const CM_PORT: u16 = 7400;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn open(addr: &str) -> Context {
+        let a = ip(addr);
+        let b = UdpBackend::bind(UdpConfig::new(a).port(ROCE_PORT).remote_port(ROCE_PORT))
+            .expect("a free loopback address");
+        Context::open(b, DeviceConfig::new(a)).unwrap()
+    }
+
+    fn rc_qp(ctx: &Context) -> (QueuePair, CompletionQueue) {
+        let cq = ctx.create_cq(8, None).unwrap();
+        let qp = ctx
+            .alloc_pd()
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+        (qp, cq)
+    }
+
+    /// The -R server takes its data connections only from the control
+    /// connection's client: a request from another address (here a
+    /// stranger's, first in line) is refused, the client's accepted.
     #[test]
-    fn dest_layout_is_perftests_struct() {
-        let d = Dest {
-            lid: 0,
-            out_reads: 16,
-            qpn: 0x11,
-            psn: 0xabcdef,
-            rkey: 0x1234,
-            vaddr: 0x0102_0304_0506_0708,
-            gid: gid_of("10.77.0.1".parse().unwrap()),
-            srqn: 0,
-        };
-        let b = dest_bytes(&d, 1);
-        assert_eq!(&b[4..8], &[0, 0, 0, 16]);
-        assert_eq!(&b[8..16], &[0, 0, 0, 0x11, 0, 0xab, 0xcd, 0xef]);
-        assert_eq!(&b[24..32], &[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(&b[42..48], &[0xff, 0xff, 10, 77, 0, 1]);
-        assert_eq!(&b[52..56], &[0, 0, 0, 1]);
-        assert_eq!(parse_dest(&b).unwrap(), d);
-        assert!(parse_dest(&b[..40]).is_err());
+    fn data_connections_only_from_the_control_connections_client() {
+        let server = open("127.0.19.1");
+        let l = server.cm_listen(CM_PORT).unwrap();
+        let peers = std::thread::spawn(|| {
+            let (stranger, client) = (open("127.0.19.3"), open("127.0.19.2"));
+            let p = ConnParam::default();
+            let wait = Duration::from_secs(10);
+            let (q, _cq) = rc_qp(&stranger);
+            let refused = q.cm_connect(ip("127.0.19.1"), CM_PORT, &p, wait).err();
+            let (q, cq) = rc_qp(&client);
+            let conn = q.cm_connect(ip("127.0.19.1"), CM_PORT, &p, wait);
+            (refused, conn.map(|c| (c, cq, client)))
+        });
+        let req = request_from(&l, ip("127.0.19.2"), Duration::from_secs(20)).unwrap();
+        assert_eq!(req.info().peer, ip("127.0.19.2"));
+        let (qp, _cq) = rc_qp(&server);
+        let _conn = req
+            .accept(&qp, &ConnParam::default(), Duration::from_secs(10))
+            .unwrap();
+        let (refused, conn) = peers.join().unwrap();
+        assert!(
+            matches!(refused, Some(CmError::Rejected { .. })),
+            "{refused:?}"
+        );
+        assert!(conn.is_ok(), "the client's connection: {:?}", conn.err());
     }
 }

@@ -23,10 +23,11 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::Rkey;
 
-use super::perftest::{print_dest, report_msgs, Dest, Plan, VERSION};
+use super::perftest::{print_dest, Plan};
 use super::perftest_traffic::{
     client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
 };
+use super::perftest_wire::{report_msgs, report_value, Dest, VERSION};
 use super::report::{self, BwResult, LatResult};
 use super::PerfArgs;
 
@@ -208,7 +209,7 @@ pub(crate) fn exchange_report(
     let mut got = [0u64; 5];
     for (g, m) in got.iter_mut().zip(msgs.iter()) {
         let b = ctl.xchg8(m)?;
-        *g = u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+        *g = report_value(&b);
     }
     Ok(report_from(got))
 }

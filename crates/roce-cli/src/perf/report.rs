@@ -27,9 +27,11 @@ pub(crate) struct BwResult {
 impl BwResult {
     /// From a run of `iterations` messages of `bytes` that took `secs`,
     /// with the best interval rate `peak_bps` (falls back to the average).
+    /// The peer's figures come from its `measured` message: any u64 must
+    /// do (the product is taken in floating point).
     pub(crate) fn new(bytes: u64, iterations: u64, secs: f64, peak_bps: f64) -> BwResult {
         let secs = secs.max(1e-12);
-        let avg_bps = (bytes * iterations) as f64 / secs;
+        let avg_bps = bytes as f64 * iterations as f64 / secs;
         BwResult {
             bytes,
             iterations,
@@ -173,6 +175,16 @@ pub(super) fn hint(s: roce_verbs::WcStatus) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer's `measured` message may claim any count: 2^64 - 1
+    /// operations of 64 KiB overflowed `bytes * iterations` (a panic in
+    /// debug builds, a wrapped rate in release ones).
+    #[test]
+    fn a_peers_huge_count_does_not_overflow() {
+        let r = BwResult::new(65536, u64::MAX, 1.0, 0.0);
+        assert!(r.avg_bps > 1e24 && r.avg_bps == r.peak_bps, "{r:?}");
+        assert_eq!(r.iterations, u64::MAX);
+    }
 
     #[test]
     fn latency_statistics() {

@@ -11,43 +11,9 @@ use serde_json::{json, Value};
 
 use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
-use super::{BackendKind, Params, PerfArgs, Test};
-
-/// Largest total of registered memory a run uses.
-const MEM_CAP: u64 = 512 << 20;
-
-/// The memory layout of one side: (largest message, receive buffers per
-/// QP, bytes per QP).
-pub(crate) fn layout(params: &Params) -> (u64, u64, u64) {
-    let nq = u64::from(params.qps.max(1));
-    let max_size = params.sizes.iter().copied().max().unwrap_or(8).max(8);
-    let want_ring = (2 * u64::from(params.tx_depth)).clamp(2, 512);
-    let ring = if params.test == Test::SendBw || params.test == Test::SendLat {
-        want_ring.min((MEM_CAP / nq / max_size).max(2))
-    } else {
-        0
-    };
-    (max_size, ring, 2 * max_size + ring * max_size)
-}
-
-/// Checks, before anything is allocated, that a run's memory (the
-/// registered region and the two patterns it is filled from and checked
-/// against) stays within bounds: a hostile hello must not make a server
-/// allocate gigabytes.
-pub(crate) fn check_memory(params: &Params) -> Result<(), String> {
-    let (max_size, _, slot) = layout(params);
-    let total = slot.saturating_mul(u64::from(params.qps)) + 2 * max_size;
-    if total > 2 * MEM_CAP {
-        return Err(format!(
-            "{} QPs of {} bytes need {} MiB, more than this tool's {} MiB: use fewer QPs (-q) or smaller messages (-s)",
-            params.qps,
-            max_size,
-            total >> 20,
-            (2 * MEM_CAP) >> 20
-        ));
-    }
-    Ok(())
-}
+use super::messages::endpoints_from_json;
+use super::messages::layout;
+use super::{BackendKind, Params, PerfArgs};
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side
@@ -63,23 +29,8 @@ fn check_addresses(
     remote: &[Endpoint],
     peer: Option<IpAddr>,
 ) -> Result<(), String> {
-    if gid_index.is_some() {
-        return Ok(());
-    }
-    let Some(peer) = peer else {
-        return Ok(());
-    };
-    let loopback = roce_verbs::loopback::is_loopback;
-    let ok = |r: &Endpoint| {
-        r.addr.to_canonical() == peer.to_canonical() || (loopback(peer) && loopback(r.addr))
-    };
-    match remote.iter().find(|r| !ok(r)) {
-        None => Ok(()),
-        Some(bad) => Err(format!(
-            "the peer's QP {:#x} is at {}, not at the peer's address {peer} (with -x on both sides the addresses may differ)",
-            bad.qpn, bad.addr
-        )),
-    }
+    let remote = remote.iter().map(|r| (r.qpn, r.addr));
+    crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x")
 }
 
 /// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
@@ -238,28 +189,19 @@ impl Session {
         // The client checks the server's endpoints before it answers, so
         // that a mismatch is said once, by the side that sees it first.
         let peer = ctl.peer_ip();
-        let received = |v: &Value| -> Result<Vec<Endpoint>, String> {
-            let remote: Vec<Endpoint> = v
-                .get("qps")
-                .and_then(Value::as_array)
-                .ok_or("the peer sent no endpoints")?
-                .iter()
-                .map(Endpoint::from_json)
-                .collect::<Result<_, _>>()?;
+        let received = |v: &Value| -> Result<(Vec<Endpoint>, u32), String> {
+            let (remote, mtu) = endpoints_from_json(v)?;
             check_family(args, local, &remote, is_client)?;
             check_addresses(args.gid_index, &remote, peer)?;
-            Ok(remote)
+            Ok((remote, mtu))
         };
-        let (theirs, remote) = if is_client {
-            let v = ctl.expect("endpoints")?;
-            let remote = received(&v)?;
+        let (remote, theirs_mtu) = if is_client {
+            let theirs = received(&ctl.expect("endpoints")?)?;
             ctl.send(&msg)?;
-            (v, remote)
+            theirs
         } else {
             ctl.send(&msg)?;
-            let v = ctl.expect("endpoints")?;
-            let remote = received(&v)?;
-            (v, remote)
+            received(&ctl.expect("endpoints")?)?
         };
         if remote.len() != qps.len() {
             return Err(format!(
@@ -271,11 +213,6 @@ impl Session {
         if args.backend == BackendKind::Packet {
             prime_neighbours(local, &remote);
         }
-        let theirs_mtu = match theirs.get("mtu").and_then(Value::as_u64) {
-            None => 4096,
-            Some(m @ (256 | 512 | 1024 | 2048 | 4096)) => m as u32,
-            Some(m) => return Err(format!("the peer sent an invalid path MTU {m}")),
-        };
         let mtu = mtu.min(theirs_mtu);
         if mtu < params.mtu && is_client && !args.json {
             eprintln!(

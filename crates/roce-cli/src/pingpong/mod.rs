@@ -106,8 +106,9 @@ pub(crate) struct PingpongArgs {
     /// Number of QPs (srq).
     #[arg(short = 'q', long = "num-qp", default_value_t = 16, value_parser = num::<u32>)]
     pub(crate) num_qp: u32,
-    /// Local address (the RoCE device's IP) [default: the address of the
-    /// TCP connection].
+    /// Local address (the RoCE device's IP); a server listens on it only
+    /// [default: the address of the TCP connection; a server listens on
+    /// every IPv4 address, as ibv_*_pingpong].
     #[arg(long)]
     pub(crate) bind: Option<IpAddr>,
     /// UDP port of the RoCE traffic, both ends (4791 is the standard).

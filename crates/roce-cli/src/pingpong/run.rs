@@ -485,11 +485,13 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         drop(tcp);
         let remote = check_remote(p, theirs)?;
         print_remote(&remote);
+        check_peer(p, &remote, peer_ip)?;
         check_family(p, local, &remote, peer_ip, true)?;
         connect(&mut s, &mine, &remote, peer_ip)?;
     } else {
         let theirs = wire::server_read(&mut tcp, slots)?;
         let remote = check_remote(p, theirs)?;
+        check_peer(p, &remote, peer_ip)?;
         if let Err(e) = check_family(p, local, &remote, peer_ip, false) {
             // The tools' exchange has no error message: answer, so that
             // the client finds the mismatch too and says so.
@@ -540,6 +542,13 @@ fn check_family(
         }
     }
     Ok(())
+}
+
+/// The GIDs of the peer's address message must be its TCP address
+/// (unless `-g`): [`crate::device::check_peer_qps`].
+fn check_peer(p: &Params, remote: &[Dest], peer: IpAddr) -> Result<(), String> {
+    let at = remote.iter().map(|d| (d.qpn, remote_addr(d, peer)));
+    crate::device::check_peer_qps(p.gid_idx.is_some(), at, Some(peer), "-g")
 }
 
 fn check_remote(p: &Params, theirs: Vec<Dest>) -> Result<Vec<Dest>, String> {

@@ -16,7 +16,7 @@ use roce_wire::{BthRepr, DethRepr, Ecn, ExtHeaders, Opcode, Psn, Qpn};
 
 use super::{Device, VerbsError};
 use crate::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
-use crate::ids::Ids;
+use crate::ids::{Ids, Quarantine};
 use crate::qp::path::Path;
 use crate::qp::state::{QpAttrMask, QpState, QpType};
 use crate::qp::{AddressVector, QpAttr};
@@ -133,6 +133,9 @@ pub struct CmCounters {
     pub resent: u64,
     /// QP1 packets that were not CM MADs, or messages no state takes.
     pub dropped: u64,
+    /// QP1 packets whose BTH P_Key matches no entry of the port's P_Key
+    /// table (dropped before the MAD is parsed).
+    pub dropped_pkey: u64,
     /// REQs refused with a REJ (no listener, bad transport).
     pub rejected_reqs: u64,
     /// Requests dropped because the listener's backlog, the connection
@@ -161,6 +164,14 @@ pub(crate) const RELISTEN_GRACE: Nanos = 2_000_000_000;
 /// Ports whose listener went recently, at most this many remembered.
 const MAX_RELISTEN: usize = 16;
 
+/// Local communication IDs of ended connections that are not handed out
+/// again: the last this many (as the device's last 4096 destroyed QPNs).
+/// A peer of an old connection may still send its DREQ, DREP, REP or
+/// REJ, naming our old ID; with the ID in quarantine it finds no
+/// connection and is dropped, where a new connection given the same ID
+/// would take it (IBTA Vol 1 §12.6.3 asks only that a live ID be unique).
+pub(crate) const RETIRED_CM_IDS: usize = 4096;
+
 /// The CM's part of a device.
 #[derive(Debug)]
 pub(crate) struct CmTable {
@@ -181,6 +192,8 @@ pub(crate) struct CmTable {
     events: VecDeque<CmEvent>,
     /// CM IDs, transaction IDs and starting PSNs.
     ids: Ids,
+    /// Local IDs of ended connections, not reused while in it.
+    retired: Quarantine<u32>,
     gsi_psn: u32,
     /// Resend deadlines as (time, connection), earliest first; an entry
     /// whose connection is gone or has another deadline is stale and
@@ -204,6 +217,7 @@ impl CmTable {
             out: VecDeque::new(),
             events: VecDeque::new(),
             ids: Ids::new(seed),
+            retired: Quarantine::new(RETIRED_CM_IDS),
             gsi_psn: 0,
             timers: BinaryHeap::new(),
             counters: CmCounters::default(),
@@ -237,11 +251,12 @@ impl CmTable {
 
     /// A fresh local communication ID: random (IBTA Vol 1 §12.6.3 only
     /// asks that it be unique; a guessable one lets a blind attacker answer
-    /// for the peer), non-zero, not in use.
+    /// for the peer), non-zero, not in use, and not one of the last
+    /// [`RETIRED_CM_IDS`] that ended.
     fn new_id(&mut self) -> u32 {
         loop {
             let id = self.ids.u32();
-            if id != 0 && !self.conns.contains_key(&id) {
+            if id != 0 && !self.conns.contains_key(&id) && !self.retired.contains(&id) {
                 return id;
             }
         }
@@ -294,10 +309,12 @@ impl CmTable {
         }
     }
 
-    /// Removes a connection (and what indexes it).
+    /// Removes a connection (and what indexes it); its ID goes into
+    /// quarantine.
     fn remove(&mut self, id: u32) -> Option<Conn> {
         self.unpend(id);
         let c = self.conns.remove(&id)?;
+        self.retired.retire(id);
         if self.by_remote.get(&(c.peer, c.remote_id)) == Some(&id) {
             self.by_remote.remove(&(c.peer, c.remote_id));
         }
@@ -601,3 +618,6 @@ fn trim_zeros(d: &[u8]) -> &[u8] {
     let end = d.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
     &d[..end]
 }
+
+#[cfg(test)]
+mod tests;

@@ -38,6 +38,13 @@ fn pkey_match(a: u16, b: u16) -> bool {
     a & 0x7fff == b & 0x7fff && a & 0x7fff != 0 && (a | b) & 0x8000 != 0
 }
 
+/// Whether a packet's P_Key matches an entry of the port's P_Key table:
+/// the check for QP1 (GSI), which serves every partition of the port
+/// (IBTA Vol 1 §10.9.3, C10-111; rxe's `check_keys` for QP1).
+pub(crate) fn pkey_in_table(pkey: u16) -> bool {
+    PKEY_TABLE.iter().any(|&k| pkey_match(pkey, k))
+}
+
 impl Qp {
     /// Checks the headers of `p`, addressed to this QP, against the QP's
     /// transport, peer, addresses, P_Key and state.
@@ -86,7 +93,7 @@ impl Qp {
 
 #[cfg(test)]
 mod tests {
-    use super::pkey_match;
+    use super::{pkey_in_table, pkey_match};
 
     #[test]
     fn partition_membership() {
@@ -95,5 +102,9 @@ mod tests {
         assert!(!pkey_match(0x7fff, 0x7fff), "two limited members");
         assert!(!pkey_match(0x8001, 0xffff));
         assert!(!pkey_match(0x0000, 0x8000), "the invalid P_Key");
+        // The table holds the default partition as a full member: its
+        // full and limited members both match, nothing else does.
+        assert!(pkey_in_table(0xffff) && pkey_in_table(0x7fff));
+        assert!(!pkey_in_table(0x8001) && !pkey_in_table(0x1234) && !pkey_in_table(0));
     }
 }

@@ -13,12 +13,20 @@ use roce_wire::{Opcode, Qpn, RocePacket};
 use super::super::Device;
 use super::{timeout_ns, trim_zeros, Conn, OutMad, ReqInfo, DEFAULT_PATH_ACK_TIMEOUT};
 use crate::cm::{accepts, CmEvent, CmId, CmState, ConnRequest, UdRequest};
+use crate::qp::accept::pkey_in_table;
 use crate::qp::QpAttr;
 use crate::Nanos;
 
 impl Device {
     /// A datagram for QP1.
     pub(in crate::device) fn cm_handle(&mut self, now: Nanos, p: &RocePacket<'_>) {
+        // QP1 serves every partition of the port, and only those: the
+        // BTH P_Key must match an entry of the P_Key table (IBTA Vol 1
+        // §10.9.3), full or limited member, not both limited.
+        if !pkey_in_table(p.bth.pkey.0) {
+            self.cm.counters.dropped_pkey += 1;
+            return;
+        }
         let ok = p.bth.opcode == Opcode::UD_SEND_ONLY
             && p.ext.deth.is_some_and(|d| d.qkey == mad::GSI_QKEY);
         let parsed = if ok {
