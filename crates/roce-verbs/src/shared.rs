@@ -418,12 +418,13 @@ impl Core {
                 .get(&sge.lkey.value())
                 .and_then(Weak::upgrade)
                 .ok_or(Error::UnknownLkey(sge.lkey))?;
-            let wrong_pd = mr.pd != pd;
-            let in_bounds = sge.addr >= mr.va
+            let (va, len) = (mr.va(), mr.len() as u64);
+            let wrong_pd = mr.pd() != pd;
+            let in_bounds = sge.addr >= va
                 && sge
                     .addr
                     .checked_add(sge.length as u64)
-                    .is_some_and(|end| end <= mr.va + mr.len as u64);
+                    .is_some_and(|end| end <= va + len);
             refs.push(mr);
             if wrong_pd {
                 return Err(Error::WrongPd);
