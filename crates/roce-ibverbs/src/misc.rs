@@ -170,14 +170,6 @@ export! {
 }
 
 export! {
-    /// `ibv_rereg_mr`: not supported (`IBV_REREG_MR_ERR_INPUT` semantics:
-    /// the region is left as it was); deregister and register instead.
-    fn ibv_rereg_mr(_mr: *mut c_void, _flags: c_int, _pd: *mut ibv_pd, _addr: *mut c_void, _len: usize, _access: c_int) -> c_int {
-        libc::EOPNOTSUPP
-    }
-}
-
-export! {
     /// `ibv_attach_mcast`: no multicast on this device.
     fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
         libc::EOPNOTSUPP
