@@ -343,13 +343,14 @@ export! {
             // SAFETY: the program's pointers.
             let (p, a) = unsafe { (Pd::from_ptr(pd)?, arg(attr)?) };
             let av = av_of(a)?;
-            if av.sgid_index != 0 {
+            if av.sgid_index as usize >= p.ctx().gids.len() {
                 return Err(libc::EINVAL);
             }
             let mut attr = AhAttr::new(av.dest);
             attr.hop_limit = av.hop_limit;
             attr.traffic_class = av.traffic_class;
-            let ah = p.pd.create_ah(attr).map_err(verr)?;
+            attr.sgid_index = av.sgid_index;
+            let ah = p.pd.create_ah(attr).map_err(crate::context::gid_err)?;
             p.users.fetch_add(1, Ordering::AcqRel);
             let b = Box::new(Ah { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ah, pd: p });
             Ok(Box::into_raw(b).cast())
