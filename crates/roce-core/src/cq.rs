@@ -101,6 +101,25 @@ impl Cq {
         self.capacity
     }
 
+    /// Changes the capacity (`ibv_resize_cq`), keeping the completions
+    /// waiting. Refused, changing nothing, for 0 or for fewer entries
+    /// than are waiting (as rxe refuses a size below its queue's count).
+    /// The ring's memory follows a shrink.
+    pub fn resize(&mut self, capacity: usize) -> Result<(), crate::VerbsError> {
+        if capacity == 0 {
+            return Err(crate::VerbsError::InvalidArgument("cqe of 0"));
+        }
+        if capacity < self.entries.len() {
+            return Err(crate::VerbsError::InvalidArgument(
+                "cqe below the completions waiting",
+            ));
+        }
+        self.capacity = capacity;
+        self.entries
+            .shrink_to(capacity.min(64).max(self.entries.len()));
+        Ok(())
+    }
+
     /// True once a completion was lost for lack of room.
     pub fn is_overflowed(&self) -> bool {
         self.overflowed
@@ -118,5 +137,41 @@ impl Cq {
     /// Takes a raised completion event.
     pub fn take_notification(&mut self) -> bool {
         std::mem::take(&mut self.notified)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wc::{Wc, WcOpcode, WcStatus};
+    use roce_wire::Qpn;
+
+    fn wc() -> Wc {
+        Wc::new(1, WcStatus::Success, WcOpcode::Send, Qpn::new(1))
+    }
+
+    fn fill(cq: &mut Cq, n: usize) {
+        for _ in 0..n {
+            assert_eq!(cq.push(wc(), false), Pushed::Queued);
+        }
+    }
+
+    #[test]
+    fn resize_grows_shrinks_and_keeps_what_waits() {
+        let mut cq = Cq::new(2);
+        fill(&mut cq, 2);
+        // Full: growing makes room, and both completions are still there.
+        cq.resize(4).unwrap();
+        fill(&mut cq, 2);
+        assert_eq!((cq.len(), cq.capacity()), (4, 4));
+        // Below what waits, or 0: refused, nothing changed.
+        assert!(cq.resize(3).is_err());
+        assert!(cq.resize(0).is_err());
+        assert_eq!((cq.len(), cq.capacity()), (4, 4));
+        let mut out = [wc(); 3];
+        assert_eq!(cq.poll(&mut out), Ok(3));
+        // Exactly what waits is allowed; the next push overflows.
+        cq.resize(1).unwrap();
+        assert_eq!(cq.push(wc(), false), Pushed::Overflowed);
     }
 }

@@ -288,6 +288,49 @@ impl MrTable {
         Some(r.mem)
     }
 
+    /// Changes a registration in place, keeping its keys (`ibv_rereg_mr`:
+    /// the kernel keeps L_Key and R_Key when the provider can, and rxe
+    /// always does): a new protection domain, new access rights, and with
+    /// `translation` new memory seen at a new virtual address. Everything
+    /// is checked before anything changes, so on an error the region is
+    /// as it was. With new memory the region is valid again even if it
+    /// had been revoked (its old memory going away), as a fresh
+    /// registration would be; the old memory is handed back, and the
+    /// engine never touches it again. A fast-registered region
+    /// ([`MrTable::register_invalidatable`]) is refused with
+    /// [`AccessError::NoPermission`], as rdma-core refuses every region
+    /// that is not an ordinary one.
+    pub fn reregister(
+        &mut self,
+        lkey: Lkey,
+        pd: Option<PdId>,
+        access: Option<Access>,
+        translation: Option<(u64, Box<dyn RegionMemory>)>,
+    ) -> Result<Option<Box<dyn RegionMemory>>, AccessError> {
+        let slot = self.slot_of(lkey.value()).ok_or(AccessError::BadKey)?;
+        let r = self.slots[slot].as_mut().ok_or(AccessError::BadKey)?;
+        if r.invalidatable || access.is_some_and(|a| !a.is_valid()) {
+            return Err(AccessError::NoPermission);
+        }
+        if let Some((va, mem)) = &translation {
+            if va.checked_add(mem.len() as u64).is_none() {
+                return Err(AccessError::OutOfBounds);
+            }
+        }
+        if let Some(pd) = pd {
+            r.pd = pd;
+        }
+        if let Some(a) = access {
+            r.access = a;
+        }
+        Ok(translation.map(|(va, mem)| {
+            r.va = va;
+            r.len = mem.len() as u64;
+            r.valid = true;
+            std::mem::replace(&mut r.mem, mem)
+        }))
+    }
+
     /// Invalidates a remote key (SEND with Invalidate): later accesses
     /// fail with [`AccessError::BadKey`]. Only a region registered with
     /// [`MrTable::register_invalidatable`] in the same PD may be
@@ -473,6 +516,69 @@ mod tests {
             Err(AccessError::BadKey)
         );
         assert!(t.deregister(k.lkey).is_none());
+    }
+
+    #[test]
+    fn reregistration_keeps_the_keys_and_checks_before_changing() {
+        let (mut t, k) = table();
+        let key = k.rkey.value();
+        // New PD and rights: the same key, the new checks.
+        let old = t
+            .reregister(k.lkey, Some(PdId(2)), Some(Access::LOCAL_WRITE), None)
+            .unwrap();
+        assert!(old.is_none());
+        assert_eq!(
+            t.check(key, PdId(1), 0x1000, 1, Access::NONE),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(
+            t.check(key, PdId(2), 0x1000, 1, Access::REMOTE_READ),
+            Err(AccessError::NoPermission)
+        );
+        // Invalid rights and a wrapping range change nothing.
+        assert_eq!(
+            t.reregister(k.lkey, Some(PdId(3)), Some(Access::REMOTE_WRITE), None)
+                .unwrap_err(),
+            AccessError::NoPermission
+        );
+        let wraps = (
+            u64::MAX - 2,
+            Box::new(vec![0u8; 8]) as Box<dyn RegionMemory>,
+        );
+        assert_eq!(
+            t.reregister(k.lkey, None, None, Some(wraps)).unwrap_err(),
+            AccessError::OutOfBounds
+        );
+        assert!(t.check(key, PdId(2), 0x1000, 256, Access::NONE).is_ok());
+        // New memory at a new address, after a revocation: valid again,
+        // the old bytes handed back, the old range gone.
+        assert!(t.revoke(k.lkey));
+        let mem = Box::new(vec![7u8; 16]) as Box<dyn RegionMemory>;
+        let old = t
+            .reregister(k.lkey, None, None, Some((0x9000, mem)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(old.len(), 256);
+        assert_eq!(
+            t.check(key, PdId(2), 0x1000, 1, Access::NONE),
+            Err(AccessError::OutOfBounds)
+        );
+        let span = t.check(key, PdId(2), 0x900f, 1, Access::NONE).unwrap();
+        let mut b = [0u8; 1];
+        t.read(span, 0, &mut b);
+        assert_eq!(b, [7]);
+        assert_eq!(
+            t.reregister(Lkey::new(key ^ 1), None, None, None)
+                .unwrap_err(),
+            AccessError::BadKey
+        );
+        let f = t
+            .register_invalidatable(PdId(1), 0, Box::new(vec![0u8; 8]), Access::NONE)
+            .unwrap();
+        assert_eq!(
+            t.reregister(f.lkey, Some(PdId(2)), None, None).unwrap_err(),
+            AccessError::NoPermission
+        );
     }
 
     #[test]

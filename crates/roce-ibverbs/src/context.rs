@@ -1,15 +1,17 @@
 //! Contexts: `ibv_open_device` / `ibv_close_device`, the device and port
 //! queries, GIDs, and asynchronous events.
 //!
-//! A context is one engine of this stack (a `roce_verbs::Context`) bound
-//! to one address of the device: its GID table is that one address
-//! (index 0). Which address: `ROCE_ADDR` when set; otherwise the
-//! device's first IPv4 address (its first address without one). On the
-//! loopback device a taken UDP port 4791 moves the context to the next
-//! free address of 127.0.0.0/8 (every one of them reaches `lo` on Linux
-//! with no configuration), so that any number of unmodified processes
-//! on one host each get an address, and a GID, of their own
-//! (`docs/dropin.md`).
+//! A context is one engine of this stack (a `roce_verbs::Context`) opened
+//! on one address of the device, its GID 0. Which address: `ROCE_ADDR`
+//! when set; otherwise the device's first IPv4 address (its first
+//! address without one). On the loopback device a taken UDP port 4791
+//! moves the context to the next free address of 127.0.0.0/8 (every one
+//! of them reaches `lo` on Linux with no configuration), so that any
+//! number of unmodified processes on one host each get an address, and
+//! a GID, of their own (`docs/dropin.md`). The rest of the GID table is
+//! the device's other addresses, as `roce devinfo` lists them
+//! ([`gid_table`]); the engine binds one of them when a QP or AH first
+//! sends from it.
 
 use std::collections::HashMap;
 use std::mem::offset_of;
@@ -53,8 +55,10 @@ pub(crate) struct Context {
     pub(crate) vctx: verbs_context,
     pub(crate) verbs: roce_verbs::Context,
     pub(crate) device: &'static Device,
-    /// The context's address: GID index 0, the only one.
+    /// The context's address: GID index 0.
     pub(crate) local: IpAddr,
+    /// The GID table ([`gid_table`]): `local` first.
+    pub(crate) gids: Vec<IpAddr>,
     /// Active path MTU in bytes.
     pub(crate) mtu: u32,
     /// The eventfd behind `async_fd` (one count per queued event).
@@ -107,10 +111,6 @@ impl Context {
     /// The `ibv_context` pointer programs see.
     pub(crate) fn ibv(&self) -> *mut ibv_context {
         &self.vctx.context as *const ibv_context as *mut ibv_context
-    }
-
-    pub(crate) fn gid(&self) -> ibv_gid {
-        gid_of(self.local)
     }
 }
 
@@ -206,6 +206,35 @@ pub(crate) fn wait_readable(fd: c_int) -> Res<()> {
     }
 }
 
+/// The GID table of a context of `dev` opened on `local`: the device's
+/// addresses in `roce devinfo`'s order, with `local` at index 0 — moved
+/// there when it is one of them (the default address is already first,
+/// so the table is `roce devinfo`'s), put in place of the first entry
+/// when it is not (a loopback context that moved to 127.0.0.2).
+pub(crate) fn gid_table(dev: &Device, local: IpAddr) -> Vec<IpAddr> {
+    let mut t = dev.info.gids().to_vec();
+    match t.iter().position(|&a| a == local) {
+        Some(i) => t.swap(0, i),
+        None if t.is_empty() => t.push(local),
+        None => t[0] = local,
+    }
+    t
+}
+
+/// The errno of a verb that sets a source GID (`ibv_modify_qp` with an
+/// address vector, `ibv_create_ah`), saying on stderr why a GID cannot
+/// be used (its UDP port taken by another process).
+pub(crate) fn gid_err(e: roce_verbs::Error) -> crate::ffi::Errno {
+    if let roce_verbs::Error::AddrUnavailable(_, kind) = e {
+        eprintln!("libibverbs (roce): {e}");
+        return match kind {
+            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+            _ => libc::EADDRNOTAVAIL,
+        };
+    }
+    crate::ffi::errno_of(&e)
+}
+
 /// The address a context of `dev` opens on first.
 fn first_addr(dev: &Device) -> Option<IpAddr> {
     let gids = dev.info.gids();
@@ -243,7 +272,7 @@ fn open_on(
     // and count them, as the `roce` tools do. The UDP backend's default
     // (`Require`) dropped every one of rxe's packets.
     let mut o = OpenOptions::new(backend.clone(), addr)
-        .gids(vec![addr])
+        .gids(gid_table(dev, addr))
         .icrc_check(roce_verbs::roce_io::IcrcCheck::Count)
         .roce_port(port, port)
         .progress(progress);
@@ -388,6 +417,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         verbs,
         device: dev,
         local,
+        gids: gid_table(dev, local),
         mtu,
         async_efd: efd,
         objects: Mutex::new(Objects::default()),
@@ -544,7 +574,7 @@ fn port_attr(c: &Context) -> ibv_port_attr {
         },
         max_mtu: 5,
         active_mtu: mtu_enum(c.mtu),
-        gid_tbl_len: 1,
+        gid_tbl_len: c.gids.len() as c_int,
         // CM supported, IP-based GIDs.
         port_cap_flags: (1 << 16) | (1 << 26),
         max_msg_sz: roce_verbs::LIMITS.max_msg_sz,
@@ -609,15 +639,17 @@ export! {
 }
 
 export! {
-    /// `ibv_query_gid`: index 0 is the context's address.
+    /// `ibv_query_gid`: index 0 is the context's address, then the
+    /// device's others ([`gid_table`]).
     fn ibv_query_gid(ctx: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int {
         minus_one(|| {
             // SAFETY: the program's pointers.
             let (c, gid) = unsafe { (Context::from_ptr(ctx)?, arg_mut(gid)?) };
-            if port != 1 || index != 0 {
-                return Err(libc::EINVAL);
+            let a = usize::try_from(index).ok().and_then(|i| c.gids.get(i));
+            match a {
+                Some(&a) if port == 1 => *gid = gid_of(a),
+                _ => return Err(libc::EINVAL),
             }
-            *gid = c.gid();
             Ok(0)
         })
     }
@@ -651,7 +683,7 @@ export! {
 
 fn gid_entry(c: &Context, index: u32) -> ibv_gid_entry {
     ibv_gid_entry {
-        gid: c.gid(),
+        gid: gid_of(c.gids[index as usize]),
         gid_index: index,
         port_num: 1,
         gid_type: IBV_GID_TYPE_ROCE_V2,
@@ -668,7 +700,7 @@ export! {
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
                 return Err(libc::EINVAL);
             }
-            if port != 1 || index != 0 {
+            if port != 1 || index as usize >= c.gids.len() {
                 return Err(libc::ENODATA);
             }
             *entry = gid_entry(c, index);
@@ -686,12 +718,16 @@ export! {
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || entries.is_null() {
                 return Err(libc::EINVAL);
             }
-            if max < 1 {
+            let n = c.gids.len();
+            if max < n {
                 return Err(libc::EINVAL);
             }
-            // SAFETY: the program's array holds `max` >= 1 entries.
-            unsafe { *entries = gid_entry(c, 0) };
-            Ok(1)
+            for i in 0..n {
+                // SAFETY: the program's array holds `max` >= n entries
+                // of `entry_size` bytes, which holds an ibv_gid_entry.
+                unsafe { *entries.byte_add(i * entry_size) = gid_entry(c, i as u32) };
+            }
+            Ok(n as isize)
         })
     }
 }
@@ -703,8 +739,8 @@ export! {
     fn ibv_query_gid_type(ctx: *mut ibv_context, port: u8, index: u32, ty: *mut u32) -> c_int {
         minus_one(|| {
             // SAFETY: the program's pointers.
-            let (_c, ty) = unsafe { (Context::from_ptr(ctx)?, arg_mut(ty)?) };
-            if port != 1 || index != 0 {
+            let (c, ty) = unsafe { (Context::from_ptr(ctx)?, arg_mut(ty)?) };
+            if port != 1 || index as usize >= c.gids.len() {
                 return Err(libc::EINVAL);
             }
             *ty = IBV_GID_TYPE_SYSFS_ROCE_V2;

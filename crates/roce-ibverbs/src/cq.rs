@@ -363,16 +363,22 @@ export! {
 }
 
 export! {
-    /// `ibv_resize_cq`: the engine's CQs take any size up to the device
-    /// limit, so the resize only records the new size.
+    /// `ibv_resize_cq`: the CQ holds `cqe` completions from now on, and
+    /// `cq->cqe` says so (the engine's CQs hold exactly what is asked).
+    /// `EINVAL` outside `1..=max_cqe` or below the completions waiting,
+    /// as rxe refuses it; the CQ is then unchanged.
     fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         errno_ret(|| {
             // SAFETY: the program's CQ.
-            let _q = unsafe { Cq::from_ptr(cq)? };
+            let q = unsafe { Cq::from_ptr(cq)? };
             if cqe <= 0 || cqe as u32 > roce_verbs::LIMITS.max_cqe {
                 return Err(libc::EINVAL);
             }
-            Err(libc::EOPNOTSUPP)
+            q.cq.resize(cqe as usize).map_err(verr)?;
+            // SAFETY: the program's CQ (checked above, not referenced
+            // past here); `cqe` is the program's to read, ours to write.
+            unsafe { (*cq).cqe = cqe };
+            Ok(())
         })
     }
 }

@@ -36,6 +36,15 @@ pub(crate) fn errno_ret(f: impl FnOnce() -> Res<()>) -> c_int {
     }
 }
 
+/// A verb returning 0 or a negative errno value
+/// (`ibv_resolve_eth_l2_from_gid`).
+pub(crate) fn neg_errno(f: impl FnOnce() -> Res<()>) -> c_int {
+    match run(f) {
+        Ok(()) => 0,
+        Err(e) => -e,
+    }
+}
+
 /// A verb returning a non-negative value, or -1 with `errno` set
 /// (`ibv_get_cq_event`, `ibv_query_gid`, `ibv_poll_cq`'s error path).
 pub(crate) fn minus_one<T: From<i8>>(f: impl FnOnce() -> Res<T>) -> T {

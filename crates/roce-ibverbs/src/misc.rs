@@ -7,7 +7,7 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use crate::abi::*;
 use crate::context::{addr_of, gid_of, Context};
-use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, set_errno};
+use crate::ffi::{arg, arg_mut, errno_ret, minus_one, neg_errno, ptr_ret, set_errno, Res};
 
 /// `enum ibv_rate` value, 2.5 Gb/s multiple, Mb/s: rdma-core's table.
 const RATES: [(c_int, c_int, c_int); 23] = [
@@ -83,17 +83,24 @@ export! {
     }
 }
 
-/// The GRH a UD receive carries in the first 40 bytes of its buffer:
-/// for IPv4 (RoCE v2) the IPv4 header sits in its last 20 bytes.
-fn grh_source(grh: &[u8; 40]) -> ibv_gid {
+/// The source and destination GIDs of the GRH a UD receive carries in
+/// the first 40 bytes of its buffer: for IPv4 (RoCE v2) the IPv4 header
+/// sits in its last 20 bytes.
+fn grh_gids(grh: &[u8; 40]) -> (ibv_gid, ibv_gid) {
     if grh[20] >> 4 == 4 {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(&grh[32..36]);
-        gid_of(std::net::IpAddr::from(a))
+        let v4 = |at: usize| {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(&grh[at..at + 4]);
+            gid_of(std::net::IpAddr::from(a))
+        };
+        (v4(32), v4(36))
     } else {
-        let mut g = ibv_gid::default();
-        g.raw.copy_from_slice(&grh[8..24]);
-        g
+        let v6 = |at: usize| {
+            let mut g = ibv_gid::default();
+            g.raw.copy_from_slice(&grh[at..at + 16]);
+            g
+        };
+        (v6(8), v6(24))
     }
 }
 
@@ -103,7 +110,7 @@ export! {
     fn ibv_init_ah_from_wc(ctx: *mut ibv_context, port: u8, wc: *mut ibv_wc, grh: *mut c_void, ah: *mut ibv_ah_attr) -> c_int {
         minus_one(|| {
             // SAFETY: the program's pointers (a GRH is 40 bytes).
-            let (_c, wc, ah) = unsafe { (Context::from_ptr(ctx)?, arg(wc)?, arg_mut(ah)?) };
+            let (c, wc, ah) = unsafe { (Context::from_ptr(ctx)?, arg(wc)?, arg_mut(ah)?) };
             // SAFETY: as above.
             let grh = unsafe { arg(grh.cast::<[u8; 40]>())? };
             if port != 1 || wc.wc_flags & 1 == 0 {
@@ -112,10 +119,12 @@ export! {
             *ah = ibv_ah_attr::default();
             ah.is_global = 1;
             ah.port_num = 1;
-            ah.grh.dgid = grh_source(grh);
+            let (source, dest) = grh_gids(grh);
+            ah.grh.dgid = source;
             ah.grh.hop_limit = 0xff;
-            ah.grh.sgid_index = 0;
-            let _ = addr_of(&ah.grh.dgid);
+            // The reply leaves from the GID the datagram came to.
+            let to = addr_of(&dest);
+            ah.grh.sgid_index = c.gids.iter().position(|&a| a == to).unwrap_or(0) as u8;
             Ok(0)
         })
     }
@@ -160,20 +169,62 @@ export! {
     }
 }
 
-export! {
-    /// `ibv_resolve_eth_l2_from_gid`: the engine resolves next hops
-    /// itself (UDP sockets need no MAC; the packet backend asks the
-    /// kernel's neighbour table), so there is no MAC to give here.
-    fn ibv_resolve_eth_l2_from_gid(_ctx: *mut ibv_context, _attr: *mut c_void, _mac: *mut u8, _vid: *mut u16) -> c_int {
-        libc::EOPNOTSUPP
+/// How long `ibv_resolve_eth_l2_from_gid` waits for a neighbour to
+/// answer (rdma-core's default neighbour timeout is of this order).
+const NEIGH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The MAC of the next hop towards `dest` from the context's interface:
+/// the interface's own MAC (all zero on loopback) for an address of this
+/// host, else the kernel's neighbour entry, solicited if needed. The
+/// same for both backends: UDP datagrams leave through the kernel,
+/// which puts exactly that MAC on them.
+fn l2_of(c: &Context, dest: std::net::IpAddr) -> Res<[u8; 6]> {
+    let info = c.device.info.interface();
+    let own = info.loopback && dest.to_canonical().is_loopback()
+        || roce_verbs::Device::list().is_ok_and(|l| l.iter().any(|d| d.gids().contains(&dest)));
+    if own {
+        return Ok(info.mac.map(|m| m.0).unwrap_or_default());
+    }
+    if info.loopback {
+        return Err(libc::EHOSTUNREACH);
+    }
+    match roce_verbs::roce_io::neighbor(&info.name, info.index, dest, NEIGH_WAIT) {
+        Ok(Some(m)) => Ok(m.0),
+        Ok(None) => Err(libc::EHOSTUNREACH),
+        Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
     }
 }
 
 export! {
-    /// `ibv_rereg_mr`: not supported (`IBV_REREG_MR_ERR_INPUT` semantics:
-    /// the region is left as it was); deregister and register instead.
-    fn ibv_rereg_mr(_mr: *mut c_void, _flags: c_int, _pd: *mut ibv_pd, _addr: *mut c_void, _len: usize, _access: c_int) -> c_int {
-        libc::EOPNOTSUPP
+    /// `ibv_resolve_eth_l2_from_gid`: the destination MAC (and VLAN id:
+    /// 0xffff, none) for an address vector, as rdma-core resolves it: 0,
+    /// or a negative errno (`-EINVAL` for a bad address vector or source
+    /// GID index, `-EHOSTUNREACH` for a neighbour that does not answer).
+    /// Off-link destinations are not routed to their gateway: only a
+    /// neighbour of the interface resolves.
+    fn ibv_resolve_eth_l2_from_gid(ctx: *mut ibv_context, attr: *mut ibv_ah_attr, mac: *mut u8, vid: *mut u16) -> c_int {
+        neg_errno(|| {
+            // SAFETY: the program's pointers.
+            let (c, a) = unsafe { (Context::from_ptr(ctx)?, arg(attr)?) };
+            if mac.is_null() || a.port_num != 1 || a.grh.sgid_index as usize >= c.gids.len() {
+                return Err(libc::EINVAL);
+            }
+            let src = c.gids[a.grh.sgid_index as usize];
+            let dest = addr_of(&a.grh.dgid);
+            if dest.is_ipv4() != src.is_ipv4() || dest.is_unspecified() {
+                return Err(libc::EINVAL);
+            }
+            let m = l2_of(c, dest)?;
+            // SAFETY: the program's 6-byte MAC buffer and its vid (NULL
+            // allowed, as rdma-core allows it).
+            unsafe {
+                std::ptr::copy_nonoverlapping(m.as_ptr(), mac, 6);
+                if let Some(v) = vid.as_mut() {
+                    *v = 0xffff;
+                }
+            }
+            Ok(())
+        })
     }
 }
 

@@ -8,7 +8,7 @@ use roce_verbs::{Access, AhAttr};
 
 use crate::abi::*;
 use crate::context::{addr_of, Context};
-use crate::ffi::{arg, errno_ret, ptr_ret, verr, Res};
+use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, set_errno, verr, Res};
 
 /// A protection domain: the C view first.
 #[repr(C)]
@@ -212,6 +212,103 @@ export! {
     }
 }
 
+/// `enum ibv_rereg_mr_flags`.
+const REREG_TRANSLATION: c_int = 1;
+const REREG_PD: c_int = 2;
+const REREG_ACCESS: c_int = 4;
+/// `enum ibv_rereg_mr_err_code`: an input error libibverbs itself finds
+/// (the region is unchanged), and an error of the command (the kernel's
+/// answer; here, too, the region is left as it was).
+const REREG_ERR_INPUT: c_int = -1;
+const REREG_ERR_CMD: c_int = -4;
+
+/// The command part of `ibv_rereg_mr`: what the kernel checks, then the
+/// engine's re-registration, then the C view.
+fn rereg_cmd(
+    m: &mut Mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> Res<()> {
+    if flags == 0 {
+        return Err(libc::EINVAL);
+    }
+    let new_pd = if flags & REREG_PD != 0 {
+        // SAFETY: the program's PD (NULL: EINVAL).
+        let p = unsafe { Pd::from_ptr(pd)? };
+        if p.ibv.context != m.ibv.context {
+            return Err(libc::EINVAL);
+        }
+        Some(p)
+    } else {
+        None
+    };
+    let rights = if flags & REREG_ACCESS != 0 {
+        Some(access_of(access)?)
+    } else {
+        None
+    };
+    if flags & REREG_TRANSLATION != 0 {
+        if !mapped(addr as usize, len) {
+            return Err(libc::EFAULT);
+        }
+        // The iova is the address, as rdma-core's providers pass it.
+        // SAFETY: mapped (checked above); by re-registering it the
+        // program hands the memory to the engine under verbs' rules, as
+        // for ibv_reg_mr, and gets the old memory back.
+        unsafe {
+            m.mr.rereg_raw(addr.cast(), len, addr as u64, new_pd.map(|p| &p.pd), rights)
+        }
+        .map_err(verr)?;
+        m.ibv.addr = addr;
+        m.ibv.length = len;
+        crate::unmap::moved(addr as usize, len, m as *mut Mr as usize, m.mr.revoker());
+    } else {
+        m.mr.rereg(new_pd.map(|p| &p.pd), rights).map_err(verr)?;
+    }
+    if let Some(p) = new_pd {
+        p.users.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: the PD outlives its MRs (dealloc_pd refuses before).
+        unsafe { &*m.pd }.users.fetch_sub(1, Ordering::AcqRel);
+        m.pd = p;
+        m.ibv.pd = pd;
+    }
+    Ok(())
+}
+
+export! {
+    /// `ibv_rereg_mr`: a new PD, new rights and/or new memory for a
+    /// region, which keeps its lkey and rkey (as rxe and most kernel
+    /// drivers keep them). 0, or an `enum ibv_rereg_mr_err_code` with
+    /// `errno` set: `IBV_REREG_MR_ERR_INPUT` for what libibverbs checks,
+    /// `IBV_REREG_MR_ERR_CMD` for what the kernel refuses (no flag,
+    /// invalid rights, a PD of another context, unmapped memory:
+    /// `EFAULT`). On any error the region is as it was.
+    fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int {
+        let mut code = REREG_ERR_INPUT;
+        let e = errno_ret(|| {
+            // SAFETY: the program's region (an Mr: its first field).
+            let m = unsafe { arg_mut(mr.cast::<Mr>())? };
+            let supported = REREG_TRANSLATION | REREG_PD | REREG_ACCESS;
+            if flags & !supported != 0
+                || (flags & REREG_TRANSLATION != 0 && (len == 0 || addr.is_null()))
+                || (access != 0 && flags & REREG_ACCESS == 0)
+            {
+                return Err(libc::EINVAL);
+            }
+            code = REREG_ERR_CMD;
+            rereg_cmd(m, flags, pd, addr, len, access)
+        });
+        if e == 0 {
+            return 0;
+        }
+        set_errno(e);
+        code
+    }
+}
+
 /// An address handle: the C view first.
 #[repr(C)]
 pub(crate) struct Ah {
@@ -246,13 +343,14 @@ export! {
             // SAFETY: the program's pointers.
             let (p, a) = unsafe { (Pd::from_ptr(pd)?, arg(attr)?) };
             let av = av_of(a)?;
-            if av.sgid_index != 0 {
+            if av.sgid_index as usize >= p.ctx().gids.len() {
                 return Err(libc::EINVAL);
             }
             let mut attr = AhAttr::new(av.dest);
             attr.hop_limit = av.hop_limit;
             attr.traffic_class = av.traffic_class;
-            let ah = p.pd.create_ah(attr).map_err(verr)?;
+            attr.sgid_index = av.sgid_index;
+            let ah = p.pd.create_ah(attr).map_err(crate::context::gid_err)?;
             p.users.fetch_add(1, Ordering::AcqRel);
             let b = Box::new(Ah { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ah, pd: p });
             Ok(Box::into_raw(b).cast())

@@ -285,11 +285,11 @@ export! {
             if m.contains(QpAttrMask::PKEY_INDEX) && a.pkey_index != 0 {
                 return Err(libc::EINVAL);
             }
-            if m.contains(QpAttrMask::AV) && a.ah_attr.grh.sgid_index != 0 {
+            if m.contains(QpAttrMask::AV) && a.ah_attr.grh.sgid_index as usize >= q.pd().ctx().gids.len() {
                 return Err(libc::EINVAL);
             }
             let r = attr_of(a, m)?;
-            q.qp.modify(&r, m).map_err(verr)?;
+            q.qp.modify(&r, m).map_err(crate::context::gid_err)?;
             let state = q.qp.state() as u32;
             // SAFETY: the program's QP; `state` is a plain field it reads.
             unsafe { (*qp).state = state };

@@ -52,6 +52,26 @@ pub(crate) fn watch(start: usize, len: usize, id: usize, revoker: Revoker) {
     COUNT.fetch_add(1, Ordering::Release);
 }
 
+/// Watches the region `id` at `[start, start + len)` from now on, in
+/// place of where it was (`ibv_rereg_mr` gave it new memory; a region
+/// revoked before is no longer in the table, and is added again).
+pub(crate) fn moved(start: usize, len: usize, id: usize, revoker: Revoker) {
+    let mut r = regions();
+    if let Some(i) = r.iter().position(|e| e.id == id) {
+        r.swap_remove(i);
+        COUNT.fetch_sub(1, Ordering::Release);
+    }
+    if len > 0 {
+        r.push(Entry {
+            start,
+            end: start.saturating_add(len),
+            id,
+            revoker,
+        });
+        COUNT.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Forgets the region `id` (deregistered).
 pub(crate) fn forget(id: usize) {
     let mut r = regions();

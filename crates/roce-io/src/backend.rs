@@ -323,6 +323,20 @@ pub trait Backend {
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
+
+    /// Makes `addr` one of this endpoint's local addresses, so that
+    /// datagrams from it can be sent and to it received (a device's GID
+    /// table grows into use). `Unsupported` (the default) from a backend
+    /// whose addresses are fixed when it is made; middleware passes it on.
+    fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
+        if self.local_addrs().contains(&addr) {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("this backend cannot add the local address {addr}"),
+        ))
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -345,6 +359,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (**self).wait_fd()
     }
+    fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
+        (**self).add_local_addr(addr)
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for &mut B {
@@ -366,6 +383,9 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     #[cfg(unix)]
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (**self).wait_fd()
+    }
+    fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
+        (**self).add_local_addr(addr)
     }
 }
 

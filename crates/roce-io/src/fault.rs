@@ -448,6 +448,10 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.inner.wait_fd()
     }
+
+    fn add_local_addr(&mut self, addr: std::net::IpAddr) -> std::io::Result<()> {
+        self.inner.add_local_addr(addr)
+    }
 }
 
 #[cfg(test)]

@@ -154,10 +154,11 @@ pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
 #[cfg(target_os = "linux")]
 pub use iface::{interface, interfaces, InterfaceInfo};
+pub use neigh::neighbor;
 #[cfg(target_os = "linux")]
 pub use packet::{PacketBackend, PacketConfig, PacketStats};
 pub use pcap::{mac_for, PcapStats, PcapTap, ETHERTYPE_UNKNOWN};
 #[cfg(target_os = "linux")]
 pub use sleeper::{Sleeper, Wake};
 #[cfg(target_os = "linux")]
-pub use udp::{IcrcCheck, SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpStats};
+pub use udp::{IcrcCheck, SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpSet, UdpStats};

@@ -206,6 +206,33 @@ pub(crate) fn solicit(dev: &str, ip: IpAddr) -> io::Result<()> {
     }
 }
 
+/// The MAC address of `ip`'s neighbour entry on interface `ifname`
+/// (`ifindex`), as the kernel resolves it: read from the table, or,
+/// when it has none, solicited and looked for again every 10 ms until
+/// `wait` has passed. `Ok(None)`: unresolved (no such neighbour, or one
+/// that did not answer in time). For what a program asks of
+/// `ibv_resolve_eth_l2_from_gid`; the packet backend resolves its own
+/// next hops without blocking.
+pub fn neighbor(
+    ifname: &str,
+    ifindex: u32,
+    ip: IpAddr,
+    wait: Duration,
+) -> io::Result<Option<MacAddr>> {
+    if let Some(mac) = lookup(ifindex, ip)? {
+        return Ok(Some(mac));
+    }
+    solicit(ifname, ip)?;
+    let end = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+        if let Some(mac) = lookup(ifindex, ip)? {
+            return Ok(Some(mac));
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

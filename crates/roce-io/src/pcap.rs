@@ -237,6 +237,10 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.inner.wait_fd()
     }
+
+    fn add_local_addr(&mut self, addr: std::net::IpAddr) -> std::io::Result<()> {
+        self.inner.add_local_addr(addr)
+    }
 }
 
 impl<B: std::fmt::Debug, W: Write> std::fmt::Debug for PcapTap<B, W> {

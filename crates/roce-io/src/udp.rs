@@ -4,9 +4,11 @@ mod config;
 mod hdr;
 mod ports;
 mod rx;
+mod set;
 mod tx;
 
 pub use config::{IcrcCheck, SourcePorts, UdpConfig, UdpOffloads, UdpStats};
+pub use set::UdpSet;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

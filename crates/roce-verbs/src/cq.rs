@@ -229,6 +229,20 @@ impl CompletionQueue {
         Ok(())
     }
 
+    /// `ibv_resize_cq`: the CQ holds `cqe` completions from now on (the
+    /// completions waiting stay). Refused, changing nothing, outside
+    /// `1..=4194304` or below the number of completions waiting (as the
+    /// kernel's rxe refuses it: `EINVAL`).
+    pub fn resize(&self, cqe: usize) -> Result<(), Error> {
+        if cqe == 0 || cqe > 1 << 22 {
+            return Err(Error::InvalidArgument("cqe must be in 1..=4194304"));
+        }
+        let shared = self.shared();
+        let mut core = shared.core();
+        core.dev.resize_cq(self.inner.id, cqe)?;
+        Ok(())
+    }
+
     /// `ibv_ack_cq_events`: acknowledges `n` events got from the channel.
     pub fn ack_events(&self, n: u64) {
         let _ = self

@@ -219,8 +219,12 @@ impl OpenOptions {
         self
     }
 
-    /// The GID table (default: the local address alone). The UDP and
-    /// packet backends own the local address only.
+    /// The GID table (default: the local address alone; the local
+    /// address should be its first entry). The packet backend owns every
+    /// address of it; the UDP backend binds the local address at once and
+    /// each other one when a QP or address handle first uses its GID
+    /// index (a GID whose UDP port another process holds then fails that
+    /// call with [`Error::AddrUnavailable`](crate::Error::AddrUnavailable)).
     pub fn gids(mut self, gids: Vec<IpAddr>) -> OpenOptions {
         self.gids = Some(gids);
         self
@@ -319,11 +323,18 @@ impl OpenOptions {
                     ucfg = ucfg.icrc_check(c);
                 }
                 let port = self.roce_port;
-                Box::new(roce_io::UdpBackend::bind(ucfg).map_err(|e| match e.kind() {
+                let refused = |e: io::Error| match e.kind() {
                     io::ErrorKind::AddrInUse => OpenError::PortInUse { addr: local, port },
                     io::ErrorKind::AddrNotAvailable => OpenError::NotLocal(local),
                     _ => OpenError::Io(format!("cannot open UDP {local}:{port}"), e),
-                })?)
+                };
+                // More than one GID: a backend that binds the others when
+                // a QP or AH first sends from them (Shared::use_gid).
+                if self.config.addrs.len() > 1 {
+                    Box::new(roce_io::UdpSet::bind(ucfg).map_err(refused)?)
+                } else {
+                    Box::new(roce_io::UdpBackend::bind(ucfg).map_err(refused)?)
+                }
             }
             BackendKind::Packet => {
                 if self.roce_port != roce_wire::ROCE_V2_PORT {
@@ -337,7 +348,7 @@ impl OpenOptions {
                 }
                 let pcfg = roce_io::PacketConfig::new(dev.info.name.clone())
                     .vlan(self.vlan)
-                    .local_addrs(vec![local]);
+                    .local_addrs(self.config.addrs.clone());
                 Box::new(
                     roce_io::PacketBackend::open(pcfg).map_err(|e| match e.kind() {
                         io::ErrorKind::PermissionDenied => OpenError::NeedsRaw(e),

@@ -41,6 +41,10 @@ pub enum Error {
     ThreadSpawn,
     /// The operating system's randomness (`getrandom`) was not available.
     NoRandomness,
+    /// A GID (local address) of the context's table could not be put to
+    /// use by its backend: its RoCE UDP port is taken there (another
+    /// process, a kernel rxe), or the backend cannot add addresses.
+    AddrUnavailable(std::net::IpAddr, std::io::ErrorKind),
 }
 
 impl fmt::Display for Error {
@@ -58,6 +62,11 @@ impl fmt::Display for Error {
             Error::WrongContext => f.write_str("object of another context"),
             Error::CqOverflow => f.write_str("completion queue overflowed"),
             Error::MrInUse => f.write_str("memory region still referenced"),
+            Error::AddrUnavailable(a, std::io::ErrorKind::AddrInUse) => write!(
+                f,
+                "the local address {a} cannot be used: its RoCE UDP port is taken (another process or RoCE stack holds it)"
+            ),
+            Error::AddrUnavailable(a, k) => write!(f, "the local address {a} cannot be used: {k}"),
             Error::NotOwned => f.write_str("memory region does not own its memory"),
             Error::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
             Error::Fabric(e) => write!(f, "{e}"),

@@ -8,7 +8,7 @@
 //! polled (or its QP is destroyed or reset). The last reference
 //! deregisters the region.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use roce_core::{Access, Lkey, MrKeys, PdId, RegionMemory, Rkey, Sge};
@@ -20,18 +20,40 @@ use crate::shared::{lock, Home, Shared};
 /// The registration a memory region and its outstanding work requests
 /// share. Dropping the last reference deregisters the region (so it must
 /// never be dropped under the core lock; see `shared`).
+///
+/// The PD, address, length and rights change only under the core lock
+/// (a re-registration), and are read under it where they matter (the
+/// SGE checks of a post): atomics only because the handle is shared.
 #[derive(Debug)]
 pub(crate) struct MrCore {
     pub(crate) keys: MrKeys,
-    pub(crate) pd: PdId,
-    pub(crate) va: u64,
-    pub(crate) len: usize,
-    pub(crate) access: Access,
+    pd: AtomicU32,
+    va: AtomicU64,
+    len: AtomicU64,
+    access: AtomicU32,
     shared: Weak<Shared>,
     /// Where the bytes of an owned region go on deregistration.
     home: Option<Home>,
     /// Deregistered explicitly (`into_inner` / `dereg`).
     released: AtomicBool,
+}
+
+impl MrCore {
+    pub(crate) fn pd(&self) -> PdId {
+        PdId(self.pd.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn va(&self) -> u64 {
+        self.va.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed) as usize
+    }
+
+    fn access(&self) -> Access {
+        Access(self.access.load(Ordering::Relaxed))
+    }
 }
 
 impl Drop for MrCore {
@@ -123,22 +145,22 @@ impl MemoryRegion {
     /// Virtual address of the first byte (the address of the memory for a
     /// raw region; an address chosen by the context for an owned one).
     pub fn addr(&self) -> u64 {
-        self.core.va
+        self.core.va()
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.core.len
+        self.core.len()
     }
 
     /// True for an empty region.
     pub fn is_empty(&self) -> bool {
-        self.core.len == 0
+        self.core.len() == 0
     }
 
     /// Access rights.
     pub fn access(&self) -> Access {
-        self.core.access
+        self.core.access()
     }
 
     /// True when registered with [`ProtectionDomain::reg_mr_raw`].
@@ -155,7 +177,7 @@ impl MemoryRegion {
     /// when a work request using it is posted.
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
         Sge {
-            addr: self.core.va.wrapping_add(offset),
+            addr: self.core.va().wrapping_add(offset),
             length: len,
             lkey: self.core.keys.lkey,
         }
@@ -163,15 +185,15 @@ impl MemoryRegion {
 
     /// A scatter/gather entry covering the whole region (at most 4 GiB − 1).
     pub fn sge_all(&self) -> Sge {
-        self.sge(0, self.core.len.min(u32::MAX as usize) as u32)
+        self.sge(0, self.core.len().min(u32::MAX as usize) as u32)
     }
 
     /// What a peer needs to access this region remotely.
     pub fn remote(&self) -> RemoteMr {
         RemoteMr {
-            addr: self.core.va,
+            addr: self.core.va(),
             rkey: self.core.keys.rkey,
-            len: self.core.len as u64,
+            len: self.core.len() as u64,
         }
     }
 
@@ -181,13 +203,13 @@ impl MemoryRegion {
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), Error> {
         let va = self
             .core
-            .va
+            .va()
             .checked_add(offset)
             .ok_or(Error::InvalidArgument("offset"))?;
         let shared = self.pd.shared();
         let core = shared.core_quiet();
         core.dev
-            .mr_read(self.core.keys, self.core.pd, va, out)
+            .mr_read(self.core.keys, self.core.pd(), va, out)
             .map_err(Error::from)
     }
 
@@ -195,21 +217,108 @@ impl MemoryRegion {
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
         let va = self
             .core
-            .va
+            .va()
             .checked_add(offset)
             .ok_or(Error::InvalidArgument("offset"))?;
         let shared = self.pd.shared();
         let mut core = shared.core_quiet();
         core.dev
-            .mr_write(self.core.keys, self.core.pd, va, data)
+            .mr_write(self.core.keys, self.core.pd(), va, data)
             .map_err(Error::from)
     }
 
     /// A copy of the whole region.
     pub fn to_vec(&self) -> Result<Vec<u8>, Error> {
-        let mut v = vec![0u8; self.core.len];
+        let mut v = vec![0u8; self.core.len()];
         self.read(0, &mut v)?;
         Ok(v)
+    }
+
+    /// `ibv_rereg_mr` without new memory: moves the region to `pd` (of
+    /// the same context) and/or gives it `access`, keeping its keys (as
+    /// the kernel does when it can, and rxe always). Work requests
+    /// already posted keep referring to the region; the engine applies
+    /// the new PD and rights to every access from now on. On an error
+    /// nothing changed.
+    pub fn rereg(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        access: Option<Access>,
+    ) -> Result<(), Error> {
+        self.rereg_with(pd, access, None)
+    }
+
+    /// `ibv_rereg_mr` with `IBV_REREG_MR_CHANGE_TRANSLATION`: the region
+    /// now covers `ptr..ptr + len`, seen at virtual address `iova`, with
+    /// the same keys (and optionally a new PD and rights, as
+    /// [`rereg`](Self::rereg)). A region that had been revoked is valid
+    /// again. Only for a raw region (an owned one keeps its buffer).
+    ///
+    /// # Safety
+    ///
+    /// The new memory is under the contract of
+    /// [`ProtectionDomain::reg_mr_raw`] from this call on. Once it
+    /// returns `Ok` the engine never touches the old memory again (work
+    /// requests still outstanding that named it use the new memory, at
+    /// their offsets, or fail its bounds check).
+    pub unsafe fn rereg_raw(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        pd: Option<&ProtectionDomain>,
+        access: Option<Access>,
+    ) -> Result<(), Error> {
+        if self.core.home.is_some() {
+            return Err(Error::InvalidArgument(
+                "the memory of an owned region cannot be replaced",
+            ));
+        }
+        if ptr.is_null() && len > 0 {
+            return Err(Error::InvalidArgument("null pointer"));
+        }
+        if (ptr as u64).checked_add(len as u64).is_none() || iova.checked_add(len as u64).is_none()
+        {
+            return Err(Error::InvalidArgument("region wraps the address space"));
+        }
+        // SAFETY: the caller's contract is `reg_mr_raw`'s, which is what
+        // `RawMem::new` requires.
+        let mem = unsafe { RawMem::new(ptr, len, self.pd.shared().cfg.copy_piece) };
+        self.rereg_with(pd, access, Some((iova, Box::new(mem))))
+    }
+
+    fn rereg_with(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        access: Option<Access>,
+        translation: Option<(u64, Box<dyn RegionMemory>)>,
+    ) -> Result<(), Error> {
+        if pd.is_some_and(|p| !p.context().same(self.pd.context())) {
+            return Err(Error::WrongContext);
+        }
+        let range = translation.as_ref().map(|(va, mem)| (*va, mem.len()));
+        let shared = self.pd.shared().clone();
+        let mut core = shared.core();
+        let old = core
+            .dev
+            .rereg_mr(self.core.keys, pd.map(|p| p.id()), access, translation)?;
+        // Under the core lock, as the post path reads them.
+        if let Some(p) = pd {
+            self.core.pd.store(p.id().0, Ordering::Relaxed);
+        }
+        if let Some(a) = access {
+            self.core.access.store(a.0, Ordering::Relaxed);
+        }
+        if let Some((va, len)) = range {
+            self.core.va.store(va, Ordering::Relaxed);
+            self.core.len.store(len as u64, Ordering::Relaxed);
+        }
+        drop(core);
+        drop(old);
+        if let Some(p) = pd {
+            self.pd = p.clone();
+        }
+        Ok(())
     }
 
     /// Deregisters an owned region and hands its buffer back. Refused
@@ -273,10 +382,10 @@ pub(crate) fn register(
     let keys = core.dev.reg_mr(pd.id(), va, mem, access)?;
     let mr = Arc::new(MrCore {
         keys,
-        pd: pd.id(),
-        va,
-        len,
-        access,
+        pd: AtomicU32::new(pd.id().0),
+        va: AtomicU64::new(va),
+        len: AtomicU64::new(len as u64),
+        access: AtomicU32::new(access.0),
         shared: Arc::downgrade(shared),
         home,
         released: AtomicBool::new(false),

@@ -144,6 +144,7 @@ impl ProtectionDomain {
                 "destination and source GID families differ",
             ));
         }
+        self.shared().use_gid(attr.sgid_index)?;
         Ok(AddressHandle {
             attr,
             pd: self.clone(),

@@ -178,6 +178,9 @@ impl QueuePair {
     /// (their buffers' references are released).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
         let shared = self.shared();
+        if mask.contains(QpAttrMask::AV) {
+            shared.use_gid(attr.ah_attr.sgid_index)?;
+        }
         let mut grave = Graveyard::new();
         let r = {
             let mut core = shared.core();

@@ -106,6 +106,24 @@ pub(crate) struct RecvEntry {
 pub type Notifier = Box<dyn Fn() + Send + Sync>;
 
 impl Shared {
+    /// Puts GID `index` to use: the backend gets its address, if it does
+    /// not have it yet (a UDP backend binds the RoCE port there). Called
+    /// before a QP's or an AH's source GID is set, so that a GID nobody
+    /// sends from holds no port. Takes the I/O lock (never under the
+    /// core lock: the lock order is io, then core).
+    pub(crate) fn use_gid(&self, index: u8) -> Result<(), Error> {
+        let Some(&addr) = self.addrs.get(index as usize) else {
+            return Err(Error::InvalidArgument("sgid_index"));
+        };
+        let mut io = lock(&self.io);
+        if io.backend.local_addrs().contains(&addr) {
+            return Ok(());
+        }
+        io.backend
+            .add_local_addr(addr)
+            .map_err(|e| Error::AddrUnavailable(addr, e.kind()))
+    }
+
     /// Queues asynchronous events and wakes their waiters.
     pub(crate) fn queue_events(&self, events: impl IntoIterator<Item = AsyncEvent>) {
         let mut q = lock(&self.events);
@@ -424,12 +442,13 @@ impl Core {
                 .get(&sge.lkey.value())
                 .and_then(Weak::upgrade)
                 .ok_or(Error::UnknownLkey(sge.lkey))?;
-            let wrong_pd = mr.pd != pd;
-            let in_bounds = sge.addr >= mr.va
+            let (va, len) = (mr.va(), mr.len() as u64);
+            let wrong_pd = mr.pd() != pd;
+            let in_bounds = sge.addr >= va
                 && sge
                     .addr
                     .checked_add(sge.length as u64)
-                    .is_some_and(|end| end <= mr.va + mr.len as u64);
+                    .is_some_and(|end| end <= va + len);
             refs.push(mr);
             if wrong_pd {
                 return Err(Error::WrongPd);

@@ -308,6 +308,21 @@ impl Device {
         self.mrs.revoke(keys.lkey)
     }
 
+    /// `ibv_rereg_mr`: changes a region in place, keeping its keys
+    /// ([`MrTable::reregister`]); hands back the old memory when
+    /// `translation` replaced it.
+    pub fn rereg_mr(
+        &mut self,
+        keys: MrKeys,
+        pd: Option<PdId>,
+        access: Option<Access>,
+        translation: Option<(u64, Box<dyn RegionMemory>)>,
+    ) -> Result<Option<Box<dyn RegionMemory>>, VerbsError> {
+        self.mrs
+            .reregister(keys.lkey, pd, access, translation)
+            .map_err(VerbsError::Access)
+    }
+
     /// `ibv_dereg_mr`: hands the memory back.
     pub fn dereg_mr(&mut self, keys: MrKeys) -> Result<Box<dyn RegionMemory>, VerbsError> {
         self.mrs.deregister(keys.lkey).ok_or(VerbsError::NotFound)
@@ -354,6 +369,12 @@ impl Device {
     /// The CQ object (to arm notifications, inspect its state).
     pub fn cq(&mut self, cq: CqId) -> Option<&mut Cq> {
         self.cqs.get_mut(cq.0 as usize).and_then(|c| c.as_mut())
+    }
+
+    /// `ibv_resize_cq`: the CQ holds `cqe` completions from now on;
+    /// refused while more than that are waiting ([`Cq::resize`]).
+    pub fn resize_cq(&mut self, cq: CqId, cqe: usize) -> Result<(), VerbsError> {
+        self.cq(cq).ok_or(VerbsError::NotFound)?.resize(cqe)
     }
 
     /// `ibv_poll_cq`.
