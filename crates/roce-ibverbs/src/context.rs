@@ -254,14 +254,16 @@ fn open_on(
     let loopback = dev.info.interface().loopback;
     // C programs often poll a CQ until a completion, then wait by other
     // means (spinning on memory a peer WRITEs), and post one work request
-    // per call. Chosen by measurement with perftest on two CPUs, each
-    // program pinned to one (docs/performance.md): every wake-up of the
-    // progress thread then takes the CPU from the program it serves, so
-    // the thread looks seldom (poller_park = max_park) and is not woken
-    // when a poll succeeds (hand_over_on_completion only marks the
-    // program as gone), and posts in a burst share their system calls.
+    // per call. Chosen by measurement with perftest on two CPUs
+    // (docs/performance.md): every wake-up of the progress thread may take
+    // the CPU from the program it serves, so the thread looks seldom
+    // while the program polls (poller_park = max_park) and does not take
+    // a successful poll for the program's leaving (that made it sleep on
+    // the socket and wake for each datagram of a program that went on
+    // polling: ib_send_lat's mean doubled); the engine's ACK deferral
+    // brings a WRITE's answer before its ACK instead. Posts in a burst
+    // share their system calls.
     let progress = roce_verbs::ProgressConfig {
-        hand_over_on_completion: true,
         poller_park: std::time::Duration::from_millis(1),
         coalesce_posts: std::time::Duration::from_micros(4),
         ..roce_verbs::ProgressConfig::default()
