@@ -2,7 +2,7 @@
 """Unmodified perftest over the drop-in libibverbs.so.1 against `roce perf`,
 side by side in one sitting, alternating, on loopback (two processes each).
 
-    python3 benches/dropin_side_by_side.py [ROUNDS] [--rdma-cm]
+    python3 benches/dropin_side_by_side.py [ROUNDS] [--rdma-cm] [--pin]
 
 Needs Debian's perftest and a release build (`cargo build --release -p
 roce-cli`, which builds the library beside `roce`). Prints one line per
@@ -27,9 +27,14 @@ TESTS = [
     # name, perftest tool, roce perf test, args, column, higher-is-better
     ("write_bw 64 KiB MB/s", "ib_write_bw", "write-bw", ["-s", "65536", "-n", "5000"], 3, True),
     ("send_bw 8 B Mpps", "ib_send_bw", "send-bw", ["-s", "8", "-n", "200000"], 4, True),
-    ("write_lat 2 B t_typical us", "ib_write_lat", "write-lat", ["-s", "2", "-n", "20000"], 4, False),
-    ("send_lat 2 B t_typical us", "ib_send_lat", "send-lat", ["-s", "2", "-n", "20000"], 4, False),
+    ("write_lat 2 B t_typical us", "ib_write_lat", "write-lat", ["-s", "2", "-n", "5000"], 4, False),
+    ("send_lat 2 B t_typical us", "ib_send_lat", "send-lat", ["-s", "2", "-n", "5000"], 4, False),
+    ("read_lat 2 B t_typical us", "ib_read_lat", "read-lat", ["-s", "2", "-n", "5000"], 4, False),
 ]
+
+# --pin: the server on CPU 0, the client on CPU 1 (taskset), as perftest's
+# users often run it; the progress threads share their program's CPU.
+PIN = "--pin" in sys.argv
 
 
 def figure(text, col):
@@ -46,6 +51,9 @@ def figure(text, col):
 def pair(server, client, env=None):
     PORT[0] += 1
     p = str(PORT[0])
+    if PIN:
+        server = ["taskset", "-c", "0"] + server
+        client = ["taskset", "-c", "1"] + client
     s = subprocess.Popen(server + ["-p", p], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(0.4)
     c = subprocess.run(client + ["-p", p], env=env, capture_output=True, text=True, timeout=120)
