@@ -86,7 +86,9 @@ fn save_conn_data(s: &mut Stream, d: &[u8]) -> Res<()> {
     if d[1] & FLAG_IOMAP != 0 {
         let (a, k, l) = s.remote_sgl;
         s.remote_iomap = (
-            a + 16 * u64::from(l),
+            // The peer's numbers: wrap as rsocket.c's arithmetic does
+            // rather than overflow.
+            a.wrapping_add(16 * u64::from(l)),
             k,
             super::iomap::scale_to_value(u32::from(d[7])),
         );

@@ -384,6 +384,14 @@ impl Stream {
                                 }
                             }
                         }
+                        // A peer's message longer than the half of the
+                        // ring it may fill is a protocol violation (it
+                        // would also run the byte counts over).
+                        _ if data > self.rbuf_size >> 1 => {
+                            *state = RS_ERROR;
+                            *err = libc::EPROTO;
+                            ended = true;
+                        }
                         _ => self.rmsg.push_back(data),
                     }
                 } else {
