@@ -550,11 +550,16 @@ pub(crate) fn run(shared: Arc<Shared>) {
             continue;
         }
         watch = first_look;
+        let mut driven = false;
         let out = match shared.io.try_lock() {
             Ok(mut io) => step(&shared, &mut io, Driver::Thread),
-            // An application thread is driving progress right now: count
-            // it as the last work, and park if it keeps doing so.
-            Err(TryLockError::WouldBlock) => StepOutcome::default(),
+            // An application thread is driving progress right now: it
+            // takes what arrives, so nap (below) rather than sleep on the
+            // descriptor, which stays readable until it has.
+            Err(TryLockError::WouldBlock) => {
+                driven = true;
+                StepOutcome::default()
+            }
             Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), Driver::Thread),
         };
         let now = shared.now();
@@ -573,7 +578,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
         // call is slow): then this thread must not wake on every datagram
         // and fight it for the I/O lock.
         let inline_active =
-            now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < max_park;
+            driven || now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < max_park;
         if !inline_active && now.saturating_sub(last_work) < spin {
             std::thread::yield_now();
             continue;
@@ -584,7 +589,9 @@ pub(crate) fn run(shared: Arc<Shared>) {
         // backend's descriptor where it has one, so that an arriving
         // datagram is taken at once, or nap with a growing bound.
         let on_io = !inline_active && shared.has_sleeper();
-        let nap = if inline_active || on_io {
+        let nap = if driven {
+            park
+        } else if inline_active || on_io {
             max_park
         } else {
             park
