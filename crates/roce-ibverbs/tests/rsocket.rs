@@ -154,3 +154,35 @@ fn eagain_eof_rpoll_and_errors() {
     }
     assert!(ct.contains("ok: rselect: readable once data came"), "{ct}");
 }
+
+/// A hostile rsocket peer (`tests/c/rsocket_hostile.c`: librdmacm and
+/// verbs by hand) writes one data message claiming 0x1fffffff bytes, more
+/// than the half-ring a message may fill: the victim's `rrecv` fails with
+/// EPROTO and returns nothing; neither side crashes.
+#[test]
+fn a_peer_claiming_an_oversized_message_gets_eproto() {
+    let Some(exe) = common::c_program("rsocket_hostile", "rdma/rsocket.h") else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let (s, c) = addrs();
+    let (st, ct) = pair(
+        exe,
+        &["server", &s, "7482"],
+        &["client", &s, "7482"],
+        &s,
+        &c,
+    );
+    assert!(
+        st.contains("ok: the oversized message was delivered"),
+        "{st}"
+    );
+    assert!(
+        ct.contains("ok: rpoll wakes for the hostile message"),
+        "{ct}"
+    );
+    assert!(
+        ct.contains("ok: rrecv of an oversized message: EPROTO"),
+        "{ct}"
+    );
+}

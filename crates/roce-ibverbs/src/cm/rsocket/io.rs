@@ -144,6 +144,9 @@ fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> Res<isize> {
     let _ = g.progress(&sock.ch);
     match err {
         Some(e) if done == 0 => Err(e),
+        // The connection failed (a peer that broke the protocol): its
+        // error, as a socket reports a pending error, not an end of file.
+        None if done == 0 && g.state == RS_ERROR && g.err != 0 => Err(g.err),
         _ => Ok(done as isize),
     }
 }
