@@ -215,6 +215,55 @@ fn ack_first_keeps_the_ack_behind_a_write_answer() {
     assert_eq!(from_b[..2], [Operation::WriteOnly, Operation::Acknowledge]);
 }
 
+/// The ACK an answer released: in a send call of its own after the
+/// answer (`poll_transmit` ends the batch once), but in the answer's own
+/// call with `ack_first`, whose peers wait for it.
+#[test]
+fn the_ack_shares_the_answers_send_call_only_with_ack_first() {
+    for ack_first in [false, true] {
+        let mut w = World::with_config(1 << 20, |c| {
+            c.ack_delay = AckDelay {
+                max_delay: DELAY,
+                max_psns: 8,
+                ack_first,
+            }
+        });
+        let (qa, qb) = w.connect(QpType::Rc, 1024);
+        recv(&mut w, 1, qb, 7, 0, 64);
+        send(&mut w, 0, qa, 1, 16);
+        assert!(w.run_until(10_000, |w| !w.hosts[1].poll().is_empty()));
+        let (va, rkey) = (w.hosts[0].base + 4096, w.hosts[0].mr.rkey);
+        let sge = w.hosts[1].sge(256, 16);
+        let wr = SendWr::rdma(2, SendOp::Write, vec![sge], va, rkey);
+        w.hosts[1].dev.post_send(qb, wr).unwrap();
+        // B's datagrams, taken by hand: None marks the end of a batch.
+        let now = w.now;
+        let mut buf = vec![0u8; 4200];
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let op = w.hosts[1]
+                .dev
+                .poll_transmit(now, &mut buf)
+                .map(|t| op_of(&buf[..t.size]));
+            got.push(op);
+        }
+        let want = if ack_first {
+            vec![
+                Some(Operation::WriteOnly),
+                Some(Operation::Acknowledge),
+                None,
+            ]
+        } else {
+            vec![
+                Some(Operation::WriteOnly),
+                None,
+                Some(Operation::Acknowledge),
+            ]
+        };
+        assert_eq!(got, want, "ack_first {ack_first}");
+    }
+}
+
 /// A stream from a requester with a small window: the ACK covering
 /// `max_psns` goes at once, so the requester never waits out the delay.
 #[test]

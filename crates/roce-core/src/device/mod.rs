@@ -702,7 +702,8 @@ impl Device {
     /// `None` when nothing is due.
     ///
     /// `None` also ends a batch early, once, after an answer that released
-    /// a deferred ACK (qp/responder/ack.rs): a driver that sends what it
+    /// a deferred ACK (qp/responder/ack.rs; not with `AckDelay::ack_first`,
+    /// whose peers wait for the ACK): a driver that sends what it
     /// has at `None` puts the answer, which the peer waits for, in a send
     /// call of its own, and the ACK in the next (its system call then runs
     /// while the peer works on the answer). [`Device::transmit_due`] says

@@ -446,7 +446,10 @@ impl Qp {
                 }
                 let n = self.req_poll_transmit(ctx, buf)?;
                 if self.resp.answered(ctx.now, ctx.ack_delay) {
-                    ctx.boundary = true;
+                    // The answer in a send call of its own, the ACK in the
+                    // next; in the HCA order the peer's program waits for
+                    // the ACK's completion, so it goes in the same call.
+                    ctx.boundary = !ctx.ack_delay.ack_first;
                     self.counters.acks_after_answer += 1;
                 }
                 n

@@ -49,7 +49,10 @@ pub struct AckDelay {
     /// is written by the time the peer's send completion shows: a
     /// program that polls until that completion and then spins on memory
     /// (perftest's `ib_write_lat`) finds the answer there instead of
-    /// waiting for whoever receives next.
+    /// waiting for whoever receives next. The ACK then goes in the
+    /// answer's send call rather than the next one (`ack_first` off ends
+    /// the batch after the answer, `Device::poll_transmit`): that program
+    /// waits for it.
     pub ack_first: bool,
 }
 
