@@ -160,7 +160,7 @@ fn main() {
     };
     let code = match &cli.command {
         Command::Inspect(args) => inspect::run(args),
-        Command::Perf(args) => perf::run(args),
+        Command::Perf(args) => perf::run(args, &stop_at_ctrl_c()),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Devinfo(args) => devinfo::run(args),
         // The client disconnects at Ctrl-C; the server ends as Linux's does.
