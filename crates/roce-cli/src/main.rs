@@ -31,9 +31,12 @@ mod pin;
 mod pingpong;
 mod rping;
 mod sim;
+mod stop;
 mod udaddy;
 
 use clap::{Parser, Subcommand};
+
+use stop::Stop;
 
 /// Tools for RoCE v2: decode and verify captures, perftest-style bandwidth
 /// and latency tests, rdma-core's pingpong, librdmacm's rping and udaddy,
@@ -103,6 +106,21 @@ pub(crate) fn fail(tool: &str, json: bool, msg: &str, code: i32) -> i32 {
     code
 }
 
+/// A [`Stop`] that Ctrl-C requests, for a command that finishes
+/// gracefully at Ctrl-C (the others keep the default: Ctrl-C ends them).
+///
+/// The one place where the process reaches the signal handler: `ctrlc`
+/// keeps the closure, and with it a clone of the token, in its own
+/// process-wide state and runs it on a thread of its own at each SIGINT.
+/// Called at most once per process (a command's entry), as `ctrlc`
+/// takes one handler.
+fn stop_at_ctrl_c() -> Stop {
+    let stop = Stop::new();
+    let requested = stop.clone();
+    let _ = ctrlc::set_handler(move || requested.request());
+    stop
+}
+
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -142,10 +160,12 @@ fn main() {
     };
     let code = match &cli.command {
         Command::Inspect(args) => inspect::run(args),
-        Command::Perf(args) => perf::run(args),
+        Command::Perf(args) => perf::run(args, &stop_at_ctrl_c()),
         Command::Pingpong(args) => pingpong::run(args),
         Command::Devinfo(args) => devinfo::run(args),
-        Command::Rping(args) => rping::run(args),
+        // The client disconnects at Ctrl-C; the server ends as Linux's does.
+        Command::Rping(args) if args.client => rping::run(args, &stop_at_ctrl_c()),
+        Command::Rping(args) => rping::run(args, &Stop::new()),
         Command::Udaddy(args) => udaddy::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Exec(args) => exec::run(args),

@@ -11,7 +11,6 @@
 //! disconnects.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -20,6 +19,8 @@ use roce_verbs::{
     OpenOptions, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp,
     SendWr, WcStatus,
 };
+
+use crate::stop::Stop;
 
 /// `rping` over this stack (the client with `-c`, the server with `-s`).
 #[derive(Parser, Debug, Clone)]
@@ -33,7 +34,7 @@ pub(crate) struct RpingArgs {
     server: bool,
     /// Run the client.
     #[arg(short = 'c')]
-    client: bool,
+    pub(crate) client: bool,
     /// Client: the server's address. Server: the local address to listen
     /// on (the RoCE device's IP; 0.0.0.0 takes --bind) [server default:
     /// 127.0.0.1, this host only].
@@ -73,10 +74,6 @@ pub(crate) struct RpingArgs {
     #[arg(long, value_parser = crate::device::check_faults)]
     faults: Option<String>,
 }
-
-/// Set by Ctrl-C: the client stops pinging and disconnects, so the
-/// server (Linux's rping has no silence limit) hears DISCONNECTED at once.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 const RECV_ID: u64 = 1;
 const SEND_ID: u64 = 2;
@@ -251,24 +248,24 @@ pub(crate) fn route_source(peer: IpAddr) -> Option<IpAddr> {
     roce_verbs::loopback::route_source(peer).ok()
 }
 
-pub(crate) fn run(args: &RpingArgs) -> i32 {
+/// Runs `roce rping`; returns the exit status. At `stop` (Ctrl-C, for
+/// the client) the client stops pinging and disconnects, so the server
+/// (Linux's rping has no silence limit) hears DISCONNECTED at once.
+pub(crate) fn run(args: &RpingArgs, stop: &Stop) -> i32 {
     if args.server == args.client {
         eprintln!("roce rping: give -s (server) or -c (client)");
         return 2;
     }
-    if args.client {
-        let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst));
-    }
     let r = match (args.server, args.addr) {
         (true, _) => server(args),
-        (false, Some(a)) => client(args, a),
+        (false, Some(a)) => client(args, a, stop),
         (false, None) => {
             eprintln!("roce rping: the client needs the server's address: -c -a ADDR");
             return 2;
         }
     };
     match r {
-        Ok(()) if INTERRUPTED.load(Ordering::SeqCst) => {
+        Ok(()) if stop.requested() => {
             eprintln!("roce rping: interrupted: disconnected from the server");
             130
         }
@@ -329,7 +326,7 @@ fn param() -> ConnParam {
     }
 }
 
-fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
+fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
     let local = match args.bind.or_else(|| route_source(server)) {
         Some(a) => a,
         None => return Err(format!("no route to {server}")),
@@ -390,7 +387,7 @@ fn client(args: &RpingArgs, server: IpAddr) -> Result<(), String> {
     }
     let mut start = b'A';
     let mut ping = 0u64;
-    while (args.count == 0 || ping < args.count) && !INTERRUPTED.load(Ordering::SeqCst) {
+    while (args.count == 0 || ping < args.count) && !stop.requested() {
         let text = ping_text(ping, start, size);
         start = if start >= b'z' { b'A' } else { start + 1 };
         start_buf.write(0, &text).map_err(|e| e.to_string())?;

@@ -12,7 +12,7 @@ use super::control::{expect_type, Control};
 use super::progress::Progress;
 use super::report::{self, BwResult};
 use super::setup::Session;
-use super::{stopping, Test};
+use super::Test;
 
 /// Bytes in flight per side across all QPs (the UDP backend's receive
 /// buffer is 8 MiB).
@@ -44,7 +44,7 @@ struct Measured {
 pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
-        if !ctl.next_size(&format!("size {size}"), stopping())? {
+        if !ctl.next_size(&format!("size {size}"), s.stopping())? {
             break;
         }
         prepare(s, size)?;
@@ -143,7 +143,7 @@ fn drive(
     loop {
         alarm.check()?;
         let now = Instant::now();
-        let stop_posting = stopping() || deadline.is_some_and(|d| now >= d);
+        let stop_posting = s.stopping() || deadline.is_some_and(|d| now >= d);
         if requester && !stop_posting {
             for q in 0..nq {
                 // What the window has room for goes out as one list (one
@@ -243,7 +243,7 @@ fn drive(
         if sent_done && peer_ops.is_some() && receive_finished {
             break;
         }
-        if stopping() && sent_done && peer_ops.is_none() {
+        if s.stopping() && sent_done && peer_ops.is_none() {
             // Cut short: the peer was told (a `stop`) and should soon say
             // how far it got; meanwhile this side keeps serving it (a SEND
             // receiver keeps reposting, or the peer would wait on RNR
@@ -297,7 +297,7 @@ fn exchange(
     let requester = s.is_client || p.bidir;
     let mut problems = Vec::new();
     ctl.send(&json!({"type": "measured", "ops": mine.ops, "per_qp": mine.per_qp, "secs": mine.secs, "peak": mine.peak_bps}))?;
-    let theirs = if stopping() {
+    let theirs = if s.stopping() {
         ctl.expect_after_stop("measured")?
     } else {
         ctl.expect("measured")?
@@ -308,7 +308,7 @@ fn exchange(
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
-    if p.verify && !stopping() {
+    if p.verify && !s.stopping() {
         let n = size as usize;
         for q in 0..s.qps.len() {
             let base = s.slot_off(q);

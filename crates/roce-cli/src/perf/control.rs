@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 pub(crate) use super::messages::{expect_type, Endpoint};
 use super::messages::{foreign_peer, peer_error, read_message, type_of};
+use super::Interrupts;
 
 /// A line-oriented JSON connection. A reader thread turns incoming lines
 /// into messages, so loops can poll for them without blocking.
@@ -20,6 +21,8 @@ pub(crate) struct Control {
     rx: std::sync::mpsc::Receiver<Result<Value, String>>,
     writer: Arc<Mutex<TcpStream>>,
     alarm: PeerAlarm,
+    /// How the run is cut short (Ctrl-C here, a `stop` from the peer).
+    int: Interrupts,
     /// An `Error` went out already (the peer needs only the first).
     error_sent: bool,
 }
@@ -56,32 +59,41 @@ impl PeerAlarm {
     }
 }
 
-/// The control connections open in this process, for the Ctrl-C handler
-/// to tell each peer that this side stops ([`announce_stop`]).
-static WRITERS: Mutex<Vec<Weak<Mutex<TcpStream>>>> = Mutex::new(Vec::new());
+/// The control connections open in a run, for Ctrl-C to tell each peer
+/// that this side stops ([`Peers::announce_stop`]). Clones share them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Peers(Arc<Mutex<Vec<Weak<Mutex<TcpStream>>>>>);
 
-/// Ctrl-C: tells every peer (a `stop` message) that this side stops, so
-/// that it ends its loop too and both sides report what they measured.
-pub(crate) fn announce_stop() {
-    let writers = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
-    for w in writers.iter().filter_map(Weak::upgrade) {
-        let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = w.write_all(b"{\"type\":\"stop\"}\n");
+impl Peers {
+    /// Ctrl-C: tells every peer (a `stop` message) that this side stops,
+    /// so that it ends its loop too and both sides report what they
+    /// measured.
+    pub(crate) fn announce_stop(&self) {
+        let writers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for w in writers.iter().filter_map(Weak::upgrade) {
+            let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = w.write_all(b"{\"type\":\"stop\"}\n");
+        }
+    }
+
+    /// Adds a connection's writer (dropped ones go).
+    fn add(&self, writer: &Arc<Mutex<TcpStream>>) {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(writer));
     }
 }
 
 impl Control {
-    pub(crate) fn new(stream: TcpStream) -> std::io::Result<Control> {
+    /// The control connection over `stream`, cut short by `int`.
+    pub(crate) fn new(stream: TcpStream, int: &Interrupts) -> std::io::Result<Control> {
         stream.set_nodelay(true)?;
         let writer = Arc::new(Mutex::new(stream.try_clone()?));
-        {
-            let mut all = WRITERS.lock().unwrap_or_else(PoisonError::into_inner);
-            all.retain(|w| w.strong_count() > 0);
-            all.push(Arc::downgrade(&writer));
-        }
+        int.peers.add(&writer);
         let (tx, rx) = std::sync::mpsc::channel();
         let alarm = PeerAlarm::default();
         let raise = alarm.clone();
+        let peer_int = int.clone();
         std::thread::Builder::new()
             .name("perf-control".into())
             .spawn(move || {
@@ -98,7 +110,7 @@ impl Control {
                     if msg.as_ref().is_ok_and(|v| type_of(v) == Some("stop")) {
                         // The peer was interrupted: this side's loops end
                         // as if it had been.
-                        super::PEER_STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+                        peer_int.peer_stopped();
                         continue;
                     }
                     if let Some(m) = msg.as_ref().ok().and_then(peer_error) {
@@ -116,8 +128,14 @@ impl Control {
             rx,
             writer,
             alarm,
+            int: int.clone(),
             error_sent: false,
         })
+    }
+
+    /// How the run is cut short.
+    pub(crate) fn interrupts(&self) -> &Interrupts {
+        &self.int
     }
 
     /// The alarm the reader thread raises when the peer reports an error.
@@ -170,9 +188,7 @@ impl Control {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     // Not during the report exchange after a stop, which
                     // still needs the peer's answer.
-                    if super::STOP.load(std::sync::atomic::Ordering::SeqCst)
-                        && super::waits_end_at_stop()
-                    {
+                    if self.int.here() && self.int.waits_end_at_stop() {
                         return Err("interrupted while waiting for the peer".into());
                     }
                 }
@@ -251,5 +267,71 @@ impl Control {
         if !std::mem::replace(&mut self.error_sent, true) {
             let _ = self.send(&json!({"type": "error", "message": msg}));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::stop::Stop;
+
+    /// A connected pair on the loopback: (this side, the peer's end).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn a_stop_request_tells_the_peer_of_each_open_connection() {
+        let stop = Stop::new();
+        let int = Interrupts::new(&stop);
+        let (mine, theirs) = pair();
+        let _ctl = Control::new(mine, &int).unwrap();
+        assert!(!int.here() && !int.stopping());
+        stop.request();
+        assert!(int.here() && int.stopping() && !int.by_peer());
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(theirs).read_line(&mut line).unwrap();
+        assert_eq!(line, "{\"type\":\"stop\"}\n");
+    }
+
+    #[test]
+    fn the_peers_stop_is_seen_by_its_run_alone() {
+        let int = Interrupts::new(&Stop::new());
+        let other = Interrupts::new(&Stop::new());
+        let (mine, mut theirs) = pair();
+        let _ctl = Control::new(mine, &int).unwrap();
+        theirs.write_all(b"{\"type\":\"stop\"}\n").unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while !int.by_peer() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(int.by_peer() && int.stopping() && !int.here());
+        assert!(!other.stopping());
+    }
+
+    #[test]
+    fn waits_end_at_a_stop_only_while_setting_up() {
+        let stop = Stop::new();
+        let int = Interrupts::new(&stop);
+        let (mine, _theirs) = pair();
+        let mut ctl = Control::new(mine, &int).unwrap();
+        stop.request();
+        let e = ctl.recv_timeout(Some(Duration::from_secs(5))).unwrap_err();
+        assert_eq!(e, "interrupted while waiting for the peer");
+        int.set_up();
+        let e = ctl
+            .recv_timeout(Some(Duration::from_millis(200)))
+            .unwrap_err();
+        assert_eq!(e, "timed out waiting for the peer");
     }
 }

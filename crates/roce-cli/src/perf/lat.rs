@@ -12,7 +12,7 @@ use super::control::{Control, PeerAlarm};
 use super::progress::Progress;
 use super::report::{self, LatResult};
 use super::setup::Session;
-use super::{stopping, Test};
+use super::{Interrupts, Test};
 
 /// The WR id of ping-pong receives.
 const RECV_ID: u64 = 1 << 62;
@@ -26,14 +26,16 @@ const STALL: Duration = Duration::from_secs(10);
 /// before, and a clock read can be a system call (see Shared::recent).
 struct Watchdog<'a> {
     alarm: &'a PeerAlarm,
+    int: &'a Interrupts,
     spins: u32,
     start: Option<Instant>,
 }
 
 impl<'a> Watchdog<'a> {
-    fn new(alarm: &'a PeerAlarm) -> Watchdog<'a> {
+    fn new(alarm: &'a PeerAlarm, int: &'a Interrupts) -> Watchdog<'a> {
         Watchdog {
             alarm,
+            int,
             spins: 0,
             start: None,
         }
@@ -46,7 +48,7 @@ impl<'a> Watchdog<'a> {
             return Ok(());
         }
         std::thread::yield_now();
-        if stopping() {
+        if self.int.stopping() {
             return Err("interrupted".into());
         }
         self.alarm.check()?;
@@ -60,7 +62,7 @@ impl<'a> Watchdog<'a> {
 /// Busy-polls the CQ for one completion (each empty poll also drives the
 /// context's progress on this thread).
 fn wait_one(s: &Session, alarm: &PeerAlarm) -> Result<Completion, String> {
-    let mut dog = Watchdog::new(alarm);
+    let mut dog = Watchdog::new(alarm, &s.int);
     loop {
         if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
             check(&c)?;
@@ -104,7 +106,7 @@ fn wait_byte(
     want: u8,
     unreaped: &mut u64,
 ) -> Result<(), String> {
-    let mut dog = Watchdog::new(alarm);
+    let mut dog = Watchdog::new(alarm, &s.int);
     let mut one = [0u8; 1];
     let (look_at, buf) = if snap.is_empty() {
         (off, &mut one[..])
@@ -130,7 +132,7 @@ fn wait_byte(
 pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
-        if !ctl.next_size(&format!("size {size}"), stopping())? {
+        if !ctl.next_size(&format!("size {size}"), s.stopping())? {
             break;
         }
         let samples = match s.params.test {
@@ -209,7 +211,8 @@ fn ping_pong(
     // small WRITE is copied into it by the look that sees it arrive.
     let mut got = vec![0u8; n];
     let snapshot = p.verify && write && n <= SNAPSHOT_MAX;
-    while i < iters && !stopping() && deadline.is_none_or(|d| Instant::now() < d || !s.is_client) {
+    while i < iters && !s.stopping() && deadline.is_none_or(|d| Instant::now() < d || !s.is_client)
+    {
         let tag = (i % 255) as u8 + 1;
         let send = |s: &Session, msg: &mut Vec<u8>| -> Result<(), String> {
             if let Some(last) = msg.last_mut() {
@@ -279,7 +282,7 @@ fn ping_pong(
             match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0),
                 // Ctrl-C while waiting: report what was measured.
-                Err(_) if stopping() => break,
+                Err(_) if s.stopping() => break,
                 Err(e) => return Err(e),
             }
             verified(s, &mut got)?;
@@ -287,7 +290,7 @@ fn ping_pong(
             match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
                 Ok(()) => {}
                 // The client stopped (duration over or interrupted).
-                Err(_) if p.duration.is_some() || stopping() => break,
+                Err(_) if p.duration.is_some() || s.stopping() => break,
                 Err(e) => return Err(e),
             }
             // Checked before answering: the answer lets the peer send the
@@ -344,7 +347,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         } else {
             size as u32
         };
-        while i < iters && !stopping() && deadline.is_none_or(|d| Instant::now() < d) {
+        while i < iters && !s.stopping() && deadline.is_none_or(|d| Instant::now() < d) {
             let sge = s.mr.sge(base + s.max_size, len);
             let op = if p.test == Test::AtomicLat {
                 SendOp::FetchAdd { add: 1 }
@@ -356,7 +359,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
             match wait_one(s, &alarm) {
                 Ok(_) => samples.push(t0.elapsed().as_secs_f64() * 1e6),
-                Err(_) if stopping() => break,
+                Err(_) if s.stopping() => break,
                 Err(e) => return Err(e),
             }
             progress.tick(i);
@@ -364,7 +367,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         }
         progress.finish();
         // An interrupted run may leave its last operation in flight.
-        let interrupted = stopping();
+        let interrupted = s.stopping();
         if p.verify && !samples.is_empty() && !interrupted {
             let mut got = vec![0u8; len as usize];
             s.mr.read(base + s.max_size, &mut got)
@@ -411,7 +414,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(256) {
                 std::thread::yield_now();
-                if stopping() {
+                if s.stopping() {
                     break;
                 }
             }
@@ -429,7 +432,7 @@ fn results(
 ) -> Result<Value, String> {
     if s.is_client {
         let Some(r) = LatResult::from_samples(size, &mut samples) else {
-            if stopping() {
+            if s.stopping() {
                 // Cut short before this size measured anything: no row
                 // (the sizes before it keep theirs), and the peer is told.
                 ctl.send(&json!({"type": "result", "result": null}))?;
@@ -442,7 +445,7 @@ fn results(
         ctl.send(&json!({"type": "result", "result": v}))?;
         Ok(v)
     } else {
-        let m = if stopping() {
+        let m = if s.stopping() {
             ctl.expect_after_stop("result")?
         } else {
             ctl.expect("result")?

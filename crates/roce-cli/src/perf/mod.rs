@@ -24,38 +24,79 @@ mod setup;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::stop::Stop;
 use control::Control;
 pub(crate) use messages::{Params, Test, MAX_ITERS};
 
-/// Set by Ctrl-C: loops stop and report what they measured.
-pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Set when the peer says it was interrupted (a `stop` message): this
-/// side's loops end as for Ctrl-C, and it reports what it measured.
-pub(crate) static PEER_STOP: AtomicBool = AtomicBool::new(false);
-
-/// Cleared once a session is connected: from then on Ctrl-C cuts the run
-/// short and the sides still exchange their reports, so waits on the peer
-/// no longer end at Ctrl-C.
-static SETTING_UP: AtomicBool = AtomicBool::new(true);
-
-/// The session is connected: see [`SETTING_UP`].
-pub(crate) fn set_up() {
-    SETTING_UP.store(false, Ordering::SeqCst);
+/// How a run is cut short: by Ctrl-C here (the [`Stop`] the command was
+/// given) or by the peer, and whether the session is still being set
+/// up. Clones share it; both sides of `--loopback` get the same one, as
+/// they share the process's Ctrl-C.
+#[derive(Clone, Debug)]
+pub(crate) struct Interrupts {
+    /// Requested by Ctrl-C: loops stop and report what they measured.
+    here: Stop,
+    /// Set when the peer says it was interrupted (a `stop` message): this
+    /// side's loops end as for Ctrl-C, and it reports what it measured.
+    peer: Arc<AtomicBool>,
+    /// Cleared once a session is connected: from then on Ctrl-C cuts the
+    /// run short and the sides still exchange their reports, so waits on
+    /// the peer no longer end at Ctrl-C.
+    setting_up: Arc<AtomicBool>,
+    /// The control connections open, told at Ctrl-C that this side stops.
+    peers: control::Peers,
 }
 
-/// Whether a wait on the peer should end at Ctrl-C.
-pub(crate) fn waits_end_at_stop() -> bool {
-    SETTING_UP.load(Ordering::SeqCst)
-}
+impl Interrupts {
+    /// The run's state, cut short by `stop`: at its request every control
+    /// connection's peer is told ([`control::Peers::announce_stop`]).
+    pub(crate) fn new(stop: &Stop) -> Interrupts {
+        let peers = control::Peers::default();
+        let announce = peers.clone();
+        stop.on_request(move || announce.announce_stop());
+        Interrupts {
+            here: stop.clone(),
+            peer: Arc::new(AtomicBool::new(false)),
+            setting_up: Arc::new(AtomicBool::new(true)),
+            peers,
+        }
+    }
 
-/// Whether the run is being cut short, here or by the peer.
-pub(crate) fn stopping() -> bool {
-    STOP.load(Ordering::SeqCst) || PEER_STOP.load(Ordering::SeqCst)
+    /// Whether Ctrl-C was pressed here.
+    pub(crate) fn here(&self) -> bool {
+        self.here.requested()
+    }
+
+    /// Whether the peer said it was interrupted.
+    pub(crate) fn by_peer(&self) -> bool {
+        self.peer.load(Ordering::SeqCst)
+    }
+
+    /// The peer said it was interrupted (its `stop` message).
+    pub(crate) fn peer_stopped(&self) {
+        self.peer.store(true, Ordering::SeqCst);
+    }
+
+    /// The session is connected: see [`Interrupts::waits_end_at_stop`].
+    pub(crate) fn set_up(&self) {
+        self.setting_up.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether a wait on the peer should end at Ctrl-C (until the session
+    /// is connected; afterwards the sides still exchange their reports).
+    pub(crate) fn waits_end_at_stop(&self) -> bool {
+        self.setting_up.load(Ordering::SeqCst)
+    }
+
+    /// Whether the run is being cut short, here or by the peer.
+    pub(crate) fn stopping(&self) -> bool {
+        self.here() || self.by_peer()
+    }
 }
 
 impl clap::ValueEnum for Test {
@@ -358,12 +399,10 @@ fn check_modes(args: &PerfArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `roce perf`; returns the exit status.
-pub(crate) fn run(args: &PerfArgs) -> i32 {
-    let _ = ctrlc::set_handler(|| {
-        STOP.store(true, Ordering::SeqCst);
-        control::announce_stop();
-    });
+/// Runs `roce perf`; returns the exit status. `stop` (Ctrl-C) cuts the
+/// run short: both sides report what they measured.
+pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
+    let int = Interrupts::new(stop);
     let moved;
     let args = match client_on_loopback(args) {
         Ok(Some(a)) => {
@@ -389,20 +428,20 @@ pub(crate) fn run(args: &PerfArgs) -> i32 {
     } else if args.perftest && args.rdma_cm {
         perftest_cm::run(args)
     } else if args.perftest {
-        perftest::run(args)
+        perftest::run(args, stop)
     } else if args.loopback {
-        run_loopback(args)
+        run_loopback(args, &int)
     } else if args.server.is_some() {
-        run_client(args, None).map(|_| ())
+        run_client(args, None, &int).map(|_| ())
     } else {
-        run_server(args, None)
+        run_server(args, None, &int)
     };
     match res {
-        Ok(()) if STOP.load(Ordering::SeqCst) => 130,
+        Ok(()) if int.here() => 130,
         Ok(()) => 0,
         Err(e) => {
             // Cut short by Ctrl-C before there was anything to report.
-            let code = if STOP.load(Ordering::SeqCst) { 130 } else { 1 };
+            let code = if int.here() { 130 } else { 1 };
             crate::fail("perf", args.json, &e, code)
         }
     }
@@ -495,7 +534,7 @@ fn check_gid_index(args: &PerfArgs) -> Result<(), String> {
 const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const LOOP_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
-fn run_loopback(args: &PerfArgs) -> Result<(), String> {
+fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), String> {
     if args.server.is_some() {
         return Err("--loopback runs both sides; do not name a server".into());
     }
@@ -517,6 +556,7 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     // The client's side records both directions; one writer per file.
     server_args.pcap = None;
     let fabric2 = fabric.clone();
+    let server_int = int.clone();
     // In a latency test each side (and the progress thread its context
     // starts) on a CPU of its own, when there are two: left to the
     // scheduler, both sides could share one CPU for the first ~12 ms of a
@@ -530,7 +570,7 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
         if let Some((_, cpu)) = placement {
             let _ = crate::pin::pin_current_thread(cpu);
         }
-        serve(&server_args, listener, fabric2.as_ref(), true)
+        serve(&server_args, listener, fabric2.as_ref(), true, &server_int)
     });
     if let Some((cpu, _)) = placement {
         let _ = crate::pin::pin_current_thread(cpu);
@@ -538,7 +578,7 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     let mut client_args = args.clone();
     client_args.server = Some(LOOP_SERVER.to_string());
     client_args.bind = Some(IpAddr::V4(LOOP_CLIENT));
-    let client = run_client(&client_args, fabric.as_ref());
+    let client = run_client(&client_args, fabric.as_ref(), int);
     if let Err(e) = &client {
         if !server.is_finished() {
             // The server may still wait for a connection that will never
@@ -563,7 +603,11 @@ fn run_loopback(args: &PerfArgs) -> Result<(), String> {
     }
 }
 
-fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), String> {
+fn run_server(
+    args: &PerfArgs,
+    fabric: Option<&roce_io::Fabric>,
+    int: &Interrupts,
+) -> Result<(), String> {
     if args.backend == BackendKind::Fabric {
         return Err("the fabric backend needs --loopback".into());
     }
@@ -579,7 +623,7 @@ fn run_server(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<(), S
             args.test.perftest_tool()
         );
     }
-    serve(args, listener, fabric, false)
+    serve(args, listener, fabric, false, int)
 }
 
 /// The server's own flags the client's parameters override (the client
@@ -630,9 +674,12 @@ fn adopted_note(args: &PerfArgs, p: &Params) -> Option<String> {
     ))
 }
 
-/// Waits for a client, ending at Ctrl-C ("interrupted before a client
-/// came").
-pub(crate) fn accept_interruptibly(listener: &TcpListener) -> Result<TcpStream, String> {
+/// Waits for a client, ending at `stop` (Ctrl-C: "interrupted before a
+/// client came").
+pub(crate) fn accept_interruptibly(
+    listener: &TcpListener,
+    stop: &Stop,
+) -> Result<TcpStream, String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("listen: {e}"))?;
@@ -645,7 +692,7 @@ pub(crate) fn accept_interruptibly(listener: &TcpListener) -> Result<TcpStream, 
                 return Ok(stream);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if STOP.load(Ordering::SeqCst) {
+                if stop.requested() {
                     return Err("interrupted before a client came".into());
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -689,8 +736,9 @@ fn serve(
     listener: TcpListener,
     fabric: Option<&roce_io::Fabric>,
     quiet: bool,
+    int: &Interrupts,
 ) -> Result<(), String> {
-    let stream = accept_interruptibly(&listener)?;
+    let stream = accept_interruptibly(&listener, &int.here)?;
     match first_byte(&stream)? {
         b'{' => {}
         b'0'..=b'9' if fabric.is_none() => {
@@ -703,7 +751,7 @@ fn serve(
         }
         _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
     }
-    let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
+    let mut ctl = Control::new(stream, int).map_err(|e| e.to_string())?;
     let hello = ctl.expect("hello")?;
     let params = match Params::from_json(&hello) {
         Ok(p) if p.test == args.test => p,
@@ -771,7 +819,7 @@ fn serve(
     match r {
         Ok((results, params, counters)) => {
             if !quiet {
-                print_results(args, &params, &results, &counters);
+                print_results(args, &params, &results, &counters, int);
             }
             pcap_problem(&counters).map_or(Ok(()), Err)
         }
@@ -804,13 +852,17 @@ fn run_session(
     }
 }
 
-fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<Value>, String> {
+fn run_client(
+    args: &PerfArgs,
+    fabric: Option<&roce_io::Fabric>,
+    int: &Interrupts,
+) -> Result<Vec<Value>, String> {
     let params = Params::from_args(args)?;
     let server = args.server.as_deref().ok_or("no server")?;
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
     args.say_moved();
-    let mut ctl = Control::new(stream).map_err(|e| e.to_string())?;
+    let mut ctl = Control::new(stream, int).map_err(|e| e.to_string())?;
     let mut hello = params.to_json();
     hello["roce_port"] = json!(args.roce_port);
     ctl.send(&hello)?;
@@ -826,7 +878,7 @@ fn run_client(args: &PerfArgs, fabric: Option<&roce_io::Fabric>) -> Result<Vec<V
         .and_then(|mut s| run_session(&mut s, &mut ctl));
     match r {
         Ok((results, params, counters)) => {
-            print_results(args, &params, &results, &counters);
+            print_results(args, &params, &results, &counters, int);
             pcap_problem(&counters).map_or(Ok(results), Err)
         }
         Err(e) => {
@@ -867,12 +919,18 @@ fn pcap_problem(counters: &Value) -> Option<String> {
     })
 }
 
-fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: &Value) {
+fn print_results(
+    args: &PerfArgs,
+    params: &Params,
+    results: &[Value],
+    counters: &Value,
+    int: &Interrupts,
+) {
     if args.json {
         let v = json!({"test": params.test.name(), "qps": params.qps, "mtu": params.mtu,
                        "bidirectional": params.bidir, "verified": params.verify,
-                       "interrupted": STOP.load(Ordering::SeqCst),
-                       "peer_interrupted": PEER_STOP.load(Ordering::SeqCst), "results": results,
+                       "interrupted": int.here(),
+                       "peer_interrupted": int.by_peer(), "results": results,
                        "counters": counters});
         println!("{v}");
         return;
@@ -933,9 +991,9 @@ fn print_results(args: &PerfArgs, params: &Params, results: &[Value], counters: 
             println!("{note}");
         }
     }
-    if STOP.load(Ordering::SeqCst) {
+    if int.here() {
         println!(" (interrupted: partial results)");
-    } else if PEER_STOP.load(Ordering::SeqCst) {
+    } else if int.by_peer() {
         println!(" (the peer was interrupted: partial results)");
     }
 }

@@ -36,6 +36,7 @@ pub(crate) use super::perftest_wire::{
     agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN,
 };
 use super::{PerfArgs, Test};
+use crate::stop::Stop;
 
 /// Outstanding RDMA READs / atomics this side accepts as responder.
 const OUT_READS: u16 = 16;
@@ -205,8 +206,9 @@ impl Control for Oob {
     }
 }
 
-/// Runs one test in perftest-compatible mode; the exit is via `Err` on failure.
-pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
+/// Runs one test in perftest-compatible mode; the exit is via `Err` on
+/// failure. A server waiting for its client gives up at `stop` (Ctrl-C).
+pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
     Plan::from_args(args)?;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
@@ -222,7 +224,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             "roce perf: waiting for a perftest client on port {}",
             args.port
         );
-        let s = super::accept_interruptibly(&l)?;
+        let s = super::accept_interruptibly(&l, stop)?;
         // A client of roce perf's own exchange opens with a JSON line:
         // tell it what to do rather than read its hello as perftest's.
         if super::first_byte(&s)? == b'{' {

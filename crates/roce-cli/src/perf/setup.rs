@@ -13,7 +13,7 @@ use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
 use super::messages::endpoints_from_json;
 use super::messages::layout;
-use super::{BackendKind, Params, PerfArgs};
+use super::{BackendKind, Interrupts, Params, PerfArgs};
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side
@@ -84,6 +84,8 @@ pub(crate) struct Session {
     /// Mixed into the pattern expected from the peer: 0, except in the
     /// tests that prove a wrong payload fails the run (`--verify-salt`).
     peer_salt: u64,
+    /// How the run is cut short (Ctrl-C here or at the peer).
+    pub(crate) int: Interrupts,
     _pd: ProtectionDomain,
 }
 
@@ -245,7 +247,7 @@ impl Session {
                 .map_err(|e| format!("cannot connect QP {}: {e}", m.qpn))?;
         }
         ctl.barrier("connected")?;
-        super::set_up();
+        ctl.interrupts().set_up();
         Ok(Session {
             params,
             is_client,
@@ -260,8 +262,14 @@ impl Session {
             remote,
             local: mine,
             peer_salt: args.verify_salt,
+            int: ctl.interrupts().clone(),
             _pd: pd,
         })
+    }
+
+    /// Whether the run is being cut short, here or by the peer.
+    pub(crate) fn stopping(&self) -> bool {
+        self.int.stopping()
     }
 
     /// Runs the test for every size; returns one result object per size.

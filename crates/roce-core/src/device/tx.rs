@@ -1,0 +1,108 @@
+//! The transmit side: [`Device::poll_transmit`], the ready queue that
+//! serves QPs round robin in bursts, and the farewell ACKs sent first.
+
+use super::Device;
+use crate::qp::Ctx;
+use crate::Nanos;
+
+impl Device {
+    pub(super) fn mark_ready(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.queued {
+                qp.queued = true;
+                self.ready.push_back(qpn);
+            }
+        }
+    }
+
+    /// Writes the next datagram to send into `buf` (which should hold at
+    /// least 4200 bytes); returns how to send it (its length, addresses,
+    /// DSCP / ECN: a backend sends from these without parsing it), or
+    /// `None` when nothing is due.
+    ///
+    /// `None` also ends a batch early, once, after an answer that released
+    /// a deferred ACK (qp/responder/ack.rs; not with `AckDelay::ack_first`,
+    /// whose peers wait for the ACK): a driver that sends what it
+    /// has at `None` puts the answer, which the peer waits for, in a send
+    /// call of its own, and the ACK in the next (its system call then runs
+    /// while the peer works on the answer). [`Device::transmit_due`] says
+    /// that more is waiting; a driver that only polls again later loses
+    /// nothing either.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+        self.next_datagram(now, buf)
+    }
+
+    /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
+    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+        // A QP's last ACK before the CM message that may end it (a DREQ),
+        // and before the boundary: a driver flushing a closing device
+        // calls again only while something is due, and the boundary (a
+        // send-call split for latency) must not strand it.
+        if let Some((p, t)) = self.farewell.pop_front() {
+            buf.get_mut(..p.len())?.copy_from_slice(&p);
+            self.counters.tx_datagrams += 1;
+            return Some(t);
+        }
+        if std::mem::take(&mut self.boundary) {
+            return None;
+        }
+        if let Some(n) = self.cm_poll_transmit(buf) {
+            self.counters.tx_datagrams += 1;
+            return Some(n);
+        }
+        let rounds = self.ready.len();
+        for _ in 0..rounds {
+            let Some(qpn) = self.ready.pop_front() else {
+                break;
+            };
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.queued = false;
+            let mut ctx = ctx!(self, now);
+            let sent = qp.poll_transmit(&mut ctx, buf);
+            self.boundary = ctx.boundary;
+            qp.check_cq_lost(&mut ctx);
+            if let Some(n) = sent {
+                // Round robin in bursts: the QP keeps its turn for up to
+                // `tx_burst` packets, then goes to the back if it has more.
+                self.burst += 1;
+                if qp.wants_to_send() {
+                    qp.queued = true;
+                    if self.burst < self.config.tx_burst {
+                        self.ready.push_front(qpn);
+                    } else {
+                        self.burst = 0;
+                        self.ready.push_back(qpn);
+                    }
+                } else {
+                    self.burst = 0;
+                }
+                self.counters.tx_datagrams += 1;
+                self.note_timer(qpn);
+                return Some(n);
+            }
+            self.note_timer(qpn);
+            self.burst = 0;
+            // Nothing now (window, credits, RNR wait, a deferred ACK):
+            // timers or incoming packets will make it ready again.
+        }
+        self.prune_timers();
+        None
+    }
+
+    /// Whether [`Device::poll_transmit`] would give a datagram at `now`
+    /// (a cheap look: a QP whose only output is a deferred ACK, or whose
+    /// window or pacing holds it back, may still say yes). A driver that
+    /// has just handed the engine datagrams can skip its transmit phase
+    /// when this is false and no timer is due: nothing is lost, since the
+    /// engine's deadlines say when to look again.
+    pub fn transmit_due(&self, now: Nanos) -> bool {
+        !self.farewell.is_empty()
+            || self.cm.has_output()
+            || self
+                .ready
+                .iter()
+                .any(|q| self.qps.get(q).is_some_and(|qp| qp.wants_to_send_at(now)))
+    }
+}
