@@ -16,11 +16,16 @@ use roce_wire::Operation;
 const DELAY: u64 = 40_000;
 
 fn deferring() -> World {
+    deferring_with(false)
+}
+
+/// Deferral for DELAY or 8 PSNs, the held ACK before or after the answer.
+fn deferring_with(ack_first: bool) -> World {
     World::with_config(1 << 20, |c| {
         c.ack_delay = AckDelay {
             max_delay: DELAY,
             max_psns: 8,
-            ack_first: false,
+            ack_first,
         }
     })
 }
@@ -134,13 +139,7 @@ fn the_answer_leaves_before_the_ack() {
 /// comes before the answer's receive.
 #[test]
 fn ack_first_sends_the_held_ack_before_the_answer() {
-    let mut w = World::with_config(1 << 20, |c| {
-        c.ack_delay = AckDelay {
-            max_delay: DELAY,
-            max_psns: 8,
-            ack_first: true,
-        }
-    });
+    let mut w = deferring_with(true);
     let log = record(&mut w);
     let (qa, qb) = w.connect(QpType::Rc, 1024);
     recv(&mut w, 1, qb, 7, 0, 64);
@@ -173,13 +172,7 @@ fn ack_first_sends_the_held_ack_before_the_answer() {
 /// that polls until that completion and then reads memory finds them).
 #[test]
 fn ack_first_keeps_the_ack_behind_a_write_answer() {
-    let mut w = World::with_config(1 << 20, |c| {
-        c.ack_delay = AckDelay {
-            max_delay: DELAY,
-            max_psns: 8,
-            ack_first: true,
-        }
-    });
+    let mut w = deferring_with(true);
     let log = record(&mut w);
     let (qa, qb) = w.connect(QpType::Rc, 1024);
     recv(&mut w, 1, qb, 7, 0, 64);
@@ -221,13 +214,7 @@ fn ack_first_keeps_the_ack_behind_a_write_answer() {
 #[test]
 fn the_ack_shares_the_answers_send_call_only_with_ack_first() {
     for ack_first in [false, true] {
-        let mut w = World::with_config(1 << 20, |c| {
-            c.ack_delay = AckDelay {
-                max_delay: DELAY,
-                max_psns: 8,
-                ack_first,
-            }
-        });
+        let mut w = deferring_with(ack_first);
         let (qa, qb) = w.connect(QpType::Rc, 1024);
         recv(&mut w, 1, qb, 7, 0, 64);
         send(&mut w, 0, qa, 1, 16);

@@ -34,13 +34,8 @@ static void pair(struct ibv_cq **ca, struct ibv_qp **a, struct ibv_cq **cb, stru
 }
 
 int main(void) {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) { printf("FAIL setup: no device\n"); return 100; }
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	if (!ctx) { printf("FAIL setup: open: %s\n", strerror(errno)); return 100; }
-	pd = ibv_alloc_pd(ctx);
+	int n = 0;
+	open_first_device();
 	ibv_query_gid(ctx, 1, 0, &gid);
 	long page = sysconf(_SC_PAGESIZE);
 

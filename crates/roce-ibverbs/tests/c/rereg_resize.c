@@ -147,13 +147,7 @@ static void resize(void) {
 }
 
 int main(void) {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1) { printf("FAIL setup: no device\n"); return 100; }
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	if (!ctx) { printf("FAIL setup: open: %s\n", strerror(errno)); return 100; }
-	pd = ibv_alloc_pd(ctx);
+	open_first_device();
 	ibv_query_gid(ctx, 1, 0, &gid);
 	page = sysconf(_SC_PAGESIZE);
 	rereg();

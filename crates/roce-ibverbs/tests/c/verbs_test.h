@@ -28,6 +28,18 @@ static union ibv_gid gid;
 static long page __attribute__((unused));
 static uint8_t sgid_index __attribute__((unused));
 
+/* The first device's context and a PD into ctx and pd; exits with 100
+ * (set-up failed) when there is none. */
+static inline void open_first_device(void) {
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1) { printf("FAIL setup: no device\n"); exit(100); }
+	ctx = ibv_open_device(list[0]);
+	ibv_free_device_list(list);
+	if (!ctx) { printf("FAIL setup: open: %s\n", strerror(errno)); exit(100); }
+	pd = ibv_alloc_pd(ctx);
+}
+
 static inline double now(void) {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
