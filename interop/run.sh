@@ -33,8 +33,11 @@
 #   DROPIN_PINGPONG [rc uc ud srq]  DROPIN_PERFTEST [the eight]: the same Debian tools on our side
 #               under `roce exec` (the drop-in libibverbs); '' skips.  DROPIN_LOSSES [0 1] (% loss
 #               on the peer's egress; 0 = none)  DROPIN_LOSS_PINGPONG [rc srq] (UC, UD: no recovery)
-#   DROPIN_CM   [rping udaddy ucmatose rdma_server write_bw_R]: librdmacm's tools on our side
-#               under `roce exec` (the drop-in librdmacm); '' skips
+#   DROPIN_CM   [rping udaddy ucmatose rdma_server rdma_xserver cmtime and the eight perftest
+#               tools with -R, e.g. write_bw_R]: librdmacm's tools on our side under `roce exec`
+#               (the drop-in librdmacm); '' skips.  CMTIME_CONNS [50]  CMTIME_SERVE [60] s (cmtime's
+#               server runs until killed: stopped then, which counts as its success)
+#   DROPIN_CM_LOSSES [0 1] (% loss on the peer's egress for the DROPIN_CM and rstream cases)
 #   RSTREAM_ROLES [$ROLES; '' skips rstream and riostream]
 #   LOSSES [1 5] (% loss on both directions; '' skips)  PEER_IF [eth0]  LOSS_OPS [write read send]
 #   CASE_TIMEOUT  seconds per tool run [180];  PORT_BASE  first TCP port [18600]
@@ -539,85 +542,130 @@ done
 
 # --- librdmacm's tools on our side, over the drop-in librdmacm (roce exec) ----------------
 # rping (-v -C 10: per ping SEND, READ, SEND, WRITE, SEND), udaddy (SIDR, then UD datagrams),
-# ucmatose (RC connection, SENDs), rdma_server/rdma_client (rdma_create_ep, one SEND each way)
-# and ib_write_bw -R, the same binary on both ends, both roles. A case passes when both exit 0,
-# the tool's own success lines are in both logs, the capture holds CM MADs and every ICRC is
-# valid. (Debian's perftest client with -R does not retry a connection its server is not yet
-# listening for: see docs/interop.md.)
-DROPIN_CM=${DROPIN_CM-rping udaddy ucmatose rdma_server write_bw_R}
-for c in $DROPIN_CM; do
-    for role in $ROLES; do
-        N=$((N + 1)); port=$((PORT_BASE + N))
-        case_dir="$OUT/dropin-cm-$c-$role"
-        # srv: the server's command; cli: the client's, @S@ standing for the server's address;
-        # ok_srv / ok_cli: a line each side must print (a count for rping).
-        case $c in
-        rping) srv="rping -s -a 0.0.0.0 -p $port -C $RPING_COUNT -v"
-               cli="rping -c -a @S@ -p $port -C $RPING_COUNT -v"
-               ok_srv="server ping data"; ok_cli="^ping data" ;;
-        udaddy) srv="udaddy -C 10 -S 100"; cli="udaddy -s @S@ -C 10 -S 100"   # port 7174
-               ok_srv="data transfers complete"; ok_cli=$ok_srv ;;
-        ucmatose) srv="ucmatose -C 10"; cli="ucmatose -s @S@ -C 10"          # port 7471
-               ok_srv="data transfers complete"; ok_cli=$ok_srv ;;
-        rdma_server) srv="rdma_server -p $port"; cli="rdma_client -s @S@ -p $port"
-               ok_srv="rdma_server: end 0"; ok_cli="rdma_client: end 0" ;;
-        write_bw_R) srv="ib_write_bw -R -s 4096 -n 200 -p $port"; cli="$srv @S@"
-               ok_srv="^ *4096 +200 "; ok_cli=$ok_srv ;;
-        *) echo "unknown DROPIN_CM case $c" >&2; continue ;;
-        esac
-        dev_t=""; dev_o=""
-        [ "$c" = write_bw_R ] && dev_t="-d $(peer_dev)" && dev_o="-d $OUR_DEV"
-        theirs_srv="timeout $CASE_TIMEOUT ${srv/ -R/ -R $dev_t}"
-        theirs_cli="timeout $CASE_TIMEOUT ${cli//@S@/$HOST_IP}"; theirs_cli=${theirs_cli/ -R/ -R $dev_t}
-        ours_srv=("${ours_exec[@]}" ${srv/ -R/ -R $dev_o})
-        c_o=${cli//@S@/$PEER_IP}
-        ours_cli=("${ours_exec[@]}" ${c_o/ -R/ -R $dev_o})
-        run_case "$role" "$case_dir" "udp port 4791" 8
-        if [ "$role" = our-client ]; then lo=$ok_cli; lt=$ok_srv; else lo=$ok_srv; lt=$ok_cli; fi
-        no=$(grep -cE "$lo" "$case_dir/ours.log" || true); nt=$(grep -cE "$lt" "$case_dir/theirs.log" || true)
-        want=1; [ "$c" = rping ] && want=$RPING_COUNT
-        cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
-        res=PASS
-        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ "$no" -lt "$want" ] \
-            || [ "$nt" -lt "$want" ] || [ "$cm" -lt 2 ]; then
-            res=FAIL; FAILS=$((FAILS + 1))
-        fi
-        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$c exec" "$dir" - - "$res" \
-            "$nt ok lines [rc=$rc_theirs]" "$no ok lines [rc=$rc_ours]" \
-            "$(tail -1 "$case_dir/inspect.txt"); CM MADs=$cm [rc=$rc_insp]"
-    done
-done
-
-# --- rsockets: rstream and riostream over librdmacm's rsocket protocol -------------------
-# Their rstream/riostream (Linux librdmacm rsockets) against the same program on our
+# ucmatose (RC connection, SENDs), rdma_server/rdma_client (rdma_create_ep, one SEND each way),
+# rdma_xserver/rdma_xclient (-c r: rdma_create_ep with an RC QP, one SEND), cmtime
+# (CMTIME_CONNS connections with program-managed QPs set up and torn down, step by step) and
+# perftest's eight tools with -R (TOOL_R), the same binary on both ends, both roles. A case
+# passes when both exit 0, the tool's own success lines are in both logs, the capture holds CM
+# MADs and every ICRC is valid. Then again with `tc netem loss L%` on the peer's egress
+# (DROPIN_CM_LOSSES), with the cases of DROPIN_LOSS_CM (not udaddy: UD has no recovery), and
+# the rsockets cases below. (Debian's perftest client with -R does not retry a connection its
+# server is not yet listening for: see docs/interop.md.)
+#
+# rsockets: their rstream/riostream (Linux librdmacm rsockets) against the same program on our
 # drop-in libraries (`roce exec`): blocking with data verified, asynchronous (rpoll), and
 # riostream's direct placement (riomap/riowrite).
+DROPIN_CM=${DROPIN_CM-rping udaddy ucmatose rdma_server rdma_xserver cmtime write_bw_R read_bw_R send_bw_R atomic_bw_R write_lat_R read_lat_R send_lat_R atomic_lat_R}
+DROPIN_LOSS_CM=${DROPIN_LOSS_CM-$(echo " $DROPIN_CM " | sed 's/ udaddy / /')}
+DROPIN_CM_LOSSES=${DROPIN_CM_LOSSES-0 1}
+CMTIME_CONNS=${CMTIME_CONNS:-50}
+CMTIME_SERVE=${CMTIME_SERVE:-60}
 RSTREAM_ROLES=${RSTREAM_ROLES-$ROLES}
-for role in $RSTREAM_ROLES; do
-    for pm in "rstream -T b -T v -S 65536 -C 50" "rstream -T a -S 4096 -C 200" \
-        "riostream -T b -T v -S 65536 -C 20"; do
-        prog=${pm%% *}; mode=${pm#* }
-        N=$((N + 1)); port=$((PORT_BASE + N))
-        case_dir="$OUT/$prog-$role-$N"
-        rf="-p $port $mode"
-        theirs_srv="timeout $CASE_TIMEOUT $prog -b $PEER_IP $rf"
-        theirs_cli="timeout $CASE_TIMEOUT $prog -s $HOST_IP $rf"
-        ours_srv=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -b "$HOST_IP" $rf)
-        ours_cli=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -s "$PEER_IP" $rf)
-        run_case "$role" "$case_dir" "udp port 4791" 5
-        imm=$(grep -c "WRITE_ONLY_WITH_IMMEDIATE\|WRITE_LAST_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
-        rt=$(grep '^custom' "$case_dir/theirs.log" | awk '{print $2, $3}')
-        ro=$(grep '^custom' "$case_dir/ours.log" | awk '{print $2, $3}')
-        res=PASS
-        if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$rt" ] \
-            || [ "$rt" != "$ro" ] || [ "$imm" -eq 0 ]; then
-            res=FAIL; FAILS=$((FAILS + 1))
+for loss in $DROPIN_CM_LOSSES; do
+    if [ "$loss" != 0 ]; then
+        if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${loss}%" >"$OUT/dropin-cm-netem-$loss.log" 2>&1; then
+            echo "cannot apply netem on the peer (see $OUT/dropin-cm-netem-$loss.log); librdmacm loss cases skipped" >&2
+            break
         fi
-        printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$prog ${mode%% -S*}" "$dir" rc \
-            "$(echo "$mode" | awk '{for (i = 1; i < NF; i++) if ($i == "-S") print $(i + 1)}')" \
-            "$res" "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" \
-            "$(tail -1 "$case_dir/inspect.txt"); WRITEs with imm=$imm"
+        trap 'netem_off; cleanup' EXIT
+        cms=$DROPIN_LOSS_CM; tag=" loss=$loss%"; LOSSY=1
+    else
+        cms=$DROPIN_CM; tag=""; LOSSY=0
+    fi
+    for c in $cms; do
+        for role in $ROLES; do
+            N=$((N + 1)); port=$((PORT_BASE + N))
+            case_dir="$OUT/dropin-cm-loss$loss-$c-$role"
+            # srv: the server's command, @B@ standing for its own address; cli: the client's,
+            # @S@ standing for the server's address; ok_srv / ok_cli: a line each side must print
+            # (a count for rping; '' for none). serve: seconds the server runs until it is
+            # stopped (cmtime's runs until killed), its exit status 124 then counting as success.
+            serve=""
+            case $c in
+            rping) srv="rping -s -a 0.0.0.0 -p $port -C $RPING_COUNT -v"
+                   cli="rping -c -a @S@ -p $port -C $RPING_COUNT -v"
+                   ok_srv="server ping data"; ok_cli="^ping data" ;;
+            udaddy) srv="udaddy -C 10 -S 100"; cli="udaddy -s @S@ -C 10 -S 100"   # port 7174
+                   ok_srv="data transfers complete"; ok_cli=$ok_srv ;;
+            ucmatose) srv="ucmatose -C 10"; cli="ucmatose -s @S@ -C 10"          # port 7471
+                   ok_srv="data transfers complete"; ok_cli=$ok_srv ;;
+            rdma_server) srv="rdma_server -p $port"; cli="rdma_client -s @S@ -p $port"
+                   ok_srv="rdma_server: end 0"; ok_cli="rdma_client: end 0" ;;
+            rdma_xserver) srv="rdma_xserver -p $port -c r"; cli="rdma_xclient -s @S@ -p $port -c r"
+                   ok_srv="rdma_xserver: end 0"; ok_cli="rdma_xclient: end 0" ;;
+            cmtime) srv="cmtime -b @B@ -p $port -c $CMTIME_CONNS"; cli="cmtime -s @S@ -p $port -c $CMTIME_CONNS"
+                   serve=$CMTIME_SERVE; ok_srv=""; ok_cli="^disconnect *:" ;;
+            *_R)   tool=${c%_R}
+                   case $tool in write_bw|read_bw|send_bw) sz=4096 ;; atomic_*) sz=8 ;; *) sz=2 ;; esac
+                   srv="ib_$tool -R -s $sz -n 200 -p $port"
+                   # Under loss a 16-message window: go-back-N resends whole windows.
+                   [ "$loss" != 0 ] && case $tool in *_bw) srv="$srv -t 16" ;; esac
+                   cli="$srv @S@"; ok_cli="^ *$sz +200 "; ok_srv=$ok_cli
+                   # READ and atomic latency: only the client measures; its server
+                   # prints the exchange.
+                   case $tool in read_lat|atomic_lat) ok_srv="remote address" ;; esac ;;
+            *) echo "unknown DROPIN_CM case $c" >&2; continue ;;
+            esac
+            dev_t=""; dev_o=""
+            case $c in *_R) dev_t="-d $(peer_dev)"; dev_o="-d $OUR_DEV" ;; esac
+            t_srv=${srv//@B@/$PEER_IP}; o_srv=${srv//@B@/$HOST_IP}
+            if [ -n "$serve" ]; then
+                theirs_srv="timeout $serve $t_srv; [ \$? -eq 124 ]"
+                ours_srv=("${ours_exec[@]}" timeout "$serve" $o_srv)
+            else
+                theirs_srv="timeout $CASE_TIMEOUT ${t_srv/ -R/ -R $dev_t}"
+                ours_srv=("${ours_exec[@]}" ${o_srv/ -R/ -R $dev_o})
+            fi
+            theirs_cli="timeout $CASE_TIMEOUT ${cli//@S@/$HOST_IP}"; theirs_cli=${theirs_cli/ -R/ -R $dev_t}
+            c_o=${cli//@S@/$PEER_IP}
+            ours_cli=("${ours_exec[@]}" ${c_o/ -R/ -R $dev_o})
+            run_case "$role" "$case_dir" "udp port 4791" 8
+            [ -n "$serve" ] && [ "$role" = our-server ] && [ "$rc_ours" -eq 124 ] && rc_ours=0
+            if [ "$role" = our-client ]; then lo=$ok_cli; lt=$ok_srv; else lo=$ok_srv; lt=$ok_cli; fi
+            want=1; [ "$c" = rping ] && want=$RPING_COUNT
+            no=$want; [ -n "$lo" ] && no=$(grep -cE "$lo" "$case_dir/ours.log")
+            nt=$want; [ -n "$lt" ] && nt=$(grep -cE "$lt" "$case_dir/theirs.log")
+            cm=$(grep -c " CM " "$case_dir/inspect.txt" || true)
+            res=PASS
+            if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ "$no" -lt "$want" ] \
+                || [ "$nt" -lt "$want" ] || [ "$cm" -lt 2 ]; then
+                res=FAIL; FAILS=$((FAILS + 1))
+            fi
+            printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$c exec$tag" "$dir" - - "$res" \
+                "$nt ok lines [rc=$rc_theirs]" "$no ok lines [rc=$rc_ours]" \
+                "$(tail -1 "$case_dir/inspect.txt"); CM MADs=$cm [rc=$rc_insp]"
+        done
     done
+
+    # --- rsockets: rstream and riostream over librdmacm's rsocket protocol -------------------
+    for role in $RSTREAM_ROLES; do
+        for pm in "rstream -T b -T v -S 65536 -C 50" "rstream -T a -S 4096 -C 200" \
+            "riostream -T b -T v -S 65536 -C 20"; do
+            prog=${pm%% *}; mode=${pm#* }
+            N=$((N + 1)); port=$((PORT_BASE + N))
+            case_dir="$OUT/$prog-loss$loss-$role-$N"
+            rf="-p $port $mode"
+            theirs_srv="timeout $CASE_TIMEOUT $prog -b $PEER_IP $rf"
+            theirs_cli="timeout $CASE_TIMEOUT $prog -s $HOST_IP $rf"
+            ours_srv=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -b "$HOST_IP" $rf)
+            ours_cli=("$ROCE" exec --addr "$HOST_IP" -- "$prog" -s "$PEER_IP" $rf)
+            run_case "$role" "$case_dir" "udp port 4791" 5
+            imm=$(grep -c "WRITE_ONLY_WITH_IMMEDIATE\|WRITE_LAST_WITH_IMMEDIATE" "$case_dir/inspect.txt" || true)
+            rt=$(grep '^custom' "$case_dir/theirs.log" | awk '{print $2, $3}')
+            ro=$(grep '^custom' "$case_dir/ours.log" | awk '{print $2, $3}')
+            res=PASS
+            if [ "$rc_ours" -ne 0 ] || [ "$rc_theirs" -ne 0 ] || [ "$rc_insp" -ne 0 ] || [ -z "$rt" ] \
+                || [ "$rt" != "$ro" ] || [ "$imm" -eq 0 ]; then
+                res=FAIL; FAILS=$((FAILS + 1))
+            fi
+            printf '%-17s %-10s %-4s %6s %-6s %-44s %-44s %s\n' "$prog ${mode%% -S*}$tag" "$dir" rc \
+                "$(echo "$mode" | awk '{for (i = 1; i < NF; i++) if ($i == "-S") print $(i + 1)}')" \
+                "$res" "$rt [rc=$rc_theirs]" "$ro [rc=$rc_ours]" \
+                "$(tail -1 "$case_dir/inspect.txt"); WRITEs with imm=$imm"
+        done
+    done
+    [ "$loss" != 0 ] && netem_off
+    LOSSY=0
 done
 
 # --- recovery across implementations: loss, duplication, reordering ----------------------

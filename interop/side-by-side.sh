@@ -17,7 +17,11 @@
 # on loopback (-d roce_lo -x 0: the server takes 127.0.0.1, the client 127.0.0.2) with
 # ROCE_PORT=4792, since rxe holds UDP port 4791 on every address of the VM.
 #
-# Variables: WHAT [roce-perf dropin], ROUNDS [3] (dropin), LAB_DIR [interop/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
+# With WHAT=cmtime: Debian's cmtime (librdmacm's connection set-up rate) the same way, over rxe
+# and over the drop-in libibverbs and librdmacm (server on 127.0.0.1, client on 127.0.0.2 by
+# ROCE_ADDR), alternating, ROUNDS rounds of CONNS connections; prints each step's us / conn.
+#
+# Variables: WHAT [roce-perf dropin; or cmtime], ROUNDS [3] (dropin, cmtime), CONNS [50] (cmtime), TRIES [3], LAB_DIR [interop/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
 # SHARE [$LAB/run/$PEER: the directory the VM sees as /lab],
 # DURATION [5] seconds per BW test, ITERS [2000] latency samples,
 # ROCE [target/release/roce], PEER_IP [10.77.0.11] (the VM's address). Our side uses UDP port 4792 on 127.0.0.1/2
@@ -68,19 +72,21 @@ udp_floor() { # the bare UDP ping-pong's typical half round trip (connected send
     run "timeout 200 /lab/udp-ceiling 0.2" | sed -n 's/.*typical \([0-9.]*\) us.*/\1/p' | head -1
 }
 
-bw_row() { # perftest BW table -> "avg Gb/s"
-    awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/{v=$4} END{print v}'
+bw_row() { # perftest BW table -> "avg Gb/s" (none when it is 0: perftest could not calibrate its clock)
+    awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/{v=$4} END{if (v + 0 > 0) print v}'
 }
 lat_row() { # perftest latency table -> "t_typical us"
     awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+/{v=$5} END{print v}'
 }
 
-# A run that prints no table (or perftest's "inf" when it misreads the emulated
-# CPU's clock) is tried up to three times. Raw outputs go to $LOGS.
+# A run that prints no table, or no figure (perftest prints "inf" or 0.00 when
+# it cannot calibrate its cycle counter against the emulated CPU's clock:
+# "Correlation coefficient r^2 ... < 0.9", more often on a busy host), is tried
+# up to TRIES [3] times. Raw outputs go to $LOGS.
 LOGS=${LOGS:-/tmp/side-by-side-logs}; mkdir -p "$LOGS"
 measure() { # name, parser, command...: the figure, retried if missing
     local name=$1 parse=$2 v; shift 2
-    for try in 1 2 3; do
+    for try in $(seq "${TRIES:-3}"); do
         "$@" > "$LOGS/$name.$try.log" 2>&1
         v=$($parse < "$LOGS/$name.$try.log")
         [ -n "$v" ] && break
@@ -135,5 +141,32 @@ if want dropin; then
             port=$((port + 1)); b=$(measure "dropin-lib-$name.$r" "$parse" dpair "$port" "$cmd $PD")
             printf '%-6s %-22s %-12s %-12s %s\n' "$r" "${cmd% -[Dn] *}" "${a:--}" "${b:--}" "$unit"
         done
+    done
+fi
+
+if want cmtime; then
+    LIBDIR=$("$ROCE" exec --print-path) || { echo "no drop-in library (cargo build --release -p roce-cli)" >&2; exit 2; }
+    mkdir -p "$SHARE/dropin"
+    cp -L "$LIBDIR"/*.so.1 "$SHARE/dropin/"
+    CONNS=${CONNS:-50}
+    D="env LD_LIBRARY_PATH=/lab/dropin ROCE_DEVICES=lo ROCE_PORT=4792"
+    cpair() { # port, server's environment, server's address, client's environment
+        # cmtime's server runs until killed; nothing shows its rdma_cm listen, so the
+        # client goes 5 s after it starts.
+        run "$2 timeout 300 cmtime -b $3 -p $1 -c $CONNS > /tmp/sbs.srv 2>&1 & s=\$!
+             sleep 5; $4 timeout 240 cmtime -s $3 -p $1 -c $CONNS; r=\$?; kill \$s; wait; exit \$r"
+    }
+    steps() { # cmtime's table -> "connect/disconnect us per connection"
+        awk -F: '/^connect *:/{split($2, a, " "); c=a[4]} /^disconnect *:/{split($2, a, " "); d=a[4]}
+                 END{if (c != "") print c "/" d}'
+    }
+    echo
+    echo "Debian's cmtime -c $CONNS over rxe vs over the drop-in libraries, inside $PEER, alternating"
+    printf '%-6s %-22s %-22s %s\n' round rxe drop-in "unit (connect/disconnect)"
+    port=18900
+    for r in $(seq "$ROUNDS"); do
+        port=$((port + 1)); a=$(measure "cmtime-rxe.$r" steps cpair "$port" "" "$PEER_IP" "")
+        port=$((port + 1)); b=$(measure "cmtime-lib.$r" steps cpair "$port" "$D ROCE_ADDR=127.0.0.1" 127.0.0.1 "$D ROCE_ADDR=127.0.0.2")
+        printf '%-6s %-22s %-22s %s\n' "$r" "${a:--}" "${b:--}" "us / conn"
     done
 fi

@@ -58,6 +58,24 @@ pub(crate) fn port() -> Result<u16, String> {
     }
 }
 
+/// `ROCE_CPU`: the code choices for the CPU (the ICRC's CRC-32 code,
+/// payload copies in pieces): `auto` (the default) probes it, as the
+/// `roce` tool does (`roce_io::CpuTuning::detect`), `native` or
+/// `emulated` choose. Under an emulated CPU (QEMU's TCG, the lab VM)
+/// whole copies of a large payload go a byte at a time and the
+/// carry-less multiply is slow: the library without the probe moved
+/// `ib_write_bw -s 65536` at a fraction of rxe's rate there. Only speed
+/// differs: every choice computes the same ICRCs.
+pub(crate) fn cpu() -> Result<roce_verbs::roce_io::CpuTuning, String> {
+    use roce_verbs::roce_io::CpuTuning;
+    match std::env::var("ROCE_CPU").as_deref().map(str::trim) {
+        Err(_) | Ok("") | Ok("auto") => Ok(CpuTuning::detect()),
+        Ok("native") => Ok(CpuTuning::NATIVE),
+        Ok("emulated") => Ok(CpuTuning::EMULATED),
+        Ok(other) => Err(format!("ROCE_CPU={other}: use auto, native or emulated")),
+    }
+}
+
 /// `ROCE_ACK_DELAY`: how long, in microseconds, an RC responder may
 /// hold a positive ACK back for the application's answer to carry it
 /// (the engine's ACK deferral, `roce_verbs::AckDelay`); `0` sends every

@@ -248,6 +248,7 @@ fn open_on(
     dev: &Device,
     backend: &roce_verbs::BackendKind,
     ack_delay: roce_verbs::AckDelay,
+    cpu: roce_verbs::roce_io::CpuTuning,
     addr: IpAddr,
     port: u16,
 ) -> Result<roce_verbs::Context, OpenError> {
@@ -277,7 +278,8 @@ fn open_on(
         .gids(gid_table(dev, addr))
         .icrc_check(roce_verbs::roce_io::IcrcCheck::Count)
         .roce_port(port, port)
-        .progress(progress);
+        .progress(progress)
+        .cpu(cpu);
     o.config.ack_delay = ack_delay;
     if !loopback {
         o = o.interface(Some(&dev.info.interface().name));
@@ -322,6 +324,10 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
         eprintln!("libibverbs (roce): {m}");
         libc::EINVAL
     })?;
+    let cpu = config::cpu().map_err(|m| {
+        eprintln!("libibverbs (roce): {m}");
+        libc::EINVAL
+    })?;
     let asked = match at {
         Some(a) => Some(a),
         None => config::addr()
@@ -346,12 +352,17 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
     };
     let mut addr = first;
     loop {
-        match open_on(dev, &backend, ack_delay, addr, port) {
+        match open_on(dev, &backend, ack_delay, cpu, addr, port) {
             Ok(c) => {
-                if port == config::ROCE_V2_PORT {
-                    log!("{} opened on {addr}", dev.info.name());
+                let emu = if cpu == roce_verbs::roce_io::CpuTuning::EMULATED {
+                    " (code for an emulated CPU)"
                 } else {
-                    log!("{} opened on {addr}, UDP port {port}", dev.info.name());
+                    ""
+                };
+                if port == config::ROCE_V2_PORT {
+                    log!("{} opened on {addr}{emu}", dev.info.name());
+                } else {
+                    log!("{} opened on {addr}, UDP port {port}{emu}", dev.info.name());
                 }
                 return Ok((c, addr));
             }

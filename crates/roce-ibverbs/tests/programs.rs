@@ -202,6 +202,39 @@ fn a_bad_roce_port_is_refused() {
     assert!(!o.status.success() && t.contains("ROCE_PORT=0"), "{t}");
 }
 
+/// `ROCE_CPU=emulated`: the code for an emulated CPU (table-driven
+/// ICRCs, payload copies in 1 KiB pieces), which `auto` picks under
+/// QEMU's TCG, moves large messages intact, data checked (`-c`), and the
+/// library says it chose it (`ROCE_LOG`); an unknown value is refused.
+#[test]
+fn ibv_rc_pingpong_with_the_code_for_an_emulated_cpu() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let env = [("ROCE_CPU", "emulated"), ("ROCE_LOG", "1")];
+    let args = ["-d", "roce_lo", "-g", "0", "-n", "50", "-s", "65536", "-c"];
+    let (s, c) = pair_env(
+        "ibv_rc_pingpong",
+        "-p",
+        &args,
+        Duration::from_secs(60),
+        &env,
+    );
+    for out in [&s, &c] {
+        assert!(
+            out.contains("50 iters in") && out.contains("(code for an emulated CPU)"),
+            "{out}"
+        );
+    }
+    let child = command("ibv_devinfo", &["-d", "roce_lo"])
+        .env("ROCE_CPU", "fast")
+        .spawn()
+        .unwrap();
+    let o = finish(child, Duration::from_secs(30), "ibv_devinfo");
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("ROCE_CPU=fast"), "{t}");
+}
+
 #[test]
 fn ibv_rc_pingpong_with_completion_events() {
     pingpong("ibv_rc_pingpong", &["-e"], 200);
