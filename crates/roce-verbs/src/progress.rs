@@ -505,6 +505,11 @@ pub(crate) fn flush(shared: &Shared) {
     }
 }
 
+/// Longest the progress thread sleeps on the backend's descriptor when
+/// nothing is scheduled (an arriving datagram, a kick or a timer ends it
+/// sooner).
+const IDLE_ON_IO: Nanos = 100_000_000;
+
 /// [`ProgressConfig::max_park`] in nanoseconds (at least 1 µs).
 fn max_park(shared: &Shared) -> Nanos {
     (shared.cfg.max_park.as_nanos() as Nanos).max(1_000)
@@ -591,7 +596,12 @@ pub(crate) fn run(shared: Arc<Shared>) {
         let on_io = !inline_active && shared.has_sleeper();
         let nap = if driven {
             park
-        } else if inline_active || on_io {
+        } else if on_io {
+            // An arriving datagram or a kick ends this sleep, and timers
+            // bound it: an idle context need not wake every max_park
+            // (under one emulated CPU those wake-ups slowed its peer).
+            IDLE_ON_IO.max(max_park)
+        } else if inline_active {
             max_park
         } else {
             park
