@@ -358,14 +358,8 @@ pub(crate) fn print_dest(what: &str, d: &Dest, test: Test) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::perftest_wire::tests::hex;
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn preamble_matches_capture() {

@@ -217,10 +217,11 @@ pub(crate) fn report_value(b: &[u8]) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
+    /// Bytes from a hex string (the recorded messages below).
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
         (0..s.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
