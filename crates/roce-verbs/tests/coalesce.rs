@@ -159,3 +159,89 @@ fn coalesced_posts_leave_without_a_poll() {
     );
     assert!(start.elapsed() < WAIT, "took {:?}", start.elapsed());
 }
+
+/// A program that polls between its bursts sends each burst itself, at
+/// its next poll or when the burst is full: the progress thread is not
+/// woken for the posts (a wake-up per burst cost perftest's `ib_send_bw`
+/// a context switch each on a shared CPU). Were it woken, it would send
+/// what had waited so far at each wake-up, cutting the burst into pieces.
+#[test]
+fn a_polling_programs_burst_leaves_at_its_poll() {
+    // Shorter than the progress thread's park (1 ms), so the old rule
+    // woke it for the burst's second post.
+    let window = Duration::from_micros(500);
+    let (a, b, calls) = pair(window);
+    let n = 8usize;
+    let ma = a.pd.reg_mr(vec![0u8; 64 * n], Access::LOCAL_WRITE).unwrap();
+    let mb = b.pd.reg_mr(pattern(64 * n, 4), Access::NONE).unwrap();
+    for i in 0..n as u64 {
+        a.qp.post_recv(RecvWr {
+            wr_id: i,
+            sgl: vec![ma.sge(i * 64, 64)],
+        })
+        .unwrap();
+    }
+    let mut fewest = usize::MAX;
+    // A post can come late on a loaded machine (ending its burst early):
+    // the best of a few bursts.
+    for round in 0..4u64 {
+        if round > 0 {
+            for i in 0..n as u64 {
+                a.qp.post_recv(RecvWr {
+                    wr_id: i,
+                    sgl: vec![ma.sge(i * 64, 64)],
+                })
+                .unwrap();
+            }
+        }
+        // B is a polling program: an empty poll just before the burst.
+        assert!(b.cq.poll_one().unwrap().is_none());
+        let before = calls.load(Ordering::Relaxed);
+        for i in 0..n as u64 {
+            b.qp.post_send(SendWr::send(i, vec![mb.sge(i * 64, 64)]))
+                .unwrap();
+            // Well within the window, and time enough for a woken
+            // progress thread to send what waits.
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        let sent = b.cq.poll_until(n, WAIT).unwrap();
+        assert_eq!(sent.len(), n, "B's sends did not complete");
+        assert!(sent.iter().all(|c| c.is_success()), "{sent:?}");
+        let got = a.cq.poll_until(n, WAIT).unwrap();
+        assert_eq!(got.len(), n, "A got {} messages", got.len());
+        assert_eq!(ma.to_vec().unwrap(), pattern(64 * n, 4), "bytes differ");
+        fewest = fewest.min(calls.load(Ordering::Relaxed) - before);
+    }
+    assert!(fewest <= 3, "{fewest} send calls for a burst of {n}");
+}
+
+/// The other side of the rule above: a program that polled, posts a burst
+/// and then stops polling still has it sent, by the progress thread at its
+/// next look.
+#[test]
+fn a_burst_after_the_last_poll_still_leaves() {
+    let window = Duration::from_micros(500);
+    let (a, b, _calls) = pair(window);
+    let ma = a.pd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
+    let mb = b.pd.reg_mr(pattern(64, 8), Access::NONE).unwrap();
+    for i in 0..3 {
+        a.qp.post_recv(RecvWr {
+            wr_id: i,
+            sgl: vec![ma.sge(0, 64)],
+        })
+        .unwrap();
+    }
+    assert!(b.cq.poll_one().unwrap().is_none());
+    for i in 0..3 {
+        b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
+            .unwrap();
+    }
+    // B never polls again; only A does.
+    let got = a.cq.poll_until(3, WAIT).unwrap();
+    assert_eq!(got.len(), 3, "the burst never left");
+    assert!(
+        got.iter().all(|c| c.is_success() && c.byte_len == 64),
+        "{got:?}"
+    );
+    assert_eq!(ma.to_vec().unwrap(), pattern(64, 8));
+}
