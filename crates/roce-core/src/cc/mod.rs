@@ -23,15 +23,11 @@ pub mod mlx5;
 pub mod np;
 pub mod pacing;
 
-use roce_wire::{BthRepr, Ecn, ExtHeaders, Opcode, Psn};
-
 pub use dcqcn::{Dcqcn, DcqcnParams, Phase};
 pub use mlx5::{DcqcnMlx5, Mlx5Params};
 pub use np::NotificationPoint;
 pub use pacing::Pacer;
 
-use crate::qp::state::{QpState, QpType};
-use crate::qp::{Ctx, Qp};
 use crate::Nanos;
 
 /// The reaction point algorithm.
@@ -322,6 +318,18 @@ impl QpCc {
         self.np.cnp_due()
     }
 
+    /// Takes the due CNP (whether or not the QP can send it: a CNP that
+    /// cannot be built is not retried forever); the DSCP it goes with.
+    pub(crate) fn take_cnp(&mut self) -> u8 {
+        self.np.take_cnp();
+        self.cnp_dscp
+    }
+
+    /// A CNP left.
+    pub(crate) fn cnp_sent(&mut self) {
+        self.cnp_sent += 1;
+    }
+
     pub(crate) fn counters(&self) -> CcCounters {
         CcCounters {
             ce_received: self.np.ce_received,
@@ -332,42 +340,5 @@ impl QpCc {
             alpha: self.rp.as_ref().map_or(0.0, |r| r.alpha()),
             paced: self.paced,
         }
-    }
-}
-
-impl Qp {
-    /// Emits the due CNP, if any (before any other packet of the QP).
-    pub(crate) fn cc_poll_cnp(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        buf: &mut [u8],
-    ) -> Option<roce_wire::Transmit> {
-        if !self.cc.cnp_due() {
-            return None;
-        }
-        let connected = matches!(self.init.qp_type, QpType::Rc | QpType::Uc)
-            && matches!(
-                self.state,
-                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-            );
-        if !connected {
-            self.cc.np.take_cnp();
-            return None;
-        }
-        // Taken even when it cannot be built, so it is not retried forever.
-        self.cc.np.take_cnp();
-        let mut path = self.path(None, ctx)?;
-        path.dscp = self.cc.cnp_dscp;
-        path.ecn = Ecn::NotEct;
-        let mut bth = BthRepr::new(Opcode::CNP, self.attr.dest_qp_num, Psn::new(0));
-        bth.becn = true;
-        let n = path.emit(bth, ExtHeaders::default(), 0, buf, |_| {})?;
-        self.cc.cnp_sent += 1;
-        Some(n)
-    }
-
-    /// Congestion control counters of this QP.
-    pub fn cc_counters(&self) -> CcCounters {
-        self.cc.counters()
     }
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod accept;
 mod attr;
+mod cnp;
 pub(crate) mod path;
 mod requester;
 mod responder;
