@@ -133,7 +133,7 @@ fn drive(
     let mut comps = Vec::with_capacity(256);
     let mut batch: Vec<SendWr> = Vec::with_capacity(depth as usize);
     let total = requester.then(|| per_qp_target.saturating_mul(nq as u64));
-    let mut progress = Progress::new(p.duration, total, size);
+    let mut progress = Progress::new(p.duration, total, size, s.progress_every);
     let start = Instant::now();
     let deadline = p.duration.map(|d| start + Duration::from_secs_f64(d));
     let mut end_time = None;

@@ -200,7 +200,12 @@ fn ping_pong(
     let deadline = p
         .duration
         .map(|d| Instant::now() + Duration::from_secs_f64(d));
-    let mut progress = Progress::new(p.duration, s.is_client.then_some(iters), size);
+    let mut progress = Progress::new(
+        p.duration,
+        s.is_client.then_some(iters),
+        size,
+        s.progress_every,
+    );
     let mut samples = Vec::with_capacity(p.iters.min(1 << 24) as usize);
     let mut i = 0u64;
     let mut pending_recv = 0u64;
@@ -340,7 +345,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         } else {
             p.iters
         };
-        let mut progress = Progress::new(p.duration, Some(iters), size);
+        let mut progress = Progress::new(p.duration, Some(iters), size, s.progress_every);
         let mut i = 0;
         let len = if p.test == Test::AtomicLat {
             8

@@ -412,10 +412,6 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
         Ok(None) => args,
         Err(e) => return crate::fail("perf", args.json, &e, 1),
     };
-    progress::set_interval(
-        (!args.json && args.progress_every > 0.0 && args.progress_every < 1e6)
-            .then(|| Duration::from_secs_f64(args.progress_every)),
-    );
     let checked = check_modes(args).and_then(|()| check_gid_index(args));
     // What loss costs, said once the flags are known to be good.
     if checked.is_ok() && !args.json {

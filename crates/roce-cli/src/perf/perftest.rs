@@ -111,6 +111,8 @@ pub(crate) struct Plan {
     pub(crate) bidir: bool,
     /// `-D`: seconds per run instead of `iters` messages.
     pub(crate) duration: Option<f64>,
+    /// Progress lines while a size runs ([`super::progress::interval`]).
+    pub(crate) progress_every: Option<std::time::Duration>,
 }
 
 impl Plan {
@@ -154,6 +156,7 @@ impl Plan {
             qps: args.qps as usize,
             bidir: args.bidir,
             duration: args.duration,
+            progress_every: super::progress::interval(args),
         })
     }
 

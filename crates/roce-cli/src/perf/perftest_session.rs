@@ -108,6 +108,7 @@ pub(crate) fn run_session(
         },
         depth: plan.tx_depth,
         test: plan.test,
+        progress_every: plan.progress_every,
         until: plan
             .duration
             .map(|d| Instant::now() + Duration::from_secs_f64(d)),

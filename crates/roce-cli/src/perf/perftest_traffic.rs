@@ -126,6 +126,8 @@ pub(crate) struct Traffic<'a> {
     /// The TCP control connection, looked at while a loop waits for the
     /// peer ([`PeerWatch`]); `None` over rdma_cm.
     pub(crate) peer: Option<&'a TcpStream>,
+    /// Progress lines ([`super::progress::interval`]).
+    pub(crate) progress_every: Option<Duration>,
 }
 
 impl Traffic<'_> {
@@ -184,7 +186,12 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
     let mut comps = Vec::with_capacity(256);
     let start = Instant::now();
     let mut watch = PeerWatch::new(t.peer);
-    let mut shown = Progress::new(None, t.until.is_none().then(|| t.total()), t.size);
+    let mut shown = Progress::new(
+        None,
+        t.until.is_none().then(|| t.total()),
+        t.size,
+        t.progress_every,
+    );
     let mut finished = 0;
     while finished < n {
         let mut progress = false;

@@ -5,22 +5,15 @@
 //! run under `--faults loss=...` can take minutes).
 
 use std::io::IsTerminal;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// How often a line is printed off a terminal; `None` prints nothing
-/// (`--json`). Set once by [`set_interval`].
-static INTERVAL: OnceLock<Option<Duration>> = OnceLock::new();
-
-/// Sets the interval of the progress lines (`None`: no progress at all).
-pub(crate) fn set_interval(every: Option<Duration>) {
-    let _ = INTERVAL.set(every);
-}
-
-fn interval() -> Option<Duration> {
-    *INTERVAL.get_or_init(|| Some(Duration::from_secs(5)))
+/// How often a progress line is printed off a terminal
+/// (`--progress-every`); `None` prints no progress at all (`--json`).
+pub(crate) fn interval(args: &super::PerfArgs) -> Option<Duration> {
+    (!args.json && args.progress_every > 0.0 && args.progress_every < 1e6)
+        .then(|| Duration::from_secs_f64(args.progress_every))
 }
 
 /// How long an iteration run lasts before its bar appears.
@@ -43,10 +36,15 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// Progress of a run of `duration` seconds, or of `total` operations
-    /// of `size` bytes (`None`: this side does not count them).
-    pub(crate) fn new(duration: Option<f64>, total: Option<u64>, size: u64) -> Progress {
+    /// of `size` bytes (`None`: this side does not count them), with a
+    /// line every `every` off a terminal ([`interval`]; `None`: silent).
+    pub(crate) fn new(
+        duration: Option<f64>,
+        total: Option<u64>,
+        size: u64,
+        every: Option<Duration>,
+    ) -> Progress {
         let start = Instant::now();
-        let every = interval();
         let tty = every.is_some() && std::io::stderr().is_terminal();
         let bar = match duration {
             Some(d) if tty => {

@@ -86,6 +86,8 @@ pub(crate) struct Session {
     peer_salt: u64,
     /// How the run is cut short (Ctrl-C here or at the peer).
     pub(crate) int: Interrupts,
+    /// Progress lines while a size runs ([`super::progress::interval`]).
+    pub(crate) progress_every: Option<std::time::Duration>,
     _pd: ProtectionDomain,
 }
 
@@ -263,6 +265,7 @@ impl Session {
             local: mine,
             peer_salt: args.verify_salt,
             int: ctl.interrupts().clone(),
+            progress_every: super::progress::interval(args),
             _pd: pd,
         })
     }
