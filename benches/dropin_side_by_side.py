@@ -2,7 +2,7 @@
 """Unmodified perftest over the drop-in libibverbs.so.1 against `roce perf`,
 side by side in one sitting, alternating, on loopback (two processes each).
 
-    python3 benches/dropin_side_by_side.py [ROUNDS] [--rdma-cm] [--pin]
+    python3 benches/dropin_side_by_side.py [ROUNDS] [--rdma-cm] [--pin | --one-cpu]
 
 Needs Debian's perftest and a release build (`cargo build --release -p
 roce-cli`, which builds the library beside `roce`). Prints one line per
@@ -35,6 +35,8 @@ TESTS = [
 # --pin: the server on CPU 0, the client on CPU 1 (taskset), as perftest's
 # users often run it; the progress threads share their program's CPU.
 PIN = "--pin" in sys.argv
+# --one-cpu: both on CPU 0, as in a one-CPU VM or container (the lab VM).
+ONE_CPU = "--one-cpu" in sys.argv
 
 
 def figure(text, col):
@@ -51,9 +53,9 @@ def figure(text, col):
 def pair(server, client, env=None):
     PORT[0] += 1
     p = str(PORT[0])
-    if PIN:
+    if PIN or ONE_CPU:
         server = ["taskset", "-c", "0"] + server
-        client = ["taskset", "-c", "1"] + client
+        client = ["taskset", "-c", "0" if ONE_CPU else "1"] + client
     s = subprocess.Popen(server + ["-p", p], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(0.4)
     c = subprocess.run(client + ["-p", p], env=env, capture_output=True, text=True, timeout=120)

@@ -159,7 +159,12 @@ impl CompletionQueue {
                 // thread made since the CQ was polled shows at the next
                 // poll).
                 Some(step) if !step.idle => n = self.poll_engine(out, max)?,
-                _ => return Ok(0),
+                _ => {
+                    if shared.cfg.yield_when_idle {
+                        std::thread::yield_now();
+                    }
+                    return Ok(0);
+                }
             }
         }
         if n > 0 && shared.cfg.hand_over_on_completion {

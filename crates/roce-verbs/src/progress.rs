@@ -65,6 +65,17 @@ pub struct ProgressConfig {
     /// request per call in a loop (perftest's bandwidth tests); `ZERO`
     /// (the default) sends at every post.
     pub coalesce_posts: Duration,
+    /// A poll of an empty CQ that found nothing to do (or found another
+    /// thread driving the I/O) yields the CPU. For a program that may run
+    /// on one CPU only, where whoever it waits for (its peer on the same
+    /// host, or this context's progress thread) needs that CPU: without
+    /// it each round trip waited for the scheduler to end the poller's
+    /// time slice (about 1 ms per `ib_read_lat` iteration with both
+    /// processes on one CPU, 20 µs with it: docs/dropin.md). The
+    /// default: on when the opening thread may run on one CPU only
+    /// (`std::thread::available_parallelism`, which follows the CPU
+    /// affinity mask and cgroup quota).
+    pub yield_when_idle: bool,
 }
 
 impl Default for ProgressConfig {
@@ -79,6 +90,7 @@ impl Default for ProgressConfig {
             copy_piece: None,
             hand_over_on_completion: false,
             coalesce_posts: Duration::ZERO,
+            yield_when_idle: std::thread::available_parallelism().is_ok_and(|n| n.get() == 1),
         }
     }
 }
