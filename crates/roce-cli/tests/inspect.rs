@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use roce_capture::PcapWriter;
+use roce_testkit::frames;
 use roce_wire::*;
 
 fn testdata(rel: &str) -> PathBuf {
@@ -391,20 +392,11 @@ fn pfc_vlan_ecn_ipv6_cnp_and_malformed() {
         ethertype: 0,
     };
     let v4 = IpRepr::V4(Ipv4Repr {
-        src: "10.0.0.1".parse().unwrap(),
-        dst: "10.0.0.2".parse().unwrap(),
         dscp: 26,
         ecn: Ecn::Ce,
-        ident: 0,
-        dont_frag: true,
-        ttl: 64,
-        payload_len: 0,
+        ..frames::ipv4([10, 0, 0, 1].into(), [10, 0, 0, 2].into())
     });
-    let udp = UdpRepr {
-        src_port: 0xc001,
-        dst_port: ROCE_V2_PORT,
-        checksum: UdpChecksum::Zero,
-    };
+    let udp = frames::udp(0xc001);
     let payload = [0x5au8; 1024];
     let mut bth = BthRepr::new(
         Opcode::from_u8(0x06).unwrap(),
@@ -428,8 +420,8 @@ fn pfc_vlan_ecn_ipv6_cnp_and_malformed() {
         ext,
         payload: &payload,
     };
-    let n = write_first.emit(&mut buf).unwrap();
-    w.write_packet(153_000, &buf[..n]).unwrap();
+    w.write_packet(153_000, &frames::emit(&write_first))
+        .unwrap();
 
     let v6 = IpRepr::V6(Ipv6Repr {
         src: "fd00::1".parse().unwrap(),
@@ -450,13 +442,12 @@ fn pfc_vlan_ecn_ipv6_cnp_and_malformed() {
         ext: ExtHeaders::default(),
         payload: &[],
     };
-    let n = cnp.emit(&mut buf).unwrap();
-    w.write_packet(200_000, &buf[..n]).unwrap();
+    w.write_packet(200_000, &frames::emit(&cnp)).unwrap();
 
     // A RoCE packet whose BTH TVer is 1: malformed.
-    let n = write_first.emit(&mut buf).unwrap();
-    buf[18 + 20 + 8 + 1] |= 1;
-    w.write_packet(300_000, &buf[..n]).unwrap();
+    let mut bad = frames::emit(&write_first);
+    bad[18 + 20 + 8 + 1] |= 1;
+    w.write_packet(300_000, &bad).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mixed.pcap");

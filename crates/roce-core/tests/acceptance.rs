@@ -8,7 +8,8 @@ mod common;
 
 use common::*;
 use roce_core::*;
-use roce_wire::{BthRepr, Ecn, IpRepr, Opcode, Pkey, RocePacket};
+use roce_testkit::frames::{ipv4_mut, rewrite};
+use roce_wire::{BthRepr, Ecn, Opcode, Pkey, RocePacket};
 
 /// A connected RC pair; host 0 has written 64 bytes of 0xAB to host 1,
 /// and `first` is that WRITE as it left host 0.
@@ -36,12 +37,6 @@ fn pair() -> (World, Qpn, Qpn, Vec<u8>) {
     (w, a, b, first)
 }
 
-fn set_src(r: &mut roce_wire::FrameRepr<'_>, src: [u8; 4]) {
-    if let IpRepr::V4(ip) = &mut r.ip {
-        ip.src = src.into();
-    }
-}
-
 /// The same WRITE at the next PSN with other bytes: what a blind attacker
 /// who guessed everything would send.
 fn forged_write(first: &[u8], edit: impl FnOnce(&mut roce_wire::FrameRepr<'_>)) -> Vec<u8> {
@@ -60,15 +55,11 @@ fn only_the_peer_to_our_address_in_our_partition_is_heard() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
             "third address",
-            forged_write(&first, |r| set_src(r, [10, 0, 0, 9])),
+            forged_write(&first, |r| ipv4_mut(r).src = [10, 0, 0, 9].into()),
         ),
         (
             "other destination",
-            forged_write(&first, |r| {
-                if let IpRepr::V4(ip) = &mut r.ip {
-                    ip.dst = [10, 0, 0, 7].into();
-                }
-            }),
+            forged_write(&first, |r| ipv4_mut(r).dst = [10, 0, 0, 7].into()),
         ),
         (
             "other P_Key",
@@ -93,10 +84,9 @@ fn only_the_peer_to_our_address_in_our_partition_is_heard() {
 fn cnp_from(first: &[u8], to: Qpn, src: [u8; 4]) -> Vec<u8> {
     // `first` went 0 → 1; a CNP goes 1 → 0.
     rewrite(first, |r| {
-        if let IpRepr::V4(ip) = &mut r.ip {
-            std::mem::swap(&mut ip.src, &mut ip.dst);
-            ip.src = src.into();
-        }
+        let ip = ipv4_mut(r);
+        std::mem::swap(&mut ip.src, &mut ip.dst);
+        ip.src = src.into();
         r.bth = BthRepr::new(Opcode::CNP, to, roce_wire::Psn::new(0));
         r.bth.becn = true;
         r.ext = Default::default();
@@ -145,9 +135,7 @@ fn a_ce_mark_counts_only_on_a_packet_taken() {
     let ce = |d: &[u8], psn: roce_wire::Psn| {
         rewrite(d, |r| {
             r.bth.psn = psn;
-            if let IpRepr::V4(ip) = &mut r.ip {
-                ip.ecn = Ecn::Ce;
-            }
+            ipv4_mut(r).ecn = Ecn::Ce;
         })
     };
     let p0 = RocePacket::parse_ip(&first).unwrap().bth.psn;

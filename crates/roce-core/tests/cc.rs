@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use common::*;
 use roce_core::*;
+use roce_testkit::frames::{ipv4_mut, rewrite};
 use roce_wire::{Ecn, IpRepr, Opcode, RocePacket, Transport};
 
 const LINE: u64 = 10_000_000_000;
@@ -129,11 +130,7 @@ fn cnps_are_rate_limited_per_qp() {
     let (mut w, a, b) = world(cc);
     w.filter = Box::new(|from, d| {
         if from == 0 && RocePacket::parse_ip(d).unwrap().bth.opcode.transport() == Transport::Rc {
-            return Verdict::Replace(rewrite(d, |r| {
-                if let IpRepr::V4(ip) = &mut r.ip {
-                    ip.ecn = Ecn::Ce;
-                }
-            }));
+            return Verdict::Replace(rewrite(d, |r| ipv4_mut(r).ecn = Ecn::Ce));
         }
         Verdict::Deliver
     });
@@ -176,9 +173,8 @@ fn paced_packets_leave_at_the_set_rate() {
     // The first packet goes out; turn it into a CNP from the peer.
     let n = dev.poll_transmit(0, &mut buf).unwrap().size;
     let cnp = rewrite(&buf[..n], |r| {
-        if let IpRepr::V4(ip) = &mut r.ip {
-            std::mem::swap(&mut ip.src, &mut ip.dst);
-        }
+        let ip = ipv4_mut(r);
+        std::mem::swap(&mut ip.src, &mut ip.dst);
         r.bth = roce_wire::BthRepr::new(Opcode::CNP, a, roce_wire::Psn::new(0));
         r.bth.becn = true;
         r.ext = Default::default();

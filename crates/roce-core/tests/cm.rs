@@ -8,6 +8,7 @@ mod common;
 use common::{Verdict, World};
 use roce_core::cm::{CmEvent, CmState, ConnParam};
 use roce_core::*;
+use roce_testkit::frames;
 use roce_wire::cm::{attr, rej_reason, CmMessage, CmaHeader};
 use roce_wire::RocePacket;
 
@@ -509,10 +510,9 @@ fn mra_extensions_are_capped() {
     CmMessage::Mra(mra).emit_mad(7, &mut mad).unwrap();
     // (rewrite's payload must outlive the captured packet.)
     let mad: &'static [u8] = Box::leak(Box::new(mad));
-    let d = common::rewrite(&captured, |r| {
-        if let roce_wire::IpRepr::V4(ip) = &mut r.ip {
-            std::mem::swap(&mut ip.src, &mut ip.dst);
-        }
+    let d = frames::rewrite(&captured, |r| {
+        let ip = frames::ipv4_mut(r);
+        std::mem::swap(&mut ip.src, &mut ip.dst);
         r.payload = mad;
     });
     for _ in 0..10 {
@@ -634,7 +634,7 @@ fn qp1_pkey(pkey: u16) -> common::Filter {
         if i != 0 || p.bth.dest_qp != roce_wire::mad::GSI_QPN {
             return Verdict::Deliver;
         }
-        Verdict::Replace(common::rewrite(d, |r| r.bth.pkey = roce_wire::Pkey(pkey)))
+        Verdict::Replace(frames::rewrite(d, |r| r.bth.pkey = roce_wire::Pkey(pkey)))
     })
 }
 

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use roce_core::*;
+use roce_testkit::frames::rewrite;
 use roce_wire::{MessageKind, RocePacket};
 
 fn kind(d: &[u8]) -> MessageKind {

@@ -684,7 +684,7 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
 /// of vanishing.
 #[test]
 fn new_message_while_one_is_in_progress_is_an_invalid_request() {
-    use roce_wire::{ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, UdpChecksum, UdpRepr};
+    use roce_wire::{BthRepr, ExtHeaders, Opcode};
     let mut w = World::new(1 << 16);
     let (_qa, qb) = w.connect(QpType::Rc, 256);
     for id in [1, 2] {
@@ -702,30 +702,14 @@ fn new_message_while_one_is_in_progress_is_an_invalid_request() {
     }
     // B expects PSN 0x100 from A (see World::connect).
     let send = |op: u8, psn: u32, len: usize| {
-        let repr = FrameRepr {
-            eth: None,
-            ip: IpRepr::V4(Ipv4Repr {
-                src: "10.0.0.1".parse().unwrap(),
-                dst: "10.0.0.2".parse().unwrap(),
-                dscp: 0,
-                ecn: roce_wire::Ecn::NotEct,
-                ident: 0,
-                dont_frag: true,
-                ttl: 64,
-                payload_len: 0,
-            }),
-            udp: UdpRepr {
-                src_port: 0xc000,
-                dst_port: roce_wire::ROCE_V2_PORT,
-                checksum: UdpChecksum::Zero,
-            },
-            bth: roce_wire::BthRepr::new(Opcode::from_u8(op).unwrap(), qb, Psn::new(psn)),
-            ext: ExtHeaders::default(),
-            payload: &vec![0x42u8; len],
-        };
-        let mut buf = vec![0u8; repr.len()];
-        repr.emit(&mut buf).unwrap();
-        buf
+        roce_testkit::frames::datagram_v4(
+            [10, 0, 0, 1].into(),
+            [10, 0, 0, 2].into(),
+            0xc000,
+            BthRepr::new(Opcode::from_u8(op).unwrap(), qb, Psn::new(psn)),
+            ExtHeaders::default(),
+            &vec![0x42u8; len],
+        )
     };
     w.hosts[1]
         .dev

@@ -8,9 +8,10 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use roce_core::*;
+use roce_testkit::frames;
 use roce_wire::{
-    AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, FrameRepr, Headers, IpRepr, Ipv4Repr,
-    Opcode, PayloadRule, RethRepr, Syndrome, UdpChecksum, UdpRepr, ROCE_V2_PORT,
+    AethRepr, AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Headers, Opcode, PayloadRule, RethRepr,
+    Syndrome,
 };
 
 /// A packet from host A's address to host B, with the given fields.
@@ -59,35 +60,10 @@ fn packet(
     }
     let mut bth = BthRepr::new(op, Qpn::new(dest_qp), Psn::new(psn));
     bth.ack_req = ack_req;
-    let repr = FrameRepr {
-        eth: None,
-        ip: IpRepr::V4(Ipv4Repr {
-            src: "10.0.0.1".parse().unwrap(),
-            dst: "10.0.0.2".parse().unwrap(),
-            dscp: 0,
-            ecn: roce_wire::Ecn::from_bits(syn),
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
-        }),
-        udp: UdpRepr {
-            src_port: 0xc000,
-            dst_port: ROCE_V2_PORT,
-            checksum: UdpChecksum::Zero,
-        },
-        bth,
-        ext,
-        payload,
-    };
-    let mut buf = vec![0u8; repr.len()];
-    match repr.emit(&mut buf) {
-        Ok(n) => {
-            buf.truncate(n);
-            buf
-        }
-        Err(_) => Vec::new(),
-    }
+    let (a, b) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+    let mut repr = frames::frame_v4(a, b, 0xc000, bth, ext, payload);
+    frames::ipv4_mut(&mut repr).ecn = roce_wire::Ecn::from_bits(syn);
+    frames::try_emit(&repr).unwrap_or_default()
 }
 
 fn payload_len(op: Opcode, want: usize) -> usize {

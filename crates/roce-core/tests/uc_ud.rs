@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use roce_core::*;
+use roce_testkit::frames::rewrite;
 use roce_wire::{Operation, RocePacket};
 
 /// UC: a SEND of 3 packets loses its MIDDLE; the receive WR must not

@@ -21,10 +21,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{finish, free_port, have, listening};
-use roce_wire::{
-    BthRepr, DethRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, Psn, Qkey, Qpn,
-    UdpChecksum, UdpRepr, ROCE_V2_PORT,
-};
+use roce_testkit::frames;
+use roce_wire::{BthRepr, DethRepr, ExtHeaders, Opcode, Psn, Qkey, Qpn, ROCE_V2_PORT};
 
 /// The message size given to `ibv_ud_pingpong -s`.
 const SIZE: usize = 64;
@@ -38,37 +36,17 @@ const OURS: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 211);
 /// `dst`:4791, with IPv4 identification `ident`.
 fn ud_send(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, qpn: u32, ident: u16) -> Vec<u8> {
     let payload: Vec<u8> = (0..SIZE).map(|i| i as u8).collect();
-    let repr = FrameRepr {
-        eth: None,
-        ip: IpRepr::V4(Ipv4Repr {
-            src,
-            dst,
-            dscp: 0,
-            ecn: Ecn::NotEct,
-            ident,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
+    let bth = BthRepr::new(Opcode::UD_SEND_ONLY, Qpn::new(qpn), Psn::new(0x42));
+    let ext = ExtHeaders {
+        deth: Some(DethRepr {
+            qkey: Qkey::new(QKEY),
+            src_qp: Qpn::new(0x123),
         }),
-        udp: UdpRepr {
-            src_port: sport,
-            dst_port: ROCE_V2_PORT,
-            checksum: UdpChecksum::Zero,
-        },
-        bth: BthRepr::new(Opcode::UD_SEND_ONLY, Qpn::new(qpn), Psn::new(0x42)),
-        ext: ExtHeaders {
-            deth: Some(DethRepr {
-                qkey: Qkey::new(QKEY),
-                src_qp: Qpn::new(0x123),
-            }),
-            ..ExtHeaders::default()
-        },
-        payload: &payload,
+        ..ExtHeaders::default()
     };
-    let mut buf = vec![0u8; repr.len()];
-    let n = repr.emit(&mut buf).expect("emit");
-    buf.truncate(n);
-    buf
+    let mut repr = frames::frame_v4(src, dst, sport, bth, ext, &payload);
+    frames::ipv4_mut(&mut repr).ident = ident;
+    frames::emit(&repr)
 }
 
 /// A pingpong address message: `LID:QPN:PSN:GID` (the GID as 32 hex

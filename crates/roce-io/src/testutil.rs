@@ -1,5 +1,6 @@
 //! Builders of real RoCE v2 datagrams for the unit tests.
 
+use roce_testkit::frames;
 use roce_wire::*;
 
 fn emit(ip: IpRepr, psn: u32, payload_len: usize, udp_checksum: UdpChecksum) -> Vec<u8> {
@@ -8,35 +9,26 @@ fn emit(ip: IpRepr, psn: u32, payload_len: usize, udp_checksum: UdpChecksum) -> 
         .collect();
     let mut bth = BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(psn));
     bth.ack_req = true;
-    let repr = FrameRepr {
+    frames::emit(&FrameRepr {
         eth: None,
         ip,
         udp: UdpRepr {
-            src_port: 0xc000 | (psn as u16 & 0xff),
-            dst_port: ROCE_V2_PORT,
             checksum: udp_checksum,
+            ..frames::udp(0xc000 | (psn as u16 & 0xff))
         },
         bth,
         ext: ExtHeaders::default(),
         payload: &payload,
-    };
-    let mut buf = vec![0u8; repr.len()];
-    let n = repr.emit(&mut buf).expect("emit");
-    buf.truncate(n);
-    buf
+    })
 }
 
 /// An RC SEND_ONLY over IPv4 with PSN `psn` and `payload_len` bytes.
 pub(crate) fn v4_frame(src: &str, dst: &str, psn: u32, payload_len: usize, ecn: Ecn) -> Vec<u8> {
     let ip = IpRepr::V4(Ipv4Repr {
-        src: src.parse().unwrap(),
-        dst: dst.parse().unwrap(),
         dscp: 26,
         ecn,
         ident: psn as u16,
-        dont_frag: true,
-        ttl: 64,
-        payload_len: 0,
+        ..frames::ipv4(src.parse().unwrap(), dst.parse().unwrap())
     });
     emit(ip, psn, payload_len, UdpChecksum::Zero)
 }

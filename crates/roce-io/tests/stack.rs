@@ -9,10 +9,8 @@ use roce_capture::{CaptureReader, Payload};
 use roce_io::{
     Backend, Fabric, FaultConfig, FaultInjector, LinkConfig, Nanos, PacketBatch, PcapTap,
 };
-use roce_wire::{
-    BthRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Opcode, Psn, Qpn, RocePacket,
-    UdpChecksum, UdpRepr, ROCE_V2_PORT,
-};
+use roce_testkit::frames;
+use roce_wire::{BthRepr, Ecn, ExtHeaders, FrameRepr, Opcode, Psn, Qpn, RocePacket};
 
 const SLOT: usize = 4096 + 128;
 
@@ -20,28 +18,15 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// An RC SEND_ONLY from 10.0.0.1 to 10.0.0.2, DSCP 26, ECT(0).
 fn send_only(psn: u32, payload: &[u8]) -> FrameRepr<'_> {
-    FrameRepr {
-        eth: None,
-        ip: IpRepr::V4(Ipv4Repr {
-            src: "10.0.0.1".parse().unwrap(),
-            dst: "10.0.0.2".parse().unwrap(),
-            dscp: 26,
-            ecn: Ecn::Ect0,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
-        }),
-        udp: UdpRepr {
-            src_port: 0xc000,
-            dst_port: ROCE_V2_PORT,
-            checksum: UdpChecksum::Zero,
-        },
-        bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(psn)),
-        ext: ExtHeaders::default(),
-        payload,
-    }
+    let bth = BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(psn));
+    let (a, b) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+    let mut f = frames::frame_v4(a, b, 0xc000, bth, ExtHeaders::default(), payload);
+    let ip = frames::ipv4_mut(&mut f);
+    ip.dscp = 26;
+    ip.ecn = Ecn::Ect0;
+    f
 }
 
 /// Sends 100 datagrams of 1024 bytes from A (lossy, CE-marking) to B over

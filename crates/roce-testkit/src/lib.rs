@@ -7,7 +7,10 @@
 //!   given time, killed if the test fails first, so no test can hang;
 //! * [`Guard::spawn_roce_server`] and [`roce_bound`]: a RoCE server
 //!   started and waited for until its device is open (an rdma_cm client
-//!   does not retry a refused connection).
+//!   does not retry a refused connection);
+//! * [`frames`]: RoCE v2 packets built by hand (the default IPv4 and UDP
+//!   headers, a frame's bytes with its ICRC, a datagram re-emitted after
+//!   its headers were edited).
 //!
 //! ```
 //! use std::process::Command;
@@ -16,6 +19,8 @@
 //! let out = roce_testkit::run_bounded(Command::new("true"), Duration::from_secs(10));
 //! assert!(out.status.success());
 //! ```
+
+pub mod frames;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -18,12 +18,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use roce_io::{UdpBackend, UdpConfig};
+use roce_testkit::frames;
 use roce_verbs::roce_core::cc::CcConfig;
 use roce_verbs::*;
 use roce_wire::cm::{self as wcm, port_space, CmMessage, PathRepr, ReqRepr};
 use roce_wire::{
-    mad, AethRepr, BthRepr, DethRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Msn, NakCode,
-    Opcode, Pkey, RethRepr, Syndrome, UdpChecksum, UdpRepr, ROCE_V2_PORT,
+    mad, AethRepr, BthRepr, DethRepr, ExtHeaders, Msn, NakCode, Opcode, Pkey, RethRepr, Syndrome,
 };
 
 const PORT: u16 = 18791;
@@ -109,31 +109,7 @@ fn forge(src: Src, dst: IpAddr, bth: BthRepr, ext: ExtHeaders, payload: &[u8]) -
     let (IpAddr::V4(s), IpAddr::V4(d)) = (src.0, dst) else {
         unreachable!("IPv4 only here")
     };
-    let repr = FrameRepr {
-        eth: None,
-        ip: IpRepr::V4(Ipv4Repr {
-            src: s,
-            dst: d,
-            dscp: 0,
-            ecn: Ecn::NotEct,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
-        }),
-        udp: UdpRepr {
-            src_port: src.1,
-            dst_port: ROCE_V2_PORT,
-            checksum: UdpChecksum::Zero,
-        },
-        bth,
-        ext,
-        payload,
-    };
-    let mut buf = vec![0u8; repr.len()];
-    let n = repr.emit(&mut buf).unwrap();
-    buf.truncate(n);
-    buf.split_off(28)
+    frames::datagram_v4(s, d, src.1, bth, ext, payload).split_off(28)
 }
 
 /// Where a forged packet comes from: address and UDP source port.

@@ -16,17 +16,6 @@ pub enum Verdict {
     Replace(Vec<u8>),
 }
 
-/// Re-emits `dgram` after `edit` changes its reprs (the ICRC is recomputed).
-pub fn rewrite(dgram: &[u8], edit: impl FnOnce(&mut roce_wire::FrameRepr<'_>)) -> Vec<u8> {
-    let p = roce_wire::RocePacket::parse_ip(dgram).expect("a RoCE datagram");
-    let mut repr = p.to_repr();
-    edit(&mut repr);
-    let mut out = vec![0u8; repr.len()];
-    let n = repr.emit(&mut out).expect("re-emit");
-    out.truncate(n);
-    out
-}
-
 pub struct Host {
     pub dev: Device,
     pub pd: PdId,

@@ -8,9 +8,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use roce_io::{Backend, PacketBatch, UdpBackend, UdpConfig};
+use roce_testkit::frames;
 use roce_wire::{
     BthRepr, Ecn, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, Psn, Qpn, UdpChecksum,
-    UdpRepr, ROCE_V2_PORT,
+    UdpRepr,
 };
 
 pub(crate) const SLOT: usize = 4096 + 128;
@@ -36,14 +37,9 @@ pub(crate) fn payload(psn: u32, len: usize) -> Vec<u8> {
 pub(crate) fn emit(s: &Spec, slot: &mut [u8]) -> usize {
     let ip = match (s.src, s.dst) {
         (IpAddr::V4(a), IpAddr::V4(b)) => IpRepr::V4(Ipv4Repr {
-            src: a,
-            dst: b,
             dscp: s.dscp,
             ecn: s.ecn,
-            ident: 0,
-            dont_frag: true,
-            ttl: 64,
-            payload_len: 0,
+            ..frames::ipv4(a, b)
         }),
         (IpAddr::V6(a), IpAddr::V6(b)) => IpRepr::V6(Ipv6Repr {
             src: a,
@@ -61,13 +57,12 @@ pub(crate) fn emit(s: &Spec, slot: &mut [u8]) -> usize {
         eth: None,
         ip,
         udp: UdpRepr {
-            src_port: s.sport,
-            dst_port: ROCE_V2_PORT,
             checksum: if s.src.is_ipv4() {
                 UdpChecksum::Zero
             } else {
                 UdpChecksum::Compute
             },
+            ..frames::udp(s.sport)
         },
         bth: BthRepr::new(
             Opcode::RC_SEND_ONLY,
