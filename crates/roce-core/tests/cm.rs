@@ -575,6 +575,70 @@ fn a_req_between_two_listeners_on_a_port_is_resent_not_refused() {
     assert!(w.now >= 2_000_000_000, "the refusal came at {} ns", w.now);
 }
 
+/// The active side's half of the above, for a peer that refuses at once
+/// (Linux's CM: REJ reason 8 the moment a REQ finds no listener): a REQ
+/// refused so, to a port this side connected to moments before, is
+/// resent until a listener is back (perftest's `-R` client against rxe's
+/// server); for up to 2 s, after which the refusal is reported. A port
+/// this side has not just connected to is refused at once
+/// (`no_listener_is_rejected_with_invalid_service_id`).
+#[test]
+fn a_refused_req_to_a_port_just_connected_to_is_resent() {
+    let mut w = World::new(4096);
+    let l = w.hosts[1].dev.cm_listen(PORT).unwrap();
+    establish(&mut w, &ConnParam::default(), &ConnParam::default());
+    w.hosts[1].dev.cm_stop_listen(l);
+    let q2 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id2 = w.hosts[0]
+        .dev
+        .cm_connect(w.now, q2, peer, PORT, &ConnParam::default())
+        .unwrap();
+    // Host 1 holds the REQ for its own 2 s, then refuses it and every
+    // resend at once (its relisten grace has run out).
+    assert!(w.run_until(1_000_000, |w| {
+        w.hosts[0].dev.cm_counters().resent_after_refusal >= 3
+    }));
+    assert!(w.hosts[1].dev.cm_counters().rejected_reqs >= 3);
+    assert!(events(&mut w, 0).is_empty(), "the refusal was reported");
+    assert_eq!(w.hosts[0].dev.cm_state(id2), Some(cm::CmState::ReqSent));
+    // A listener again: the next resend is its request.
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected the resent REQ")
+    };
+    assert_eq!(req.remote_qpn, q2);
+    let q3 = init_qp(&mut w, 1);
+    w.hosts[1]
+        .dev
+        .cm_accept(w.now, req.id, q3, &ConnParam::default())
+        .unwrap();
+    assert!(matches!(next_event(&mut w, 0), CmEvent::Established { id, .. } if id == id2));
+
+    // With no listener coming back, the refusal is reported 2 s after the
+    // first one, not held until the REQ's retries run out.
+    let l2 = w.hosts[1].dev.cm_listen(PORT + 1).unwrap();
+    w.hosts[1].dev.cm_stop_listen(l2);
+    let q4 = init_qp(&mut w, 0);
+    let start = w.now;
+    let id4 = w.hosts[0]
+        .dev
+        .cm_connect(w.now, q4, peer, PORT + 1, &ConnParam::default())
+        .unwrap();
+    // Not connected to before: refused as soon as host 1's own grace ends.
+    let e = next_event(&mut w, 0);
+    assert_eq!(
+        e,
+        CmEvent::Rejected {
+            id: id4,
+            reason: rej_reason::INVALID_SERVICE_ID,
+            private_data: vec![]
+        }
+    );
+    let took = w.now - start;
+    assert!(took < 3_000_000_000, "refused after {took} ns");
+}
+
 /// A QP the program manages (rdma_cm ids without a QP, as `cmtime` and
 /// `rping -q` use them): the CM tells each side the attributes and never
 /// modifies the QPs itself; the active side gets CONNECT_RESPONSE and

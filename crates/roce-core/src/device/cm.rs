@@ -97,8 +97,11 @@ struct Conn {
     deadline: Option<Nanos>,
     interval: Nanos,
     retries_left: u8,
-    /// The service a SIDR exchange is about.
+    /// The service a SIDR exchange or an active side's REQ is about.
     service_id: u64,
+    /// An active side's REQ was first refused for want of a listener at
+    /// this time, and is being resent ([`CONNECTED_RECENTLY`]).
+    refused_since: Option<Nanos>,
     /// The listener a received request came to.
     listen: Option<ListenId>,
     /// MRAs honoured so far.
@@ -151,6 +154,9 @@ pub struct CmCounters {
     /// went less than 2 s before: programs close a listener and open
     /// another on the same port, and a REQ may come in between.
     pub held_for_relisten: u64,
+    /// REQs resent after a refusal for want of a listener, to a port this
+    /// side connected to moments before ([`CONNECTED_RECENTLY`]).
+    pub resent_after_refusal: u64,
 }
 
 /// How long after a listener goes a REQ for its port is left unanswered
@@ -163,6 +169,26 @@ pub(crate) const RELISTEN_GRACE: Nanos = 2_000_000_000;
 
 /// Ports whose listener went recently, at most this many remembered.
 const MAX_RELISTEN: usize = 16;
+
+/// The active side's half of [`RELISTEN_GRACE`], for peers that refuse at
+/// once (Linux's CM answers a REQ for a port without a listener with REJ
+/// reason 8): a REQ refused so, to a port this side had a connection
+/// accepted on less than this long before, is resent every
+/// [`REFUSED_RESEND`] for up to [`RELISTEN_GRACE`] before the refusal is
+/// reported. perftest's `-R` server closes its exchange listener and
+/// listens again for the test connection, which its client asks for at
+/// once: against rxe in an emulated VM the client always came first.
+/// A port this side has not just connected to is refused as the kernel
+/// refuses it, at once.
+pub(crate) const CONNECTED_RECENTLY: Nanos = 5_000_000_000;
+
+/// How often a REQ refused for want of a listener is resent (see
+/// [`CONNECTED_RECENTLY`]).
+pub(crate) const REFUSED_RESEND: Nanos = 50_000_000;
+
+/// (Peer, service) pairs whose REP came recently, at most this many
+/// remembered.
+const MAX_RECENT: usize = 16;
 
 /// Local communication IDs of ended connections that are not handed out
 /// again: the last this many (as the device's last 4096 destroyed QPNs).
@@ -188,6 +214,9 @@ pub(crate) struct CmTable {
     /// Services whose listener went, and since when (set by the first
     /// REQ that finds it gone): see [`RELISTEN_GRACE`].
     pub(crate) relisten: VecDeque<(u64, Option<Nanos>)>,
+    /// Peers and services that accepted this side's REQ, and when (see
+    /// [`CONNECTED_RECENTLY`]).
+    recent: VecDeque<(IpAddr, u64, Nanos)>,
     out: VecDeque<OutMad>,
     events: VecDeque<CmEvent>,
     /// CM IDs, transaction IDs and starting PSNs.
@@ -214,6 +243,7 @@ impl CmTable {
             by_remote: BTreeMap::new(),
             pending: BTreeMap::new(),
             relisten: VecDeque::new(),
+            recent: VecDeque::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             ids: Ids::new(seed),
@@ -247,6 +277,40 @@ impl CmTable {
         }
         self.relisten.remove(k);
         false
+    }
+
+    /// Remembers that `peer` accepted a REQ for `service` (a REP came).
+    pub(crate) fn connected(&mut self, peer: IpAddr, service: u64, now: Nanos) {
+        self.recent.retain(|&(p, s, _)| (p, s) != (peer, service));
+        if self.recent.len() >= MAX_RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((peer, service, now));
+    }
+
+    /// Whether connection `id`, an active side's REQ just refused for want
+    /// of a listener, should be resent instead of refused (see
+    /// [`CONNECTED_RECENTLY`]); if so, schedules the resend.
+    pub(crate) fn resend_refused(&mut self, id: u32, now: Nanos) -> bool {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return false;
+        };
+        let key = (c.peer, c.service_id);
+        let recent = self
+            .recent
+            .iter()
+            .any(|&(p, s, t)| (p, s) == key && now.saturating_sub(t) < CONNECTED_RECENTLY);
+        let since = *c.refused_since.get_or_insert(now);
+        if c.state != CmState::ReqSent || !recent || now.saturating_sub(since) >= RELISTEN_GRACE {
+            return false;
+        }
+        // The timer's resend takes one of the REQ's retries: give it back,
+        // so that a port that stays closed ends in the refusal, not in
+        // a timeout.
+        c.retries_left = c.retries_left.saturating_add(1);
+        self.counters.resent_after_refusal += 1;
+        self.schedule(id, now + REFUSED_RESEND);
+        true
     }
 
     /// A fresh local communication ID: random (IBTA Vol 1 §12.6.3 only
@@ -387,6 +451,7 @@ impl Conn {
             interval: 0,
             retries_left: 0,
             service_id: 0,
+            refused_since: None,
             listen: None,
             mras: 0,
             pending: false,

@@ -271,6 +271,7 @@ impl Device {
         };
         let mad = self.cm.send(local, dst, tid, &CmMessage::Req(req));
         let mut c = Conn::new(CmState::ReqSent, 0, tid, dst, local);
+        c.service_id = cm::ip_service_id(port_space::TCP, port);
         c.qpn = (!manual).then_some(qpn);
         c.manual = manual;
         c.psn = psn;

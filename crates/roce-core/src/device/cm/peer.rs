@@ -268,6 +268,9 @@ impl Device {
                     private_data: Vec::new(),
                 });
             }
+            (CmState::ReqSent, CmMessage::Rej(r))
+                if r.reason == rej_reason::INVALID_SERVICE_ID
+                    && self.cm.resend_refused(id, now) => {}
             (_, CmMessage::Rej(r)) => {
                 let Some(c) = self.cm.remove(id) else { return };
                 if c.state == CmState::RepSent {
@@ -322,7 +325,10 @@ impl Device {
         }
     }
 
-    fn on_rep(&mut self, _now: Nanos, id: u32, r: &RepRepr<'_>) {
+    fn on_rep(&mut self, now: Nanos, id: u32, r: &RepRepr<'_>) {
+        let c = &self.cm.conns[&id];
+        let (peer, service) = (c.peer, c.service_id);
+        self.cm.connected(peer, service, now);
         let c = &self.cm.conns[&id];
         let manual = c.manual;
         let (peer, local, psn, param, qpn) = (c.peer, c.local, c.psn, c.param.clone(), c.qpn);

@@ -23,6 +23,7 @@ fn conn() -> Conn {
         interval: 0,
         retries_left: 0,
         service_id: 0,
+        refused_since: None,
         listen: None,
         mras: 0,
         pending: false,
