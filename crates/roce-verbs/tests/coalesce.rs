@@ -79,6 +79,19 @@ fn pair(window: Duration) -> (Side, Side, Arc<AtomicUsize>) {
 
 const MESSAGES: u64 = 32;
 
+/// Posts `n` 64-byte receives at `side`, the i-th at offset `i * step`
+/// of `mr`.
+fn post_recvs(side: &Side, mr: &MemoryRegion, n: u64, step: u64) {
+    for i in 0..n {
+        side.qp
+            .post_recv(RecvWr {
+                wr_id: i,
+                sgl: vec![mr.sge(i * step, 64)],
+            })
+            .unwrap();
+    }
+}
+
 /// Posts MESSAGES one-packet SENDs of B's region, one per call, then takes
 /// every receive at A and checks each message's bytes; returns B's send
 /// calls up to the last receive.
@@ -88,13 +101,7 @@ fn burst(window: Duration) -> usize {
         a.pd.reg_mr(vec![0u8; 64 * 32], Access::LOCAL_WRITE)
             .unwrap();
     let mb = b.pd.reg_mr(pattern(64 * 32, 9), Access::NONE).unwrap();
-    for i in 0..MESSAGES {
-        a.qp.post_recv(RecvWr {
-            wr_id: i,
-            sgl: vec![ma.sge(i * 64, 64)],
-        })
-        .unwrap();
-    }
+    post_recvs(&a, &ma, MESSAGES, 64);
     let before = calls.load(Ordering::Relaxed);
     for i in 0..MESSAGES {
         b.qp.post_send(SendWr::send(i, vec![mb.sge(i * 64, 64)]))
@@ -138,13 +145,7 @@ fn coalesced_posts_leave_without_a_poll() {
     let (a, b, _calls) = pair(window);
     let ma = a.pd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
     let mb = b.pd.reg_mr(pattern(64, 3), Access::NONE).unwrap();
-    for i in 0..3 {
-        a.qp.post_recv(RecvWr {
-            wr_id: i,
-            sgl: vec![ma.sge(0, 64)],
-        })
-        .unwrap();
-    }
+    post_recvs(&a, &ma, 3, 0);
     let start = Instant::now();
     for i in 0..3 {
         b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
@@ -174,25 +175,13 @@ fn a_polling_programs_burst_leaves_at_its_poll() {
     let n = 8usize;
     let ma = a.pd.reg_mr(vec![0u8; 64 * n], Access::LOCAL_WRITE).unwrap();
     let mb = b.pd.reg_mr(pattern(64 * n, 4), Access::NONE).unwrap();
-    for i in 0..n as u64 {
-        a.qp.post_recv(RecvWr {
-            wr_id: i,
-            sgl: vec![ma.sge(i * 64, 64)],
-        })
-        .unwrap();
-    }
+    post_recvs(&a, &ma, n as u64, 64);
     let mut fewest = usize::MAX;
     // A post can come late on a loaded machine (ending its burst early):
     // the best of a few bursts.
     for round in 0..4u64 {
         if round > 0 {
-            for i in 0..n as u64 {
-                a.qp.post_recv(RecvWr {
-                    wr_id: i,
-                    sgl: vec![ma.sge(i * 64, 64)],
-                })
-                .unwrap();
-            }
+            post_recvs(&a, &ma, n as u64, 64);
         }
         // B is a polling program: an empty poll just before the burst.
         assert!(b.cq.poll_one().unwrap().is_none());
@@ -224,13 +213,7 @@ fn a_burst_after_the_last_poll_still_leaves() {
     let (a, b, _calls) = pair(window);
     let ma = a.pd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
     let mb = b.pd.reg_mr(pattern(64, 8), Access::NONE).unwrap();
-    for i in 0..3 {
-        a.qp.post_recv(RecvWr {
-            wr_id: i,
-            sgl: vec![ma.sge(0, 64)],
-        })
-        .unwrap();
-    }
+    post_recvs(&a, &ma, 3, 0);
     assert!(b.cq.poll_one().unwrap().is_none());
     for i in 0..3 {
         b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
