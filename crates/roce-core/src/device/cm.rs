@@ -154,8 +154,9 @@ pub struct CmCounters {
     /// went less than 2 s before: programs close a listener and open
     /// another on the same port, and a REQ may come in between.
     pub held_for_relisten: u64,
-    /// REQs resent after a refusal for want of a listener, to a port this
-    /// side connected to moments before ([`CONNECTED_RECENTLY`]).
+    /// REQs resent after a refusal for want of a listener (REJ reason 8),
+    /// to a port this side had a connection accepted on in the last 5 s:
+    /// every 50 ms, for up to 2 s, before the refusal is reported.
     pub resent_after_refusal: u64,
 }
 
