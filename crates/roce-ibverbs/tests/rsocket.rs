@@ -186,3 +186,40 @@ fn a_peer_claiming_an_oversized_message_gets_eproto() {
         "{ct}"
     );
 }
+
+/// A close right after a send waits for the peer to read the data (its
+/// credit update or its own DISCONNECT), at most a second, before the
+/// DISCONNECT goes (`tests/c/rsocket_linger.c`): the client reads 300 ms
+/// after the server's rclose began, so that rclose takes at least that
+/// long (without the linger it took no time, and Linux's `rstream -T a`
+/// client, slower than our server, saw the data and the hang-up in one
+/// `rpoll` and failed).
+#[test]
+fn a_close_after_a_send_waits_for_the_peer_to_read() {
+    let Some(exe) = common::c_program("rsocket_linger", "rdma/rsocket.h") else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let (s, c) = addrs();
+    let (st, ct) = pair(
+        exe,
+        &["server", &s, "7482"],
+        &["client", &s, "7482"],
+        &s,
+        &c,
+    );
+    assert!(ct.contains("ok: 4096 bytes read"), "{ct}");
+    let ms: f64 = st
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("rclose took ")?
+                .strip_suffix(" ms")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no rclose time:\n{st}"));
+    assert!(
+        (250.0..1500.0).contains(&ms),
+        "rclose took {ms} ms (the client read after 300 ms)"
+    );
+}

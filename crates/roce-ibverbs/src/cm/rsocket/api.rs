@@ -19,6 +19,10 @@ const RDMA_IOMAPSIZE: c_int = 3;
 /// How long `rshutdown` waits for its sends to complete.
 const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Longest a shutdown waits for a peer to read the data last sent to it
+/// before telling it of the shutdown (see `shutdown`).
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn last_errno() -> c_int {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -139,6 +143,21 @@ fn shutdown(s: &Sock, how: c_int) -> Res<()> {
             RS_CTRL_DISCONNECT
         }
         _ => return Err(libc::EINVAL),
+    };
+    // Data the peer may not have read yet: wait a little for its next
+    // credit update or its own DISCONNECT before sending ours. Linux's
+    // rsocket reports data and hang-up taken in one poll as POLLIN|POLLHUP,
+    // and programs (rstream's asynchronous mode) take any POLLHUP for an
+    // error, so a fast closer made a slower reader fail after the data
+    // had arrived whole (docs/rsocket.md).
+    let g = if g.s.as_ref().is_some_and(|s| s.unread_by_peer()) {
+        let until = Some(std::time::Instant::now() + LINGER);
+        let settled = |i: &Inner| {
+            i.state & RS_CONNECTED == 0 || !i.s.as_ref().is_some_and(|s| s.unread_by_peer())
+        };
+        wait_until(s, g, false, until, settled).0
+    } else {
+        g
     };
     // A peer killed without a word never completes our sends (retries
     // go on for ever): the shutdown gives up after SHUTDOWN_WAIT, and

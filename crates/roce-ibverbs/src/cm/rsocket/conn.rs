@@ -97,6 +97,7 @@ fn save_conn_data(s: &mut Stream, d: &[u8]) -> Res<()> {
     s.tgt.set_u32(8, be32(32));
     s.tgt.set_u32(12, be32(36));
     s.sseq_comp = u16::from_be_bytes([d[2], d[3]]);
+    s.peer_credits = s.sseq_comp;
     Ok(())
 }
 
@@ -203,6 +204,9 @@ fn create_ep(inner: &mut Inner) -> Res<()> {
             rmsg: VecDeque::new(),
             armed: false,
             unacked: 0,
+            peer_credits: 0,
+            data_sent: 0,
+            data_read: 0,
             iomap_size: z.iomap,
             remote_iomap: (0, 0, 0),
             maps: Vec::new(),

@@ -66,6 +66,14 @@ pub(super) struct Stream {
     pub(super) rmsg: VecDeque<u32>,
     pub(super) armed: bool,
     pub(super) unacked: u32,
+    /// The peer's receive queue size (the credits of its connection
+    /// data): its credit updates carry the data messages its program has
+    /// read plus this.
+    pub(super) peer_credits: u16,
+    /// Data messages sent, and read by the peer's program as its last
+    /// credit update said (see `unread_by_peer`).
+    pub(super) data_sent: u16,
+    pub(super) data_read: u16,
     /// Entries of our target iomap (after the target SGL in `tgt`).
     pub(super) iomap_size: u32,
     /// The peer's target iomap: (addr, key, entries).
@@ -242,7 +250,15 @@ impl Stream {
         if tlen == len {
             self.target_sge = (i + 1) % RS_SGL_SIZE;
         }
+        self.data_sent = self.data_sent.wrapping_add(1);
         self.post(msg(RS_OP_DATA, len), payload, addr, key)
+    }
+
+    /// The peer's program may not have read all our data yet: its last
+    /// credit update (`rs_send_credits`: its `rseq_no`, which `rrecv`
+    /// counts up per message read, plus its queue size) came before.
+    pub(super) fn unread_by_peer(&self) -> bool {
+        self.data_sent != self.data_read
     }
 
     /// Largest transfer possible now, at most `want`.
@@ -369,7 +385,16 @@ impl Stream {
                     let m = c.wc.imm_data;
                     let data = m & 0x1fff_ffff;
                     match m >> 29 {
-                        RS_OP_SGL => self.sseq_comp = data as u16,
+                        RS_OP_SGL => {
+                            self.sseq_comp = data as u16;
+                            let read = self.sseq_comp.wrapping_sub(self.peer_credits);
+                            // Never beyond what was sent (a confused peer).
+                            if read.wrapping_sub(self.data_read)
+                                <= self.data_sent.wrapping_sub(self.data_read)
+                            {
+                                self.data_read = read;
+                            }
+                        }
                         RS_OP_IOMAP_SGL | RS_OP_WRITE => {}
                         RS_OP_CTRL => {
                             if data == RS_CTRL_DISCONNECT {
