@@ -69,8 +69,26 @@ fn finish(mut child: Child, end: Instant) -> Result<Output, String> {
 
 /// Runs `prog` as server and client with `args` (and the device, GID
 /// index and port flags), both bounded by `limit`; both must exit 0.
-/// Returns the client's output.
+/// Returns the client's output. A run that failed only because perftest
+/// could not calibrate its cycle counter against the clock at the end
+/// ("Correlation coefficient r^2 ... < 0.9", on a loaded machine: every
+/// transfer done, no report) is run again, twice at most.
 fn pair(prog: &str, args: &[&str], limit: Duration) -> String {
+    let mut tries = 0;
+    loop {
+        match pair_once(prog, args, limit) {
+            Ok(out) => return out,
+            Err(e) if tries < 2 && e.contains("Correlation coefficient r^2") => {
+                eprintln!("{prog} {args:?}: perftest's clock calibration failed; again");
+                tries += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// One run of [`pair`]: the client's output, or what both printed.
+fn pair_once(prog: &str, args: &[&str], limit: Duration) -> Result<String, String> {
     let port = free_port().to_string();
     let mut a: Vec<String> = ["-d", "roce_lo", "-x", "0", "-p", &port]
         .iter()
@@ -109,13 +127,14 @@ fn pair(prog: &str, args: &[&str], limit: Duration) -> String {
         Err(t) => format!("killed after {limit:?}\n{t}"),
     };
     let ok = |r: &Result<Output, String>| r.as_ref().is_ok_and(|o| o.status.success());
-    assert!(
-        ok(&s) && ok(&c),
-        "{prog} {args:?}:\n--- server {}\n--- client {}",
-        show(&s),
-        show(&c)
-    );
-    text(&c.unwrap())
+    if !(ok(&s) && ok(&c)) {
+        return Err(format!(
+            "{prog} {args:?}:\n--- server {}\n--- client {}",
+            show(&s),
+            show(&c)
+        ));
+    }
+    Ok(text(&c.unwrap()))
 }
 
 /// The numeric rows of a results table (after its `#bytes` header).
