@@ -476,14 +476,19 @@ DROPIN_LOSS_PINGPONG=${DROPIN_LOSS_PINGPONG-rc srq}
 OUR_IF=$(nsx ip -o -4 addr show | awk -v ip="$HOST_IP" '{split($4, a, "/")} a[1] == ip {print $2; exit}')
 OUR_DEV=roce_${OUR_IF:-?}
 ours_exec=("$ROCE" exec --devices "$OUR_DEV" --addr "$HOST_IP" --)
+# peer_loss LOSS LOG WHAT: `tc netem loss LOSS%` on the peer's egress (undone at exit); when
+# it cannot be applied, says so (WHAT names the cases skipped) and fails.
+peer_loss() {
+    if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${1}%" >"$2" 2>&1; then
+        echo "cannot apply netem on the peer (see $2); $3 loss cases skipped" >&2
+        return 1
+    fi
+    trap 'netem_off; cleanup' EXIT
+}
 flows_of() { awk '/^flow/{f=1;next} f&&NF==0{f=0} f{n++} END{print n+0}' "$1"; }
 for loss in $DROPIN_LOSSES; do
     if [ "$loss" != 0 ]; then
-        if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${loss}%" >"$OUT/dropin-netem-$loss.log" 2>&1; then
-            echo "cannot apply netem on the peer (see $OUT/dropin-netem-$loss.log); drop-in loss cases skipped" >&2
-            break
-        fi
-        trap 'netem_off; cleanup' EXIT
+        peer_loss "$loss" "$OUT/dropin-netem-$loss.log" drop-in || break
         pingpongs=$DROPIN_LOSS_PINGPONG; tag="loss=$loss%"; LOSSY=1
     else
         pingpongs=$DROPIN_PINGPONG; tag=""; LOSSY=0
@@ -563,11 +568,7 @@ CMTIME_SERVE=${CMTIME_SERVE:-60}
 RSTREAM_ROLES=${RSTREAM_ROLES-$ROLES}
 for loss in $DROPIN_CM_LOSSES; do
     if [ "$loss" != 0 ]; then
-        if ! peer_run "tc qdisc replace dev $PEER_IF root netem loss ${loss}%" >"$OUT/dropin-cm-netem-$loss.log" 2>&1; then
-            echo "cannot apply netem on the peer (see $OUT/dropin-cm-netem-$loss.log); librdmacm loss cases skipped" >&2
-            break
-        fi
-        trap 'netem_off; cleanup' EXIT
+        peer_loss "$loss" "$OUT/dropin-cm-netem-$loss.log" librdmacm || break
         cms=$DROPIN_LOSS_CM; tag=" loss=$loss%"; LOSSY=1
     else
         cms=$DROPIN_CM; tag=""; LOSSY=0
