@@ -327,11 +327,9 @@ impl Device {
 
     fn on_rep(&mut self, now: Nanos, id: u32, r: &RepRepr<'_>) {
         let c = &self.cm.conns[&id];
-        let (peer, service) = (c.peer, c.service_id);
-        self.cm.connected(peer, service, now);
-        let c = &self.cm.conns[&id];
-        let manual = c.manual;
+        let (manual, service) = (c.manual, c.service_id);
         let (peer, local, psn, param, qpn) = (c.peer, c.local, c.psn, c.param.clone(), c.qpn);
+        self.cm.connected(peer, service, now);
         let info = ReqInfo {
             remote_qpn: r.local_qpn,
             starting_psn: r.starting_psn,
