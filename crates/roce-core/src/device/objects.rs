@@ -148,7 +148,7 @@ impl Device {
         if self
             .qps
             .values()
-            .any(|q| q.init.send_cq == cq || q.init.recv_cq == cq)
+            .any(|q| q.common.init.send_cq == cq || q.common.init.recv_cq == cq)
         {
             return Err(VerbsError::Busy);
         }
@@ -173,7 +173,7 @@ impl Device {
     /// `ibv_destroy_srq`: refused while a QP uses it; returns the receives
     /// still posted, so their buffers can be released.
     pub fn destroy_srq(&mut self, srq: SrqId) -> Result<Vec<RecvWr>, VerbsError> {
-        if self.qps.values().any(|q| q.init.srq == Some(srq)) {
+        if self.qps.values().any(|q| q.common.init.srq == Some(srq)) {
             return Err(VerbsError::Busy);
         }
         let mut s = self
@@ -227,10 +227,10 @@ impl Device {
         }
         let qpn = self.fresh_qpn();
         let mut qp = Qp::new(Qpn::new(qpn), init);
-        qp.attr.path_mtu = self.config.active_mtu;
+        qp.common.attr.path_mtu = self.config.active_mtu;
         // The starting PSN until the application sets its own: random.
-        qp.attr.sq_psn = self.ids.psn();
-        qp.cc = QpCc::new(&self.config.cc, self.config.link_bps);
+        qp.common.attr.sq_psn = self.ids.psn();
+        qp.common.cc = QpCc::new(&self.config.cc, self.config.link_bps);
         self.qps.insert(qpn, qp);
         Ok(Qpn::new(qpn))
     }

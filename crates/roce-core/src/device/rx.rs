@@ -39,10 +39,10 @@ impl Device {
         };
         // Only the connected peer's packets, to our address, in the QP's
         // partition and a state that takes them (IBTA Vol 1 §9.6).
-        if let Err(why) = qp.check_packet(&p, &self.config.addrs) {
+        if let Err(why) = qp.common.check_packet(&p, &self.config.addrs) {
             match why {
-                Reject::State => qp.counters.drop_bad_state += 1,
-                _ => qp.counters.drop_invalid += 1,
+                Reject::State => qp.common.counters.drop_bad_state += 1,
+                _ => qp.common.counters.drop_invalid += 1,
             }
             return;
         }
@@ -50,7 +50,7 @@ impl Device {
             // Reaction point (docs/dcb.md §4): the CNP names our QP, and
             // came from its peer (checked above).
             self.counters.rx_cnp += 1;
-            qp.cc.on_cnp(now);
+            qp.common.cc.on_cnp(now);
             self.note_timer(qpn);
             return;
         }
@@ -58,19 +58,19 @@ impl Device {
         let ce = p.ip.ecn() == Ecn::Ce;
         let mut ctx = ctx!(self, now);
         if op.kind().is_request() {
-            let accepted = qp.resp_handle_request(&p, &dgram[..ip_hlen], &mut ctx);
+            let accepted = qp.handle_request(&p, &dgram[..ip_hlen], &mut ctx);
             // Notification point (docs/protocol.md §7): CE → CNP to the
             // peer, only for a packet the QP took (a forged or stale one
             // must not make us send CNPs).
             if ce && accepted {
-                qp.cc.on_ce(now);
+                qp.common.cc.on_ce(now);
             }
-        } else if matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
-            if qp.req_handle_response(&p, &mut ctx) && ce {
-                qp.cc.on_ce(now);
+        } else if matches!(qp.common.state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            if qp.handle_response(&p, &mut ctx) && ce {
+                qp.common.cc.on_ce(now);
             }
         } else {
-            qp.counters.drop_bad_state += 1;
+            qp.common.counters.drop_bad_state += 1;
         }
         qp.check_cq_lost(&mut ctx);
         if qp.wants_to_send() {

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use roce_wire::{RocePacket, Transport};
 
 use super::state::{QpState, QpType};
-use super::Qp;
+use super::QpCommon;
 
 /// The port's P_Key table: one entry, the default partition (0xFFFF,
 /// full member), as rxe has.
@@ -45,7 +45,7 @@ pub(crate) fn pkey_in_table(pkey: u16) -> bool {
     PKEY_TABLE.iter().any(|&k| pkey_match(pkey, k))
 }
 
-impl Qp {
+impl QpCommon {
     /// Checks the headers of `p`, addressed to this QP, against the QP's
     /// transport, peer, addresses, P_Key and state.
     pub(crate) fn check_packet(&self, p: &RocePacket<'_>, local: &[IpAddr]) -> Result<(), Reject> {

@@ -5,12 +5,11 @@
 use roce_wire::{BthRepr, Ecn, ExtHeaders, Opcode, Psn};
 
 use super::state::{QpState, QpType};
-use super::{Ctx, Qp};
-use crate::cc::CcCounters;
+use super::{Ctx, QpCommon};
 
-impl Qp {
+impl QpCommon {
     /// Emits the due CNP, if any (before any other packet of the QP).
-    pub(crate) fn cc_poll_cnp(
+    pub(crate) fn poll_cnp(
         &mut self,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
@@ -35,10 +34,5 @@ impl Qp {
         let n = path.emit(bth, ExtHeaders::default(), 0, buf, |_| {})?;
         self.cc.cnp_sent();
         Some(n)
-    }
-
-    /// Congestion control counters of this QP.
-    pub fn cc_counters(&self) -> CcCounters {
-        self.cc.counters()
     }
 }

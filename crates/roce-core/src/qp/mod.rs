@@ -1,5 +1,16 @@
 //! Queue pairs: the state machine, the requester (send side) and the
 //! responder (receive side) of RC, UC and UD (IBTA Vol 1 chapter 9, §10.3).
+//!
+//! A [`Qp`] is three parts: `QpCommon` (identity, attributes, state,
+//! counters, congestion control), the `Requester` (requester/: the send
+//! queue, request packets, ACKs and responses) and the `Responder`
+//! (responder/: the receive queue, executing requests, ACKs, NAKs and
+//! READ responses). Each half's behaviour is its own methods, handed
+//! `&mut QpCommon`; neither reaches into the other. `Qp` calls them in
+//! order (responses before requests, a CNP first) and decides what
+//! concerns both: `ibv_modify_qp`, and the error state. A half that
+//! enters the error state flushes its own queue at once and leaves the
+//! other to be flushed by `Qp` when it returns (`QpCommon::unflushed`).
 
 pub(crate) mod accept;
 mod attr;
@@ -12,7 +23,7 @@ pub mod state;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 
-use roce_wire::{Ecn, Qpn};
+use roce_wire::{Ecn, Qpn, RocePacket};
 
 pub use attr::{
     mtu_from_enum, mtu_to_enum, path_mtu_for_link, AddressVector, QpAttr, QpCaps, QpInitAttr,
@@ -23,13 +34,13 @@ pub use responder::AckDelay;
 use responder::Responder;
 use state::{check_modify_with_cur_state, ModifyError, QpAttrMask, QpState, QpType};
 
-use crate::cc::QpCc;
+use crate::cc::{CcCounters, QpCc};
 use crate::counters::QpCounters;
 use crate::cq::{Cq, CqId, Pushed};
 use crate::mr::MrTable;
 use crate::srq::{Srq, SrqId};
-use crate::wc::{Wc, WcOpcode, WcStatus};
-use crate::wr::RecvWr;
+use crate::wc::Wc;
+use crate::wr::{RecvWr, SendWr};
 use crate::{AsyncEvent, Nanos};
 
 /// What a QP borrows from its device while it works.
@@ -117,72 +128,92 @@ impl std::fmt::Display for PostError {
 
 impl std::error::Error for PostError {}
 
-/// A queue pair.
+/// A queue pair: what both halves share, and the halves.
 #[derive(Debug)]
 pub struct Qp {
+    pub(crate) common: QpCommon,
+    /// The send side (requester/).
+    pub(crate) req: Requester,
+    /// The receive side, with the receive queue (responder/).
+    pub(crate) resp: Responder,
+    /// On the device's ready list.
+    pub(crate) queued: bool,
+    /// The deadline last entered in the device's timer heap.
+    pub(crate) armed: Option<Nanos>,
+}
+
+/// What the requester and the responder of a QP both read and change:
+/// identity, attributes, state, counters and congestion control.
+#[derive(Debug)]
+pub(crate) struct QpCommon {
     pub(crate) qpn: Qpn,
     pub(crate) init: QpInitAttr,
     pub(crate) state: QpState,
     pub(crate) attr: QpAttr,
     pub(crate) sport: u16,
-    pub(crate) rq: VecDeque<RecvWr>,
-    pub(crate) req: Requester,
-    pub(crate) resp: Responder,
     pub(crate) counters: QpCounters,
-    /// On the device's ready list.
-    pub(crate) queued: bool,
-    /// The deadline last entered in the device's timer heap.
-    pub(crate) armed: Option<Nanos>,
     /// Congestion control (notification and reaction point, pacing).
     pub(crate) cc: QpCc,
+    /// A half entered the error state and flushed itself; this half is
+    /// flushed when control returns to [`Qp`] (see [`Qp::settle`]).
+    pub(crate) unflushed: Option<Half>,
+}
+
+/// One half of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Half {
+    Requester,
+    Responder,
 }
 
 impl Qp {
     pub(crate) fn new(qpn: Qpn, init: QpInitAttr) -> Qp {
         Qp {
-            qpn,
-            init,
-            state: QpState::Reset,
-            attr: QpAttr::default(),
-            sport: path::udp_sport(qpn.value()),
-            rq: VecDeque::new(),
+            common: QpCommon {
+                qpn,
+                init,
+                state: QpState::Reset,
+                attr: QpAttr::default(),
+                sport: path::udp_sport(qpn.value()),
+                counters: QpCounters::default(),
+                cc: QpCc::default(),
+                unflushed: None,
+            },
             req: Requester::default(),
             resp: Responder::default(),
-            counters: QpCounters::default(),
             queued: false,
             armed: None,
-            cc: QpCc::default(),
         }
     }
 
     /// QP number.
     pub fn qpn(&self) -> Qpn {
-        self.qpn
+        self.common.qpn
     }
 
     /// Current state.
     pub fn state(&self) -> QpState {
-        self.state
+        self.common.state
     }
 
     /// Transport type.
     pub fn qp_type(&self) -> QpType {
-        self.init.qp_type
+        self.common.init.qp_type
     }
 
     /// Current attributes.
     pub fn attr(&self) -> &QpAttr {
-        &self.attr
+        &self.common.attr
     }
 
     /// Counters.
     pub fn counters(&self) -> &QpCounters {
-        &self.counters
+        &self.common.counters
     }
 
-    /// Path MTU in bytes.
-    pub(crate) fn pmtu(&self) -> u32 {
-        self.attr.path_mtu
+    /// Congestion control counters of this QP.
+    pub fn cc_counters(&self) -> CcCounters {
+        self.common.cc.counters()
     }
 
     /// `ibv_modify_qp`: validates the transition and its attribute mask
@@ -196,12 +227,18 @@ impl Qp {
         let next = if mask.contains(QpAttrMask::STATE) {
             attr.qp_state
         } else {
-            self.state
+            self.common.state
         };
-        check_modify_with_cur_state(self.init.qp_type, self.state, mask, next, attr.cur_qp_state)?;
+        check_modify_with_cur_state(
+            self.common.init.qp_type,
+            self.common.state,
+            mask,
+            next,
+            attr.cur_qp_state,
+        )?;
         // SQD -> SQD (changing attributes in SQD) waits for the drain
         // (as rxe, which refuses it while `sq_draining`).
-        if self.state == QpState::Sqd && next == QpState::Sqd && self.req.draining() {
+        if self.common.state == QpState::Sqd && next == QpState::Sqd && self.req.draining() {
             return Err(ModifyError::SqDraining);
         }
         if mask.contains(QpAttrMask::PATH_MTU)
@@ -236,7 +273,7 @@ impl Qp {
         {
             return Err(ModifyError::InvalidValue("ah_attr.sgid_index"));
         }
-        let a = &mut self.attr;
+        let a = &mut self.common.attr;
         macro_rules! take {
             ($bit:ident, $field:ident) => {
                 if mask.contains(QpAttrMask::$bit) {
@@ -267,17 +304,16 @@ impl Qp {
         }
         if mask.contains(QpAttrMask::RETRY_CNT) || mask.contains(QpAttrMask::RNR_RETRY) {
             self.req
-                .reset_retries(self.attr.retry_cnt, self.attr.rnr_retry);
+                .reset_retries(self.common.attr.retry_cnt, self.common.attr.rnr_retry);
         }
-        let prev = self.state;
-        self.state = next;
-        self.attr.qp_state = next;
-        self.attr.cur_qp_state = next;
+        let prev = self.common.state;
+        self.common.state = next;
+        self.common.attr.qp_state = next;
+        self.common.attr.cur_qp_state = next;
         match next {
             QpState::Reset if prev != QpState::Reset => {
                 // Back to RESET: everything is discarded without completions.
-                self.return_srq_recv(ctx);
-                self.rq.clear();
+                self.resp.return_srq_recv(&self.common, ctx);
                 self.req = Requester::default();
                 self.resp = Responder::default();
             }
@@ -286,9 +322,9 @@ impl Qp {
         }
         if next == QpState::Sqd && prev != QpState::Sqd {
             let notify = mask.contains(QpAttrMask::EN_SQD_ASYNC_NOTIFY);
-            self.set_draining(true, notify, ctx);
+            self.req.set_draining(&self.common, true, notify, ctx);
         } else if next != QpState::Sqd {
-            self.set_draining(false, false, ctx);
+            self.req.set_draining(&self.common, false, false, ctx);
         }
         Ok(())
     }
@@ -302,94 +338,184 @@ impl Qp {
     }
 
     /// On reset or destroy: a receive taken from the SRQ by a SEND in
-    /// progress goes back to the SRQ's head. It is the SRQ's, not this
-    /// QP's (the application posted it there and holds its memory until
-    /// it completes or the SRQ goes), and the QP's queues are discarded
-    /// without completions.
+    /// progress goes back to the SRQ (see [`Responder::return_srq_recv`]).
     pub(crate) fn return_srq_recv(&mut self, ctx: &mut Ctx<'_>) {
-        if self.init.srq.is_some() {
-            if let Some(wr) = self.resp.take_in_progress_recv() {
-                self.untake_recv(wr, ctx);
-            }
-        }
+        self.resp.return_srq_recv(&self.common, ctx);
     }
 
     /// Moves the QP to the error state and flushes both queues.
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
-        if self.state == QpState::Err {
-            return;
+        if self.common.enter_error(ctx) {
+            self.flush(ctx);
         }
-        self.state = QpState::Err;
-        self.attr.qp_state = QpState::Err;
-        ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
-        self.flush(ctx);
     }
 
-    /// Completes every outstanding WR with WR_FLUSH_ERR.
+    /// Completes every outstanding WR with WR_FLUSH_ERR: the send queue,
+    /// then the receive queue.
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
-        self.req.flush(self.qpn, self.init.send_cq, ctx);
-        // A receive taken by a SEND still in progress completes first.
-        let in_progress = self.resp.take_in_progress_recv();
-        for wr in in_progress.into_iter().chain(std::mem::take(&mut self.rq)) {
-            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
-            ctx.complete(self.init.recv_cq, wc, false);
+        self.req.flush(&self.common, ctx);
+        self.resp.flush(&self.common, ctx);
+    }
+
+    /// After a half ran: if it entered the error state, the other half
+    /// is flushed now (each half flushes itself at once).
+    fn settle(&mut self, ctx: &mut Ctx<'_>) {
+        match self.common.unflushed.take() {
+            Some(Half::Requester) => self.req.flush(&self.common, ctx),
+            Some(Half::Responder) => self.resp.flush(&self.common, ctx),
+            None => {}
         }
-        self.resp.on_error();
-        if self.init.srq.is_some() {
-            // It takes no more SRQ receives: the one in progress, if any,
-            // was flushed above.
-            ctx.events.push_back(AsyncEvent::QpLastWqeReached(self.qpn));
-        }
+    }
+
+    /// `ibv_post_send`.
+    pub(crate) fn post_send(&mut self, wr: SendWr, ctx: &mut Ctx<'_>) -> Result<(), PostError> {
+        self.req.post_send(&self.common, wr, ctx)
     }
 
     /// `ibv_post_recv`.
     pub(crate) fn post_recv(&mut self, wr: RecvWr, ctx: &mut Ctx<'_>) -> Result<(), PostError> {
-        if self.init.srq.is_some() {
-            return Err(PostError::InvalidWr("the QP uses a shared receive queue"));
+        self.resp.post_recv(&self.common, wr, ctx)
+    }
+
+    /// A request packet addressed to this QP (the responder's). Returns
+    /// whether it was taken as the next in sequence (its ECN mark may
+    /// then count).
+    pub(crate) fn handle_request(
+        &mut self,
+        p: &RocePacket<'_>,
+        raw_ip_header: &[u8],
+        ctx: &mut Ctx<'_>,
+    ) -> bool {
+        let taken = self
+            .resp
+            .handle_request(&mut self.common, p, raw_ip_header, ctx);
+        self.settle(ctx);
+        taken
+    }
+
+    /// A response packet addressed to this QP (the requester's). Returns
+    /// whether it acknowledged something outstanding.
+    pub(crate) fn handle_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+        let acked = self.req.handle_response(&mut self.common, p, ctx);
+        self.settle(ctx);
+        acked
+    }
+
+    /// True when the QP may have packets to send.
+    pub(crate) fn wants_to_send(&self) -> bool {
+        self.resp.has_output() || self.req.has_work() || self.common.cc.cnp_due()
+    }
+
+    /// [`Qp::wants_to_send`], but a deferred ACK still held at `now` does
+    /// not count.
+    pub(crate) fn wants_to_send_at(&self, now: Nanos) -> bool {
+        self.resp.has_output_at(now) || self.req.has_work() || self.common.cc.cnp_due()
+    }
+
+    /// Emits the next packet: a due CNP, then responses, then requests. A
+    /// deferred ACK (responder/ack.rs) waits, and follows the first
+    /// request packet that leaves: the peer is waiting for that one.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<roce_wire::Transmit> {
+        let n = self.next_packet(ctx, buf);
+        self.settle(ctx);
+        if n.is_some() {
+            self.common.counters.tx_packets += 1;
         }
-        if self.state == QpState::Reset {
-            return Err(PostError::BadState(self.state));
+        n
+    }
+
+    fn next_packet(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+        let qp = &mut self.common;
+        if let Some(n) = qp.poll_cnp(ctx, buf) {
+            return Some(n);
         }
-        if wr.sgl.len() > self.init.cap.max_recv_sge as usize {
-            return Err(PostError::TooManySge);
+        if let Some(n) = self.resp.poll_transmit(qp, ctx, buf) {
+            return Some(n);
         }
-        if self.rq.len() >= self.init.cap.max_recv_wr as usize {
-            return Err(PostError::QueueFull);
+        // HCA order: the held ACK just before an answer the peer takes
+        // from a CQ; after one it sees only in memory.
+        if ctx.ack_delay.ack_first
+            && self.req.next_completes_a_receive()
+            && self.resp.release_deferred_ack()
+        {
+            if let Some(n) = self.resp.poll_transmit(qp, ctx, buf) {
+                return Some(n);
+            }
         }
+        let n = self.req.poll_transmit(qp, ctx, buf)?;
+        if self.resp.answered(ctx.now, ctx.ack_delay) {
+            // The answer in a send call of its own, the ACK in the next;
+            // in the HCA order the peer's program waits for the ACK's
+            // completion, so it goes in the same call.
+            ctx.boundary = !ctx.ack_delay.ack_first;
+            qp.counters.acks_after_answer += 1;
+        }
+        Some(n)
+    }
+
+    /// A deferred ACK, released and written into `buf` at once: the last
+    /// packet of a QP that is destroyed or reset, which would have left
+    /// before the application could act with deferral off.
+    pub(crate) fn take_deferred_ack(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        buf: &mut [u8],
+    ) -> Option<roce_wire::Transmit> {
+        if !self.resp.release_deferred_ack() {
+            return None;
+        }
+        let n = self.resp.poll_transmit(&mut self.common, ctx, buf);
+        self.settle(ctx);
+        if n.is_some() {
+            self.common.counters.tx_packets += 1;
+        }
+        n
+    }
+
+    /// Earliest timer deadline.
+    pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
+        [
+            self.req.poll_timeout(),
+            self.common.cc.poll_timeout(),
+            self.resp.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Deferred ACK deadlines, congestion control timers, the local ACK
+    /// timeout and the RNR timer.
+    pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.resp.on_timer(ctx.now) {
+            self.common.counters.ack_deadlines += 1;
+        }
+        self.common.cc.on_timer(ctx.now);
+        self.req.handle_timeout(&mut self.common, ctx);
+        self.settle(ctx);
+    }
+}
+
+impl QpCommon {
+    /// Path MTU in bytes.
+    pub(crate) fn pmtu(&self) -> u32 {
+        self.attr.path_mtu
+    }
+
+    /// Moves the QP to the error state, raising the fatal event; false
+    /// when it was there already. The caller flushes what it must.
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.state == QpState::Err {
-            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
-            ctx.complete(self.init.recv_cq, wc, false);
-            return Ok(());
+            return false;
         }
-        self.rq.push_back(wr);
-        Ok(())
-    }
-
-    /// The next receive WR: from the SRQ or the QP's own queue.
-    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
-        match self.init.srq {
-            Some(id) => {
-                let srq = ctx.srq(id)?;
-                let wr = srq.take();
-                if srq.check_limit() {
-                    ctx.events.push_back(AsyncEvent::SrqLimitReached(id));
-                }
-                wr
-            }
-            None => self.rq.pop_front(),
-        }
-    }
-
-    /// Gives back a receive WR that a broken UC message had taken.
-    pub(crate) fn untake_recv(&mut self, wr: RecvWr, ctx: &mut Ctx<'_>) {
-        match self.init.srq {
-            Some(id) => {
-                if let Some(srq) = ctx.srq(id) {
-                    srq.push_front(wr);
-                }
-            }
-            None => self.rq.push_front(wr),
-        }
+        self.state = QpState::Err;
+        self.attr.qp_state = QpState::Err;
+        ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
+        true
     }
 
     /// The addressing of this QP's packets: along `av` (a UD destination's
@@ -406,95 +532,6 @@ impl Qp {
             flow_label: av.flow_label,
             icrc_code: ctx.icrc_code,
         })
-    }
-
-    /// True when the QP may have packets to send.
-    pub(crate) fn wants_to_send(&self) -> bool {
-        self.resp.has_output() || self.req.has_work() || self.cc.cnp_due()
-    }
-
-    /// [`Qp::wants_to_send`], but a deferred ACK still held at `now` does
-    /// not count.
-    pub(crate) fn wants_to_send_at(&self, now: Nanos) -> bool {
-        self.resp.has_output_at(now) || self.req.has_work() || self.cc.cnp_due()
-    }
-
-    /// Emits the next packet: responses first, then requests. A deferred
-    /// ACK (responder/ack.rs) waits, and follows the first request packet
-    /// that leaves: the peer is waiting for that one.
-    pub(crate) fn poll_transmit(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        buf: &mut [u8],
-    ) -> Option<roce_wire::Transmit> {
-        if let Some(n) = self.cc_poll_cnp(ctx, buf) {
-            self.counters.tx_packets += 1;
-            return Some(n);
-        }
-        let n = match self.resp_poll_transmit(ctx, buf) {
-            Some(n) => n,
-            None => {
-                // HCA order: the held ACK just before an answer the peer
-                // takes from a CQ; after one it sees only in memory.
-                if ctx.ack_delay.ack_first
-                    && self.req.next_completes_a_receive()
-                    && self.resp.release_deferred_ack()
-                {
-                    if let Some(n) = self.resp_poll_transmit(ctx, buf) {
-                        self.counters.tx_packets += 1;
-                        return Some(n);
-                    }
-                }
-                let n = self.req_poll_transmit(ctx, buf)?;
-                if self.resp.answered(ctx.now, ctx.ack_delay) {
-                    // The answer in a send call of its own, the ACK in the
-                    // next; in the HCA order the peer's program waits for
-                    // the ACK's completion, so it goes in the same call.
-                    ctx.boundary = !ctx.ack_delay.ack_first;
-                    self.counters.acks_after_answer += 1;
-                }
-                n
-            }
-        };
-        self.counters.tx_packets += 1;
-        Some(n)
-    }
-
-    /// A deferred ACK, released and written into `buf` at once: the last
-    /// packet of a QP that is destroyed or reset, which would have left
-    /// before the application could act with deferral off.
-    pub(crate) fn take_deferred_ack(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        buf: &mut [u8],
-    ) -> Option<roce_wire::Transmit> {
-        if !self.resp.release_deferred_ack() {
-            return None;
-        }
-        let n = self.resp_poll_transmit(ctx, buf)?;
-        self.counters.tx_packets += 1;
-        Some(n)
-    }
-
-    /// Earliest timer deadline.
-    pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
-        [
-            self.req.poll_timeout(),
-            self.cc.poll_timeout(),
-            self.resp.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-    }
-
-    /// Local ACK timeout and RNR timer processing.
-    pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        if self.resp.on_timer(ctx.now) {
-            self.counters.ack_deadlines += 1;
-        }
-        self.cc.on_timer(ctx.now);
-        self.req_handle_timeout(ctx);
     }
 
     /// Local ACK timeout in nanoseconds (None = infinite).

@@ -4,8 +4,9 @@
 //! from the exact PSN, the local ACK timeout and RNR timers, and in-order
 //! completion of send work requests.
 //!
-//! This file: the send queue, posting, building request packets, and
-//! completing (or failing) WQEs in order;
+//! [`Requester`] holds the send-side state and does all of it, given the
+//! QP's shared part ([`QpCommon`]). This file: the send queue, posting,
+//! building request packets, and completing (or failing) WQEs in order;
 //! `response`: what ACKs, NAKs, READ responses and timeouts do.
 
 use std::collections::VecDeque;
@@ -16,8 +17,7 @@ use roce_wire::{
 };
 
 use super::state::{QpState, QpType};
-use super::{Ctx, PostError, Qp};
-use crate::cq::CqId;
+use super::{Ctx, Half, PostError, QpCommon};
 use crate::sgl;
 use crate::wc::{Wc, WcOpcode, WcStatus};
 use crate::wr::{Payload, SendFlags, SendOp, SendWr};
@@ -132,10 +132,12 @@ impl Requester {
         }
     }
 
-    pub(crate) fn flush(&mut self, qpn: roce_wire::Qpn, cq: CqId, ctx: &mut Ctx<'_>) {
+    /// Completes every WQE left with its error, or WR_FLUSH_ERR.
+    pub(crate) fn flush(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) {
         for w in self.sq.drain(..) {
             let status = w.error.unwrap_or(WcStatus::WrFlushErr);
-            ctx.complete(cq, Wc::new(w.wr.wr_id, status, w.wc_opcode(), qpn), false);
+            let wc = Wc::new(w.wr.wr_id, status, w.wc_opcode(), qp.qpn);
+            ctx.complete(qp.init.send_cq, wc, false);
         }
         self.timer = None;
         self.rnr_until = None;
@@ -166,16 +168,21 @@ fn psns_for(op: SendOp, len: u64, pmtu: u32) -> u32 {
     len.div_ceil(pmtu as u64).max(1) as u32
 }
 
-impl Qp {
+impl Requester {
     /// `ibv_post_send`.
-    pub(crate) fn post_send(&mut self, mut wr: SendWr, ctx: &mut Ctx<'_>) -> Result<(), PostError> {
-        let qt = self.init.qp_type;
-        match self.state {
+    pub(crate) fn post_send(
+        &mut self,
+        qp: &QpCommon,
+        mut wr: SendWr,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), PostError> {
+        let qt = qp.init.qp_type;
+        match qp.state {
             QpState::Rts | QpState::Sqd | QpState::Err => {}
             QpState::Sqe if qt != QpType::Rc => {}
             s => return Err(PostError::BadState(s)),
         }
-        if self.req.sq.len() >= self.init.cap.max_send_wr as usize {
+        if self.sq.len() >= qp.init.cap.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
         let allowed = match qt {
@@ -198,7 +205,7 @@ impl Qp {
             return Err(PostError::InvalidWr("UD send without an address handle"));
         }
         if let Payload::Sgl(s) = &wr.payload {
-            if s.len() > self.init.cap.max_send_sge as usize {
+            if s.len() > qp.init.cap.max_send_sge as usize {
                 return Err(PostError::TooManySge);
             }
         }
@@ -207,12 +214,12 @@ impl Qp {
             if wr.op.is_read_or_atomic() {
                 return Err(PostError::InvalidWr("READ and atomics cannot be inline"));
             }
-            if wr.payload.len() > self.init.cap.max_inline_data as u64 {
+            if wr.payload.len() > qp.init.cap.max_inline_data as u64 {
                 return Err(PostError::InlineTooLong);
             }
             if let Payload::Sgl(s) = &wr.payload {
                 let mut data = vec![0u8; wr.payload.len() as usize];
-                if sgl::gather(ctx.mrs, self.init.pd, s, 0, &mut data).is_err() {
+                if sgl::gather(ctx.mrs, qp.init.pd, s, 0, &mut data).is_err() {
                     return Err(PostError::InvalidWr("inline SGE outside registered memory"));
                 }
                 wr.payload = Payload::Inline(data);
@@ -230,18 +237,18 @@ impl Qp {
         // PSNs compare within half their 24-bit space (`Psn::diff`): a message
         // needs fewer than 2^23 of them. Only a message within 256 bytes
         // of 2 GiB at a 256-byte path MTU needs more.
-        if psns_for(wr.op, len, self.pmtu()) >= 1 << 23 {
+        if psns_for(wr.op, len, qp.pmtu()) >= 1 << 23 {
             return Err(PostError::InvalidWr(
                 "message spans 2^23 PSNs at this path MTU (half the PSN space)",
             ));
         }
-        if qt == QpType::Ud && len > self.pmtu() as u64 {
+        if qt == QpType::Ud && len > qp.pmtu() as u64 {
             return Err(PostError::InvalidWr("UD message longer than the path MTU"));
         }
-        let seq = self.req.next_seq;
-        self.req.next_seq += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
         let wqe = SendWqe {
-            npsn: psns_for(wr.op, len, self.pmtu()),
+            npsn: psns_for(wr.op, len, qp.pmtu()),
             wr,
             len,
             seq,
@@ -251,52 +258,47 @@ impl Qp {
             read_recv: 0,
             error: None,
         };
-        if self.state == QpState::Err {
-            let wc = Wc::new(
-                wqe.wr.wr_id,
-                WcStatus::WrFlushErr,
-                wqe.wc_opcode(),
-                self.qpn,
-            );
-            ctx.complete(self.init.send_cq, wc, false);
+        if qp.state == QpState::Err {
+            let wc = Wc::new(wqe.wr.wr_id, WcStatus::WrFlushErr, wqe.wc_opcode(), qp.qpn);
+            ctx.complete(qp.init.send_cq, wc, false);
             return Ok(());
         }
-        self.req.sq.push_back(wqe);
+        self.sq.push_back(wqe);
         Ok(())
     }
 
     /// Builds the next request packet, if the QP may send one now.
-    pub(crate) fn req_poll_transmit(
+    pub(crate) fn poll_transmit(
         &mut self,
+        qp: &mut QpCommon,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
     ) -> Option<roce_wire::Transmit> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        if self.req.rnr_until.is_some_and(|t| ctx.now < t) {
+        if self.rnr_until.is_some_and(|t| ctx.now < t) {
             return None;
         }
-        let pmtu = self.pmtu();
-        let idx = self.req.index_of(self.req.cursor_seq)?;
+        let pmtu = qp.pmtu();
+        let idx = self.index_of(self.cursor_seq)?;
         // The rate limiter (congestion control): wait for the pacer's slot.
-        if !self.cc.may_send(ctx.now) {
+        if !qp.cc.may_send(ctx.now) {
             return None;
         }
         // Gate the start of a new message.
-        if !self.req.sq[idx].started {
-            if self.state == QpState::Sqd {
+        if !self.sq[idx].started {
+            if qp.state == QpState::Sqd {
                 return None;
             }
-            let w = &self.req.sq[idx];
+            let w = &self.sq[idx];
             if w.wr.op.is_read_or_atomic()
-                && self.req.rd_atomic_outstanding >= self.attr.max_rd_atomic.max(1) as u32
+                && self.rd_atomic_outstanding >= qp.attr.max_rd_atomic.max(1) as u32
             {
                 return None;
             }
             if w.wr.flags.contains(SendFlags::FENCE)
                 && self
-                    .req
                     .sq
                     .iter()
                     .take(idx)
@@ -306,50 +308,50 @@ impl Qp {
             }
             // Counted in i64: a message of millions of PSNs must not wrap
             // the 24-bit difference and slip past the limit.
-            if self.init.qp_type == QpType::Rc
-                && i64::from(self.req.next_psn.diff(self.req.una)) + i64::from(w.npsn)
+            if qp.init.qp_type == QpType::Rc
+                && i64::from(self.next_psn.diff(self.una)) + i64::from(w.npsn)
                     > i64::from(MAX_INFLIGHT_PSNS)
-                && self.req.in_flight()
+                && self.in_flight()
             {
                 return None;
             }
-            let next_psn = self.req.next_psn;
-            let w = &mut self.req.sq[idx];
+            let next_psn = self.next_psn;
+            let w = &mut self.sq[idx];
             w.started = true;
             w.first_psn = next_psn;
             if w.wr.op.is_read_or_atomic() {
-                self.req.rd_atomic_outstanding += 1;
+                self.rd_atomic_outstanding += 1;
             }
-            self.req.cursor_pkt = 0;
+            self.cursor_pkt = 0;
         }
-        let k = self.req.cursor_pkt;
-        let w = &self.req.sq[idx];
+        let k = self.cursor_pkt;
+        let w = &self.sq[idx];
         let psn = w.first_psn.add(k);
-        let retransmission = psn.diff(self.req.next_psn) < 0;
+        let retransmission = psn.diff(self.next_psn) < 0;
         // The per-packet window (rxe's RXE_MAX_UNACKED_PSNS): a new packet
         // waits for ACKs once it would be too far past the oldest
         // unacknowledged PSN.
         let window = ctx.max_unacked as i32;
-        let rc = self.init.qp_type == QpType::Rc;
-        if rc && window > 0 && !retransmission && psn.diff(self.req.una) > window {
+        let rc = qp.init.qp_type == QpType::Rc;
+        if rc && window > 0 && !retransmission && psn.diff(self.una) > window {
             return None;
         }
-        let (mut bth, ext, offset, plen, last_pkt) = self.build_request(idx, k, pmtu);
+        let (mut bth, ext, offset, plen, last_pkt) = self.build_request(qp, idx, k, pmtu);
         // The packet that fills the window asks for the ACK that reopens it.
-        if rc && window > 0 && psn.diff(self.req.una) >= window {
+        if rc && window > 0 && psn.diff(self.una) >= window {
             bth.ack_req = true;
         }
-        let ud_av = self.req.sq[idx].wr.ud.map(|u| u.av);
-        let Some(path) = self.path(ud_av.as_ref(), ctx) else {
+        let ud_av = self.sq[idx].wr.ud.map(|u| u.av);
+        let Some(path) = qp.path(ud_av.as_ref(), ctx) else {
             // The address vector names a GID index the device does not have.
-            self.fail_wqe(idx, WcStatus::LocQpOpErr, ctx);
+            self.fail_wqe(qp, idx, WcStatus::LocQpOpErr, ctx);
             return None;
         };
-        let w = &self.req.sq[idx];
+        let w = &self.sq[idx];
         let mut gather_err = None;
         let n = {
             let mrs = &*ctx.mrs;
-            let pd = self.init.pd;
+            let pd = qp.init.pd;
             path.emit(bth, ext, plen, buf, |dst| {
                 let r = match &w.wr.payload {
                     Payload::Inline(d) => {
@@ -363,45 +365,45 @@ impl Qp {
         };
         let Some(n) = n else {
             // Addresses of different families: the WR cannot be sent.
-            self.fail_wqe(idx, WcStatus::LocQpOpErr, ctx);
+            self.fail_wqe(qp, idx, WcStatus::LocQpOpErr, ctx);
             return None;
         };
         if gather_err.is_some() {
-            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
+            self.fail_wqe(qp, idx, WcStatus::LocProtErr, ctx);
             return None;
         }
         // Advance the cursor.
         if last_pkt {
-            self.req.cursor_seq += 1;
-            self.req.cursor_pkt = 0;
+            self.cursor_seq += 1;
+            self.cursor_pkt = 0;
         } else {
-            self.req.cursor_pkt += 1;
+            self.cursor_pkt += 1;
         }
-        let end = if matches!(self.req.sq[idx].wr.op, SendOp::Read) {
-            self.req.sq[idx].first_psn.add(self.req.sq[idx].npsn)
+        let end = if matches!(self.sq[idx].wr.op, SendOp::Read) {
+            self.sq[idx].first_psn.add(self.sq[idx].npsn)
         } else {
             psn.next()
         };
-        if end.diff(self.req.next_psn) > 0 {
-            self.req.next_psn = end;
+        if end.diff(self.next_psn) > 0 {
+            self.next_psn = end;
         }
-        self.counters.tx_bytes += plen as u64;
-        self.cc.on_sent(n.size as u64, ctx.now);
+        qp.counters.tx_bytes += plen as u64;
+        qp.cc.on_sent(n.size as u64, ctx.now);
         if retransmission {
-            self.counters.retransmitted += 1;
+            qp.counters.retransmitted += 1;
         }
-        match self.init.qp_type {
+        match qp.init.qp_type {
             QpType::Rc => {
-                if self.req.timer.is_none() {
-                    self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+                if self.timer.is_none() {
+                    self.timer = qp.ack_timeout_ns().map(|t| ctx.now + t);
                 }
             }
             // Unreliable: a WR is complete once its last packet is out.
             QpType::Uc | QpType::Ud => {
                 if last_pkt {
-                    self.req.sq[idx].done = true;
-                    self.req.una = self.req.next_psn;
-                    self.retire(ctx);
+                    self.sq[idx].done = true;
+                    self.una = self.next_psn;
+                    self.retire(qp, ctx);
                 }
             }
         }
@@ -411,12 +413,13 @@ impl Qp {
     /// Headers, payload offset and length of packet `k` of WQE `idx`.
     fn build_request(
         &self,
+        qp: &QpCommon,
         idx: usize,
         k: u32,
         pmtu: u32,
     ) -> (BthRepr, ExtHeaders, u64, usize, bool) {
-        let w = &self.req.sq[idx];
-        let qt = self.init.qp_type;
+        let w = &self.sq[idx];
+        let qt = qp.init.qp_type;
         let transport = match qt {
             QpType::Rc => Transport::Rc,
             QpType::Uc => Transport::Uc,
@@ -424,16 +427,16 @@ impl Qp {
         };
         let psn = w.first_psn.add(k);
         let mut ext = ExtHeaders::default();
-        let dest_qp = w.wr.ud.map_or(self.attr.dest_qp_num, |u| u.qpn);
+        let dest_qp = w.wr.ud.map_or(qp.attr.dest_qp_num, |u| u.qpn);
         if let Some(u) = w.wr.ud {
             let qkey = if u.qkey.value() & 0x8000_0000 != 0 {
-                self.attr.qkey
+                qp.attr.qkey
             } else {
                 u.qkey
             };
             ext.deth = Some(DethRepr {
                 qkey: Qkey::new(qkey.value()),
-                src_qp: self.qpn,
+                src_qp: qp.qpn,
             });
         }
         let (op, offset, plen, last) = match w.wr.op {
@@ -527,97 +530,111 @@ impl Qp {
     }
 }
 
-impl Qp {
+impl Requester {
     /// Completes the WQE holding `psn` with an error status; the QP goes
     /// to the error state and flushes the rest.
-    fn fail_at(&mut self, psn: Psn, status: WcStatus, ctx: &mut Ctx<'_>) {
+    fn fail_at(&mut self, qp: &mut QpCommon, psn: Psn, status: WcStatus, ctx: &mut Ctx<'_>) {
         let idx = self
-            .req
             .sq
             .iter()
             .position(|w| w.contains(psn) && !w.done)
-            .or_else(|| self.req.sq.iter().position(|w| !w.done));
+            .or_else(|| self.sq.iter().position(|w| !w.done));
         match idx {
-            Some(i) => self.fail_wqe(i, status, ctx),
-            None => self.enter_error(ctx),
+            Some(i) => self.fail_wqe(qp, i, status, ctx),
+            None => self.enter_error(qp, ctx),
         }
     }
 
-    fn fail_wqe(&mut self, idx: usize, status: WcStatus, ctx: &mut Ctx<'_>) {
-        if let Some(w) = self.req.sq.get_mut(idx) {
+    /// The QP goes to the error state: this half flushes now, the
+    /// responder when control returns to the QP.
+    fn enter_error(&mut self, qp: &mut QpCommon, ctx: &mut Ctx<'_>) {
+        if qp.enter_error(ctx) {
+            self.flush(qp, ctx);
+            qp.unflushed = Some(Half::Responder);
+        }
+    }
+
+    fn fail_wqe(&mut self, qp: &mut QpCommon, idx: usize, status: WcStatus, ctx: &mut Ctx<'_>) {
+        if let Some(w) = self.sq.get_mut(idx) {
             w.error = Some(status);
         }
-        self.retire(ctx);
-        self.enter_error(ctx);
+        self.retire(qp, ctx);
+        self.enter_error(qp, ctx);
     }
 
     /// Entering SQD (`notify`: announce the drain) or leaving it.
-    pub(crate) fn set_draining(&mut self, sqd: bool, notify: bool, ctx: &mut Ctx<'_>) {
-        self.req.draining = sqd.then_some(notify);
-        self.check_drained(ctx);
+    pub(crate) fn set_draining(
+        &mut self,
+        qp: &QpCommon,
+        sqd: bool,
+        notify: bool,
+        ctx: &mut Ctx<'_>,
+    ) {
+        self.draining = sqd.then_some(notify);
+        self.check_drained(qp, ctx);
     }
 
     /// In SQD: once no message is begun and unfinished and nothing is
     /// unacknowledged, the send queue has drained (raising
     /// [`AsyncEvent::SqDrained`] when asked to).
-    fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
-        let Some(notify) = self.req.draining else {
+    fn check_drained(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) {
+        let Some(notify) = self.draining else {
             return;
         };
-        if self.state != QpState::Sqd {
-            self.req.draining = None;
+        if qp.state != QpState::Sqd {
+            self.draining = None;
             return;
         }
-        if self.req.in_flight() || self.req.sq.iter().any(|w| w.started && !w.done) {
+        if self.in_flight() || self.sq.iter().any(|w| w.started && !w.done) {
             return;
         }
-        self.req.draining = None;
+        self.draining = None;
         if notify {
-            ctx.events.push_back(AsyncEvent::SqDrained(self.qpn));
+            ctx.events.push_back(AsyncEvent::SqDrained(qp.qpn));
         }
     }
 
     /// Retires finished WQEs from the front of the send queue, in order.
-    fn retire(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some(w) = self.req.sq.front() {
+    fn retire(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.sq.front() {
             if !(w.done || w.error.is_some()) {
                 break;
             }
-            let Some(w) = self.req.sq.pop_front() else {
+            let Some(w) = self.sq.pop_front() else {
                 break;
             };
-            let signaled = self.init.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
+            let signaled = qp.init.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
             if let Some(status) = w.error {
                 ctx.complete(
-                    self.init.send_cq,
-                    Wc::new(w.wr.wr_id, status, w.wc_opcode(), self.qpn),
+                    qp.init.send_cq,
+                    Wc::new(w.wr.wr_id, status, w.wc_opcode(), qp.qpn),
                     false,
                 );
             } else if signaled {
-                let mut wc = Wc::new(w.wr.wr_id, WcStatus::Success, w.wc_opcode(), self.qpn);
+                let mut wc = Wc::new(w.wr.wr_id, WcStatus::Success, w.wc_opcode(), qp.qpn);
                 wc.byte_len = match w.wr.op {
                     SendOp::Read => w.len as u32,
                     op if op.is_atomic() => 8,
                     _ => w.len as u32,
                 };
-                ctx.complete(self.init.send_cq, wc, false);
+                ctx.complete(qp.init.send_cq, wc, false);
             }
         }
-        if self.req.sq.is_empty() {
-            self.req.cursor_seq = self.req.next_seq;
-            self.req.cursor_pkt = 0;
-        } else if self.req.index_of(self.req.cursor_seq).is_none() {
+        if self.sq.is_empty() {
+            self.cursor_seq = self.next_seq;
+            self.cursor_pkt = 0;
+        } else if self.index_of(self.cursor_seq).is_none() {
             // The cursor pointed at a retired WQE: move to the front.
-            if let Some(f) = self.req.sq.front() {
-                if self.req.cursor_seq < f.seq {
-                    self.req.cursor_seq = f.seq;
-                    self.req.cursor_pkt = 0;
+            if let Some(f) = self.sq.front() {
+                if self.cursor_seq < f.seq {
+                    self.cursor_seq = f.seq;
+                    self.cursor_pkt = 0;
                 }
             }
         }
-        if !self.req.in_flight() {
-            self.req.timer = None;
+        if !self.in_flight() {
+            self.timer = None;
         }
-        self.check_drained(ctx);
+        self.check_drained(qp, ctx);
     }
 }

@@ -3,8 +3,10 @@
 //! atomic replay without re-execution), RNR, R_Key and bound checks, NAKs,
 //! ACK coalescing and READ response generation; UC and UD receive paths.
 //!
-//! This file: the responder's state, the PSN checks and duplicates, UC
-//! and UD; `ops`: executing SEND, WRITE, READ and atomics; `transmit`:
+//! [`Responder`] holds the receive-side state, the receive queue included,
+//! and does all of it, given the QP's shared part ([`QpCommon`]). This
+//! file: the responder's state, the receive queue, the PSN checks and
+//! duplicates, UC and UD; `ops`: executing SEND, WRITE, READ and atomics; `transmit`:
 //! building the ACKs, NAKs and READ and atomic responses.
 
 use std::collections::VecDeque;
@@ -13,11 +15,12 @@ use std::net::IpAddr;
 use roce_wire::{MessageKind, Msn, NakCode, Psn, Rkey, RocePacket, Syndrome};
 
 use super::state::{QpState, QpType};
-use super::{Ctx, Qp};
+use super::PostError;
+use super::{Ctx, Half, QpCommon};
 use crate::sgl::{self, ScatterError};
 use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 use crate::wr::RecvWr;
-use crate::Nanos;
+use crate::{AsyncEvent, Nanos};
 
 mod ack;
 mod ops;
@@ -104,6 +107,8 @@ impl Job {
 /// Responder state of one QP.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
+    /// The receive queue (a QP on an SRQ takes from the SRQ instead).
+    rq: VecDeque<RecvWr>,
     epsn: Psn,
     msn: Msn,
     cur: Option<InProgress>,
@@ -287,6 +292,103 @@ impl Responder {
     }
 }
 
+/// The receive queue, and the error state of the receive side.
+impl Responder {
+    /// `ibv_post_recv`.
+    pub(crate) fn post_recv(
+        &mut self,
+        qp: &QpCommon,
+        wr: RecvWr,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), PostError> {
+        if qp.init.srq.is_some() {
+            return Err(PostError::InvalidWr("the QP uses a shared receive queue"));
+        }
+        if qp.state == QpState::Reset {
+            return Err(PostError::BadState(qp.state));
+        }
+        if wr.sgl.len() > qp.init.cap.max_recv_sge as usize {
+            return Err(PostError::TooManySge);
+        }
+        if self.rq.len() >= qp.init.cap.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if qp.state == QpState::Err {
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.qpn);
+            ctx.complete(qp.init.recv_cq, wc, false);
+            return Ok(());
+        }
+        self.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// The next receive WR: from the SRQ or the QP's own queue.
+    fn take_recv(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
+        match qp.init.srq {
+            Some(id) => {
+                let srq = ctx.srq(id)?;
+                let wr = srq.take();
+                if srq.check_limit() {
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(id));
+                }
+                wr
+            }
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Gives back a receive WR that a broken UC message had taken.
+    fn untake_recv(&mut self, qp: &QpCommon, wr: RecvWr, ctx: &mut Ctx<'_>) {
+        match qp.init.srq {
+            Some(id) => {
+                if let Some(srq) = ctx.srq(id) {
+                    srq.push_front(wr);
+                }
+            }
+            None => self.rq.push_front(wr),
+        }
+    }
+
+    /// On reset or destroy: a receive taken from the SRQ by a SEND in
+    /// progress goes back to the SRQ's head. It is the SRQ's, not this
+    /// QP's (the application posted it there and holds its memory until
+    /// it completes or the SRQ goes), and the QP's queues are discarded
+    /// without completions.
+    pub(crate) fn return_srq_recv(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) {
+        if qp.init.srq.is_some() {
+            if let Some(wr) = self.take_in_progress_recv() {
+                self.untake_recv(qp, wr, ctx);
+            }
+        }
+    }
+
+    /// Completes every receive WR with WR_FLUSH_ERR (a receive taken by
+    /// a SEND still in progress first) and keeps only the output still
+    /// owed ([`Responder::on_error`]).
+    pub(crate) fn flush(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) {
+        let in_progress = self.take_in_progress_recv();
+        for wr in in_progress.into_iter().chain(std::mem::take(&mut self.rq)) {
+            let wc = Wc::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, qp.qpn);
+            ctx.complete(qp.init.recv_cq, wc, false);
+        }
+        self.on_error();
+        if qp.init.srq.is_some() {
+            // It takes no more SRQ receives: the one in progress, if any,
+            // was flushed above.
+            ctx.events.push_back(AsyncEvent::QpLastWqeReached(qp.qpn));
+        }
+    }
+
+    /// The QP goes to the error state: this half flushes now, the
+    /// requester when control returns to the QP.
+    fn enter_error(&mut self, qp: &mut QpCommon, ctx: &mut Ctx<'_>) {
+        if qp.enter_error(ctx) {
+            self.flush(qp, ctx);
+            qp.unflushed = Some(Half::Requester);
+        }
+    }
+}
+
 /// What went wrong with a request, and how to answer it.
 enum Failure {
     /// NAK with this code; the QP goes to the error state.
@@ -297,43 +399,44 @@ enum Failure {
     Drop,
 }
 
-impl Qp {
+impl Responder {
     /// Handles a request packet addressed to this QP. Returns whether it
     /// was taken as the next in sequence (its ECN mark may then count).
-    pub(crate) fn resp_handle_request(
+    pub(crate) fn handle_request(
         &mut self,
+        qp: &mut QpCommon,
         p: &RocePacket<'_>,
         raw_ip_header: &[u8],
         ctx: &mut Ctx<'_>,
     ) -> bool {
         if !matches!(
-            self.state,
+            qp.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         ) {
-            self.counters.drop_bad_state += 1;
+            qp.counters.drop_bad_state += 1;
             return false;
         }
-        match self.init.qp_type {
-            QpType::Rc => self.rc_request(p, ctx),
-            QpType::Uc => self.uc_request(p, ctx),
-            QpType::Ud => self.ud_request(p, raw_ip_header, ctx),
+        match qp.init.qp_type {
+            QpType::Rc => self.rc_request(qp, p, ctx),
+            QpType::Uc => self.uc_request(qp, p, ctx),
+            QpType::Ud => self.ud_request(qp, p, raw_ip_header, ctx),
         }
     }
 
-    fn rc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
-        if self.resp.out.len() >= MAX_OUT {
-            self.counters.drop_responder_full += 1;
+    fn rc_request(&mut self, qp: &mut QpCommon, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+        if self.out.len() >= MAX_OUT {
+            qp.counters.drop_responder_full += 1;
             return false;
         }
         let psn = p.bth.psn;
-        let d = psn.diff(self.resp.epsn);
+        let d = psn.diff(self.epsn);
         if d > 0 {
-            self.counters.drop_out_of_sequence += 1;
-            if !self.resp.nak_sent {
-                self.resp.nak_sent = true;
-                self.counters.seq_naks_sent += 1;
-                let e = self.resp.epsn;
-                self.resp.out.push_back(Job::Ack {
+            qp.counters.drop_out_of_sequence += 1;
+            if !self.nak_sent {
+                self.nak_sent = true;
+                qp.counters.seq_naks_sent += 1;
+                let e = self.epsn;
+                self.out.push_back(Job::Ack {
                     psn: e,
                     syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
                 });
@@ -341,58 +444,56 @@ impl Qp {
             return false;
         }
         if d < 0 {
-            self.duplicate(p);
+            self.duplicate(qp, p);
             return false;
         }
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += p.payload.len() as u64;
-        match self.execute(p, ctx) {
+        qp.counters.rx_packets += 1;
+        qp.counters.rx_bytes += p.payload.len() as u64;
+        match self.execute(qp, p, ctx) {
             Ok(()) if std::mem::take(&mut ctx.cq_lost) => {
                 // Its completion did not fit the CQ: no ACK (the requester
                 // must not believe it delivered), the error state, and the
                 // answers to earlier requests still go out (a class G
                 // error in rxe, RESPST_ERR_CQ_OVERFLOW).
-                self.resp.keep_queued = true;
-                self.enter_error(ctx);
+                self.keep_queued = true;
+                self.enter_error(qp, ctx);
             }
             Ok(()) => {
-                self.resp.nak_sent = false;
+                self.nak_sent = false;
                 // READ responses and atomic ACKs acknowledge by themselves.
                 let acked_by_response = matches!(
                     p.bth.opcode.kind(),
                     MessageKind::ReadRequest | MessageKind::CompareSwap | MessageKind::FetchAdd
                 );
                 if p.bth.ack_req && !acked_by_response {
-                    let e = self.resp.epsn.sub(1);
-                    self.resp.push_ack(e, Syndrome::ACK_UNLIMITED);
-                    if self.resp.out.len() == 1 {
-                        let span = e.diff(self.resp.last_ack_psn);
-                        self.resp
-                            .ack_hold
-                            .on_ack_queued(ctx.now, span, ctx.ack_delay);
+                    let e = self.epsn.sub(1);
+                    self.push_ack(e, Syndrome::ACK_UNLIMITED);
+                    if self.out.len() == 1 {
+                        let span = e.diff(self.last_ack_psn);
+                        self.ack_hold.on_ack_queued(ctx.now, span, ctx.ack_delay);
                     } else {
-                        self.resp.ack_hold.release();
+                        self.ack_hold.release();
                     }
                 } else if acked_by_response {
                     // Its response goes behind the held ACK, in order.
-                    self.resp.ack_hold.release();
+                    self.ack_hold.release();
                 }
             }
             Err(Failure::Rnr) => {
-                self.counters.rnr_naks_sent += 1;
-                let timer = self.attr.min_rnr_timer & 31;
-                self.resp.out.push_back(Job::Ack {
+                qp.counters.rnr_naks_sent += 1;
+                let timer = qp.attr.min_rnr_timer & 31;
+                self.out.push_back(Job::Ack {
                     psn,
                     syndrome: Syndrome::RnrNak { timer },
                 });
             }
             Err(Failure::Nak(code)) => {
-                self.counters.error_naks_sent += 1;
-                self.resp.out.push_back(Job::Ack {
+                qp.counters.error_naks_sent += 1;
+                self.out.push_back(Job::Ack {
                     psn,
                     syndrome: Syndrome::Nak(code),
                 });
-                self.enter_error(ctx);
+                self.enter_error(qp, ctx);
             }
             Err(Failure::Drop) => {}
         }
@@ -400,14 +501,14 @@ impl Qp {
     }
 
     /// A request with a PSN already executed.
-    fn duplicate(&mut self, p: &RocePacket<'_>) {
-        self.counters.duplicates += 1;
+    fn duplicate(&mut self, qp: &mut QpCommon, p: &RocePacket<'_>) {
+        qp.counters.duplicates += 1;
         let psn = p.bth.psn;
         match p.bth.opcode.kind() {
             MessageKind::ReadRequest => {
                 let Some(reth) = p.ext.reth else { return };
-                let pmtu = self.pmtu() as u64;
-                let rec = self.resp.records.iter().find(|r| {
+                let pmtu = qp.pmtu() as u64;
+                let rec = self.records.iter().find(|r| {
                     psn.diff(r.psn) >= 0
                         && psn.diff(r.psn) < r.npsn as i32
                         && matches!(r.kind, RecordKind::Read { .. })
@@ -424,13 +525,13 @@ impl Qp {
                         && reth.va == va + off
                         && reth.dma_len as u64 <= len - off.min(len);
                     if ok {
-                        self.counters.read_replays += 1;
+                        qp.counters.read_replays += 1;
                         // Drop any unsent remainder of the same READ (its PSN
                         // range), which is now served again; other READs
                         // stay. The replay keeps the resource the
                         // remainder held, and takes none otherwise.
                         let mut fresh = false;
-                        self.resp.out.retain(|j| match j {
+                        self.out.retain(|j| match j {
                             Job::Read {
                                 psn: p, fresh: f, ..
                             } => {
@@ -440,7 +541,7 @@ impl Qp {
                             }
                             _ => true,
                         });
-                        self.resp.out.push_back(Job::Read {
+                        self.out.push_back(Job::Read {
                             psn,
                             va: reth.va,
                             rkey,
@@ -453,7 +554,6 @@ impl Qp {
             }
             MessageKind::CompareSwap | MessageKind::FetchAdd => {
                 let rec = self
-                    .resp
                     .records
                     .iter()
                     .find(|r| r.psn == psn && matches!(r.kind, RecordKind::Atomic { .. }));
@@ -462,8 +562,8 @@ impl Qp {
                     ..
                 }) = rec
                 {
-                    self.counters.atomic_replays += 1;
-                    self.resp.out.push_back(Job::AtomicAck {
+                    qp.counters.atomic_replays += 1;
+                    self.out.push_back(Job::AtomicAck {
                         psn,
                         orig,
                         fresh: false,
@@ -473,22 +573,27 @@ impl Qp {
             _ => {
                 // SEND/WRITE are never executed twice: acknowledge again,
                 // at once (the requester is retrying: it waits for this).
-                let e = self.resp.epsn.sub(1);
-                self.resp.push_ack(e, Syndrome::ACK_UNLIMITED);
-                self.resp.ack_hold.release();
+                let e = self.epsn.sub(1);
+                self.push_ack(e, Syndrome::ACK_UNLIMITED);
+                self.ack_hold.release();
             }
         }
     }
 
     /// Executes an in-sequence request (RC and UC). On success the
     /// expected PSN has advanced.
-    fn execute(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> Result<(), Failure> {
+    fn execute(
+        &mut self,
+        qp: &mut QpCommon,
+        p: &RocePacket<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> Result<(), Failure> {
         let op = p.bth.opcode;
         let pos = op.position();
         let kind = op.kind();
-        let pmtu = self.pmtu() as usize;
+        let pmtu = qp.pmtu() as usize;
         let len = p.payload.len();
-        let uc = self.init.qp_type == QpType::Uc;
+        let uc = qp.init.qp_type == QpType::Uc;
         let invalid = if uc {
             Failure::Drop
         } else {
@@ -498,7 +603,7 @@ impl Qp {
         // with MIDDLE/LAST of the same kind; anything else, including a new
         // FIRST/ONLY, is an invalid request. No message in progress: only a
         // FIRST/ONLY (or a single-packet request) may come.
-        let in_sequence = match (&self.resp.cur, kind) {
+        let in_sequence = match (&self.cur, kind) {
             (Some(InProgress::Send { .. }), MessageKind::Send)
             | (Some(InProgress::Write { .. }), MessageKind::Write) => !pos.starts(),
             (Some(_), _) => false,
@@ -516,7 +621,7 @@ impl Qp {
             kind,
             MessageKind::ReadRequest | MessageKind::CompareSwap | MessageKind::FetchAdd
         );
-        if rd_atomic && self.attr.max_dest_rd_atomic == 0 {
+        if rd_atomic && qp.attr.max_dest_rd_atomic == 0 {
             return Err(invalid);
         }
         // Responder resources (IBTA Vol 1 §9.5.4, C9-14x): a new READ or
@@ -525,71 +630,75 @@ impl Qp {
         // recycles its oldest resource instead). A requester that keeps
         // to its max_rd_atomic never sees it: it counts a request until
         // its response arrives, and this queue lets go of it when sent.
-        if rd_atomic
-            && self
-                .resp
-                .rd_atomic_full(self.attr.max_dest_rd_atomic as usize)
-        {
+        if rd_atomic && self.rd_atomic_full(qp.attr.max_dest_rd_atomic as usize) {
             return Err(invalid);
         }
         match kind {
-            MessageKind::Send => self.recv_send(p, ctx)?,
-            MessageKind::Write => self.recv_write(p, ctx)?,
-            MessageKind::ReadRequest if !uc => return self.recv_read(p, ctx),
-            MessageKind::CompareSwap | MessageKind::FetchAdd if !uc => self.recv_atomic(p, ctx)?,
+            MessageKind::Send => self.recv_send(qp, p, ctx)?,
+            MessageKind::Write => self.recv_write(qp, p, ctx)?,
+            MessageKind::ReadRequest if !uc => return self.recv_read(qp, p, ctx),
+            MessageKind::CompareSwap | MessageKind::FetchAdd if !uc => {
+                self.recv_atomic(qp, p, ctx)?
+            }
             _ => return Err(invalid),
         }
-        self.resp.epsn = self.resp.epsn.next();
+        self.epsn = self.epsn.next();
         Ok(())
     }
 
-    fn uc_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+    fn uc_request(&mut self, qp: &mut QpCommon, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
         let psn = p.bth.psn;
-        if psn != self.resp.epsn {
+        if psn != self.epsn {
             // A gap: the message in progress is lost; resynchronise on the
             // next FIRST/ONLY packet.
-            if let Some(InProgress::Send { wr, .. }) = self.resp.cur.take() {
-                self.untake_recv(wr, ctx);
+            if let Some(InProgress::Send { wr, .. }) = self.cur.take() {
+                self.untake_recv(qp, wr, ctx);
             }
-            self.resp.cur = None;
+            self.cur = None;
             if !p.bth.opcode.position().starts() {
-                self.counters.drop_out_of_sequence += 1;
-                self.resp.epsn = psn.next();
+                qp.counters.drop_out_of_sequence += 1;
+                self.epsn = psn.next();
                 return false;
             }
-            self.resp.epsn = psn;
+            self.epsn = psn;
         }
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += p.payload.len() as u64;
-        if self.execute(p, ctx).is_err() {
-            self.counters.drop_invalid += 1;
-            if let Some(InProgress::Send { wr, .. }) = self.resp.cur.take() {
-                self.untake_recv(wr, ctx);
+        qp.counters.rx_packets += 1;
+        qp.counters.rx_bytes += p.payload.len() as u64;
+        if self.execute(qp, p, ctx).is_err() {
+            qp.counters.drop_invalid += 1;
+            if let Some(InProgress::Send { wr, .. }) = self.cur.take() {
+                self.untake_recv(qp, wr, ctx);
             }
-            self.resp.epsn = psn.next();
+            self.epsn = psn.next();
         }
         true
     }
 
-    fn ud_request(&mut self, p: &RocePacket<'_>, raw_ip_header: &[u8], ctx: &mut Ctx<'_>) -> bool {
+    fn ud_request(
+        &mut self,
+        qp: &mut QpCommon,
+        p: &RocePacket<'_>,
+        raw_ip_header: &[u8],
+        ctx: &mut Ctx<'_>,
+    ) -> bool {
         let Some(deth) = p.ext.deth else {
-            self.counters.drop_invalid += 1;
+            qp.counters.drop_invalid += 1;
             return false;
         };
-        if deth.qkey != self.attr.qkey {
-            self.counters.drop_qkey += 1;
+        if deth.qkey != qp.attr.qkey {
+            qp.counters.drop_qkey += 1;
             return false;
         }
-        if p.payload.len() > self.pmtu() as usize {
-            self.counters.drop_invalid += 1;
+        if p.payload.len() > qp.pmtu() as usize {
+            qp.counters.drop_invalid += 1;
             return false;
         }
-        let Some(wr) = self.take_recv(ctx) else {
-            self.counters.drop_no_recv += 1;
+        let Some(wr) = self.take_recv(qp, ctx) else {
+            qp.counters.drop_no_recv += 1;
             return true;
         };
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += p.payload.len() as u64;
+        qp.counters.rx_packets += 1;
+        qp.counters.rx_bytes += p.payload.len() as u64;
         // The first 40 bytes of the buffer receive the GRH: for IPv4, 20
         // zero bytes and then the IPv4 header (IBTA A17.4.5.1).
         let mut grh = [0u8; 40];
@@ -603,10 +712,10 @@ impl Qp {
                 grh[..n].copy_from_slice(&raw_ip_header[..n]);
             }
         }
-        let pd = self.init.pd;
+        let pd = qp.init.pd;
         let res = sgl::scatter(ctx.mrs, pd, &wr.sgl, 0, &grh)
             .and_then(|_| sgl::scatter(ctx.mrs, pd, &wr.sgl, 40, p.payload));
-        let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
         match res {
             Ok(()) => {
                 wc.byte_len = 40 + p.payload.len() as u32;
@@ -620,7 +729,7 @@ impl Qp {
             Err(ScatterError::TooLong) => wc.status = WcStatus::LocLenErr,
             Err(ScatterError::Access(_)) => wc.status = WcStatus::LocProtErr,
         }
-        ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+        ctx.complete(qp.init.recv_cq, wc, p.bth.solicited);
         true
     }
 }

@@ -174,13 +174,13 @@ impl Device {
         param: &ConnParam,
     ) -> Result<CmId, VerbsError> {
         let qp = self.qps.get(&qpn.value()).ok_or(VerbsError::NotFound)?;
-        if qp.init.qp_type != QpType::Rc {
+        if qp.common.init.qp_type != QpType::Rc {
             return Err(VerbsError::InvalidArgument("rdma_cm connects RC QPs"));
         }
-        if qp.state != QpState::Init {
+        if qp.common.state != QpState::Init {
             return Err(VerbsError::InvalidArgument("the QP must be in INIT"));
         }
-        let srq = qp.init.srq.is_some();
+        let srq = qp.common.init.srq.is_some();
         self.send_req(now, qpn, srq, dst, port, param, false)
     }
 
@@ -297,6 +297,7 @@ impl Device {
             .qps
             .get(&qpn.value())
             .ok_or(VerbsError::NotFound)?
+            .common
             .init
             .srq
             .is_some();

@@ -5,26 +5,31 @@
 use roce_wire::aeth::RNR_TIMER_US;
 use roce_wire::{MessageKind, NakCode, Position, Psn, RocePacket, Syndrome};
 
+use super::Requester;
 use crate::qp::state::QpState;
-use crate::qp::{Ctx, Qp};
+use crate::qp::{Ctx, QpCommon};
 use crate::sgl;
 use crate::wc::WcStatus;
 use crate::wr::{Payload, SendOp};
 
-impl Qp {
+impl Requester {
     /// Handles a response packet (ACK, NAK, READ response, atomic ACK).
     /// Returns whether it acknowledged something outstanding (IBTA Vol 1
     /// §9.7.5.1.2: any other is a ghost or a duplicate, and changes
     /// nothing but the transport timer).
-    pub(crate) fn req_handle_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+    pub(crate) fn handle_response(
+        &mut self,
+        qp: &mut QpCommon,
+        p: &RocePacket<'_>,
+        ctx: &mut Ctx<'_>,
+    ) -> bool {
         let psn = p.bth.psn;
         // A response must acknowledge something outstanding.
-        let outstanding = psn.diff(self.req.una) >= 0 && psn.diff(self.req.next_psn) < 0;
+        let outstanding = psn.diff(self.una) >= 0 && psn.diff(self.next_psn) < 0;
         let syndrome = p.ext.aeth.map(|a| a.syndrome);
-        let is_dup_ack =
-            matches!(syndrome, Some(Syndrome::Ack { .. })) && psn == self.req.una.sub(1);
+        let is_dup_ack = matches!(syndrome, Some(Syndrome::Ack { .. })) && psn == self.una.sub(1);
         if !outstanding {
-            if psn.diff(self.req.una) < 0 && self.req.timer.is_some() {
+            if psn.diff(self.una) < 0 && self.timer.is_some() {
                 // An old response: the responder is alive and still serving
                 // requests it got earlier (each re-request makes it send a
                 // READ's responses again). Restart the transport timer,
@@ -33,50 +38,50 @@ impl Qp {
                 // each costing it a whole READ, and never reaches the one
                 // that is waited for (rxe in an emulated VM serving 4 MiB
                 // READs).
-                self.counters.duplicates += 1;
-                self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+                qp.counters.duplicates += 1;
+                self.timer = qp.ack_timeout_ns().map(|t| ctx.now + t);
             } else if !is_dup_ack {
-                self.counters.drop_ghost_response += 1;
+                qp.counters.drop_ghost_response += 1;
             }
             return false;
         }
-        self.counters.rx_packets += 1;
+        qp.counters.rx_packets += 1;
         match p.bth.opcode.kind() {
             MessageKind::Ack => match syndrome {
                 Some(Syndrome::Ack { .. }) => {
-                    self.ack_through(psn, ctx);
+                    self.ack_through(qp, psn, ctx);
                 }
                 Some(Syndrome::Nak(NakCode::PsnSequenceError)) => {
-                    self.counters.seq_naks_received += 1;
+                    qp.counters.seq_naks_received += 1;
                     // During an RNR wait the responder NAKs the packets
                     // that followed the one it could not take (as rxe
                     // does): the wait already goes back to that packet, so
                     // the NAK is no transport error and costs no retry.
-                    let rnr_waiting = self.req.rnr_until.is_some_and(|t| ctx.now < t);
-                    if self.ack_through(psn.sub(1), ctx) && !rnr_waiting {
-                        self.retry(psn, false, ctx);
+                    let rnr_waiting = self.rnr_until.is_some_and(|t| ctx.now < t);
+                    if self.ack_through(qp, psn.sub(1), ctx) && !rnr_waiting {
+                        self.retry(qp, psn, false, ctx);
                     }
                 }
                 Some(Syndrome::RnrNak { timer }) => {
-                    self.counters.rnr_naks_received += 1;
-                    if !self.ack_through(psn.sub(1), ctx) {
+                    qp.counters.rnr_naks_received += 1;
+                    if !self.ack_through(qp, psn.sub(1), ctx) {
                         return true;
                     }
-                    if self.attr.rnr_retry != 7 {
-                        if self.req.rnr_left == 0 {
-                            self.fail_at(psn, WcStatus::RnrRetryExcErr, ctx);
+                    if qp.attr.rnr_retry != 7 {
+                        if self.rnr_left == 0 {
+                            self.fail_at(qp, psn, WcStatus::RnrRetryExcErr, ctx);
                             return true;
                         }
-                        self.req.rnr_left -= 1;
+                        self.rnr_left -= 1;
                     }
                     let wait = RNR_TIMER_US[(timer & 31) as usize] as u64 * 1000;
-                    self.req.rnr_until = Some(ctx.now + wait);
-                    self.req.timer = None;
+                    self.rnr_until = Some(ctx.now + wait);
+                    self.timer = None;
                     self.go_back(psn);
                 }
                 Some(Syndrome::Nak(code)) => {
-                    self.counters.error_naks_received += 1;
-                    if !self.ack_through(psn.sub(1), ctx) {
+                    qp.counters.error_naks_received += 1;
+                    if !self.ack_through(qp, psn.sub(1), ctx) {
                         return true;
                     }
                     let status = match code {
@@ -85,13 +90,13 @@ impl Qp {
                         NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                         _ => WcStatus::BadRespErr,
                     };
-                    self.fail_at(psn, status, ctx);
+                    self.fail_at(qp, psn, status, ctx);
                 }
-                _ => self.counters.drop_invalid += 1,
+                _ => qp.counters.drop_invalid += 1,
             },
-            MessageKind::ReadResponse => self.read_response(p, ctx),
-            MessageKind::AtomicAck => self.atomic_ack(p, ctx),
-            _ => self.counters.drop_invalid += 1,
+            MessageKind::ReadResponse => self.read_response(qp, p, ctx),
+            MessageKind::AtomicAck => self.atomic_ack(qp, p, ctx),
+            _ => qp.counters.drop_invalid += 1,
         }
         true
     }
@@ -99,10 +104,10 @@ impl Qp {
     /// Cumulative acknowledgement of every PSN up to and including `psn`.
     /// Returns false if an unfinished READ/atomic lies inside the range
     /// (an implied NAK: its request is sent again) or the QP failed.
-    fn ack_through(&mut self, psn: Psn, ctx: &mut Ctx<'_>) -> bool {
+    fn ack_through(&mut self, qp: &mut QpCommon, psn: Psn, ctx: &mut Ctx<'_>) -> bool {
         let mut ok = true;
         let mut new_una = None;
-        for w in self.req.sq.iter_mut() {
+        for w in self.sq.iter_mut() {
             if !w.started || w.done || w.error.is_some() {
                 continue;
             }
@@ -124,27 +129,27 @@ impl Qp {
             }
         }
         let target = new_una.unwrap_or(psn.next());
-        if target.diff(self.req.una) > 0 {
-            self.req.una = target;
-            self.progress(ctx);
+        if target.diff(self.una) > 0 {
+            self.una = target;
+            self.progress(qp, ctx);
         }
-        self.retire(ctx);
+        self.retire(qp, ctx);
         if !ok {
             // An implied NAK: spend a retry like a sequence error, once per
             // missing PSN (every later ACK would otherwise spend another).
-            let resume = self.req.una;
-            self.retry(resume, false, ctx);
+            let resume = self.una;
+            self.retry(qp, resume, false, ctx);
         }
-        ok && self.state != QpState::Err
+        ok && qp.state != QpState::Err
     }
 
     /// Forward progress: reset the retry budget and restart the timer.
-    fn progress(&mut self, ctx: &mut Ctx<'_>) {
-        self.req.retry_left = self.attr.retry_cnt;
-        self.req.rnr_left = self.attr.rnr_retry;
-        self.req.retry_started = false;
-        self.req.timer = if self.req.in_flight() {
-            self.ack_timeout_ns().map(|t| ctx.now + t)
+    fn progress(&mut self, qp: &QpCommon, ctx: &mut Ctx<'_>) {
+        self.retry_left = qp.attr.retry_cnt;
+        self.rnr_left = qp.attr.rnr_retry;
+        self.retry_started = false;
+        self.timer = if self.in_flight() {
+            qp.ack_timeout_ns().map(|t| ctx.now + t)
         } else {
             None
         };
@@ -152,32 +157,32 @@ impl Qp {
 
     /// A sequence error or timeout: spend one retry and go back to `psn`.
     /// A NAK-driven retry while one is already under way is ignored.
-    fn retry(&mut self, psn: Psn, timeout: bool, ctx: &mut Ctx<'_>) {
-        if self.req.retry_started && !timeout {
+    fn retry(&mut self, qp: &mut QpCommon, psn: Psn, timeout: bool, ctx: &mut Ctx<'_>) {
+        if self.retry_started && !timeout {
             return;
         }
-        self.req.retry_started = true;
+        self.retry_started = true;
         // retry_cnt 7 retries forever, as Linux rxe does (rxe_comp.c only
         // decrements a count other than 7; IBTA reads it as 7 retries).
         // Peers built on rdma-core's tools all use 7.
-        if self.attr.retry_cnt != 7 {
-            if self.req.retry_left == 0 {
-                self.fail_at(self.req.una, WcStatus::RetryExcErr, ctx);
+        if qp.attr.retry_cnt != 7 {
+            if self.retry_left == 0 {
+                self.fail_at(qp, self.una, WcStatus::RetryExcErr, ctx);
                 return;
             }
-            self.req.retry_left -= 1;
+            self.retry_left -= 1;
         }
         self.go_back(psn);
-        self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+        self.timer = qp.ack_timeout_ns().map(|t| ctx.now + t);
     }
 
     /// Go-back-N: the next packet sent is `psn` again, inside whichever
     /// message holds it (a READ resumes at the first missing response).
     fn go_back(&mut self, psn: Psn) {
-        for w in self.req.sq.iter() {
+        for w in self.sq.iter() {
             if w.contains(psn) && !w.done {
-                self.req.cursor_seq = w.seq;
-                self.req.cursor_pkt = if matches!(w.wr.op, SendOp::Read) {
+                self.cursor_seq = w.seq;
+                self.cursor_pkt = if matches!(w.wr.op, SendOp::Read) {
                     w.read_recv
                 } else {
                     psn.diff(w.first_psn) as u32
@@ -186,43 +191,43 @@ impl Qp {
             }
         }
         // Nothing started holds it: continue with the first unstarted WQE.
-        if let Some(w) = self.req.sq.iter().find(|w| !w.started) {
-            self.req.cursor_seq = w.seq;
-            self.req.cursor_pkt = 0;
+        if let Some(w) = self.sq.iter().find(|w| !w.started) {
+            self.cursor_seq = w.seq;
+            self.cursor_pkt = 0;
         }
     }
 
-    fn read_response(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    fn read_response(&mut self, qp: &mut QpCommon, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
         let psn = p.bth.psn;
-        let pmtu = self.pmtu() as u64;
-        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            self.counters.drop_ghost_response += 1;
+        let pmtu = qp.pmtu() as u64;
+        let Some(idx) = self.sq.iter().position(|w| w.contains(psn)) else {
+            qp.counters.drop_ghost_response += 1;
             return;
         };
-        if !matches!(self.req.sq[idx].wr.op, SendOp::Read) || self.req.sq[idx].done {
-            self.counters.drop_invalid += 1;
+        if !matches!(self.sq[idx].wr.op, SendOp::Read) || self.sq[idx].done {
+            qp.counters.drop_invalid += 1;
             return;
         }
         // Implicitly acknowledges everything before the READ.
-        let (first, seq) = (self.req.sq[idx].first_psn, self.req.sq[idx].seq);
-        if !self.ack_through(first.sub(1), ctx) {
+        let (first, seq) = (self.sq[idx].first_psn, self.sq[idx].seq);
+        if !self.ack_through(qp, first.sub(1), ctx) {
             return;
         }
         // Acknowledging retires WQEs from the front: find ours again.
-        let Some(idx) = self.req.index_of(seq) else {
+        let Some(idx) = self.index_of(seq) else {
             return;
         };
-        let w = &self.req.sq[idx];
+        let w = &self.sq[idx];
         let expected = w.first_psn.add(w.read_recv);
         let d = psn.diff(expected);
         if d < 0 {
-            self.counters.duplicates += 1;
+            qp.counters.duplicates += 1;
             return;
         }
         if d > 0 {
             // A response was lost: ask again from the first missing one.
-            self.counters.drop_out_of_sequence += 1;
-            self.retry(expected, false, ctx);
+            qp.counters.drop_out_of_sequence += 1;
+            self.retry(qp, expected, false, ctx);
             return;
         }
         let offset = w.read_recv as u64 * pmtu;
@@ -234,98 +239,96 @@ impl Qp {
             Position::Last | Position::Only => len == remaining,
         };
         if !fits {
-            self.fail_wqe(idx, WcStatus::BadRespErr, ctx);
+            self.fail_wqe(qp, idx, WcStatus::BadRespErr, ctx);
             return;
         }
         let sgl_ok = match &w.wr.payload {
-            Payload::Sgl(s) => sgl::scatter(ctx.mrs, self.init.pd, s, offset, p.payload).is_ok(),
+            Payload::Sgl(s) => sgl::scatter(ctx.mrs, qp.init.pd, s, offset, p.payload).is_ok(),
             Payload::Inline(_) => false,
         };
         if !sgl_ok {
-            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
+            self.fail_wqe(qp, idx, WcStatus::LocProtErr, ctx);
             return;
         }
-        self.counters.rx_bytes += len;
-        self.req.sq[idx].read_recv += 1;
+        qp.counters.rx_bytes += len;
+        self.sq[idx].read_recv += 1;
         if pos.ends() {
             self.finish_rd_atomic(idx);
         }
-        self.acked_response(psn, ctx);
+        self.acked_response(qp, psn, ctx);
     }
 
     /// A READ or atomic WQE got its last response: done, one fewer
     /// outstanding.
     fn finish_rd_atomic(&mut self, idx: usize) {
-        self.req.sq[idx].done = true;
-        self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+        self.sq[idx].done = true;
+        self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
     }
 
     /// A response at `psn` acknowledges everything up to it: moves the
     /// oldest unacknowledged PSN past it and completes what is done.
-    fn acked_response(&mut self, psn: Psn, ctx: &mut Ctx<'_>) {
+    fn acked_response(&mut self, qp: &QpCommon, psn: Psn, ctx: &mut Ctx<'_>) {
         let una = psn.next();
-        if una.diff(self.req.una) > 0 {
-            self.req.una = una;
+        if una.diff(self.una) > 0 {
+            self.una = una;
         }
-        self.progress(ctx);
-        self.retire(ctx);
+        self.progress(qp, ctx);
+        self.retire(qp, ctx);
     }
 
-    fn atomic_ack(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
+    fn atomic_ack(&mut self, qp: &mut QpCommon, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) {
         let psn = p.bth.psn;
-        let Some(idx) = self.req.sq.iter().position(|w| w.contains(psn)) else {
-            self.counters.drop_ghost_response += 1;
+        let Some(idx) = self.sq.iter().position(|w| w.contains(psn)) else {
+            qp.counters.drop_ghost_response += 1;
             return;
         };
-        if !self.req.sq[idx].wr.op.is_atomic() || self.req.sq[idx].done {
-            self.counters.drop_invalid += 1;
+        if !self.sq[idx].wr.op.is_atomic() || self.sq[idx].done {
+            qp.counters.drop_invalid += 1;
             return;
         }
-        let seq = self.req.sq[idx].seq;
-        if !self.ack_through(psn.sub(1), ctx) {
+        let seq = self.sq[idx].seq;
+        if !self.ack_through(qp, psn.sub(1), ctx) {
             return;
         }
-        let Some(idx) = self.req.index_of(seq) else {
+        let Some(idx) = self.index_of(seq) else {
             return;
         };
         let orig = p.ext.atomic_ack.unwrap_or(0);
-        let w = &self.req.sq[idx];
+        let w = &self.sq[idx];
         let ok = match &w.wr.payload {
-            Payload::Sgl(s) => {
-                sgl::scatter(ctx.mrs, self.init.pd, s, 0, &orig.to_ne_bytes()).is_ok()
-            }
+            Payload::Sgl(s) => sgl::scatter(ctx.mrs, qp.init.pd, s, 0, &orig.to_ne_bytes()).is_ok(),
             Payload::Inline(_) => false,
         };
         if !ok {
-            self.fail_wqe(idx, WcStatus::LocProtErr, ctx);
+            self.fail_wqe(qp, idx, WcStatus::LocProtErr, ctx);
             return;
         }
         self.finish_rd_atomic(idx);
-        self.acked_response(psn, ctx);
+        self.acked_response(qp, psn, ctx);
     }
 
     /// Local ACK timeout / RNR wait expiry.
-    pub(crate) fn req_handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(until) = self.req.rnr_until {
+    pub(crate) fn handle_timeout(&mut self, qp: &mut QpCommon, ctx: &mut Ctx<'_>) {
+        if let Some(until) = self.rnr_until {
             if ctx.now < until {
                 // The RNR timer holds the transport timer: the responder
                 // answered, it is waiting for a receive (IBTA Vol 1 §9.7.5.2.8), and
                 // an ACK timeout now would spend a retry on that wait.
-                self.req.timer = None;
+                self.timer = None;
                 return;
             }
-            self.req.rnr_until = None;
-            self.req.timer = self.ack_timeout_ns().map(|t| ctx.now + t);
+            self.rnr_until = None;
+            self.timer = qp.ack_timeout_ns().map(|t| ctx.now + t);
         }
-        if let Some(t) = self.req.timer {
+        if let Some(t) = self.timer {
             if ctx.now >= t {
-                if !self.req.in_flight() {
-                    self.req.timer = None;
+                if !self.in_flight() {
+                    self.timer = None;
                     return;
                 }
-                self.counters.timeouts += 1;
-                let una = self.req.una;
-                self.retry(una, true, ctx);
+                qp.counters.timeouts += 1;
+                let una = self.una;
+                self.retry(qp, una, true, ctx);
             }
         }
     }

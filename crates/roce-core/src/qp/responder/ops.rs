@@ -4,46 +4,48 @@
 
 use roce_wire::{NakCode, Operation, RocePacket};
 
+use super::Responder;
 use super::{Failure, InProgress, Job, Record, RecordKind};
 use crate::mr::Access;
 use crate::qp::state::QpType;
-use crate::qp::{Ctx, Qp};
+use crate::qp::{Ctx, QpCommon};
 use crate::sgl::{self, ScatterError};
 use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
 
-impl Qp {
+impl Responder {
     pub(super) fn recv_send(
         &mut self,
+        qp: &mut QpCommon,
         p: &RocePacket<'_>,
         ctx: &mut Ctx<'_>,
     ) -> Result<(), Failure> {
         let pos = p.bth.opcode.position();
-        let uc = self.init.qp_type == QpType::Uc;
+        let uc = qp.init.qp_type == QpType::Uc;
         if pos.starts() {
-            let Some(wr) = self.take_recv(ctx) else {
+            let Some(wr) = self.take_recv(qp, ctx) else {
                 if uc {
-                    self.counters.drop_no_recv += 1;
+                    qp.counters.drop_no_recv += 1;
                     return Err(Failure::Drop);
                 }
                 return Err(Failure::Rnr);
             };
-            self.resp.cur = Some(InProgress::Send { wr, offset: 0 });
+            self.cur = Some(InProgress::Send { wr, offset: 0 });
         }
-        let Some(InProgress::Send { wr, offset }) = self.resp.cur.as_mut() else {
+        let Some(InProgress::Send { wr, offset }) = self.cur.as_mut() else {
             return Err(Failure::Nak(NakCode::InvalidRequest));
         };
-        match sgl::scatter(ctx.mrs, self.init.pd, &wr.sgl, *offset, p.payload) {
+        match sgl::scatter(ctx.mrs, qp.init.pd, &wr.sgl, *offset, p.payload) {
             Ok(()) => *offset += p.payload.len() as u64,
             Err(ScatterError::TooLong) if uc => {
                 // UC has no NAK to send: the message is dropped (its later
                 // packets find no message in progress) and the receive is
                 // kept for the next one, whose bytes overwrite these; the
                 // QP goes on (rxe: a class D error, `drop_msg`).
-                let Some(InProgress::Send { wr, .. }) = self.resp.cur.take() else {
+                let Some(InProgress::Send { wr, .. }) = self.cur.take() else {
                     return Err(Failure::Drop);
                 };
-                self.untake_recv(wr, ctx);
-                self.counters.drop_no_recv += 1;
+                self.untake_recv(qp, wr, ctx);
+                qp.counters.drop_no_recv += 1;
                 return Err(Failure::Drop);
             }
             Err(e) => {
@@ -52,14 +54,14 @@ impl Qp {
                     ScatterError::Access(_) => WcStatus::LocProtErr,
                 };
                 let wr_id = wr.wr_id;
-                self.resp.cur = None;
+                self.cur = None;
                 ctx.complete(
-                    self.init.recv_cq,
-                    Wc::new(wr_id, status, WcOpcode::Recv, self.qpn),
+                    qp.init.recv_cq,
+                    Wc::new(wr_id, status, WcOpcode::Recv, qp.qpn),
                     false,
                 );
                 if uc {
-                    self.enter_error(ctx);
+                    self.enter_error(qp, ctx);
                     return Err(Failure::Drop);
                 }
                 return Err(Failure::Nak(match e {
@@ -69,18 +71,18 @@ impl Qp {
             }
         }
         if pos.ends() {
-            let Some(InProgress::Send { wr, offset }) = self.resp.cur.take() else {
+            let Some(InProgress::Send { wr, offset }) = self.cur.take() else {
                 return Err(Failure::Nak(NakCode::InvalidRequest));
             };
-            let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+            let mut wc = Wc::new(wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
             wc.byte_len = offset as u32;
-            wc.src_qp = self.attr.dest_qp_num;
+            wc.src_qp = qp.attr.dest_qp_num;
             if let Some(imm) = p.ext.imm {
                 wc.imm_data = imm;
                 wc.wc_flags = wc.wc_flags | WcFlags::WITH_IMM;
             }
             if let Some(rkey) = p.ext.ieth {
-                if ctx.mrs.invalidate(self.init.pd, rkey).is_err() {
+                if ctx.mrs.invalidate(qp.init.pd, rkey).is_err() {
                     // An R_Key that may not be invalidated (unknown, of
                     // another PD, or an ordinary registration rather than
                     // a memory window or fast-registered region): a class
@@ -93,25 +95,26 @@ impl Qp {
                         status: WcStatus::RemInvReqErr,
                         ..wc
                     };
-                    ctx.complete(self.init.recv_cq, wc, false);
+                    ctx.complete(qp.init.recv_cq, wc, false);
                     return Err(Failure::Nak(NakCode::InvalidRequest));
                 }
                 wc.invalidated_rkey = rkey;
                 wc.wc_flags = wc.wc_flags | WcFlags::WITH_INV;
             }
-            self.resp.msn = self.resp.msn.next();
-            ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+            self.msn = self.msn.next();
+            ctx.complete(qp.init.recv_cq, wc, p.bth.solicited);
         }
         Ok(())
     }
 
     pub(super) fn recv_write(
         &mut self,
+        qp: &mut QpCommon,
         p: &RocePacket<'_>,
         ctx: &mut Ctx<'_>,
     ) -> Result<(), Failure> {
         let pos = p.bth.opcode.position();
-        let uc = self.init.qp_type == QpType::Uc;
+        let uc = qp.init.qp_type == QpType::Uc;
         let access_fail = if uc {
             Failure::Drop
         } else {
@@ -125,7 +128,7 @@ impl Qp {
             // The QP's remote rights apply to every WRITE, zero-length
             // ones too (rxe's check_op_valid); only the R_Key and range
             // check is skipped for a zero-length one (C9-88).
-            if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+            if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
                 return Err(access_fail);
             }
             if total > 0
@@ -133,7 +136,7 @@ impl Qp {
                     .mrs
                     .check(
                         reth.rkey.value(),
-                        self.init.pd,
+                        qp.init.pd,
                         reth.va,
                         total,
                         Access::REMOTE_WRITE,
@@ -142,7 +145,7 @@ impl Qp {
             {
                 return Err(access_fail);
             }
-            self.resp.cur = Some(InProgress::Write {
+            self.cur = Some(InProgress::Write {
                 va: reth.va,
                 rkey: reth.rkey,
                 remaining: total,
@@ -154,13 +157,13 @@ impl Qp {
             rkey,
             remaining,
             total,
-        }) = self.resp.cur
+        }) = self.cur
         else {
             return Err(Failure::Nak(NakCode::InvalidRequest));
         };
         let len = p.payload.len() as u64;
         if len > remaining || (pos.ends() && len != remaining) {
-            self.resp.cur = None;
+            self.cur = None;
             return Err(if uc {
                 Failure::Drop
             } else {
@@ -171,18 +174,18 @@ impl Qp {
         // touching memory, so an RNR retry finds the state unchanged.
         let needs_recv = p.ext.imm.is_some();
         let recv = if needs_recv {
-            match self.take_recv(ctx) {
+            match self.take_recv(qp, ctx) {
                 Some(wr) => Some(wr),
                 None if uc => {
-                    self.counters.drop_no_recv += 1;
-                    self.resp.cur = None;
+                    qp.counters.drop_no_recv += 1;
+                    self.cur = None;
                     return Err(Failure::Drop);
                 }
                 None => {
                     // The retry must find the state this packet found: a
                     // message it started (WRITE_ONLY) is not in progress.
                     if pos.starts() {
-                        self.resp.cur = None;
+                        self.cur = None;
                     }
                     return Err(Failure::Rnr);
                 }
@@ -193,55 +196,56 @@ impl Qp {
         if len > 0 {
             match ctx
                 .mrs
-                .check(rkey.value(), self.init.pd, va, len, Access::REMOTE_WRITE)
+                .check(rkey.value(), qp.init.pd, va, len, Access::REMOTE_WRITE)
             {
                 Ok(span) => ctx.mrs.write(span, 0, p.payload),
                 Err(_) => {
-                    self.resp.cur = None;
+                    self.cur = None;
                     if let Some(wr) = recv {
-                        self.untake_recv(wr, ctx);
+                        self.untake_recv(qp, wr, ctx);
                     }
                     return Err(access_fail);
                 }
             }
         }
-        self.resp.cur = Some(InProgress::Write {
+        self.cur = Some(InProgress::Write {
             va: va + len,
             rkey,
             remaining: remaining - len,
             total,
         });
         if pos.ends() {
-            self.resp.cur = None;
-            self.resp.msn = self.resp.msn.next();
+            self.cur = None;
+            self.msn = self.msn.next();
             if let Some(wr) = recv {
                 let mut wc = Wc::new(
                     wr.wr_id,
                     WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
-                    self.qpn,
+                    qp.qpn,
                 );
                 wc.byte_len = total as u32;
                 wc.imm_data = p.ext.imm.unwrap_or(0);
                 wc.wc_flags = WcFlags::WITH_IMM;
-                wc.src_qp = self.attr.dest_qp_num;
-                ctx.complete(self.init.recv_cq, wc, p.bth.solicited);
+                wc.src_qp = qp.attr.dest_qp_num;
+                ctx.complete(qp.init.recv_cq, wc, p.bth.solicited);
             }
         }
         Ok(())
     }
 
-    fn push_record(&mut self, rec: Record) {
+    fn push_record(&mut self, qp: &QpCommon, rec: Record) {
         // At least 1: a QP with none refuses READs and atomics (execute).
-        let max = self.attr.max_dest_rd_atomic.max(1) as usize;
-        while self.resp.records.len() >= max {
-            self.resp.records.pop_front();
+        let max = qp.attr.max_dest_rd_atomic.max(1) as usize;
+        while self.records.len() >= max {
+            self.records.pop_front();
         }
-        self.resp.records.push_back(rec);
+        self.records.push_back(rec);
     }
 
     pub(super) fn recv_read(
         &mut self,
+        qp: &mut QpCommon,
         p: &RocePacket<'_>,
         ctx: &mut Ctx<'_>,
     ) -> Result<(), Failure> {
@@ -250,7 +254,7 @@ impl Qp {
         };
         let len = reth.dma_len as u64;
         // As for WRITE: the QP's rights apply at any length.
-        if !self.attr.qp_access_flags.contains(Access::REMOTE_READ) {
+        if !qp.attr.qp_access_flags.contains(Access::REMOTE_READ) {
             return Err(Failure::Nak(NakCode::RemoteAccessError));
         }
         if len > 0
@@ -258,7 +262,7 @@ impl Qp {
                 .mrs
                 .check(
                     reth.rkey.value(),
-                    self.init.pd,
+                    qp.init.pd,
                     reth.va,
                     len,
                     Access::REMOTE_READ,
@@ -267,19 +271,22 @@ impl Qp {
         {
             return Err(Failure::Nak(NakCode::RemoteAccessError));
         }
-        let npsn = len.div_ceil(self.pmtu() as u64).max(1) as u32;
+        let npsn = len.div_ceil(qp.pmtu() as u64).max(1) as u32;
         let psn = p.bth.psn;
-        self.push_record(Record {
-            psn,
-            npsn,
-            kind: RecordKind::Read {
-                va: reth.va,
-                rkey: reth.rkey,
-                len,
+        self.push_record(
+            qp,
+            Record {
+                psn,
+                npsn,
+                kind: RecordKind::Read {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len,
+                },
             },
-        });
-        self.resp.msn = self.resp.msn.next();
-        self.resp.out.push_back(Job::Read {
+        );
+        self.msn = self.msn.next();
+        self.out.push_back(Job::Read {
             psn,
             va: reth.va,
             rkey: reth.rkey,
@@ -287,13 +294,14 @@ impl Qp {
             started: false,
             fresh: true,
         });
-        self.resp.epsn = psn.add(npsn);
-        self.resp.nak_sent = false;
+        self.epsn = psn.add(npsn);
+        self.nak_sent = false;
         Ok(())
     }
 
     pub(super) fn recv_atomic(
         &mut self,
+        qp: &mut QpCommon,
         p: &RocePacket<'_>,
         ctx: &mut Ctx<'_>,
     ) -> Result<(), Failure> {
@@ -303,12 +311,12 @@ impl Qp {
         if a.va % 8 != 0 {
             return Err(Failure::Nak(NakCode::InvalidRequest));
         }
-        if !self.attr.qp_access_flags.contains(Access::REMOTE_ATOMIC) {
+        if !qp.attr.qp_access_flags.contains(Access::REMOTE_ATOMIC) {
             return Err(Failure::Nak(NakCode::RemoteAccessError));
         }
         let span = ctx
             .mrs
-            .check(a.rkey.value(), self.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
+            .check(a.rkey.value(), qp.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
             .map_err(|_| Failure::Nak(NakCode::RemoteAccessError))?;
         let orig = ctx.mrs.read_u64(span);
         let new = match p.bth.opcode.operation() {
@@ -318,13 +326,16 @@ impl Qp {
         };
         ctx.mrs.write_u64(span, new);
         let psn = p.bth.psn;
-        self.push_record(Record {
-            psn,
-            npsn: 1,
-            kind: RecordKind::Atomic { orig },
-        });
-        self.resp.msn = self.resp.msn.next();
-        self.resp.out.push_back(Job::AtomicAck {
+        self.push_record(
+            qp,
+            Record {
+                psn,
+                npsn: 1,
+                kind: RecordKind::Atomic { orig },
+            },
+        );
+        self.msn = self.msn.next();
+        self.out.push_back(Job::AtomicAck {
             psn,
             orig,
             fresh: true,

@@ -6,52 +6,54 @@ use roce_wire::{
 };
 
 use super::Job;
+use super::Responder;
 use crate::mr::Access;
 use crate::qp::state::QpState;
-use crate::qp::{Ctx, Qp};
+use crate::qp::{Ctx, QpCommon};
 
-impl Qp {
+impl Responder {
     /// Emits the next queued response.
-    pub(crate) fn resp_poll_transmit(
+    pub(crate) fn poll_transmit(
         &mut self,
+        qp: &mut QpCommon,
         ctx: &mut Ctx<'_>,
         buf: &mut [u8],
     ) -> Option<roce_wire::Transmit> {
-        let job = *self.resp.out.front()?;
-        if self.state == QpState::Err && !self.resp.owes_in_error() {
-            self.resp.out.clear();
+        let job = *self.out.front()?;
+        if qp.state == QpState::Err && !self.owes_in_error() {
+            self.out.clear();
             return None;
         }
-        if self.state != QpState::Err && self.resp.held(ctx.now) {
+        if qp.state != QpState::Err && self.held(ctx.now) {
             // Deferred (responder/ack.rs): its deadline is a timer.
             return None;
         }
-        let path = self.path(None, ctx)?;
+        let path = qp.path(None, ctx)?;
         // ACKs and NAKs are not ECN-capable (docs/protocol.md §7); READ
         // responses carry data and keep the device's codepoint.
         let ack_path = crate::qp::Path {
             ecn: roce_wire::Ecn::NotEct,
             ..path
         };
-        let dest = self.attr.dest_qp_num;
-        let msn = self.resp.msn;
+        let dest = qp.attr.dest_qp_num;
+        let msn = self.msn;
         let aeth = |syndrome| Some(AethRepr { syndrome, msn });
         match job {
             Job::Ack { psn, syndrome } => {
-                self.resp.pop_job();
+                self.pop_job();
                 if matches!(syndrome, Syndrome::Ack { .. }) {
-                    self.resp.ack_sent(ctx.now, psn);
+                    self.ack_sent(ctx.now, psn);
                 }
                 let bth = response_bth(Operation::Acknowledge, dest, psn);
                 let ext = ExtHeaders {
                     aeth: aeth(syndrome),
                     ..Default::default()
                 };
-                self.counters.acks_sent += 1;
+                qp.counters.acks_sent += 1;
                 ack_path.emit(bth, ext, 0, buf, |_| {})
             }
             Job::AtomicAck { psn, orig, .. } => {
-                self.resp.pop_job();
+                self.pop_job();
                 let bth = response_bth(Operation::AtomicAcknowledge, dest, psn);
                 let ext = ExtHeaders {
                     aeth: aeth(Syndrome::ACK_UNLIMITED),
@@ -68,7 +70,7 @@ impl Qp {
                 started,
                 ..
             } => {
-                let pmtu = self.pmtu() as u64;
+                let pmtu = qp.pmtu() as u64;
                 let n = remaining.min(pmtu);
                 let last = remaining <= pmtu;
                 let op = match (started, last) {
@@ -90,21 +92,21 @@ impl Qp {
                 let span = if n > 0 {
                     match ctx
                         .mrs
-                        .check(rkey.value(), self.init.pd, va, n, Access::REMOTE_READ)
+                        .check(rkey.value(), qp.init.pd, va, n, Access::REMOTE_READ)
                     {
                         Ok(s) => Some(s),
                         Err(_) => {
                             // A class C error like any other (IBTA Vol 1 §9.9): the
                             // NAK, then the error state, which drops the
                             // responses queued after it.
-                            self.resp.out.clear();
-                            self.resp.out.push_front(Job::Ack {
+                            self.out.clear();
+                            self.out.push_front(Job::Ack {
                                 psn,
                                 syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
                             });
-                            self.counters.error_naks_sent += 1;
-                            self.enter_error(ctx);
-                            return self.resp_poll_transmit(ctx, buf);
+                            qp.counters.error_naks_sent += 1;
+                            self.enter_error(qp, ctx);
+                            return self.poll_transmit(qp, ctx, buf);
                         }
                     }
                 } else {
@@ -116,16 +118,16 @@ impl Qp {
                         mrs.read(s, 0, dst);
                     }
                 })?;
-                self.counters.tx_bytes += n;
+                qp.counters.tx_bytes += n;
                 if last {
-                    self.resp.pop_job();
+                    self.pop_job();
                 } else if let Some(Job::Read {
                     psn: p,
                     va: v,
                     remaining: r,
                     started: s,
                     ..
-                }) = self.resp.out.front_mut()
+                }) = self.out.front_mut()
                 {
                     *p = p.next();
                     *v += n;
