@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use roce_core::*;
 use roce_io::{Backend, Fabric, FabricPort, PacketBatch};
+use roce_testkit::rc::{self, Link};
 
 const MEM: usize = 8 << 20;
 
@@ -61,32 +62,18 @@ fn side(fabric: &Fabric, i: u8, mtu: u32) -> Side {
     }
 }
 
-fn connect(s: &mut Side, peer: std::net::IpAddr, peer_qp: Qpn, mtu: u32) {
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: access,
-        ..QpAttr::default()
+/// RESET → RTS towards the other side, with no local ACK timeout (a
+/// lossless pump needs no timer).
+fn connect(s: &mut Side, peer: std::net::IpAddr, peer_qpn: Qpn, mtu: u32) {
+    let link = Link {
+        qp_type: QpType::Rc,
+        pmtu: mtu,
+        peer,
+        peer_qpn,
+        sq_psn: Psn::new(0),
+        rq_psn: Psn::new(0),
     };
-    s.dev
-        .modify_qp(
-            s.qp,
-            &a,
-            QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
-        )
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = mtu;
-    a.ah_attr = AddressVector {
-        dest: peer,
-        ..AddressVector::default()
-    };
-    a.dest_qp_num = peer_qp;
-    let m = QpAttrMask::required(QpType::Rc, QpState::Init, QpState::Rtr);
-    s.dev.modify_qp(s.qp, &a, m).unwrap();
-    a.qp_state = QpState::Rts;
-    let m = QpAttrMask::required(QpType::Rc, QpState::Rtr, QpState::Rts);
-    s.dev.modify_qp(s.qp, &a, m).unwrap();
+    rc::bring_up(&mut s.dev, s.qp, &link, |a| a.timeout = 0);
 }
 
 fn pair(mtu: u32) -> [Side; 2] {

@@ -448,27 +448,7 @@ fn cq_overflow_is_an_error_not_a_silent_loss() {
             ..init
         })
         .unwrap();
-    let (a_addr, b_addr) = (w.hosts[0].addr(), w.hosts[1].addr());
-    bring_up(
-        &mut w.hosts[0].dev,
-        qpn,
-        QpType::Rc,
-        1024,
-        b_addr,
-        b_qpn,
-        Psn::new(1),
-        Psn::new(2),
-    );
-    bring_up(
-        &mut w.hosts[1].dev,
-        b_qpn,
-        QpType::Rc,
-        1024,
-        a_addr,
-        qpn,
-        Psn::new(2),
-        Psn::new(1),
-    );
+    w.link(QpType::Rc, 1024, [qpn, b_qpn], [1, 2], |_, _| {});
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
     for i in 0..3 {
         let wr = SendWr::rdma(i, SendOp::Write, vec![w.hosts[0].sge(0, 8)], va, rkey);
@@ -605,28 +585,8 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
             .unwrap();
         qps.push((qa, qb));
     }
-    let (a_addr, b_addr) = (w.hosts[0].addr(), w.hosts[1].addr());
     for &(qa, qb) in &qps {
-        bring_up(
-            &mut w.hosts[0].dev,
-            qa,
-            QpType::Rc,
-            1024,
-            b_addr,
-            qb,
-            Psn::new(7),
-            Psn::new(9),
-        );
-        bring_up(
-            &mut w.hosts[1].dev,
-            qb,
-            QpType::Rc,
-            1024,
-            a_addr,
-            qa,
-            Psn::new(9),
-            Psn::new(7),
-        );
+        w.link(QpType::Rc, 1024, [qa, qb], [7, 9], |_, _| {});
     }
     for i in 0..6u64 {
         let sge = w.hosts[1].sge(512 * i, 512);

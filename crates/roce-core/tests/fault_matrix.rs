@@ -13,9 +13,11 @@
 //! `ROCE_FAULT_SEED=<seed> cargo test -p roce-core --test fault_matrix`.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use roce_core::*;
 use roce_io::{Backend, Fabric, FabricPort, FaultConfig, FaultInjector, LinkConfig, PacketBatch};
+use roce_testkit::rc::{self, Link};
 
 const MEM: usize = 6 << 20;
 const BASE: [u64; 2] = [0x1000_0000, 0x2000_0000];
@@ -110,48 +112,21 @@ fn setup(fabric: &Fabric, i: usize, seed: u64, f: Faults) -> Side {
     }
 }
 
-fn connect(
-    s: &mut Side,
-    peer_addr: std::net::IpAddr,
-    peer_qp: Qpn,
-    sq: u32,
-    rq: u32,
-    retry_cnt: u8,
-) {
-    let access =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        qp_access_flags: access,
-        ..QpAttr::default()
+/// RESET → RTS towards the other side: the local ACK timeout 8
+/// (1.05 ms), `retry_cnt` retries.
+fn connect(s: &mut Side, peer: IpAddr, peer_qpn: Qpn, sq: u32, rq: u32, retry_cnt: u8) {
+    let link = Link {
+        qp_type: QpType::Rc,
+        pmtu: 1024,
+        peer,
+        peer_qpn,
+        sq_psn: Psn::new(sq),
+        rq_psn: Psn::new(rq),
     };
-    s.dev
-        .modify_qp(
-            s.qp,
-            &a,
-            QpAttrMask::required(QpType::Rc, QpState::Reset, QpState::Init),
-        )
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = 1024;
-    a.ah_attr = AddressVector {
-        dest: peer_addr,
-        ..AddressVector::default()
-    };
-    a.dest_qp_num = peer_qp;
-    a.rq_psn = Psn::new(rq);
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 1;
-    let m = QpAttrMask::required(QpType::Rc, QpState::Init, QpState::Rtr);
-    s.dev.modify_qp(s.qp, &a, m).unwrap();
-    a.qp_state = QpState::Rts;
-    a.sq_psn = Psn::new(sq);
-    a.timeout = 8; // 1.05 ms
-    a.retry_cnt = retry_cnt;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    let m = QpAttrMask::required(QpType::Rc, QpState::Rtr, QpState::Rts);
-    s.dev.modify_qp(s.qp, &a, m).unwrap();
+    rc::bring_up(&mut s.dev, s.qp, &link, |a| {
+        a.timeout = 8;
+        a.retry_cnt = retry_cnt;
+    });
 }
 
 fn read(s: &Side, off: u64, len: usize, i: usize) -> Vec<u8> {

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use common::*;
 use roce_core::*;
 use roce_testkit::frames::rewrite;
+use roce_testkit::rc::{self, Link};
 use roce_wire::{Operation, RocePacket};
 
 /// UC: a SEND of 3 packets loses its MIDDLE; the receive WR must not
@@ -252,26 +253,16 @@ fn ud_ipv6_grh() {
     };
     let (qa, qb) = (mk(&mut a), mk(&mut b));
     let (aa, ba) = (a.addr(), b.addr());
-    bring_up(
-        &mut a.dev,
-        qa,
-        QpType::Ud,
-        1024,
-        ba,
-        qb,
-        Psn::new(1),
-        Psn::new(1),
-    );
-    bring_up(
-        &mut b.dev,
-        qb,
-        QpType::Ud,
-        1024,
-        aa,
-        qa,
-        Psn::new(1),
-        Psn::new(1),
-    );
+    let link = |peer, peer_qpn| Link {
+        qp_type: QpType::Ud,
+        pmtu: 1024,
+        peer,
+        peer_qpn,
+        sq_psn: Psn::new(1),
+        rq_psn: Psn::new(1),
+    };
+    rc::bring_up(&mut a.dev, qa, &link(ba, qb), |_| {});
+    rc::bring_up(&mut b.dev, qb, &link(aa, qa), |_| {});
     let sge = b.sge(0, 100);
     b.dev
         .post_recv(

@@ -10,7 +10,9 @@
 //!   does not retry a refused connection);
 //! * [`frames`]: RoCE v2 packets built by hand (the default IPv4 and UDP
 //!   headers, a frame's bytes with its ICRC, a datagram re-emitted after
-//!   its headers were edited).
+//!   its headers were edited);
+//! * [`rc`]: a QP of a sans-IO device brought from RESET to RTS with
+//!   the masks `ibv_modify_qp` requires.
 //!
 //! ```
 //! use std::process::Command;
@@ -21,6 +23,7 @@
 //! ```
 
 pub mod frames;
+pub mod rc;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use roce_core::*;
+use roce_testkit::rc::{self, Link};
 
 /// What the wire does with one datagram.
 pub enum Verdict {
@@ -173,23 +174,33 @@ impl World {
             };
             qpns[i] = h.dev.create_qp(init).unwrap();
         }
+        self.link(qp_type, pmtu, qpns, [0x100, 0x200], tweak);
+        (qpns[0], qpns[1])
+    }
+
+    /// Brings `q[0]` (on host 0) and `q[1]` (on host 1) to RTS connected
+    /// to each other ([`roce_testkit::rc::bring_up`]): host `i` sends from
+    /// PSN `psn[i]`; `tweak(i, attr)` changes host `i`'s attributes first.
+    pub fn link(
+        &mut self,
+        qp_type: QpType,
+        pmtu: u32,
+        q: [Qpn; 2],
+        psn: [u32; 2],
+        tweak: impl Fn(usize, &mut QpAttr),
+    ) {
         let addrs = [self.hosts[0].addr(), self.hosts[1].addr()];
         for i in 0..2 {
-            let peer = 1 - i;
-            let h = &mut self.hosts[i];
-            bring_up_with(
-                &mut h.dev,
-                qpns[i],
+            let link = Link {
                 qp_type,
                 pmtu,
-                addrs[peer],
-                qpns[peer],
-                Psn::new(0x100 * (i as u32 + 1)),
-                Psn::new(0x100 * (peer as u32 + 1)),
-                |a| tweak(i, a),
-            );
+                peer: addrs[1 - i],
+                peer_qpn: q[1 - i],
+                sq_psn: Psn::new(psn[i]),
+                rq_psn: Psn::new(psn[1 - i]),
+            };
+            rc::bring_up(&mut self.hosts[i].dev, q[i], &link, |a| tweak(i, a));
         }
-        (qpns[0], qpns[1])
     }
 
     /// One step: move every packet due, deliver what arrived, run timers.
@@ -288,83 +299,6 @@ impl World {
     }
 }
 
-/// RESET → INIT → RTR → RTS with the masks ibv_modify_qp requires.
-#[allow(clippy::too_many_arguments)]
-pub fn bring_up(
-    dev: &mut Device,
-    qpn: Qpn,
-    qp_type: QpType,
-    pmtu: u32,
-    peer: IpAddr,
-    peer_qpn: Qpn,
-    sq_psn: Psn,
-    rq_psn: Psn,
-) {
-    bring_up_with(
-        dev,
-        qpn,
-        qp_type,
-        pmtu,
-        peer,
-        peer_qpn,
-        sq_psn,
-        rq_psn,
-        |_| {},
-    )
-}
-
-#[allow(clippy::too_many_arguments)]
-pub fn bring_up_with(
-    dev: &mut Device,
-    qpn: Qpn,
-    qp_type: QpType,
-    pmtu: u32,
-    peer: IpAddr,
-    peer_qpn: Qpn,
-    sq_psn: Psn,
-    rq_psn: Psn,
-    tweak: impl Fn(&mut QpAttr),
-) {
-    let access =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: access,
-        qkey: Qkey::new(0x1111_1111),
-        ..QpAttr::default()
-    };
-    let req = |from, to| QpAttrMask::required(qp_type, from, to);
-    dev.modify_qp(qpn, &a, req(QpState::Reset, QpState::Init))
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.path_mtu = pmtu;
-    a.ah_attr = AddressVector {
-        dest: peer,
-        ..AddressVector::default()
-    };
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = rq_psn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 1;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 16;
-    a.sq_psn = sq_psn;
-    tweak(&mut a);
-    // RC passes its access flags again (optional) at RTR.
-    let m = match qp_type {
-        QpType::Rc => req(QpState::Init, QpState::Rtr) | QpAttrMask::ACCESS_FLAGS,
-        _ => req(QpState::Init, QpState::Rtr),
-    };
-    dev.modify_qp(qpn, &a, m).unwrap();
-    a.qp_state = QpState::Rts;
-    dev.modify_qp(qpn, &a, req(QpState::Rtr, QpState::Rts))
-        .unwrap();
-}
-
 /// (wr_id, status) of each completion.
 pub fn statuses(v: &[Wc]) -> Vec<(u64, WcStatus)> {
     v.iter().map(|c| (c.wr_id, c.status)).collect()
@@ -432,19 +366,7 @@ pub fn pair(
         tweak(i, &mut init);
         q[i] = h.dev.create_qp(init).unwrap();
     }
-    let addrs = [w.hosts[0].addr(), w.hosts[1].addr()];
-    for i in 0..2 {
-        bring_up(
-            &mut w.hosts[i].dev,
-            q[i],
-            ty,
-            pmtu,
-            addrs[1 - i],
-            q[1 - i],
-            Psn::new(0x100 * (i as u32 + 1)),
-            Psn::new(0x100 * (2 - i as u32)),
-        );
-    }
+    w.link(ty, pmtu, q, [0x100, 0x200], |_, _| {});
     (q[0], q[1])
 }
 
