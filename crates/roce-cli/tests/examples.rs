@@ -4,6 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use roce_testkit::free_port;
 use roce_testkit::{example, run_bounded, text};
 
 #[test]
@@ -27,7 +28,7 @@ fn gen_capture_writes_a_capture_inspect_accepts() {
 fn perf_plot_draws_a_curve() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("bw.svg");
-    let port = (21_000 + std::process::id() % 1000).to_string();
+    let port = free_port().to_string();
     let mut c = Command::new(example("perf_plot"));
     c.args([
         "--roce",

@@ -8,21 +8,11 @@ mod common;
 
 use std::net::UdpSocket;
 use std::process::Output;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::{roce, spawn, text};
+use roce_testkit::port_args;
 use serde_json::Value;
-
-/// A TCP port and a RoCE UDP port per test (distinct across this
-/// binary's tests and across processes; 19000-19899, below the ephemeral
-/// range and away from the other test binaries').
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 19_000 + (std::process::id() % 90) as u16 * 10;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
 
 fn run_pair(server: &[&str], client: &[&str]) -> (Output, Output) {
     let server = spawn(server);
@@ -54,7 +44,7 @@ fn lo_has_ipv6() -> bool {
 
 #[test]
 fn perf_refuses_an_index_past_the_table_at_start_up() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     for extra in [&[][..], &["--bind", "127.0.0.1"][..]] {
         // A server: it would otherwise wait for a client.
         let o = spawn(
@@ -112,7 +102,7 @@ fn perf_names_a_family_mismatch() {
         eprintln!("skipped: lo has no IPv6 GID");
         return;
     }
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
     let (s, c) = run_pair(
         &[&["perf", "write-bw", "--bind", "127.0.0.1"][..], &common].concat(),
@@ -147,7 +137,7 @@ fn perf_names_a_family_mismatch() {
     );
 
     // The other way round: the server's -x 1, a plain client.
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
     let (_, c) = run_pair(
         &[
@@ -184,7 +174,7 @@ fn pingpong_indexes_devinfos_table_and_names_a_family_mismatch() {
         return;
     }
     let gids = lo_gids();
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let common = [
         "-n",
         "10",
@@ -244,7 +234,7 @@ fn perf_with_gid_index_0_on_both_ends_of_one_host() {
             "roce perf: the client uses 127.0.0.1 too (both ends on this host); using 127.0.0.",
         ),
     ] {
-        let (port, rport) = ports();
+        let (port, rport) = port_args();
         let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
         let (s, c) = run_pair(
             &[&["perf", "write-bw"][..], server_x, &common].concat(),
@@ -264,7 +254,7 @@ fn perf_with_gid_index_0_on_both_ends_of_one_host() {
 /// The same with `pingpong -g 0` on both ends.
 #[test]
 fn pingpong_with_gid_index_0_on_both_ends_of_one_host() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let common = ["-n", "50", "-g", "0", "-p", &port, "--roce-port", &rport];
     let (s, c) = run_pair(
         &[&["pingpong"][..], &common].concat(),
@@ -288,7 +278,7 @@ fn pingpong_with_gid_index_0_on_both_ends_of_one_host() {
 /// or not), so both run.
 #[test]
 fn perf_with_dev_roce_lo_on_both_ends_of_one_host() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let common = [
         "-d",
         "roce_lo",

@@ -11,10 +11,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{roce, Guard};
-
-fn port(k: u16) -> u16 {
-    48_000 + (std::process::id() % 300) as u16 * 8 + k
-}
+use roce_testkit::free_ports;
 
 #[allow(clippy::zombie_processes)] // the Guard waits for it
 fn start(args: &[&str], port: u16) -> (Child, TcpStream) {
@@ -46,7 +43,7 @@ fn flood(mut s: TcpStream, first: &[u8]) {
 
 #[test]
 fn pingpong_server_against_garbage_and_silence() {
-    let (p, r) = (port(0), port(1));
+    let [p, r] = free_ports();
     let args = |p: u16, r: u16| {
         [
             "pingpong".to_string(),
@@ -70,7 +67,7 @@ fn pingpong_server_against_garbage_and_silence() {
     assert!(err.contains("malformed address message"), "{err}");
     t.join().unwrap();
 
-    let (p, r) = (port(2), port(3));
+    let [p, r] = free_ports();
     let a = args(p, r);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let (c, s) = start(&a, p);
@@ -83,11 +80,8 @@ fn pingpong_server_against_garbage_and_silence() {
 
 #[test]
 fn perftest_server_against_garbage_and_silence() {
-    for (k, first) in [
-        (4u16, &b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"[..]),
-        (6, &b"~~~"[..]),
-    ] {
-        let (p, r) = (port(k), port(k + 1));
+    for first in [&b"6.06\0\0\0\0\0\0\0\0\0\0\0\0"[..], &b"~~~"[..]] {
+        let [p, r] = free_ports();
         let (ps, rs) = (p.to_string(), r.to_string());
         // A plain server, which recognises perftest by its version string.
         let (c, s) = start(
@@ -116,7 +110,7 @@ fn perftest_server_against_garbage_and_silence() {
         t.join().unwrap();
     }
     // Silence: dropped after 10 s.
-    let (p, r) = (port(8), port(9));
+    let [p, r] = free_ports();
     let (ps, rs) = (p.to_string(), r.to_string());
     let (c, s) = start(
         &[

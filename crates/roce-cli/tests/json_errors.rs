@@ -8,6 +8,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::{roce, Guard};
+use roce_testkit::port_args;
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
@@ -67,8 +68,7 @@ fn json_failures_are_json_on_stdout() {
 /// datagram is accounted for as verified.
 #[test]
 fn icrc_counters_say_who_checked() {
-    let port = (30_000 + std::process::id() % 2000 * 2).to_string();
-    let rport = (30_001 + std::process::id() % 2000 * 2).to_string();
+    let (port, rport) = port_args();
     let o = run(&[
         "perf",
         "write-bw",

@@ -10,20 +10,10 @@ mod common;
 
 use std::net::UdpSocket;
 use std::process::Output;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::{spawn, text};
-
-/// A TCP port and a RoCE UDP port per test, distinct across the tests of
-/// this binary and across processes, below the ephemeral range and away
-/// from the other test binaries' ranges (2000-4999).
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 2_000 + (std::process::id() % 250) as u16 * 12;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
+use roce_testkit::port_args;
 
 /// Runs `server` and, once it listens, `client`; both bounded in time.
 fn run_pair(server: &[&str], client: &[&str]) -> (Output, Output) {
@@ -52,7 +42,7 @@ fn assert_moved(client_err: &str, port: &str) {
 
 #[test]
 fn perf_without_bind() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let flags = ["-n", "300", "-p", &port, "--roce-port", &rport];
     let (s, c) = run_pair(
         &[&["perf", "write-bw"][..], &flags].concat(),
@@ -77,7 +67,7 @@ fn perf_without_bind() {
 /// one loopback address for another, follows.
 #[test]
 fn perf_server_moves_off_a_taken_address() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let _other = UdpSocket::bind(("127.0.0.1", rport.parse::<u16>().unwrap())).unwrap();
     let flags = ["-n", "300", "-p", &port, "--roce-port", &rport];
     let (s, c) = run_pair(
@@ -97,7 +87,7 @@ fn perf_server_moves_off_a_taken_address() {
 
 #[test]
 fn pingpong_without_bind() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let flags = ["-n", "200", "-c", "-p", &port, "--roce-port", &rport];
     let (s, c) = run_pair(
         &[&["pingpong"][..], &flags].concat(),
@@ -116,7 +106,7 @@ fn pingpong_without_bind() {
 
 #[test]
 fn pingpong_server_moves_off_a_taken_address() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let _other = UdpSocket::bind(("127.0.0.1", rport.parse::<u16>().unwrap())).unwrap();
     let flags = ["-n", "100", "-c", "-p", &port, "--roce-port", &rport];
     let (s, c) = run_pair(
@@ -134,7 +124,7 @@ fn pingpong_server_moves_off_a_taken_address() {
 
 #[test]
 fn rping_without_bind() {
-    let (cm_port, rport) = ports();
+    let (cm_port, rport) = port_args();
     let (s, c) = run_pair(
         &["rping", "-s", "-v", "-p", &cm_port, "--roce-port", &rport],
         &[
@@ -170,7 +160,7 @@ fn rping_without_bind() {
 #[test]
 fn perf_pairs_started_at_once_each_get_an_address() {
     const PAIRS: usize = 6;
-    let all: Vec<(String, String)> = (0..PAIRS).map(|_| ports()).collect();
+    let all: Vec<(String, String)> = (0..PAIRS).map(|_| port_args()).collect();
     let rport = all[0].1.clone();
     let flags = |tcp: &str| -> Vec<String> {
         ["-n", "200", "-p", tcp, "--roce-port", &rport]

@@ -8,19 +8,10 @@
 mod common;
 
 use std::process::{Child, Output};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{spawn, text};
-
-/// A TCP (or rdma_cm) port and a RoCE UDP port per test (34000-35999,
-/// away from the other test binaries' ranges).
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 34_000 + (std::process::id() % 100) as u16 * 20;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
+use roce_testkit::port_args;
 
 /// Starts `server`, then `client`; lets them run a while, kills the
 /// client (SIGKILL) and returns the server's output and how long after
@@ -44,7 +35,7 @@ fn kill_client_mid_run(server: &[&str], client: &[&str]) -> (Output, Duration) {
 
 #[test]
 fn an_rping_server_notices_a_killed_client() {
-    let (cm, rport) = ports();
+    let (cm, rport) = port_args();
     let (s, took) = kill_client_mid_run(
         &["rping", "-s", "-p", &cm, "--roce-port", &rport],
         &[
@@ -73,7 +64,7 @@ fn an_rping_server_notices_a_killed_client() {
 
 #[test]
 fn a_pingpong_server_notices_a_killed_client() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let flags = ["-n", "100000000", "-p", &port, "--roce-port", &rport];
     let (s, took) = kill_client_mid_run(
         &[&["pingpong"][..], &flags].concat(),
@@ -94,7 +85,7 @@ fn a_pingpong_server_notices_a_killed_client() {
 /// client takes 3 s.
 #[test]
 fn a_shorter_timeout_shortens_the_wait_for_a_killed_client() {
-    let (cm, rport) = ports();
+    let (cm, rport) = port_args();
     let t = ["--timeout", "3"];
     let (s, took) = kill_client_mid_run(
         &[&["rping", "-s", "-p", &cm, "--roce-port", &rport][..], &t].concat(),

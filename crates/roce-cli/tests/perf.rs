@@ -4,9 +4,9 @@
 
 use std::net::UdpSocket;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
+use roce_testkit::port_args;
 use serde_json::Value;
 
 fn roce(args: &[&str]) -> Output {
@@ -14,15 +14,6 @@ fn roce(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run roce")
-}
-
-/// A TCP control port and a RoCE UDP port per test, distinct across the
-/// tests of this binary (they run in parallel) and across processes.
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 20_000 + (std::process::id() % 200) as u16 * 40;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
 }
 
 fn json_run(args: &[&str]) -> Value {
@@ -52,7 +43,7 @@ fn a_payload_other_than_the_peers_fails_the_run() {
         "read-bw",
         "send-bw",
     ] {
-        let (port, _) = ports();
+        let (port, _) = port_args();
         let t0 = std::time::Instant::now();
         let o = roce(&[
             "perf",
@@ -96,7 +87,7 @@ fn every_test_over_the_fabric_with_verification() {
         "send-lat",
         "atomic-lat",
     ] {
-        let (port, _) = ports();
+        let (port, _) = port_args();
         let v = json_run(&[
             "perf",
             test,
@@ -137,7 +128,7 @@ fn every_test_over_the_fabric_with_verification() {
 
 #[test]
 fn all_sizes_many_qps_and_bidirectional() {
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let v = json_run(&[
         "perf",
         "write-bw",
@@ -163,7 +154,7 @@ fn all_sizes_many_qps_and_bidirectional() {
         "2 bytes to 8 MiB"
     );
     for test in ["send-bw", "read-bw", "write-bw"] {
-        let (port, _) = ports();
+        let (port, _) = port_args();
         let v = json_run(&[
             "perf",
             test,
@@ -189,7 +180,7 @@ fn all_sizes_many_qps_and_bidirectional() {
 #[test]
 fn udp_loopback_bandwidth_and_latency() {
     for test in ["write-bw", "send-bw", "read-lat", "send-lat"] {
-        let (port, roce_port) = ports();
+        let (port, roce_port) = port_args();
         let v = json_run(&[
             "perf",
             test,
@@ -220,7 +211,7 @@ fn udp_loopback_bandwidth_and_latency() {
 
 #[test]
 fn text_output_has_the_perftest_tables() {
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let o = roce(&[
         "perf",
         "write-bw",
@@ -246,7 +237,7 @@ fn text_output_has_the_perftest_tables() {
         .find(|l| l.starts_with(" 65536"))
         .expect("a result row");
     assert_eq!(row.split_whitespace().nth(1), Some("100"));
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let o = roce(&[
         "perf",
         "send-lat",
@@ -289,7 +280,7 @@ fn bad_flags_unknown_and_unreachable_peers() {
     ]));
     assert!(err.contains("unknown address"), "{err}");
     // Nothing listens on this port.
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let start = Instant::now();
     let err = one_line_failure(&roce(&[
         "perf",
@@ -306,7 +297,7 @@ fn bad_flags_unknown_and_unreachable_peers() {
 
 #[test]
 fn roce_port_in_use() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let _busy = UdpSocket::bind(format!("127.0.0.2:{roce_port}")).unwrap();
     let err = one_line_failure(&roce(&[
         "perf",
@@ -324,7 +315,7 @@ fn roce_port_in_use() {
 
 #[test]
 fn peer_killed_mid_run_ends_with_an_error() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
         .args([
             "perf",
@@ -393,7 +384,7 @@ fn peer_killed_mid_run_ends_with_an_error() {
 
 #[test]
 fn ctrl_c_ends_a_run_with_a_partial_report() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let child = Command::new(env!("CARGO_BIN_EXE_roce"))
         .args([
             "perf",
@@ -437,7 +428,7 @@ fn ctrl_c_ends_a_run_with_a_partial_report() {
 
 #[test]
 fn dcqcn_over_udp_reacts_to_ce_marks() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     // The fault injector marks 20 % of the ECN-capable packets CE: the
     // receiver answers with CNPs and the sender's DCQCN cuts its rate.
     let v = json_run(&[
@@ -462,7 +453,7 @@ fn dcqcn_over_udp_reacts_to_ce_marks() {
     assert!(cc["cnp_received"].as_u64().unwrap() > 0, "{v}");
     assert_eq!(v["verified"], true);
     // Without --cc the data is not ECN-capable: nothing is marked.
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let v = json_run(&[
         "perf",
         "write-bw",
@@ -492,7 +483,7 @@ fn dcqcn_over_udp_reacts_to_ce_marks() {
 
 #[test]
 fn perftest_rdma_cm_mode_between_two_processes() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     for test in ["write-bw", "read-bw", "send-bw"] {
         let server = Command::new(env!("CARGO_BIN_EXE_roce"))
             .args(["perf", test, "--perftest", "-R", "--bind", "127.0.0.1"])
@@ -576,7 +567,7 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
         "atomic-bw",
     ];
     for (test, cm) in tests.into_iter().flat_map(|t| [(t, None), (t, Some("-R"))]) {
-        let (port, roce_port) = ports();
+        let (port, roce_port) = port_args();
         let server = Command::new(env!("CARGO_BIN_EXE_roce"))
             .args(["perf", test, "--perftest", "--bind", "127.0.0.1"])
             .args(cm)
@@ -634,7 +625,7 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
 /// processes (server on 127.0.0.1, client on 127.0.0.2); both must exit 0
 /// and print exactly one JSON object: (client's, server's).
 fn perftest_json_pair(test: &str, flags: &[&str]) -> [Value; 2] {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let mut common = vec![
         "--perftest",
         "--json",

@@ -5,19 +5,10 @@
 mod common;
 
 use std::process::Output;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::{roce, Guard};
-
-/// A TCP control port and a RoCE UDP port per test, distinct across the
-/// tests of this binary and across processes.
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 36_000 + (std::process::id() % 200) as u16 * 40;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
+use roce_testkit::port_args;
 
 /// Runs `roce ARGS` with a bounded wait.
 fn run(args: &[&str], limit: Duration) -> Output {
@@ -38,7 +29,7 @@ fn text(b: &[u8]) -> String {
 /// `-i 2` say why not, in one line, exit 1, with no clap tip.
 #[test]
 fn perftest_flags_are_accepted_or_explained() {
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let o = run(
         &[
             "perf",
@@ -124,7 +115,7 @@ fn server(args: &[&str]) -> Guard {
 #[test]
 fn a_plain_server_serves_a_perftest_client() {
     for test in ["write-bw", "send-lat"] {
-        let (port, rport) = ports();
+        let (port, rport) = port_args();
         let common = ["-s", "4096", "-n", "50", "-p", &port, "--roce-port", &rport];
         let s = server(&[&[test][..], &common[..]].concat());
         let c = run(
@@ -179,7 +170,7 @@ fn a_plain_server_serves_a_perftest_client() {
 /// an error that names --perftest, instead of "short perftest key string".
 #[test]
 fn a_plain_client_of_a_perftest_server_is_told_to_add_perftest() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let common = ["-n", "20", "-p", &port, "--roce-port", &rport];
     let s = server(&[&["write-bw", "--perftest"][..], &common[..]].concat());
     let start = std::time::Instant::now();
@@ -236,7 +227,7 @@ fn a_plain_client_of_a_perftest_server_is_told_to_add_perftest() {
 /// in RetryExcErr after 1.9 s with nothing about the port).
 #[test]
 fn different_roce_ports_are_named() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let other = (rport.parse::<u16>().unwrap() + 1000).to_string();
     let s = server(&["write-bw", "-n", "20", "-p", &port, "--roce-port", &rport]);
     let start = std::time::Instant::now();
@@ -278,7 +269,7 @@ fn different_roce_ports_are_named() {
 #[test]
 fn timed_ping_pong_latency_tests_end_on_time() {
     for test in ["send-lat", "write-lat"] {
-        let (port, _) = ports();
+        let (port, _) = port_args();
         let start = std::time::Instant::now();
         let o = run(
             &[
@@ -314,7 +305,7 @@ fn timed_ping_pong_latency_tests_end_on_time() {
 /// JSON has the same endpoints.
 #[test]
 fn address_lines_as_perftest() {
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let o = run(
         &[
             "perf",
@@ -356,7 +347,7 @@ fn address_lines_as_perftest() {
     let table = lines.iter().position(|l| l.contains("#bytes")).unwrap();
     assert!(remote[1] < table, "{out}");
 
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let o = run(
         &[
             "perf",
@@ -382,7 +373,7 @@ fn address_lines_as_perftest() {
 /// `-n` with `-D` is refused (it was silently ignored), in both exchanges.
 #[test]
 fn iterations_and_duration_are_refused_together() {
-    let (port, _) = ports();
+    let (port, _) = port_args();
     for extra in [&[][..], &["--perftest", "127.0.0.1"][..]] {
         let o = run(
             &[
@@ -420,7 +411,7 @@ fn iterations_and_duration_are_refused_together() {
 /// them silently).
 #[test]
 fn the_server_says_whose_parameters_apply() {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let s = server(&[
         "write-bw",
         "-s",
@@ -464,7 +455,7 @@ fn the_server_says_whose_parameters_apply() {
 /// (it was silent for the minute 23 sizes take).
 #[test]
 fn all_sizes_show_progress_when_piped() {
-    let (port, _) = ports();
+    let (port, _) = port_args();
     let o = run(
         &[
             "perf",

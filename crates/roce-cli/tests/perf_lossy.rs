@@ -7,23 +7,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::{roce, text};
+use roce_testkit::port_args;
 use roce_testkit::run_bounded;
 
-/// A TCP port and a RoCE UDP port per test (25000-25999, away from the
-/// other test binaries' ranges).
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 25_000 + (std::process::id() % 100) as u16 * 10;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
-
 fn lossy(extra: &[&str]) -> std::process::Output {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let mut c = roce();
     c.args(["perf", "write-bw", "--loopback", "--faults", "loss=5%"])
         .args([

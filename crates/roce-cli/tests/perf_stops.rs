@@ -7,10 +7,10 @@
 mod common;
 
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Guard;
+use roce_testkit::port_args;
 use serde_json::Value;
 
 fn roce(args: &[&str]) -> Output {
@@ -24,15 +24,6 @@ fn spawn(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run roce")
-}
-
-/// A TCP control port and a RoCE UDP port per test (below the ephemeral
-/// range; apart from the other test binaries' ranges).
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 28_000 + (std::process::id() % 100) as u16 * 40;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
 }
 
 fn interrupt(c: &Child) {
@@ -63,7 +54,7 @@ fn wait_bounded(c: Child, limit: Duration) -> Output {
 #[test]
 fn ctrl_c_on_the_server_ends_both_sides_with_reports() {
     for test in ["write-bw", "send-bw", "send-lat"] {
-        let (port, roce_port) = ports();
+        let (port, roce_port) = port_args();
         let common = ["-p", &port, "--roce-port", &roce_port];
         let mut sargs = vec!["perf", test, "--bind", "127.0.0.2"];
         sargs.extend(common);
@@ -106,7 +97,7 @@ fn ctrl_c_on_the_server_ends_both_sides_with_reports() {
 /// (the server side used to fail: "expected a 'measured' message").
 #[test]
 fn ctrl_c_in_a_loopback_send_bw_run() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let c = spawn(&[
         "perf",
         "send-bw",
@@ -130,7 +121,7 @@ fn ctrl_c_in_a_loopback_send_bw_run() {
 /// Ctrl-C while the server waits for a client ends it at once.
 #[test]
 fn ctrl_c_before_a_client_came() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let server = spawn(&["perf", "write-bw", "-p", &port, "--roce-port", &roce_port]);
     std::thread::sleep(Duration::from_millis(500));
     interrupt(&server);
@@ -145,7 +136,7 @@ fn ctrl_c_before_a_client_came() {
 #[test]
 fn every_size_of_the_send_tests() {
     for (test, qps) in [("send-lat", "1"), ("send-bw", "2")] {
-        let (port, roce_port) = ports();
+        let (port, roce_port) = port_args();
         let o = roce(&[
             "perf",
             test,
@@ -181,7 +172,7 @@ fn every_size_of_the_send_tests() {
 /// (Before, the UDP backend only counted them and handed them on.)
 #[test]
 fn damaged_datagrams_are_dropped_and_resent() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let o = roce(&[
         "perf",
         "write-bw",
@@ -215,7 +206,7 @@ fn damaged_datagrams_are_dropped_and_resent() {
 /// A capture file that cannot be written fails the run after its report.
 #[test]
 fn an_unwritable_capture_fails_the_run() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let o = roce(&[
         "perf",
         "write-bw",
@@ -237,7 +228,7 @@ fn an_unwritable_capture_fails_the_run() {
 /// Combinations no mode takes give one-line errors at once.
 #[test]
 fn flag_combinations_refused() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     for (args, want, code) in [
         (
             vec!["perf", "write-bw", "--perftest", "--loopback"],
@@ -289,7 +280,7 @@ fn flag_combinations_refused() {
 fn ctrl_c_during_all_sizes_keeps_the_rows_measured() {
     let mut interrupted = 0;
     for after in 1..=3usize {
-        let (port, roce_port) = ports();
+        let (port, roce_port) = port_args();
         let mut c = spawn(&[
             "perf",
             "send-lat",

@@ -10,13 +10,13 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{roce, Guard};
+use roce_testkit::free_port;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const ITERS: &str = "200";
@@ -60,16 +60,6 @@ fn exec(prog: &str, args: &[&str]) -> Command {
         .env_remove("ROCE_ADDR")
         .env_remove("ROCE_ACK_DELAY");
     c
-}
-
-/// A TCP port nobody listens on now (the kernel's choice).
-fn free_port() -> String {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string()
 }
 
 /// Whether a socket listens on TCP `port`, read from /proc: a probe
@@ -183,7 +173,7 @@ fn tool_serves(prog: &str, test: &str, size: f64, bw: bool) {
     if !have(prog) {
         return;
     }
-    let port = free_port();
+    let port = free_port().to_string();
     let server = exec(
         prog,
         &["-d", "roce_lo", "-x", "0", "-p", &port, "-n", ITERS],
@@ -216,7 +206,7 @@ fn tool_connects(prog: &str, test: &str, size: f64, bw: bool) {
     if !have(prog) {
         return;
     }
-    let port = free_port();
+    let port = free_port().to_string();
     let mut server = roce();
     server.args(["perf", test, "-n", ITERS, "-p", &port]);
     let client = exec(
@@ -282,7 +272,7 @@ fn roce_perf_perftest_server_ib_write_bw_client() {
     if !have("ib_write_bw") {
         return;
     }
-    let port = free_port();
+    let port = free_port().to_string();
     let mut server = roce();
     server.args(["perf", "write-bw", "--perftest", "-n", ITERS, "-p", &port]);
     let client = exec(
@@ -315,7 +305,7 @@ fn gid_index_0_on_both_ends_with_ib_write_bw_serving() {
     if !have("ib_write_bw") {
         return;
     }
-    let port = free_port();
+    let port = free_port().to_string();
     let server = exec(
         "ib_write_bw",
         &["-d", "roce_lo", "-x", "0", "-F", "-p", &port, "-n", ITERS],

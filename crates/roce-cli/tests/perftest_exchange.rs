@@ -11,12 +11,12 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{roce, Guard};
 use roce_capture::{CaptureReader, Payload};
+use roce_testkit::free_ports;
 
 /// Control messages in order: (sent by the client, length), with
 /// consecutive segments of one direction merged and the closing "done"
@@ -119,18 +119,11 @@ fn relay(listen: TcpListener, to: String, log: Log) {
     });
 }
 
-fn ports() -> (u16, u16, u16) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 10_000 + (std::process::id() % 100) as u16 * 90;
-    (base + 3 * n, base + 3 * n + 1, base + 3 * n + 2)
-}
-
 /// Runs `test` with `flags` between our two processes through the relay
 /// and checks the message sequence against capture `name`.
 fn check(name: &str, test: &str, flags: &[&str]) {
     let (want, want_dones) = captured(name);
-    let (tcp, relay_port, roce_port) = ports();
+    let [tcp, relay_port, roce_port] = free_ports();
     let (tcp, relay_port, roce_port) = (tcp.to_string(), relay_port, roce_port.to_string());
     let server = Guard(Some(
         roce()

@@ -10,24 +10,15 @@
 mod common;
 
 use std::process::Output;
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::{spawn, text};
-
-/// A TCP port and a RoCE UDP port per test (54000-55999, away from the
-/// other test binaries' ranges).
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 54_000 + (std::process::id() % 100) as u16 * 20;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
+use roce_testkit::port_args;
 
 /// `roce perf TEST -n SERVER_N` and `roce perf TEST 127.0.0.1
 /// --perftest -n CLIENT_N`; (server, client).
 fn pair(test: &str, server_n: &str, client_n: &str) -> (Output, Output) {
-    let (port, rport) = ports();
+    let (port, rport) = port_args();
     let p = ["-p", &port, "--roce-port", &rport];
     let server = spawn(&[&["perf", test, "-n", server_n][..], &p].concat());
     std::thread::sleep(Duration::from_millis(400));

@@ -10,23 +10,10 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{roce, Guard};
-
-/// A TCP port and a RoCE UDP port per test, distinct across the tests of
-/// this binary (they run in parallel) and across processes. Every test
-/// binary's ports lie below 32768, outside the kernel's ephemeral range
-/// (32768-60999): a client's connection elsewhere in the run could
-/// otherwise hold the port a server is about to listen on (seen once:
-/// "Couldn't listen to port 41732 (Address already in use)").
-fn ports() -> (String, String) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 28_000 + (std::process::id() % 100) as u16 * 40;
-    ((base + 2 * n).to_string(), (base + 2 * n + 1).to_string())
-}
+use roce_testkit::port_args;
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -37,7 +24,7 @@ fn text(o: &Output) -> (String, String) {
 
 /// Runs our server and our client with `flags`; returns both outputs.
 fn pair(transport: &str, flags: &[&str]) -> (Output, Output) {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let common = [
         "pingpong",
         "--transport",
@@ -185,7 +172,7 @@ fn srq_default_sixteen_qps() {
 /// shape of rc_send_64B.pcap frames 6 and 10.
 #[test]
 fn exchange_bytes_match_the_capture() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let l = TcpListener::bind(format!("127.0.0.1:{port}")).unwrap();
     let client = roce()
         .args([
@@ -315,7 +302,7 @@ fn help_lists_the_tools_flags() {
 /// client connects (it used to be reported only once one did).
 #[test]
 fn gid_index_out_of_range() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let server = roce()
         .args([
             "pingpong",
@@ -343,7 +330,7 @@ fn gid_index_out_of_range() {
 /// the address.
 #[test]
 fn a_client_without_a_server_says_it_waits() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let o = roce()
         .args([
             "pingpong",
@@ -377,7 +364,7 @@ fn a_client_without_a_server_says_it_waits() {
 /// any QP is connected to it: it could aim the server's traffic there.
 #[test]
 fn a_gid_at_another_host_is_refused() {
-    let (port, roce_port) = ports();
+    let (port, roce_port) = port_args();
     let server = roce()
         .args(["pingpong", "-p", &port, "--roce-port", &roce_port])
         .args(["--bind", "127.0.0.1", "--timeout", "5"])

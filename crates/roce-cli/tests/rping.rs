@@ -9,11 +9,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::{roce, Guard};
-
-/// A RoCE UDP port per test (the tests run in parallel).
-fn roce_port(n: u16) -> String {
-    (5_000 + (std::process::id() % 500) as u16 * 4 + n).to_string()
-}
+use roce_testkit::free_port;
 
 fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -25,7 +21,7 @@ fn err(o: &Output) -> String {
 
 #[test]
 fn client_and_server_ping_over_rdma_cm() {
-    let rp = roce_port(0);
+    let rp = free_port().to_string();
     let server = Guard(Some(
         roce()
             .args(["rping", "-s", "-a", "127.0.0.1", "-p", "7174", "-v"])
@@ -73,7 +69,7 @@ fn client_and_server_ping_over_rdma_cm() {
 
 #[test]
 fn no_listener_is_refused_and_bad_flags_exit_2() {
-    let rp = roce_port(1);
+    let rp = free_port().to_string();
     // A server on another port answers the REQ with a REJ (no listener).
     let _server = Guard(Some(
         roce()

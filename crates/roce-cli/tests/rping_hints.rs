@@ -7,12 +7,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{roce, Guard};
+use roce_testkit::free_port;
 
 /// With the default `--timeout`, a client whose server is missing fails
 /// within the 4 s it gives the CM, with the hint, in one line.
 #[test]
 fn a_client_without_a_server_fails_within_seconds() {
-    let rport = (46_000 + std::process::id() % 1000).to_string();
+    let rport = free_port().to_string();
     let start = Instant::now();
     let c = roce()
         .args([
@@ -45,7 +46,7 @@ fn a_client_without_a_server_fails_within_seconds() {
 /// `--timeout 0` keeps trying (until interrupted), saying so once.
 #[test]
 fn a_client_told_to_wait_forever_says_it_is_still_trying() {
-    let rport = (45_000 + std::process::id() % 1000).to_string();
+    let rport = free_port().to_string();
     let c = roce()
         .args(["rping", "-c", "-a", "127.0.0.1", "-p", "19996"])
         .args([
@@ -76,7 +77,7 @@ fn a_client_told_to_wait_forever_says_it_is_still_trying() {
 /// The same for `roce udaddy -s` (SIDR through the CM).
 #[test]
 fn a_udaddy_client_without_a_server_says_so_early() {
-    let rport = (47_000 + std::process::id() % 1000).to_string();
+    let rport = free_port().to_string();
     let start = Instant::now();
     let c = roce()
         .args([
@@ -109,7 +110,7 @@ fn a_udaddy_client_without_a_server_says_so_early() {
 /// ~17 s.
 #[test]
 fn a_perftest_rdma_cm_client_without_a_server_says_so_early() {
-    let rport = (47_500 + std::process::id() % 400).to_string();
+    let rport = free_port().to_string();
     let c = roce()
         .args([
             "perf",

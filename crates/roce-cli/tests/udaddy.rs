@@ -3,6 +3,7 @@
 //! unknown service; bad flags. Interop with librdmacm's udaddy is
 //! interop/run.sh.
 
+use roce_testkit::free_port;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -10,13 +11,9 @@ fn roce() -> Command {
     Command::new(env!("CARGO_BIN_EXE_roce"))
 }
 
-fn roce_port(n: u16) -> String {
-    (7_000 + (std::process::id() % 500) as u16 * 4 + n).to_string()
-}
-
 #[test]
 fn datagrams_go_both_ways_after_sidr() {
-    let rp = roce_port(0);
+    let rp = free_port().to_string();
     let mut server = roce()
         .args(["udaddy", "-b", "127.0.0.5", "-C", "6", "-S", "200"])
         .args(["--roce-port", &rp, "--timeout", "20"])
@@ -63,7 +60,7 @@ fn datagrams_go_both_ways_after_sidr() {
 
 #[test]
 fn unknown_service_and_bad_flags() {
-    let rp = roce_port(1);
+    let rp = free_port().to_string();
     // A UD server on another port answers SIDR status 1 (no such service).
     let mut server = roce()
         .args(["udaddy", "-b", "127.0.0.7", "--port", "7000"])
@@ -106,7 +103,7 @@ fn unknown_service_and_bad_flags() {
 /// and the datagrams go both ways.
 #[test]
 fn a_client_on_the_servers_host_needs_no_bind() {
-    let rp = roce_port(2);
+    let rp = free_port().to_string();
     let mut server = roce()
         .args([
             "udaddy",

@@ -3,6 +3,8 @@
 //! installed program, and a bounded wait.
 #![allow(dead_code)]
 
+#[allow(unused_imports)] // not every test file uses it
+pub(crate) use roce_testkit::free_port;
 use std::path::PathBuf;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
@@ -83,15 +85,6 @@ pub(crate) fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// A TCP port nobody listens on now (the kernel's choice).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Whether a socket listens on TCP `port` (read from /proc, without
