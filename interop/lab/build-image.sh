@@ -10,7 +10,8 @@
 #   $LAB/images/vmlinuz, initrd.img
 #
 # Variables: LAB, SUITE (bookworm), MIRROR (default: this host's first
-# Debian mirror, else deb.debian.org), IMAGE_SIZE (3G).
+# Debian mirror, else deb.debian.org), IMAGE_SIZE (3G), EXTRA_PACKAGES
+# (more Debian packages for the guest, e.g. linux-perf to profile in it).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lab.env"
@@ -26,7 +27,7 @@ MIRROR=${MIRROR:-$(guess_mirror)}
 ROOT=$LAB/rootfs
 BASE=linux-image-amd64,kmod,iproute2,procps,iputils-ping,ethtool,tcpdump,ca-certificates
 TOOLS="rdma-core ibverbs-utils ibverbs-providers infiniband-diags perftest rdmacm-utils"
-APPS="nvme-cli fio ucx-utils libfabric-bin qperf"
+APPS="nvme-cli fio ucx-utils libfabric-bin qperf ${EXTRA_PACKAGES:-}"
 mkdir -p "$LAB/images"
 step() { echo "[build-image $(date +%T)] $*"; }
 
