@@ -179,6 +179,44 @@ fn flush_after_error_completes_every_outstanding_wr() {
     assert_eq!(w.hosts[0].dev.poll_event(), Some(AsyncEvent::QpFatal(qa)));
 }
 
+/// The other way round: the responder fails (a WRITE with a bad R_Key
+/// arrives), and its QP's send queue is flushed as well as its receive
+/// queue. Here B's SEND waits on RNR NAKs (A posted no receive, and
+/// `rnr_retry` 7 retries for ever) when A's bad WRITE reaches B: the SEND
+/// completes with WR_FLUSH_ERR, after B's receive.
+#[test]
+fn a_failing_responder_flushes_its_send_queue_too() {
+    let mut w = World::new(1 << 16);
+    let (qa, qb) = w.connect(QpType::Rc, 1024);
+    recv(&mut w, 1, qb, 70, 0, 64);
+    w.hosts[1]
+        .dev
+        .post_send(qb, SendWr::send(9, vec![w.hosts[1].sge(0, 8)]))
+        .unwrap();
+    let waiting = w.run_until(10_000, |w| {
+        w.hosts[1].dev.qp_counters(qb).unwrap().rnr_naks_received >= 2
+    });
+    assert!(waiting, "B's SEND never met an RNR NAK");
+    assert!(
+        w.hosts[1].poll().is_empty(),
+        "the SEND is still outstanding"
+    );
+    let va = w.hosts[1].base;
+    let bad = Rkey::new(w.hosts[1].mr.rkey.value() ^ 0x55);
+    let (ca, cb) = run(&mut w, qa, |w| write_wr(w, 1, 8, va, bad));
+    assert_eq!(
+        statuses(&ca),
+        vec![(1, WcStatus::RemAccessErr)],
+        "A's WRITE is NAKed"
+    );
+    assert_eq!(w.hosts[1].dev.qp(qb).unwrap().state(), QpState::Err);
+    assert_eq!(
+        statuses(&cb),
+        vec![(70, WcStatus::WrFlushErr), (9, WcStatus::WrFlushErr)],
+        "B's receive and its SEND are both flushed"
+    );
+}
+
 #[test]
 fn rnr_with_no_retries_fails_and_with_retries_succeeds() {
     // rnr_retry 0: the first RNR NAK ends the WR.
