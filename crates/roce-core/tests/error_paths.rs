@@ -179,6 +179,22 @@ fn flush_after_error_completes_every_outstanding_wr() {
     assert_eq!(w.hosts[0].dev.poll_event(), Some(AsyncEvent::QpFatal(qa)));
 }
 
+/// A requester that fails (its WRITE is NAKed) takes its QP to the error
+/// state, and that QP's receive queue is flushed after its send queue.
+#[test]
+fn a_failing_requester_flushes_its_receive_queue_too() {
+    let mut w = World::new(1 << 16);
+    let (qa, _) = w.connect(QpType::Rc, 1024);
+    recv(&mut w, 0, qa, 50, 0, 64);
+    let va = w.hosts[1].base;
+    let bad = Rkey::new(w.hosts[1].mr.rkey.value() ^ 0x55);
+    let (ca, _) = run(&mut w, qa, |w| write_wr(w, 1, 8, va, bad));
+    assert_eq!(
+        statuses(&ca),
+        vec![(1, WcStatus::RemAccessErr), (50, WcStatus::WrFlushErr)]
+    );
+}
+
 /// The other way round: the responder fails (a WRITE with a bad R_Key
 /// arrives), and its QP's send queue is flushed as well as its receive
 /// queue. Here B's SEND waits on RNR NAKs (A posted no receive, and
