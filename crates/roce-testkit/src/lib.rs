@@ -11,8 +11,8 @@
 //! * [`frames`]: RoCE v2 packets built by hand (the default IPv4 and UDP
 //!   headers, a frame's bytes with its ICRC, a datagram re-emitted after
 //!   its headers were edited);
-//! * [`free_ports`], [`free_port`] and [`port_args`]: ports for a test's servers,
-//!   chosen by the kernel;
+//! * [`free_ports`], [`free_port`] and [`port_args`]: free ports for a
+//!   test's servers, below the kernel's ephemeral range;
 //! * [`rc`]: a QP of a sans-IO device brought from RESET to RTS with
 //!   the masks `ibv_modify_qp` requires.
 //!
