@@ -6,13 +6,25 @@
 mod common;
 
 use std::net::{IpAddr, UdpSocket};
+use std::sync::OnceLock;
 
 use common::*;
 use roce_verbs::*;
 
-/// A port of this test's own for both address families.
+/// A port of this test's own for both address families: free on
+/// 127.0.0.1 ([`roce_testkit::free_port`]) and, where the host has an
+/// IPv6 loopback, on ::1; the same for every call.
 fn port() -> u16 {
-    47_400 + (std::process::id() % 500) as u16
+    static PORT: OnceLock<u16> = OnceLock::new();
+    *PORT.get_or_init(|| {
+        let v6 = UdpSocket::bind(("::1", 0)).is_ok();
+        loop {
+            let p = roce_testkit::free_port();
+            if !v6 || UdpSocket::bind(("::1", p)).is_ok() {
+                break p;
+            }
+        }
+    })
 }
 
 fn open(v4: &str) -> Option<Context> {
