@@ -8,10 +8,17 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::roce;
-use roce_testkit::free_ports;
+
+fn ports() -> (u16, u16) {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let base = 44_000 + (std::process::id() % 200) as u16 * 40;
+    (base + 2 * n, base + 2 * n + 1)
+}
 
 /// A `roce perf write-bw` server on 127.0.0.1, with a connection to it.
 #[allow(clippy::zombie_processes)] // finish() or the test waits for it
@@ -68,7 +75,7 @@ fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String, u64) {
 /// for 400 MiB).
 #[test]
 fn an_endless_line_is_cut_off() {
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (c, mut s) = server("write-bw", port, rport);
     let writer = std::thread::spawn(move || {
         let chunk = vec![b'a'; 1 << 20];
@@ -108,7 +115,7 @@ fn a_hostile_hello_is_refused_before_allocating() {
         (r#""sizes":[4096],"qps":100000"#.to_string(), "'qps'"),
         (format!(r#""sizes":[{}],"qps":1"#, many.join(",")), "sizes"),
     ] {
-        let [port, rport] = free_ports();
+        let (port, rport) = ports();
         let (c, mut s) = server("write-bw", port, rport);
         let a = answer(&mut s, &format!("{{{base},{fields}}}"));
         let (code, err, peak) = finish(c, Duration::from_secs(15));
@@ -117,7 +124,7 @@ fn a_hostile_hello_is_refused_before_allocating() {
         assert!(err.contains(want), "{want}: {err}");
         assert!(peak < 100 << 10, "{want}: peak resident {peak} KiB");
     }
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (c, mut s) = server("write-lat", port, rport);
     let a = answer(
         &mut s,
@@ -134,7 +141,7 @@ fn a_hostile_hello_is_refused_before_allocating() {
 /// host: a client on loopback may have moved to one.)
 #[test]
 fn endpoints_at_another_host_are_refused() {
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (c, mut s) = server("write-bw", port, rport);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(
@@ -149,7 +156,7 @@ fn endpoints_at_another_host_are_refused() {
     assert!(line.contains("--roce-port"), "{line}");
     let _ = finish(c, Duration::from_secs(15));
 
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (c, mut s) = server("write-bw", port, rport);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let hello = format!(
@@ -181,7 +188,7 @@ fn endpoints_at_another_host_are_refused() {
 /// refused once its keys arrive, before any QP is connected to them.
 #[test]
 fn perftest_keys_at_another_host_are_refused() {
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (c, mut s) = server("write-bw", port, rport);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut xchg = |mine: &[u8], n: usize| {
@@ -218,7 +225,7 @@ fn perftest_keys_at_another_host_are_refused() {
 /// error, instead of holding the server forever.
 #[test]
 fn a_silent_peer_times_out() {
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (c, s) = server("write-bw", port, rport);
     let start = Instant::now();
     let (code, err, _) = finish(c, Duration::from_secs(20));
@@ -231,7 +238,7 @@ fn a_silent_peer_times_out() {
 /// `--bind 127.0.0.1` listens there only: 127.0.0.3 is refused.
 #[test]
 fn the_server_listens_on_the_bound_address_only() {
-    let [port, rport] = free_ports();
+    let (port, rport) = ports();
     let (mut c, s) = server("write-bw", port, rport);
     assert!(TcpStream::connect(("127.0.0.3", port)).is_err());
     drop(s);
