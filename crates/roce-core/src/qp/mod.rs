@@ -421,6 +421,16 @@ impl Qp {
         buf: &mut [u8],
     ) -> Option<roce_wire::Transmit> {
         let n = self.next_packet(ctx, buf);
+        self.sent(n, ctx)
+    }
+
+    /// After a half wrote `n` (or nothing): the other half flushed if the
+    /// writer failed ([`Qp::settle`]), the packet counted.
+    fn sent(
+        &mut self,
+        n: Option<roce_wire::Transmit>,
+        ctx: &mut Ctx<'_>,
+    ) -> Option<roce_wire::Transmit> {
         self.settle(ctx);
         if n.is_some() {
             self.common.counters.tx_packets += 1;
@@ -469,11 +479,7 @@ impl Qp {
             return None;
         }
         let n = self.resp.poll_transmit(&mut self.common, ctx, buf);
-        self.settle(ctx);
-        if n.is_some() {
-            self.common.counters.tx_packets += 1;
-        }
-        n
+        self.sent(n, ctx)
     }
 
     /// Earliest timer deadline.
