@@ -161,9 +161,21 @@ impl World {
         pmtu: u32,
         tweak: impl Fn(usize, &mut QpAttr),
     ) -> (Qpn, Qpn) {
-        let mut qpns = [Qpn::new(0); 2];
+        let q = self.create_qps(qp_type, |_, _| {});
+        self.link(qp_type, pmtu, q, [0x100, 0x200], tweak);
+        (q[0], q[1])
+    }
+
+    /// A QP of `qp_type` on each host, on its PD and CQ (init attributes
+    /// adjusted by `tweak(host index, init)`), in RESET.
+    pub fn create_qps(
+        &mut self,
+        qp_type: QpType,
+        tweak: impl Fn(usize, &mut QpInitAttr),
+    ) -> [Qpn; 2] {
+        let mut q = [Qpn::new(0); 2];
         for (i, h) in self.hosts.iter_mut().enumerate() {
-            let init = QpInitAttr {
+            let mut init = QpInitAttr {
                 qp_type,
                 pd: h.pd,
                 send_cq: h.cq,
@@ -172,10 +184,10 @@ impl World {
                 cap: QpCaps::default(),
                 sq_sig_all: false,
             };
-            qpns[i] = h.dev.create_qp(init).unwrap();
+            tweak(i, &mut init);
+            q[i] = h.dev.create_qp(init).unwrap();
         }
-        self.link(qp_type, pmtu, qpns, [0x100, 0x200], tweak);
-        (qpns[0], qpns[1])
+        q
     }
 
     /// Brings `q[0]` (on host 0) and `q[1]` (on host 1) to RTS connected
@@ -352,20 +364,7 @@ pub fn pair(
     pmtu: u32,
     tweak: impl Fn(usize, &mut QpInitAttr),
 ) -> (Qpn, Qpn) {
-    let mut q = [Qpn::new(0); 2];
-    for (i, h) in w.hosts.iter_mut().enumerate() {
-        let mut init = QpInitAttr {
-            qp_type: ty,
-            pd: h.pd,
-            send_cq: h.cq,
-            recv_cq: h.cq,
-            srq: None,
-            cap: QpCaps::default(),
-            sq_sig_all: false,
-        };
-        tweak(i, &mut init);
-        q[i] = h.dev.create_qp(init).unwrap();
-    }
+    let q = w.create_qps(ty, tweak);
     w.link(ty, pmtu, q, [0x100, 0x200], |_, _| {});
     (q[0], q[1])
 }
