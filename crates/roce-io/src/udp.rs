@@ -5,6 +5,8 @@ mod hdr;
 mod ports;
 mod rx;
 mod set;
+#[allow(unsafe_code)] // shared memory and received descriptors (docs/shm.md)
+mod shm;
 mod tx;
 
 pub use config::{IcrcCheck, SourcePorts, UdpConfig, UdpOffloads, UdpStats};
@@ -25,6 +27,7 @@ use socket2::Socket;
 use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
 use ports::PortSockets;
+use roce_wire::Transmit;
 use rx::FollowUp;
 use tx::{Planned, Seg, Sent, Via};
 
@@ -159,6 +162,10 @@ pub struct UdpBackend {
     rx_off: usize,
     /// Moves ICRCs to the header fields the kernel writes.
     rebaser: roce_wire::icrc::Rebaser,
+    /// The same-host path, when configured.
+    shm: Option<shm::Shm>,
+    /// The last receive found nothing at all.
+    rx_quiet: bool,
 }
 
 impl std::fmt::Debug for UdpBackend {
@@ -167,6 +174,7 @@ impl std::fmt::Debug for UdpBackend {
             .field("local", &self.local_addr())
             .field("offloads", &self.offloads)
             .field("sport_sockets", &self.ports.len())
+            .field("shm", &self.shm.as_ref().map(|s| s.listening()))
             .finish_non_exhaustive()
     }
 }
@@ -233,7 +241,19 @@ impl UdpBackend {
             cfg.reuse_port,
             cfg.send_buffer,
         );
+        let shm = if cfg.shm {
+            Some(shm::Shm::new(
+                SocketAddr::new(cfg.local, cfg.port),
+                sock.as_fd(),
+                cfg.shm_ring,
+                cfg.cpu.copy_piece,
+            )?)
+        } else {
+            None
+        };
         Ok(UdpBackend {
+            shm,
+            rx_quiet: false,
             local: [cfg.local],
             v6,
             sock,
@@ -293,24 +313,28 @@ impl UdpBackend {
     /// it returns 0 before sleeping, since left-over segments do not make
     /// the socket readable.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        if self.rx_cur < self.rx_info.len() {
+        if self.rx_cur < self.rx_info.len() || self.shm.as_ref().is_some_and(|s| s.arm()) {
             return Ok(true);
         }
-        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [PollFd::new(self.wait_descriptor(), PollFlags::POLLIN)];
         match nix::poll::ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
             Ok(n) => Ok(n > 0),
             Err(Errno::EINTR) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
-}
-impl Backend for UdpBackend {
-    fn local_addrs(&self) -> &[IpAddr] {
-        &self.local
+
+    /// The socket, or the same-host path's epoll set over it.
+    pub(super) fn wait_descriptor(&self) -> BorrowedFd<'_> {
+        match &self.shm {
+            Some(s) => s.wait_fd(),
+            None => self.sock.as_fd(),
+        }
     }
 
-    fn send(&mut self, _now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
-        let mut i = 0;
+    /// Sends the datagrams of `batch` from `i` on: to same-host peers
+    /// through their rings, the rest by UDP.
+    fn send_from(&mut self, now: Nanos, batch: &PacketBatch, mut i: usize) -> usize {
         // After the kernel refused a GSO send: the errors sent before the
         // one-datagram probe that tells whose fault it was.
         let mut probe: Option<u64> = None;
@@ -320,6 +344,13 @@ impl Backend for UdpBackend {
                 i += 1;
                 continue;
             };
+            if let Some(link) = self.shm_link(now, &t) {
+                let payload = &batch.get(i)[t.header_len()..];
+                let shm = self.shm.as_mut().expect("a link is the path's");
+                shm.push(now, link, t.src.port(), t.tos(), payload, &mut self.stats);
+                i += 1;
+                continue;
+            }
             let sport = t.src.port();
             let via = if sport == self.cfg.port || self.ports.get(sport).is_none() {
                 Via::Main
@@ -327,7 +358,7 @@ impl Backend for UdpBackend {
                 Via::Port(sport)
             };
             let limit = if probe.is_some() { 1 } else { TX_CHUNK };
-            let end = self.plan_chunk(batch, i, &t, via, limit);
+            let end = self.plan_chunk(now, batch, i, &t, via, limit);
             match self.send_chunk(batch, via) {
                 Sent::All => {
                     if let Some(before) = probe.take() {
@@ -347,7 +378,7 @@ impl Backend for UdpBackend {
                         // Undecided: GSO stays, the next send tries again.
                         self.offloads.gso = true;
                     }
-                    return Ok(at);
+                    return at;
                 }
                 Sent::GsoFailed(at) => {
                     // The refused message's first datagram goes again
@@ -358,11 +389,22 @@ impl Backend for UdpBackend {
                 }
             }
         }
-        Ok(batch.len())
+        batch.len()
     }
 
-    fn recv(&mut self, _now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
-        batch.clear();
+    /// The same-host link a datagram sent as `t` takes, if any.
+    pub(super) fn shm_link(&mut self, now: Nanos, t: &Transmit) -> Option<usize> {
+        let dst = self.wire_dst(t);
+        self.shm.as_mut()?.route(now, dst, &mut self.stats)
+    }
+
+    /// Takes what the UDP socket has (`udp_ready`: it may have some),
+    /// as many `recvmmsg` rounds as the batch has room for.
+    fn recv_udp(&mut self, batch: &mut PacketBatch, udp_ready: bool) -> io::Result<()> {
+        if !udp_ready {
+            self.push_rx(batch);
+            return Ok(());
+        }
         for _ in 0..RX_ROUNDS {
             self.push_rx(batch);
             if batch.is_full() {
@@ -402,6 +444,46 @@ impl Backend for UdpBackend {
             }
         }
         self.push_rx(batch);
+        Ok(())
+    }
+}
+
+impl Backend for UdpBackend {
+    fn local_addrs(&self) -> &[IpAddr] {
+        &self.local
+    }
+
+    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        let taken = self.send_from(now, batch, 0);
+        if let Some(shm) = self.shm.as_mut() {
+            shm.flush(&mut self.stats);
+        }
+        Ok(taken)
+    }
+
+    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        batch.clear();
+        // With the same-host path, a receive after one that found nothing
+        // first asks epoll what is ready (one system call, as the UDP
+        // probe would be), and takes new peers and their hellos.
+        let mut udp_ready = true;
+        if let Some(shm) = self.shm.as_mut() {
+            if self.rx_quiet || shm.housekeeping_due(now) {
+                let ready = shm.poll_events(now, &mut self.stats);
+                udp_ready = ready || !self.rx_quiet;
+            }
+        }
+        let udp = self.recv_udp(batch, udp_ready);
+        if let Some(shm) = self.shm.as_mut() {
+            shm.recv(batch, self.v6, &mut self.stats);
+            if batch.is_empty() && shm.arm() {
+                shm.recv(batch, self.v6, &mut self.stats);
+            }
+        }
+        self.rx_quiet = batch.is_empty();
+        if batch.is_empty() {
+            udp?;
+        }
         Ok(batch.len())
     }
 
@@ -433,12 +515,23 @@ impl Backend for UdpBackend {
             ("udp_rx_icrc_ok_gso_id", s.rx_icrc_ok_gso_id),
             ("udp_rx_icrc_bad", s.rx_icrc_bad),
             ("udp_rx_icrc_dropped", s.rx_icrc_dropped),
+            ("udp_shm_tx_datagrams", s.shm_tx_datagrams),
+            ("udp_shm_tx_bytes", s.shm_tx_bytes),
+            ("udp_shm_tx_full_drops", s.shm_tx_full_drops),
+            ("udp_shm_doorbells", s.shm_doorbells),
+            ("udp_shm_links_out", s.shm_links_out),
+            ("udp_shm_links_in", s.shm_links_in),
+            ("udp_shm_refused", s.shm_refused),
+            ("udp_shm_broken", s.shm_broken),
+            ("udp_shm_rx_datagrams", s.shm_rx_datagrams),
+            ("udp_shm_rx_bytes", s.shm_rx_bytes),
         ]
     }
 
-    /// The receive socket.
+    /// The receive socket, or with the same-host path an epoll set over
+    /// it, the path's listener, connections and doorbells.
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.sock.as_fd())
+        Some(self.wait_descriptor())
     }
 }
 

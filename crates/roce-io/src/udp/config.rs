@@ -57,6 +57,8 @@ pub struct UdpConfig {
     pub(super) recv_buffer: usize,
     pub(super) send_buffer: usize,
     pub(super) cpu: CpuTuning,
+    pub(super) shm: bool,
+    pub(super) shm_ring: usize,
 }
 
 impl UdpConfig {
@@ -80,6 +82,8 @@ impl UdpConfig {
             recv_buffer: 8 << 20,
             send_buffer: 8 << 20,
             cpu: CpuTuning::NATIVE,
+            shm: false,
+            shm_ring: super::shm::DEFAULT_RING,
         }
     }
 
@@ -146,6 +150,28 @@ impl UdpConfig {
     /// path's ICRC check and payload copies follow it.
     pub fn cpu(mut self, tuning: CpuTuning) -> Self {
         self.cpu = tuning;
+        self
+    }
+
+    /// Send to backends of other processes on this host (same network
+    /// namespace, same user) through shared memory instead of the
+    /// kernel's UDP stack, and take theirs (default false; docs/shm.md).
+    /// What such a peer receives is what UDP would have delivered, but
+    /// a packet capture on the interface does not see it.
+    pub fn shm(mut self, yes: bool) -> Self {
+        self.shm = yes;
+        self
+    }
+
+    /// The record area of each same-host ring this backend makes, in
+    /// bytes: a power of two from 64 KiB to 64 MiB (default 4 MiB; other
+    /// values are rounded up to one). Like a socket buffer, it
+    /// holds what the reader has not taken yet; a full ring drops.
+    pub fn shm_ring(mut self, bytes: usize) -> Self {
+        self.shm_ring = bytes
+            .clamp(1 << 16, 1 << 26)
+            .next_power_of_two()
+            .min(1 << 26);
         self
     }
 
@@ -227,4 +253,24 @@ pub struct UdpStats {
     pub rx_icrc_bad: u64,
     /// Datagrams dropped by [`IcrcCheck::Require`].
     pub rx_icrc_dropped: u64,
+    /// Datagrams written into same-host rings (docs/shm.md).
+    pub shm_tx_datagrams: u64,
+    /// Their UDP payload bytes.
+    pub shm_tx_bytes: u64,
+    /// Datagrams dropped because the peer's ring was full.
+    pub shm_tx_full_drops: u64,
+    /// Doorbells rung (eventfd writes to wake a reader).
+    pub shm_doorbells: u64,
+    /// Rings a same-host peer took from this backend.
+    pub shm_links_out: u64,
+    /// Rings this backend took from same-host peers.
+    pub shm_links_in: u64,
+    /// Handshakes refused or given up, either way.
+    pub shm_refused: u64,
+    /// Links dropped because the other side broke the ring protocol.
+    pub shm_broken: u64,
+    /// Datagrams read from same-host rings.
+    pub shm_rx_datagrams: u64,
+    /// Their UDP payload bytes.
+    pub shm_rx_bytes: u64,
 }

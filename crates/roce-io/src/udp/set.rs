@@ -51,7 +51,10 @@ impl UdpSet {
     pub fn bind(cfg: UdpConfig) -> io::Result<UdpSet> {
         let first = UdpBackend::bind(cfg.clone())?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-        epoll.add(first.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        epoll.add(
+            first.wait_descriptor(),
+            EpollEvent::new(EpollFlags::EPOLLIN, 0),
+        )?;
         Ok(UdpSet {
             addrs: vec![first.local_addr().ip()],
             template: cfg,
@@ -182,7 +185,7 @@ impl Backend for UdpSet {
         let b = UdpBackend::bind(cfg)?;
         let k = self.parts.len() as u64;
         self.epoll
-            .add(b.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, k))?;
+            .add(b.wait_descriptor(), EpollEvent::new(EpollFlags::EPOLLIN, k))?;
         self.addrs.push(addr);
         self.parts.push(b);
         Ok(())

@@ -82,6 +82,7 @@ impl UdpBackend {
     /// `self.plan` and returns the batch index after the chunk.
     pub(super) fn plan_chunk(
         &mut self,
+        now: crate::Nanos,
         batch: &PacketBatch,
         first: usize,
         t0: &Transmit,
@@ -102,7 +103,11 @@ impl UdpBackend {
                 *t0
             } else {
                 match self.sendable(batch, i) {
-                    Some(t) if t.src.port() == t0.src.port() => t,
+                    Some(t)
+                        if t.src.port() == t0.src.port() && self.shm_link(now, &t).is_none() =>
+                    {
+                        t
+                    }
                     _ => break,
                 }
             };

@@ -1,0 +1,365 @@
+//! One direction of a same-host link: a ring of datagram records in
+//! shared memory, written by one process and read by another
+//! (docs/shm.md).
+//!
+//! The first page holds the control words, each on a cache line of its
+//! own: `tail` (bytes ever written, the producer's), `head` (bytes ever
+//! read, the consumer's), `need_wake` (the consumer is about to sleep)
+//! and `doorbells` (wake-ups the producer sent). Records follow, 8-byte
+//! aligned, never split across the end: an 8-byte header (payload
+//! length, UDP source port, TOS, kind) and the UDP payload (BTH ...
+//! ICRC). A record that would not fit before the end is preceded by a
+//! skip record covering the rest.
+//!
+//! The consumer trusts nothing it reads there: every index and header is
+//! checked before use and a violation breaks the link ([`Broken`]), the
+//! payload is copied out once before anything parses it, and the mapping
+//! cannot shrink ([`SharedMem::open`]).
+
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::mem::SharedMem;
+
+/// Copies `len` bytes in pieces of at most `piece` (`None`: at once), as
+/// [`crate::emu::copy_payload`] does for slices.
+///
+/// # Safety
+///
+/// `src` and `dst` must be valid for `len` bytes and not overlap.
+unsafe fn copy_raw(src: *const u8, dst: *mut u8, len: usize, piece: Option<usize>) {
+    let p = piece.filter(|p| *p > 0).unwrap_or(len.max(1));
+    let mut at = 0;
+    while at < len {
+        let n = p.min(len - at);
+        // SAFETY: inside both ranges, per the caller.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) };
+        at += n;
+    }
+}
+
+/// Bytes before the records: the control page.
+pub(crate) const CONTROL: usize = 4096;
+/// Smallest and largest record area accepted from a peer.
+pub(crate) const MIN_CAP: usize = 1 << 16;
+pub(crate) const MAX_CAP: usize = 1 << 26;
+/// Largest payload a record carries (its length field is 16 bits).
+pub(crate) const MAX_PAYLOAD: usize = u16::MAX as usize;
+const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm1");
+const REC_HDR: usize = 8;
+const KIND_DATAGRAM: u8 = 1;
+const KIND_SKIP: u8 = 2;
+
+/// A control word alone on its cache line.
+#[repr(C, align(64))]
+struct Line<T>(T);
+
+/// The control page's layout.
+#[repr(C)]
+struct Control {
+    magic: Line<AtomicU64>,
+    cap: Line<AtomicU64>,
+    tail: Line<AtomicU64>,
+    head: Line<AtomicU64>,
+    need_wake: Line<AtomicU32>,
+    doorbells: Line<AtomicU64>,
+}
+
+const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL);
+
+/// Why a ring can no longer be used: the other side wrote something the
+/// protocol does not allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Broken(pub(crate) &'static str);
+
+fn control(mem: &SharedMem) -> &Control {
+    // SAFETY: the mapping is page-aligned, at least CONTROL bytes long
+    // (checked by both constructors) and lives as long as `mem`; every
+    // field is an atomic, so the other process's concurrent accesses are
+    // not data races.
+    unsafe { mem.base().cast::<Control>().as_ref() }
+}
+
+const fn align8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// Writing records.
+pub(crate) struct Producer {
+    mem: SharedMem,
+    cap: u64,
+    /// Bytes written (not all published yet).
+    tail: u64,
+    /// The consumer's head when last read.
+    head: u64,
+}
+
+/// What [`Producer::push`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Push {
+    Written,
+    /// No room: the consumer is behind (or gone).
+    Full,
+    /// Larger than a record can be.
+    TooBig,
+}
+
+impl Producer {
+    /// A ring with `cap` bytes of records (a power of two between
+    /// [`MIN_CAP`] and [`MAX_CAP`]) in a new sealed `memfd`.
+    pub(crate) fn create(cap: usize) -> io::Result<Producer> {
+        if !cap.is_power_of_two() || !(MIN_CAP..=MAX_CAP).contains(&cap) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("ring capacity {cap} is not a power of two in {MIN_CAP}..={MAX_CAP}"),
+            ));
+        }
+        let mem = SharedMem::create(CONTROL + cap)?;
+        let c = control(&mem);
+        c.cap.0.store(cap as u64, Ordering::Relaxed);
+        c.magic.0.store(MAGIC, Ordering::Release);
+        Ok(Producer {
+            mem,
+            cap: cap as u64,
+            tail: 0,
+            head: 0,
+        })
+    }
+
+    /// The memory to hand to the consumer.
+    pub(crate) fn mem(&self) -> &SharedMem {
+        &self.mem
+    }
+
+    /// Room for `need` more bytes, rereading the consumer's head when the
+    /// last one seen leaves too little. A head that is not between the
+    /// published tail's lap and the tail is the consumer's fault.
+    fn room(&mut self, need: u64) -> Result<bool, Broken> {
+        if self.cap - (self.tail - self.head) >= need {
+            return Ok(true);
+        }
+        let head = control(&self.mem).head.0.load(Ordering::Acquire);
+        if head < self.head || head > self.tail {
+            return Err(Broken("the consumer's head moved outside the ring"));
+        }
+        self.head = head;
+        Ok(self.cap - (self.tail - self.head) >= need)
+    }
+
+    /// Writes one record (not visible until [`publish`](Self::publish)).
+    /// `piece` as [`crate::CpuTuning::copy_piece`].
+    pub(crate) fn push(
+        &mut self,
+        sport: u16,
+        tos: u8,
+        payload: &[u8],
+        piece: Option<usize>,
+    ) -> Result<Push, Broken> {
+        if payload.len() > MAX_PAYLOAD {
+            return Ok(Push::TooBig);
+        }
+        let total = align8(REC_HDR + payload.len()) as u64;
+        let pos = self.tail % self.cap;
+        let to_end = self.cap - pos;
+        let skip = if total > to_end { to_end } else { 0 };
+        if !self.room(skip + total)? {
+            return Ok(Push::Full);
+        }
+        if skip > 0 {
+            self.write_header(pos, 0, 0, 0, KIND_SKIP);
+            self.tail += skip;
+        }
+        let pos = self.tail % self.cap;
+        self.write_header(pos, payload.len() as u16, sport, tos, KIND_DATAGRAM);
+        // SAFETY: `pos + total <= cap` (records never cross the end), so
+        // the payload lands inside the record area, in bytes the consumer
+        // does not read before the tail covers them.
+        unsafe {
+            let dst = self.data_ptr().add(pos as usize + REC_HDR);
+            copy_raw(payload.as_ptr(), dst, payload.len(), piece);
+        }
+        self.tail += total;
+        Ok(Push::Written)
+    }
+
+    fn data_ptr(&self) -> *mut u8 {
+        // SAFETY: CONTROL is inside the mapping (its length is CONTROL +
+        // cap).
+        unsafe { self.mem.base().as_ptr().add(CONTROL) }
+    }
+
+    fn write_header(&mut self, pos: u64, len: u16, sport: u16, tos: u8, kind: u8) {
+        let mut h = [0u8; REC_HDR];
+        h[0..2].copy_from_slice(&len.to_le_bytes());
+        h[2..4].copy_from_slice(&sport.to_le_bytes());
+        h[4] = tos;
+        h[5] = kind;
+        // SAFETY: `pos` is 8-aligned and below cap, so the 8 bytes fit.
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), self.data_ptr().add(pos as usize), REC_HDR);
+        }
+    }
+
+    /// Makes every record written so far visible to the consumer; true
+    /// when the consumer asked to be woken (then the caller rings its
+    /// doorbell, once).
+    pub(crate) fn publish(&mut self) -> bool {
+        let c = control(&self.mem);
+        // SeqCst on both sides: either the consumer's re-check after
+        // setting `need_wake` sees this tail, or this load sees its flag.
+        c.tail.0.store(self.tail, Ordering::SeqCst);
+        if c.need_wake.0.load(Ordering::SeqCst) != 0 && c.need_wake.0.swap(0, Ordering::SeqCst) != 0
+        {
+            c.doorbells.0.fetch_add(1, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+}
+
+/// A record found by [`Consumer::next`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Record {
+    pub(crate) sport: u16,
+    pub(crate) tos: u8,
+    pub(crate) len: usize,
+    at: usize,
+    total: u64,
+}
+
+/// Reading records.
+pub(crate) struct Consumer {
+    mem: SharedMem,
+    cap: u64,
+    /// Bytes read (published at [`release`](Self::release)).
+    head: u64,
+}
+
+impl Consumer {
+    /// Takes a ring another process made: `mem` must be a whole ring
+    /// (control page, then a record area of a valid capacity) with the
+    /// magic word and that capacity in its control page.
+    pub(crate) fn open(mem: SharedMem) -> Result<Consumer, Broken> {
+        let cap = mem
+            .len()
+            .checked_sub(CONTROL)
+            .filter(|c| c.is_power_of_two() && (MIN_CAP..=MAX_CAP).contains(c))
+            .ok_or(Broken("the ring's size is not a valid capacity"))?;
+        let c = control(&mem);
+        if c.magic.0.load(Ordering::Acquire) != MAGIC {
+            return Err(Broken("the ring's magic word is wrong"));
+        }
+        if c.cap.0.load(Ordering::Relaxed) != cap as u64 {
+            return Err(Broken("the ring's capacity word disagrees with its size"));
+        }
+        let head = c.head.0.load(Ordering::Relaxed);
+        Ok(Consumer {
+            mem,
+            cap: cap as u64,
+            head,
+        })
+    }
+
+    fn data_ptr(&self) -> *const u8 {
+        // SAFETY: CONTROL is inside the mapping.
+        unsafe { self.mem.base().as_ptr().add(CONTROL) }
+    }
+
+    /// The next record, if one is published. Skip records are passed over.
+    pub(crate) fn next(&mut self) -> Result<Option<Record>, Broken> {
+        let tail = control(&self.mem).tail.0.load(Ordering::Acquire);
+        loop {
+            if tail < self.head || tail - self.head > self.cap || !tail.is_multiple_of(8) {
+                return Err(Broken("the producer's tail moved outside the ring"));
+            }
+            let avail = tail - self.head;
+            if avail == 0 {
+                return Ok(None);
+            }
+            let pos = self.head % self.cap;
+            let to_end = self.cap - pos;
+            let mut h = [0u8; REC_HDR];
+            // SAFETY: `pos` is 8-aligned (head and cap are multiples of
+            // 8) and below cap, so 8 bytes are inside the record area;
+            // they are copied out once and only the copy is looked at.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.data_ptr().add(pos as usize),
+                    h.as_mut_ptr(),
+                    REC_HDR,
+                );
+            }
+            match h[5] {
+                KIND_SKIP => {
+                    if to_end > avail {
+                        return Err(Broken("a skip record goes past the tail"));
+                    }
+                    self.head += to_end;
+                }
+                KIND_DATAGRAM => {
+                    let len = usize::from(u16::from_le_bytes([h[0], h[1]]));
+                    let total = align8(REC_HDR + len) as u64;
+                    if total > to_end || total > avail {
+                        return Err(Broken("a record goes past the tail or the ring's end"));
+                    }
+                    return Ok(Some(Record {
+                        sport: u16::from_le_bytes([h[2], h[3]]),
+                        tos: h[4],
+                        len,
+                        at: pos as usize + REC_HDR,
+                        total,
+                    }));
+                }
+                _ => return Err(Broken("a record of an unknown kind")),
+            }
+        }
+    }
+
+    /// Copies the payload of `r` (from [`next`](Self::next)) into `out`,
+    /// which must be `r.len` bytes long, and consumes the record.
+    /// `piece` as [`crate::CpuTuning::copy_piece`].
+    pub(crate) fn take(&mut self, r: &Record, out: &mut [u8], piece: Option<usize>) {
+        assert_eq!(out.len(), r.len, "the record's length");
+        // SAFETY: `next` checked that the record lies inside the record
+        // area. The producer does not write it until the head passes it;
+        // one that does anyway only changes the bytes copied here.
+        unsafe {
+            copy_raw(self.data_ptr().add(r.at), out.as_mut_ptr(), r.len, piece);
+        }
+        self.head += r.total;
+    }
+
+    /// Passes over `r` without reading it.
+    pub(crate) fn skip(&mut self, r: &Record) {
+        self.head += r.total;
+    }
+
+    /// Tells the producer how far this side has read.
+    pub(crate) fn release(&self) {
+        control(&self.mem)
+            .head
+            .0
+            .store(self.head, Ordering::Release);
+    }
+
+    /// Asks the producer to ring the doorbell at its next publish, then
+    /// looks again: true when a record came in the meantime (the caller
+    /// must not sleep then).
+    pub(crate) fn arm(&self) -> bool {
+        let c = control(&self.mem);
+        if c.need_wake.0.load(Ordering::Relaxed) == 0 {
+            c.need_wake.0.store(1, Ordering::SeqCst);
+        }
+        c.tail.0.load(Ordering::SeqCst) != self.head
+    }
+
+    /// Doorbells the producer has rung (a counter in the control page,
+    /// for tests and diagnostics).
+    #[cfg(test)]
+    pub(crate) fn doorbells(&self) -> u64 {
+        control(&self.mem).doorbells.0.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests;

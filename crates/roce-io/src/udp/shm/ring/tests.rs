@@ -1,0 +1,150 @@
+use super::*;
+
+fn pair(cap: usize) -> (Producer, Consumer) {
+    let p = Producer::create(cap).unwrap();
+    let fd = p.mem().fd().try_clone().unwrap();
+    let c = Consumer::open(SharedMem::open(fd, CONTROL + cap).unwrap()).unwrap();
+    (p, c)
+}
+
+fn take_all(c: &mut Consumer) -> Vec<(u16, u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(r) = c.next().unwrap() {
+        let mut v = vec![0u8; r.len];
+        c.take(&r, &mut v, Some(100));
+        out.push((r.sport, r.tos, v));
+    }
+    c.release();
+    out
+}
+
+/// The tail (`true`) or head word of the consumer's mapping, for forging.
+fn word(c: &Consumer, tail: bool) -> &AtomicU64 {
+    let ctl = control(&c.mem);
+    if tail {
+        &ctl.tail.0
+    } else {
+        &ctl.head.0
+    }
+}
+
+#[test]
+fn records_arrive_in_order_with_their_port_and_tos() {
+    let (mut p, mut c) = pair(MIN_CAP);
+    assert!(c.next().unwrap().is_none());
+    for i in 0..10u16 {
+        let payload = vec![i as u8; 13 + usize::from(i)];
+        assert_eq!(
+            p.push(0xC000 + i, i as u8, &payload, None),
+            Ok(Push::Written)
+        );
+    }
+    assert!(c.next().unwrap().is_none(), "nothing before publish");
+    p.publish();
+    let got = take_all(&mut c);
+    assert_eq!(got.len(), 10);
+    for (i, (sport, tos, v)) in got.iter().enumerate() {
+        assert_eq!(*sport, 0xC000 + i as u16);
+        assert_eq!(*tos, i as u8);
+        assert_eq!(v, &vec![i as u8; 13 + i]);
+    }
+}
+
+#[test]
+fn a_full_ring_refuses_until_the_consumer_reads_and_records_wrap() {
+    let (mut p, mut c) = pair(MIN_CAP);
+    let payload = [7u8; 4000];
+    let mut n = 0;
+    while p.push(1, 0, &payload, None).unwrap() == Push::Written {
+        n += 1;
+    }
+    // 4008-byte records: 16 fit in 64 KiB.
+    assert_eq!(n, MIN_CAP / 4008);
+    p.publish();
+    assert_eq!(take_all(&mut c).len(), n);
+    // The next records wrap: a skip record, then the record at offset 0,
+    // and every byte arrives.
+    for round in 0..5u8 {
+        let big: Vec<u8> = (0..4000).map(|k| (k as u8) ^ round).collect();
+        for _ in 0..7 {
+            assert_eq!(p.push(2, round, &big, Some(1024)).unwrap(), Push::Written);
+        }
+        p.publish();
+        let got = take_all(&mut c);
+        assert_eq!(got.len(), 7);
+        assert!(got
+            .iter()
+            .all(|(s, t, v)| *s == 2 && *t == round && *v == big));
+    }
+    assert_eq!(
+        p.push(0, 0, &vec![0; MAX_PAYLOAD + 1], None),
+        Ok(Push::TooBig)
+    );
+}
+
+#[test]
+fn the_doorbell_is_rung_once_after_the_consumer_armed() {
+    let (mut p, mut c) = pair(MIN_CAP);
+    p.push(1, 0, b"one", None).unwrap();
+    assert!(!p.publish(), "nobody asked to be woken");
+    assert!(c.arm(), "a record is there: do not sleep");
+    take_all(&mut c);
+    assert!(!c.arm(), "empty: may sleep");
+    assert_eq!(c.doorbells(), 0);
+    p.push(1, 0, b"two", None).unwrap();
+    assert!(p.publish(), "the consumer armed: ring");
+    assert_eq!(c.doorbells(), 1);
+    p.push(1, 0, b"three", None).unwrap();
+    assert!(!p.publish(), "once per arming");
+    assert_eq!(c.doorbells(), 1);
+    assert_eq!(take_all(&mut c).len(), 2);
+}
+
+#[test]
+fn a_forged_tail_or_record_breaks_the_ring_instead_of_reading_outside_it() {
+    let (mut p, mut c) = pair(MIN_CAP);
+    p.push(1, 0, &[1; 100], None).unwrap();
+    p.publish();
+    // A tail more than one lap ahead, or unaligned.
+    for bad in [MIN_CAP as u64 + 8, 3] {
+        word(&c, true).store(bad, Ordering::SeqCst);
+        assert!(c.next().is_err(), "tail {bad}");
+    }
+    word(&c, true).store(112, Ordering::SeqCst);
+    // A length that runs past the tail.
+    // SAFETY: the first record header, inside the mapping.
+    unsafe {
+        let h = c.data_ptr() as *mut u8;
+        h.write(0xff);
+        h.add(1).write(0x00);
+    }
+    assert_eq!(
+        c.next().unwrap_err(),
+        Broken("a record goes past the tail or the ring's end")
+    );
+    // An unknown kind.
+    // SAFETY: as above.
+    unsafe { (c.data_ptr() as *mut u8).add(5).write(9) };
+    assert!(c.next().is_err());
+    // A head the consumer moved backwards breaks the producer's side.
+    word(&c, false).store(0, Ordering::SeqCst);
+    p.head = 8;
+    assert!(p.room(MIN_CAP as u64).is_err());
+}
+
+#[test]
+fn a_ring_with_a_wrong_size_or_magic_is_refused() {
+    let p = Producer::create(MIN_CAP).unwrap();
+    assert!(Producer::create(MIN_CAP + 8).is_err());
+    assert!(Producer::create(MIN_CAP / 2).is_err());
+    let m = SharedMem::open(p.mem().fd().try_clone().unwrap(), CONTROL + MIN_CAP).unwrap();
+    control(&m).magic.0.store(1, Ordering::SeqCst);
+    assert!(Consumer::open(m).is_err());
+    let q = SharedMem::create(CONTROL + MIN_CAP).unwrap();
+    assert_eq!(
+        Consumer::open(q).err(),
+        Some(Broken("the ring's magic word is wrong"))
+    );
+    let small = SharedMem::create(CONTROL + 4096).unwrap();
+    assert!(Consumer::open(small).is_err());
+}

@@ -1,0 +1,263 @@
+//! The UDP backend's same-host path (docs/shm.md): two backends on
+//! loopback addresses of one process, each with `UdpConfig::shm`, move
+//! from UDP to a shared-memory ring after the first datagram, deliver
+//! the same datagrams (addresses, ports, DSCP / ECN, payload, ICRC) in
+//! order, wake a sleeping receiver, and fall back to UDP when the peer
+//! has no ring or goes away.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use common::*;
+use roce_io::{Backend, Nanos, PacketBatch, UdpBackend, UdpConfig};
+use roce_wire::{Ecn, RocePacket, ROCE_V2_PORT};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A monotonic clock in nanoseconds, as a progress engine passes.
+struct Clock(Instant);
+
+impl Clock {
+    fn now(&self) -> Nanos {
+        self.0.elapsed().as_nanos() as Nanos
+    }
+}
+
+fn spec(src: IpAddr, dst: IpAddr, psn: u32) -> Spec {
+    Spec {
+        src,
+        dst,
+        sport: 0xC000 + (psn % 4) as u16,
+        dscp: (psn % 64) as u8,
+        ecn: if psn.is_multiple_of(2) {
+            Ecn::Ect0
+        } else {
+            Ecn::NotEct
+        },
+        psn,
+        len: 1 + (psn as usize * 37) % 4000,
+    }
+}
+
+/// Sends `specs` from `a` in one batch.
+fn send(a: &mut UdpBackend, clock: &Clock, specs: &[Spec]) {
+    let mut tx = PacketBatch::new(specs.len(), SLOT);
+    for s in specs {
+        assert!(tx.push_with(|slot| emit(s, slot)));
+    }
+    let n = a.send(clock.now(), &tx).expect("send");
+    assert_eq!(n, specs.len(), "a loopback send takes everything");
+}
+
+/// Receives at `b` until `want` datagrams came or two seconds passed,
+/// sleeping on its wait descriptor between empty receives; checks each
+/// against its spec and returns the PSNs in arrival order.
+fn receive(b: &mut UdpBackend, clock: &Clock, specs: &[Spec]) -> Vec<u32> {
+    let by_psn: HashMap<u32, &Spec> = specs.iter().map(|s| (s.psn, s)).collect();
+    let mut rx = PacketBatch::new(64, 9216);
+    let mut psns = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while psns.len() < specs.len() && Instant::now() < deadline {
+        let n = b.recv(clock.now(), &mut rx).expect("recv");
+        for i in 0..n {
+            let p = RocePacket::parse_ip(rx.get(i)).expect("rebuilt datagram parses");
+            let s = by_psn[&p.bth.psn.value()];
+            assert_eq!((p.ip.src(), p.ip.dst()), (s.src, s.dst));
+            // By UDP, a source port another socket holds is rewritten to
+            // the sender's RoCE port (the backend's fallback).
+            assert!(p.udp.src_port == s.sport || p.udp.src_port == b.local_addr().port());
+            assert_eq!(p.udp.dst_port, ROCE_V2_PORT);
+            assert_eq!((p.ip.dscp(), p.ip.ecn()), (s.dscp, s.ecn), "psn {}", s.psn);
+            assert_eq!(p.payload, &payload(s.psn, s.len)[..]);
+            assert!(p.check_icrc().is_ok(), "ICRC of psn {}", s.psn);
+            psns.push(s.psn);
+        }
+        if n == 0 {
+            let _ = b.wait_readable(Some(Duration::from_millis(20)));
+        }
+    }
+    psns
+}
+
+/// Two backends with the path on `127.0.0.<a>` and `127.0.0.<b>` (each
+/// test its own addresses: the per-port send sockets of tests running at
+/// once would otherwise hold each other's source ports).
+fn shm_pair(a: u8, b: u8) -> (UdpBackend, UdpBackend) {
+    pair(
+        ip(&format!("127.0.0.{a}")),
+        ip(&format!("127.0.0.{b}")),
+        |c: UdpConfig| c.shm(true).shm_ring(1 << 16),
+    )
+}
+
+/// Sends single datagrams from `a` to `b` until `a` has a link (a few
+/// milliseconds: `b` takes the hello at its next receive); returns how
+/// many were sent, all received.
+fn until_linked(a: &mut UdpBackend, b: &mut UdpBackend, clock: &Clock, first: u32) -> u32 {
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let mut psn = first;
+    while a.stats().shm_links_out == 0 {
+        assert!(psn < first + 500, "no link after {} datagrams", psn - first);
+        let s = [spec(sa, sb, psn)];
+        send(a, clock, &s);
+        assert_eq!(receive(b, clock, &s), vec![psn]);
+        psn += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    psn - first
+}
+
+#[test]
+fn datagrams_to_a_same_host_peer_go_through_the_ring_in_order() {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = shm_pair(11, 12);
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let by_udp = until_linked(&mut a, &mut b, &clock, 0);
+    assert!(by_udp >= 1, "the first datagram goes by UDP");
+    assert_eq!(b.stats().shm_links_in, 1);
+    let before = (a.stats(), b.stats());
+    // Twenty rounds of up to 48 KB through a 64 KiB ring: the records
+    // wrap many times.
+    let mut next = by_udp;
+    for _round in 0..20 {
+        let specs: Vec<Spec> = (next..next + 12).map(|p| spec(sa, sb, p)).collect();
+        send(&mut a, &clock, &specs);
+        let got = receive(&mut b, &clock, &specs);
+        let want: Vec<u32> = specs.iter().map(|s| s.psn).collect();
+        assert_eq!(got, want, "every datagram, in order");
+        next += 12;
+    }
+    let (sa_stats, sb_stats) = (a.stats(), b.stats());
+    assert_eq!(
+        sa_stats.tx_datagrams, before.0.tx_datagrams,
+        "nothing more by UDP"
+    );
+    assert_eq!(sa_stats.shm_tx_datagrams - before.0.shm_tx_datagrams, 240);
+    assert_eq!(sb_stats.shm_rx_datagrams - before.1.shm_rx_datagrams, 240);
+    assert_eq!(
+        sb_stats.rx_datagrams, before.1.rx_datagrams,
+        "nothing more by UDP"
+    );
+    assert_eq!(sa_stats.shm_tx_bytes, sb_stats.shm_rx_bytes);
+    assert_eq!(sa_stats.shm_tx_full_drops, 0);
+    let counters: HashMap<_, _> = b.counters().into_iter().collect();
+    assert_eq!(counters["udp_shm_rx_datagrams"], sb_stats.shm_rx_datagrams);
+    // A burst larger than the ring while the reader does not read: what
+    // does not fit is dropped and counted, as a full socket buffer
+    // drops, and the rest arrives.
+    let burst: Vec<Spec> = (next..next + 24)
+        .map(|p| Spec {
+            len: 4000,
+            ..spec(sa, sb, p)
+        })
+        .collect();
+    send(&mut a, &clock, &burst);
+    let dropped = a.stats().shm_tx_full_drops;
+    // 16 records of 4008 bytes fit in 64 KiB, or 15 when the area's end
+    // falls inside one (a skip record fills it).
+    assert!((8..=9).contains(&dropped), "{dropped} dropped");
+    let got = receive(&mut b, &clock, &burst[..24 - dropped as usize]);
+    assert_eq!(got.len() as u64, 24 - dropped);
+}
+
+#[test]
+fn a_sleeping_receiver_is_woken_by_the_doorbell() {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = shm_pair(13, 14);
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let next = until_linked(&mut a, &mut b, &clock, 0);
+    let mut rx = PacketBatch::new(8, 9216);
+    // Empty receives: the second asks epoll and arms the ring.
+    assert_eq!(b.recv(clock.now(), &mut rx).unwrap(), 0);
+    assert_eq!(b.recv(clock.now(), &mut rx).unwrap(), 0);
+    let fd = b.wait_fd().expect("a descriptor to sleep on");
+    let readable = |timeout: u16| {
+        let mut fds = [nix::poll::PollFd::new(
+            fd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        nix::poll::poll(&mut fds, timeout).unwrap() > 0
+    };
+    assert!(!readable(0), "nothing to wake for yet");
+    let rung = a.stats().shm_doorbells;
+    let s = [spec(sa, sb, next)];
+    send(&mut a, &clock, &s);
+    assert_eq!(a.stats().shm_doorbells, rung + 1, "the sender rang");
+    assert!(readable(1000), "the doorbell makes the descriptor readable");
+    assert_eq!(receive(&mut b, &clock, &s), vec![next]);
+    // Read and woken once: the descriptor is quiet again after an empty
+    // receive or two (the doorbell is emptied).
+    for _ in 0..2 {
+        assert_eq!(b.recv(clock.now(), &mut rx).unwrap(), 0);
+    }
+    let fd = b.wait_fd().unwrap();
+    let mut fds = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN)];
+    assert_eq!(
+        nix::poll::poll(&mut fds, 0u16).unwrap(),
+        0,
+        "no wake-up left over"
+    );
+}
+
+#[test]
+fn a_peer_without_the_path_is_reached_by_udp() {
+    let clock = Clock(Instant::now());
+    // The sender has the path, the receiver not.
+    let (a, mut b) = pair(ip("127.0.0.15"), ip("127.0.0.16"), |c: UdpConfig| c);
+    let cfg = a.config().clone().shm(true);
+    drop(a);
+    let mut a = UdpBackend::bind(cfg).unwrap();
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let specs: Vec<Spec> = (0..30).map(|p| spec(sa, sb, p)).collect();
+    for chunk in specs.chunks(3) {
+        send(&mut a, &clock, chunk);
+        assert_eq!(receive(&mut b, &clock, chunk).len(), chunk.len());
+    }
+    let s = a.stats();
+    assert_eq!((s.shm_tx_datagrams, s.shm_links_out), (0, 0));
+    assert_eq!(s.tx_datagrams, 30);
+}
+
+#[test]
+fn when_the_peer_goes_the_sender_falls_back_and_links_to_its_successor() {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = shm_pair(17, 18);
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let mut psn = until_linked(&mut a, &mut b, &clock, 0);
+    let cfg = b.config().clone();
+    drop(b);
+    // Datagrams into a ring nobody reads are lost, as UDP to a closed
+    // port is, until the sender's liveness look (every 100 ms) sees the
+    // reader gone and sends by UDP again.
+    let udp_before = a.stats().tx_datagrams;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while a.stats().tx_datagrams == udp_before {
+        assert!(Instant::now() < deadline, "the sender kept the dead link");
+        send(&mut a, &clock, &[spec(sa, sb, psn)]);
+        psn += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut b2 = UdpBackend::bind(cfg).expect("the address is free again");
+    // The successor gets everything, by UDP and then by its own ring
+    // (asked again a second after the first went).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.stats().shm_links_out < 2 {
+        assert!(Instant::now() < deadline, "no link to the successor");
+        let s = [spec(sa, sb, psn)];
+        send(&mut a, &clock, &s);
+        assert_eq!(receive(&mut b2, &clock, &s), vec![psn]);
+        psn += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let specs: Vec<Spec> = (psn..psn + 10).map(|p| spec(sa, sb, p)).collect();
+    let before = b2.stats().shm_rx_datagrams;
+    send(&mut a, &clock, &specs);
+    assert_eq!(receive(&mut b2, &clock, &specs).len(), 10);
+    assert_eq!(b2.stats().shm_rx_datagrams - before, 10);
+}
