@@ -229,6 +229,25 @@ pub(crate) fn loopback_server_local(
     }
 }
 
+/// How the tools open a context on `local`: the CPU's code choices
+/// probed, the RoCE port `port` both ways, and the same-host path as
+/// `ROCE_SHM` says (on unless `0`, as in the drop-in library; docs/shm.md).
+pub(crate) fn tool_options(
+    kind: roce_verbs::BackendKind,
+    local: IpAddr,
+    port: u16,
+) -> Result<roce_verbs::OpenOptions, String> {
+    let shm = match std::env::var("ROCE_SHM").as_deref().map(str::trim) {
+        Err(_) | Ok("") | Ok("1") => true,
+        Ok("0") => false,
+        Ok(other) => return Err(format!("ROCE_SHM={other}: use 1 or 0")),
+    };
+    Ok(roce_verbs::OpenOptions::new(kind, local)
+        .cpu(roce_io::CpuTuning::detect())
+        .roce_port(port, port)
+        .shm(shm))
+}
+
 /// A GID index (`perf -x`, `pingpong -g`) checked at start-up, as the
 /// rdma-core tools do, not once a peer connects: against the table of
 /// the device `dev` names or that holds `local` (`--bind`), or, when the

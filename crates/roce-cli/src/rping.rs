@@ -16,8 +16,8 @@ use std::time::Duration;
 use clap::Parser;
 use roce_verbs::{
     Access, BackendKind, CmConnection, CmError, CompletionQueue, ConnParam, Context, MemoryRegion,
-    OpenOptions, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp,
-    SendWr, WcStatus,
+    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr,
+    WcStatus,
 };
 
 use crate::stop::Stop;
@@ -146,9 +146,7 @@ impl Rig {
         // The peer may be rdma-core over a kernel rxe device, whose IPv4
         // identification a UDP socket cannot see: its ICRC cannot be
         // verified, only counted (docs/security.md).
-        let mut o = OpenOptions::new(BackendKind::Udp, local)
-            .cpu(roce_io::CpuTuning::detect())
-            .roce_port(port, port)
+        let mut o = crate::device::tool_options(BackendKind::Udp, local, port)?
             .icrc_check(roce_io::IcrcCheck::Count);
         if let Some(w) = crate::device::middleware(None, faults)? {
             o = o.wrap(w);

@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::Parser;
 use roce_verbs::{
     Access, AddressHandle, AhAttr, BackendKind, CompletionQueue, ConnectOptions, Context,
-    MemoryRegion, OpenOptions, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn,
-    QueuePair, RecvWr, SendOp, SendWr, WcFlags,
+    MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
+    SendOp, SendWr, WcFlags,
 };
 
 /// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
@@ -71,9 +71,7 @@ impl Ud {
         // The peer may be rdma-core over a kernel rxe device, whose IPv4
         // identification a UDP socket cannot see: its ICRC cannot be
         // verified, only counted (docs/security.md).
-        let o = OpenOptions::new(BackendKind::Udp, local)
-            .cpu(roce_io::CpuTuning::detect())
-            .roce_port(args.roce_port, args.roce_port)
+        let o = crate::device::tool_options(BackendKind::Udp, local, args.roce_port)?
             .icrc_check(roce_io::IcrcCheck::Count);
         let mtu = o.link_mtu().map_err(|e| e.to_string())?;
         if args.size > mtu {

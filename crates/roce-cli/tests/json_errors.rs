@@ -12,8 +12,13 @@ use roce_testkit::port_args;
 use serde_json::Value;
 
 fn run(args: &[&str]) -> Output {
+    run_with(args, &[])
+}
+
+fn run_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = roce()
         .args(args)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -62,25 +67,25 @@ fn json_failures_are_json_on_stdout() {
     assert!(v["error"].as_str().unwrap().contains("no-such-if0"), "{v}");
 }
 
-/// Over UDP on IPv4 the engine cannot check ICRCs (the socket hides the
-/// IP ID) and counts them `rx_icrc_unchecked`, while the backend checked
-/// them assuming ID 0: `counters.icrc` says so in one place, and every
-/// datagram is accounted for as verified.
-#[test]
-fn icrc_counters_say_who_checked() {
+/// `roce perf write-bw --loopback -n 50 --json` with `ROCE_SHM` as given:
+/// the report's counters.
+fn loopback_counters(shm: &str) -> Value {
     let (port, rport) = port_args();
-    let o = run(&[
-        "perf",
-        "write-bw",
-        "--loopback",
-        "-n",
-        "50",
-        "-p",
-        &port,
-        "--roce-port",
-        &rport,
-        "--json",
-    ]);
+    let o = run_with(
+        &[
+            "perf",
+            "write-bw",
+            "--loopback",
+            "-n",
+            "50",
+            "-p",
+            &port,
+            "--roce-port",
+            &rport,
+            "--json",
+        ],
+        &[("ROCE_SHM", shm)],
+    );
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -88,11 +93,37 @@ fn icrc_counters_say_who_checked() {
         String::from_utf8_lossy(&o.stderr)
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let c = &v["counters"];
+    v["counters"].clone()
+}
+
+/// Over UDP on IPv4 the engine cannot check ICRCs (the socket hides the
+/// IP ID) and counts them `rx_icrc_unchecked`, while the backend checked
+/// them assuming ID 0: `counters.icrc` says so in one place, and every
+/// datagram is accounted for as verified.
+#[test]
+fn icrc_counters_say_who_checked() {
+    let c = loopback_counters("0");
     let rx = c["device"]["rx_datagrams"].as_u64().unwrap();
     assert!(rx > 0);
     assert_eq!(c["icrc"]["verified"], rx, "{c}");
     assert_eq!(c["icrc"]["verified_by_backend_assuming_ip_id"], rx, "{c}");
     assert_eq!(c["icrc"]["not_verified"], 0, "{c}");
+    assert_eq!(c["icrc"]["same_host_no_wire"], 0, "{c}");
     assert_eq!(c["icrc"]["failed"], 0, "{c}");
+    assert_eq!(c["backend"]["udp_shm_tx_datagrams"], 0, "{c}");
+}
+
+/// With the same-host path (the default), the datagrams after the first
+/// few come through shared memory: no wire, no ICRC to check, and the
+/// report counts them apart from the unverified ones.
+#[test]
+fn same_host_datagrams_are_counted_apart() {
+    let c = loopback_counters("1");
+    let rx = c["device"]["rx_datagrams"].as_u64().unwrap();
+    let same_host = c["icrc"]["same_host_no_wire"].as_u64().unwrap();
+    assert!(same_host > 0, "{c}");
+    assert_eq!(c["backend"]["udp_shm_rx_datagrams"], same_host, "{c}");
+    assert_eq!(c["icrc"]["verified"].as_u64().unwrap() + same_host, rx, "{c}");
+    assert_eq!(c["icrc"]["not_verified"], 0, "{c}");
+    assert!(c["backend"]["udp_shm_links_out"].as_u64().unwrap() >= 1, "{c}");
 }

@@ -249,6 +249,7 @@ fn open_on(
     backend: &roce_verbs::BackendKind,
     ack_delay: roce_verbs::AckDelay,
     cpu: roce_verbs::roce_io::CpuTuning,
+    shm: bool,
     addr: IpAddr,
     port: u16,
 ) -> Result<roce_verbs::Context, OpenError> {
@@ -279,7 +280,8 @@ fn open_on(
         .icrc_check(roce_verbs::roce_io::IcrcCheck::Count)
         .roce_port(port, port)
         .progress(progress)
-        .cpu(cpu);
+        .cpu(cpu)
+        .shm(shm);
     o.config.ack_delay = ack_delay;
     if !loopback {
         o = o.interface(Some(&dev.info.interface().name));
@@ -309,42 +311,34 @@ fn owned_by_another(dev: &Device, a: IpAddr) -> bool {
     })
 }
 
+/// An environment setting, or `EINVAL` with the reason on stderr.
+fn setting<T>(r: Result<T, String>) -> Res<T> {
+    r.map_err(|m| {
+        eprintln!("libibverbs (roce): {m}");
+        libc::EINVAL
+    })
+}
+
 /// Opens the engine, moving along 127/8 when the loopback address is
 /// taken and nobody asked for one (`at`, or `ROCE_ADDR` without it).
 fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, IpAddr)> {
-    let backend = config::backend().map_err(|m| {
-        eprintln!("libibverbs (roce): {m}");
-        libc::EINVAL
-    })?;
-    let ack_delay = config::ack_delay().map_err(|m| {
-        eprintln!("libibverbs (roce): {m}");
-        libc::EINVAL
-    })?;
-    let port = config::port().map_err(|m| {
-        eprintln!("libibverbs (roce): {m}");
-        libc::EINVAL
-    })?;
-    let cpu = config::cpu().map_err(|m| {
-        eprintln!("libibverbs (roce): {m}");
-        libc::EINVAL
-    })?;
+    let backend = setting(config::backend())?;
+    let ack_delay = setting(config::ack_delay())?;
+    let port = setting(config::port())?;
+    let cpu = setting(config::cpu())?;
+    let shm = setting(config::shm())?;
     let asked = match at {
         Some(a) => Some(a),
-        None => config::addr()
-            .map_err(|m| {
-                eprintln!("libibverbs (roce): {m}");
-                libc::EINVAL
-            })?
-            .filter(|&a| {
-                let elsewhere = !owns(dev, a) && owned_by_another(dev, a);
-                if elsewhere {
-                    log!(
-                        "ROCE_ADDR={a} is another device's: {} opens on its own",
-                        dev.info.name()
-                    );
-                }
-                !elsewhere
-            }),
+        None => setting(config::addr())?.filter(|&a| {
+            let elsewhere = !owns(dev, a) && owned_by_another(dev, a);
+            if elsewhere {
+                log!(
+                    "ROCE_ADDR={a} is another device's: {} opens on its own",
+                    dev.info.name()
+                );
+            }
+            !elsewhere
+        }),
     };
     let first = match asked.or_else(|| first_addr(dev)) {
         Some(a) => a,
@@ -352,7 +346,7 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
     };
     let mut addr = first;
     loop {
-        match open_on(dev, &backend, ack_delay, cpu, addr, port) {
+        match open_on(dev, &backend, ack_delay, cpu, shm, addr, port) {
             Ok(c) => {
                 let emu = if cpu == roce_verbs::roce_io::CpuTuning::EMULATED {
                     " (code for an emulated CPU)"

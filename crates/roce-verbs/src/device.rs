@@ -150,6 +150,7 @@ pub struct OpenOptions {
     wrap: Option<Wrap>,
     progress: ProgressConfig,
     cpu: CpuTuning,
+    shm: bool,
     /// The engine's configuration; `addrs` and `active_mtu` are filled in
     /// by [`OpenOptions::open`] (the GID; the link's MTU, capped by the
     /// `active_mtu` set here).
@@ -183,6 +184,7 @@ impl OpenOptions {
             gids: None,
             wrap: None,
             cpu: CpuTuning::NATIVE,
+            shm: false,
             progress: ProgressConfig::default(),
             config: DeviceConfig {
                 ack_delay: AckDelay::INTERACTIVE,
@@ -236,6 +238,14 @@ impl OpenOptions {
     /// CPU. Nothing in the libraries chooses it behind the caller's back.
     pub fn cpu(mut self, cpu: CpuTuning) -> OpenOptions {
         self.cpu = cpu;
+        self
+    }
+
+    /// Peers in other processes on this host, same user, go through
+    /// shared memory instead of the kernel's UDP stack (the UDP backend
+    /// only; off unless set): `roce_io::UdpConfig::shm`, docs/shm.md.
+    pub fn shm(mut self, yes: bool) -> OpenOptions {
+        self.shm = yes;
         self
     }
 
@@ -318,7 +328,8 @@ impl OpenOptions {
                 let mut ucfg = roce_io::UdpConfig::new(local)
                     .port(self.roce_port)
                     .remote_port(self.remote_port)
-                    .cpu(self.cpu);
+                    .cpu(self.cpu)
+                    .shm(self.shm);
                 if let Some(c) = self.icrc {
                     ucfg = ucfg.icrc_check(c);
                 }

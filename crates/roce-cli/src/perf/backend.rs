@@ -93,10 +93,9 @@ pub(crate) fn open_context(
         BackendKind::Udp => roce_verbs::BackendKind::Udp,
         BackendKind::Packet => roce_verbs::BackendKind::Packet,
     };
-    let mut o = OpenOptions::new(kind, local)
-        .cpu(roce_io::CpuTuning::detect())
+    let mut o = crate::device::tool_options(kind, local, args.roce_port)
+        .map_err(OpenFailure::Other)?
         .interface(args.dev.as_deref())
-        .roce_port(args.roce_port, args.roce_port)
         .vlan(args.vlan);
     if args.perftest {
         // The peer is this stack otherwise, whose IPv4 IDs the receiver

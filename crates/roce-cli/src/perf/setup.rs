@@ -311,10 +311,12 @@ impl Session {
         // headers: IPv6, the packet backend, the fabric), the UDP backend
         // (IPv4 sockets hide the IP ID the ICRC covers: it recomputes the
         // ICRC assuming ID 0, or a GSO segment's ID, and the engine then
-        // counts the datagram rx_icrc_unchecked), or nobody.
+        // counts the datagram rx_icrc_unchecked), nobody because there
+        // was no wire (the same-host path, docs/shm.md), or nobody.
         let b = |k: &str| backend.get(k).and_then(Value::as_u64).unwrap_or(0);
         let by_backend = b("udp_rx_icrc_ok_id0") + b("udp_rx_icrc_ok_gso_id");
         let backend_bad = b("udp_rx_icrc_bad");
+        let same_host = b("udp_shm_rx_datagrams");
         let by_engine = d
             .rx_datagrams
             .saturating_sub(d.rx_malformed + d.rx_icrc_unchecked + d.rx_bad_icrc);
@@ -323,7 +325,10 @@ impl Session {
             "verified_by_engine": by_engine,
             "verified_by_backend_assuming_ip_id": by_backend,
             "failed": d.rx_bad_icrc + backend_bad,
-            "not_verified": d.rx_icrc_unchecked.saturating_sub(by_backend + backend_bad),
+            "same_host_no_wire": same_host,
+            "not_verified": d
+                .rx_icrc_unchecked
+                .saturating_sub(by_backend + backend_bad + same_host),
         });
         json!({
             "icrc": icrc,

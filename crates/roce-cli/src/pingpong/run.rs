@@ -141,9 +141,7 @@ fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
     // The peer may be rdma-core over a kernel rxe device, whose IPv4
     // identification a UDP socket cannot see: its ICRC cannot be
     // verified, only counted (docs/security.md).
-    let mut o = OpenOptions::new(BackendKind::Udp, local)
-        .cpu(roce_io::CpuTuning::detect())
-        .roce_port(p.roce_port, p.roce_port)
+    let mut o = crate::device::tool_options(BackendKind::Udp, local, p.roce_port)?
         .icrc_check(roce_io::IcrcCheck::Count);
     o.config.active_mtu = p.mtu;
     o.open().map_err(|e| match e {
