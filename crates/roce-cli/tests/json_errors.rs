@@ -123,7 +123,14 @@ fn same_host_datagrams_are_counted_apart() {
     let same_host = c["icrc"]["same_host_no_wire"].as_u64().unwrap();
     assert!(same_host > 0, "{c}");
     assert_eq!(c["backend"]["udp_shm_rx_datagrams"], same_host, "{c}");
-    assert_eq!(c["icrc"]["verified"].as_u64().unwrap() + same_host, rx, "{c}");
+    assert_eq!(
+        c["icrc"]["verified"].as_u64().unwrap() + same_host,
+        rx,
+        "{c}"
+    );
     assert_eq!(c["icrc"]["not_verified"], 0, "{c}");
-    assert!(c["backend"]["udp_shm_links_out"].as_u64().unwrap() >= 1, "{c}");
+    assert!(
+        c["backend"]["udp_shm_links_out"].as_u64().unwrap() >= 1,
+        "{c}"
+    );
 }

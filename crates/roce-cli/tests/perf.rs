@@ -208,7 +208,10 @@ fn udp_loopback_bandwidth_and_latency() {
             sent,
             "{test}: {c}"
         );
-        assert!(by("udp_shm_tx_datagrams") > 0, "{test}: the same-host path: {c}");
+        assert!(
+            by("udp_shm_tx_datagrams") > 0,
+            "{test}: the same-host path: {c}"
+        );
         assert_eq!(c["device"]["rx_bad_icrc"], 0, "{test}: {c}");
         assert_eq!(
             c["qps"][0]["tx_packets"], sent,

@@ -324,6 +324,20 @@ pub trait Backend {
         None
     }
 
+    /// Called by a thread about to sleep on [`wait_fd`](Self::wait_fd)
+    /// after [`recv`](Self::recv) returned 0: makes sure the descriptor
+    /// turns readable when a datagram arrives from then on, and returns
+    /// true when one arrived meanwhile (receive again instead of
+    /// sleeping). A backend whose descriptor is readable whenever it has
+    /// datagrams has nothing to do (the default). The UDP backend's
+    /// same-host path asks its peers for a wake-up here rather than at
+    /// every empty receive, so that a receiver that keeps polling costs
+    /// its senders nothing (docs/shm.md).
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        let _ = now;
+        false
+    }
+
     /// Makes `addr` one of this endpoint's local addresses, so that
     /// datagrams from it can be sent and to it received (a device's GID
     /// table grows into use). `Unsupported` (the default) from a backend
@@ -359,6 +373,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (**self).wait_fd()
     }
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        (**self).prepare_wait(now)
+    }
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
         (**self).add_local_addr(addr)
     }
@@ -383,6 +400,9 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     #[cfg(unix)]
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (**self).wait_fd()
+    }
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        (**self).prepare_wait(now)
     }
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
         (**self).add_local_addr(addr)

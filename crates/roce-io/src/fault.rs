@@ -449,6 +449,10 @@ impl<B: Backend> Backend for FaultInjector<B> {
         self.inner.wait_fd()
     }
 
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        self.inner.prepare_wait(now)
+    }
+
     fn add_local_addr(&mut self, addr: std::net::IpAddr) -> std::io::Result<()> {
         self.inner.add_local_addr(addr)
     }

@@ -238,6 +238,10 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
         self.inner.wait_fd()
     }
 
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        self.inner.prepare_wait(now)
+    }
+
     fn add_local_addr(&mut self, addr: std::net::IpAddr) -> std::io::Result<()> {
         self.inner.add_local_addr(addr)
     }

@@ -40,6 +40,11 @@ const GSO_MAX_BYTES: usize = 65_535 - ipv4::HEADER_LEN - 8;
 const TX_CHUNK: usize = 256;
 /// `recvmmsg` calls per `recv` at most (a flood of junk cannot spin).
 const RX_ROUNDS: usize = 4;
+/// With datagrams coming through same-host rings, a UDP socket that has
+/// had nothing for this long is probed only every [`UDP_PROBE_GAP`]
+/// (docs/shm.md).
+const UDP_QUIET_AFTER: Nanos = 1_000_000;
+const UDP_PROBE_GAP: Nanos = 10_000;
 
 /// RoCE v2 over UDP sockets: unprivileged, one receive socket on port 4791
 /// plus per-source-port send sockets.
@@ -164,8 +169,15 @@ pub struct UdpBackend {
     rebaser: roce_wire::icrc::Rebaser,
     /// The same-host path, when configured.
     shm: Option<shm::Shm>,
-    /// The last receive found nothing at all.
-    rx_quiet: bool,
+    /// The time the last call was given (for `wait_readable`, which is
+    /// given none).
+    last_now: Nanos,
+    /// When the UDP socket last had a datagram.
+    udp_last_data: Nanos,
+    /// When a quiet socket is probed next ([`UDP_PROBE_GAP`]).
+    udp_next_probe: Nanos,
+    /// epoll said the socket is readable: probe it at the next receive.
+    udp_ready_hint: bool,
 }
 
 impl std::fmt::Debug for UdpBackend {
@@ -253,7 +265,10 @@ impl UdpBackend {
         };
         Ok(UdpBackend {
             shm,
-            rx_quiet: false,
+            last_now: 0,
+            udp_last_data: 0,
+            udp_next_probe: 0,
+            udp_ready_hint: false,
             local: [cfg.local],
             v6,
             sock,
@@ -312,8 +327,8 @@ impl UdpBackend {
     /// can poll [`as_fd`](AsFd::as_fd) itself, but must call `recv` until
     /// it returns 0 before sleeping, since left-over segments do not make
     /// the socket readable.
-    pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        if self.rx_cur < self.rx_info.len() || self.shm.as_ref().is_some_and(|s| s.arm()) {
+    pub fn wait_readable(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        if self.rx_cur < self.rx_info.len() || self.prepare_wait(self.last_now) {
             return Ok(true);
         }
         let mut fds = [PollFd::new(self.wait_descriptor(), PollFlags::POLLIN)];
@@ -392,19 +407,29 @@ impl UdpBackend {
         batch.len()
     }
 
+    /// Whether this receive probes the UDP socket: always, but while
+    /// same-host rings carry the traffic and the socket has been quiet
+    /// for [`UDP_QUIET_AFTER`] (a probe is a system call that finds
+    /// nothing): then every [`UDP_PROBE_GAP`], or when epoll said it is
+    /// readable.
+    fn udp_due(&self, now: Nanos) -> bool {
+        let Some(shm) = &self.shm else { return true };
+        self.udp_ready_hint
+            || !self.rx_idle
+            || !shm.has_incoming()
+            || now.saturating_sub(self.udp_last_data) < UDP_QUIET_AFTER
+            || now >= self.udp_next_probe
+    }
+
     /// The same-host link a datagram sent as `t` takes, if any.
     pub(super) fn shm_link(&mut self, now: Nanos, t: &Transmit) -> Option<usize> {
         let dst = self.wire_dst(t);
         self.shm.as_mut()?.route(now, dst, &mut self.stats)
     }
 
-    /// Takes what the UDP socket has (`udp_ready`: it may have some),
-    /// as many `recvmmsg` rounds as the batch has room for.
-    fn recv_udp(&mut self, batch: &mut PacketBatch, udp_ready: bool) -> io::Result<()> {
-        if !udp_ready {
-            self.push_rx(batch);
-            return Ok(());
-        }
+    /// Takes what the UDP socket has, as many `recvmmsg` rounds as the
+    /// batch has room for.
+    fn recv_udp(&mut self, batch: &mut PacketBatch) -> io::Result<()> {
         for _ in 0..RX_ROUNDS {
             self.push_rx(batch);
             if batch.is_full() {
@@ -454,6 +479,7 @@ impl Backend for UdpBackend {
     }
 
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        self.last_now = now;
         let taken = self.send_from(now, batch, 0);
         if let Some(shm) = self.shm.as_mut() {
             shm.flush(&mut self.stats);
@@ -462,29 +488,47 @@ impl Backend for UdpBackend {
     }
 
     fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        self.last_now = now;
         batch.clear();
-        // With the same-host path, a receive after one that found nothing
-        // first asks epoll what is ready (one system call, as the UDP
-        // probe would be), and takes new peers and their hellos.
-        let mut udp_ready = true;
         if let Some(shm) = self.shm.as_mut() {
-            if self.rx_quiet || shm.housekeeping_due(now) {
-                let ready = shm.poll_events(now, &mut self.stats);
-                udp_ready = ready || !self.rx_quiet;
+            // New peers, their hellos and the ends of old ones, every
+            // millisecond of a busy receiver (and before each sleep).
+            if shm.housekeeping_due(now) {
+                self.udp_ready_hint |= shm.poll_events(now, &mut self.stats);
             }
         }
-        let udp = self.recv_udp(batch, udp_ready);
+        let udp = if self.udp_due(now) {
+            let got = batch.len();
+            let r = self.recv_udp(batch);
+            if batch.len() > got {
+                self.udp_last_data = now;
+            }
+            self.udp_ready_hint = false;
+            self.udp_next_probe = now.saturating_add(UDP_PROBE_GAP);
+            r
+        } else {
+            self.push_rx(batch);
+            Ok(())
+        };
         if let Some(shm) = self.shm.as_mut() {
             shm.recv(batch, self.v6, &mut self.stats);
-            if batch.is_empty() && shm.arm() {
-                shm.recv(batch, self.v6, &mut self.stats);
-            }
         }
-        self.rx_quiet = batch.is_empty();
         if batch.is_empty() {
             udp?;
         }
         Ok(batch.len())
+    }
+
+    /// With the same-host path: takes new peers and hellos, empties rung
+    /// doorbells, and asks every ring's writer to ring at its next record.
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        self.last_now = now;
+        let Some(shm) = self.shm.as_mut() else {
+            return false;
+        };
+        let udp = shm.poll_events(now, &mut self.stats);
+        self.udp_ready_hint |= udp;
+        shm.arm() || udp
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

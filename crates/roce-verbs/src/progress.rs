@@ -614,6 +614,12 @@ pub(crate) fn run(shared: Arc<Shared>) {
         // backend's descriptor where it has one, so that an arriving
         // datagram is taken at once, or nap with a growing bound.
         let on_io = !inline_active && shared.has_sleeper();
+        // Before sleeping on the descriptor, the backend makes sure it
+        // will turn readable (the same-host path asks its peers for a
+        // doorbell); something that came meanwhile is taken first.
+        if on_io && wait_prepared(&shared, now) {
+            continue;
+        }
         let nap = if driven {
             park
         } else if on_io {
@@ -642,6 +648,17 @@ pub(crate) fn run(shared: Arc<Shared>) {
     // it: what the engine still has to send (a destroyed QP's last ACK)
     // leaves now.
     flush(&shared);
+}
+
+/// [`Backend::prepare_wait`](roce_io::Backend::prepare_wait) under the
+/// I/O lock; true when there is something to receive already, or another
+/// thread holds the I/O (then this one must not sleep on the descriptor).
+fn wait_prepared(shared: &Shared, now: Nanos) -> bool {
+    match shared.io.try_lock() {
+        Ok(mut io) => io.backend.prepare_wait(now),
+        Err(TryLockError::WouldBlock) => true,
+        Err(TryLockError::Poisoned(p)) => p.into_inner().backend.prepare_wait(now),
+    }
 }
 
 /// The context a fabric port's waker wakes, filled in once the context

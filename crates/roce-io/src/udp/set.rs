@@ -176,6 +176,14 @@ impl Backend for UdpSet {
         Some(self.epoll.0.as_fd())
     }
 
+    fn prepare_wait(&mut self, now: Nanos) -> bool {
+        let mut any = false;
+        for p in &mut self.parts {
+            any |= p.prepare_wait(now);
+        }
+        any
+    }
+
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
         if self.addrs.contains(&addr) {
             return Ok(());

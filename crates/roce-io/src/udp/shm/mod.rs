@@ -16,10 +16,11 @@
 //! rebuilds each datagram's IP and UDP header as for a socket's datagram
 //! (source: the address in the hello; source port and TOS: the record's)
 //! and hands it on with the ICRC unchecked: there was no wire to damage
-//! it. Before a thread may sleep on the backend's descriptor, which is an
+//! it. Before a thread sleeps on the backend's descriptor, which is an
 //! epoll set over the socket, the listener, the connections and the
-//! peers' eventfds, an empty receive asks every ring's producer to ring
-//! its eventfd at the next record.
+//! peers' eventfds, it calls `Backend::prepare_wait`, which asks every
+//! ring's producer to ring its eventfd at the next record: a receiver
+//! that keeps polling costs its senders no system call.
 
 mod link;
 mod mem;
@@ -552,7 +553,16 @@ impl Shm {
         }
     }
 
-    /// Before the caller may sleep: asks every ring's producer for a
+    /// Whether some ring is being read (the UDP socket then need not be
+    /// probed at every receive).
+    pub(super) fn has_incoming(&self) -> bool {
+        self.incoming
+            .iter()
+            .flatten()
+            .any(|i| matches!(i.state, InState::Active { .. }))
+    }
+
+    /// Before the caller sleeps: asks every ring's producer for a
     /// doorbell. True when a datagram arrived meanwhile (receive again,
     /// do not sleep).
     pub(super) fn arm(&self) -> bool {
