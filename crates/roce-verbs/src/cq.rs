@@ -147,6 +147,11 @@ impl CompletionQueue {
     /// driving the I/O), so a polling loop is also the progress loop.
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
         let shared = self.shared();
+        // Not a locked increment: only this count's changing matters.
+        let polls = shared.cq_polls.load(Ordering::Relaxed);
+        shared
+            .cq_polls
+            .store(polls.wrapping_add(1), Ordering::Relaxed);
         let mut n = self.poll_engine(out, max)?;
         if n == 0 && max > 0 && shared.cfg.inline_progress {
             shared.last_inline.store(shared.recent(), Ordering::Relaxed);

@@ -57,8 +57,9 @@ pub struct ProgressConfig {
     /// descriptor. Off by default (the drop-in libibverbs, whose programs
     /// are unknown, turns it on).
     pub hand_over_on_completion: bool,
-    /// Posts of send work that follow the previous one within this long
-    /// leave their packets to the end of the burst instead of sending
+    /// Posts of send work that follow the previous one within this long,
+    /// with no poll of a CQ in between, leave their packets to the end of
+    /// the burst instead of sending
     /// each in a system call of its own: the application's next poll, a
     /// post that finds `batch / 2` waiting, or the progress thread within
     /// this long, whichever comes first. For programs that post one work
@@ -494,7 +495,13 @@ pub(crate) fn kick_post(shared: &Shared) {
     let now = shared.now();
     let last = shared.last_post.load(Ordering::Relaxed);
     let waiting = shared.posts_waiting.load(Ordering::Relaxed);
-    if now.saturating_sub(last) < window && waiting < shared.cfg.batch / 2 {
+    // A program that polled since its last post is waiting for answers
+    // (a latency loop, whose round trip may be shorter than the window),
+    // not posting a burst.
+    let polls = shared.cq_polls.load(Ordering::Relaxed);
+    let polled = polls != shared.cq_polls_at_post.load(Ordering::Relaxed);
+    shared.cq_polls_at_post.store(polls, Ordering::Relaxed);
+    if now.saturating_sub(last) < window && !polled && waiting < shared.cfg.batch / 2 {
         shared.posts_waiting.store(waiting + 1, Ordering::Relaxed);
         shared.last_post.store(now, Ordering::Relaxed);
         let polling =

@@ -223,6 +223,11 @@ pub(crate) struct Shared {
     pub(crate) touched: AtomicBool,
     /// When the last post of send work ended (`progress::kick_post`).
     pub(crate) last_post: AtomicU64,
+    /// Calls to poll a CQ, and their count at the last post of send
+    /// work: a post with a poll since the previous one does not belong
+    /// to a burst (`progress::kick_post`).
+    pub(crate) cq_polls: AtomicU64,
+    pub(crate) cq_polls_at_post: AtomicU64,
     /// Posts whose packets wait for the end of their burst.
     pub(crate) posts_waiting: AtomicUsize,
     /// The last reading of [`Shared::now`] (see [`Shared::recent`]).
@@ -286,6 +291,8 @@ impl Shared {
             kicked: AtomicBool::new(false),
             touched: AtomicBool::new(true),
             last_post: AtomicU64::new(0),
+            cq_polls: AtomicU64::new(0),
+            cq_polls_at_post: AtomicU64::new(0),
             posts_waiting: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
         }
