@@ -24,7 +24,8 @@
 # Variables: WHAT [roce-perf dropin; or cmtime], ROUNDS [3] (dropin, cmtime), CONNS [50] (cmtime), TRIES [3], LAB_DIR [interop/lab], LAB [/var/tmp/roce-lab], PEER [vmA],
 # SHARE [$LAB/run/$PEER: the directory the VM sees as /lab],
 # DURATION [5] seconds per BW test, ITERS [2000] latency samples,
-# ROCE [target/release/roce], PEER_IP [10.77.0.11] (the VM's address). Our side uses UDP port 4792 on 127.0.0.1/2
+# ROCE [target/release/roce], PEER_IP [10.77.0.11] (the VM's address), DROPIN_ENV [none: more variables for
+# the drop-in runs, e.g. ROCE_SHM=0]. Our side uses UDP port 4792 on 127.0.0.1/2
 # because rxe holds 4791 on every address of the VM.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -120,7 +121,7 @@ if want dropin; then
     LIBDIR=$("$ROCE" exec --print-path) || { echo "no drop-in library (cargo build --release -p roce-cli)" >&2; exit 2; }
     mkdir -p "$SHARE/dropin"
     cp -L "$LIBDIR"/*.so.1 "$SHARE/dropin/"
-    D="env LD_LIBRARY_PATH=/lab/dropin ROCE_DEVICES=lo ROCE_PORT=4792"
+    D="env LD_LIBRARY_PATH=/lab/dropin ROCE_DEVICES=lo ROCE_PORT=4792 ${DROPIN_ENV:-}"
     PD="-d roce_lo -x 0 -F"
     dpair() { # port, command: server and client over the library on the VM's loopback
         run "$D timeout 120 $2 -p $1 > /tmp/sbs.srv 2>&1 &
@@ -149,7 +150,7 @@ if want cmtime; then
     mkdir -p "$SHARE/dropin"
     cp -L "$LIBDIR"/*.so.1 "$SHARE/dropin/"
     CONNS=${CONNS:-50}
-    D="env LD_LIBRARY_PATH=/lab/dropin ROCE_DEVICES=lo ROCE_PORT=4792"
+    D="env LD_LIBRARY_PATH=/lab/dropin ROCE_DEVICES=lo ROCE_PORT=4792 ${DROPIN_ENV:-}"
     cpair() { # port, server's environment, server's address, client's environment
         # cmtime's server runs until killed; nothing shows its rdma_cm listen, so the
         # client goes 5 s after it starts.

@@ -283,8 +283,12 @@ fn udp_datagrams_still_arrive_while_a_ring_carries_the_traffic() {
     let mut psn = until_linked(&mut a, &mut b, &clock, 0);
     // A third backend, without the path, on another address.
     let port = b.local_addr().port();
-    let mut c = UdpBackend::bind(UdpConfig::new(ip("127.0.0.21")).port(port).remote_port(port))
-        .unwrap();
+    let mut c = UdpBackend::bind(
+        UdpConfig::new(ip("127.0.0.21"))
+            .port(port)
+            .remote_port(port),
+    )
+    .unwrap();
     let sc = c.local_addr().ip();
     // The receiver's socket has been quiet for a while (it is probed
     // only now and then), and it keeps polling without sleeping, the
