@@ -113,12 +113,19 @@ fn until_linked(a: &mut UdpBackend, b: &mut UdpBackend, clock: &Clock, first: u3
     psn - first
 }
 
+/// A pair from [`shm_pair`] already linked ([`until_linked`]): the
+/// clock, the sender, the receiver, their addresses, and the next PSN.
+fn linked(x: u8, y: u8) -> (Clock, UdpBackend, UdpBackend, IpAddr, IpAddr, u32) {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = shm_pair(x, y);
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let next = until_linked(&mut a, &mut b, &clock, 0);
+    (clock, a, b, sa, sb, next)
+}
+
 #[test]
 fn datagrams_to_a_same_host_peer_go_through_the_ring_in_order() {
-    let clock = Clock(Instant::now());
-    let (mut a, mut b) = shm_pair(11, 12);
-    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
-    let by_udp = until_linked(&mut a, &mut b, &clock, 0);
+    let (clock, mut a, mut b, sa, sb, by_udp) = linked(11, 12);
     assert!(by_udp >= 1, "the first datagram goes by UDP");
     assert_eq!(b.stats().shm_links_in, 1);
     let before = (a.stats(), b.stats());
@@ -168,10 +175,8 @@ fn datagrams_to_a_same_host_peer_go_through_the_ring_in_order() {
 
 #[test]
 fn a_sleeping_receiver_is_woken_by_the_doorbell() {
-    let clock = Clock(Instant::now());
-    let (mut a, mut b) = shm_pair(13, 14);
-    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
-    let next = until_linked(&mut a, &mut b, &clock, 0) + 1;
+    let (clock, mut a, mut b, sa, sb, next) = linked(13, 14);
+    let next = next + 1;
     let mut rx = PacketBatch::new(8, 9216);
     assert_eq!(b.recv(clock.now(), &mut rx).unwrap(), 0);
     let readable = |b: &UdpBackend, timeout: u16| {
@@ -239,10 +244,7 @@ fn a_peer_without_the_path_is_reached_by_udp() {
 
 #[test]
 fn when_the_peer_goes_the_sender_falls_back_and_links_to_its_successor() {
-    let clock = Clock(Instant::now());
-    let (mut a, mut b) = shm_pair(17, 18);
-    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
-    let mut psn = until_linked(&mut a, &mut b, &clock, 0);
+    let (clock, mut a, b, sa, sb, mut psn) = linked(17, 18);
     let cfg = b.config().clone();
     drop(b);
     // Datagrams into a ring nobody reads are lost, as UDP to a closed
@@ -277,10 +279,7 @@ fn when_the_peer_goes_the_sender_falls_back_and_links_to_its_successor() {
 
 #[test]
 fn udp_datagrams_still_arrive_while_a_ring_carries_the_traffic() {
-    let clock = Clock(Instant::now());
-    let (mut a, mut b) = shm_pair(19, 20);
-    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
-    let mut psn = until_linked(&mut a, &mut b, &clock, 0);
+    let (clock, mut a, mut b, sa, sb, mut psn) = linked(19, 20);
     // A third backend, without the path, on another address.
     let port = b.local_addr().port();
     let mut c = UdpBackend::bind(
