@@ -148,3 +148,62 @@ fn a_ring_with_a_wrong_size_or_magic_is_refused() {
     let small = SharedMem::create(CONTROL + 4096).unwrap();
     assert!(Consumer::open(small).is_err());
 }
+
+/// Garbage anywhere in the record area and any tail the producer may
+/// write: the consumer returns records inside the area or breaks the
+/// ring, never reads past it, never loops for ever.
+#[test]
+fn random_garbage_never_takes_the_consumer_outside_the_ring() {
+    use rand_core::{RngCore, SeedableRng};
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(7);
+    let (p, mut c) = pair(MIN_CAP);
+    let (mut broken, mut taken) = (0, 0);
+    for round in 0..2000u32 {
+        // A fresh lap: the consumer's head where the last round left it.
+        let head = c.head;
+        // SAFETY: the record area is MIN_CAP bytes long; nothing else
+        // touches it during the test.
+        let area = unsafe { std::slice::from_raw_parts_mut(p.data_ptr(), MIN_CAP) };
+        for _ in 0..64 {
+            let at = (rng.next_u32() as usize) % (MIN_CAP - 8);
+            let v = rng.next_u64().to_le_bytes();
+            // Often a plausible header: a datagram of some length.
+            let h = if round.is_multiple_of(3) {
+                let mut h = [0u8; 8];
+                h[0..2].copy_from_slice(&((rng.next_u32() % 9000) as u16).to_le_bytes());
+                h[5] = 1 + (rng.next_u32() % 3) as u8;
+                h
+            } else {
+                v
+            };
+            area[at & !7..(at & !7) + 8].copy_from_slice(&h);
+            if round.is_multiple_of(3) && at.is_multiple_of(4) {
+                // And right where the consumer looks next.
+                let pos = (c.head % MIN_CAP as u64) as usize;
+                area[pos..pos + 8].copy_from_slice(&h);
+            }
+        }
+        let tail = head.wrapping_add(u64::from(rng.next_u32()) % (2 * MIN_CAP as u64)) & !3;
+        word(&c, true).store(tail, Ordering::SeqCst);
+        let mut out = vec![0u8; MAX_PAYLOAD];
+        for _ in 0..MIN_CAP / 8 + 1 {
+            match c.next() {
+                Ok(None) => break,
+                Ok(Some(r)) => {
+                    assert!(r.at + r.len <= MIN_CAP, "a record outside the area");
+                    c.take(&r, &mut out[..r.len], None);
+                    taken += 1;
+                }
+                Err(_) => {
+                    broken += 1;
+                    break;
+                }
+            }
+        }
+        // Start the next round from a consistent state.
+        let h = c.head;
+        word(&c, true).store(h, Ordering::SeqCst);
+    }
+    assert!(broken > 100, "garbage breaks the ring ({broken} of 2000)");
+    assert!(taken > 100, "plausible records are taken ({taken})");
+}
