@@ -321,3 +321,31 @@ fn udp_datagrams_still_arrive_while_a_ring_carries_the_traffic() {
     assert!(ring > 0, "the ring's kept arriving");
     assert_eq!(b.stats().rx_datagrams, udp_before + 1);
 }
+
+#[test]
+fn a_datagram_damaged_before_the_ring_fails_its_icrc_at_the_receiver() {
+    let (clock, mut a, mut b, sa, sb, psn) = linked(22, 23);
+    // Damaged after the sender's engine computed its ICRC, as a fault
+    // injector in front of the backend damages it.
+    let s = spec(sa, sb, psn);
+    let mut tx = PacketBatch::new(1, SLOT);
+    assert!(tx.push_with(|slot| {
+        let n = emit(&s, slot);
+        slot[n - 10] ^= 0x40;
+        n
+    }));
+    let before = b.stats().shm_rx_datagrams;
+    assert_eq!(a.send(clock.now(), &tx).unwrap(), 1);
+    let mut rx = PacketBatch::new(4, 9216);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut n = 0;
+    while n == 0 && Instant::now() < deadline {
+        n = b.recv(clock.now(), &mut rx).unwrap();
+    }
+    assert_eq!(n, 1);
+    assert_eq!(b.stats().shm_rx_datagrams, before + 1, "through the ring");
+    // The header is exact, so the engine checks the ICRC: and it fails.
+    assert!(rx.meta(0).header_exact);
+    let p = RocePacket::parse_ip(rx.get(0)).unwrap();
+    assert!(p.check_icrc().is_err(), "the damage is caught");
+}

@@ -311,8 +311,9 @@ impl Session {
         // headers: IPv6, the packet backend, the fabric), the UDP backend
         // (IPv4 sockets hide the IP ID the ICRC covers: it recomputes the
         // ICRC assuming ID 0, or a GSO segment's ID, and the engine then
-        // counts the datagram rx_icrc_unchecked), nobody because there
-        // was no wire (the same-host path, docs/shm.md), or nobody.
+        // counts the datagram rx_icrc_unchecked), or nobody. Datagrams
+        // through the same-host path (docs/shm.md) have exact headers:
+        // the engine checks them, and `same_host` says how many.
         let b = |k: &str| backend.get(k).and_then(Value::as_u64).unwrap_or(0);
         let by_backend = b("udp_rx_icrc_ok_id0") + b("udp_rx_icrc_ok_gso_id");
         let backend_bad = b("udp_rx_icrc_bad");
@@ -325,10 +326,8 @@ impl Session {
             "verified_by_engine": by_engine,
             "verified_by_backend_assuming_ip_id": by_backend,
             "failed": d.rx_bad_icrc + backend_bad,
-            "same_host_no_wire": same_host,
-            "not_verified": d
-                .rx_icrc_unchecked
-                .saturating_sub(by_backend + backend_bad + same_host),
+            "same_host": same_host,
+            "not_verified": d.rx_icrc_unchecked.saturating_sub(by_backend + backend_bad),
         });
         json!({
             "icrc": icrc,

@@ -15,8 +15,8 @@
 //! The receiver reads its rings after its UDP socket in every receive,
 //! rebuilds each datagram's IP and UDP header as for a socket's datagram
 //! (source: the address in the hello; source port and TOS: the record's)
-//! and hands it on with the ICRC unchecked: there was no wire to damage
-//! it. Before a thread sleeps on the backend's descriptor, which is an
+//! and hands it on with the header marked exact: it is the sender's
+//! engine's to the bit, so the receiving engine checks the ICRC. Before a thread sleeps on the backend's descriptor, which is an
 //! epoll set over the socket, the listener, the connections and the
 //! peers' eventfds, it calls `Backend::prepare_wait`, which asks every
 //! ring's producer to ring its eventfd at the next record: a receiver
@@ -532,8 +532,12 @@ impl Shm {
                     total
                 });
                 if pushed {
-                    // No wire, nothing to check the ICRC against.
-                    batch.set_meta(batch.len() - 1, RxMeta::inexact());
+                    // The rebuilt header is the sender's engine's to the
+                    // bit (IPv4 ID 0 and DF, the record's port and TOS):
+                    // the engine checks the ICRC, and damage done between
+                    // the two engines (a fault injector's, a bug) is
+                    // caught as on a wire.
+                    batch.set_meta(batch.len() - 1, RxMeta::exact());
                     stats.shm_rx_datagrams += 1;
                     stats.shm_rx_bytes += r.len as u64;
                 } else {
@@ -648,7 +652,7 @@ mod tests {
         shm.recv(&mut batch, false, &mut stats);
         assert_eq!(batch.len(), 1);
         assert_eq!(&batch.get(0)[28..], b"hello");
-        assert!(!batch.meta(0).header_exact);
+        assert!(batch.meta(0).header_exact, "the engine checks the ICRC");
         // Then the writer forges its tail two laps ahead.
         let forged =
             mem::SharedMem::open(p.mem().fd().try_clone().unwrap(), ring::CONTROL + (1 << 16))
