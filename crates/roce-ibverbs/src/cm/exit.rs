@@ -23,9 +23,15 @@ extern "C" fn at_exit() {
                 continue;
             }
             let Some(table) = ctx.cm.get() else { continue };
-            // Never wait at exit: a table held by a thread the exit froze
-            // mid-call is skipped.
-            let Ok(t) = table.try_lock() else { continue };
+            // Other threads still run during exit(3): the progress thread
+            // may hold the table for a moment (taking a REP, whose RTU it
+            // then sends), so wait a little for it, but never for long (a
+            // thread blocked in the table would hold the exit).
+            let Some(t) = try_lock_for(table, std::time::Duration::from_millis(100)) else {
+                // What the engine has (an RTU) still leaves.
+                ctx.verbs.flush();
+                continue;
+            };
             let conns = t.conn_ids();
             drop(t);
             crate::config::log!(
@@ -36,11 +42,29 @@ extern "C" fn at_exit() {
             for c in &conns {
                 ctx.verbs.cm_release(*c);
             }
-            if !conns.is_empty() {
-                ctx.verbs.flush();
-            }
+            // Whatever the engine still has leaves too: an RTU queued by
+            // the step that delivered ESTABLISHED, the DREQs just made.
+            ctx.verbs.flush();
         }
     }));
+}
+
+/// The lock, if it comes free within `limit` (tried every 1 ms).
+fn try_lock_for<T>(
+    m: &std::sync::Mutex<T>,
+    limit: std::time::Duration,
+) -> Option<std::sync::MutexGuard<'_, T>> {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
 }
 
 /// Run by the dynamic loader when the process exits (the ELF
