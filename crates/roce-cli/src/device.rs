@@ -237,11 +237,7 @@ pub(crate) fn tool_options(
     local: IpAddr,
     port: u16,
 ) -> Result<roce_verbs::OpenOptions, String> {
-    let shm = match std::env::var("ROCE_SHM").as_deref().map(str::trim) {
-        Err(_) | Ok("") | Ok("1") => true,
-        Ok("0") => false,
-        Ok(other) => return Err(format!("ROCE_SHM={other}: use 1 or 0")),
-    };
+    let shm = roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())?;
     Ok(roce_verbs::OpenOptions::new(kind, local)
         .cpu(roce_io::CpuTuning::detect())
         .roce_port(port, port)

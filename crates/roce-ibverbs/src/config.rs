@@ -63,11 +63,7 @@ pub(crate) fn port() -> Result<u16, String> {
 /// instead of the kernel's UDP stack (docs/shm.md): `1` (the default) or
 /// `0`, for a capture on the interface to see every packet.
 pub(crate) fn shm() -> Result<bool, String> {
-    match std::env::var("ROCE_SHM").as_deref().map(str::trim) {
-        Err(_) | Ok("") | Ok("1") => Ok(true),
-        Ok("0") => Ok(false),
-        Ok(other) => Err(format!("ROCE_SHM={other}: use 1 or 0")),
-    }
+    roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())
 }
 
 /// `ROCE_CPU`: the code choices for the CPU (the ICRC's CRC-32 code,

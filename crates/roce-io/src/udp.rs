@@ -347,9 +347,10 @@ impl UdpBackend {
         }
     }
 
-    /// Sends the datagrams of `batch` from `i` on: to same-host peers
-    /// through their rings, the rest by UDP.
-    fn send_from(&mut self, now: Nanos, batch: &PacketBatch, mut i: usize) -> usize {
+    /// Sends the datagrams of `batch`, to same-host peers through their
+    /// rings, the rest by UDP; returns how many were taken.
+    fn send_udp_and_rings(&mut self, now: Nanos, batch: &PacketBatch) -> usize {
+        let mut i = 0;
         // After the kernel refused a GSO send: the errors sent before the
         // one-datagram probe that tells whose fault it was.
         let mut probe: Option<u64> = None;
@@ -480,7 +481,7 @@ impl Backend for UdpBackend {
 
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         self.last_now = now;
-        let taken = self.send_from(now, batch, 0);
+        let taken = self.send_udp_and_rings(now, batch);
         if let Some(shm) = self.shm.as_mut() {
             shm.flush(&mut self.stats);
         }

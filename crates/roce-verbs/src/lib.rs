@@ -141,7 +141,7 @@ pub use cm_sink::{CmSink, PortSpace};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
-pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
+pub use device::{node_guid, shm_setting, BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
