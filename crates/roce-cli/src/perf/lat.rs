@@ -1,6 +1,11 @@
 //! Latency tests. SEND and WRITE are ping-pongs (the reported latency is
 //! half the round trip, as perftest reports it); READ and FETCH_ADD are
 //! round trips of one operation, reported whole.
+//!
+//! The ping-pongs run perftest's loop (`ib_send_lat`, `ib_write_lat`):
+//! each side waits for its own SEND or WRITE to complete before it looks
+//! for the peer's answer, so the peer's ACK is on the round trip as it is
+//! for perftest, and the two report the same quantity (docs/tools.md).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -280,11 +285,26 @@ fn ping_pong(
             }
             Ok(())
         };
+        // perftest polls its send CQ after each post until the completion
+        // (every send of its latency tests is signaled); a receive
+        // completion seen meanwhile is kept for `receive`.
+        let completed = |s: &Session, pending_recv: &mut u64, unreaped: &mut u64| {
+            while *unreaped > 0 {
+                if wait_one(s, &alarm)?.wr_id == RECV_ID {
+                    *pending_recv += 1;
+                } else {
+                    *unreaped -= 1;
+                }
+            }
+            Ok::<(), String>(())
+        };
         let t0 = Instant::now();
         if s.is_client {
             send(s, &mut msg)?;
             unreaped += 1;
-            match receive(s, &mut got, &mut pending_recv, &mut unreaped) {
+            let answered = completed(s, &mut pending_recv, &mut unreaped)
+                .and_then(|()| receive(s, &mut got, &mut pending_recv, &mut unreaped));
+            match answered {
                 Ok(()) => samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0),
                 // Ctrl-C while waiting: report what was measured.
                 Err(_) if s.stopping() => break,
@@ -303,22 +323,11 @@ fn ping_pong(
             verified(s, &mut got)?;
             send(s, &mut msg)?;
             unreaped += 1;
-        }
-        // Reap send completions while some are due; a receive completion
-        // seen here is kept and ends it. No poll beyond that: one that finds the peer's
-        // next message would send the ACK it holds for it on its own, ahead
-        // of our answer (see roce_verbs' progress step), a system call more
-        // on the round trip.
-        while unreaped > 0 {
-            let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? else {
-                break;
-            };
-            check(&c)?;
-            if c.wr_id == RECV_ID {
-                pending_recv += 1;
-                break;
+            match completed(s, &mut pending_recv, &mut unreaped) {
+                Ok(()) => {}
+                Err(_) if p.duration.is_some() || s.stopping() => break,
+                Err(e) => return Err(e),
             }
-            unreaped -= 1;
         }
         progress.tick(i);
         i += 1;

@@ -340,7 +340,8 @@ pub(crate) fn run_lat(t: &Traffic<'_>, client: bool) -> Result<Option<report::La
 /// its own buffer's last byte shows the peer's count. The server writes
 /// first (perftest's condition `!(scnt < 1 && machine == SERVER)`): a side
 /// that wrote early would see the peer's next count overwrite the one it
-/// waits for. Latency: half the time between consecutive writes. With
+/// waits for. After each WRITE it polls until the WRITE completed, as
+/// perftest does. Latency: half the time between consecutive writes. With
 /// `-a` the sizes grow, so each size's count byte is one no earlier size
 /// wrote.
 pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
@@ -421,6 +422,9 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
         );
         d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
         posted = n;
+        // perftest polls until the WRITE completed before it looks for
+        // the peer's (the ACK is on the round trip).
+        wait_for(None, posted, &mut comps)?;
     }
     // The server's last write is answered by the client's last one.
     if !client && t.until.is_none() {
@@ -503,10 +507,14 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
             Ok(())
         }
     };
+    // SENDs completed.
+    let mut completed = 0u64;
     while sent < iters && !t.over() {
         // The server (and the client after its first send) waits for the
-        // peer's message before sending.
-        if client && sent == 0 || received > sent - u64::from(client) {
+        // peer's message before sending, and, as perftest (whose every
+        // latency SEND is signaled), for its SEND's completion before
+        // anything else.
+        if completed == sent && (client && sent == 0 || received > sent - u64::from(client)) {
             stamps.push(Instant::now());
             let wr = SendWr::send(SEND_BIT | sent, vec![d.mr.sge(d.area, size as u32)]);
             d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
@@ -516,6 +524,7 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
         d.poll(&mut comps)?;
         for c in &comps {
             if c.wr_id & SEND_BIT != 0 {
+                completed += 1;
                 continue;
             }
             received += 1;
@@ -530,10 +539,14 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
             watch.progressed();
         }
     }
-    // The client's last reply arrives after its last send.
-    while client && received < iters && !t.over() {
+    // The last SEND completes (a completion left over would count for
+    // the next size's first), and the client's last reply arrives after
+    // its last send.
+    while (completed < sent || client && received < iters) && !t.over() {
         d.poll(&mut comps)?;
-        received += comps.iter().filter(|c| c.wr_id & SEND_BIT == 0).count() as u64;
+        let sends = comps.iter().filter(|c| c.wr_id & SEND_BIT != 0).count() as u64;
+        completed += sends;
+        received += comps.len() as u64 - sends;
         if comps.is_empty() {
             idle(&mut watch, sent, received)?;
         } else {
