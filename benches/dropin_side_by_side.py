@@ -7,7 +7,10 @@ side by side in one sitting, alternating, on loopback (two processes each).
 Needs Debian's perftest and a release build (`cargo build --release -p
 roce-cli`, which builds the library beside `roce`). Prints one line per
 measurement and the median ratio per test (drop-in / roce perf): the
-issue's targets are >= 0.95 for bandwidth, <= 1.05 for latency.
+issue's targets are >= 0.95 for bandwidth, <= 1.05 for latency. roce
+perf's ping-pongs run perftest's loops (each send's completion before
+the answer), so the two measure the same thing; on a noisy machine take
+nine rounds or more (docs/notes/2026-12-02-perftest-loops.md).
 
 With --rdma-cm, perftest connects through the drop-in librdmacm.so.1
 (`-R`) and is compared with `roce perf --perftest -R` (its rdma_cm mode),
@@ -25,6 +28,7 @@ PORT = [26000 + os.getpid() % 1000 * 4]
 
 TESTS = [
     # name, perftest tool, roce perf test, args, column, higher-is-better
+    # [, perftest's own extra args]
     # The bandwidth tests run for a duration (-D: perftest and roce perf
     # measure after a warm-up): with a count, perftest's figure runs from
     # the first post, and at several GB/s a few milliseconds of set-up
@@ -32,9 +36,12 @@ TESTS = [
     # a -n 5000 run.
     ("write_bw 64 KiB MB/s", "ib_write_bw", "write-bw", ["-s", "65536", "-D", "2"], 3, True),
     ("send_bw 8 B Mpps", "ib_send_bw", "send-bw", ["-s", "8", "-D", "2"], 4, True),
-    ("write_lat 2 B t_typical us", "ib_write_lat", "write-lat", ["-s", "2", "-n", "5000"], 4, False),
-    ("send_lat 2 B t_typical us", "ib_send_lat", "send-lat", ["-s", "2", "-n", "5000"], 4, False),
-    ("read_lat 2 B t_typical us", "ib_read_lat", "read-lat", ["-s", "2", "-n", "5000"], 4, False),
+    # roce perf posts its whole window as one list; perftest posts one
+    # work request per call unless given -l (post list).
+    ("send_bw 8 B, perftest -l 16, Mpps", "ib_send_bw", "send-bw", ["-s", "8", "-D", "2"], 4, True, ["-l", "16"]),
+    ("write_lat 2 B t_typical us", "ib_write_lat", "write-lat", ["-s", "2", "-n", "20000"], 4, False),
+    ("send_lat 2 B t_typical us", "ib_send_lat", "send-lat", ["-s", "2", "-n", "20000"], 4, False),
+    ("read_lat 2 B t_typical us", "ib_read_lat", "read-lat", ["-s", "2", "-n", "20000"], 4, False),
 ]
 
 # --pin: the server on CPU 0, the client on CPU 1 (taskset), as perftest's
@@ -80,14 +87,15 @@ def main():
     lib = subprocess.run([ROCE, "exec", "--print-path"], capture_output=True, text=True, check=True).stdout.strip()
     env = dict(os.environ, LD_LIBRARY_PATH=lib, ROCE_DEVICES="lo")
     tests = [t for t in TESTS if not cm or t[1] in ("ib_write_bw", "ib_send_lat")]
-    for name, tool, test, args, col, higher in tests:
+    for name, tool, test, args, col, higher, *extra in tests:
+        pt_args = args + (extra[0] if extra else [])
         ratios = []
         if cm:
             name += " (rdma_cm)"
         for r in range(rounds):
             dev = ["-R"] if cm else ["-d", "roce_lo", "-x", "0"]
             mode = ["--perftest", "-R"] if cm else []
-            ours = figure(pair([tool] + dev + args, [tool] + dev + args + ["127.0.0.1"], env), col)
+            ours = figure(pair([tool] + dev + pt_args, [tool] + dev + pt_args + ["127.0.0.1"], env), col)
             native = figure(
                 pair(
                     [ROCE, "perf", test] + mode + (["--bind", "127.0.0.1"] if cm else []) + args,
