@@ -68,6 +68,15 @@ fn icrc(c: &mut Criterion) {
         b.iter(|| crc32fast::hash(black_box(&covered)))
     });
     g.finish();
+    // A latency test's packet: a 2-byte RDMA WRITE (60 covered bytes).
+    let small = rc_write(&[7u8, 9]);
+    let p = RocePacket::parse_ethernet(&small).unwrap();
+    let covered = p.icrc_covered().to_vec();
+    let mut g = c.benchmark_group("icrc_small");
+    g.bench_function("icrc_2B_write", |b| {
+        b.iter(|| icrc::compute(black_box(&covered)))
+    });
+    g.finish();
 }
 
 fn parse(c: &mut Criterion) {

@@ -70,6 +70,11 @@ impl Crc32 {
         Self::make(crc, false)
     }
 
+    /// [`with_initial`](Self::with_initial) by `code`.
+    pub fn continued(crc: u32, code: Code) -> Self {
+        Self::make(crc, code == Code::Table)
+    }
+
     fn make(crc: u32, table: bool) -> Self {
         if table {
             // crc reflects a custom initial value (as it does the
