@@ -116,6 +116,25 @@ if want roce-perf; then
     printf '%-22s %-14s %-14s %-16s %-10s %s\n' "read-lat -s 2" "$r_rxe" "$r_us" "$r_in" "${r_floor:--}" "us (t_typical)"
 fi
 
+# drop-in / rxe, two decimals; "-" when either figure is missing.
+ratio() {
+    awk -v a="${1:-}" -v b="${2:-}" 'BEGIN { if (a + 0 > 0 && b != "") printf "%.2f", b / a; else printf "-" }'
+}
+
+# Lines "test|ratio" in, one line per test out: the median of its ratios.
+medians() {
+    awk -F'|' '$2 != "-" { n[$1]++; v[$1, n[$1]] = $2; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+        END {
+            for (i = 1; i <= k; i++) {
+                t = order[i]; m = n[t]
+                for (x = 1; x <= m; x++) for (y = x + 1; y <= m; y++)
+                    if (v[t, y] + 0 < v[t, x] + 0) { s = v[t, x]; v[t, x] = v[t, y]; v[t, y] = s }
+                med = (m % 2) ? v[t, (m + 1) / 2] : (v[t, m / 2] + v[t, m / 2 + 1]) / 2
+                printf "median  %-22s drop-in / rxe %.2f over %d rounds\n", t, med, m
+            }
+        }'
+}
+
 if want dropin; then
     # The library (and whatever else roce exec puts beside it) into the share.
     LIBDIR=$("$ROCE" exec --print-path) || { echo "no drop-in library (cargo build --release -p roce-cli)" >&2; exit 2; }
@@ -130,7 +149,8 @@ if want dropin; then
     }
     echo
     echo "Debian's perftest over rxe vs the same binaries over the drop-in libibverbs, inside $PEER, alternating"
-    printf '%-6s %-22s %-12s %-12s %s\n' round test rxe drop-in unit
+    printf '%-6s %-22s %-12s %-12s %-8s %s\n' round test rxe drop-in ratio unit
+    rows=$(mktemp)
     port=18800
     for r in $(seq "$ROUNDS"); do
         for t in "ib_write_bw -s 65536 -D $DURATION|bw_row|MB/s (BW average)" \
@@ -140,9 +160,13 @@ if want dropin; then
             name=$(echo "$cmd" | cut -d' ' -f1)
             port=$((port + 1)); a=$(measure "dropin-rxe-$name.$r" "$parse" pair "$port" "$cmd $P")
             port=$((port + 1)); b=$(measure "dropin-lib-$name.$r" "$parse" dpair "$port" "$cmd $PD")
-            printf '%-6s %-22s %-12s %-12s %s\n' "$r" "${cmd% -[Dn] *}" "${a:--}" "${b:--}" "$unit"
+            ratio=$(ratio "$a" "$b")
+            printf '%-6s %-22s %-12s %-12s %-8s %s\n' "$r" "${cmd% -[Dn] *}" "${a:--}" "${b:--}" "$ratio" "$unit"
+            echo "${cmd% -[Dn] *}|$ratio" >> "$rows"
         done
     done
+    medians < "$rows"
+    rm -f "$rows"
 fi
 
 if want cmtime; then
