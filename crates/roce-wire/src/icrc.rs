@@ -37,19 +37,19 @@ pub fn compute_split(head: &[u8], rest: &[u8]) -> Result<u32> {
 pub fn compute_with(code: Code, head: &[u8], rest: &[u8]) -> Result<u32> {
     let ip_len = ip_header_len(head.first().or(rest.first()).copied())?;
     let masked_len = ip_len + udp::HEADER_LEN + bth::HEADER_LEN;
-    if head.len() + rest.len() < masked_len {
+    let total = head.len() + rest.len();
+    if total < masked_len {
         return Err(Error::Truncated { layer: Layer::Bth });
     }
-    let total = head.len() + rest.len();
+    // Every ICRC starts from the CRC of the LRH's stand-in.
+    let mut h = crate::crc32::Crc32::continued(LRH_CRC, code);
     if total <= SMALL_MAX {
         // A small datagram (an ACK, a latency test's message): one pass
-        // over one copy, from the CRC of the LRH's stand-in, costs less
-        // than a pass per piece.
+        // over one masked copy costs less than a pass per piece.
         let mut all = [0u8; SMALL_MAX];
         all[..head.len()].copy_from_slice(head);
         all[head.len()..total].copy_from_slice(rest);
         mask(&mut all[..masked_len], ip_len);
-        let mut h = crate::crc32::Crc32::continued(LRH_CRC, code);
         h.update(&all[..total]);
         return Ok(h.finalize());
     }
@@ -59,8 +59,6 @@ pub fn compute_with(code: Code, head: &[u8], rest: &[u8]) -> Result<u32> {
     hdr[..from_head].copy_from_slice(&head[..from_head]);
     hdr[from_head..].copy_from_slice(&rest[..masked_len - from_head]);
     mask(hdr, ip_len);
-    let mut h = crate::crc32::Crc32::with_code(code);
-    h.update(&[0xff; 8]);
     h.update(hdr);
     h.update(&head[from_head..]);
     h.update(&rest[masked_len - from_head..]);
