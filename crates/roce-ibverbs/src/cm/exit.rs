@@ -27,23 +27,21 @@ extern "C" fn at_exit() {
             // may hold the table for a moment (taking a REP, whose RTU it
             // then sends), so wait a little for it, but never for long (a
             // thread blocked in the table would hold the exit).
-            let Some(t) = try_lock_for(table, std::time::Duration::from_millis(100)) else {
-                // What the engine has (an RTU) still leaves.
-                ctx.verbs.flush();
-                continue;
-            };
-            let conns = t.conn_ids();
-            drop(t);
-            crate::config::log!(
-                "librdmacm: exiting: {} connection(s) of {} given up",
-                conns.len(),
-                ctx.local
-            );
-            for c in &conns {
-                ctx.verbs.cm_release(*c);
+            if let Some(t) = try_lock_for(table, std::time::Duration::from_millis(100)) {
+                let conns = t.conn_ids();
+                drop(t);
+                crate::config::log!(
+                    "librdmacm: exiting: {} connection(s) of {} given up",
+                    conns.len(),
+                    ctx.local
+                );
+                for c in &conns {
+                    ctx.verbs.cm_release(*c);
+                }
             }
-            // Whatever the engine still has leaves too: an RTU queued by
-            // the step that delivered ESTABLISHED, the DREQs just made.
+            // Whatever the engine still has leaves, the table taken or
+            // not: an RTU queued by the step that delivered ESTABLISHED,
+            // the DREQs just made.
             ctx.verbs.flush();
         }
     }));
