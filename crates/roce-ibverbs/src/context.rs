@@ -28,6 +28,7 @@ use crate::abi::*;
 use crate::config::{self, log};
 use crate::device::{self, Device};
 use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, Res};
+use crate::ffi::{value_or, void};
 
 /// A raw pointer kept in a table (the objects it names are owned by the
 /// program's handles; the table only maps engine ids back to them).
@@ -641,7 +642,7 @@ export! {
     fn ibv_query_port(ctx: *mut ibv_context, port: u8, out: *mut ibv_port_attr) -> c_int {
         // The compat structure is the current one up to `link_layer`.
         // SAFETY: forwarded pointers; the compat size is what such callers hold.
-        unsafe { query_port_ex(ctx, port, out, offset_of!(ibv_port_attr, flags)) }
+        value_or(libc::EIO, || unsafe { query_port_ex(ctx, port, out, offset_of!(ibv_port_attr, flags)) })
     }
 }
 
@@ -801,6 +802,6 @@ export! {
     /// does not wait for its events' acknowledgements).
     fn ibv_ack_async_event(event: *mut ibv_async_event) {
         // SAFETY: the program's pointer or NULL.
-        let _ = unsafe { arg(event) };
+        void(|| unsafe { arg(event) }.map(|_| ()))
     }
 }

@@ -13,6 +13,7 @@ use roce_verbs::{Completion, CqId, WcFlags};
 
 use crate::abi::*;
 use crate::context::{counting, eventfd, take_count, wait_readable, Context, Raw};
+use crate::ffi::void;
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
 
 /// The objects table's key of a CQ.
@@ -460,9 +461,10 @@ export! {
 export! {
     /// `ibv_ack_cq_events`.
     fn ibv_ack_cq_events(cq: *mut ibv_cq, n: u32) {
-        // SAFETY: the program's CQ.
-        if let Ok(q) = unsafe { Cq::from_ptr(cq) } {
-            q.cq.ack_events(n as u64);
-        }
+        void(|| {
+            // SAFETY: the program's CQ.
+            unsafe { Cq::from_ptr(cq) }?.cq.ack_events(n as u64);
+            Ok(())
+        })
     }
 }

@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use crate::abi::consts::{IBV_NODE_CA, IBV_TRANSPORT_IB};
 use crate::abi::{_ibv_device_ops, ibv_device};
 use crate::config;
-use crate::ffi::{copy_cstr, ptr_ret, set_errno};
+use crate::ffi::{copy_cstr, ptr_ret};
+use crate::ffi::{value_or, void};
 
 /// One device: the C view first (programs hold a pointer to it).
 #[repr(C)]
@@ -124,33 +125,30 @@ export! {
     /// `ibv_free_device_list`: frees the array (the devices stay).
     fn ibv_free_device_list(list: *mut *mut ibv_device) {
         // SAFETY: `list` came from ibv_get_device_list's calloc (or is NULL).
-        unsafe { libc::free(list.cast()) }
+        void(|| {
+            unsafe { libc::free(list.cast()) };
+            Ok(())
+        })
     }
 }
 
 export! {
     /// `ibv_get_device_name`.
     fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-        match from_ptr(dev) {
-            Ok(d) => d.name.as_ptr(),
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null()
-            }
-        }
+        ptr_ret(|| from_ptr(dev).map(|d| d.name.as_ptr()))
     }
 }
 
 export! {
     /// `ibv_get_device_guid`: the node GUID, network byte order.
     fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
-        from_ptr(dev).map_or(0, |d| d.guid_be)
+        value_or(0, || from_ptr(dev).map_or(0, |d| d.guid_be))
     }
 }
 
 export! {
     /// `ibv_get_device_index`: the interface index (-1 if unknown).
     fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
-        from_ptr(dev).map_or(-1, |d| d.info.interface().index as c_int)
+        value_or(-1, || from_ptr(dev).map_or(-1, |d| d.info.interface().index as c_int))
     }
 }

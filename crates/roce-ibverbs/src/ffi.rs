@@ -20,7 +20,11 @@ pub(crate) fn set_errno(e: Errno) {
 }
 
 fn run<T>(f: impl FnOnce() -> Res<T>) -> Res<T> {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        #[cfg(test)]
+        probe::fire();
+        f()
+    })) {
         Ok(r) => r,
         // The panic message went to stderr through the hook; the program
         // sees an I/O error from the verb.
@@ -58,14 +62,60 @@ pub(crate) fn minus_one<T: From<i8>>(f: impl FnOnce() -> Res<T>) -> T {
 }
 
 /// A verb returning an object, or NULL with `errno` set.
-pub(crate) fn ptr_ret<T>(f: impl FnOnce() -> Res<*mut T>) -> *mut T {
+pub(crate) fn ptr_ret<P: Nullable>(f: impl FnOnce() -> Res<P>) -> P {
     match run(f) {
         Ok(p) => p,
         Err(e) => {
             set_errno(e);
-            std::ptr::null_mut()
+            P::null()
         }
     }
+}
+
+/// An rdma_cm call: 0, or -1 with `errno` set (librdmacm's convention).
+pub(crate) fn rc(f: impl FnOnce() -> Res<()>) -> c_int {
+    minus_one(|| f().map(|()| 0))
+}
+
+/// A function returning nothing (`ibv_ack_cq_events`, `rdma_destroy_qp`):
+/// an error or a panic of the body is swallowed, as the C API has no way
+/// to report it.
+pub(crate) fn void(f: impl FnOnce() -> Res<()>) {
+    let _ = run(f);
+}
+
+/// A function with no error return (`ibv_get_device_guid`,
+/// `ibv_wc_status_str`): its value, or `fallback` if the body panics.
+/// A panic also sets `errno` to `EIO`.
+pub(crate) fn value_or<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    run(|| Ok(f())).unwrap_or_else(|e| {
+        set_errno(e);
+        fallback
+    })
+}
+
+/// Pointers a verb can return NULL as.
+pub(crate) trait Nullable {
+    fn null() -> Self;
+}
+
+impl<T> Nullable for *mut T {
+    fn null() -> Self {
+        std::ptr::null_mut()
+    }
+}
+
+impl<T> Nullable for *const T {
+    fn null() -> Self {
+        std::ptr::null()
+    }
+}
+
+/// The calling thread's `errno` (after a call that set it), or `EIO`.
+pub(crate) fn last_errno() -> Errno {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// A reference from a pointer the program passed, or `EINVAL` for NULL.
@@ -127,10 +177,312 @@ pub(crate) fn copy_cstr(dst: &mut [std::os::raw::c_char], s: &str) {
 /// `<name>` in the version node `symbols.txt` gives it (rustc's own
 /// version script, which it passes for every cdylib, claims the names it
 /// exports; the renamed ones are ours to version).
+///
+/// The body is one call of a return convention of this module with a
+/// closure: `errno_ret`, `neg_errno`, `minus_one`, `rc`, `ptr_ret`,
+/// `void`, or `value_or(fallback, ..)` (imported where the macro is
+/// used). The macro accepts no other shape, so no export can leave out
+/// the panic boundary or its error value, and in tests each export is
+/// registered as a [`probe::Probe`] of its convention (there is no probe
+/// check for any other name), which checks that value with the body
+/// made to panic.
 macro_rules! export {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? $body:block) => {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? { $($conv:tt)* }) => {
         $(#[$m])*
         #[export_name = concat!("roce_abi_", stringify!($name))]
-        pub(crate) unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? $body
+        pub(crate) unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
+            boundary!(@body $($conv)*)
+        }
+        boundary!(@probe $name, ($($t),*), $($conv)*);
     };
+}
+
+/// A C entry point reached through a function pointer the library hands
+/// out (the `ops` of a context, the `ibv_wr_*` builder, the extended CQ's
+/// readers), under the same rule as [`export!`].
+#[allow(unused_macros)]
+macro_rules! entry {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? { $($conv:tt)* }) => {
+        $(#[$m])*
+        unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
+            boundary!(@body $($conv)*)
+        }
+        boundary!(@probe $name, ($($t),*), $($conv)*);
+    };
+}
+
+/// The body and the test probe of [`export!`] and [`entry!`].
+macro_rules! boundary {
+    (@body value_or($d:expr, || $body:expr)) => {
+        value_or($d, || $body)
+    };
+    (@body $conv:ident(|| $body:expr)) => {
+        $conv(|| $body)
+    };
+    (@probe $name:ident, ($($t:ty),*), value_or($d:expr, || $body:expr)) => {
+        #[cfg(test)]
+        inventory::submit! {
+            $crate::ffi::probe::Probe {
+                name: stringify!($name),
+                check: {
+                    fn check() -> Result<(), String> {
+                        // SAFETY: the armed probe panics before the body
+                        // reads any argument.
+                        let (r, _) = $crate::ffi::probe::call(|| unsafe {
+                            $name($($crate::ffi::probe::zero::<$t>()),*)
+                        });
+                        $crate::ffi::probe::same(r, $d)
+                    }
+                    check
+                },
+            }
+        }
+    };
+    (@probe $name:ident, ($($t:ty),*), $conv:ident(|| $body:expr)) => {
+        #[cfg(test)]
+        inventory::submit! {
+            $crate::ffi::probe::Probe {
+                name: stringify!($name),
+                check: {
+                    fn check() -> Result<(), String> {
+                        // SAFETY: the armed probe panics before the body
+                        // reads any argument.
+                        let (r, e) = $crate::ffi::probe::call(|| unsafe {
+                            $name($($crate::ffi::probe::zero::<$t>()),*)
+                        });
+                        $crate::ffi::probe::$conv(r, e)
+                    }
+                    check
+                },
+            }
+        }
+    };
+}
+
+/// What the tests prove of every C entry point: with its body made to
+/// panic, it returns its convention's error value and does not unwind.
+#[cfg(test)]
+pub(crate) mod probe {
+    use super::{set_errno, Nullable};
+    use std::cell::Cell;
+    use std::fmt::Debug;
+    use std::os::raw::c_int;
+
+    thread_local! {
+        static ARMED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// An entry point and its check.
+    pub(crate) struct Probe {
+        pub(crate) name: &'static str,
+        pub(crate) check: fn() -> Result<(), String>,
+    }
+
+    inventory::collect!(Probe);
+
+    /// Every entry point the macros declared.
+    pub(crate) fn all() -> impl Iterator<Item = &'static Probe> {
+        inventory::iter::<Probe>.into_iter()
+    }
+
+    /// Panics when armed: called by the boundary before each body.
+    pub(crate) fn fire() {
+        if ARMED.with(|a| a.get()) {
+            std::panic::panic_any(Armed);
+        }
+    }
+
+    /// The payload of a probe's panic (the test's hook stays quiet on it).
+    pub(crate) struct Armed;
+
+    /// Runs `f` armed; its result and `errno` after it.
+    pub(crate) fn call<R>(f: impl FnOnce() -> R) -> (R, c_int) {
+        set_errno(0);
+        ARMED.with(|a| a.set(true));
+        let r = f();
+        ARMED.with(|a| a.set(false));
+        // SAFETY: the calling thread's errno slot.
+        (r, unsafe { *libc::__errno_location() })
+    }
+
+    /// A zeroed argument: the body never runs, so it is never read.
+    ///
+    /// # Safety
+    /// `T` must be valid all-zero (integers, raw pointers, C structs).
+    pub(crate) unsafe fn zero<T>() -> T {
+        // SAFETY: the caller's contract.
+        unsafe { std::mem::zeroed() }
+    }
+
+    pub(crate) fn same<T: PartialEq + Debug>(got: T, want: T) -> Result<(), String> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("returned {got:?}, not {want:?}"))
+        }
+    }
+
+    pub(crate) fn errno_ret(r: c_int, _: c_int) -> Result<(), String> {
+        same(r, libc::EIO)
+    }
+
+    pub(crate) fn neg_errno(r: c_int, _: c_int) -> Result<(), String> {
+        same(r, -libc::EIO)
+    }
+
+    pub(crate) fn minus_one<T: From<i8> + PartialEq + Debug>(r: T, e: c_int) -> Result<(), String> {
+        same((r, e), (T::from(-1), libc::EIO))
+    }
+
+    pub(crate) fn rc(r: c_int, e: c_int) -> Result<(), String> {
+        minus_one(r, e)
+    }
+
+    pub(crate) fn ptr_ret<P: Nullable + PartialEq + Debug>(r: P, e: c_int) -> Result<(), String> {
+        same((r, e), (P::null(), libc::EIO))
+    }
+
+    pub(crate) fn void(_: (), _: c_int) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe;
+
+    /// Every C entry point, with its body made to panic, returns its
+    /// convention's error value (0 / errno, -errno, -1 and errno, NULL
+    /// and errno, nothing, or its fallback) without unwinding into C.
+    #[test]
+    fn every_entry_point_turns_a_panic_into_its_error_value() {
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<probe::Armed>() {
+                quiet(info);
+            }
+        }));
+        let failed: Vec<String> = probe::all()
+            .filter_map(|p| (p.check)().err().map(|e| format!("{}: {e}", p.name)))
+            .collect();
+        let _ = std::panic::take_hook();
+        assert!(failed.is_empty(), "{failed:#?}");
+        assert!(probe::all().count() > 140);
+    }
+
+    /// Every name `symbols.txt` exports is the `export!` of a function
+    /// (its own, or `unsupported` / `enosys` for the stubs), and the crate
+    /// defines C functions nowhere else: no `#[no_mangle]`,
+    /// `#[export_name]` or `extern "C" fn` outside the macros but the
+    /// few listed here, each with a boundary of its own.
+    #[test]
+    fn every_export_goes_through_the_macro() {
+        let probes: std::collections::HashSet<&str> = probe::all().map(|p| p.name).collect();
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let list = std::fs::read_to_string(root.join("symbols.txt")).unwrap();
+        let mut exported = 0;
+        for line in list
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let target = match f[2] {
+                "fn" => f[1],
+                "stub" => "unsupported",
+                "enosys" => "enosys",
+                _ => continue,
+            };
+            assert!(
+                probes.contains(target),
+                "{} is not declared with export!",
+                f[1]
+            );
+            exported += 1;
+        }
+        assert!(exported > 200, "{exported} exported names");
+
+        // Functions C calls that are not `export!`/`entry!` items: the
+        // `munmap` interposer and the `atexit` handler (each catches
+        // panics itself), and the ops-table entries not yet moved.
+        let allowed = [
+            "unmap.rs: munmap",
+            "cm/exit.rs: at_exit",
+            "post.rs: post_send",
+            "post.rs: post_recv",
+            "post.rs: wr_start",
+            "post.rs: wr_complete",
+            "post.rs: wr_abort",
+            "post.rs: wr_send",
+            "post.rs: wr_send_imm",
+            "post.rs: wr_send_inv",
+            "post.rs: wr_rdma_write",
+            "post.rs: wr_rdma_write_imm",
+            "post.rs: wr_rdma_read",
+            "post.rs: wr_atomic_cmp_swp",
+            "post.rs: wr_atomic_fetch_add",
+            "post.rs: wr_set_sge",
+            "post.rs: wr_set_sge_list",
+            "post.rs: wr_set_inline_data",
+            "post.rs: wr_set_inline_data_list",
+            "post.rs: wr_set_ud_addr",
+            "qp.rs: create_qp_ex",
+            "cq.rs: poll_cq",
+            "cq.rs: req_notify_cq",
+            "cq.rs: start_poll",
+            "cq.rs: next_poll",
+            "cq.rs: end_poll",
+            "cq.rs: $name",
+            "cq.rs: create_cq_ex",
+            "context.rs: query_device_ex",
+            "context.rs: query_port_ex",
+            "srq.rs: create_srq_ex",
+            "srq.rs: get_srq_num",
+            "srq.rs: post_srq_recv",
+        ];
+        let mut found = Vec::new();
+        let mut stack = vec![root.join("src")];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let rel = p
+                    .strip_prefix(root.join("src"))
+                    .unwrap()
+                    .display()
+                    .to_string();
+                if rel == "ffi.rs" {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                for l in text.lines().map(str::trim_start) {
+                    if l.starts_with("#[no_mangle]") || l.starts_with("#[export_name") {
+                        found.push(format!("{rel}: {l}"));
+                    }
+                    let def = l
+                        .trim_start_matches("pub(crate) ")
+                        .trim_start_matches("unsafe ")
+                        .strip_prefix("extern \"C\" fn ");
+                    if let Some(rest) = def {
+                        let name = rest.split('(').next().unwrap_or("");
+                        let entry = format!("{rel}: {name}");
+                        if !allowed.contains(&entry.as_str()) {
+                            found.push(entry);
+                        }
+                    }
+                }
+            }
+        }
+        // The interposer, and the one data symbol (no code to guard).
+        found.retain(|f| {
+            f != "unmap.rs: #[no_mangle]"
+                && f != "misc.rs: #[export_name = \"roce_abi_verbs_allow_disassociate_destroy\"]"
+        });
+        assert!(
+            found.is_empty(),
+            "C entry points outside export!/entry!: {found:#?}"
+        );
+    }
 }

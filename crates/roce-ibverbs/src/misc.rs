@@ -7,7 +7,8 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use crate::abi::*;
 use crate::context::{addr_of, gid_of, Context};
-use crate::ffi::{arg, arg_mut, errno_ret, minus_one, neg_errno, ptr_ret, set_errno, Res};
+use crate::ffi::{arg, arg_mut, errno_ret, minus_one, neg_errno, ptr_ret, Res};
+use crate::ffi::{last_errno, value_or, void};
 
 /// `enum ibv_rate` value, 2.5 Gb/s multiple, Mb/s: rdma-core's table.
 const RATES: [(c_int, c_int, c_int); 23] = [
@@ -39,21 +40,21 @@ const RATES: [(c_int, c_int, c_int); 23] = [
 export! {
     /// `ibv_rate_to_mult`.
     fn ibv_rate_to_mult(rate: c_int) -> c_int {
-        RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1)
+        value_or(-1, || RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.1))
     }
 }
 
 export! {
     /// `mult_to_ibv_rate`.
     fn mult_to_ibv_rate(mult: c_int) -> c_int {
-        RATES.iter().find(|r| r.1 == mult && mult > 0).map_or(0, |r| r.0)
+        value_or(0, || RATES.iter().find(|r| r.1 == mult && mult > 0).map_or(0, |r| r.0))
     }
 }
 
 export! {
     /// `ibv_rate_to_mbps`.
     fn ibv_rate_to_mbps(rate: c_int) -> c_int {
-        RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2)
+        value_or(-1, || RATES.iter().find(|r| r.0 == rate).map_or(-1, |r| r.2))
     }
 }
 
@@ -62,24 +63,24 @@ export! {
     fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
         // Only the rates with a 2.5 Gb/s multiple or a table entry of
         // their own convert back, as rdma-core's.
-        match RATES.iter().find(|r| r.2 == mbps) {
+        value_or(0, || match RATES.iter().find(|r| r.2 == mbps) {
             Some(r) if !(16..=18).contains(&r.0) => r.0,
             _ => 0,
-        }
+        })
     }
 }
 
 export! {
     /// `ibv_dontfork_range`: no pinned pages to protect from fork here.
     fn ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
-        0
+        errno_ret(|| Ok(()))
     }
 }
 
 export! {
     /// `ibv_dofork_range`.
     fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
-        0
+        errno_ret(|| Ok(()))
     }
 }
 
@@ -133,15 +134,21 @@ export! {
 export! {
     /// `ibv_create_ah_from_wc`.
     fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut c_void, port: u8) -> *mut ibv_ah {
-        let mut attr = ibv_ah_attr::default();
-        // SAFETY: forwarded program pointers; the PD names its context.
-        let ctx = unsafe { pd.as_ref() }.map_or(std::ptr::null_mut(), |p| p.context);
-        // SAFETY: forwarded.
-        if unsafe { ibv_init_ah_from_wc(ctx, port, wc, grh, &mut attr) } != 0 {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: forwarded.
-        unsafe { crate::pd::ibv_create_ah(pd, &mut attr) }
+        ptr_ret(|| {
+            let mut attr = ibv_ah_attr::default();
+            // SAFETY: forwarded program pointers; the PD names its context.
+            let ctx = unsafe { pd.as_ref() }.map_or(std::ptr::null_mut(), |p| p.context);
+            // SAFETY: forwarded.
+            if unsafe { ibv_init_ah_from_wc(ctx, port, wc, grh, &mut attr) } != 0 {
+                return Err(last_errno());
+            }
+            // SAFETY: forwarded.
+            let ah = unsafe { crate::pd::ibv_create_ah(pd, &mut attr) };
+            if ah.is_null() {
+                return Err(last_errno());
+            }
+            Ok(ah)
+        })
     }
 }
 
@@ -149,23 +156,21 @@ export! {
     /// `ibv_get_sysfs_path`: there is no RDMA sysfs tree for these
     /// devices; the path is where one would be.
     fn ibv_get_sysfs_path() -> *const c_char {
-        c"/sys".as_ptr()
+        value_or(c"/sys".as_ptr(), || c"/sys".as_ptr())
     }
 }
 
 export! {
     /// `ibv_read_sysfs_file`: nothing to read (`ENOENT`, -1).
     fn ibv_read_sysfs_file(_dir: *const c_char, _file: *const c_char, _buf: *mut c_char, _size: usize) -> c_int {
-        set_errno(libc::ENOENT);
-        -1
+        minus_one(|| Err(libc::ENOENT))
     }
 }
 
 export! {
     /// `ibv_read_ibdev_sysfs_file`: as `ibv_read_sysfs_file`.
     fn ibv_read_ibdev_sysfs_file(_buf: *mut c_char, _size: usize, _dev: *mut c_void, _fmt: *const c_char) -> c_int {
-        set_errno(libc::ENOENT);
-        -1
+        minus_one(|| Err(libc::ENOENT))
     }
 }
 
@@ -231,28 +236,28 @@ export! {
 export! {
     /// `ibv_attach_mcast`: no multicast on this device.
     fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-        libc::EOPNOTSUPP
+        errno_ret(|| Err(libc::EOPNOTSUPP))
     }
 }
 
 export! {
     /// `ibv_detach_mcast`.
     fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-        libc::EOPNOTSUPP
+        errno_ret(|| Err(libc::EOPNOTSUPP))
     }
 }
 
 export! {
     /// `ibv_query_ece`: no Enhanced Connection Establishment options.
     fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
-        libc::EOPNOTSUPP
+        errno_ret(|| Err(libc::EOPNOTSUPP))
     }
 }
 
 export! {
     /// `ibv_set_ece`.
     fn ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut c_void) -> c_int {
-        libc::EOPNOTSUPP
+        errno_ret(|| Err(libc::EOPNOTSUPP))
     }
 }
 
@@ -261,7 +266,7 @@ export! {
     /// (the engine places data in order, but programs may not rely on
     /// what a NIC would not promise).
     fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: u32, _flags: u32) -> c_int {
-        0
+        value_or(0, || 0)
     }
 }
 
@@ -302,35 +307,42 @@ export! {
 
 export! {
     /// `ibv_unimport_pd`.
-    fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
+    fn ibv_unimport_pd(_pd: *mut ibv_pd) {
+        void(|| Ok(()))
+    }
 }
 
 export! {
     /// `ibv_unimport_mr`.
-    fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
+    fn ibv_unimport_mr(_mr: *mut ibv_mr) {
+        void(|| Ok(()))
+    }
 }
 
 export! {
     /// `ibv_unimport_dm`.
-    fn ibv_unimport_dm(_dm: *mut c_void) {}
+    fn ibv_unimport_dm(_dm: *mut c_void) {
+        void(|| Ok(()))
+    }
 }
 
-/// What every `stub` symbol of `symbols.txt` is an alias of: rdma-core's
-/// internals for provider libraries, never called (no provider device
-/// exists to call them for).
-#[export_name = "roce_abi_unsupported"]
-extern "C" fn unsupported() -> c_int {
-    errno_ret(|| Err(libc::EOPNOTSUPP))
+export! {
+    /// What every `stub` symbol of `symbols.txt` is an alias of:
+    /// rdma-core's internals for provider libraries, never called (no
+    /// provider device exists to call them for).
+    fn unsupported() -> c_int {
+        errno_ret(|| Err(libc::EOPNOTSUPP))
+    }
 }
 
-/// What an `enosys` symbol of `symbols.txt` is an alias of: a call
-/// exported but not implemented (none at present; the rsocket API used
-/// to be). Such a call returns an `int`, `ssize_t` or `off_t`: -1 in the
-/// full register is -1 for each.
-#[export_name = "roce_abi_enosys"]
-extern "C" fn enosys() -> isize {
-    crate::ffi::set_errno(libc::ENOSYS);
-    -1
+export! {
+    /// What an `enosys` symbol of `symbols.txt` is an alias of: a call
+    /// exported but not implemented (none at present; the rsocket API
+    /// used to be). Such a call returns an `int`, `ssize_t` or `off_t`:
+    /// -1 in the full register is -1 for each.
+    fn enosys() -> isize {
+        minus_one(|| Err(libc::ENOSYS))
+    }
 }
 
 /// `verbs_allow_disassociate_destroy`, the one data symbol providers read.

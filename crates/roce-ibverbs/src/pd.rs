@@ -8,6 +8,7 @@ use roce_verbs::{Access, AhAttr};
 
 use crate::abi::*;
 use crate::context::{addr_of, Context};
+use crate::ffi::value_or;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, set_errno, verr, Res};
 
 /// A protection domain: the C view first.
@@ -287,25 +288,27 @@ export! {
     /// invalid rights, a PD of another context, unmapped memory:
     /// `EFAULT`). On any error the region is as it was.
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int {
-        let mut code = REREG_ERR_INPUT;
-        let e = errno_ret(|| {
-            // SAFETY: the program's region (an Mr: its first field).
-            let m = unsafe { arg_mut(mr.cast::<Mr>())? };
-            let supported = REREG_TRANSLATION | REREG_PD | REREG_ACCESS;
-            if flags & !supported != 0
-                || (flags & REREG_TRANSLATION != 0 && (len == 0 || addr.is_null()))
-                || (access != 0 && flags & REREG_ACCESS == 0)
-            {
-                return Err(libc::EINVAL);
+        value_or(REREG_ERR_CMD, || {
+            let mut code = REREG_ERR_INPUT;
+            let e = errno_ret(|| {
+                // SAFETY: the program's region (an Mr: its first field).
+                let m = unsafe { arg_mut(mr.cast::<Mr>())? };
+                let supported = REREG_TRANSLATION | REREG_PD | REREG_ACCESS;
+                if flags & !supported != 0
+                    || (flags & REREG_TRANSLATION != 0 && (len == 0 || addr.is_null()))
+                    || (access != 0 && flags & REREG_ACCESS == 0)
+                {
+                    return Err(libc::EINVAL);
+                }
+                code = REREG_ERR_CMD;
+                rereg_cmd(m, flags, pd, addr, len, access)
+            });
+            if e == 0 {
+                return 0;
             }
-            code = REREG_ERR_CMD;
-            rereg_cmd(m, flags, pd, addr, len, access)
-        });
-        if e == 0 {
-            return 0;
-        }
-        set_errno(e);
-        code
+            set_errno(e);
+            code
+        })
     }
 }
 

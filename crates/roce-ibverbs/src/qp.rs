@@ -10,6 +10,7 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::context::{gid_of, mtu_enum, Context, Raw};
 use crate::cq::Cq;
+use crate::ffi::value_or;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::{av_of, Pd};
 use crate::post::Builder;
@@ -220,7 +221,7 @@ pub(crate) fn install(v: &mut verbs_context) {
 export! {
     /// `ibv_qp_to_qp_ex`: every QP of this library is an extended one.
     fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-        qp.cast()
+        value_or(std::ptr::null_mut(), || qp.cast())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The string helpers (`ibv_wc_status_str` and friends), with rdma-core's
 //! wording, which programs print and scripts match; and the fork calls.
 
+use crate::ffi::{errno_ret, value_or};
 use std::os::raw::{c_char, c_int};
 
 /// A static C string.
@@ -13,7 +14,7 @@ macro_rules! c {
 export! {
     /// `ibv_wc_status_str`.
     fn ibv_wc_status_str(status: u32) -> *const c_char {
-        match status {
+        value_or(c!("unknown"), || match status {
             0 => c!("success"),
             1 => c!("local length error"),
             2 => c!("local QP operation error"),
@@ -39,14 +40,14 @@ export! {
             22 => c!("TM error"),
             23 => c!("TM software rendezvous"),
             _ => c!("unknown"),
-        }
+        })
     }
 }
 
 export! {
     /// `ibv_node_type_str`.
     fn ibv_node_type_str(t: c_int) -> *const c_char {
-        match t {
+        value_or(c!("unknown"), || match t {
             1 => c!("InfiniBand channel adapter"),
             2 => c!("InfiniBand switch"),
             3 => c!("InfiniBand router"),
@@ -55,14 +56,14 @@ export! {
             6 => c!("usNIC UDP"),
             7 => c!("unspecified"),
             _ => c!("unknown"),
-        }
+        })
     }
 }
 
 export! {
     /// `ibv_port_state_str`.
     fn ibv_port_state_str(s: u32) -> *const c_char {
-        match s {
+        value_or(c!("invalid state"), || match s {
             0 => c!("PORT_NOP"),
             1 => c!("PORT_DOWN"),
             2 => c!("PORT_INIT"),
@@ -70,14 +71,14 @@ export! {
             4 => c!("PORT_ACTIVE"),
             5 => c!("PORT_ACTIVE_DEFER"),
             _ => c!("invalid state"),
-        }
+        })
     }
 }
 
 export! {
     /// `ibv_event_type_str`.
     fn ibv_event_type_str(e: u32) -> *const c_char {
-        match e {
+        value_or(c!("unknown"), || match e {
             0 => c!("CQ error"),
             1 => c!("local work queue catastrophic error"),
             2 => c!("invalid request local work queue error"),
@@ -99,7 +100,7 @@ export! {
             18 => c!("GID table change"),
             19 => c!("WQ fatal"),
             _ => c!("unknown"),
-        }
+        })
     }
 }
 
@@ -109,13 +110,13 @@ export! {
     /// its engine; the child gets copies and no engine thread (it must
     /// not use the parent's verbs objects, as with rdma-core).
     fn ibv_fork_init() -> c_int {
-        0
+        errno_ret(|| Ok(()))
     }
 }
 
 export! {
     /// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED` (2).
     fn ibv_is_fork_initialized() -> c_int {
-        2
+        value_or(2, || 2)
     }
 }

@@ -8,8 +8,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::raw::{c_char, c_int};
 
 use super::id::to_sockaddr;
+use super::rc;
 use crate::abi::consts::{IBV_QPT_RC, IBV_QPT_UD};
 use crate::abi::*;
+use crate::ffi::void;
 use crate::ffi::{arg_mut, Res};
 
 /// One answer: the C view first, then the addresses it points to.
@@ -83,7 +85,7 @@ export! {
     /// source address (the node's, or the wildcard); active: the
     /// destination, and the hints' source address if they give one.
     fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int {
-        super::rc(|| {
+        rc(|| {
             // SAFETY: the program's out pointer and strings.
             let (out, node, service) = unsafe { (arg_mut(res)?, text(node)?, text(service)?) };
             // SAFETY: NULL or the program's hints.
@@ -151,13 +153,16 @@ export! {
 export! {
     /// `rdma_freeaddrinfo`.
     fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-        let mut p = res;
-        while !p.is_null() {
-            // SAFETY: an answer of rdma_getaddrinfo (calloc'd Info).
-            let next = unsafe { (*p).ai_next };
-            // SAFETY: as above.
-            unsafe { libc::free(p.cast()) };
-            p = next;
-        }
+        void(|| {
+            let mut p = res;
+            while !p.is_null() {
+                // SAFETY: an answer of rdma_getaddrinfo (calloc'd Info).
+                let next = unsafe { (*p).ai_next };
+                // SAFETY: as above.
+                unsafe { libc::free(p.cast()) };
+                p = next;
+            }
+            Ok(())
+        })
     }
 }

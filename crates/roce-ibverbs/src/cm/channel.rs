@@ -15,6 +15,7 @@ use super::{lock, rc, Id};
 use crate::abi::*;
 use crate::context::wait_readable;
 use crate::ffi::{arg, ptr_ret, Res};
+use crate::ffi::{value_or, void};
 
 /// Private data an event can carry: the largest of the CM's messages
 /// (REP: 196 bytes).
@@ -217,10 +218,13 @@ export! {
     /// `rdma_destroy_event_channel`: the program's reference goes; the
     /// descriptor closes when no id uses the channel any more.
     fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
-        if !ch.is_null() {
-            // SAFETY: the program's channel, from Arc::into_raw.
-            drop(unsafe { Arc::from_raw(ch.cast::<Channel>().cast_const()) });
-        }
+        void(|| {
+            if !ch.is_null() {
+                // SAFETY: the program's channel, from Arc::into_raw.
+                drop(unsafe { Arc::from_raw(ch.cast::<Channel>().cast_const()) });
+            }
+            Ok(())
+        })
     }
 }
 
@@ -279,11 +283,13 @@ const EVENT_NAMES: [&std::ffi::CStr; 16] = [
 export! {
     /// `rdma_event_str`.
     fn rdma_event_str(event: u32) -> *const c_char {
-        EVENT_NAMES
-            .get(event as usize)
-            .copied()
-            .unwrap_or(c"UNKNOWN EVENT")
-            .as_ptr()
+        value_or(c"UNKNOWN EVENT".as_ptr(), || {
+            EVENT_NAMES
+                .get(event as usize)
+                .copied()
+                .unwrap_or(c"UNKNOWN EVENT")
+                .as_ptr()
+        })
     }
 }
 

@@ -16,6 +16,7 @@ use crate::config::log;
 use crate::context::{gid_of, live, mtu_enum, new_context, owns, Context};
 use crate::device;
 use crate::ffi::{arg_mut, ptr_ret, Res};
+use crate::ffi::{value_or, void};
 
 /// A new id (not yet in any table).
 pub(crate) fn new_id(
@@ -580,7 +581,7 @@ export! {
     /// `rdma_get_src_port`: network byte order.
     fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
         // SAFETY: the program's id.
-        unsafe { Id::from_ptr(id) }.map_or(0, |i| port_of(unsafe { &(*i.c()).route.addr.src }))
+        value_or(0, || unsafe { Id::from_ptr(id) }.map_or(0, |i| port_of(unsafe { &(*i.c()).route.addr.src })))
     }
 }
 
@@ -588,7 +589,7 @@ export! {
     /// `rdma_get_dst_port`: network byte order.
     fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
         // SAFETY: the program's id.
-        unsafe { Id::from_ptr(id) }.map_or(0, |i| port_of(unsafe { &(*i.c()).route.addr.dst }))
+        value_or(0, || unsafe { Id::from_ptr(id) }.map_or(0, |i| port_of(unsafe { &(*i.c()).route.addr.dst })))
     }
 }
 
@@ -621,6 +622,9 @@ export! {
     /// `rdma_free_devices`.
     fn rdma_free_devices(list: *mut *mut ibv_context) {
         // SAFETY: an array from rdma_get_devices (or NULL).
-        unsafe { libc::free(list.cast()) }
+        void(|| {
+            unsafe { libc::free(list.cast()) };
+            Ok(())
+        })
     }
 }

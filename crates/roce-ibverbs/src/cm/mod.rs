@@ -43,7 +43,6 @@ mod qp;
 mod rsocket;
 
 use std::net::SocketAddr;
-use std::os::raw::c_int;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use roce_verbs::{CmId, ListenId};
@@ -60,11 +59,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs a librdmacm call: 0 on success, or -1 with `errno` set (what
-/// rdma-core's `ERR()` returns), never a panic into C.
-pub(crate) fn rc(f: impl FnOnce() -> Res<()>) -> c_int {
-    crate::ffi::minus_one(|| f().map(|()| 0))
-}
+/// librdmacm's return convention: 0, or -1 with `errno` set (what
+/// rdma-core's `ERR()` returns).
+pub(crate) use crate::ffi::rc;
 
 /// Where an id is in its life (rdma_cm's states, reduced to what the
 /// calls check).

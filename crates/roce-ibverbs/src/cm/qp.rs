@@ -22,12 +22,8 @@ use crate::srq::{ibv_create_srq, ibv_destroy_srq};
 /// `IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`.
 const CONN_ACCESS: u32 = 0xf;
 
-/// The errno of the last verb that failed.
-fn last_errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
+use crate::ffi::last_errno;
+use crate::ffi::void;
 
 /// The id's PD: `pd`, else the id's, else a new one the id owns.
 fn pd_for(i: &Id, pd: *mut ibv_pd) -> Res<*mut ibv_pd> {
@@ -262,10 +258,11 @@ export! {
     /// `rdma_destroy_qp`: the QP, and the CQs and channels
     /// `rdma_create_qp` made for it.
     fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-        // SAFETY: the program's id.
-        if let Ok(i) = unsafe { Id::from_ptr(id) } {
-            destroy_qp(i);
-        }
+        void(|| {
+            // SAFETY: the program's id.
+            destroy_qp(unsafe { Id::from_ptr(id) }?);
+            Ok(())
+        })
     }
 }
 
@@ -324,10 +321,11 @@ fn destroy_srq(i: &Id) {
 export! {
     /// `rdma_destroy_srq`.
     fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-        // SAFETY: the program's id.
-        if let Ok(i) = unsafe { Id::from_ptr(id) } {
-            destroy_srq(i);
-        }
+        void(|| {
+            // SAFETY: the program's id.
+            destroy_srq(unsafe { Id::from_ptr(id) }?);
+            Ok(())
+        })
     }
 }
 
@@ -402,10 +400,12 @@ export! {
     /// `rdma_destroy_ep`: the QP (and what `rdma_create_qp` made), the
     /// SRQ, the id, and the PD if the library allocated it.
     fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-        // SAFETY: the program's id.
-        let Ok(i) = (unsafe { Id::from_ptr(id) }) else { return };
-        destroy_qp(i);
-        destroy_srq(i);
-        let _ = destroy(id);
+        void(|| {
+            // SAFETY: the program's id.
+            let i = unsafe { Id::from_ptr(id) }?;
+            destroy_qp(i);
+            destroy_srq(i);
+            destroy(id)
+        })
     }
 }
