@@ -27,7 +27,7 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::config::{self, log};
 use crate::device::{self, Device};
-use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, Res};
+use crate::ffi::{arg, arg_mut, errno_ret, minus_one, neg_errno, ptr_ret, Res};
 
 /// A raw pointer kept in a table (the objects it names are owned by the
 /// program's handles; the table only maps engine ids back to them).
@@ -707,7 +707,12 @@ export! {
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
                 return Err(libc::EINVAL);
             }
-            if port != 1 || index as usize >= c.gids.len() {
+            // As the kernel's QUERY_GID_ENTRY: a port the device does not
+            // have is EINVAL, an index beyond the table ENODATA.
+            if port != 1 {
+                return Err(libc::EINVAL);
+            }
+            if index as usize >= c.gids.len() {
                 return Err(libc::ENODATA);
             }
             *entry = gid_entry(c, index);
@@ -717,15 +722,18 @@ export! {
 }
 
 export! {
-    /// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`).
+    /// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`):
+    /// the number of entries, or a negative errno as rdma-core returns
+    /// it (`-EINVAL` for no room, as the kernel's QUERY_GID_TABLE).
     fn _ibv_query_gid_table(ctx: *mut ibv_context, entries: *mut ibv_gid_entry, max: usize, flags: u32, entry_size: usize) -> isize {
-        minus_one(|| {
+        let mut n = 0;
+        let r = neg_errno(|| {
             // SAFETY: the program's context.
             let c = unsafe { Context::from_ptr(ctx)? };
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || entries.is_null() {
                 return Err(libc::EINVAL);
             }
-            let n = c.gids.len();
+            n = c.gids.len();
             if max < n {
                 return Err(libc::EINVAL);
             }
@@ -734,8 +742,13 @@ export! {
                 // of `entry_size` bytes, which holds an ibv_gid_entry.
                 unsafe { *entries.byte_add(i * entry_size) = gid_entry(c, i as u32) };
             }
-            Ok(n as isize)
-        })
+            Ok(())
+        });
+        if r < 0 {
+            r as isize
+        } else {
+            n as isize
+        }
     }
 }
 

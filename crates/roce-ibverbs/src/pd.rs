@@ -138,7 +138,8 @@ fn reg(
         iova
     };
     if addr.is_null() && len > 0 {
-        return Err(libc::EINVAL);
+        // Nothing is mapped at page 0: the kernel's pinning says EFAULT.
+        return Err(libc::EFAULT);
     }
     if !mapped(addr as usize, len) {
         return Err(libc::EFAULT);
