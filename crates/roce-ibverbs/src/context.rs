@@ -63,6 +63,11 @@ pub(crate) struct Context {
     pub(crate) mtu: u32,
     /// The eventfd behind `async_fd` (one count per queued event).
     async_efd: Arc<OwnedFd>,
+    /// What `cmd_fd` is: a descriptor of the context's own that programs
+    /// may `dup` (rdma-core's tests do, for `ibv_import_device`, which
+    /// says `EOPNOTSUPP` here); it never carries anything, and closes
+    /// with the context.
+    cmd_fd: OwnedFd,
     pub(crate) objects: Mutex<Objects>,
     /// PDs, CQs, channels and QPs still alive: `ibv_close_device` does
     /// not check (rdma-core does not either), but `ibv_dealloc_pd` does.
@@ -396,6 +401,7 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let (verbs, local) = open_engine(dev, at)?;
     let efd = Arc::new(eventfd()?);
+    let cmd_fd = eventfd()?;
     verbs.set_event_notifier(counting(&efd));
     let mtu = if dev.info.interface().loopback {
         4096
@@ -414,7 +420,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &dev.ibv as *const ibv_device as *mut ibv_device;
-    c.cmd_fd = -1;
+    c.cmd_fd = cmd_fd.as_raw_fd();
     c.async_fd = efd.as_raw_fd();
     c.num_comp_vectors = 1;
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
@@ -427,6 +433,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         gids: gid_table(dev, local),
         mtu,
         async_efd: efd,
+        cmd_fd,
         objects: Mutex::new(Objects::default()),
         children: AtomicUsize::new(0),
         cm: std::sync::OnceLock::new(),

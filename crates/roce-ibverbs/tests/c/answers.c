@@ -292,5 +292,8 @@ int main(void) {
 	case_d();
 	case_e();
 	case_f();
+	case_h();
+	case_i();
+	case_j();
 	return failures;
 }
