@@ -292,8 +292,10 @@ int main(void) {
 	case_d();
 	case_e();
 	case_f();
+	case_g();
 	case_h();
 	case_i();
 	case_j();
+	case_k();
 	return failures;
 }
