@@ -714,7 +714,7 @@ fn gid_entry(c: &Context, index: u32) -> ibv_gid_entry {
 export! {
     /// `_ibv_query_gid_ex` (behind `verbs.h`'s inline `ibv_query_gid_ex`).
     fn _ibv_query_gid_ex(ctx: *mut ibv_context, port: u32, index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int {
-        errno_ret(|| {
+        let e = errno_ret(|| {
             // SAFETY: the program's pointers.
             let (c, entry) = unsafe { (Context::from_ptr(ctx)?, arg_mut(entry)?) };
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
@@ -730,7 +730,12 @@ export! {
             }
             *entry = gid_entry(c, index);
             Ok(())
-        })
+        });
+        if e != 0 {
+            // errno too, as the failed ioctl behind rdma-core's leaves it.
+            crate::ffi::set_errno(e);
+        }
+        e
     }
 }
 
@@ -758,6 +763,8 @@ export! {
             Ok(())
         });
         if r < 0 {
+            // errno too, as the failed ioctl behind rdma-core's leaves it.
+            crate::ffi::set_errno(-r);
             r as isize
         } else {
             n as isize

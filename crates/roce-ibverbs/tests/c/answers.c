@@ -124,13 +124,16 @@ static void case_e(void) {
 	 * positive one (EINVAL for a bad port, ENODATA for an empty index). */
 	struct ibv_gid_entry ents[64], one_ent;
 	ssize_t all = ibv_query_gid_table(ctx, ents, 64, 0);
+	errno = 0;
 	ssize_t none = ibv_query_gid_table(ctx, ents, 0, 0);
+	int none_errno = errno;
 	ssize_t few = all > 1 ? ibv_query_gid_table(ctx, ents, all - 1, 0) : -EINVAL;
 	int bad_port = ibv_query_gid_ex(ctx, 2, 0, &one_ent, 0);
 	int bad_index = ibv_query_gid_ex(ctx, 1, 1000, &one_ent, 0);
-	CHECK("gid_table_errno", all >= 1 && none == -EINVAL && few == -EINVAL && bad_port == EINVAL &&
-	      bad_index == ENODATA, "table %zd, max 0: %zd, max %zd: %zd, port 2: %d, index 1000: %d",
-	      all, none, all - 1, few, bad_port, bad_index);
+	CHECK("gid_table_errno", all >= 1 && none == -EINVAL && none_errno == EINVAL && few == -EINVAL &&
+	      bad_port == EINVAL && bad_index == ENODATA,
+	      "table %zd, max 0: %zd (errno %d), max %zd: %zd, port 2: %d, index 1000: %d",
+	      all, none, none_errno, all - 1, few, bad_port, bad_index);
 }
 
 static void case_f(void) {
