@@ -28,7 +28,7 @@ use crate::abi::*;
 use crate::config::{self, log};
 use crate::device::{self, Device};
 use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, Res};
-use crate::ffi::{value_or, void};
+use crate::ffi::{count_or_neg, errno_set, value_or, void};
 
 /// A raw pointer kept in a table (the objects it names are owned by the
 /// program's handles; the table only maps engine ids back to them).
@@ -64,6 +64,11 @@ pub(crate) struct Context {
     pub(crate) mtu: u32,
     /// The eventfd behind `async_fd` (one count per queued event).
     async_efd: Arc<OwnedFd>,
+    /// What `cmd_fd` is: a descriptor of the context's own that programs
+    /// may `dup` (rdma-core's tests do, for `ibv_import_device`, which
+    /// says `EOPNOTSUPP` here); it never carries anything, and closes
+    /// with the context.
+    cmd_fd: OwnedFd,
     pub(crate) objects: Mutex<Objects>,
     /// PDs, CQs, channels and QPs still alive: `ibv_close_device` does
     /// not check (rdma-core does not either), but `ibv_dealloc_pd` does.
@@ -266,9 +271,15 @@ fn open_on(
     // polling: ib_send_lat's mean doubled); the engine's ACK deferral
     // brings a WRITE's answer before its ACK instead. Posts in a burst
     // share their system calls.
+    //
+    // A scatter/gather entry outside its region, of another PD or with
+    // an unknown lkey is posted and completes in error when it runs, as
+    // on rxe and NICs (rping's server READs a peer's larger buffer into
+    // its 64-byte one and expects a completion, not a failed post).
     let progress = roce_verbs::ProgressConfig {
         poller_park: std::time::Duration::from_millis(1),
         coalesce_posts: std::time::Duration::from_micros(4),
+        check_sges_at_post: false,
         ..roce_verbs::ProgressConfig::default()
     };
     // Peers that number their IPv4 identifications (Linux rxe, and the
@@ -397,6 +408,7 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let (verbs, local) = open_engine(dev, at)?;
     let efd = Arc::new(eventfd()?);
+    let cmd_fd = eventfd()?;
     verbs.set_event_notifier(counting(&efd));
     let mtu = if dev.info.interface().loopback {
         4096
@@ -415,7 +427,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &dev.ibv as *const ibv_device as *mut ibv_device;
-    c.cmd_fd = -1;
+    c.cmd_fd = cmd_fd.as_raw_fd();
     c.async_fd = efd.as_raw_fd();
     c.num_comp_vectors = 1;
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
@@ -428,6 +440,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         gids: gid_table(dev, local),
         mtu,
         async_efd: efd,
+        cmd_fd,
         objects: Mutex::new(Objects::default()),
         children: AtomicUsize::new(0),
         cm: std::sync::OnceLock::new(),
@@ -702,13 +715,19 @@ fn gid_entry(c: &Context, index: u32) -> ibv_gid_entry {
 export! {
     /// `_ibv_query_gid_ex` (behind `verbs.h`'s inline `ibv_query_gid_ex`).
     fn _ibv_query_gid_ex(ctx: *mut ibv_context, port: u32, index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int {
-        errno_ret(|| {
+        // errno too, as the failed ioctl behind rdma-core's leaves it.
+        errno_set(|| {
             // SAFETY: the program's pointers.
             let (c, entry) = unsafe { (Context::from_ptr(ctx)?, arg_mut(entry)?) };
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
                 return Err(libc::EINVAL);
             }
-            if port != 1 || index as usize >= c.gids.len() {
+            // As the kernel's QUERY_GID_ENTRY: a port the device does not
+            // have is EINVAL, an index beyond the table ENODATA.
+            if port != 1 {
+                return Err(libc::EINVAL);
+            }
+            if index as usize >= c.gids.len() {
                 return Err(libc::ENODATA);
             }
             *entry = gid_entry(c, index);
@@ -718,9 +737,12 @@ export! {
 }
 
 export! {
-    /// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`).
+    /// `_ibv_query_gid_table` (behind the inline `ibv_query_gid_table`):
+    /// the number of entries, or a negative errno as rdma-core returns
+    /// it (`-EINVAL` for no room, as the kernel's QUERY_GID_TABLE).
     fn _ibv_query_gid_table(ctx: *mut ibv_context, entries: *mut ibv_gid_entry, max: usize, flags: u32, entry_size: usize) -> isize {
-        minus_one(|| {
+        // errno too, as the failed ioctl behind rdma-core's leaves it.
+        count_or_neg(|| {
             // SAFETY: the program's context.
             let c = unsafe { Context::from_ptr(ctx)? };
             if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || entries.is_null() {
@@ -735,7 +757,7 @@ export! {
                 // of `entry_size` bytes, which holds an ibv_gid_entry.
                 unsafe { *entries.byte_add(i * entry_size) = gid_entry(c, i as u32) };
             }
-            Ok(n as isize)
+            Ok(n)
         })
     }
 }

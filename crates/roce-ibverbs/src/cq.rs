@@ -253,10 +253,12 @@ fn create(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: u32,
 ) -> Res<*mut ibv_cq_ex> {
     // SAFETY: the program's context.
     let c = unsafe { Context::from_ptr(ctx)? };
-    if cqe <= 0 {
+    // The kernel's create_cq: a vector the device does not have is EINVAL.
+    if cqe <= 0 || comp_vector >= c.vctx.context.num_comp_vectors as u32 {
         return Err(libc::EINVAL);
     }
     // SAFETY: the program's channel or NULL (a Channel: its first field).
@@ -315,8 +317,8 @@ fn create(
 
 export! {
     /// `ibv_create_cq`.
-    fn ibv_create_cq(ctx: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, _comp_vector: c_int) -> *mut ibv_cq {
-        ptr_ret(|| create(ctx, cqe, cq_context, channel).map(|p| p.cast()))
+    fn ibv_create_cq(ctx: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq {
+        ptr_ret(|| create(ctx, cqe, cq_context, channel, comp_vector as u32).map(|p| p.cast()))
     }
 }
 
@@ -335,7 +337,7 @@ unsafe extern "C" fn create_cq_ex(
         if a.wc_flags & !CQ_EX_FLAGS != 0 || a.comp_mask & !0x3 != 0 {
             return Err(libc::EOPNOTSUPP);
         }
-        create(ctx, a.cqe as c_int, a.cq_context, a.channel)
+        create(ctx, a.cqe as c_int, a.cq_context, a.channel, a.comp_vector)
     })
 }
 

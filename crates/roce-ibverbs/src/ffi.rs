@@ -49,6 +49,30 @@ pub(crate) fn neg_errno(f: impl FnOnce() -> Res<()>) -> c_int {
     }
 }
 
+/// A verb returning 0 or an errno value that also sets `errno`, as a
+/// failed ioctl behind rdma-core's wrapper leaves it (`_ibv_query_gid_ex`).
+pub(crate) fn errno_set(f: impl FnOnce() -> Res<()>) -> c_int {
+    match run(f) {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            e
+        }
+    }
+}
+
+/// A count, or a negative errno value with `errno` set too
+/// (`_ibv_query_gid_table`).
+pub(crate) fn count_or_neg(f: impl FnOnce() -> Res<usize>) -> isize {
+    match run(f) {
+        Ok(n) => n as isize,
+        Err(e) => {
+            set_errno(e);
+            -(e as isize)
+        }
+    }
+}
+
 /// A verb returning a non-negative value, or -1 with `errno` set
 /// (`ibv_get_cq_event`, `ibv_query_gid`, `ibv_poll_cq`'s error path).
 pub(crate) fn minus_one<T: From<i8>>(f: impl FnOnce() -> Res<T>) -> T {
@@ -179,8 +203,8 @@ pub(crate) fn copy_cstr(dst: &mut [std::os::raw::c_char], s: &str) {
 /// exports; the renamed ones are ours to version).
 ///
 /// The body is one call of a return convention of this module with a
-/// closure: `errno_ret`, `neg_errno`, `minus_one`, `rc`, `ptr_ret`,
-/// `void`, or `value_or(fallback, ..)` (imported where the macro is
+/// closure: `errno_ret`, `errno_set`, `neg_errno`, `count_or_neg`,
+/// `minus_one`, `rc`, `ptr_ret`, `void`, or `value_or(fallback, ..)` (imported where the macro is
 /// used). The macro accepts no other shape, so no export can leave out
 /// the panic boundary or its error value, and in tests each export is
 /// registered as a [`probe::Probe`] of its convention (there is no probe
@@ -328,6 +352,14 @@ pub(crate) mod probe {
 
     pub(crate) fn neg_errno(r: c_int, _: c_int) -> Result<(), String> {
         same(r, -libc::EIO)
+    }
+
+    pub(crate) fn errno_set(r: c_int, e: c_int) -> Result<(), String> {
+        same((r, e), (libc::EIO, libc::EIO))
+    }
+
+    pub(crate) fn count_or_neg(r: isize, e: c_int) -> Result<(), String> {
+        same((r, e), (-(libc::EIO as isize), libc::EIO))
     }
 
     pub(crate) fn minus_one<T: From<i8> + PartialEq + Debug>(r: T, e: c_int) -> Result<(), String> {

@@ -102,8 +102,9 @@ fn mapped(addr: usize, len: usize) -> bool {
 }
 
 /// The access flags the engine understands; the optional ones
-/// (relaxed ordering and the like) and on-demand paging are accepted and
-/// have no effect, as every page of the process is reachable.
+/// (relaxed ordering and the like) are accepted and have no effect.
+/// On-demand paging is `EOPNOTSUPP`, as the kernel answers for a device
+/// whose `odp_caps` are empty (`ib_check_mr_access`).
 fn access_of(flags: c_int) -> Res<Access> {
     let f = flags as u32;
     const MW_BIND: u32 = 1 << 4;
@@ -111,7 +112,10 @@ fn access_of(flags: c_int) -> Res<Access> {
     const ON_DEMAND: u32 = 1 << 6;
     const HUGETLB: u32 = 1 << 7;
     const OPTIONAL: u32 = 0x3ff << 20;
-    let known = 0xf | MW_BIND | ZERO_BASED | ON_DEMAND | HUGETLB | OPTIONAL;
+    if f & ON_DEMAND != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let known = 0xf | MW_BIND | ZERO_BASED | HUGETLB | OPTIONAL;
     if f & !known != 0 {
         return Err(libc::EINVAL);
     }
@@ -139,7 +143,8 @@ fn reg(
         iova
     };
     if addr.is_null() && len > 0 {
-        return Err(libc::EINVAL);
+        // Nothing is mapped at page 0: the kernel's pinning says EFAULT.
+        return Err(libc::EFAULT);
     }
     if !mapped(addr as usize, len) {
         return Err(libc::EFAULT);

@@ -172,9 +172,10 @@ export! {
     }
 }
 
-/// `comp_mask` bits of `ibv_qp_init_attr_ex` this device takes: PD and
-/// send_ops_flags.
+/// `comp_mask` bits of `ibv_qp_init_attr_ex` this device takes: PD,
+/// create_flags (none of which it has) and send_ops_flags.
 const QP_INIT_ATTR_PD: u32 = 1 << 0;
+const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 
 /// The `ibv_wr_*` operations the builder implements (`send_ops_flags`).
@@ -188,8 +189,11 @@ unsafe extern "C" fn create_qp_ex(
     ptr_ret(|| {
         // SAFETY: the program's attributes.
         let a = unsafe { arg_mut(attr)? };
-        if a.comp_mask & !(QP_INIT_ATTR_PD | QP_INIT_ATTR_SEND_OPS_FLAGS) != 0
-            || a.create_flags != 0
+        // A field counts only when comp_mask names it; a creation flag is
+        // EOPNOTSUPP, as rxe answers.
+        let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & !known != 0
+            || (a.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
         {
             return Err(libc::EOPNOTSUPP);
         }
@@ -280,7 +284,20 @@ export! {
                 // No alternate path on this device (no APM).
                 return Err(libc::EINVAL);
             }
+            // One port: the kernel's modify_qp checks both port numbers.
             if m.contains(QpAttrMask::PORT) && a.port_num != 1 {
+                return Err(libc::EINVAL);
+            }
+            if m.contains(QpAttrMask::AV) && a.ah_attr.port_num != 1 {
+                return Err(libc::EINVAL);
+            }
+            // Read/atomic depths beyond what ibv_query_device reports
+            // (rxe_qp_chk_attr: EINVAL).
+            let l = roce_verbs::LIMITS;
+            if (m.contains(QpAttrMask::MAX_QP_RD_ATOMIC) && u32::from(a.max_rd_atomic) > l.max_qp_init_rd_atom)
+                || (m.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
+                    && u32::from(a.max_dest_rd_atomic) > l.max_qp_rd_atom)
+            {
                 return Err(libc::EINVAL);
             }
             if m.contains(QpAttrMask::PKEY_INDEX) && a.pkey_index != 0 {

@@ -77,6 +77,18 @@ pub struct ProgressConfig {
     /// (`std::thread::available_parallelism`, which follows the CPU
     /// affinity mask and cgroup quota).
     pub yield_when_idle: bool,
+    /// Whether `post_send` and `post_recv` refuse a scatter/gather entry
+    /// whose lkey names no region, a region of another PD, or bytes
+    /// outside its region ([`Error::UnknownLkey`](crate::Error::UnknownLkey),
+    /// [`Error::WrongPd`](crate::Error::WrongPd),
+    /// [`Error::SgeOutOfBounds`](crate::Error::SgeOutOfBounds)). On (the
+    /// default) for the Rust API, which reports such a mistake where it
+    /// is made. Off, such a work request is posted and the engine's own
+    /// checks, when it runs, complete it with a local protection error
+    /// (a receive also NAKs the SEND that meets it, whose sender sees a
+    /// remote operational error), as on rxe and RoCE NICs, which check
+    /// keys when they use them: the drop-in libibverbs turns it off.
+    pub check_sges_at_post: bool,
 }
 
 impl Default for ProgressConfig {
@@ -92,6 +104,7 @@ impl Default for ProgressConfig {
             hand_over_on_completion: false,
             coalesce_posts: Duration::ZERO,
             yield_when_idle: std::thread::available_parallelism().is_ok_and(|n| n.get() == 1),
+            check_sges_at_post: true,
         }
     }
 }

@@ -238,8 +238,10 @@ impl QueuePair {
     }
 
     /// `ibv_post_send`. Every scatter/gather entry must lie inside a live
-    /// memory region of this QP's PD; the regions stay registered until the
-    /// WR completes (see the crate docs). Unsignaled WRs release their
+    /// memory region of this QP's PD (an error here, or with
+    /// [`ProgressConfig::check_sges_at_post`](crate::ProgressConfig::check_sges_at_post)
+    /// off a completion with a local protection error); the regions stay
+    /// registered until the WR completes (see the crate docs). Unsignaled WRs release their
     /// regions when a later signaled WR of the QP completes.
     pub fn post_send(&self, wr: SendWr) -> Result<(), Error> {
         self.post_send_list(std::iter::once(wr)).map_err(|(_, e)| e)

@@ -165,6 +165,8 @@ pub(crate) struct Core {
     pub(crate) cm_dropped: Vec<roce_core::cm::CmId>,
     /// [`ProgressConfig::copy_piece`](crate::ProgressConfig::copy_piece).
     pub(crate) copy_piece: Option<usize>,
+    /// [`ProgressConfig::check_sges_at_post`](crate::ProgressConfig::check_sges_at_post).
+    pub(crate) check_sges_at_post: bool,
     next_id: u64,
 }
 
@@ -263,6 +265,7 @@ impl Shared {
                 notify: Vec::new(),
                 cm_dropped: Vec::new(),
                 copy_piece: cfg.copy_piece,
+                check_sges_at_post: cfg.check_sges_at_post,
                 next_id: 1,
             }),
             io: Mutex::new(Io {
@@ -441,14 +444,18 @@ impl Core {
         lock(&o.home).take()
     }
 
-    /// Resolves the memory regions an SGL names, checking PD and bounds.
+    /// Resolves the memory regions an SGL names, checking PD and bounds
+    /// unless `check_sges_at_post` is off: then the regions found are
+    /// kept and the rest is left to the engine's checks when the work
+    /// request runs.
     pub(crate) fn resolve(&self, pd: PdId, sgl: &[Sge], refs: &mut Refs) -> Result<(), Error> {
         for sge in sgl {
-            let mr = self
-                .mrs
-                .get(&sge.lkey.value())
-                .and_then(Weak::upgrade)
-                .ok_or(Error::UnknownLkey(sge.lkey))?;
+            let mr = self.mrs.get(&sge.lkey.value()).and_then(Weak::upgrade);
+            if !self.check_sges_at_post {
+                refs.extend(mr);
+                continue;
+            }
+            let mr = mr.ok_or(Error::UnknownLkey(sge.lkey))?;
             let (va, len) = (mr.va(), mr.len() as u64);
             let wrong_pd = mr.pd() != pd;
             let in_bounds = sge.addr >= va

@@ -533,8 +533,10 @@ fn ibv_qp_attr_of(q: &roce_verbs::QpAttr) -> ibv_qp_attr {
             port_num: 1,
             ..Default::default()
         },
-        max_rd_atomic: q.max_rd_atomic,
-        max_dest_rd_atomic: q.max_dest_rd_atomic,
+        // A foreign peer's REQ may ask for more than this device has:
+        // the attributes stay ones ibv_modify_qp takes.
+        max_rd_atomic: q.max_rd_atomic.min(MAX_DEPTH),
+        max_dest_rd_atomic: q.max_dest_rd_atomic.min(MAX_DEPTH),
         min_rnr_timer: q.min_rnr_timer,
         port_num: 1,
         timeout: q.timeout,

@@ -401,29 +401,43 @@ export! {
     }
 }
 
+/// `sizeof(struct ibv_path_data)`: flags, reserved, a 64-byte path record.
+const PATH_DATA_LEN: usize = 72;
+
 export! {
     /// `rdma_set_option`: TOS, REUSEADDR, AFONLY and ACK_TIMEOUT are
     /// taken; an IB path record is accepted (the route is the IP one).
+    /// Lengths as the kernel's ucma checks them: exactly a `u8` for TOS
+    /// and ACK_TIMEOUT, an `int` for REUSEADDR and AFONLY, whole
+    /// `ibv_path_data` records (at least one) for IB_PATH, else `EINVAL`;
+    /// an option it does not know is `ENOSYS`.
     fn rdma_set_option(id: *mut rdma_cm_id, level: c_int, name: c_int, val: *mut c_void, len: usize) -> c_int {
         rc(|| {
             // SAFETY: the program's id.
             let i = unsafe { Id::from_ptr(id)? };
-            if val.is_null() {
+            let want = match (level, name) {
+                (option::ID, option::ID_TOS | option::ID_ACK_TIMEOUT) => len == 1,
+                (option::ID, option::ID_REUSEADDR | option::ID_AFONLY) => len == size_of::<c_int>(),
+                (option::IB, option::IB_PATH) => len > 0 && len.is_multiple_of(PATH_DATA_LEN),
+                _ => return Err(libc::ENOSYS),
+            };
+            if !want {
                 return Err(libc::EINVAL);
             }
+            if val.is_null() {
+                // The kernel copies the value in first.
+                return Err(libc::EFAULT);
+            }
             match (level, name) {
-                (option::ID, option::ID_TOS) if len >= 1 => {
-                    // SAFETY: at least one readable byte.
+                (option::ID, option::ID_TOS) => {
+                    // SAFETY: one readable byte (checked above).
                     i.st().tos = unsafe { *val.cast::<u8>() };
                 }
-                (option::ID, option::ID_ACK_TIMEOUT) if len >= 1 => {
-                    // SAFETY: at least one readable byte.
+                (option::ID, option::ID_ACK_TIMEOUT) => {
+                    // SAFETY: one readable byte (checked above).
                     i.st().ack_timeout = unsafe { *val.cast::<u8>() };
                 }
-                (option::ID, option::ID_REUSEADDR | option::ID_AFONLY)
-                    if len >= size_of::<c_int>() => {}
-                (option::IB, option::IB_PATH) => {}
-                _ => return Err(libc::EINVAL),
+                _ => {}
             }
             Ok(())
         })
