@@ -545,45 +545,47 @@ export! {
     }
 }
 
-/// `verbs_context.query_device_ex`: as much of `ibv_device_attr_ex` as
-/// the program's structure holds (`attr_size`).
-unsafe extern "C" fn query_device_ex(
-    ctx: *mut ibv_context,
-    input: *const ibv_query_device_ex_input,
-    out: *mut ibv_device_attr_ex,
-    attr_size: usize,
-) -> c_int {
-    errno_ret(|| {
-        // SAFETY: the program's context.
-        let c = unsafe { Context::from_ptr(ctx)? };
-        // SAFETY: a NULL input is allowed; otherwise the program's.
-        if let Some(i) = unsafe { input.as_ref() } {
-            if i.comp_mask != 0 {
+entry! {
+    /// `verbs_context.query_device_ex`: as much of `ibv_device_attr_ex` as
+    /// the program's structure holds (`attr_size`).
+    fn query_device_ex(
+        ctx: *mut ibv_context,
+        input: *const ibv_query_device_ex_input,
+        out: *mut ibv_device_attr_ex,
+        attr_size: usize,
+    ) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's context.
+            let c = unsafe { Context::from_ptr(ctx)? };
+            // SAFETY: a NULL input is allowed; otherwise the program's.
+            if let Some(i) = unsafe { input.as_ref() } {
+                if i.comp_mask != 0 {
+                    return Err(libc::EINVAL);
+                }
+            }
+            if out.is_null() || attr_size < size_of::<ibv_device_attr>() {
                 return Err(libc::EINVAL);
             }
-        }
-        if out.is_null() || attr_size < size_of::<ibv_device_attr>() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: all-zero is a valid ibv_device_attr_ex.
-        let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
-        ex.orig_attr = device_attr(c);
-        // Completion timestamps are in nanoseconds of CLOCK_MONOTONIC.
-        ex.completion_timestamp_mask = u64::MAX;
-        ex.hca_core_clock = 1_000_000; // kHz
-        ex.phys_port_cnt_ex = 1;
-        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
-        // SAFETY: the program's buffer holds attr_size bytes; n is at most
-        // that and at most the source's size.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&ex as *const ibv_device_attr_ex).cast::<u8>(),
-                out.cast::<u8>(),
-                n,
-            )
-        };
-        Ok(())
-    })
+            // SAFETY: all-zero is a valid ibv_device_attr_ex.
+            let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+            ex.orig_attr = device_attr(c);
+            // Completion timestamps are in nanoseconds of CLOCK_MONOTONIC.
+            ex.completion_timestamp_mask = u64::MAX;
+            ex.hca_core_clock = 1_000_000; // kHz
+            ex.phys_port_cnt_ex = 1;
+            let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+            // SAFETY: the program's buffer holds attr_size bytes; n is at most
+            // that and at most the source's size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&ex as *const ibv_device_attr_ex).cast::<u8>(),
+                    out.cast::<u8>(),
+                    n,
+                )
+            };
+            Ok(())
+        })
+    }
 }
 
 fn port_attr(c: &Context) -> ibv_port_attr {
@@ -622,31 +624,33 @@ fn port_attr(c: &Context) -> ibv_port_attr {
     }
 }
 
-/// `verbs_context.query_port`, which `verbs.h`'s inline `ibv_query_port` calls.
-unsafe extern "C" fn query_port_ex(
-    ctx: *mut ibv_context,
-    port: u8,
-    out: *mut ibv_port_attr,
-    len: usize,
-) -> c_int {
-    errno_ret(|| {
-        // SAFETY: the program's context.
-        let c = unsafe { Context::from_ptr(ctx)? };
-        if port != 1 || out.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let a = port_attr(c);
-        let n = len.min(size_of::<ibv_port_attr>());
-        // SAFETY: the program's buffer holds `len` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&a as *const ibv_port_attr).cast::<u8>(),
-                out.cast::<u8>(),
-                n,
-            )
-        };
-        Ok(())
-    })
+entry! {
+    /// `verbs_context.query_port`, which `verbs.h`'s inline `ibv_query_port` calls.
+    fn query_port_ex(
+        ctx: *mut ibv_context,
+        port: u8,
+        out: *mut ibv_port_attr,
+        len: usize,
+    ) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's context.
+            let c = unsafe { Context::from_ptr(ctx)? };
+            if port != 1 || out.is_null() {
+                return Err(libc::EINVAL);
+            }
+            let a = port_attr(c);
+            let n = len.min(size_of::<ibv_port_attr>());
+            // SAFETY: the program's buffer holds `len` bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&a as *const ibv_port_attr).cast::<u8>(),
+                    out.cast::<u8>(),
+                    n,
+                )
+            };
+            Ok(())
+        })
+    }
 }
 
 export! {

@@ -13,8 +13,8 @@ use roce_verbs::{Completion, CqId, WcFlags};
 
 use crate::abi::*;
 use crate::context::{counting, eventfd, take_count, wait_readable, Context, Raw};
-use crate::ffi::void;
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
+use crate::ffi::{count_neg, value_or, void};
 
 /// The objects table's key of a CQ.
 pub(crate) fn key(id: CqId) -> u32 {
@@ -123,37 +123,36 @@ fn poll_into(cq: &Cq, max: usize, mut put: impl FnMut(usize, &Completion)) -> Re
     }
 }
 
-/// `ops.poll_cq` (the inline `ibv_poll_cq`): completions polled, or a
-/// negative value on error (an overflowed CQ).
-unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    let r = std::panic::catch_unwind(|| {
-        // SAFETY: the program's CQ.
-        let q = unsafe { Cq::from_ptr(cq)? };
-        if n <= 0 {
-            return Ok(0);
-        }
-        if wc.is_null() {
-            return Err(libc::EINVAL);
-        }
-        poll_into(q, n as usize, |i, c| {
-            // SAFETY: the program's array holds `n` entries; i < n.
-            unsafe { *wc.add(i) = wc_of(c) };
+entry! {
+    /// `ops.poll_cq` (the inline `ibv_poll_cq`): completions polled, or a
+    /// negative value on error (an overflowed CQ).
+    fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+        count_neg(|| {
+            // SAFETY: the program's CQ.
+            let q = unsafe { Cq::from_ptr(cq)? };
+            if n <= 0 {
+                return Ok(0);
+            }
+            if wc.is_null() {
+                return Err(libc::EINVAL);
+            }
+            poll_into(q, n as usize, |i, c| {
+                // SAFETY: the program's array holds `n` entries; i < n.
+                unsafe { *wc.add(i) = wc_of(c) };
+            })
         })
-    });
-    match r {
-        Ok(Ok(k)) => k as c_int,
-        Ok(Err(e)) => -e,
-        Err(_) => -libc::EIO,
     }
 }
 
-/// `ops.req_notify_cq`.
-unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    errno_ret(|| {
-        // SAFETY: the program's CQ.
-        let q = unsafe { Cq::from_ptr(cq)? };
-        q.cq.req_notify(solicited_only != 0).map_err(verr)
-    })
+entry! {
+    /// `ops.req_notify_cq`.
+    fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's CQ.
+            let q = unsafe { Cq::from_ptr(cq)? };
+            q.cq.req_notify(solicited_only != 0).map_err(verr)
+        })
+    }
 }
 
 /// Installs the CQ entries of a context's ops tables.
@@ -193,42 +192,69 @@ fn load_one(q: &Cq) -> c_int {
     }
 }
 
-unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    // SAFETY: the program's CQ.
-    let q = unsafe { ex(cq) };
-    // SAFETY: the program's attributes or NULL.
-    if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
-        return libc::EINVAL;
+entry! {
+    /// `ibv_start_poll`: 0 with the first completion loaded, `ENOENT` for
+    /// none, or an errno value.
+    fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's CQ.
+            let q = unsafe { ex(cq) };
+            // SAFETY: the program's attributes or NULL.
+            if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
+                return Err(libc::EINVAL);
+            }
+            if q.polling.swap(true, Ordering::Acquire) {
+                return Err(libc::EBUSY);
+            }
+            let r = load_one(q);
+            if r != 0 {
+                // No end_poll follows a failed start_poll.
+                q.polling.store(false, Ordering::Release);
+                return Err(r);
+            }
+            Ok(())
+        })
     }
-    if q.polling.swap(true, Ordering::Acquire) {
-        return libc::EBUSY;
-    }
-    let r = load_one(q);
-    if r != 0 {
-        // No end_poll follows a failed start_poll.
-        q.polling.store(false, Ordering::Release);
-    }
-    r
 }
 
-unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: the program's CQ, between start_poll and end_poll.
-    load_one(unsafe { ex(cq) })
+entry! {
+    /// `ibv_next_poll`: as `start_poll`, for the next completion.
+    fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's CQ, between start_poll and end_poll.
+            match load_one(unsafe { ex(cq) }) {
+                0 => Ok(()),
+                e => Err(e),
+            }
+        })
+    }
 }
 
-unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    // SAFETY: the program's CQ.
-    unsafe { ex(cq) }.polling.store(false, Ordering::Release);
+entry! {
+    /// `ibv_end_poll`.
+    fn end_poll(cq: *mut ibv_cq_ex) {
+        void(|| {
+            // SAFETY: the program's CQ.
+            unsafe { ex(cq) }.polling.store(false, Ordering::Release);
+            Ok(())
+        })
+    }
 }
 
+/// A reader of the loaded completion (`ibv_wc_read_*`): 0 if its body
+/// panics.
 macro_rules! reader {
     ($name:ident -> $t:ty, |$w:ident, $ts:ident| $e:expr) => {
-        unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $t {
-            // SAFETY: the program's CQ, between start_poll and end_poll.
-            let (w, ts) = unsafe { &*ex(cq).cur.get() };
-            let ($w, $ts) = (w, *ts);
-            let _ = ($w, $ts);
-            $e
+        entry! {
+            fn $name(cq: *mut ibv_cq_ex) -> $t {
+                value_or(0, || {
+                    // SAFETY: the program's CQ, between start_poll and end_poll.
+                    let (w, ts) = unsafe { &*ex(cq).cur.get() };
+                    let ($w, $ts) = (w, *ts);
+                    let _ = ($w, $ts);
+                    $e
+                })
+            }
         }
     };
 }
@@ -326,19 +352,21 @@ export! {
 /// the flow tag, the VLAN and tag matching.
 const CQ_EX_FLAGS: u64 = 0x3ff | (1 << 10);
 
-/// `verbs_context.create_cq_ex`.
-unsafe extern "C" fn create_cq_ex(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    ptr_ret(|| {
-        // SAFETY: the program's attributes.
-        let a = unsafe { arg(attr)? };
-        if a.wc_flags & !CQ_EX_FLAGS != 0 || a.comp_mask & !0x3 != 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        create(ctx, a.cqe as c_int, a.cq_context, a.channel, a.comp_vector)
-    })
+entry! {
+    /// `verbs_context.create_cq_ex`.
+    fn create_cq_ex(
+        ctx: *mut ibv_context,
+        attr: *mut ibv_cq_init_attr_ex,
+    ) -> *mut ibv_cq_ex {
+        ptr_ret(|| {
+            // SAFETY: the program's attributes.
+            let a = unsafe { arg(attr)? };
+            if a.wc_flags & !CQ_EX_FLAGS != 0 || a.comp_mask & !0x3 != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            create(ctx, a.cqe as c_int, a.cq_context, a.channel, a.comp_vector)
+        })
+    }
 }
 
 export! {

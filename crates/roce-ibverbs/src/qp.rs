@@ -181,39 +181,41 @@ const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 /// The `ibv_wr_*` operations the builder implements (`send_ops_flags`).
 const SEND_OPS: u64 = 0x7f | (1 << 8); // WRITE(_IMM), SEND(_IMM), READ, CAS, FAA, SEND_INV
 
-/// `verbs_context.create_qp_ex`.
-unsafe extern "C" fn create_qp_ex(
-    _ctx: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    ptr_ret(|| {
-        // SAFETY: the program's attributes.
-        let a = unsafe { arg_mut(attr)? };
-        // A field counts only when comp_mask names it; a creation flag is
-        // EOPNOTSUPP, as rxe answers.
-        let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
-        if a.comp_mask & !known != 0
-            || (a.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
-        {
-            return Err(libc::EOPNOTSUPP);
-        }
-        if a.comp_mask & QP_INIT_ATTR_PD == 0 {
-            return Err(libc::EINVAL);
-        }
-        if a.comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        create(
-            a.pd,
-            a.qp_context,
-            a.send_cq,
-            a.recv_cq,
-            a.srq,
-            &mut a.cap,
-            a.qp_type,
-            a.sq_sig_all,
-        )
-    })
+entry! {
+    /// `verbs_context.create_qp_ex`.
+    fn create_qp_ex(
+        _ctx: *mut ibv_context,
+        attr: *mut ibv_qp_init_attr_ex,
+    ) -> *mut ibv_qp {
+        ptr_ret(|| {
+            // SAFETY: the program's attributes.
+            let a = unsafe { arg_mut(attr)? };
+            // A field counts only when comp_mask names it; a creation flag is
+            // EOPNOTSUPP, as rxe answers.
+            let known = QP_INIT_ATTR_PD | QP_INIT_ATTR_CREATE_FLAGS | QP_INIT_ATTR_SEND_OPS_FLAGS;
+            if a.comp_mask & !known != 0
+                || (a.comp_mask & QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+            {
+                return Err(libc::EOPNOTSUPP);
+            }
+            if a.comp_mask & QP_INIT_ATTR_PD == 0 {
+                return Err(libc::EINVAL);
+            }
+            if a.comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            create(
+                a.pd,
+                a.qp_context,
+                a.send_cq,
+                a.recv_cq,
+                a.srq,
+                &mut a.cap,
+                a.qp_type,
+                a.sq_sig_all,
+            )
+        })
+    }
 }
 
 /// Installs the QP entries of a context's ops tables.

@@ -94,33 +94,37 @@ export! {
     }
 }
 
-/// `verbs_context.create_srq_ex`: basic SRQs only (no XRC, no tag matching).
-unsafe extern "C" fn create_srq_ex(
-    _ctx: *mut ibv_context,
-    attr: *mut ibv_srq_init_attr_ex,
-) -> *mut ibv_srq {
-    ptr_ret(|| {
-        // SAFETY: the program's attributes.
-        let a = unsafe { arg_mut(attr)? };
-        const TYPE: u32 = 1 << 0;
-        const PD: u32 = 1 << 1;
-        if a.comp_mask & !(TYPE | PD) != 0 || (a.comp_mask & TYPE != 0 && a.srq_type != 0) {
-            return Err(libc::EOPNOTSUPP);
-        }
-        if a.comp_mask & PD == 0 {
-            return Err(libc::EINVAL);
-        }
-        create(a.pd, a.srq_context, &mut a.attr)
-    })
+entry! {
+    /// `verbs_context.create_srq_ex`: basic SRQs only (no XRC, no tag matching).
+    fn create_srq_ex(
+        _ctx: *mut ibv_context,
+        attr: *mut ibv_srq_init_attr_ex,
+    ) -> *mut ibv_srq {
+        ptr_ret(|| {
+            // SAFETY: the program's attributes.
+            let a = unsafe { arg_mut(attr)? };
+            const TYPE: u32 = 1 << 0;
+            const PD: u32 = 1 << 1;
+            if a.comp_mask & !(TYPE | PD) != 0 || (a.comp_mask & TYPE != 0 && a.srq_type != 0) {
+                return Err(libc::EOPNOTSUPP);
+            }
+            if a.comp_mask & PD == 0 {
+                return Err(libc::EINVAL);
+            }
+            create(a.pd, a.srq_context, &mut a.attr)
+        })
+    }
 }
 
-unsafe extern "C" fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) -> c_int {
-    errno_ret(|| {
-        // SAFETY: the program's pointers.
-        let (s, n) = unsafe { (Srq::from_ptr(srq)?, arg_mut(num)?) };
-        *n = key(s.srq.id());
-        Ok(())
-    })
+entry! {
+    fn get_srq_num(srq: *mut ibv_srq, num: *mut u32) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's pointers.
+            let (s, n) = unsafe { (Srq::from_ptr(srq)?, arg_mut(num)?) };
+            *n = key(s.srq.id());
+            Ok(())
+        })
+    }
 }
 
 unsafe extern "C" fn post_srq_recv(
