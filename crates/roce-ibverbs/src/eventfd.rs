@@ -137,6 +137,12 @@ fn same_file(a: c_int, b: c_int) -> Option<bool> {
     if r >= 0 {
         return Some(r == 0);
     }
+    by_inode(a, b)
+}
+
+/// `same_file` without `kcmp`: descriptors of different inodes are of
+/// different files; of one inode, perhaps not.
+fn by_inode(a: c_int, b: c_int) -> Option<bool> {
     // SAFETY: all-zero is a valid stat; fstat fills it.
     let (mut sa, mut sb): (libc::stat, libc::stat) = unsafe { std::mem::zeroed() };
     // SAFETY: two live stat buffers.
@@ -248,6 +254,40 @@ mod tests {
         assert_eq!(e.take(), Ok(()));
         e.release();
         assert_eq!(e.shown(), -1);
+    }
+
+    #[test]
+    fn without_kcmp_only_another_inode_is_known_to_differ() {
+        let (a, b) = (EventFd::new().unwrap(), EventFd::new().unwrap());
+        let null = open_null();
+        let own = a.own.as_raw_fd();
+        assert_eq!(by_inode(null, own), Some(false));
+        // Every eventfd has the one anonymous inode: ours or not, unknown.
+        assert_eq!(by_inode(a.shown(), own), None);
+        assert_eq!(by_inode(b.shown(), own), None);
+        // kcmp, where allowed, tells them apart.
+        if same_file(a.shown(), own).is_some() {
+            assert_eq!(same_file(a.shown(), own), Some(true));
+            assert_eq!(same_file(b.shown(), own), Some(false));
+        }
+        // SAFETY: the test's own descriptor.
+        unsafe { libc::close(null) };
+        a.release();
+        b.release();
+    }
+
+    #[test]
+    fn non_blocking_on_the_programs_number_is_seen() {
+        let e = EventFd::new().unwrap();
+        // SAFETY: the test plays the program making its number
+        // non-blocking (one open file description with the library's).
+        unsafe { libc::fcntl(e.shown(), libc::F_SETFL, libc::O_NONBLOCK) };
+        assert_eq!(e.wait(), Err(libc::EAGAIN));
+        assert_eq!(e.take(), Err(libc::EAGAIN));
+        (e.counting())();
+        assert_eq!(e.wait(), Ok(()));
+        assert_eq!(e.take(), Ok(()));
+        e.release();
     }
 
     #[test]
