@@ -100,6 +100,12 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
         (0, 0)
     };
     let payload = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
+        // More than the QP takes inline: EINVAL (as rxe) before a byte
+        // is copied.
+        let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if len > u64::from(q.cap.max_inline_data) {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: inline data is the program's readable memory.
         Payload::Inline(unsafe { inline(&sges) })
     } else {

@@ -7,7 +7,8 @@
  *    one-entry list that ends just before an unreadable page: EINVAL and
  *    bad_wr at the WR (rxe's answer), before any entry past the limit is
  *    read; on send, receive and SRQ posts, and ENOSPC from the ibv_wr_*
- *    builder's set_sge_list (rxe's).
+ *    builder's set_sge_list (rxe's). Inline data beyond the QP's
+ *    max_inline_data: EINVAL before a byte is copied.
  *  - a WR list that loops (wr.next = &wr) or is longer than the queue:
  *    ENOMEM with bad_wr at the first WR that did not fit, the ones before
  *    it posted (their completions counted, or the queue found full).
@@ -125,6 +126,21 @@ static void send_sge(const char *name, int num_sge) {
 	      "rc %d bad %s", rc, bad == &w ? "the WR" : "not the WR");
 }
 
+/* Inline data longer than the QP takes (2 GiB from a 4 KiB buffer):
+ * EINVAL before a byte is copied. */
+static void send_inline_over(void) {
+	start("send_inline_over", 10);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp *qp = connected(cq, 4);
+	struct ibv_sge s = { .addr = (uintptr_t)buf, .length = 1u << 31, .lkey = mr->lkey };
+	struct ibv_send_wr w, *bad = NULL;
+	rdma_write(&w, 7, &s);
+	w.send_flags |= IBV_SEND_INLINE;
+	int rc = ibv_post_send(qp, &w, &bad);
+	CHECK("send_inline_over", rc == EINVAL && bad == &w && count(cq, 0, 0) == 0,
+	      "rc %d bad %s", rc, bad == &w ? "the WR" : "not the WR");
+}
+
 static void recv_sge(const char *name, int num_sge) {
 	start(name, 10);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
@@ -152,6 +168,7 @@ static void srq_sge(const char *name, int num_sge) {
 	CHECK(name, rc == EINVAL && bad == &r, "rc %d bad %s", rc, bad == &r ? "the WR" : "not the WR");
 }
 
+/* num_sge > 0: ibv_wr_set_sge_list of that many; 0: 2 GiB of inline data. */
 static void builder_sge(const char *name, size_t num_sge) {
 	start(name, 10);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
@@ -170,7 +187,10 @@ static void builder_sge(const char *name, size_t num_sge) {
 	x->wr_id = 4;
 	x->wr_flags = IBV_SEND_SIGNALED;
 	ibv_wr_rdma_write(x, mr->rkey, (uintptr_t)buf + 2048);
-	ibv_wr_set_sge_list(x, num_sge, edge);
+	if (num_sge)
+		ibv_wr_set_sge_list(x, num_sge, edge);
+	else
+		ibv_wr_set_inline_data(x, buf, (size_t)1 << 31);
 	int rc = ibv_wr_complete(x);
 	CHECK(name, rc == ENOSPC && count(cq, 0, 0) == 0, "rc %d", rc);
 }
@@ -433,10 +453,14 @@ int main(int argc, char **argv) {
 	for (size_t i = 0; i < sizeof sge / sizeof sge[0]; i++)
 		if (wanted(argc, argv, sge[i].name))
 			sge[i].f(sge[i].name, sge[i].n);
+	if (wanted(argc, argv, "send_inline_over"))
+		send_inline_over();
 	if (wanted(argc, argv, "builder_sge_huge"))
 		builder_sge("builder_sge_huge", (size_t)1 << 40);
 	if (wanted(argc, argv, "builder_sge_over"))
 		builder_sge("builder_sge_over", 2);
+	if (wanted(argc, argv, "builder_inline_over"))
+		builder_sge("builder_inline_over", 0);
 
 	if (wanted(argc, argv, "send_loop"))
 		send_loop();
