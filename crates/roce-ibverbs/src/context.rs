@@ -16,7 +16,6 @@
 use std::collections::HashMap;
 use std::mem::offset_of;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
@@ -27,6 +26,7 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::config::{self, log};
 use crate::device::{self, Device};
+use crate::eventfd::EventFd;
 use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, Res};
 use crate::ffi::{count_or_neg, errno_set, value_or, void};
 
@@ -62,13 +62,14 @@ pub(crate) struct Context {
     pub(crate) gids: Vec<IpAddr>,
     /// Active path MTU in bytes.
     pub(crate) mtu: u32,
-    /// The eventfd behind `async_fd` (one count per queued event).
-    async_efd: Arc<OwnedFd>,
+    /// The eventfd behind `async_fd` (one count per queued event; the
+    /// program sees its own number of it, see [`EventFd`]).
+    async_efd: Arc<EventFd>,
     /// What `cmd_fd` is: a descriptor of the context's own that programs
     /// may `dup` (rdma-core's tests do, for `ibv_import_device`, which
-    /// says `EOPNOTSUPP` here); it never carries anything, and closes
-    /// with the context.
-    cmd_fd: OwnedFd,
+    /// says `EOPNOTSUPP` here); it never carries anything, and is
+    /// released with the context as `async_fd` is.
+    cmd_fd: Arc<EventFd>,
     pub(crate) objects: Mutex<Objects>,
     /// PDs, CQs, channels and QPs still alive: `ibv_close_device` does
     /// not check (rdma-core does not either), but `ibv_dealloc_pd` does.
@@ -138,79 +139,8 @@ pub(crate) fn addr_of(g: &ibv_gid) -> IpAddr {
     }
 }
 
-/// A semaphore eventfd (one count per queued event), close-on-exec.
-pub(crate) fn eventfd() -> Res<OwnedFd> {
-    // SAFETY: plain syscall; the descriptor is checked and owned below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EMFILE));
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A notifier that counts one on an eventfd.
-pub(crate) fn counting(fd: &Arc<OwnedFd>) -> roce_verbs::Notifier {
-    let fd = fd.clone();
-    Box::new(move || {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-        unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    })
-}
-
-/// Takes one count from an eventfd, waiting for it unless the program
-/// made the descriptor non-blocking (then `EAGAIN`).
-pub(crate) fn take_count(fd: c_int) -> Res<()> {
-    let mut v: u64 = 0;
-    loop {
-        // SAFETY: reads 8 bytes into a live u64.
-        let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-        if n == 8 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
-
-/// Whether `fd` has a count to take, without taking it.
-pub(crate) fn wait_readable(fd: c_int) -> Res<()> {
-    // SAFETY: F_GETFL on a descriptor the program may have changed.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let timeout = if fl >= 0 && fl & libc::O_NONBLOCK != 0 {
-        0
-    } else {
-        -1
-    };
-    loop {
-        // SAFETY: one live pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, timeout) };
-        if n > 0 {
-            return Ok(());
-        }
-        if n == 0 {
-            return Err(libc::EAGAIN);
-        }
-        let e = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if e != libc::EINTR {
-            return Err(e);
-        }
-    }
-}
+// librdmacm's event channel waits as completion channels do.
+pub(crate) use crate::eventfd::wait_readable;
 
 /// The GID table of a context of `dev` opened on `local`: the device's
 /// addresses in `roce devinfo`'s order, with `local` at index 0 — moved
@@ -407,9 +337,9 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
 /// where `ibv_open_device` would.
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let (verbs, local) = open_engine(dev, at)?;
-    let efd = Arc::new(eventfd()?);
-    let cmd_fd = eventfd()?;
-    verbs.set_event_notifier(counting(&efd));
+    let efd = EventFd::new()?;
+    let cmd_fd = EventFd::new()?;
+    verbs.set_event_notifier(efd.counting());
     let mtu = if dev.info.interface().loopback {
         4096
     } else {
@@ -427,8 +357,8 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
     vctx.sz = size_of::<verbs_context>();
     let c = &mut vctx.context;
     c.device = &dev.ibv as *const ibv_device as *mut ibv_device;
-    c.cmd_fd = cmd_fd.as_raw_fd();
-    c.async_fd = efd.as_raw_fd();
+    c.cmd_fd = cmd_fd.shown();
+    c.async_fd = efd.shown();
     c.num_comp_vectors = 1;
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
@@ -481,6 +411,9 @@ export! {
             // SAFETY: as from_ptr; the program gives up the context here.
             let c = unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) };
             log!("closing {} on {}", c.device.info.name(), c.local);
+            // The program's async_fd, if still ours (see EventFd).
+            c.async_efd.release();
+            c.cmd_fd.release();
             // The last ACKs of destroyed QPs leave before the program,
             // which usually exits next, can end the process.
             c.verbs.flush();
@@ -801,15 +734,17 @@ fn event_of(c: &Context, e: AsyncEvent) -> Option<(u32, *mut c_void)> {
 
 export! {
     /// `ibv_get_async_event`: waits (unless `async_fd` is non-blocking)
-    /// for the next event of an object still alive.
+    /// for the next event of an object still alive; `EBADF` when the
+    /// program closed `async_fd`.
     fn ibv_get_async_event(ctx: *mut ibv_context, out: *mut ibv_async_event) -> c_int {
         minus_one(|| {
             // SAFETY: the program's pointers.
             let (c, out) = unsafe { (Context::from_ptr(ctx)?, arg_mut(out)?) };
-            let fd = c.async_efd.as_raw_fd();
+            // EBADF once the program closed (or reused) its async_fd.
+            c.async_efd.check()?;
             loop {
-                wait_readable(fd)?;
-                take_count(fd)?;
+                c.async_efd.wait()?;
+                c.async_efd.take()?;
                 let Some(e) = c.verbs.get_async_event(Some(std::time::Duration::ZERO)) else {
                     continue;
                 };

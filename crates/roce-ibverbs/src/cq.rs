@@ -3,7 +3,6 @@
 //! any of them) and completion channels.
 
 use std::cell::{Cell, UnsafeCell};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +11,8 @@ use std::time::Duration;
 use roce_verbs::{Completion, CqId, WcFlags};
 
 use crate::abi::*;
-use crate::context::{counting, eventfd, take_count, wait_readable, Context, Raw};
+use crate::context::{Context, Raw};
+use crate::eventfd::EventFd;
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
 use crate::ffi::{count_neg, value_or, void};
 
@@ -21,13 +21,13 @@ pub(crate) fn key(id: CqId) -> u32 {
     id.0
 }
 
-/// A completion channel: the C view first; `fd` is an eventfd counting
-/// the events queued.
+/// A completion channel: the C view first; `fd` is the program's number
+/// of an eventfd counting the events queued (see [`EventFd`]).
 #[repr(C)]
 pub(crate) struct Channel {
     ibv: ibv_comp_channel,
     ch: roce_verbs::CompletionChannel,
-    efd: Arc<OwnedFd>,
+    efd: Arc<EventFd>,
     ctx: *const Context,
     /// CQs using the channel (`EBUSY` on destroy).
     users: AtomicUsize,
@@ -420,12 +420,12 @@ export! {
         ptr_ret(|| {
             // SAFETY: the program's context.
             let c = unsafe { Context::from_ptr(ctx)? };
-            let efd = Arc::new(eventfd()?);
+            let efd = EventFd::new()?;
             let ch = c.verbs.create_comp_channel();
-            ch.set_notifier(counting(&efd));
+            ch.set_notifier(efd.counting());
             c.children.fetch_add(1, Ordering::Relaxed);
             let b = Box::new(Channel {
-                ibv: ibv_comp_channel { context: ctx, fd: efd.as_raw_fd(), refcnt: 0 },
+                ibv: ibv_comp_channel { context: ctx, fd: efd.shown(), refcnt: 0 },
                 ch,
                 efd,
                 ctx: c,
@@ -437,7 +437,9 @@ export! {
 }
 
 export! {
-    /// `ibv_destroy_comp_channel`: `EBUSY` while a CQ uses it.
+    /// `ibv_destroy_comp_channel`: `EBUSY` while a CQ uses it. Closes
+    /// `channel->fd` if it is still the channel's: a number the program
+    /// closed (and may have reused) is left alone.
     fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
         errno_ret(|| {
             // SAFETY: the program's channel (a Channel: its first field).
@@ -447,6 +449,7 @@ export! {
             }
             // SAFETY: a channel's context outlives it.
             unsafe { &*h.ctx }.children.fetch_sub(1, Ordering::Relaxed);
+            h.efd.release();
             // SAFETY: allocated by ibv_create_comp_channel.
             drop(unsafe { Box::from_raw(ch.cast::<Channel>()) });
             Ok(())
@@ -456,7 +459,8 @@ export! {
 
 export! {
     /// `ibv_get_cq_event`: waits (unless the channel's fd is
-    /// non-blocking: then `EAGAIN`) for an armed CQ's event.
+    /// non-blocking: then `EAGAIN`) for an armed CQ's event; `EBADF`
+    /// when the program closed the channel's fd.
     fn ibv_get_cq_event(ch: *mut ibv_comp_channel, cq_out: *mut *mut ibv_cq, ctx_out: *mut *mut c_void) -> c_int {
         minus_one(|| {
             // SAFETY: the program's channel.
@@ -466,12 +470,13 @@ export! {
             }
             // SAFETY: a channel's context outlives it.
             let c = unsafe { &*h.ctx };
+            h.efd.check()?;
             loop {
                 // The count and the queue change together (the notifier
                 // runs under the queue's lock): an event taken here has
                 // its count on the eventfd already.
                 if let Some(q) = h.ch.get_event(Some(Duration::ZERO)) {
-                    take_count(h.efd.as_raw_fd())?;
+                    h.efd.take()?;
                     let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
                     let Some(&Raw(p)) = objs.cqs.get(&key(q.id())) else { continue };
                     let cq = p.cast::<Cq>();
@@ -482,7 +487,7 @@ export! {
                     }
                     return Ok(0);
                 }
-                wait_readable(h.efd.as_raw_fd())?;
+                h.efd.wait()?;
             }
         })
     }

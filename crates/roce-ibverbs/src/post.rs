@@ -14,19 +14,31 @@ use crate::ffi::{errno_of, Res};
 use crate::pd::Ah;
 use crate::qp::Qp;
 
-/// The scatter/gather list of a C work request.
+/// Whether `n` scatter/gather entries fit a queue taking `max`: `EINVAL`
+/// as rxe answers (a negative count included), checked before a single
+/// entry is read.
+fn sge_count(n: c_int, max: u32) -> Res<usize> {
+    match u32::try_from(n) {
+        Ok(k) if k <= max => Ok(k as usize),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// The scatter/gather list of a C work request, of at most `max` entries
+/// (the queue's limit: a larger `n` is `EINVAL` before the list is read).
 ///
 /// # Safety
-/// `sg` must point to `n` entries (any when `n` is 0).
-unsafe fn sgl(sg: *const ibv_sge, n: c_int) -> Res<Vec<Sge>> {
-    if n < 0 || (n > 0 && sg.is_null()) {
+/// `sg` must point to `n` entries (any when `n` is 0) when `n <= max`.
+unsafe fn sgl(sg: *const ibv_sge, n: c_int, max: u32) -> Res<Vec<Sge>> {
+    let n = sge_count(n, max)?;
+    if n > 0 && sg.is_null() {
         return Err(libc::EINVAL);
     }
     if n == 0 {
         return Ok(Vec::new());
     }
     // SAFETY: the caller's contract.
-    let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };
+    let s = unsafe { std::slice::from_raw_parts(sg, n) };
     Ok(s.iter()
         .map(|e| Sge {
             addr: e.addr,
@@ -60,7 +72,7 @@ unsafe fn inline(sges: &[Sge]) -> Vec<u8> {
 /// `w` is the program's, with its pointers valid.
 unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
     // SAFETY: the caller's contract.
-    let sges = unsafe { sgl(w.sg_list, w.num_sge)? };
+    let sges = unsafe { sgl(w.sg_list, w.num_sge, q.cap.max_send_sge)? };
     // SAFETY: reading the union member the opcode selects.
     let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
     let op = match w.opcode {
@@ -88,6 +100,12 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
         (0, 0)
     };
     let payload = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
+        // More than the QP takes inline: EINVAL (as rxe) before a byte
+        // is copied.
+        let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if len > u64::from(q.cap.max_inline_data) {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: inline data is the program's readable memory.
         Payload::Inline(unsafe { inline(&sges) })
     } else {
@@ -115,6 +133,58 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
     })
 }
 
+/// A C work request list: each WR's `next`.
+trait Linked {
+    fn next_wr(&self) -> *mut Self;
+}
+impl Linked for ibv_send_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+}
+impl Linked for ibv_recv_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+}
+
+/// A program's WR list, walked at most a queue's depth of WRs: no more
+/// can be posted in one call, so a list that loops (`wr.next = &wr`) or
+/// outruns the queue ends there, with `ENOMEM` at the first WR that did
+/// not fit, as a provider whose queue is full answers.
+struct Walk<T> {
+    next: *mut T,
+    left: usize,
+}
+
+impl<T: Linked> Walk<T> {
+    fn new(head: *mut T, depth: usize) -> Walk<T> {
+        Walk {
+            next: head,
+            left: depth,
+        }
+    }
+
+    /// The next WR; `Ok(None)` at the list's end; `Err` with the WR
+    /// beyond the depth.
+    ///
+    /// # Safety
+    /// The list is the program's: each WR walked is readable.
+    unsafe fn step(&mut self) -> Result<Option<*mut T>, *mut T> {
+        if self.next.is_null() {
+            return Ok(None);
+        }
+        if self.left == 0 {
+            return Err(self.next);
+        }
+        self.left -= 1;
+        let p = self.next;
+        // SAFETY: the caller's contract; p is not NULL.
+        self.next = unsafe { (*p).next_wr() };
+        Ok(Some(p))
+    }
+}
+
 /// The `n`th WR of a C list (`n` is within it: counted while walking it).
 ///
 /// # Safety
@@ -127,9 +197,31 @@ unsafe fn nth(mut wr: *mut ibv_send_wr, n: usize) -> *mut ibv_send_wr {
     wr
 }
 
-/// `ops.post_send`. On error `*bad` is the first WR not posted. The
-/// list is converted first (no heap for up to eight WRs, as
-/// `post_send_list` keeps them) and posted under one lock.
+/// Posts the WRs converted so far (the first of them is the list's
+/// head `wr`), then answers `e` at `at` if all went in, or the engine's
+/// refusal at the first it took not.
+///
+/// # Safety
+/// `wr` is the program's list, which `wrs` were converted from.
+unsafe fn post_then(
+    q: &Qp,
+    wr: *mut ibv_send_wr,
+    wrs: SmallVec<[SendWr; 8]>,
+    e: c_int,
+    at: *mut ibv_send_wr,
+) -> Result<(), (c_int, *mut ibv_send_wr)> {
+    match q.qp.post_send_list(wrs) {
+        Ok(()) => Err((e, at)),
+        // SAFETY: n is below the WRs walked.
+        Err((n, pe)) => Err((errno_of(&pe), unsafe { nth(wr, n) })),
+    }
+}
+
+/// `ops.post_send`. On error `*bad` is the first WR not posted; the
+/// ones before it are posted, as a provider posts them. The list is
+/// converted first (no heap for up to eight WRs, as `post_send_list`
+/// keeps them) and posted under one lock; at most `max_send_wr` WRs are
+/// walked (see [`Walk`]).
 unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -139,22 +231,21 @@ unsafe extern "C" fn post_send(
         // SAFETY: the program's QP.
         let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
         let mut wrs: SmallVec<[SendWr; 8]> = SmallVec::new();
-        let mut cur = wr;
-        // SAFETY: the program's list, NULL-terminated.
-        while let Some(w) = unsafe { cur.as_ref() } {
+        let mut walk = Walk::new(wr, q.cap.max_send_wr as usize);
+        loop {
+            // SAFETY: the program's list.
+            let cur = match unsafe { walk.step() } {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                // SAFETY: as above.
+                Err(over) => return unsafe { post_then(q, wr, wrs, libc::ENOMEM, over) },
+            };
             // SAFETY: the program's WR.
-            match unsafe { send_wr_of(q, w) } {
+            match unsafe { send_wr_of(q, &*cur) } {
                 Ok(s) => wrs.push(s),
-                Err(e) => {
-                    // Post the ones before, as a provider would have.
-                    return match q.qp.post_send_list(wrs) {
-                        Ok(()) => Err((e, cur)),
-                        // SAFETY: n is below the WRs walked.
-                        Err((n, pe)) => Err((errno_of(&pe), unsafe { nth(wr, n) })),
-                    };
-                }
+                // SAFETY: as above.
+                Err(e) => return unsafe { post_then(q, wr, wrs, e, cur) },
             }
-            cur = w.next;
         }
         // SAFETY: as above.
         q.qp.post_send_list(wrs)
@@ -173,29 +264,41 @@ unsafe extern "C" fn post_send(
     }
 }
 
-/// Posts a receive list one WR at a time through `post`.
+/// Posts a receive list one WR at a time through `post`: at most `depth`
+/// WRs (the queue's; see [`Walk`]) of at most `max_sge` entries each.
 ///
 /// # Safety
 /// `wr` is the program's NULL-terminated list.
 pub(crate) unsafe fn post_recv_list(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
+    depth: u32,
+    max_sge: u32,
     post: impl Fn(RecvWr) -> Result<(), roce_verbs::Error>,
 ) -> c_int {
+    let mut walk = Walk::new(wr, depth as usize);
     let mut cur = wr;
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: the caller's contract.
-        while let Some(w) = unsafe { cur.as_ref() } {
+        loop {
+            // SAFETY: the caller's contract.
+            cur = match unsafe { walk.step() } {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(()),
+                Err(over) => {
+                    cur = over;
+                    return Err(libc::ENOMEM);
+                }
+            };
             // SAFETY: the program's WR.
-            let sg = unsafe { sgl(w.sg_list, w.num_sge) }?;
+            let w = unsafe { &*cur };
+            // SAFETY: the program's list of `num_sge` entries.
+            let sg = unsafe { sgl(w.sg_list, w.num_sge, max_sge) }?;
             post(RecvWr {
                 wr_id: w.wr_id,
                 sgl: sg,
             })
             .map_err(|e| errno_of(&e))?;
-            cur = w.next;
         }
-        Ok::<(), c_int>(())
     }));
     let e = match r {
         Ok(Ok(())) => return 0,
@@ -223,8 +326,9 @@ unsafe extern "C" fn post_recv(
         // Its receives come from the SRQ.
         return libc::EINVAL;
     }
+    let (depth, max_sge) = (q.cap.max_recv_wr, q.cap.max_recv_sge);
     // SAFETY: the program's list.
-    unsafe { post_recv_list(wr, bad, |r| q.qp.post_recv(r)) }
+    unsafe { post_recv_list(wr, bad, depth, max_sge, |r| q.qp.post_recv(r)) }
 }
 
 /// Installs the posting entries of a context's ops table.
@@ -361,11 +465,18 @@ unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length:
     }
 }
 
+/// A list longer than the QP's `max_send_sge` is `ENOSPC` (rxe's
+/// answer) from `ibv_wr_complete`, found before the list is read.
 unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
     // SAFETY: the program's QP and list of `n` entries.
     unsafe {
-        let (_, b, _) = builder(q);
-        match (sgl(list, n as c_int), last(q)) {
+        let (qp, b, _) = builder(q);
+        let max = qp.cap.max_send_sge;
+        if n > max as usize {
+            b.error.get_or_insert(libc::ENOSPC);
+            return;
+        }
+        match (sgl(list, n as c_int, max), last(q)) {
             (Ok(s), Some(w)) => w.payload = Payload::Sgl(s),
             (Err(e), _) => {
                 b.error.get_or_insert(e);
@@ -388,10 +499,17 @@ unsafe extern "C" fn wr_set_inline_data_list(
 ) {
     // SAFETY: the program's QP and `n` buffers of readable memory.
     unsafe {
+        let max = builder(q).0.cap.max_inline_data as usize;
         let Some(w) = last(q) else { return };
         let mut v = Vec::new();
         for i in 0..n {
             let d = &*bufs.add(i);
+            // More than the QP takes inline: ENOSPC, as rxe, before
+            // copying what the program may not have.
+            if d.length > max - v.len() {
+                builder(q).1.error.get_or_insert(libc::ENOSPC);
+                return;
+            }
             if d.length > 0 {
                 v.extend_from_slice(std::slice::from_raw_parts(d.addr as *const u8, d.length));
             }
@@ -435,4 +553,79 @@ pub(crate) fn install_builder(x: &mut ibv_qp_ex) {
     x.wr_set_inline_data = Some(wr_set_inline_data);
     x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recv_wr(id: u64) -> ibv_recv_wr {
+        ibv_recv_wr {
+            wr_id: id,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        }
+    }
+
+    #[test]
+    fn sge_counts_are_checked_before_reading() {
+        assert_eq!(sge_count(0, 1), Ok(0));
+        assert_eq!(sge_count(1, 1), Ok(1));
+        assert_eq!(sge_count(2, 1), Err(libc::EINVAL));
+        assert_eq!(sge_count(-1, 16), Err(libc::EINVAL));
+        assert_eq!(sge_count(1 << 30, 16), Err(libc::EINVAL));
+        // A count past the limit never reaches the (NULL) list.
+        // SAFETY: nothing is read: the count is refused first.
+        assert_eq!(
+            unsafe { sgl(std::ptr::null(), 1 << 30, 16) }.err(),
+            Some(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn a_looping_list_ends_at_the_depth() {
+        let mut w = recv_wr(1);
+        let p: *mut ibv_recv_wr = &mut w;
+        // SAFETY: `w` is live; the list is written through `p` only.
+        unsafe { (*p).next = p };
+        let mut walk = Walk::new(p, 4);
+        for _ in 0..4 {
+            // SAFETY: `w` is live and links to itself.
+            assert_eq!(unsafe { walk.step() }, Ok(Some(p)));
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { walk.step() }, Err(p));
+    }
+
+    #[test]
+    fn a_list_ends_at_null_or_past_the_depth() {
+        let mut ws: Vec<ibv_recv_wr> = (0..3).map(recv_wr).collect();
+        let base = ws.as_mut_ptr();
+        for i in 0..2 {
+            // SAFETY: i + 1 < 3: within `ws`, written through `base` only.
+            unsafe { (*base.add(i)).next = base.add(i + 1) };
+        }
+        let mut walk = Walk::new(base, 3);
+        for i in 0..3 {
+            // SAFETY: `ws` is live and NULL-terminated.
+            assert_eq!(unsafe { walk.step() }, Ok(Some(unsafe { base.add(i) })));
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { walk.step() }, Ok(None));
+        // One shorter queue: the third WR is the first that does not fit.
+        let mut walk = Walk::new(base, 2);
+        // SAFETY: as above.
+        unsafe {
+            assert!(walk.step().is_ok_and(|p| p.is_some()));
+            assert!(walk.step().is_ok_and(|p| p.is_some()));
+            assert_eq!(walk.step(), Err(base.add(2)));
+        }
+        // An empty list.
+        // SAFETY: nothing is read.
+        assert_eq!(
+            unsafe { Walk::<ibv_recv_wr>::new(std::ptr::null_mut(), 0).step() },
+            Ok(None)
+        );
+    }
 }

@@ -136,8 +136,8 @@ unsafe extern "C" fn post_srq_recv(
     let Ok(s) = (unsafe { Srq::from_ptr(srq) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: the program's list.
-    unsafe { post_recv_list(wr, bad, |r| s.srq.post_recv(r)) }
+    // SAFETY: the program's list (at most max_wr WRs of max_sge entries).
+    unsafe { post_recv_list(wr, bad, s.max_wr, s.max_sge, |r| s.srq.post_recv(r)) }
 }
 
 /// Installs the SRQ entries of a context's ops tables.
