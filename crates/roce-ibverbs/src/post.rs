@@ -10,7 +10,7 @@ use roce_verbs::{Lkey, Payload, Qkey, Qpn, RecvWr, Rkey, SendFlags, SendOp, Send
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::ffi::{errno_of, Res};
+use crate::ffi::{errno_of, errno_ret, posted, void, Res};
 use crate::pd::Ah;
 use crate::qp::Qp;
 
@@ -217,118 +217,87 @@ unsafe fn post_then(
     }
 }
 
-/// `ops.post_send`. On error `*bad` is the first WR not posted; the
-/// ones before it are posted, as a provider posts them. The list is
-/// converted first (no heap for up to eight WRs, as `post_send_list`
-/// keeps them) and posted under one lock; at most `max_send_wr` WRs are
-/// walked (see [`Walk`]).
-unsafe extern "C" fn post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-) -> c_int {
-    let r = std::panic::catch_unwind(|| {
-        // SAFETY: the program's QP.
-        let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
-        let mut wrs: SmallVec<[SendWr; 8]> = SmallVec::new();
-        let mut walk = Walk::new(wr, q.cap.max_send_wr as usize);
-        loop {
-            // SAFETY: the program's list.
-            let cur = match unsafe { walk.step() } {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                // SAFETY: as above.
-                Err(over) => return unsafe { post_then(q, wr, wrs, libc::ENOMEM, over) },
-            };
-            // SAFETY: the program's WR.
-            match unsafe { send_wr_of(q, &*cur) } {
-                Ok(s) => wrs.push(s),
-                // SAFETY: as above.
-                Err(e) => return unsafe { post_then(q, wr, wrs, e, cur) },
+entry! {
+    /// `ops.post_send`. On error `*bad` is the first WR not posted; the
+    /// ones before it are posted, as a provider posts them. The list is
+    /// converted first (no heap for up to eight WRs, as `post_send_list`
+    /// keeps them) and posted under one lock; at most `max_send_wr` WRs
+    /// are walked (see [`Walk`]).
+    fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+        posted(bad, wr, || {
+            // SAFETY: the program's QP.
+            let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
+            let mut wrs: SmallVec<[SendWr; 8]> = SmallVec::new();
+            let mut walk = Walk::new(wr, q.cap.max_send_wr as usize);
+            loop {
+                // SAFETY: the program's list.
+                let cur = match unsafe { walk.step() } {
+                    Ok(Some(p)) => p,
+                    Ok(None) => break,
+                    // SAFETY: as above.
+                    Err(over) => return unsafe { post_then(q, wr, wrs, libc::ENOMEM, over) },
+                };
+                // SAFETY: the program's WR.
+                match unsafe { send_wr_of(q, &*cur) } {
+                    Ok(s) => wrs.push(s),
+                    // SAFETY: as above.
+                    Err(e) => return unsafe { post_then(q, wr, wrs, e, cur) },
+                }
             }
-        }
-        // SAFETY: as above.
-        q.qp.post_send_list(wrs)
-            .map_err(|(n, e)| (errno_of(&e), unsafe { nth(wr, n) }))
-    });
-    match r {
-        Ok(Ok(())) => 0,
-        Ok(Err((e, at))) => {
-            if !bad.is_null() {
-                // SAFETY: the program's out pointer.
-                unsafe { *bad = at };
-            }
-            e
-        }
-        Err(_) => libc::EIO,
+            // SAFETY: as above.
+            q.qp.post_send_list(wrs)
+                .map_err(|(n, e)| (errno_of(&e), unsafe { nth(wr, n) }))
+        })
     }
 }
 
 /// Posts a receive list one WR at a time through `post`: at most `depth`
-/// WRs (the queue's; see [`Walk`]) of at most `max_sge` entries each.
+/// WRs (the queue's; see [`Walk`]) of at most `max_sge` entries each. On
+/// error, the errno value and the first WR not posted.
 ///
 /// # Safety
 /// `wr` is the program's NULL-terminated list.
 pub(crate) unsafe fn post_recv_list(
     wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
     depth: u32,
     max_sge: u32,
     post: impl Fn(RecvWr) -> Result<(), roce_verbs::Error>,
-) -> c_int {
+) -> Result<(), (c_int, *mut ibv_recv_wr)> {
     let mut walk = Walk::new(wr, depth as usize);
-    let mut cur = wr;
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        loop {
-            // SAFETY: the caller's contract.
-            cur = match unsafe { walk.step() } {
-                Ok(Some(p)) => p,
-                Ok(None) => return Ok(()),
-                Err(over) => {
-                    cur = over;
-                    return Err(libc::ENOMEM);
-                }
-            };
-            // SAFETY: the program's WR.
-            let w = unsafe { &*cur };
-            // SAFETY: the program's list of `num_sge` entries.
-            let sg = unsafe { sgl(w.sg_list, w.num_sge, max_sge) }?;
-            post(RecvWr {
-                wr_id: w.wr_id,
-                sgl: sg,
-            })
-            .map_err(|e| errno_of(&e))?;
-        }
-    }));
-    let e = match r {
-        Ok(Ok(())) => return 0,
-        Ok(Err(e)) => e,
-        Err(_) => libc::EIO,
-    };
-    if !bad.is_null() {
-        // SAFETY: the program's out pointer.
-        unsafe { *bad = cur };
+    loop {
+        // SAFETY: the caller's contract.
+        let cur = match unsafe { walk.step() } {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(()),
+            Err(over) => return Err((libc::ENOMEM, over)),
+        };
+        // SAFETY: the program's WR.
+        let w = unsafe { &*cur };
+        // SAFETY: the program's list of `num_sge` entries.
+        let sg = unsafe { sgl(w.sg_list, w.num_sge, max_sge) }.map_err(|e| (e, cur))?;
+        post(RecvWr {
+            wr_id: w.wr_id,
+            sgl: sg,
+        })
+        .map_err(|e| (errno_of(&e), cur))?;
     }
-    e
 }
 
-/// `ops.post_recv`.
-unsafe extern "C" fn post_recv(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    // SAFETY: the program's QP.
-    let Ok(q) = (unsafe { Qp::from_ptr(qp) }) else {
-        return libc::EINVAL;
-    };
-    if !q.srq.is_null() {
-        // Its receives come from the SRQ.
-        return libc::EINVAL;
+entry! {
+    /// `ops.post_recv`.
+    fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+        posted(bad, wr, || {
+            // SAFETY: the program's QP.
+            let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
+            if !q.srq.is_null() {
+                // Its receives come from the SRQ.
+                return Err((libc::EINVAL, wr));
+            }
+            let (depth, max_sge) = (q.cap.max_recv_wr, q.cap.max_recv_sge);
+            // SAFETY: the program's list.
+            unsafe { post_recv_list(wr, depth, max_sge, |r| q.qp.post_recv(r)) }
+        })
     }
-    let (depth, max_sge) = (q.cap.max_recv_wr, q.cap.max_recv_sge);
-    // SAFETY: the program's list.
-    unsafe { post_recv_list(wr, bad, depth, max_sge, |r| q.qp.post_recv(r)) }
 }
 
 /// Installs the posting entries of a context's ops table.
@@ -363,7 +332,12 @@ unsafe fn builder<'a>(q: *mut ibv_qp_ex) -> (&'a Qp, &'a mut Builder, &'a ibv_qp
 /// As [`builder`].
 unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp, remote_addr: u64, rkey: u32) {
     // SAFETY: the caller's contract.
-    let (_, b, x) = unsafe { builder(q) };
+    let (qp, b, x) = unsafe { builder(q) };
+    // No more WRs than the send queue holds (rxe: ENOSPC once it is full).
+    if b.wrs.len() >= qp.cap.max_send_wr as usize {
+        b.error.get_or_insert(libc::ENOSPC);
+        return;
+    }
     b.wrs.push(SendWr {
         wr_id: x.wr_id,
         op,
@@ -388,150 +362,211 @@ unsafe fn last<'a>(q: *mut ibv_qp_ex) -> Option<&'a mut SendWr> {
     b.wrs.last_mut()
 }
 
-unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
-    // SAFETY: the program's QP.
-    let (_, b, _) = unsafe { builder(q) };
-    b.wrs.clear();
-    b.error = None;
-}
-
-unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
-    // SAFETY: the program's QP.
-    let (qp, b, _) = unsafe { builder(q) };
-    let wrs = std::mem::take(&mut b.wrs);
-    if let Some(e) = b.error.take() {
-        return e;
-    }
-    match qp.qp.post_send_list(wrs) {
-        Ok(()) => 0,
-        Err((_, e)) => errno_of(&e),
+entry! {
+    /// `ibv_wr_start`.
+    fn wr_start(q: *mut ibv_qp_ex) {
+        void(|| {
+            // SAFETY: the program's QP.
+            let (_, b, _) = unsafe { builder(q) };
+            b.wrs.clear();
+            b.error = None;
+            Ok(())
+        })
     }
 }
 
-unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
-    // SAFETY: the program's QP.
-    let (_, b, _) = unsafe { builder(q) };
-    b.wrs.clear();
-    b.error = None;
-}
-
-unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
-    // SAFETY: the program's QP, in a builder session.
-    unsafe { begin(q, SendOp::Send, 0, 0) }
-}
-unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::SendWithImm(u32::from_be(imm)), 0, 0) }
-}
-unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, rkey: u32) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::SendWithInv(Rkey::new(rkey)), 0, 0) }
-}
-unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::Write, addr, rkey) }
-}
-unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::WriteWithImm(u32::from_be(imm)), addr, rkey) }
-}
-unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::Read, addr, rkey) }
-}
-unsafe extern "C" fn wr_atomic_cmp_swp(
-    q: *mut ibv_qp_ex,
-    rkey: u32,
-    addr: u64,
-    compare: u64,
-    swap: u64,
-) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::CompareSwap { compare, swap }, addr, rkey) }
-}
-unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
-    // SAFETY: as wr_send.
-    unsafe { begin(q, SendOp::FetchAdd { add }, addr, rkey) }
-}
-
-unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    // SAFETY: the program's QP, in a builder session.
-    if let Some(w) = unsafe { last(q) } {
-        w.payload = Payload::Sgl(vec![Sge {
-            addr,
-            length,
-            lkey: Lkey::new(lkey),
-        }]);
-    }
-}
-
-/// A list longer than the QP's `max_send_sge` is `ENOSPC` (rxe's
-/// answer) from `ibv_wr_complete`, found before the list is read.
-unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
-    // SAFETY: the program's QP and list of `n` entries.
-    unsafe {
-        let (qp, b, _) = builder(q);
-        let max = qp.cap.max_send_sge;
-        if n > max as usize {
-            b.error.get_or_insert(libc::ENOSPC);
-            return;
-        }
-        match (sgl(list, n as c_int, max), last(q)) {
-            (Ok(s), Some(w)) => w.payload = Payload::Sgl(s),
-            (Err(e), _) => {
-                b.error.get_or_insert(e);
+entry! {
+    /// `ibv_wr_complete`: posts the WRs built, or the first error met.
+    fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's QP.
+            let (qp, b, _) = unsafe { builder(q) };
+            let wrs = std::mem::take(&mut b.wrs);
+            if let Some(e) = b.error.take() {
+                return Err(e);
             }
-            _ => {}
-        }
+            qp.qp.post_send_list(wrs).map_err(|(_, e)| errno_of(&e))
+        })
     }
 }
 
-unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    let one = ibv_data_buf { addr, length };
-    // SAFETY: forwarded.
-    unsafe { wr_set_inline_data_list(q, 1, &one) }
+entry! {
+    /// `ibv_wr_abort`.
+    fn wr_abort(q: *mut ibv_qp_ex) {
+        void(|| {
+            // SAFETY: the program's QP.
+            let (_, b, _) = unsafe { builder(q) };
+            b.wrs.clear();
+            b.error = None;
+            Ok(())
+        })
+    }
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(
-    q: *mut ibv_qp_ex,
-    n: usize,
-    bufs: *const ibv_data_buf,
-) {
-    // SAFETY: the program's QP and `n` buffers of readable memory.
+/// The builder's operations: each starts a WR (see [`begin`]).
+macro_rules! builder_op {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) => ($op:expr, $addr:expr, $rkey:expr)) => {
+        entry! {
+            $(#[$m])*
+            fn $name(q: *mut ibv_qp_ex, $($a: $t),*) {
+                void(|| {
+                    // SAFETY: the program's QP, in a builder session.
+                    unsafe { begin(q, $op, $addr, $rkey) };
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+
+builder_op!(
+    /// `ibv_wr_send`.
+    fn wr_send() => (SendOp::Send, 0, 0)
+);
+builder_op!(
+    /// `ibv_wr_send_imm`.
+    fn wr_send_imm(imm: u32) => (SendOp::SendWithImm(u32::from_be(imm)), 0, 0)
+);
+builder_op!(
+    /// `ibv_wr_send_inv`.
+    fn wr_send_inv(rkey: u32) => (SendOp::SendWithInv(Rkey::new(rkey)), 0, 0)
+);
+builder_op!(
+    /// `ibv_wr_rdma_write`.
+    fn wr_rdma_write(rkey: u32, addr: u64) => (SendOp::Write, addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_rdma_write_imm`.
+    fn wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) =>
+        (SendOp::WriteWithImm(u32::from_be(imm)), addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_rdma_read`.
+    fn wr_rdma_read(rkey: u32, addr: u64) => (SendOp::Read, addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_atomic_cmp_swp`.
+    fn wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) =>
+        (SendOp::CompareSwap { compare, swap }, addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_atomic_fetch_add`.
+    fn wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => (SendOp::FetchAdd { add }, addr, rkey)
+);
+
+entry! {
+    /// `ibv_wr_set_sge`.
+    fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+        void(|| {
+            // SAFETY: the program's QP, in a builder session.
+            if let Some(w) = unsafe { last(q) } {
+                w.payload = Payload::Sgl(vec![Sge {
+                    addr,
+                    length,
+                    lkey: Lkey::new(lkey),
+                }]);
+            }
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_sge_list`: a list longer than the QP's `max_send_sge`
+    /// is `ENOSPC` (rxe's answer) from `ibv_wr_complete`, found before
+    /// the list is read.
+    fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+        void(|| {
+            // SAFETY: the program's QP and list of `n` entries.
+            unsafe {
+                let (qp, b, _) = builder(q);
+                let max = qp.cap.max_send_sge;
+                if n > max as usize {
+                    b.error.get_or_insert(libc::ENOSPC);
+                    return Ok(());
+                }
+                match (sgl(list, n as c_int, max), last(q)) {
+                    (Ok(s), Some(w)) => w.payload = Payload::Sgl(s),
+                    (Err(e), _) => {
+                        b.error.get_or_insert(e);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_inline_data`.
+    fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+        void(|| {
+            // SAFETY: the program's QP and buffer.
+            unsafe { set_inline(q, &[ibv_data_buf { addr, length }]) };
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_inline_data_list`.
+    fn wr_set_inline_data_list(q: *mut ibv_qp_ex, n: usize, bufs: *const ibv_data_buf) {
+        void(|| {
+            if n > 0 && bufs.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: the program's QP and `n` buffers.
+            unsafe { set_inline(q, std::slice::from_raw_parts(bufs, n)) };
+            Ok(())
+        })
+    }
+}
+
+/// The inline payload of the WR being built: more than the QP takes
+/// inline is `ENOSPC` from `ibv_wr_complete`, as rxe, found before
+/// anything is copied.
+///
+/// # Safety
+/// As [`builder`]; each buffer is the program's readable memory.
+unsafe fn set_inline(q: *mut ibv_qp_ex, bufs: &[ibv_data_buf]) {
+    // SAFETY: the caller's contract.
     unsafe {
         let max = builder(q).0.cap.max_inline_data as usize;
         let Some(w) = last(q) else { return };
-        let mut v = Vec::new();
-        for i in 0..n {
-            let d = &*bufs.add(i);
-            // More than the QP takes inline: ENOSPC, as rxe, before
-            // copying what the program may not have.
-            if d.length > max - v.len() {
-                builder(q).1.error.get_or_insert(libc::ENOSPC);
-                return;
-            }
-            if d.length > 0 {
-                v.extend_from_slice(std::slice::from_raw_parts(d.addr as *const u8, d.length));
-            }
+        let total = bufs.iter().try_fold(0usize, |t, d| t.checked_add(d.length));
+        if total.is_none_or(|t| t > max) {
+            builder(q).1.error.get_or_insert(libc::ENOSPC);
+            return;
+        }
+        let mut v = Vec::with_capacity(total.unwrap_or(0));
+        for d in bufs.iter().filter(|d| d.length > 0) {
+            v.extend_from_slice(std::slice::from_raw_parts(d.addr as *const u8, d.length));
         }
         w.payload = Payload::Inline(v);
         w.flags = w.flags | SendFlags::INLINE;
     }
 }
 
-unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
-    // SAFETY: the program's QP and AH.
-    unsafe {
-        let (_, b, _) = builder(q);
-        match (ah.cast::<Ah>().as_ref(), last(q)) {
-            (Some(a), Some(w)) => {
-                w.ud = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
+entry! {
+    /// `ibv_wr_set_ud_addr`.
+    fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+        void(|| {
+            // SAFETY: the program's QP and AH.
+            unsafe {
+                let (_, b, _) = builder(q);
+                match (ah.cast::<Ah>().as_ref(), last(q)) {
+                    (Some(a), Some(w)) => {
+                        w.ud = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
+                    }
+                    (None, _) => {
+                        b.error.get_or_insert(libc::EINVAL);
+                    }
+                    _ => {}
+                }
             }
-            (None, _) => {
-                b.error.get_or_insert(libc::EINVAL);
-            }
-            _ => {}
-        }
+            Ok(())
+        })
     }
 }
 

@@ -8,6 +8,7 @@ use roce_verbs::SrqId;
 use crate::abi::consts::*;
 use crate::abi::*;
 use crate::context::Raw;
+use crate::ffi::posted;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::Pd;
 use crate::post::post_recv_list;
@@ -127,17 +128,16 @@ entry! {
     }
 }
 
-unsafe extern "C" fn post_srq_recv(
-    srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    // SAFETY: the program's SRQ.
-    let Ok(s) = (unsafe { Srq::from_ptr(srq) }) else {
-        return libc::EINVAL;
-    };
-    // SAFETY: the program's list (at most max_wr WRs of max_sge entries).
-    unsafe { post_recv_list(wr, bad, s.max_wr, s.max_sge, |r| s.srq.post_recv(r)) }
+entry! {
+    /// `ops.post_srq_recv`.
+    fn post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+        posted(bad, wr, || {
+            // SAFETY: the program's SRQ.
+            let s = unsafe { Srq::from_ptr(srq) }.map_err(|e| (e, wr))?;
+            // SAFETY: the program's list (at most max_wr WRs of max_sge entries).
+            unsafe { post_recv_list(wr, s.max_wr, s.max_sge, |r| s.srq.post_recv(r)) }
+        })
+    }
 }
 
 /// Installs the SRQ entries of a context's ops tables.

@@ -187,7 +187,16 @@ static void builder_sge(const char *name, size_t num_sge) {
 	x->wr_id = 4;
 	x->wr_flags = IBV_SEND_SIGNALED;
 	ibv_wr_rdma_write(x, mr->rkey, (uintptr_t)buf + 2048);
-	if (num_sge)
+	if (num_sge == (size_t)-1) {
+		/* A million WRs built and never completed: the builder holds
+		 * no more than the queue (4), so memory stays bounded. */
+		struct ibv_sge one = { .addr = (uintptr_t)buf, .length = 8, .lkey = mr->lkey };
+		ibv_wr_set_sge_list(x, 1, &one);
+		for (int i = 0; i < 1000000; i++) {
+			ibv_wr_rdma_write(x, mr->rkey, (uintptr_t)buf + 2048);
+			ibv_wr_set_sge_list(x, 1, &one);
+		}
+	} else if (num_sge)
 		ibv_wr_set_sge_list(x, num_sge, edge);
 	else
 		ibv_wr_set_inline_data(x, buf, (size_t)1 << 31);
@@ -461,6 +470,8 @@ int main(int argc, char **argv) {
 		builder_sge("builder_sge_over", 2);
 	if (wanted(argc, argv, "builder_inline_over"))
 		builder_sge("builder_inline_over", 0);
+	if (wanted(argc, argv, "builder_many"))
+		builder_sge("builder_many", (size_t)-1);
 
 	if (wanted(argc, argv, "send_loop"))
 		send_loop();
