@@ -18,7 +18,7 @@ use std::os::raw::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
-use crate::ffi::Res;
+use crate::ffi::{last_errno, Res};
 
 /// The lowest number the library's own duplicate takes (lower when the
 /// descriptor limit is lower), out of the range programs usually get.
@@ -26,12 +26,6 @@ const OWN_FROM: c_int = 512;
 
 /// `KCMP_FILE` of `<linux/kcmp.h>`.
 const KCMP_FILE: c_int = 0;
-
-fn last_errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
 
 /// An event counter: the library's own descriptor and the number the
 /// program was given.
@@ -45,8 +39,18 @@ pub(crate) struct EventFd {
 impl EventFd {
     /// A semaphore eventfd (one count per queued event), close-on-exec.
     pub(crate) fn new() -> Res<Arc<EventFd>> {
+        Self::with_flags(libc::EFD_SEMAPHORE)
+    }
+
+    /// An eventfd readable while any count is left (one read takes
+    /// them all): an rdma_cm event channel's.
+    pub(crate) fn level() -> Res<Arc<EventFd>> {
+        Self::with_flags(0)
+    }
+
+    fn with_flags(flags: c_int) -> Res<Arc<EventFd>> {
         // SAFETY: plain syscall; the descriptor is checked and owned below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
         if fd < 0 {
             return Err(last_errno());
         }
@@ -69,6 +73,12 @@ impl EventFd {
     /// The number the program sees (`channel->fd`, `async_fd`).
     pub(crate) fn shown(&self) -> c_int {
         self.shown.load(Ordering::Acquire)
+    }
+
+    /// The library's own descriptor, for counting and taking (never the
+    /// program's number).
+    pub(crate) fn own(&self) -> c_int {
+        self.own.as_raw_fd()
     }
 
     /// A notifier that counts one event.

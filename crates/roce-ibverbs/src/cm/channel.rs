@@ -7,13 +7,13 @@
 //! event handed to the program is its own allocation until it is acked.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
 
 use super::{lock, rc, Id};
 use crate::abi::*;
 use crate::context::wait_readable;
+use crate::eventfd::EventFd;
 use crate::ffi::{arg, ptr_ret, Res};
 use crate::ffi::{value_or, void};
 
@@ -82,31 +82,30 @@ impl Event {
     }
 }
 
-/// An event channel: the C view first.
+/// An event channel: the C view first. `c.fd` is the program's number
+/// of the eventfd; the library counts and waits through its own
+/// ([`EventFd`]), so a number the program closed and reused is never
+/// written, read or closed by the library.
 #[repr(C)]
 pub(crate) struct Channel {
     pub(crate) c: rdma_event_channel,
-    efd: OwnedFd,
+    efd: Arc<EventFd>,
     queue: Mutex<VecDeque<Queued>>,
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        self.efd.release();
+    }
 }
 
 impl Channel {
     /// A new channel (its eventfd non-blocking for the library's own
     /// reads; the program's poll sees readability).
     pub(crate) fn new() -> Res<Arc<Channel>> {
-        // SAFETY: plain syscall; the descriptor is checked and owned below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EMFILE));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let efd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let efd = EventFd::level()?;
         Ok(Arc::new(Channel {
-            c: rdma_event_channel {
-                fd: efd.as_raw_fd(),
-            },
+            c: rdma_event_channel { fd: efd.shown() },
             efd,
             queue: Mutex::new(VecDeque::new()),
         }))
@@ -137,14 +136,14 @@ impl Channel {
     fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-        unsafe { libc::write(self.efd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        unsafe { libc::write(self.efd.own(), (&one as *const u64).cast(), 8) };
     }
 
     fn clear(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64 (the count is non-zero
         // whenever this runs: it is written on every push).
-        unsafe { libc::read(self.efd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        unsafe { libc::read(self.efd.own(), (&mut v as *mut u64).cast(), 8) };
     }
 
     /// Queues an event; the descriptor becomes readable.
@@ -165,13 +164,15 @@ impl Channel {
     }
 
     /// Takes the next event, waiting for one unless the program made the
-    /// descriptor non-blocking (`EAGAIN`).
+    /// descriptor non-blocking (`EAGAIN`); `EBADF` once the program
+    /// closed its number (or reused it for another file).
     pub(crate) fn take(&self) -> Res<Box<Event>> {
         loop {
             if let Some(e) = self.try_take() {
                 return Ok(e);
             }
-            wait_readable(self.efd.as_raw_fd())?;
+            self.efd.check()?;
+            wait_readable(self.efd.own())?;
         }
     }
 
@@ -193,7 +194,7 @@ impl Channel {
 
     fn clear_nonblocking(&self) {
         let mut p = libc::pollfd {
-            fd: self.efd.as_raw_fd(),
+            fd: self.efd.own(),
             events: libc::POLLIN,
             revents: 0,
         };

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/stat.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -281,6 +283,50 @@ static void case_k(void) {
 	      k1, s1, k2, s2, k3, s3);
 }
 
+static void case_cm_fd(void) {
+	/* An rdma_cm event channel whose fd the program closed and reused
+	 * for a file: the library never writes, reads or closes that file
+	 * (it counts events through a descriptor of its own), and
+	 * rdma_get_cm_event with nothing queued says EBADF instead of
+	 * waiting on the file. */
+	struct rdma_event_channel *ech = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	if (!ech || rdma_create_id(ech, &id, NULL, RDMA_PS_TCP)) {
+		printf("FAIL setup: rdma_create_id (%s)\n", strerror(errno));
+		exit(100);
+	}
+	int fd = ech->fd;
+	close(fd);
+	char path[] = "/tmp/roce-answers-XXXXXX";
+	int f = mkstemp(path);
+	if (f != fd) {
+		dup2(f, fd);
+		close(f);
+	}
+	unlink(path);
+	int w = write(fd, "hello", 5);
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int r = rdma_resolve_addr(id, NULL, (struct sockaddr *)&sin, 1000);
+	struct rdma_cm_event *ev = NULL;
+	alarm(10);
+	int g1 = rdma_get_cm_event(ech, &ev);
+	if (!g1)
+		rdma_ack_cm_event(ev);
+	errno = 0;
+	int g2 = rdma_get_cm_event(ech, &ev);
+	int e2 = errno;
+	alarm(0);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ech);
+	struct stat st = { 0 };
+	int open_after = fcntl(fd, F_GETFD) >= 0 && fstat(fd, &st) == 0;
+	CHECK("cm_channel_fd_reused", w == 5 && r == 0 && g1 == 0 && g2 == -1 && e2 == EBADF &&
+	      open_after && st.st_size == 5,
+	      "write %d resolve %d first %d second %d errno %d, file %s size %ld", w, r, g1, g2, e2,
+	      open_after ? "open" : "closed", (long)st.st_size);
+	close(fd);
+}
+
 int main(void) {
 	open_first_device();
 	ibv_query_gid(ctx, 1, 0, &gid);
@@ -300,5 +346,6 @@ int main(void) {
 	case_i();
 	case_j();
 	case_k();
+	case_cm_fd();
 	return failures;
 }
