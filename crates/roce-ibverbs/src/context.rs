@@ -26,6 +26,7 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::config::{self, log};
 use crate::device::{self, Device};
+use crate::engine::{Engine, EventQueue, Resolved};
 use crate::eventfd::EventFd;
 use crate::ffi::{arg, arg_mut, errno_ret, minus_one, ptr_ret, Res};
 use crate::ffi::{count_or_neg, errno_set, value_or, void};
@@ -54,7 +55,14 @@ pub(crate) struct Objects {
 #[repr(C)]
 pub(crate) struct Context {
     pub(crate) vctx: verbs_context,
+    /// The engine's handle (`engine.verbs`).
     pub(crate) verbs: roce_verbs::Context,
+    /// The engine this context shares with the process's other contexts
+    /// of the device on its address ([`Engine`]).
+    pub(crate) engine: Arc<Engine>,
+    /// Asynchronous events of this context's objects, waiting for
+    /// `ibv_get_async_event` (counted on `async_efd`).
+    events: EventQueue,
     pub(crate) device: &'static Device,
     /// The context's address: GID index 0.
     pub(crate) local: IpAddr,
@@ -101,6 +109,15 @@ pub(crate) fn live() -> Vec<*mut ibv_context> {
 }
 
 impl Context {
+    /// Queues an event of one of its objects for the program.
+    pub(crate) fn queue_event(&self, r: Resolved) {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(r);
+        self.async_efd.count();
+    }
+
     /// The context behind a program's `ibv_context` pointer.
     ///
     /// # Safety
@@ -118,6 +135,17 @@ impl Context {
     /// The `ibv_context` pointer programs see.
     pub(crate) fn ibv(&self) -> *mut ibv_context {
         &self.vctx.context as *const ibv_context as *mut ibv_context
+    }
+}
+
+/// `EINVAL` unless objects belong to one context: the process's
+/// contexts of a device share an engine ([`Engine`]), so the engine's
+/// own checks cannot tell them apart; the kernel finds no object of
+/// another context in a context's tables.
+pub(crate) fn same_context(ctxs: &[*mut ibv_context]) -> Res<()> {
+    match ctxs.split_first() {
+        Some((first, rest)) if rest.iter().any(|c| c != first) => Err(libc::EINVAL),
+        _ => Ok(()),
     }
 }
 
@@ -261,15 +289,10 @@ fn setting<T>(r: Result<T, String>) -> Res<T> {
     })
 }
 
-/// Opens the engine, moving along 127/8 when the loopback address is
-/// taken and nobody asked for one (`at`, or `ROCE_ADDR` without it).
-fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, IpAddr)> {
-    let backend = setting(config::backend())?;
-    let ack_delay = setting(config::ack_delay())?;
-    let port = setting(config::port())?;
-    let cpu = setting(config::cpu())?;
-    let shm = setting(config::shm())?;
-    let asked = match at {
+/// The address a context of `dev` is asked to open on: `at`, or
+/// `ROCE_ADDR` when it is this device's (or no device's).
+fn asked_addr(dev: &Device, at: Option<IpAddr>) -> Res<Option<IpAddr>> {
+    Ok(match at {
         Some(a) => Some(a),
         None => setting(config::addr())?.filter(|&a| {
             let elsewhere = !owns(dev, a) && owned_by_another(dev, a);
@@ -281,7 +304,17 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
             }
             !elsewhere
         }),
-    };
+    })
+}
+
+/// Opens the engine, moving along 127/8 when the loopback address is
+/// taken by another process and nobody asked for one (`asked`).
+fn open_engine(dev: &Device, asked: Option<IpAddr>) -> Res<(roce_verbs::Context, IpAddr)> {
+    let backend = setting(config::backend())?;
+    let ack_delay = setting(config::ack_delay())?;
+    let port = setting(config::port())?;
+    let cpu = setting(config::cpu())?;
+    let shm = setting(config::shm())?;
     let first = match asked.or_else(|| first_addr(dev)) {
         Some(a) => a,
         None => return Err(libc::ENODEV),
@@ -334,12 +367,14 @@ fn open_engine(dev: &Device, at: Option<IpAddr>) -> Res<(roce_verbs::Context, Ip
 }
 
 /// Opens a context of `dev` on `at` (librdmacm binding an address), or
-/// where `ibv_open_device` would.
+/// where `ibv_open_device` would: on the engine this process already
+/// has there, if any.
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
-    let (verbs, local) = open_engine(dev, at)?;
+    let asked = asked_addr(dev, at)?;
+    let engine = Engine::get(dev, asked, || open_engine(dev, asked))?;
+    let (verbs, local) = (engine.verbs.clone(), engine.local);
     let efd = EventFd::new()?;
     let cmd_fd = EventFd::new()?;
-    verbs.set_event_notifier(efd.counting());
     let mtu = if dev.info.interface().loopback {
         4096
     } else {
@@ -365,6 +400,8 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
     let ctx = Box::new(Context {
         vctx,
         verbs,
+        engine,
+        events: EventQueue::default(),
         device: dev,
         local,
         gids: gid_table(dev, local),
@@ -377,7 +414,9 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         pinned: std::sync::atomic::AtomicBool::new(false),
         pid: std::process::id(),
     });
-    let p = Box::leak(ctx).ibv();
+    let ctx = Box::leak(ctx);
+    let p = ctx.ibv();
+    ctx.engine.join(p);
     LIVE.lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(Raw(p.cast()));
@@ -411,6 +450,7 @@ export! {
             // SAFETY: as from_ptr; the program gives up the context here.
             let c = unsafe { Box::from_raw(ctx.byte_sub(off) as *mut Context) };
             log!("closing {} on {}", c.device.info.name(), c.local);
+            c.engine.leave(ctx);
             // The program's async_fd, if still ours (see EventFd).
             c.async_efd.release();
             c.cmd_fd.release();
@@ -716,7 +756,7 @@ export! {
     }
 }
 
-fn event_of(c: &Context, e: AsyncEvent) -> Option<(u32, *mut c_void)> {
+pub(crate) fn event_of(c: &Context, e: AsyncEvent) -> Option<(u32, *mut c_void)> {
     let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
     let qp = |q: roce_verbs::Qpn| objs.qps.get(&q.value()).map(|r| r.0);
     Some(match e {
@@ -745,10 +785,8 @@ export! {
             loop {
                 c.async_efd.wait()?;
                 c.async_efd.take()?;
-                let Some(e) = c.verbs.get_async_event(Some(std::time::Duration::ZERO)) else {
-                    continue;
-                };
-                if let Some((ty, element)) = event_of(c, e) {
+                let next = c.events.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+                if let Some(Resolved(ty, element)) = next {
                     out.element = element;
                     out.event_type = ty;
                     return Ok(0);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use roce_verbs::{Completion, CqId, WcFlags};
 
 use crate::abi::*;
-use crate::context::{Context, Raw};
+use crate::context::{same_context, Context, Raw};
 use crate::eventfd::EventFd;
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
 use crate::ffi::{count_neg, value_or, void};
@@ -289,6 +289,9 @@ fn create(
     }
     // SAFETY: the program's channel or NULL (a Channel: its first field).
     let ch = unsafe { channel.cast::<Channel>().as_ref() };
+    if let Some(h) = ch {
+        same_context(&[ctx, h.ibv.context])?;
+    }
     let cq = c
         .verbs
         .create_cq(cqe as usize, ch.map(|h| &h.ch))

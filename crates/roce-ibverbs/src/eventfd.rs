@@ -81,14 +81,17 @@ impl EventFd {
         self.own.as_raw_fd()
     }
 
+    /// Counts one event.
+    pub(crate) fn count(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        unsafe { libc::write(self.own.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
     /// A notifier that counts one event.
     pub(crate) fn counting(self: &Arc<Self>) -> roce_verbs::Notifier {
         let me = self.clone();
-        Box::new(move || {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
-            unsafe { libc::write(me.own.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        })
+        Box::new(move || me.count())
     }
 
     /// `EBADF` when the program closed its number, or reused it for

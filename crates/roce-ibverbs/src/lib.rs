@@ -37,6 +37,7 @@ mod config;
 mod context;
 mod cq;
 mod device;
+mod engine;
 mod eventfd;
 mod misc;
 mod pd;

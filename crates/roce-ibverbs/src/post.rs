@@ -114,6 +114,7 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
     let ud = if q.qp.qp_type() == roce_verbs::QpType::Ud {
         // SAFETY: the program's AH (an Ah: its first field) or NULL.
         let ah = unsafe { ud.ah.cast::<Ah>().as_ref() }.ok_or(libc::EINVAL)?;
+        crate::context::same_context(&[ah.ibv.context, q.ibv.qp_base.context])?;
         Some(ah.ah.ud_dest(
             Qpn::new(ud.remote_qpn & 0xff_ffff),
             Qkey::new(ud.remote_qkey),
@@ -554,8 +555,11 @@ entry! {
         void(|| {
             // SAFETY: the program's QP and AH.
             unsafe {
-                let (_, b, _) = builder(q);
-                match (ah.cast::<Ah>().as_ref(), last(q)) {
+                let (qp, b, _) = builder(q);
+                let ah = ah.cast::<Ah>().as_ref();
+                // An AH of another context: EINVAL, as for ibv_post_send.
+                let ah = ah.filter(|a| a.ibv.context == qp.ibv.qp_base.context);
+                match (ah, last(q)) {
                     (Some(a), Some(w)) => {
                         w.ud = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
                     }

@@ -8,7 +8,7 @@ use roce_verbs::{Access, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpSt
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::context::{gid_of, mtu_enum, Context, Raw};
+use crate::context::{gid_of, mtu_enum, same_context, Context, Raw};
 use crate::cq::Cq;
 use crate::ffi::value_or;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
@@ -103,6 +103,9 @@ fn create(
     };
     // SAFETY: as above.
     let s = unsafe { srq.cast::<Srq>().as_ref() };
+    let mut ctxs = vec![pd.ibv.context, scq.ibv.context, rcq.ibv.context];
+    ctxs.extend(s.map(|s| s.context()));
+    same_context(&ctxs)?;
     let t = qp_type_of(qp_type)?;
     let caps = caps_checked(cap, s.is_some())?;
     let mut init = QpInitAttr::new(t, &scq.cq, &rcq.cq)
@@ -184,7 +187,7 @@ const SEND_OPS: u64 = 0x7f | (1 << 8); // WRITE(_IMM), SEND(_IMM), READ, CAS, FA
 entry! {
     /// `verbs_context.create_qp_ex`.
     fn create_qp_ex(
-        _ctx: *mut ibv_context,
+        ctx: *mut ibv_context,
         attr: *mut ibv_qp_init_attr_ex,
     ) -> *mut ibv_qp {
         ptr_ret(|| {
@@ -201,6 +204,8 @@ entry! {
             if a.comp_mask & QP_INIT_ATTR_PD == 0 {
                 return Err(libc::EINVAL);
             }
+            // SAFETY: the program's PD.
+            same_context(&[ctx, unsafe { Pd::from_ptr(a.pd)? }.ibv.context])?;
             if a.comp_mask & QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0 {
                 return Err(libc::EOPNOTSUPP);
             }

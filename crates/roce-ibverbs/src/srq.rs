@@ -7,7 +7,7 @@ use roce_verbs::SrqId;
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::context::Raw;
+use crate::context::{same_context, Raw};
 use crate::ffi::posted;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::Pd;
@@ -32,6 +32,11 @@ pub(crate) struct Srq {
 }
 
 impl Srq {
+    /// The context it belongs to.
+    pub(crate) fn context(&self) -> *mut ibv_context {
+        self.ibv.context
+    }
+
     /// # Safety
     /// `p` must be NULL or an SRQ this library created and not destroyed.
     unsafe fn from_ptr<'a>(p: *mut ibv_srq) -> Res<&'a Srq> {
@@ -98,7 +103,7 @@ export! {
 entry! {
     /// `verbs_context.create_srq_ex`: basic SRQs only (no XRC, no tag matching).
     fn create_srq_ex(
-        _ctx: *mut ibv_context,
+        ctx: *mut ibv_context,
         attr: *mut ibv_srq_init_attr_ex,
     ) -> *mut ibv_srq {
         ptr_ret(|| {
@@ -112,6 +117,8 @@ entry! {
             if a.comp_mask & PD == 0 {
                 return Err(libc::EINVAL);
             }
+            // SAFETY: the program's PD.
+            same_context(&[ctx, unsafe { Pd::from_ptr(a.pd)? }.ibv.context])?;
             create(a.pd, a.srq_context, &mut a.attr)
         })
     }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::shared::Notifier;
+use crate::shared::{EventSink, Notifier};
 
 use roce_core::{AsyncEvent, Device, DeviceConfig, DeviceCounters};
 use roce_io::{Backend, Fabric, FabricPort};
@@ -210,6 +210,15 @@ impl Context {
     /// [`Notifier`]). Only the first call takes effect; false for a later one.
     pub fn set_event_notifier(&self, notifier: Notifier) -> bool {
         self.shared().event_notifier.set(notifier).is_ok()
+    }
+
+    /// Sends every later asynchronous event to `sink` instead of the
+    /// queue [`get_async_event`](Self::get_async_event) reads (for a layer
+    /// that hands each event to the owner of the object it names: the
+    /// drop-in libibverbs, whose contexts of one device share an engine).
+    /// Only the first call takes effect; false for a later one.
+    pub fn set_event_sink(&self, sink: EventSink) -> bool {
+        self.shared().event_sink.set(sink).is_ok()
     }
 
     /// `ibv_get_async_event`: the next asynchronous event (QP fatal, CQ

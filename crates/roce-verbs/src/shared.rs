@@ -105,6 +105,13 @@ pub(crate) struct RecvEntry {
 /// call back into the context.
 pub type Notifier = Box<dyn Fn() + Send + Sync>;
 
+/// Where asynchronous events go instead of the context's queue, once set
+/// ([`Context::set_event_sink`](crate::Context::set_event_sink)): called
+/// once per event, in order, from the thread that raised it (possibly
+/// under the engine's lock). It must not block or call back into the
+/// context.
+pub type EventSink = Box<dyn Fn(AsyncEvent) + Send + Sync>;
+
 impl Shared {
     /// Puts GID `index` to use: the backend gets its address, if it does
     /// not have it yet (a UDP backend binds the RoCE port there). Called
@@ -126,6 +133,10 @@ impl Shared {
 
     /// Queues asynchronous events and wakes their waiters.
     pub(crate) fn queue_events(&self, events: impl IntoIterator<Item = AsyncEvent>) {
+        if let Some(sink) = self.event_sink.get() {
+            events.into_iter().for_each(sink);
+            return;
+        }
         let mut q = lock(&self.events);
         for e in events {
             q.push_back(e);
@@ -204,6 +215,8 @@ pub(crate) struct Shared {
     pub(crate) events_cv: Condvar,
     /// Called once per event queued ([`Context::set_event_notifier`](crate::Context::set_event_notifier)).
     pub(crate) event_notifier: OnceLock<Notifier>,
+    /// Takes the events instead of `events` ([`EventSink`]).
+    pub(crate) event_sink: OnceLock<EventSink>,
     /// Connection manager events, taken by the handle they concern.
     pub(crate) cm_events: Mutex<VecDeque<roce_core::cm::CmEvent>>,
     pub(crate) cm_cv: Condvar,
@@ -285,6 +298,7 @@ impl Shared {
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             event_notifier: OnceLock::new(),
+            event_sink: OnceLock::new(),
             cm_events: Mutex::new(VecDeque::new()),
             cm_cv: Condvar::new(),
             cm_sink: OnceLock::new(),
