@@ -371,7 +371,7 @@ fn open_engine(dev: &Device, asked: Option<IpAddr>) -> Res<(roce_verbs::Context,
 /// has there, if any.
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let asked = asked_addr(dev, at)?;
-    let engine = Engine::get(dev, asked, || open_engine(dev, asked))?;
+    let engine = Engine::get(dev, asked, first_addr(dev), || open_engine(dev, asked))?;
     let (verbs, local) = (engine.verbs.clone(), engine.local);
     let efd = EventFd::new()?;
     let cmd_fd = EventFd::new()?;

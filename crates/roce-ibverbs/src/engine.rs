@@ -49,11 +49,14 @@ unsafe impl Send for Resolved {}
 pub(crate) type EventQueue = Mutex<VecDeque<Resolved>>;
 
 impl Engine {
-    /// The engine of `dev` on `asked` (or where a default open went),
-    /// shared if this process has it, else opened by `open`.
+    /// The engine of `dev` on `asked`, or with no address asked, on the
+    /// device's `default` address or where an earlier default open went
+    /// (along 127/8): shared if this process has it, else opened by
+    /// `open`.
     pub(crate) fn get(
         dev: &'static Device,
         asked: Option<IpAddr>,
+        default: Option<IpAddr>,
         open: impl FnOnce() -> Res<(roce_verbs::Context, IpAddr)>,
     ) -> Res<Arc<Engine>> {
         let mut all = engines();
@@ -61,7 +64,7 @@ impl Engine {
             std::ptr::eq(e.device, dev)
                 && match asked {
                     Some(a) => e.local == a,
-                    None => e.by_default,
+                    None => e.by_default || Some(e.local) == default,
                 }
         };
         if let Some(e) = all.iter().find(same) {

@@ -306,3 +306,34 @@ fn rdma_server_and_rdma_client_between_namespaces() {
         );
     }
 }
+
+/// libfabric's verbs provider binds an rdma_cm id to the node's address
+/// and then opens the device that owns it, in one process: the open
+/// joins the engine the bind made (issue 32), where it once failed with
+/// "UDP port 4791 ... is in use" and the device's MSG domain was lost.
+#[test]
+fn fi_info_opens_each_device_as_often_as_it_likes() {
+    if !have("fi_info") {
+        return;
+    }
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let mut c = lab.command(&lab.a, &lab.va, "udp", "fi_info", &["-p", "verbs"]);
+    c.env_remove("ROCE_DEVICES").env("ROCE_LOG", "1");
+    let o = finish(c.spawn().unwrap(), LIMIT, "fi_info");
+    let t = text_of(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(!t.contains("cannot open"), "{t}");
+    assert!(t.contains(&format!("domain: roce_{}", lab.va)), "{t}");
+    // Every open of the veth device went to one address.
+    let opened: std::collections::BTreeSet<&str> = t
+        .lines()
+        .filter(|l| l.contains(&format!("roce_{} opened on", lab.va)))
+        .collect();
+    assert!(opened.len() <= 1, "{opened:?}\n{t}");
+}
