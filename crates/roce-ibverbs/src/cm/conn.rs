@@ -108,6 +108,10 @@ export! {
                 return Err(libc::EINVAL);
             }
             // SAFETY: the id's C view.
+            let ps = unsafe { (*i.c()).ps };
+            super::ports::with(|p| p.listen(i.c() as usize, ps, local.port()))?;
+            i.st().reuse = false;
+            // SAFETY: the id's C view.
             let verbs = unsafe { (*i.c()).verbs };
             let ctxs = if verbs.is_null() { listen_contexts(local.ip())? } else { vec![verbs] };
             let ud = is_ud(i);

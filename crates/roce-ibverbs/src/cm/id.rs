@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use super::channel::{deliver, Event};
 use super::dispatch::table;
-use super::{lock, rc, Channel, Id, IdState, State};
+use super::{lock, ports, rc, Channel, Id, IdState, State};
 use crate::abi::*;
 use crate::config::log;
 use crate::context::{gid_of, live, mtu_enum, new_context, owns, Context};
@@ -54,6 +54,8 @@ pub(crate) fn new_id(
             ep_qp_attr: None,
             tos: 0,
             ack_timeout: 0,
+            reuse: false,
+            afonly: false,
             depths: (0, 0),
         }),
     })
@@ -284,11 +286,6 @@ pub(crate) fn listen_contexts(any: IpAddr) -> Res<Vec<*mut ibv_context>> {
     Ok(v)
 }
 
-/// A port for an id bound to port 0.
-pub(crate) fn ephemeral_port() -> u16 {
-    (roce_verbs::random_u64().unwrap_or(0) % (60999 - 32768) + 32768) as u16
-}
-
 export! {
     /// `rdma_create_id`: without a channel the id is synchronous (its
     /// calls wait for their outcome).
@@ -328,6 +325,7 @@ pub(crate) fn destroy(id: *mut rdma_cm_id) -> Res<()> {
             st.channel.clone(),
         )
     };
+    ports::with(|p| p.release(i.c() as usize));
     // A synchronous id's last event.
     i.ack_held();
     for (c, l) in &listens {
@@ -437,6 +435,27 @@ export! {
                     // SAFETY: one readable byte (checked above).
                     i.st().ack_timeout = unsafe { *val.cast::<u8>() };
                 }
+                (option::ID, option::ID_REUSEADDR) => {
+                    // SAFETY: a readable int (checked above).
+                    let on = unsafe { *val.cast::<c_int>() } != 0;
+                    let mut st = i.st();
+                    // rdma_set_reuseaddr: a listener cannot become
+                    // reusable, and only an idle id can stop being so.
+                    if !((on && st.state != State::Listening) || st.state == State::Idle) {
+                        return Err(libc::EINVAL);
+                    }
+                    st.reuse = on;
+                }
+                (option::ID, option::ID_AFONLY) => {
+                    // SAFETY: a readable int (checked above).
+                    let on = unsafe { *val.cast::<c_int>() } != 0;
+                    let mut st = i.st();
+                    // rdma_set_afonly: before the id is bound.
+                    if st.state != State::Idle || st.local.is_some() {
+                        return Err(libc::EINVAL);
+                    }
+                    st.afonly = on;
+                }
                 _ => {}
             }
             Ok(())
@@ -446,17 +465,23 @@ export! {
 
 /// Binds `id` to `addr` (the work of `rdma_bind_addr`).
 pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
-    if i.st().local.is_some() {
-        return Err(libc::EINVAL);
-    }
-    let port = if addr.port() == 0 {
-        ephemeral_port()
-    } else {
-        addr.port()
+    let (reuse, afonly) = {
+        let st = i.st();
+        if st.local.is_some() {
+            return Err(libc::EINVAL);
+        }
+        (st.reuse, st.afonly)
     };
+    let ctx = if addr.ip().is_unspecified() {
+        None
+    } else {
+        Some(context_at(addr.ip())?)
+    };
+    // SAFETY: the id's C view.
+    let ps = unsafe { (*i.c()).ps };
+    let port = ports::with(|p| p.bind(i.c() as usize, ps, addr.ip(), addr.port(), reuse, afonly))?;
     let local = SocketAddr::new(addr.ip(), port);
-    if !addr.ip().is_unspecified() {
-        let ctx = context_at(addr.ip())?;
+    if let Some(ctx) = ctx {
         // SAFETY: the id's C view; a context this library keeps open.
         unsafe {
             (*i.c()).verbs = ctx;

@@ -39,6 +39,7 @@ mod conn;
 mod dispatch;
 mod exit;
 mod id;
+pub(crate) mod ports;
 mod qp;
 mod rsocket;
 
@@ -111,6 +112,9 @@ pub(crate) struct IdState {
     /// Set options.
     pub(crate) tos: u8,
     pub(crate) ack_timeout: u8,
+    /// `RDMA_OPTION_ID_REUSEADDR` and `RDMA_OPTION_ID_AFONLY` ([`ports`]).
+    pub(crate) reuse: bool,
+    pub(crate) afonly: bool,
     /// The initiator depth and responder resources of the request or
     /// `rdma_accept`, for `rdma_init_qp_attr`.
     pub(crate) depths: (u8, u8),

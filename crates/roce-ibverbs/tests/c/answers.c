@@ -327,6 +327,65 @@ static void case_cm_fd(void) {
 	close(fd);
 }
 
+static struct rdma_cm_id *bound(struct rdma_event_channel *ech, const char *ip, int port, int reuse, int *rc) {
+	struct rdma_cm_id *id = NULL;
+	if (rdma_create_id(ech, &id, NULL, RDMA_PS_TCP)) {
+		printf("FAIL setup: rdma_create_id (%s)\n", strerror(errno));
+		exit(100);
+	}
+	if (reuse)
+		rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &reuse, sizeof(reuse));
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
+	if (ip)
+		inet_pton(AF_INET, ip, &sin.sin_addr);
+	else /* this process's address: its context's GID 0 (::ffff:a.b.c.d) */
+		memcpy(&sin.sin_addr, &gid.raw[12], 4);
+	errno = 0;
+	*rc = rdma_bind_addr(id, (struct sockaddr *)&sin) ? errno : 0;
+	return id;
+}
+
+static void case_ports(void) {
+	/* rdma_cm's port space, as the kernel's cma.c keeps it. */
+	struct rdma_event_channel *ech = rdma_create_event_channel();
+	int port = 20000 + getpid() % 20000, r1, r2, r3, r4;
+	struct rdma_cm_id *a = bound(ech, NULL, port, 0, &r1);
+	struct rdma_cm_id *b = bound(ech, NULL, port, 0, &r2);
+	struct rdma_cm_id *w = bound(ech, "0.0.0.0", port, 0, &r3);
+	struct rdma_cm_id *o = bound(ech, NULL, port + 1, 0, &r4);
+	CHECK("cm_bind_same_port", r1 == 0 && r2 == EADDRINUSE && r3 == EADDRNOTAVAIL && r4 == 0,
+	      "first %d, same address %d, wildcard %d, another port %d", r1, r2, r3, r4);
+	rdma_destroy_id(a);
+	rdma_destroy_id(b);
+	rdma_destroy_id(w);
+	rdma_destroy_id(o);
+	struct rdma_cm_id *again = bound(ech, NULL, port, 0, &r1);
+	CHECK("cm_port_free_after_destroy", r1 == 0, "bind %d", r1);
+	rdma_destroy_id(again);
+
+	struct rdma_cm_id *x = bound(ech, NULL, port, 1, &r1);
+	struct rdma_cm_id *y = bound(ech, NULL, port, 1, &r2);
+	errno = 0;
+	int l1 = rdma_listen(x, 4) ? errno : 0;
+	rdma_destroy_id(y);
+	errno = 0;
+	int l2 = rdma_listen(x, 4) ? errno : 0;
+	struct rdma_cm_id *z = bound(ech, NULL, port, 1, &r3);
+	CHECK("cm_reuseaddr_until_listen", r1 == 0 && r2 == 0 && l1 == EADDRINUSE && l2 == 0 && r3 == EADDRINUSE,
+	      "binds %d %d, listen beside another %d, alone %d, bind beside the listener %d", r1, r2, l1, l2, r3);
+	rdma_destroy_id(x);
+	rdma_destroy_id(z);
+
+	struct rdma_cm_id *e1 = bound(ech, NULL, 0, 0, &r1);
+	struct rdma_cm_id *e2 = bound(ech, NULL, 0, 0, &r2);
+	int p1 = ntohs(rdma_get_src_port(e1)), p2 = ntohs(rdma_get_src_port(e2));
+	CHECK("cm_ephemeral_ports", r1 == 0 && r2 == 0 && p1 != p2 && p1 >= 32768 && p2 >= 32768,
+	      "binds %d %d, ports %d %d", r1, r2, p1, p2);
+	rdma_destroy_id(e1);
+	rdma_destroy_id(e2);
+	rdma_destroy_event_channel(ech);
+}
+
 int main(void) {
 	open_first_device();
 	ibv_query_gid(ctx, 1, 0, &gid);
@@ -347,5 +406,6 @@ int main(void) {
 	case_j();
 	case_k();
 	case_cm_fd();
+	case_ports();
 	return failures;
 }

@@ -1,0 +1,256 @@
+//! rdma_cm's port spaces: which ids hold which port of a space (TCP, UDP,
+//! IB, IPoIB) on which address, under the kernel's rules (Linux
+//! `drivers/infiniband/core/cma.c`, `cma_use_port`, `cma_check_port`,
+//! `cma_alloc_any_port`, `rdma_listen`):
+//!
+//! * a port below 1024 needs `CAP_NET_BIND_SERVICE` (`EACCES`);
+//! * an id may share a port with another only when both set
+//!   `RDMA_OPTION_ID_REUSEADDR`; otherwise two ids on the same address
+//!   conflict with `EADDRINUSE`, and an id on the wildcard address
+//!   conflicts with any other on the port with `EADDRNOTAVAIL` (two ids
+//!   that set `RDMA_OPTION_ID_AFONLY` on different families never do);
+//! * `rdma_listen` makes the id unique on its port (checked as a bind
+//!   without reuse) and no longer reusable;
+//! * port 0 takes a free port of the local range, starting at a random
+//!   one.
+//!
+//! The table is this process's (docs/dropin.md, "librdmacm"): between
+//! processes each holds its own address today
+//! (docs/notes/2026-12-03-one-device-per-host.md).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use crate::ffi::Res;
+
+/// One id's hold on a port.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    id: usize,
+    addr: IpAddr,
+    reuse: bool,
+    afonly: bool,
+}
+
+/// The ids on each (port space, port).
+#[derive(Default)]
+pub(crate) struct Ports {
+    held: HashMap<(u32, u16), Vec<Holder>>,
+}
+
+/// The local port range the kernel picks from by default
+/// (`net.ipv4.ip_local_port_range`).
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+
+impl Ports {
+    /// `cma_check_port`: whether `h` may hold `port` beside the others,
+    /// `reuse` standing for its own reuse flag (0 for a listen).
+    fn check(&self, key: (u32, u16), h: &Holder, reuse: bool) -> Res<()> {
+        for cur in self.held.get(&key).into_iter().flatten() {
+            if cur.id == h.id || (reuse && cur.reuse) {
+                continue;
+            }
+            if h.afonly && cur.afonly && h.addr.is_ipv4() != cur.addr.is_ipv4() {
+                continue;
+            }
+            if h.addr.is_unspecified() || cur.addr.is_unspecified() {
+                return Err(libc::EADDRNOTAVAIL);
+            }
+            if h.addr.to_canonical() == cur.addr.to_canonical() {
+                return Err(libc::EADDRINUSE);
+            }
+        }
+        Ok(())
+    }
+
+    /// Binds id `id` of space `ps` to `addr`:`port` (0: a free one);
+    /// the port it got.
+    pub(crate) fn bind(
+        &mut self,
+        id: usize,
+        ps: u32,
+        addr: IpAddr,
+        port: u16,
+        reuse: bool,
+        afonly: bool,
+    ) -> Res<u16> {
+        let h = Holder {
+            id,
+            addr,
+            reuse,
+            afonly,
+        };
+        let port = if port == 0 {
+            self.free_port(ps, roce_verbs::random_u64().unwrap_or(0))?
+        } else {
+            if port < 1024 && !may_bind_low() {
+                return Err(libc::EACCES);
+            }
+            self.check((ps, port), &h, reuse)?;
+            port
+        };
+        self.held.entry((ps, port)).or_default().push(h);
+        Ok(port)
+    }
+
+    /// A port of the local range no id of `ps` holds, from `seed` on.
+    fn free_port(&self, ps: u32, seed: u64) -> Res<u16> {
+        let (low, n) = (*EPHEMERAL.start(), EPHEMERAL.len() as u64);
+        (0..n)
+            .map(|k| low + ((seed + k) % n) as u16)
+            .find(|&p| !self.held.contains_key(&(ps, p)))
+            .ok_or(libc::EADDRNOTAVAIL)
+    }
+
+    /// `rdma_listen` of a bound id: it must be unique on its port, and is
+    /// not reusable from then on.
+    pub(crate) fn listen(&mut self, id: usize, ps: u32, port: u16) -> Res<()> {
+        let key = (ps, port);
+        let Some(me) = self
+            .held
+            .get(&key)
+            .and_then(|v| v.iter().find(|h| h.id == id))
+            .copied()
+        else {
+            return Ok(());
+        };
+        if me.reuse {
+            self.check(key, &me, false)?;
+        }
+        if let Some(h) = self
+            .held
+            .get_mut(&key)
+            .and_then(|v| v.iter_mut().find(|h| h.id == id))
+        {
+            h.reuse = false;
+        }
+        Ok(())
+    }
+
+    /// The id is gone: its ports are free.
+    pub(crate) fn release(&mut self, id: usize) {
+        self.held.retain(|_, v| {
+            v.retain(|h| h.id != id);
+            !v.is_empty()
+        });
+    }
+}
+
+/// Whether this process may bind a port below 1024
+/// (`CAP_NET_BIND_SERVICE` in its effective set).
+fn may_bind_low() -> bool {
+    const CAP_NET_BIND_SERVICE: u32 = 10;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
+}
+
+/// The process's port spaces.
+static PORTS: Mutex<Option<Ports>> = Mutex::new(None);
+
+/// Runs `f` on the process's port spaces.
+pub(crate) fn with<T>(f: impl FnOnce(&mut Ports) -> T) -> T {
+    let mut g = PORTS.lock().unwrap_or_else(|p| p.into_inner());
+    f(g.get_or_insert_with(Ports::default))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: u32 = 0x0106;
+    const UDP: u32 = 0x0111;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn one_address_and_port_is_one_ids_without_reuse() {
+        let mut p = Ports::default();
+        assert_eq!(
+            p.bind(1, TCP, ip("127.0.0.1"), 7471, false, false),
+            Ok(7471)
+        );
+        assert_eq!(
+            p.bind(2, TCP, ip("127.0.0.1"), 7471, false, false),
+            Err(libc::EADDRINUSE)
+        );
+        // Another address, another space, another port: free.
+        assert_eq!(
+            p.bind(3, TCP, ip("127.0.0.2"), 7471, false, false),
+            Ok(7471)
+        );
+        assert_eq!(
+            p.bind(4, UDP, ip("127.0.0.1"), 7471, false, false),
+            Ok(7471)
+        );
+        assert_eq!(
+            p.bind(5, TCP, ip("127.0.0.1"), 7472, false, false),
+            Ok(7472)
+        );
+        // The wildcard conflicts with any holder of the port.
+        assert_eq!(
+            p.bind(6, TCP, ip("0.0.0.0"), 7471, false, false),
+            Err(libc::EADDRNOTAVAIL)
+        );
+        p.release(1);
+        p.release(3);
+        assert_eq!(p.bind(6, TCP, ip("0.0.0.0"), 7471, false, false), Ok(7471));
+    }
+
+    #[test]
+    fn reuse_shares_a_port_until_one_listens() {
+        let mut p = Ports::default();
+        assert_eq!(p.bind(1, TCP, ip("127.0.0.1"), 9000, true, false), Ok(9000));
+        assert_eq!(p.bind(2, TCP, ip("127.0.0.1"), 9000, true, false), Ok(9000));
+        // Only one side asking for reuse is not enough.
+        assert_eq!(
+            p.bind(3, TCP, ip("127.0.0.1"), 9000, false, false),
+            Err(libc::EADDRINUSE)
+        );
+        // A listen must be unique: 1 cannot while 2 holds the port.
+        assert_eq!(p.listen(1, TCP, 9000), Err(libc::EADDRINUSE));
+        p.release(2);
+        assert_eq!(p.listen(1, TCP, 9000), Ok(()));
+        // A listener is no longer reusable.
+        assert_eq!(
+            p.bind(4, TCP, ip("127.0.0.1"), 9000, true, false),
+            Err(libc::EADDRINUSE)
+        );
+    }
+
+    #[test]
+    fn afonly_ids_of_two_families_do_not_meet() {
+        let mut p = Ports::default();
+        assert_eq!(p.bind(1, TCP, ip("0.0.0.0"), 5000, false, true), Ok(5000));
+        assert_eq!(p.bind(2, TCP, ip("::"), 5000, false, true), Ok(5000));
+        assert_eq!(
+            p.bind(3, TCP, ip("::"), 5000, false, false),
+            Err(libc::EADDRNOTAVAIL)
+        );
+    }
+
+    #[test]
+    fn port_zero_takes_a_free_port_of_the_range() {
+        let mut p = Ports::default();
+        let a = p.bind(1, TCP, ip("127.0.0.1"), 0, false, false).unwrap();
+        assert!(EPHEMERAL.contains(&a));
+        // From the same seed, the next free one.
+        let seed = u64::from(a - EPHEMERAL.start());
+        assert_eq!(
+            p.free_port(TCP, seed),
+            Ok(a + 1).map(|x| if x > 60999 { 32768 } else { x })
+        );
+        assert_eq!(p.free_port(UDP, seed), Ok(a));
+    }
+}
