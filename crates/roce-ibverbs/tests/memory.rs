@@ -35,3 +35,8 @@ fn run(name: &'static str, oks: usize, limit: Duration) {
 fn memory_taken_away_under_the_engine_from_c() {
     run("memory", 20, Duration::from_secs(90));
 }
+
+#[test]
+fn posting_polling_and_reregistering_under_peer_writes_from_c() {
+    run("memstress", 4, Duration::from_secs(60));
+}
