@@ -131,8 +131,15 @@ static void install_mine(void) {
 	sigaction(SIGSEGV, &sa, NULL);
 }
 
-int main(void) {
+/* With an argument N, only case N runs (for checking a case alone, on
+ * this library or another). */
+static int only;
+#define CASE(n) if (!only || only == (n))
+
+int main(int argc, char **argv) {
 	int rc;
+	struct ibv_wc wc;
+	only = argc > 1 ? atoi(argv[1]) : 0;
 	page = sysconf(_SC_PAGESIZE);
 	install_mine();
 	open_first_device();
@@ -144,128 +151,149 @@ int main(void) {
 	struct ibv_mr *smr = ibv_reg_mr(pd, src, page, IBV_ACCESS_LOCAL_WRITE);
 	if (!smr) { printf("FAIL setup: reg src\n"); return 100; }
 
-	/* 1. An 8 MiB block from malloc, freed while registered: glibc
-	 * unmaps it with its internal munmap. A peer's WRITE into it. */
-	new_pair();
-	char *big = malloc(BIG);
-	struct ibv_mr *bmr = ibv_reg_mr(pd, big, BIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, big + BIG / 2, bmr ? bmr->rkey : 0);
-	CHECK("write_before_free", bmr && rc == IBV_WC_SUCCESS && big[BIG / 2] == 0x5a, "status %d", rc);
-	free(big);
-	/* The case holds only if free() did unmap it. */
-	CHECK("free_unmapped", !mapped(big + BIG / 2), "free() kept the block mapped");
-	rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, big + BIG / 2, bmr->rkey);
-	CHECK("write_after_free", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
-	CHECK("dereg_after_free", ibv_dereg_mr(bmr) == 0, "dereg failed");
+	CASE(1) {
+		/* 1. An 8 MiB block from malloc, freed while registered: glibc
+		 * unmaps it with its internal munmap. A peer's WRITE into it. */
+		new_pair();
+		char *big = malloc(BIG);
+		struct ibv_mr *bmr = ibv_reg_mr(pd, big, BIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, big + BIG / 2, bmr ? bmr->rkey : 0);
+		CHECK("write_before_free", bmr && rc == IBV_WC_SUCCESS && big[BIG / 2] == 0x5a, "status %d", rc);
+		/* The address, kept as a number: the point is to use it after free(). */
+		uintptr_t gone = (uintptr_t)big + BIG / 2;
+		free(big);
+		/* The case holds only if free() did unmap it. */
+		CHECK("free_unmapped", !mapped((void *)gone), "free() kept the block mapped");
+		rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, (void *)gone, bmr->rkey);
+		CHECK("write_after_free", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
+		CHECK("dereg_after_free", ibv_dereg_mr(bmr) == 0, "dereg failed");
+	}
 
-	/* 2. mremap shrinking a registered region to one page. */
-	new_pair();
-	char *m = map(BIG);
-	struct ibv_mr *mmr = ibv_reg_mr(pd, m, BIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	void *r = mremap(m, BIG, page, 0);
-	rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, m + BIG / 2, mmr ? mmr->rkey : 0);
-	CHECK("write_after_mremap", r == m && rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
-	ibv_dereg_mr(mmr);
-	munmap(m, page);
+	CASE(2) {
+		/* 2. mremap shrinking a registered region to one page. */
+		new_pair();
+		char *m = map(BIG);
+		struct ibv_mr *mmr = ibv_reg_mr(pd, m, BIG, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		void *r = mremap(m, BIG, page, 0);
+		rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, m + BIG / 2, mmr ? mmr->rkey : 0);
+		CHECK("write_after_mremap", r == m && rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
+		ibv_dereg_mr(mmr);
+		munmap(m, page);
+	}
 
-	/* 3. mprotect(PROT_NONE) on a registered region. */
-	new_pair();
-	char *pn = map(16 * page);
-	struct ibv_mr *pmr = ibv_reg_mr(pd, pn, 16 * page, ALL_REMOTE);
-	mprotect(pn, 16 * page, PROT_NONE);
-	rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, pn + 4 * page, pmr ? pmr->rkey : 0);
-	CHECK("write_after_mprotect", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
-	ibv_dereg_mr(pmr);
+	CASE(3) {
+		/* 3. mprotect(PROT_NONE) on a registered region. */
+		new_pair();
+		char *pn = map(16 * page);
+		struct ibv_mr *pmr = ibv_reg_mr(pd, pn, 16 * page, ALL_REMOTE);
+		mprotect(pn, 16 * page, PROT_NONE);
+		rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, pn + 4 * page, pmr ? pmr->rkey : 0);
+		CHECK("write_after_mprotect", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
+		ibv_dereg_mr(pmr);
+	}
 
-	/* 4. A READ from a PROT_NONE'd source. */
-	new_pair();
-	char *rs = map(16 * page);
-	struct ibv_mr *rmr = ibv_reg_mr(pd, rs, 16 * page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-	mprotect(rs, 16 * page, PROT_NONE);
-	rc = rdma(IBV_WR_RDMA_READ, smr, 64, rs + page, rmr ? rmr->rkey : 0);
-	CHECK("read_after_mprotect", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
-	ibv_dereg_mr(rmr);
+	CASE(4) {
+		/* 4. A READ from a PROT_NONE'd source. */
+		new_pair();
+		char *rs = map(16 * page);
+		struct ibv_mr *rmr = ibv_reg_mr(pd, rs, 16 * page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+		mprotect(rs, 16 * page, PROT_NONE);
+		rc = rdma(IBV_WR_RDMA_READ, smr, 64, rs + page, rmr ? rmr->rkey : 0);
+		CHECK("read_after_mprotect", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
+		ibv_dereg_mr(rmr);
+	}
 
-	/* 5. A SEND whose gather source was unmapped behind the library. */
-	new_pair();
-	char *land = map(page);
-	struct ibv_mr *lmr = ibv_reg_mr(pd, land, page, IBV_ACCESS_LOCAL_WRITE);
-	char *gs = map(4 * page);
-	struct ibv_mr *gmr = ibv_reg_mr(pd, gs, 4 * page, IBV_ACCESS_LOCAL_WRITE);
-	post_recv(bqp, lmr, page);
-	unmap_behind(gs, 4 * page);
-	rc = rdma(IBV_WR_SEND, gmr, 64, NULL, 0);
-	CHECK("send_from_unmapped", rc == IBV_WC_LOC_PROT_ERR, "status %d", rc);
-	ibv_dereg_mr(gmr);
+	CASE(5) {
+		/* 5. A SEND whose gather source was unmapped behind the library. */
+		new_pair();
+		char *land = map(page);
+		struct ibv_mr *lmr = ibv_reg_mr(pd, land, page, IBV_ACCESS_LOCAL_WRITE);
+		char *gs = map(4 * page);
+		struct ibv_mr *gmr = ibv_reg_mr(pd, gs, 4 * page, IBV_ACCESS_LOCAL_WRITE);
+		post_recv(bqp, lmr, page);
+		unmap_behind(gs, 4 * page);
+		rc = rdma(IBV_WR_SEND, gmr, 64, NULL, 0);
+		CHECK("send_from_unmapped", rc == IBV_WC_LOC_PROT_ERR, "status %d", rc);
+		ibv_dereg_mr(gmr);
+	}
 
-	/* 6. A receive whose target was unmapped before the peer's SEND
-	 * arrives: a local protection error on the receive, the NAK's
-	 * remote operational error at the sender. */
-	new_pair();
-	char *rt = map(4 * page);
-	struct ibv_mr *tmr = ibv_reg_mr(pd, rt, 4 * page, IBV_ACCESS_LOCAL_WRITE);
-	post_recv(bqp, tmr, 4 * page);
-	unmap_behind(rt, 4 * page);
-	rc = rdma(IBV_WR_SEND, smr, 64, NULL, 0);
-	struct ibv_wc wc;
-	int rrc = one(bcq, &wc);
-	CHECK("recv_into_unmapped", rrc == IBV_WC_LOC_PROT_ERR && rc == IBV_WC_REM_OP_ERR,
-	      "receive %d send %d", rrc, rc);
-	ibv_dereg_mr(tmr);
+	CASE(6) {
+		/* 6. A receive whose target was unmapped before the peer's SEND
+		 * arrives: a local protection error on the receive, the NAK's
+		 * remote operational error at the sender. */
+		new_pair();
+		char *rt = map(4 * page);
+		struct ibv_mr *tmr = ibv_reg_mr(pd, rt, 4 * page, IBV_ACCESS_LOCAL_WRITE);
+		post_recv(bqp, tmr, 4 * page);
+		unmap_behind(rt, 4 * page);
+		rc = rdma(IBV_WR_SEND, smr, 64, NULL, 0);
+		int rrc = one(bcq, &wc);
+		CHECK("recv_into_unmapped", rrc == IBV_WC_LOC_PROT_ERR && rc == IBV_WC_REM_OP_ERR,
+		      "receive %d send %d", rrc, rc);
+		ibv_dereg_mr(tmr);
+	}
 
-	/* 7. An atomic into an unmapped target. */
-	new_pair();
-	char *at = map(page);
-	struct ibv_mr *amr = ibv_reg_mr(pd, at, page, ALL_REMOTE);
-	rc = rdma(IBV_WR_ATOMIC_FETCH_AND_ADD, smr, 8, at + 64, amr ? amr->rkey : 0);
-	CHECK("atomic_mapped", rc == IBV_WC_SUCCESS && at[64] == 1, "status %d value %d", rc, at[64]);
-	unmap_behind(at, page);
-	rc = rdma(IBV_WR_ATOMIC_FETCH_AND_ADD, smr, 8, at + 64, amr->rkey);
-	CHECK("atomic_after_unmap", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
-	ibv_dereg_mr(amr);
+	CASE(7) {
+		/* 7. An atomic into an unmapped target. */
+		new_pair();
+		char *at = map(page);
+		struct ibv_mr *amr = ibv_reg_mr(pd, at, page, ALL_REMOTE);
+		rc = rdma(IBV_WR_ATOMIC_FETCH_AND_ADD, smr, 8, at + 64, amr ? amr->rkey : 0);
+		CHECK("atomic_mapped", rc == IBV_WC_SUCCESS && at[64] == 1, "status %d value %d", rc, at[64]);
+		unmap_behind(at, page);
+		rc = rdma(IBV_WR_ATOMIC_FETCH_AND_ADD, smr, 8, at + 64, amr->rkey);
+		CHECK("atomic_after_unmap", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
+		ibv_dereg_mr(amr);
+	}
 
-	/* 8. Registration checks the pages as pinning does. */
-	char *ro = map(2 * page);
-	mprotect(ro, 2 * page, PROT_READ);
-	errno = 0;
-	CHECK("reg_write_over_readonly", ibv_reg_mr(pd, ro, 2 * page, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EFAULT,
-	      "errno %d", errno);
-	errno = 0;
-	CHECK("reg_remote_write_over_readonly",
-	      ibv_reg_mr(pd, ro, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EFAULT,
-	      "errno %d", errno);
-	struct ibv_mr *rom = ibv_reg_mr(pd, ro, 2 * page, 0);
-	CHECK("reg_readonly_over_readonly", rom != NULL, "errno %d", errno);
-	ibv_dereg_mr(rom);
-	struct ibv_mr *rrm = ibv_reg_mr(pd, ro, 2 * page, IBV_ACCESS_REMOTE_READ);
-	CHECK("reg_remote_read_over_readonly", rrm != NULL, "errno %d", errno);
-	ibv_dereg_mr(rrm);
-	mprotect(ro + page, page, PROT_NONE);
-	errno = 0;
-	CHECK("reg_readonly_over_none", ibv_reg_mr(pd, ro, 2 * page, 0) == NULL && errno == EFAULT,
-	      "errno %d", errno);
-	char *wo = map(page);
-	mprotect(wo, page, PROT_WRITE);
-	errno = 0;
-	CHECK("reg_over_write_only", ibv_reg_mr(pd, wo, page, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EFAULT,
-	      "errno %d", errno);
+	CASE(8) {
+		/* 8. Registration checks the pages as pinning does. */
+		char *ro = map(2 * page);
+		mprotect(ro, 2 * page, PROT_READ);
+		errno = 0;
+		CHECK("reg_write_over_readonly", ibv_reg_mr(pd, ro, 2 * page, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EFAULT,
+		      "errno %d", errno);
+		errno = 0;
+		CHECK("reg_remote_write_over_readonly",
+		      ibv_reg_mr(pd, ro, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == NULL && errno == EFAULT,
+		      "errno %d", errno);
+		struct ibv_mr *rom = ibv_reg_mr(pd, ro, 2 * page, 0);
+		CHECK("reg_readonly_over_readonly", rom != NULL, "errno %d", errno);
+		ibv_dereg_mr(rom);
+		struct ibv_mr *rrm = ibv_reg_mr(pd, ro, 2 * page, IBV_ACCESS_REMOTE_READ);
+		CHECK("reg_remote_read_over_readonly", rrm != NULL, "errno %d", errno);
+		ibv_dereg_mr(rrm);
+		mprotect(ro + page, page, PROT_NONE);
+		errno = 0;
+		CHECK("reg_readonly_over_none", ibv_reg_mr(pd, ro, 2 * page, 0) == NULL && errno == EFAULT,
+		      "errno %d", errno);
+		char *wo = map(page);
+		mprotect(wo, page, PROT_WRITE);
+		errno = 0;
+		CHECK("reg_over_write_only", ibv_reg_mr(pd, wo, page, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EFAULT,
+		      "errno %d", errno);
+	}
 
-	/* 9. The program's handler, installed before the library's, still
-	 * gets the program's own faults. */
-	CHECK("own_fault_chained", own_fault_caught(), "the program's handler did not run");
+	CASE(9) {
+		/* 9. The program's handler, installed before the library's, still
+		 * gets the program's own faults. */
+		CHECK("own_fault_chained", own_fault_caught(), "the program's handler did not run");
+	}
 
-	/* 10. A handler the program installs after registering replaces the
-	 * library's; the next registration puts the library's back, chained
-	 * to it: a peer's WRITE into protected memory is an access error
-	 * again, and the program's own fault still reaches its handler. */
-	install_mine();
-	char *again = map(page);
-	struct ibv_mr *gm = ibv_reg_mr(pd, again, page, ALL_REMOTE);
-	mprotect(again, page, PROT_NONE);
-	new_pair();
-	rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, again, gm ? gm->rkey : 0);
-	CHECK("reinstalled_at_registration", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
-	CHECK("own_fault_after_reinstall", own_fault_caught(), "the program's handler did not run");
+	CASE(10) {
+		/* 10. A handler the program installs after registering replaces the
+		 * library's; the next registration puts the library's back, chained
+		 * to it: a peer's WRITE into protected memory is an access error
+		 * again, and the program's own fault still reaches its handler. */
+		install_mine();
+		char *again = map(page);
+		struct ibv_mr *gm = ibv_reg_mr(pd, again, page, ALL_REMOTE);
+		mprotect(again, page, PROT_NONE);
+		new_pair();
+		rc = rdma(IBV_WR_RDMA_WRITE, smr, 64, again, gm ? gm->rkey : 0);
+		CHECK("reinstalled_at_registration", rc == IBV_WC_REM_ACCESS_ERR, "status %d", rc);
+		CHECK("own_fault_after_reinstall", own_fault_caught(), "the program's handler did not run");
+	}
 
 	printf("alive\n");
 	return failures;
