@@ -4,7 +4,8 @@
 //!
 //! * WRITE, READ and atomics aimed at it: a remote access error NAK
 //!   (IBTA Vol 1 §9.7.5.1.5, C9-85), `RemAccessErr` at the requester.
-//! * A SEND gathering from it: `LocProtErr` on the send (§11.6.2).
+//! * A SEND gathering from it, or a READ response landing in it:
+//!   `LocProtErr` on the send queue's WR (§11.6.2).
 //! * A SEND landing in a receive on it: `LocProtErr` on the receive and a
 //!   remote operational error NAK, `RemOpErr` at the requester (what the
 //!   responder does for a bad receive L_Key; docs/protocol.md).
@@ -103,6 +104,24 @@ fn a_send_gathering_from_faulting_memory_completes_with_a_local_protection_error
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[0].poll())[0], (7, WcStatus::LocProtErr));
+    assert_revoked(&w, 0, k);
+}
+
+#[test]
+fn read_responses_landing_in_faulting_memory_are_a_local_protection_error() {
+    let mut w = World::new(1 << 16);
+    let (qa, _qb) = w.connect(QpType::Rc, 1024);
+    let k = gone(&mut w, 0);
+    let sge = Sge {
+        addr: GONE_VA,
+        length: 64,
+        lkey: k.lkey,
+    };
+    let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
+    let wr = SendWr::rdma(1, SendOp::Read, vec![sge], va, rkey);
+    w.hosts[0].dev.post_send(qa, wr).unwrap();
+    w.settle(10_000);
+    assert_eq!(statuses(&w.hosts[0].poll())[0], (1, WcStatus::LocProtErr));
     assert_revoked(&w, 0, k);
 }
 
