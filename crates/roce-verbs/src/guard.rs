@@ -10,8 +10,14 @@
 //! label, which returns the error. Any other fault goes to the handler
 //! the program had installed before (`SA_SIGINFO` handlers get the same
 //! three arguments; with `SIG_DFL` or `SIG_IGN` the default action is
-//! restored and the fault happens again, killing the process as it would
-//! have). This is the kernel's exception-table scheme
+//! have). A handler installed after ours that chains back to ours (as
+//! well-behaved ones do) keeps the copy's faults caught; and when ours was
+//! put back on top of such a handler, a fault neither owns that it hands
+//! back to ours goes on to the handler found at ours' first installation
+//! (or the default action), not to it again — handing it back would
+//! recurse until the signal stack wraps, spinning for ever. Ours tells
+//! the two callers apart by its return address: the kernel calls a
+//! handler returning to the action's `sa_restorer`. This is the kernel's exception-table scheme
 //! (`Documentation/arch/x86/exception-tables.rst`) and Wasmtime's trap
 //! handling in user space.
 //!
@@ -30,7 +36,7 @@
 use std::io;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use roce_core::MemFault;
@@ -77,8 +83,28 @@ core::arch::global_asm!(
     ".popsection",
 );
 
+// The handler's entry: passes its return address to `on_fault` as a
+// fourth argument. The kernel calls a handler with the return address set
+// to the action's `sa_restorer`; a handler installed after ours that
+// chains back to ours calls it from its own code instead.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+core::arch::global_asm!(
+    ".pushsection .text.roce_verbs_fault_entry,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl roce_verbs_fault_entry",
+    ".hidden roce_verbs_fault_entry",
+    ".type roce_verbs_fault_entry,@function",
+    "roce_verbs_fault_entry:",
+    "    mov rcx, [rsp]",
+    "    jmp {on_fault}",
+    ".size roce_verbs_fault_entry, . - roce_verbs_fault_entry",
+    ".popsection",
+    on_fault = sym on_fault,
+);
+
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 unsafe extern "C" {
+    fn roce_verbs_fault_entry(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void);
     fn roce_verbs_guarded_copy(dst: *mut u8, src: *const u8, len: usize) -> u32;
     static roce_verbs_guarded_copy_end: u8;
     static roce_verbs_guarded_copy_fixup: u8;
@@ -180,6 +206,13 @@ unsafe fn kernel_write(src: *const u8, dst: *mut u8, len: usize) -> Result<(), M
 /// of times at most).
 static PREV_SEGV: AtomicPtr<libc::sigaction> = AtomicPtr::new(ptr::null_mut());
 static PREV_BUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(ptr::null_mut());
+/// The handlers found at the first installation (where a chain that came
+/// back to ours through a later handler goes on).
+static FIRST_SEGV: AtomicPtr<libc::sigaction> = AtomicPtr::new(ptr::null_mut());
+static FIRST_BUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(ptr::null_mut());
+/// The `sa_restorer` the kernel returns to from a handler (0: unknown,
+/// every call is taken for the kernel's).
+static RESTORER: AtomicUsize = AtomicUsize::new(0);
 /// Serialises installations.
 static INSTALL: Mutex<()> = Mutex::new(());
 
@@ -191,8 +224,23 @@ fn prev_slot(sig: c_int) -> &'static AtomicPtr<libc::sigaction> {
     }
 }
 
+fn first_slot(sig: c_int) -> &'static AtomicPtr<libc::sigaction> {
+    if sig == libc::SIGBUS {
+        &FIRST_BUS
+    } else {
+        &FIRST_SEGV
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn handler_addr() -> libc::sighandler_t {
-    on_fault as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as libc::sighandler_t
+    roce_verbs_fault_entry as unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)
+        as libc::sighandler_t
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn handler_addr() -> libc::sighandler_t {
+    on_fault as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void, usize) as libc::sighandler_t
 }
 
 /// Installs the `SIGSEGV`/`SIGBUS` handler that turns a fault inside
@@ -220,7 +268,14 @@ pub fn install_fault_handler() -> io::Result<()> {
         let slot = prev_slot(sig);
         // Theirs is recorded before ours goes in, so that no fault reaches
         // ours without somewhere to chain to.
-        slot.store(Box::into_raw(Box::new(cur)), Ordering::Release);
+        let theirs = Box::into_raw(Box::new(cur));
+        slot.store(theirs, Ordering::Release);
+        let _ = first_slot(sig).compare_exchange(
+            ptr::null_mut(),
+            theirs,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         // SAFETY: as above.
         let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
         ours.sa_sigaction = handler_addr();
@@ -240,6 +295,13 @@ pub fn install_fault_handler() -> io::Result<()> {
             // what was really replaced.
             slot.store(Box::into_raw(Box::new(was)), Ordering::Release);
         }
+        // SAFETY: as above.
+        let mut now: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a query; glibc and musl report the restorer they set.
+        if unsafe { libc::sigaction(sig, ptr::null(), &mut now) } == 0 {
+            let r = now.sa_restorer.map_or(0, |f| f as usize);
+            RESTORER.store(r, Ordering::Release);
+        }
     }
     Ok(())
 }
@@ -254,7 +316,9 @@ pub fn fault_handler_installed() -> bool {
     ok && cur.sa_sigaction == handler_addr()
 }
 
-extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+/// The handler: `ret` is the address it returns to (see
+/// `roce_verbs_fault_entry`).
+extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, ret: usize) {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     if !ctx.is_null() {
         let start = roce_verbs_guarded_copy as *const u8 as usize;
@@ -271,20 +335,40 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
             return;
         }
     }
+    // Called by another handler rather than by the kernel: one installed
+    // after ours that chains back to ours, which ours then replaced again
+    // (chaining to it). Handing the fault to it once more would come back
+    // here for ever.
+    let restorer = RESTORER.load(Ordering::Acquire);
+    let from_handler =
+        cfg!(all(target_arch = "x86_64", target_os = "linux")) && restorer != 0 && ret != restorer;
     // SAFETY: the kernel's arguments, passed on unchanged.
-    unsafe { chain(sig, info, ctx) }
+    unsafe { chain(sig, info, ctx, from_handler) }
 }
 
-/// Hands a fault that is not ours to the handler installed before ours.
+/// Hands a fault that is not ours to the handler installed before ours,
+/// or, when a later handler handed it back (`from_handler`), to the one
+/// found at the first installation unless that is the same handler.
 ///
 /// # Safety
 ///
 /// Called from the signal handler with the kernel's arguments.
-unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, from_handler: bool) {
     let prev = prev_slot(sig).load(Ordering::Acquire);
-    // SAFETY: a leaked Box, never freed (see PREV_SEGV), or null.
-    let prev = unsafe { prev.as_ref() };
-    let h = prev.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    // SAFETY: leaked Boxes, never freed (see PREV_SEGV), or null.
+    let (prev, first) = unsafe {
+        (
+            prev.as_ref(),
+            first_slot(sig).load(Ordering::Acquire).as_ref(),
+        )
+    };
+    let handler = |p: Option<&libc::sigaction>| p.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    let prev = match from_handler {
+        false => prev,
+        true if handler(first) != handler(prev) => first,
+        true => None,
+    };
+    let h = handler(prev);
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         // The default action, as if ours had never been there: a fault
         // re-executes and kills; a signal sent by kill() is sent again.
