@@ -10,6 +10,7 @@
 //! label, which returns the error. Any other fault goes to the handler
 //! the program had installed before (`SA_SIGINFO` handlers get the same
 //! three arguments; with `SIG_DFL` or `SIG_IGN` the default action is
+//! restored and the fault happens again, killing the process as it would
 //! have). A handler installed after ours that chains back to ours (as
 //! well-behaved ones do) keeps the copy's faults caught; and when ours was
 //! put back on top of such a handler, a fault neither owns that it hands
@@ -17,9 +18,9 @@
 //! (or the default action), not to it again — handing it back would
 //! recurse until the signal stack wraps, spinning for ever. Ours tells
 //! the two callers apart by its return address: the kernel calls a
-//! handler returning to the action's `sa_restorer`. This is the kernel's exception-table scheme
-//! (`Documentation/arch/x86/exception-tables.rst`) and Wasmtime's trap
-//! handling in user space.
+//! handler returning to the action's `sa_restorer`. This is the kernel's
+//! exception-table scheme (`Documentation/arch/x86/exception-tables.rst`)
+//! and Wasmtime's trap handling in user space.
 //!
 //! Without the handler the routine faults like any copy. Elsewhere (other
 //! architectures) the copy is done by the kernel with `process_vm_writev`

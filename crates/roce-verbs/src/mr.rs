@@ -436,7 +436,9 @@ impl RegionMemory for RawMem {
         }
         // SAFETY: `offset + out.len() <= len` (checked above) and the region
         // `ptr..ptr + len` is valid for reads while registered (reg_mr_raw
-        // contract); `move_bytes` tolerates overlap.
+        // contract) or, if the program broke it by unmapping or protecting
+        // the pages, faults, which the guarded copy turns into `MemFault`
+        // (with the handler installed); `move_bytes` tolerates overlap.
         unsafe {
             move_bytes(
                 self.ptr.add(offset),
@@ -455,7 +457,8 @@ impl RegionMemory for RawMem {
             return Err(MemFault);
         }
         // SAFETY: as in `read`: in bounds and valid for writes while
-        // registered; `move_bytes` tolerates overlap.
+        // registered (or faulting, which is `MemFault`); `move_bytes`
+        // tolerates overlap.
         unsafe { move_bytes(data.as_ptr(), self.ptr.add(offset), data.len(), self.piece) }
     }
 }
