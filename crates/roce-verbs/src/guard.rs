@@ -413,8 +413,9 @@ pub enum PageError {
 /// `[addr, addr + len)` is mapped and readable, and writable too when
 /// `write` is set; the kernel answers `EFAULT` otherwise. Reads
 /// `/proc/self/maps` up to the end of the range (its lines are in address
-/// order): about a microsecond per mapping below the range, see
-/// `docs/dropin.md` for the measured cost. A range of 0 bytes is fine.
+/// order): about half a microsecond per mapping below the range
+/// (`benches/guard.rs`; `docs/dropin.md` has the figures). A range of 0
+/// bytes is fine.
 pub fn check_pages(addr: usize, len: usize, write: bool) -> Result<(), PageError> {
     use std::io::BufRead;
     if len == 0 {
