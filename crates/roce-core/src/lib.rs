@@ -102,7 +102,7 @@ pub use cc::{CcAlgorithm, CcConfig, CcCounters, DcqcnParams, Mlx5Params};
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, CqId, CqOverflow};
 pub use device::{CmCounters, Device, DeviceConfig, VerbsError};
-pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegionMemory};
+pub use mr::{Access, AccessError, MemFault, MrKeys, MrTable, PdId, RegionMemory};
 pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
 pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey, RxMeta, Transmit};

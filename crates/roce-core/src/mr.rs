@@ -6,6 +6,7 @@
 //! region's bytes sit behind [`RegionMemory`], which the API layer
 //! implements (an owned buffer, or raw memory behind roce-verbs' own memory boundary).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -72,6 +73,23 @@ impl fmt::Debug for Access {
     }
 }
 
+/// The memory behind a region could not be read or written: the program
+/// that lent it freed, unmapped, shrank or protected it while it was
+/// registered (`docs/dropin.md`, "Errors and misuse"). Part of the copy
+/// may have happened. The engine turns it into the IBTA outcome of an
+/// access it refuses (a local protection error, a remote access error
+/// NAK) and revokes the region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemFault;
+
+impl fmt::Display for MemFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the memory of the region is no longer accessible")
+    }
+}
+
+impl std::error::Error for MemFault {}
+
 /// The bytes of a registered region. Offsets are relative to the region's
 /// start; the engine checks bounds before every call.
 pub trait RegionMemory: Send {
@@ -81,21 +99,29 @@ pub trait RegionMemory: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Copies `out.len()` bytes starting at `offset` into `out`.
-    fn read(&self, offset: usize, out: &mut [u8]);
-    /// Copies `data` into the region at `offset`.
-    fn write(&mut self, offset: usize, data: &[u8]);
+    /// Copies `out.len()` bytes starting at `offset` into `out`, or fails
+    /// when the memory is gone ([`MemFault`]).
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemFault>;
+    /// Copies `data` into the region at `offset`, or fails when the
+    /// memory is gone ([`MemFault`]).
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), MemFault>;
 }
 
 impl RegionMemory for Vec<u8> {
     fn len(&self) -> usize {
         self.as_slice().len()
     }
-    fn read(&self, offset: usize, out: &mut [u8]) {
-        out.copy_from_slice(&self[offset..offset + out.len()]);
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemFault> {
+        let end = offset.checked_add(out.len()).ok_or(MemFault)?;
+        out.copy_from_slice(self.get(offset..end).ok_or(MemFault)?);
+        Ok(())
     }
-    fn write(&mut self, offset: usize, data: &[u8]) {
-        self[offset..offset + data.len()].copy_from_slice(data);
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), MemFault> {
+        let end = offset.checked_add(data.len()).ok_or(MemFault)?;
+        self.get_mut(offset..end)
+            .ok_or(MemFault)?
+            .copy_from_slice(data);
+        Ok(())
     }
 }
 
@@ -114,6 +140,15 @@ pub enum AccessError {
     OutOfBounds,
     /// The region lacks the access right.
     NoPermission,
+    /// The memory behind the region faulted ([`MemFault`]): the region
+    /// is revoked, and later accesses fail with [`AccessError::BadKey`].
+    Fault,
+}
+
+impl From<MemFault> for AccessError {
+    fn from(_: MemFault) -> AccessError {
+        AccessError::Fault
+    }
 }
 
 #[derive(Debug)]
@@ -124,6 +159,9 @@ struct Region {
     access: Access,
     key: u32,
     valid: bool,
+    /// Its memory faulted once: revoked (a read revokes through `&self`,
+    /// hence the cell).
+    faulted: Cell<bool>,
     /// A remote SEND with Invalidate may invalidate it (a fast-registered
     /// region; an ordinary registration may not be invalidated).
     invalidatable: bool,
@@ -269,6 +307,7 @@ impl MrTable {
             access,
             key,
             valid: true,
+            faulted: Cell::new(false),
             invalidatable,
             mem,
         });
@@ -327,6 +366,7 @@ impl MrTable {
             r.va = va;
             r.len = mem.len() as u64;
             r.valid = true;
+            r.faulted.set(false);
             std::mem::replace(&mut r.mem, mem)
         }))
     }
@@ -389,7 +429,7 @@ impl MrTable {
     ) -> Result<Span, AccessError> {
         let slot = self.slot_of(key).ok_or(AccessError::BadKey)?;
         let r = self.slots[slot].as_ref().ok_or(AccessError::BadKey)?;
-        if !r.valid {
+        if !r.valid || r.faulted.get() {
             return Err(AccessError::BadKey);
         }
         if r.pd != pd {
@@ -408,31 +448,49 @@ impl MrTable {
         })
     }
 
-    /// Reads bytes at a checked span (plus `skip` bytes).
-    pub fn read(&self, span: Span, skip: usize, out: &mut [u8]) {
-        if let Some(Some(r)) = self.slots.get(span.slot) {
-            r.mem.read(span.offset + skip, out);
-        }
+    /// Reads bytes at a checked span (plus `skip` bytes). A region whose
+    /// memory faults ([`AccessError::Fault`]) is revoked on the spot, as
+    /// [`MrTable::revoke`] does, so later accesses fail at their check
+    /// without touching it.
+    pub fn read(&self, span: Span, skip: usize, out: &mut [u8]) -> Result<(), AccessError> {
+        let r = self.live(span)?;
+        r.mem.read(span.offset + skip, out).map_err(|f| {
+            r.faulted.set(true);
+            AccessError::from(f)
+        })
     }
 
-    /// Writes bytes at a checked span (plus `skip` bytes).
-    pub fn write(&mut self, span: Span, skip: usize, data: &[u8]) {
-        if let Some(Some(r)) = self.slots.get_mut(span.slot) {
-            r.mem.write(span.offset + skip, data);
+    /// Writes bytes at a checked span (plus `skip` bytes); a fault revokes
+    /// the region as in [`MrTable::read`].
+    pub fn write(&mut self, span: Span, skip: usize, data: &[u8]) -> Result<(), AccessError> {
+        let r = match self.slots.get_mut(span.slot) {
+            Some(Some(r)) if r.valid && !r.faulted.get() => r,
+            _ => return Err(AccessError::BadKey),
+        };
+        r.mem.write(span.offset + skip, data).map_err(|f| {
+            r.valid = false;
+            AccessError::from(f)
+        })
+    }
+
+    fn live(&self, span: Span) -> Result<&Region, AccessError> {
+        match self.slots.get(span.slot) {
+            Some(Some(r)) if r.valid && !r.faulted.get() => Ok(r),
+            _ => Err(AccessError::BadKey),
         }
     }
 
     /// Reads a 64-bit word in host byte order: atomics operate on the
     /// host's native words (the wire carries them big-endian).
-    pub fn read_u64(&self, span: Span) -> u64 {
+    pub fn read_u64(&self, span: Span) -> Result<u64, AccessError> {
         let mut b = [0u8; 8];
-        self.read(span, 0, &mut b);
-        u64::from_ne_bytes(b)
+        self.read(span, 0, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
     }
 
     /// Writes a native-order u64 (see [`MrTable::read_u64`]).
-    pub fn write_u64(&mut self, span: Span, v: u64) {
-        self.write(span, 0, &v.to_ne_bytes());
+    pub fn write_u64(&mut self, span: Span, v: u64) -> Result<(), AccessError> {
+        self.write(span, 0, &v.to_ne_bytes())
     }
 
     /// Number of registered regions.
@@ -565,7 +623,7 @@ mod tests {
         );
         let span = t.check(key, PdId(2), 0x900f, 1, Access::NONE).unwrap();
         let mut b = [0u8; 1];
-        t.read(span, 0, &mut b);
+        t.read(span, 0, &mut b).unwrap();
         assert_eq!(b, [7]);
         assert_eq!(
             t.reregister(Lkey::new(key ^ 1), None, None, None)

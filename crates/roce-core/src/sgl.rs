@@ -42,7 +42,10 @@ fn walk(
     done == len
 }
 
-/// Copies `out.len()` bytes from byte `offset` of `sgl` into `out`.
+/// Copies `out.len()` bytes from byte `offset` of `sgl` into `out`. An
+/// entry whose memory faults fails as one with a bad key would
+/// ([`AccessError::Fault`]): the requester completes the WR with a local
+/// protection error (IBTA Vol 1 §11.6.2, `IBV_WC_LOC_PROT_ERR`).
 pub(crate) fn gather(
     mrs: &MrTable,
     pd: PdId,
@@ -53,17 +56,17 @@ pub(crate) fn gather(
     let mut err = None;
     let len = out.len();
     let complete = walk(sgl, offset, len, |sge, skip, pos, n| {
-        match mrs.check(
-            sge.lkey.value(),
-            pd,
-            sge.addr + skip,
-            n as u64,
-            Access::NONE,
-        ) {
-            Ok(span) => {
-                mrs.read(span, 0, &mut out[pos..pos + n]);
-                true
-            }
+        match mrs
+            .check(
+                sge.lkey.value(),
+                pd,
+                sge.addr + skip,
+                n as u64,
+                Access::NONE,
+            )
+            .and_then(|span| mrs.read(span, 0, &mut out[pos..pos + n]))
+        {
+            Ok(()) => true,
             Err(e) => {
                 err = Some(e);
                 false
@@ -77,7 +80,10 @@ pub(crate) fn gather(
     }
 }
 
-/// Copies `data` into `sgl` at byte `offset` (needs LOCAL_WRITE).
+/// Copies `data` into `sgl` at byte `offset` (needs LOCAL_WRITE). Memory
+/// that faults is an access error ([`AccessError::Fault`]), which the
+/// responder reports as for a bad L_Key: a local protection error on the
+/// receive and a NAK to the requester.
 pub(crate) fn scatter(
     mrs: &mut MrTable,
     pd: PdId,
@@ -91,17 +97,17 @@ pub(crate) fn scatter(
     }
     let mut err = None;
     walk(sgl, offset, data.len(), |sge, skip, pos, n| {
-        match mrs.check(
-            sge.lkey.value(),
-            pd,
-            sge.addr + skip,
-            n as u64,
-            Access::LOCAL_WRITE,
-        ) {
-            Ok(span) => {
-                mrs.write(span, 0, &data[pos..pos + n]);
-                true
-            }
+        match mrs
+            .check(
+                sge.lkey.value(),
+                pd,
+                sge.addr + skip,
+                n as u64,
+                Access::LOCAL_WRITE,
+            )
+            .and_then(|span| mrs.write(span, 0, &data[pos..pos + n]))
+        {
+            Ok(()) => true,
             Err(e) => {
                 err = Some(e);
                 false

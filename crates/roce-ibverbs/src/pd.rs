@@ -84,21 +84,19 @@ pub(crate) struct Mr {
     pd: *const Pd,
 }
 
-/// Whether every page of `[addr, addr + len)` is mapped (`msync` fails
-/// with `ENOMEM` on a hole), as the kernel's pinning would find.
-fn mapped(addr: usize, len: usize) -> bool {
-    if len == 0 {
-        return true;
-    }
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let start = addr & !(page - 1);
-    let Some(end) = addr.checked_add(len) else {
-        return false;
-    };
-    // SAFETY: msync on any range only inspects the mappings; MS_ASYNC
-    // with no dirty shared pages does no I/O.
-    unsafe { libc::msync(start as *mut c_void, end - start, libc::MS_ASYNC) == 0 }
+/// What the kernel's pinning of the pages finds (`ib_umem_get` pins with
+/// `FOLL_WRITE` when `ib_access_writable`: local write, remote write,
+/// remote atomic or memory-window bind): `EFAULT` when a page of
+/// `[addr, addr + len)` is unmapped, unreadable, or not writable while the
+/// rights need writing. Also (re)installs the handler that turns a fault
+/// of the engine's copies into an access error (`roce_verbs::guard`;
+/// `docs/dropin.md`, "Errors and misuse"): a program that replaced it
+/// since the last registration gets it back, chained to its own.
+fn pinnable(addr: usize, len: usize, access: c_int) -> Res<()> {
+    const WRITABLE: u32 = 0x1 | 0x2 | 0x8 | 0x10;
+    let write = access as u32 & WRITABLE != 0;
+    roce_verbs::guard::check_pages(addr, len, write).map_err(|_| libc::EFAULT)?;
+    roce_verbs::guard::install_fault_handler().map_err(|e| e.raw_os_error().unwrap_or(libc::EFAULT))
 }
 
 /// The access flags the engine understands; the optional ones
@@ -146,13 +144,12 @@ fn reg(
         // Nothing is mapped at page 0: the kernel's pinning says EFAULT.
         return Err(libc::EFAULT);
     }
-    if !mapped(addr as usize, len) {
-        return Err(libc::EFAULT);
-    }
-    // SAFETY: the memory is the program's, mapped (checked above), and by
-    // registering it the program hands it to the engine under verbs'
-    // rules (docs/dropin.md: what happens if it is unmapped while
-    // registered).
+    pinnable(addr as usize, len, access)?;
+    // SAFETY: the memory is the program's, mapped with the rights the
+    // access needs (checked above), and by registering it the program
+    // hands it to the engine under verbs' rules; the engine's copies are
+    // guarded (docs/dropin.md: what happens if it is unmapped or
+    // protected while registered).
     let mr = unsafe { p.pd.reg_mr_raw_iova(addr.cast(), len, iova, a) }.map_err(verr)?;
     p.users.fetch_add(1, Ordering::AcqRel);
     let revoker = mr.revoker();
@@ -257,11 +254,16 @@ fn rereg_cmd(
         None
     };
     if flags & REREG_TRANSLATION != 0 {
-        if !mapped(addr as usize, len) {
-            return Err(libc::EFAULT);
-        }
+        // The rights the region will have decide whether it must be
+        // writable.
+        let need = if flags & REREG_ACCESS != 0 {
+            access
+        } else {
+            m.mr.access().0 as c_int
+        };
+        pinnable(addr as usize, len, need)?;
         // The iova is the address, as rdma-core's providers pass it.
-        // SAFETY: mapped (checked above); by re-registering it the
+        // SAFETY: mapped with the rights needed (checked above); by re-registering it the
         // program hands the memory to the engine under verbs' rules, as
         // for ibv_reg_mr, and gets the old memory back.
         unsafe {

@@ -12,8 +12,14 @@
 //! and only then does the unmapping happen. The region's keys stay taken
 //! until the program deregisters it (`docs/dropin.md`).
 //!
-//! Not watched: `mremap` moving a region, `mmap(MAP_FIXED)` over one
-//! (the pages stay mapped: no fault, the engine sees the new contents),
+//! This is the early, clean path. What it cannot see — libc's own
+//! unmapping inside `free()` (glibc calls its internal `__munmap` for a
+//! large block), `mremap` shrinking or moving a region, `mprotect` — the
+//! engine's guarded copies catch (`roce_verbs::guard`, installed by
+//! `pd.rs` at registration): the access that faults fails with the same
+//! errors and revokes the region. Not caught at all: `mmap(MAP_FIXED)`
+//! over a region, or freed memory mapped again for something else (the
+//! pages are mapped: no fault, the engine sees the new contents), and
 //! `madvise(MADV_DONTNEED)` (likewise mapped).
 
 use std::os::raw::{c_int, c_void};

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 
 use roce_core::{
-    Access, AddressVector, CqId, Device, DeviceConfig, MrKeys, PdId, Psn, QpAttr, QpAttrMask,
-    QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxMeta, SendOp, SendWr, Sge, Wc,
-    WcOpcode, WcStatus,
+    Access, AddressVector, CqId, Device, DeviceConfig, MemFault, MrKeys, PdId, Psn, QpAttr,
+    QpAttrMask, QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxMeta, SendOp, SendWr,
+    Sge, Wc, WcOpcode, WcStatus,
 };
 
 use crate::config::HostConfig;
@@ -31,10 +31,13 @@ impl RegionMemory for NullMemory {
     fn len(&self) -> usize {
         self.0
     }
-    fn read(&self, _offset: usize, out: &mut [u8]) {
+    fn read(&self, _offset: usize, out: &mut [u8]) -> Result<(), MemFault> {
         out.fill(0);
+        Ok(())
     }
-    fn write(&mut self, _offset: usize, _data: &[u8]) {}
+    fn write(&mut self, _offset: usize, _data: &[u8]) -> Result<(), MemFault> {
+        Ok(())
+    }
 }
 
 const MR_BASE: u64 = 0x1_0000_0000;

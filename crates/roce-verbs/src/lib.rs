@@ -110,7 +110,8 @@
 //!
 //! `unsafe` in this crate is the raw-region path only: the `unsafe fn`
 //! [`ProtectionDomain::reg_mr_raw`] (`pd.rs`), whose contract the caller
-//! upholds, and the raw region's copies (`mr.rs`), each block with its
+//! upholds, the raw region's copies (`mr.rs`), and the guarded copy they
+//! go through with its fault handler ([`guard`]), each block with its
 //! `SAFETY` argument.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
@@ -122,6 +123,10 @@ mod context;
 mod cq;
 mod device;
 mod error;
+// Guarded copies of program memory: assembly, a signal handler, and
+// `process_vm_writev` (issue 33).
+#[allow(unsafe_code)]
+pub mod guard;
 pub mod loopback;
 // Raw regions: pointers into the application's memory (see the crate docs).
 mod limits;

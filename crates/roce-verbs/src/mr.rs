@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use roce_core::{Access, Lkey, MrKeys, PdId, RegionMemory, Rkey, Sge};
+use roce_core::{Access, Lkey, MemFault, MrKeys, PdId, RegionMemory, Rkey, Sge};
 
 use crate::error::{DeregError, Error};
 use crate::pd::ProtectionDomain;
@@ -427,16 +427,18 @@ impl RegionMemory for RawMem {
         self.len
     }
 
-    fn read(&self, offset: usize, out: &mut [u8]) {
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemFault> {
         if offset
             .checked_add(out.len())
             .is_none_or(|end| end > self.len)
         {
-            return;
+            return Err(MemFault);
         }
         // SAFETY: `offset + out.len() <= len` (checked above) and the region
         // `ptr..ptr + len` is valid for reads while registered (reg_mr_raw
-        // contract); `move_bytes` tolerates overlap.
+        // contract) or, if the program broke it by unmapping or protecting
+        // the pages, faults, which the guarded copy turns into `MemFault`
+        // (with the handler installed); `move_bytes` tolerates overlap.
         unsafe {
             move_bytes(
                 self.ptr.add(offset),
@@ -447,20 +449,22 @@ impl RegionMemory for RawMem {
         }
     }
 
-    fn write(&mut self, offset: usize, data: &[u8]) {
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), MemFault> {
         if offset
             .checked_add(data.len())
             .is_none_or(|end| end > self.len)
         {
-            return;
+            return Err(MemFault);
         }
         // SAFETY: as in `read`: in bounds and valid for writes while
-        // registered; `move_bytes` tolerates overlap.
+        // registered (or faulting, which is `MemFault`); `move_bytes`
+        // tolerates overlap.
         unsafe { move_bytes(data.as_ptr(), self.ptr.add(offset), data.len(), self.piece) }
     }
 }
 
-/// `ptr::copy` (overlap allowed) in pieces of at most `piece` bytes
+/// A guarded `ptr::copy` ([`crate::guard::copy`]: overlap allowed, a
+/// page that faults is [`MemFault`]) in pieces of at most `piece` bytes
 /// ([`ProgressConfig::copy_piece`](crate::ProgressConfig::copy_piece);
 /// `None`: one piece):
 /// forwards when `dst` lies below `src`, backwards otherwise, so that no
@@ -468,8 +472,14 @@ impl RegionMemory for RawMem {
 ///
 /// # Safety
 ///
-/// As `ptr::copy`: `src` valid for reads and `dst` for writes of `len` bytes.
-unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize, piece: Option<usize>) {
+/// As [`crate::guard::copy`]: `src` readable and `dst` writable for `len`
+/// bytes, or faulting.
+unsafe fn move_bytes(
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+    piece: Option<usize>,
+) -> Result<(), MemFault> {
     // SAFETY: the caller's contract.
     unsafe { move_in_pieces(src, dst, len, piece.unwrap_or(usize::MAX).max(1)) }
 }
@@ -479,18 +489,22 @@ unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize, piece: Option<usi
 /// # Safety
 ///
 /// As [`move_bytes`].
-unsafe fn move_in_pieces(src: *const u8, dst: *mut u8, len: usize, piece: usize) {
+unsafe fn move_in_pieces(
+    src: *const u8,
+    dst: *mut u8,
+    len: usize,
+    piece: usize,
+) -> Result<(), MemFault> {
     if len <= piece {
         // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy(src, dst, len) };
-        return;
+        return unsafe { crate::guard::copy(src, dst, len) };
     }
     if (dst as usize) <= (src as usize) {
         let mut at = 0;
         while at < len {
             let n = piece.min(len - at);
             // SAFETY: at + n <= len, inside both ranges of the contract.
-            unsafe { std::ptr::copy(src.add(at), dst.add(at), n) };
+            unsafe { crate::guard::copy(src.add(at), dst.add(at), n) }?;
             at += n;
         }
     } else {
@@ -499,10 +513,11 @@ unsafe fn move_in_pieces(src: *const u8, dst: *mut u8, len: usize, piece: usize)
             let n = piece.min(end);
             let at = end - n;
             // SAFETY: at + n = end <= len, inside both ranges of the contract.
-            unsafe { std::ptr::copy(src.add(at), dst.add(at), n) };
+            unsafe { crate::guard::copy(src.add(at), dst.add(at), n) }?;
             end = at;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -514,7 +529,7 @@ mod tests {
         let mut buf: Vec<u8> = (0..64u8).collect();
         let p = buf.as_mut_ptr();
         // SAFETY: both ranges lie inside the 64-byte buffer.
-        unsafe { move_in_pieces(p.add(from), p.add(to), len, piece) };
+        unsafe { move_in_pieces(p.add(from), p.add(to), len, piece) }.unwrap();
         buf
     }
 

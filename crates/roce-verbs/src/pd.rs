@@ -86,6 +86,14 @@ impl ProtectionDomain {
     ///   whenever data is sent. In practice: no live `&`/`&mut` to it across
     ///   verbs calls; touch it only when no WR that writes it is
     ///   outstanding and no peer may write it.
+    ///
+    /// Every access of the engine goes through [`crate::guard::copy`]:
+    /// with [`crate::guard::install_fault_handler`] in place, memory that
+    /// is unmapped or protected despite the rule above makes the access
+    /// fail (a local protection or remote access error, and the region is
+    /// revoked) instead of raising `SIGSEGV`. Memory that was freed and
+    /// mapped again for something else is still written: that remains a
+    /// breach of this contract.
     pub unsafe fn reg_mr_raw(
         &self,
         ptr: *mut u8,

@@ -20,8 +20,8 @@ use std::thread::Thread;
 use std::time::Instant;
 
 use roce_core::{
-    AsyncEvent, CqId, Device, MrKeys, Nanos, PdId, Qpn, RegionMemory, Sge, SrqId, Wc, WcOpcode,
-    WcStatus,
+    AsyncEvent, CqId, Device, MemFault, MrKeys, Nanos, PdId, Qpn, RegionMemory, Sge, SrqId, Wc,
+    WcOpcode, WcStatus,
 };
 use roce_io::{Backend, PacketBatch};
 use rustc_hash::FxHasher;
@@ -612,21 +612,21 @@ impl RegionMemory for OwnedMem {
     fn len(&self) -> usize {
         self.buf.len()
     }
-    fn read(&self, offset: usize, out: &mut [u8]) {
-        if let Some(src) = offset
+    fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), MemFault> {
+        let src = offset
             .checked_add(out.len())
             .and_then(|end| self.buf.get(offset..end))
-        {
-            roce_io::copy_payload(out, src, self.piece);
-        }
+            .ok_or(MemFault)?;
+        roce_io::copy_payload(out, src, self.piece);
+        Ok(())
     }
-    fn write(&mut self, offset: usize, data: &[u8]) {
-        if let Some(dst) = offset
+    fn write(&mut self, offset: usize, data: &[u8]) -> Result<(), MemFault> {
+        let dst = offset
             .checked_add(data.len())
             .and_then(|end| self.buf.get_mut(offset..end))
-        {
-            roce_io::copy_payload(dst, data, self.piece);
-        }
+            .ok_or(MemFault)?;
+        roce_io::copy_payload(dst, data, self.piece);
+        Ok(())
     }
 }
 

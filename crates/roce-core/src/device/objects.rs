@@ -98,8 +98,7 @@ impl Device {
             .mrs
             .check(keys.lkey.value(), pd, va, out.len() as u64, Access::NONE)
             .map_err(VerbsError::Access)?;
-        self.mrs.read(span, 0, out);
-        Ok(())
+        self.mrs.read(span, 0, out).map_err(VerbsError::Access)
     }
 
     /// Writes registered memory from the application side.
@@ -114,8 +113,7 @@ impl Device {
             .mrs
             .check(keys.lkey.value(), pd, va, data.len() as u64, Access::NONE)
             .map_err(VerbsError::Access)?;
-        self.mrs.write(span, 0, data);
-        Ok(())
+        self.mrs.write(span, 0, data).map_err(VerbsError::Access)
     }
 
     /// `ibv_create_cq`.

@@ -194,11 +194,16 @@ impl Responder {
             None
         };
         if len > 0 {
+            // Memory that faults under the copy (the program freed or
+            // protected it) is refused as a bad R_Key is: a remote access
+            // error NAK (IBTA Vol 1 §9.7.5.1.5, C9-85), and the region is
+            // revoked (`MrTable::write`).
             match ctx
                 .mrs
                 .check(rkey.value(), qp.init.pd, va, len, Access::REMOTE_WRITE)
+                .and_then(|span| ctx.mrs.write(span, 0, p.payload))
             {
-                Ok(span) => ctx.mrs.write(span, 0, p.payload),
+                Ok(()) => {}
                 Err(_) => {
                     self.cur = None;
                     if let Some(wr) = recv {
@@ -318,13 +323,18 @@ impl Responder {
             .mrs
             .check(a.rkey.value(), qp.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
             .map_err(|_| Failure::Nak(NakCode::RemoteAccessError))?;
-        let orig = ctx.mrs.read_u64(span);
+        // Read, compute, write under the engine lock: atomic with respect
+        // to every other RDMA atomic of the device, not to the program's
+        // own CPU accesses (IBTA Vol 1 §9.4.5, IBV_ATOMIC_HCA). Memory
+        // that faults is a remote access error (C9-85).
+        let fault = |_| Failure::Nak(NakCode::RemoteAccessError);
+        let orig = ctx.mrs.read_u64(span).map_err(fault)?;
         let new = match p.bth.opcode.operation() {
             Operation::CompareSwap if orig == a.compare => a.swap_add,
             Operation::CompareSwap => orig,
             _ => orig.wrapping_add(a.swap_add),
         };
-        ctx.mrs.write_u64(span, new);
+        ctx.mrs.write_u64(span, new).map_err(fault)?;
         let psn = p.bth.psn;
         self.push_record(
             qp,

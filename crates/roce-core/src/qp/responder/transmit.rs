@@ -113,11 +113,26 @@ impl Responder {
                     None
                 };
                 let mrs = &*ctx.mrs;
+                let mut fault = false;
                 let out = path.emit(bth, ext, n as usize, buf, |dst| {
                     if let Some(s) = span {
-                        mrs.read(s, 0, dst);
+                        fault = mrs.read(s, 0, dst).is_err();
                     }
                 })?;
+                if fault {
+                    // The memory went away under the copy (the region is
+                    // revoked now): the packet is not sent, and the READ
+                    // ends as one the check above refuses, with a remote
+                    // access error NAK (IBTA Vol 1 §9.7.5.1.5, C9-85).
+                    self.out.clear();
+                    self.out.push_front(Job::Ack {
+                        psn,
+                        syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                    });
+                    qp.counters.error_naks_sent += 1;
+                    self.enter_error(qp, ctx);
+                    return self.poll_transmit(qp, ctx, buf);
+                }
                 qp.counters.tx_bytes += n;
                 if last {
                     self.pop_job();
