@@ -371,6 +371,11 @@ fn open_engine(dev: &Device, asked: Option<IpAddr>) -> Res<(roce_verbs::Context,
 /// has there, if any.
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
     let asked = asked_addr(dev, at)?;
+    // The engine and the posting paths copy program memory through the
+    // guard (docs/dropin.md, "Registered memory"): its handler goes in
+    // with the first context (and is checked again at each registration).
+    roce_verbs::guard::install_fault_handler()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
     let engine = Engine::get(dev, asked, first_addr(dev), || open_engine(dev, asked))?;
     let (verbs, local) = (engine.verbs.clone(), engine.local);
     let efd = EventFd::new()?;

@@ -48,22 +48,25 @@ unsafe fn sgl(sg: *const ibv_sge, n: c_int, max: u32) -> Res<Vec<Sge>> {
         .collect())
 }
 
-/// Inline data: the bytes the SGEs point at, copied now (their lkeys
-/// are not looked at, as with every provider).
+/// Inline data: the bytes the buffers `(addr, len)` point at, copied now
+/// (their lkeys are not looked at, as with every provider) through the
+/// guarded copy: a buffer the program unmapped or protected is `EFAULT`,
+/// not a signal (docs/dropin.md, "Registered memory").
 ///
 /// # Safety
-/// Each entry must describe readable memory of the program.
-unsafe fn inline(sges: &[Sge]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(sges.iter().map(|s| s.length as usize).sum());
-    for s in sges {
-        if s.length > 0 {
-            // SAFETY: the caller's contract.
-            v.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-            });
-        }
+/// Each buffer must be memory of the program that is readable or faults.
+unsafe fn inline(bufs: impl Iterator<Item = (u64, usize)> + Clone) -> Res<Vec<u8>> {
+    let total = bufs.clone().try_fold(0usize, |t, (_, n)| t.checked_add(n));
+    let mut v = vec![0u8; total.ok_or(libc::EINVAL)?];
+    let mut at = 0;
+    for (addr, n) in bufs.filter(|&(_, n)| n > 0) {
+        // SAFETY: the caller's contract for the source; `v[at..at + n]`
+        // is ours (the lengths sum to its size).
+        unsafe { roce_verbs::guard::copy(addr as *const u8, v.as_mut_ptr().add(at), n) }
+            .map_err(|_| libc::EFAULT)?;
+        at += n;
     }
-    v
+    Ok(v)
 }
 
 /// The engine's work request of a C one.
@@ -106,8 +109,8 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
         if len > u64::from(q.cap.max_inline_data) {
             return Err(libc::EINVAL);
         }
-        // SAFETY: inline data is the program's readable memory.
-        Payload::Inline(unsafe { inline(&sges) })
+        // SAFETY: inline data is the program's memory.
+        Payload::Inline(unsafe { inline(sges.iter().map(|s| (s.addr, s.length as usize)))? })
     } else {
         Payload::Sgl(sges)
     };
@@ -540,11 +543,13 @@ unsafe fn set_inline(q: *mut ibv_qp_ex, bufs: &[ibv_data_buf]) {
             builder(q).1.error.get_or_insert(libc::ENOSPC);
             return;
         }
-        let mut v = Vec::with_capacity(total.unwrap_or(0));
-        for d in bufs.iter().filter(|d| d.length > 0) {
-            v.extend_from_slice(std::slice::from_raw_parts(d.addr as *const u8, d.length));
+        match inline(bufs.iter().map(|d| (d.addr as u64, d.length))) {
+            Ok(v) => w.payload = Payload::Inline(v),
+            Err(e) => {
+                builder(q).1.error.get_or_insert(e);
+                return;
+            }
         }
-        w.payload = Payload::Inline(v);
         w.flags = w.flags | SendFlags::INLINE;
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use roce_testkit::{text_of, Guard};
 
 /// The checks `bounds.c` prints "ok" for when every case passes.
-const CHECKS: usize = 28;
+const CHECKS: usize = 29;
 
 #[test]
 fn bad_counts_and_closed_descriptors_from_c() {

@@ -141,6 +141,40 @@ static void send_inline_over(void) {
 	      "rc %d bad %s", rc, bad == &w ? "the WR" : "not the WR");
 }
 
+/* Inline data from a page the program unmapped: EFAULT from the post
+ * (and from the builder's ibv_wr_complete), not a signal. */
+static void inline_unmapped(void) {
+	start("inline_unmapped", 10);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_cq *pc = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr_ex a = { .send_cq = cq, .recv_cq = cq,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = 64 },
+		.qp_type = IBV_QPT_RC, .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd, .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE };
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &a), *b = make_qp(pc, NULL, 4);
+	if (!qp || !b || connect_qp(qp, b->qp_num) || connect_qp(b, qp->qp_num)) {
+		printf("FAIL setup: inline QP (%s)\n", strerror(errno));
+		exit(100);
+	}
+	char *gone = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap(gone, 4096);
+	struct ibv_sge s = { .addr = (uintptr_t)gone, .length = 16, .lkey = 0 };
+	struct ibv_send_wr w, *bad = NULL;
+	rdma_write(&w, 7, &s);
+	w.send_flags |= IBV_SEND_INLINE;
+	int rc = ibv_post_send(qp, &w, &bad);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	ibv_wr_start(x);
+	x->wr_id = 8;
+	x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_rdma_write(x, mr->rkey, (uintptr_t)buf + 2048);
+	ibv_wr_set_inline_data(x, gone, 16);
+	int rb = ibv_wr_complete(x);
+	CHECK("inline_unmapped", rc == EFAULT && bad == &w && rb == EFAULT && count(cq, 0, 0) == 0,
+	      "post %d bad %s, builder %d", rc, bad == &w ? "the WR" : "not the WR", rb);
+}
+
 static void recv_sge(const char *name, int num_sge) {
 	start(name, 10);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
@@ -470,6 +504,8 @@ int main(int argc, char **argv) {
 		builder_sge("builder_sge_over", 2);
 	if (wanted(argc, argv, "builder_inline_over"))
 		builder_sge("builder_inline_over", 0);
+	if (wanted(argc, argv, "inline_unmapped"))
+		inline_unmapped();
 	if (wanted(argc, argv, "builder_many"))
 		builder_sge("builder_many", (size_t)-1);
 
