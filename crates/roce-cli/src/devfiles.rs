@@ -27,7 +27,8 @@
 //! and as root without `CAP_SYS_ADMIN`: `roce exec` says so on stderr and
 //! runs the program without the files. In the user namespace, files of
 //! other users show as `nobody`, `setgroups` is denied and set-user-ID
-//! programs run without their privilege.
+//! programs run without their privilege. The covered directory is a copy
+//! made at start: entries the host adds to it later do not appear.
 
 use std::ffi::OsString;
 use std::fs::File;
