@@ -8,7 +8,9 @@
 //! `libibverbs.so.1` and `librdmacm.so.1`, so `roce exec` keeps a
 //! directory holding those names as links to them, and puts the
 //! directory first on `LD_LIBRARY_PATH`. The options become the
-//! library's environment variables.
+//! library's environment variables. Unless `--no-device-files`, the
+//! program also sees `/dev/infiniband/uverbs_<device>` files, in a mount
+//! namespace of its own ([`crate::devfiles`]).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -42,6 +44,11 @@ pub(crate) struct ExecArgs {
     /// Say which address each context took, on stderr: ROCE_LOG.
     #[arg(long)]
     log: bool,
+    /// Do not show the program `/dev/infiniband/uverbs_<device>` files
+    /// (by default they exist in a private mount namespace, for programs
+    /// such as UCX that look for them: docs/dropin.md, "UCX").
+    #[arg(long)]
+    no_device_files: bool,
     /// Print the directory to put on LD_LIBRARY_PATH and exit (for
     /// running programs without `roce exec`).
     #[arg(long, conflicts_with = "program")]
@@ -182,6 +189,14 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
     }
     if args.log {
         cmd.env("ROCE_LOG", "1");
+    }
+    if !args.no_device_files {
+        if let Err(e) = crate::devfiles::provide(&crate::devfiles::wanted()) {
+            eprintln!(
+                "roce exec: no /dev/infiniband files for the devices ({e}); \
+                 programs that look for them (UCX) will not see the devices"
+            );
+        }
     }
     let e = cmd.exec();
     let code = if e.kind() == std::io::ErrorKind::NotFound {

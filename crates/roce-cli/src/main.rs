@@ -21,6 +21,7 @@
 //! cargo roce sim scenarios/incast_8to1_dcqcn.toml
 //! ```
 
+mod devfiles;
 mod device;
 mod devinfo;
 mod exec;

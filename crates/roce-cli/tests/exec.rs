@@ -87,3 +87,97 @@ fn ibv_devices_runs_on_the_library() {
     );
     assert!(!out.contains("roce_eth"), "{out}");
 }
+
+/// What the program sees of `/dev` under `roce exec` as `who` (a
+/// `setpriv` prefix, or none): the script's output, or None (with the
+/// reason printed) where the namespaces cannot be made, which fails in
+/// CI (`ROCE_REQUIRE_UCX`).
+fn device_view(who: &[&str]) -> Option<String> {
+    let script = "d=/dev/infiniband/uverbs_roce_lo; \
+                  test -c $d && test -r $d && test -w $d || exit 3; \
+                  echo x > /dev/null && test -c /dev/null || exit 4; \
+                  id -u; ls -A /dev";
+    let mut c = match who.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(env!("CARGO_BIN_EXE_roce"));
+            c
+        }
+        None => roce(),
+    };
+    let o = c
+        .args(["exec", "--devices", "lo", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("no /dev/infiniband files") {
+        assert!(std::env::var_os("ROCE_REQUIRE_UCX").is_none(), "{err}");
+        eprintln!("skipped: {err}");
+        return None;
+    }
+    assert!(o.status.success(), "{:?}: {err}", o.status);
+    Some(String::from_utf8(o.stdout).unwrap())
+}
+
+/// `/dev` entries of this process's view.
+fn host_dev() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/dev")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The device files: in the program's view `/dev/infiniband/uverbs_roce_lo`
+/// is a character device it may read and write, every other entry of
+/// `/dev` is still there, and the program has its own uid; nothing
+/// changes in the host's view.
+#[test]
+fn the_program_sees_device_files_the_host_does_not() {
+    let had = std::path::Path::new("/dev/infiniband/uverbs_roce_lo").exists();
+    let Some(out) = device_view(&[]) else {
+        return;
+    };
+    let mut lines = out.lines();
+    let uid = nix::unistd::getuid().as_raw().to_string();
+    assert_eq!(lines.next(), Some(uid.as_str()), "{out}");
+    let seen: std::collections::BTreeSet<String> = lines.map(str::to_owned).collect();
+    let mut want = host_dev();
+    want.insert("infiniband".into());
+    assert_eq!(seen, want);
+    assert_eq!(
+        std::path::Path::new("/dev/infiniband/uverbs_roce_lo").exists(),
+        had
+    );
+}
+
+/// The same for a user without privilege (run as `nobody` when the test
+/// is root, through a user namespace).
+#[test]
+fn an_unprivileged_program_sees_device_files() {
+    let who = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    if nix::unistd::geteuid().is_root() {
+        // `nobody` must be able to run the binary (a target directory
+        // under /root is not).
+        let ok = Command::new(who[0])
+            .args(&who[1..])
+            .args([env!("CARGO_BIN_EXE_roce"), "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            eprintln!("skipped: nobody cannot run {}", env!("CARGO_BIN_EXE_roce"));
+            return;
+        }
+        let Some(out) = device_view(&who) else {
+            return;
+        };
+        assert_eq!(out.lines().next(), Some("65534"), "{out}");
+    } else if let Some(out) = device_view(&[]) {
+        let uid = nix::unistd::getuid().as_raw().to_string();
+        assert_eq!(out.lines().next(), Some(uid.as_str()), "{out}");
+    }
+}

@@ -107,7 +107,7 @@ pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
 pub use roce_wire::{Lkey, Msn, Psn, Qkey, Qpn, Rkey, RxMeta, Transmit};
 pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
-pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
+pub use wc::{NetworkHdr, Wc, WcFlags, WcOpcode, WcStatus};
 pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
 
 /// Time in nanoseconds, from any fixed origin the caller chooses.

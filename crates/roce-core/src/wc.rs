@@ -125,6 +125,21 @@ pub struct Wc {
     pub src_qp: Qpn,
     /// Flags.
     pub wc_flags: WcFlags,
+    /// The network header a UD receive arrived with (IPv4 or IPv6 for
+    /// RoCE v2): the flag IBTA Annex A17.4.5.1 puts in the completion of
+    /// a UD receive beside the GRH. `None` for everything else.
+    pub network_hdr: Option<NetworkHdr>,
+}
+
+/// The network header of a RoCE v2 datagram (IBTA Annex A17.4.5.1: a
+/// UD completion says whether the frame was IPv4 or IPv6, which tells
+/// where in the 40-byte GRH area the addresses sit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NetworkHdr {
+    /// IPv4: the IPv4 header in the last 20 bytes of the GRH area.
+    Ipv4,
+    /// IPv6: the IPv6 header fills the 40 bytes.
+    Ipv6,
 }
 
 impl Wc {
@@ -140,6 +155,7 @@ impl Wc {
             qp_num,
             src_qp: Qpn::new(0),
             wc_flags: WcFlags::default(),
+            network_hdr: None,
         }
     }
 }

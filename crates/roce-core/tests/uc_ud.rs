@@ -233,11 +233,11 @@ fn ud_receive_too_small() {
     assert_eq!(w.hosts[1].dev.qp(qb).unwrap().state(), QpState::Rts);
 }
 
-/// UD over IPv6: the 40-byte GRH area holds the IPv6 header.
-#[test]
-fn ud_ipv6_grh() {
-    let mut a = Host::new("fd00::1", 1 << 16, 0x1000_0000);
-    let mut b = Host::new("fd00::2", 1 << 16, 0x2000_0000);
+/// One UD SEND of `hello6` from `from` to `to`: the receive's
+/// completion, the first 46 bytes of its buffer, and the datagram sent.
+fn ud_grh_exchange(from: &str, to: &str) -> (Wc, Vec<u8>, Vec<u8>) {
+    let mut a = Host::new(from, 1 << 16, 0x1000_0000);
+    let mut b = Host::new(to, 1 << 16, 0x2000_0000);
     let mk = |h: &mut Host| {
         h.dev
             .create_qp(QpInitAttr {
@@ -285,9 +285,34 @@ fn ud_ipv6_grh() {
         (c[0].status, c[0].byte_len, c[0].src_qp),
         (WcStatus::Success, 46, qa)
     );
-    let grh = b.read(0, 46);
+    assert!(c[0].wc_flags.contains(WcFlags::GRH));
+    buf.truncate(n);
+    (c[0], b.read(0, 46), buf)
+}
+
+/// UD over IPv6: the 40-byte GRH area holds the IPv6 header, and the
+/// completion says IPv6.
+#[test]
+fn ud_ipv6_grh() {
+    let (wc, grh, sent) = ud_grh_exchange("fd00::1", "fd00::2");
+    assert_eq!(wc.network_hdr, Some(NetworkHdr::Ipv6));
     assert_eq!(grh[0] >> 4, 6);
-    assert_eq!(&grh[..40], &buf[..40]);
+    assert_eq!(&grh[..40], &sent[..40]);
+    assert_eq!(&grh[40..], b"hello6");
+}
+
+/// UD over IPv4: 20 zero bytes, then the 20-byte IPv4 header (IBTA
+/// A17.4.5.1; the kernel's `union rdma_network_hdr` puts `roce4grh` at
+/// byte 20), and the completion says IPv4.
+#[test]
+fn ud_ipv4_grh() {
+    let (wc, grh, sent) = ud_grh_exchange("10.0.0.1", "10.0.0.2");
+    assert_eq!(wc.network_hdr, Some(NetworkHdr::Ipv4));
+    assert_eq!(&grh[..20], &[0u8; 20]);
+    assert_eq!(grh[20], 0x45);
+    assert_eq!(&grh[20..40], &sent[..20]);
+    assert_eq!(&grh[32..36], &[10, 0, 0, 1]);
+    assert_eq!(&grh[36..40], &[10, 0, 0, 2]);
     assert_eq!(&grh[40..], b"hello6");
 }
 

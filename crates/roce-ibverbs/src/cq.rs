@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use roce_verbs::{Completion, CqId, WcFlags};
+use roce_verbs::{Completion, CqId, NetworkHdr, Wc, WcFlags};
 
 use crate::abi::*;
 use crate::context::{same_context, Context, Raw};
@@ -79,6 +79,22 @@ fn now_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// `wc.sl` of a completion: for a UD receive, the RoCE packet type, as
+/// RoCE NICs report it there (IBTA Annex A17.4.5.1 asks the completion
+/// of a UD receive to say whether the frame was IPv4 or IPv6; the mlx5
+/// CQE carries it in the SL bits, which rdma-core's mlx5 provider
+/// returns as `sl`, and UCX's UD transport reads `sl & 7` to find the
+/// destination address in the GRH area: 2 is IPv4, 1 IPv6, 0 an IB GRH
+/// — the L3 header type of the ConnectX CQE). 0 (service level 0)
+/// otherwise, as RoCE's SL is not on the wire.
+pub(crate) fn sl_of(w: &Wc) -> u8 {
+    match w.network_hdr {
+        Some(NetworkHdr::Ipv4) => 2,
+        Some(NetworkHdr::Ipv6) => 1,
+        None => 0,
+    }
+}
+
 /// The C form of a completion. `imm_data` is `__be32`: the engine keeps
 /// the value the wire carries, so it goes to memory big-endian.
 pub(crate) fn wc_of(c: &Completion) -> ibv_wc {
@@ -100,7 +116,7 @@ pub(crate) fn wc_of(c: &Completion) -> ibv_wc {
         wc_flags: w.wc_flags.0,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: sl_of(w),
         dlid_path_bits: 0,
     }
 }
@@ -504,5 +520,35 @@ export! {
             unsafe { Cq::from_ptr(cq) }?.cq.ack_events(n as u64);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_verbs::{Qpn, WcOpcode, WcStatus};
+
+    fn ud_recv(hdr: Option<NetworkHdr>) -> Completion {
+        let mut wc = Wc::new(7, WcStatus::Success, WcOpcode::Recv, Qpn::new(5));
+        wc.wc_flags = WcFlags::GRH;
+        wc.network_hdr = hdr;
+        Completion { wc, buffer: None }
+    }
+
+    /// A UD receive's `sl` is its RoCE packet type (what UCX's UD
+    /// transport reads as `sl & 7`); everything else has SL 0. Both
+    /// `ibv_poll_cq` and the extended CQ's `read_sl` give `wc_of`'s.
+    #[test]
+    fn sl_is_the_network_header_type_of_ud_receives() {
+        assert_eq!(wc_of(&ud_recv(Some(NetworkHdr::Ipv4))).sl, 2);
+        assert_eq!(wc_of(&ud_recv(Some(NetworkHdr::Ipv6))).sl, 1);
+        assert_eq!(wc_of(&ud_recv(None)).sl, 0);
+        let send = Wc::new(1, WcStatus::Success, WcOpcode::Send, Qpn::new(5));
+        let c = Completion {
+            wc: send,
+            buffer: None,
+        };
+        assert_eq!(wc_of(&c).sl, 0);
+        assert_eq!(wc_of(&ud_recv(Some(NetworkHdr::Ipv4))).wc_flags, 1);
     }
 }

@@ -161,7 +161,8 @@ pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos,
-    Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr,
-    Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode, WcStatus,
+    NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType,
+    Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode,
+    WcStatus,
 };
 pub use {roce_core, roce_io};

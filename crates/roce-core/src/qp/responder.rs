@@ -18,7 +18,7 @@ use super::state::{QpState, QpType};
 use super::PostError;
 use super::{Ctx, Half, QpCommon};
 use crate::sgl::{self, ScatterError};
-use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
+use crate::wc::{NetworkHdr, Wc, WcFlags, WcOpcode, WcStatus};
 use crate::wr::RecvWr;
 use crate::{AsyncEvent, Nanos};
 
@@ -721,6 +721,10 @@ impl Responder {
                 wc.byte_len = 40 + p.payload.len() as u32;
                 wc.src_qp = deth.src_qp;
                 wc.wc_flags = WcFlags::GRH;
+                wc.network_hdr = Some(match p.ip.src() {
+                    IpAddr::V4(_) => NetworkHdr::Ipv4,
+                    IpAddr::V6(_) => NetworkHdr::Ipv6,
+                });
                 if let Some(imm) = p.ext.imm {
                     wc.imm_data = imm;
                     wc.wc_flags = wc.wc_flags | WcFlags::WITH_IMM;

@@ -1,0 +1,440 @@
+//! UCX (Debian's ucx-utils, unmodified, default settings) under `roce
+//! exec`: `ucx_info -d` lists `rc_verbs` and `ud_verbs` on `roce_lo`
+//! (the device files `roce exec` provides, docs/dropin.md "UCX"), and
+//! `ucx_perftest` server and client run `tag_lat`, `tag_bw`,
+//! `ucp_put_bw`, `ucp_get` and `ucp_am_bw` with `UCX_TLS=rc_verbs,ud_verbs`
+//! and with `UCX_TLS=ud_verbs` (whose receives UCX drops unless `wc.sl`
+//! says IPv4), on loopback and between two network namespaces (root
+//! only; skipped otherwise).
+//!
+//! Every process runs in a process group of its own, bounded, and is
+//! ended through its group. `.ci/run` installs ucx-utils and sets
+//! `ROCE_REQUIRE_UCX`, so in CI a missing program fails the test;
+//! elsewhere it is skipped.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+use common::roce;
+use roce_testkit::free_port;
+
+/// Longest a server and client pair may take.
+const LIMIT: Duration = Duration::from_secs(60);
+/// Iterations of each test: short runs.
+const ITERS: &str = "500";
+/// The tests, each run with each transport set.
+const TESTS: [&str; 5] = ["tag_lat", "tag_bw", "ucp_put_bw", "ucp_get", "ucp_am_bw"];
+
+/// Whether UCX's tools are installed; a missing one fails the test in CI.
+fn have_ucx() -> bool {
+    let found = ["ucx_info", "ucx_perftest"].iter().all(|prog| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+    });
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_UCX").is_none(),
+            "ucx_info or ucx_perftest is not installed (apt-get install ucx-utils)"
+        );
+        eprintln!("skipped: ucx_info or ucx_perftest is not installed (apt-get install ucx-utils)");
+    }
+    found
+}
+
+/// Where cargo left the drop-in library for this build of `roce` (as a
+/// dependency's cdylib, in `deps/`).
+fn lib_dir() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
+    let dir = bin.parent().unwrap();
+    let deps = dir.join("deps");
+    if deps.join("libibverbs.so").is_file() {
+        deps
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// `[prefix...] roce exec --devices DEV -- PROG ARGS`, with UCX's
+/// settings cleared but `UCX_TLS`.
+fn exec(prefix: &[&str], dev: &str, tls: Option<&str>, prog: &str, args: &[&str]) -> Command {
+    let roce_bin = roce().get_program().to_owned();
+    let mut c = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(roce_bin);
+            c
+        }
+        None => Command::new(roce_bin),
+    };
+    c.args(["exec", "--devices", dev, "--", prog])
+        .args(args)
+        .env("ROCE_LIB_DIR", lib_dir())
+        .env_remove("ROCE_ADDR")
+        .env_remove("ROCE_ACK_DELAY");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("UCX_") {
+            c.env_remove(k);
+        }
+    }
+    if let Some(t) = tls {
+        c.env("UCX_TLS", t);
+    }
+    c
+}
+
+/// A process in a process group of its own, ended (the whole group)
+/// when dropped before it was waited for.
+struct Group(Option<Child>);
+
+impl Group {
+    fn spawn(mut cmd: Command) -> Group {
+        let child = cmd
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Group(Some(child))
+    }
+
+    fn kill(c: &Child) {
+        let pg = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
+    }
+
+    fn exited(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_none_or(|c| c.try_wait().unwrap().is_some())
+    }
+
+    /// Waits at most until `end`: past it the group is ended and the
+    /// output is what it printed, with `timed_out`.
+    fn wait(mut self, end: Instant) -> (Output, bool) {
+        let mut c = self.0.take().expect("waited once");
+        let mut timed_out = false;
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > end {
+                Group::kill(&c);
+                timed_out = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Anything the program left in its group goes with it.
+        Group::kill(&c);
+        (c.wait_with_output().unwrap(), timed_out)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            Group::kill(c);
+            let _ = c.wait();
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Whether a socket listens on TCP `port` (in this network namespace or,
+/// with `ns`, in that one), read from /proc: a probe connection would be
+/// taken for the client by the server.
+fn listening(ns: Option<&str>, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let tables = match ns {
+        None => ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+            .collect::<String>(),
+        Some(ns) => Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "cat",
+                "/proc/net/tcp",
+                "/proc/net/tcp6",
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default(),
+    };
+    tables.lines().any(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+    })
+}
+
+/// The figures of `ucx_perftest`'s `Final:` line: iterations, latency
+/// (50 %ile, average, overall, µs), bandwidth (average, overall, MB/s),
+/// message rate (average, overall).
+fn final_line(out: &str) -> Option<Vec<f64>> {
+    let l = out.lines().find(|l| l.trim_start().starts_with("Final:"))?;
+    let v: Vec<f64> = l
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    (v.len() == 8).then_some(v)
+}
+
+/// Server `server`, then client `client` once the server listens on
+/// `port`; both must exit 0 and the client print its figures for ITERS
+/// iterations. One pair at a time (two cores, and loopback addresses
+/// taken in turn). Returns the client's figures.
+fn pair(server: Command, client: Command, ns: Option<&str>, port: u16, what: &str) -> Vec<f64> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let end = Instant::now() + LIMIT;
+    let mut s = Group::spawn(server);
+    while !listening(ns, port) {
+        if s.exited() {
+            let (out, _) = s.wait(end);
+            panic!(
+                "{what}: the server exited before it listened:\n{}",
+                text(&out)
+            );
+        }
+        assert!(
+            Instant::now() < end,
+            "{what}: the server did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (c, c_late) = Group::spawn(client).wait(end);
+    let (s, s_late) = s.wait(if c.status.success() {
+        end
+    } else {
+        Instant::now() + Duration::from_secs(2)
+    });
+    let (ct, st) = (text(&c), text(&s));
+    assert!(
+        c.status.success() && s.status.success() && !c_late && !s_late,
+        "{what}: server {} (timed out: {s_late}), client {} (timed out: {c_late})\n\
+         --- server:\n{st}\n--- client:\n{ct}",
+        s.status,
+        c.status,
+    );
+    let f = final_line(&ct).unwrap_or_else(|| panic!("{what}: no Final: line\n{ct}"));
+    assert_eq!(f[0], ITERS.parse::<f64>().unwrap(), "{what}:\n{ct}");
+    assert!(
+        f[2] > 0.0 && f[4] > 0.0 && f[6] > 0.0,
+        "{what}: figures {f:?}\n{ct}"
+    );
+    assert!(!ct.contains("unhandled timeout"), "{what}:\n{ct}");
+    eprintln!(
+        "{what}: {}",
+        ct.lines().find(|l| l.contains("Final:")).unwrap_or("")
+    );
+    f
+}
+
+/// Every test of TESTS with `tls`, on loopback.
+fn loopback(tls: &str) {
+    if !have_ucx() {
+        return;
+    }
+    for t in TESTS {
+        let port = free_port();
+        let p = port.to_string();
+        let server = exec(
+            &[],
+            "lo",
+            Some(tls),
+            "ucx_perftest",
+            &["-p", &p, "-t", t, "-n", ITERS],
+        );
+        let client = exec(
+            &[],
+            "lo",
+            Some(tls),
+            "ucx_perftest",
+            &["127.0.0.1", "-p", &p, "-t", t, "-n", ITERS],
+        );
+        pair(server, client, None, port, &format!("{tls} {t}"));
+    }
+}
+
+#[test]
+fn ucx_info_lists_rc_verbs_and_ud_verbs_on_roce_lo() {
+    if !have_ucx() {
+        return;
+    }
+    let c = exec(&[], "lo", None, "ucx_info", &["-d"]);
+    let (o, late) = Group::spawn(c).wait(Instant::now() + LIMIT);
+    let t = text(&o);
+    assert!(o.status.success() && !late, "{t}");
+    // Each transport section: "# Transport: NAME" then "# Device: DEV".
+    let lines: Vec<&str> = t.lines().map(str::trim).collect();
+    let on_roce_lo = |tl: &str| {
+        lines.windows(2).any(|w| {
+            w[0].ends_with(&format!("Transport: {tl}")) && w[1].ends_with("Device: roce_lo:1")
+        })
+    };
+    assert!(on_roce_lo("rc_verbs"), "no rc_verbs on roce_lo:1\n{t}");
+    assert!(on_roce_lo("ud_verbs"), "no ud_verbs on roce_lo:1\n{t}");
+}
+
+/// Without the device files (`--no-device-files`) UCX sees no device:
+/// what the files are for.
+#[test]
+fn ucx_info_without_device_files_sees_no_roce_device() {
+    if !have_ucx() || std::path::Path::new("/dev/infiniband/uverbs_roce_lo").exists() {
+        return;
+    }
+    let mut c = roce();
+    c.args([
+        "exec",
+        "--devices",
+        "lo",
+        "--no-device-files",
+        "--",
+        "ucx_info",
+        "-d",
+    ])
+    .env("ROCE_LIB_DIR", lib_dir());
+    let (o, late) = Group::spawn(c).wait(Instant::now() + LIMIT);
+    let t = text(&o);
+    assert!(!late, "{t}");
+    assert!(!t.contains("roce_lo:1"), "{t}");
+}
+
+#[test]
+fn ucx_perftest_rc_and_ud_verbs_on_loopback() {
+    loopback("rc_verbs,ud_verbs");
+}
+
+#[test]
+fn ucx_perftest_ud_verbs_on_loopback() {
+    loopback("ud_verbs");
+}
+
+/// Two network namespaces joined by a veth; removed on drop.
+struct Lab {
+    a: String,
+    b: String,
+    va: String,
+    vb: String,
+    ip_a: String,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+impl Lab {
+    fn new() -> Result<Lab, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("not root".into());
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let net = 1 + (std::process::id() + n) % 250;
+        let lab = Lab {
+            a: format!("uxa{id}"),
+            b: format!("uxb{id}"),
+            va: format!("uva{id}"),
+            vb: format!("uvb{id}"),
+            ip_a: format!("10.97.{net}.1"),
+        };
+        ip(&["netns", "add", &lab.a]).map_err(|e| format!("ip netns unavailable ({e})"))?;
+        ip(&["netns", "add", &lab.b])?;
+        ip(&[
+            "link", "add", &lab.va, "netns", &lab.a, "type", "veth", "peer", "name", &lab.vb,
+            "netns", &lab.b,
+        ])?;
+        for (ns, dev, host) in [(&lab.a, &lab.va, 1), (&lab.b, &lab.vb, 2)] {
+            let addr = format!("10.97.{net}.{host}/24");
+            ip(&["netns", "exec", ns, "ip", "addr", "add", &addr, "dev", dev])?;
+            ip(&["netns", "exec", ns, "ip", "link", "set", dev, "up"])?;
+            ip(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"])?;
+        }
+        Ok(lab)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+/// Every test of TESTS with `tls`, server in one namespace, client in
+/// the other.
+fn across(tls: &str) {
+    if !have_ucx() {
+        return;
+    }
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    for t in TESTS {
+        let port = free_port();
+        let p = port.to_string();
+        let server = exec(
+            &["ip", "netns", "exec", &lab.a],
+            &lab.va,
+            Some(tls),
+            "ucx_perftest",
+            &["-p", &p, "-t", t, "-n", ITERS],
+        );
+        let client = exec(
+            &["ip", "netns", "exec", &lab.b],
+            &lab.vb,
+            Some(tls),
+            "ucx_perftest",
+            &[&lab.ip_a, "-p", &p, "-t", t, "-n", ITERS],
+        );
+        pair(
+            server,
+            client,
+            Some(&lab.a),
+            port,
+            &format!("netns {tls} {t}"),
+        );
+    }
+}
+
+#[test]
+fn ucx_perftest_rc_and_ud_verbs_between_namespaces() {
+    across("rc_verbs,ud_verbs");
+}
+
+#[test]
+fn ucx_perftest_ud_verbs_between_namespaces() {
+    across("ud_verbs");
+}
