@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use roce_verbs::{
-    Access, BackendKind, CmAccepting, CmConnection, CmError, CmListener, CompletionQueue,
-    ConnParam, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair,
-    RecvWr, Rkey, SendOp, SendWr, WcStatus,
+    Access, BackendKind, CmAccepting, CmConnection, CmError, CmListener, CmRequest,
+    CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttr,
+    QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr, WcStatus,
 };
 
 use crate::stop::Stop;
@@ -251,7 +251,7 @@ fn post_recv_on(qp: &QueuePair, recv: &MemoryRegion) -> Result<(), String> {
     .map_err(|e| format!("post recv: {e}"))
 }
 
-/// Connection requests the server has accepted at once, each on a QP of
+/// Connection requests a server has accepted at once, each on a QP of
 /// its own, while it waits for one of them to connect (its RTU).
 const MAX_ACCEPTING: usize = 16;
 
@@ -260,28 +260,28 @@ const MAX_ACCEPTING: usize = 16;
 /// RTU follows the REP within a round trip).
 const ACCEPT_PATIENCE: Duration = Duration::from_millis(500);
 
-/// Waits for a client: accepts the requests as they come, each on a QP of
-/// its own (several at once, as rdma_cm's event channel allows), and
-/// serves whichever connects first; the others are given up (REJ). A
-/// request whose RTU never comes, such as a forged one from a flood
-/// (docs/security.md, "A fair share per source"), holds no real client
-/// up. Returns the connection with its CQ and QP, which become the rig's.
-fn first_client(
-    rig: &Rig,
-    ctx: &Context,
+/// Waits up to `wait` for a client of `listener`: accepts the requests
+/// as they come (`start` accepts one on a QP of its own and returns what
+/// goes with it, or None to skip it), several at once as rdma_cm's event
+/// channel allows, and returns the first that connects; the others are
+/// given up (REJ). A request whose RTU never comes, such as a forged one
+/// from a flood (docs/security.md, "A fair share per source"), holds no
+/// real client up.
+pub(crate) fn first_to_connect<T>(
     listener: &CmListener,
-) -> Result<(CmConnection, CompletionQueue, QueuePair), String> {
-    let end = Instant::now().checked_add(rig.wait);
-    let mut accepting: VecDeque<(Instant, CmAccepting, CompletionQueue, QueuePair)> =
-        VecDeque::new();
+    wait: Duration,
+    mut start: impl FnMut(CmRequest) -> Result<Option<(CmAccepting, T)>, String>,
+) -> Result<(CmConnection, T), String> {
+    let end = Instant::now().checked_add(wait);
+    let mut accepting: VecDeque<(Instant, CmAccepting, T)> = VecDeque::new();
     loop {
         let mut i = 0;
         while i < accepting.len() {
             match accepting[i].1.wait(Duration::ZERO) {
                 None => i += 1,
                 Some(Ok(conn)) => {
-                    let (_, _, cq, qp) = accepting.remove(i).expect("in range");
-                    return Ok((conn, cq, qp));
+                    let (_, _, t) = accepting.remove(i).expect("in range");
+                    return Ok((conn, t));
                 }
                 // Refused, or the REP's resends went unanswered.
                 Some(Err(_)) => drop(accepting.remove(i)),
@@ -302,13 +302,27 @@ fn first_client(
             Err(CmError::TimedOut) => continue,
             Err(e) => return Err(format!("waiting for a client: {e}")),
         };
+        if let Some((a, t)) = start(req)? {
+            accepting.push_back((Instant::now(), a, t));
+        }
+    }
+}
+
+/// rping's server waits for its client with [`first_to_connect`], each
+/// request on a CQ and QP of its own (with its receive posted), which
+/// become the rig's.
+fn first_client(
+    rig: &Rig,
+    ctx: &Context,
+    listener: &CmListener,
+) -> Result<(CmConnection, CompletionQueue, QueuePair), String> {
+    let (conn, (cq, qp)) = first_to_connect(listener, rig.wait, |req| {
         let (cq, qp) = endpoint(ctx, &rig.pd)?;
         post_recv_on(&qp, &rig.recv)?;
         // A request gone meanwhile (its wait for us timed out) is skipped.
-        if let Ok(a) = req.accept_nowait(&qp, &param()) {
-            accepting.push_back((Instant::now(), a, cq, qp));
-        }
-    }
+        Ok(req.accept_nowait(&qp, &param()).ok().map(|a| (a, (cq, qp))))
+    })?;
+    Ok((conn, cq, qp))
 }
 
 /// The source address the kernel's routing picks towards `peer`.
