@@ -1,4 +1,5 @@
-//! The CM table's own rules: which local IDs it draws.
+//! The CM table's own rules: which local IDs it draws, and the fair share
+//! of a listener each source address holds.
 
 use super::*;
 
