@@ -75,8 +75,9 @@ pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 
 /// A server given an explicit address (`--bind`, not 0.0.0.0) holds it
 /// from its start: its RoCE UDP port on it is bound now, before the
-/// server waits for a client, and handed to the device when it opens
-/// ([`open_context`]). Another stack on this host (a drop-in client
+/// server waits for a client, and released just before the device binds
+/// it ([`open_context`]: a window of microseconds, inside this process;
+/// the backend opens its own sockets). Another stack on this host (a drop-in client
 /// started meanwhile) then finds the address taken and moves to another,
 /// where before the server opened its device only when its client came,
 /// and failed if the address had been taken meanwhile. None for a client,
