@@ -10,14 +10,15 @@
 //! client disconnects after `-C` pings; the server serves until the client
 //! disconnects.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use roce_verbs::{
-    Access, BackendKind, CmConnection, CmError, CompletionQueue, ConnParam, Context, MemoryRegion,
-    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr,
-    WcStatus,
+    Access, BackendKind, CmAccepting, CmConnection, CmError, CmListener, CmRequest,
+    CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttr,
+    QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr, WcStatus,
 };
 
 use crate::stop::Stop;
@@ -153,21 +154,12 @@ impl Rig {
         }
         let ctx = o.open().map_err(|e| e.to_string())?;
         let pd = ctx.alloc_pd();
-        let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
-        let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
-        init.cap = QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            ..QpCaps::default()
-        };
-        let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+        let (cq, qp) = endpoint(&ctx, &pd)?;
         let recv = pd
             .reg_mr(vec![0u8; 16], Access::LOCAL_WRITE)
             .map_err(|e| e.to_string())?;
         let send = pd
             .reg_mr(vec![0u8; 16], Access::NONE)
-            .map_err(|e| e.to_string())?;
-        qp.to_init(&roce_verbs::ConnectOptions::default())
             .map_err(|e| e.to_string())?;
         Ok(Rig {
             _ctx: ctx,
@@ -184,12 +176,7 @@ impl Rig {
     }
 
     fn post_recv(&self) -> Result<(), String> {
-        self.qp
-            .post_recv(RecvWr {
-                wr_id: RECV_ID,
-                sgl: vec![self.recv.sge(0, 16)],
-            })
-            .map_err(|e| format!("post recv: {e}"))
+        post_recv_on(&self.qp, &self.recv)
     }
 
     fn send_bytes(&self, b: &[u8; 16]) -> Result<(), String> {
@@ -239,6 +226,103 @@ impl Rig {
             self.early.borrow_mut().push(c.wr_id);
         }
     }
+}
+
+/// A CQ and an RC QP in INIT on it, as rping's.
+fn endpoint(ctx: &Context, pd: &ProtectionDomain) -> Result<(CompletionQueue, QueuePair), String> {
+    let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
+    let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
+    init.cap = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        ..QpCaps::default()
+    };
+    let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+    qp.to_init(&roce_verbs::ConnectOptions::default())
+        .map_err(|e| e.to_string())?;
+    Ok((cq, qp))
+}
+
+fn post_recv_on(qp: &QueuePair, recv: &MemoryRegion) -> Result<(), String> {
+    qp.post_recv(RecvWr {
+        wr_id: RECV_ID,
+        sgl: vec![recv.sge(0, 16)],
+    })
+    .map_err(|e| format!("post recv: {e}"))
+}
+
+/// Connection requests a server has accepted at once, each on a QP of
+/// its own, while it waits for one of them to connect (its RTU).
+const MAX_ACCEPTING: usize = 16;
+
+/// How long an accepted request keeps its place among the
+/// [`MAX_ACCEPTING`] before a newer request may take it (a real client's
+/// RTU follows the REP within a round trip).
+const ACCEPT_PATIENCE: Duration = Duration::from_millis(500);
+
+/// Waits up to `wait` for a client of `listener`: accepts the requests
+/// as they come (`start` accepts one on a QP of its own and returns what
+/// goes with it, or None to skip it), several at once as rdma_cm's event
+/// channel allows, and returns the first that connects; the others are
+/// given up (REJ). A request whose RTU never comes, such as a forged one
+/// from a flood (docs/security.md, "A fair share per source"), holds no
+/// real client up.
+pub(crate) fn first_to_connect<T>(
+    listener: &CmListener,
+    wait: Duration,
+    mut start: impl FnMut(CmRequest) -> Result<Option<(CmAccepting, T)>, String>,
+) -> Result<(CmConnection, T), String> {
+    let end = Instant::now().checked_add(wait);
+    let mut accepting: VecDeque<(Instant, CmAccepting, T)> = VecDeque::new();
+    loop {
+        let mut i = 0;
+        while i < accepting.len() {
+            match accepting[i].1.wait(Duration::ZERO) {
+                None => i += 1,
+                Some(Ok(conn)) => {
+                    let (_, _, t) = accepting.remove(i).expect("in range");
+                    return Ok((conn, t));
+                }
+                // Refused, or the REP's resends went unanswered.
+                Some(Err(_)) => drop(accepting.remove(i)),
+            }
+        }
+        if end.is_some_and(|end| Instant::now() >= end) {
+            return Err("waiting for a client: timed out".into());
+        }
+        if accepting.len() >= MAX_ACCEPTING {
+            if accepting[0].0.elapsed() < ACCEPT_PATIENCE {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            accepting.pop_front();
+        }
+        let req = match listener.get_request(Duration::from_millis(10)) {
+            Ok(r) => r,
+            Err(CmError::TimedOut) => continue,
+            Err(e) => return Err(format!("waiting for a client: {e}")),
+        };
+        if let Some((a, t)) = start(req)? {
+            accepting.push_back((Instant::now(), a, t));
+        }
+    }
+}
+
+/// rping's server waits for its client with [`first_to_connect`], each
+/// request on a CQ and QP of its own (with its receive posted), which
+/// become the rig's.
+fn first_client(
+    rig: &Rig,
+    ctx: &Context,
+    listener: &CmListener,
+) -> Result<(CmConnection, CompletionQueue, QueuePair), String> {
+    let (conn, (cq, qp)) = first_to_connect(listener, rig.wait, |req| {
+        let (cq, qp) = endpoint(ctx, &rig.pd)?;
+        post_recv_on(&qp, &rig.recv)?;
+        // A request gone meanwhile (its wait for us timed out) is skipped.
+        Ok(req.accept_nowait(&qp, &param()).ok().map(|a| (a, (cq, qp))))
+    })?;
+    Ok((conn, cq, qp))
 }
 
 /// The source address the kernel's routing picks towards `peer`.
@@ -455,19 +539,12 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         .pd
         .reg_mr(vec![0u8; size], Access::LOCAL_WRITE)
         .map_err(|e| e.to_string())?;
-    let listener = rig
-        .qp
-        .pd()
-        .context()
+    let ctx = rig.pd.context().clone();
+    let listener = ctx
         .cm_listen(args.port)
         .map_err(|e| format!("listen on port {}: {e}", args.port))?;
-    let req = listener
-        .get_request(rig.wait)
-        .map_err(|e| format!("waiting for a client: {e}"))?;
-    rig.post_recv()?;
-    let conn = req
-        .accept(&rig.qp, &param(), rig.wait)
-        .map_err(|e| format!("accept: {e}"))?;
+    let (conn, cq, qp) = first_client(&rig, &ctx, &listener)?;
+    (rig.cq, rig.qp) = (cq, qp);
     let mut pings = 0u64;
     loop {
         // The client's start buffer, or its disconnect.

@@ -375,6 +375,38 @@ impl CmRequest {
         connection_from(e, qp, shared)
     }
 
+    /// `rdma_accept` without waiting: brings `qp` (RESET or INIT) to RTS
+    /// against the requester and sends the REP; the RTU is waited for
+    /// with [`CmAccepting::wait`]. A server may so have several requests
+    /// accepted at once, as with rdma_cm's event channel, and take
+    /// whichever connects: a request whose RTU never comes (a forged
+    /// one, docs/security.md) does not hold the others up.
+    pub fn accept_nowait(
+        mut self,
+        qp: &QueuePair,
+        param: &ConnParam,
+    ) -> Result<CmAccepting, CmError> {
+        if !qp.pd().context().same(&self.ctx) {
+            return Err(Error::WrongContext.into());
+        }
+        to_init(qp)?;
+        let shared = self.ctx.shared().clone();
+        let id = self.req.id;
+        {
+            let mut core = shared.core();
+            let now = shared.now();
+            core.dev.cm_accept(now, id, qp.qpn(), param)?;
+        }
+        self.answered = true;
+        kick(&shared);
+        Ok(CmAccepting {
+            shared,
+            id,
+            qp: qp.clone(),
+            done: false,
+        })
+    }
+
     /// `rdma_reject` with `private_data` (REJ reason 28).
     pub fn reject(mut self, private_data: &[u8]) -> Result<(), CmError> {
         let shared = self.ctx.shared().clone();
@@ -391,6 +423,50 @@ impl Drop for CmRequest {
             let shared = self.ctx.shared();
             let _ = shared.core().dev.cm_reject(self.req.id, &[]);
             shared.unpark();
+        }
+    }
+}
+
+/// A request accepted with [`CmRequest::accept_nowait`], its REP sent,
+/// waiting for the RTU. Dropped before it connected, it is given up (a
+/// REJ to the requester, the QP to ERR).
+#[derive(Debug)]
+pub struct CmAccepting {
+    shared: Arc<Shared>,
+    id: CmId,
+    qp: QueuePair,
+    /// Its outcome was taken by [`CmAccepting::wait`].
+    done: bool,
+}
+
+impl CmAccepting {
+    /// Waits up to `timeout` (zero: only looks) for the requester's RTU:
+    /// `None` while it has not come, else the connection, or why there is
+    /// none (the requester refused, or never answered the REP's resends).
+    /// After an outcome, later calls return `None`.
+    pub fn wait(&mut self, timeout: Duration) -> Option<Result<CmConnection, CmError>> {
+        if self.done {
+            return None;
+        }
+        let id = self.id;
+        let e = wait_event(&self.shared, timeout, |e| e.id() == id)?;
+        self.done = true;
+        Some(connection_from(e, &self.qp, self.shared.clone()))
+    }
+}
+
+impl Drop for CmAccepting {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut core = self.shared.core();
+            // Connected meanwhile: nobody will use it, disconnect.
+            if core.dev.cm_state(self.id) == Some(roce_core::cm::CmState::Established) {
+                let now = self.shared.now();
+                let _ = core.dev.cm_disconnect(now, self.id);
+            }
+            forget_connection(&self.shared, &mut core, self.id, true);
+            drop(core);
+            self.shared.unpark();
         }
     }
 }

@@ -141,7 +141,7 @@ mod random;
 mod shared;
 mod srq;
 
-pub use cm::{CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
+pub use cm::{CmAccepting, CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use cm_sink::{CmSink, PortSpace};
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;

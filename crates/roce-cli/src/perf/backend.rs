@@ -4,7 +4,8 @@
 //! `--faults` middleware; the GID table lookup of `-x`; the path MTU the
 //! link carries.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use roce_verbs::{Context, Device, OpenError, OpenOptions};
 
@@ -68,6 +69,39 @@ pub(crate) fn prime_neighbours(local: IpAddr, remote: &[Endpoint]) {
     }
 }
 
+/// The UDP socket with which a server given `--bind` holds its RoCE
+/// address until its device opens there (see [`hold_address`]).
+pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
+
+/// A server given an explicit address (`--bind`, not 0.0.0.0) holds it
+/// from its start: its RoCE UDP port on it is bound now, before the
+/// server waits for a client, and released just before the device binds
+/// it ([`open_context`]: a window of microseconds, inside this process;
+/// the backend opens its own sockets). Another stack on this host (a drop-in client
+/// started meanwhile) then finds the address taken and moves to another,
+/// where before the server opened its device only when its client came,
+/// and failed if the address had been taken meanwhile. None for a client,
+/// a server without an address, the fabric, and `-R` (whose server opens
+/// its device at once).
+pub(crate) fn hold_address(args: &PerfArgs) -> Result<Option<Held>, String> {
+    let Some(bind) = args.bind.filter(|b| !b.is_unspecified()) else {
+        return Ok(None);
+    };
+    if args.server.is_some() || args.loopback || args.rdma_cm || args.backend == BackendKind::Fabric
+    {
+        return Ok(None);
+    }
+    let local = gid_address(args, bind)?;
+    match UdpSocket::bind((local, args.roce_port)) {
+        Ok(s) => Ok(Some(Arc::new(Mutex::new(Some(s))))),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+            "{local}:{} (UDP) is taken: another RoCE stack on this host holds the address; give this server another --bind or --roce-port",
+            args.roce_port
+        )),
+        Err(e) => Err(format!("cannot hold {local}:{} (UDP): {e}", args.roce_port)),
+    }
+}
+
 /// Opens the device a run uses: the backend the flags choose on `local`,
 /// with the `--pcap` and `--faults` middleware, the engine configured by
 /// `--link-gbps`, `--cc` and the path MTU.
@@ -119,6 +153,10 @@ pub(crate) fn open_context(
     if let Some(cc) = cc {
         o.config.cc = cc;
         o.config.ecn = roce_wire::Ecn::Ect0;
+    }
+    // The address this server held from its start is the device's now.
+    if let Some(h) = &args.held {
+        drop(h.lock().unwrap_or_else(PoisonError::into_inner).take());
     }
     o.open().map_err(|e| match e {
         OpenError::Open(_) | OpenError::Io(..) => {

@@ -298,6 +298,11 @@ pub(crate) struct PerfArgs {
     /// it moves on to the next free one if another pair takes it first.
     #[arg(skip)]
     pub(crate) local_moves: bool,
+    /// A server given `--bind` holds its RoCE address (the UDP port on
+    /// it) from its start with this socket, until its device opens there
+    /// ([`backend::hold_address`]).
+    #[arg(skip)]
+    pub(crate) held: Option<backend::Held>,
 }
 
 impl Params {
@@ -419,6 +424,18 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
             eprintln!("roce perf: {w}");
         }
     }
+    let held;
+    let args = match checked.as_ref().map(|()| backend::hold_address(args)) {
+        Ok(Ok(Some(h))) => {
+            held = PerfArgs {
+                held: Some(h),
+                ..args.clone()
+            };
+            &held
+        }
+        Ok(Ok(None)) | Err(_) => args,
+        Ok(Err(e)) => return crate::fail("perf", args.json, &e, 1),
+    };
     let res = if let Err(e) = checked {
         Err(e)
     } else if args.perftest && args.rdma_cm {

@@ -253,7 +253,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     args.say_moved();
 
     // The control connection.
-    let mut ch = Channel::new(&ctx, client)?;
+    let mut ch;
     let mut client_addr = None;
     let control = ConnParam {
         responder_resources: 0,
@@ -261,6 +261,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         ..param(test)
     };
     if let Some(s) = server {
+        ch = Channel::new(&ctx, client)?;
         ch.conn = Some(connect_retrying(&ch.qp, s, args.port, &control)?);
     } else {
         let l = ctx
@@ -270,17 +271,23 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
             "roce perf: waiting for a perftest -R client on port {}",
             args.port
         );
-        let req = l
-            .get_request(Duration::from_secs(3600))
-            .map_err(|e| format!("waiting for a client: {e}"))?;
-        // The first request wins (nothing tells a client from a spoofed
-        // REQ here: docs/security.md); the data connections must then
-        // come from the same address.
-        client_addr = Some(req.info().peer);
-        ch.conn = Some(
-            req.accept(&ch.qp, &control, Duration::from_secs(30))
-                .map_err(|e| format!("accept: {e}"))?,
-        );
+        // The first request to connect wins (nothing tells a client from
+        // a spoofed REQ here: docs/security.md), each accepted on a
+        // channel of its own, several at once, so that a forged request
+        // (no RTU) holds no real client up; the data connections must
+        // then come from the same address.
+        let (conn, (c, peer)) =
+            crate::rping::first_to_connect(&l, Duration::from_secs(3600), |req| {
+                let peer = req.info().peer;
+                let c = Channel::new(&ctx, false)?;
+                Ok(req
+                    .accept_nowait(&c.qp, &control)
+                    .ok()
+                    .map(|a| (a, (c, peer))))
+            })?;
+        ch = c;
+        ch.conn = Some(conn);
+        client_addr = Some(peer);
     }
     let their_version = version_text(&ch.xchg(&version_msg(), 16)?);
     ch.xchg(&4096u32.to_be_bytes(), 4)?;

@@ -45,6 +45,29 @@ pub(crate) const DEFAULT_BACKLOG: usize = 128;
 /// dropped: 4.096 µs × 2^20 ≈ 4.3 s (the peer resends its REQ meanwhile,
 /// IBTA Vol 1 §12.7.27; a request answered by nobody must not stay).
 const PENDING_TIMEOUT: u8 = 20;
+/// A listener's backlog is shared fairly between the addresses that send
+/// requests: one source address holds at most [`source_share`] of the
+/// listener's requests that are not yet connected, counting both those
+/// waiting for the application (REQ or SIDR_REQ received) and those it
+/// accepted whose RTU has not come (REP sent: half-open). Past its share a
+/// source's new requests are dropped at once and counted
+/// (`dropped_source_share`); a real peer resends its REQ (IBTA Vol 1
+/// §12.7.27). With the default backlog a source holds 8: a flood of forged
+/// REQs from one address, never followed by an RTU, cannot take the slots
+/// (or the application's attention) that another address's request needs
+/// (docs/security.md, "A fair share per source").
+pub(crate) const SHARES_PER_BACKLOG: usize = 16;
+/// The share no source is refused below (unless the backlog is smaller):
+/// a client connecting several QPs at once (perftest `-R -q 8` listens
+/// with a backlog of 8) is not slowed.
+pub(crate) const MIN_SOURCE_SHARE: usize = 8;
+
+/// The requests not yet connected one source may hold at a listener with
+/// `backlog` ([`SHARES_PER_BACKLOG`]): a sixteenth of the backlog, at
+/// least [`MIN_SOURCE_SHARE`] or the whole backlog if smaller.
+pub(crate) fn source_share(backlog: usize) -> usize {
+    (backlog / SHARES_PER_BACKLOG).max(backlog.min(MIN_SOURCE_SHARE))
+}
 /// Connection events queued for the application at most; past it new
 /// requests are dropped (their peers resend) and other events counted lost.
 pub(crate) const MAX_EVENTS: usize = 1024;
@@ -108,6 +131,9 @@ struct Conn {
     mras: u8,
     /// A received request counted against its listener's backlog.
     pending: bool,
+    /// A received request, waiting or half-open (REP sent), counted in
+    /// its source's share of its listener ([`SHARES_PER_BACKLOG`]).
+    share: bool,
     /// The program manages the QP (`cm_connect_manual`,
     /// `cm_accept_manual`): the CM never modifies it (`qpn` stays None)
     /// and tells the program its attributes (`cm_qp_attr`).
@@ -144,6 +170,11 @@ pub struct CmCounters {
     /// Requests dropped because the listener's backlog, the connection
     /// table or the event queue was full.
     pub dropped_backlog: u64,
+    /// Requests dropped because their source address already held its
+    /// share of the listener's requests not yet connected (waiting for
+    /// the application, or REP sent and no RTU yet): see
+    /// [`SHARES_PER_BACKLOG`].
+    pub dropped_source_share: u64,
     /// Received requests the application did not answer in time.
     pub pending_timed_out: u64,
     /// Events not queued because the event queue was full.
@@ -212,6 +243,11 @@ pub(crate) struct CmTable {
     by_remote: BTreeMap<(IpAddr, u32), u32>,
     /// Requests waiting for the application, per listener.
     pending: BTreeMap<u64, usize>,
+    /// Requests not yet connected (waiting, or REP sent) per listener and
+    /// source address: see [`SHARES_PER_BACKLOG`]. An entry exists only
+    /// while its count is not zero, so the map holds at most one entry
+    /// per connection.
+    shares: BTreeMap<(u64, IpAddr), usize>,
     /// Services whose listener went, and since when (set by the first
     /// REQ that finds it gone): see [`RELISTEN_GRACE`].
     pub(crate) relisten: VecDeque<(u64, Option<Nanos>)>,
@@ -243,6 +279,7 @@ impl CmTable {
             conns: BTreeMap::new(),
             by_remote: BTreeMap::new(),
             pending: BTreeMap::new(),
+            shares: BTreeMap::new(),
             relisten: VecDeque::new(),
             recent: VecDeque::new(),
             out: VecDeque::new(),
@@ -350,6 +387,8 @@ impl CmTable {
             if let Some(l) = c.listen {
                 *self.pending.entry(l.0).or_default() += 1;
                 c.pending = true;
+                *self.shares.entry((l.0, c.peer)).or_default() += 1;
+                c.share = true;
             }
         }
         self.conns.insert(id, c);
@@ -374,10 +413,31 @@ impl CmTable {
         }
     }
 
+    /// A received request is connected (RTU) or gone: it no longer counts
+    /// in its source's share ([`SHARES_PER_BACKLOG`]).
+    fn unshare(&mut self, id: u32) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if !std::mem::take(&mut c.share) {
+            return;
+        }
+        if let Some(l) = c.listen {
+            let key = (l.0, c.peer);
+            if let Some(n) = self.shares.get_mut(&key) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.shares.remove(&key);
+                }
+            }
+        }
+    }
+
     /// Removes a connection (and what indexes it); its ID goes into
     /// quarantine.
     fn remove(&mut self, id: u32) -> Option<Conn> {
         self.unpend(id);
+        self.unshare(id);
         let c = self.conns.remove(&id)?;
         self.retired.retire(id);
         if self.by_remote.get(&(c.peer, c.remote_id)) == Some(&id) {
@@ -390,6 +450,14 @@ impl CmTable {
     fn backlog_room(&self, listen: u64) -> bool {
         let cap = self.listeners.get(&listen).map_or(0, |l| l.1);
         self.pending.get(&listen).copied().unwrap_or(0) < cap
+    }
+
+    /// Whether `peer` may have one more request of `listen`'s not yet
+    /// connected: it holds less than its share ([`SHARES_PER_BACKLOG`]).
+    fn source_room(&self, listen: u64, peer: IpAddr) -> bool {
+        let backlog = self.listeners.get(&listen).map_or(0, |l| l.1);
+        let share = source_share(backlog);
+        self.shares.get(&(listen, peer)).copied().unwrap_or(0) < share
     }
 
     /// Queues an event for the application, unless the queue is full.
@@ -456,6 +524,7 @@ impl Conn {
             listen: None,
             mras: 0,
             pending: false,
+            share: false,
             manual: false,
             qp_attr: None,
         }

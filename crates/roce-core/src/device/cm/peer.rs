@@ -127,6 +127,13 @@ impl Device {
             self.cm.counters.dropped_backlog += 1;
             return;
         }
+        // And one source holds at most its share of the listener's
+        // requests not yet connected (see `SHARES_PER_BACKLOG`): a flood
+        // from one address is dropped here, before it takes anything.
+        if !self.cm.source_room(listen.0, peer) {
+            self.cm.counters.dropped_source_share += 1;
+            return;
+        }
         let (peer_port, user) = match CmaHeader::parse(r.private_data) {
             Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
             Err(_) => (0, r.private_data),
@@ -205,6 +212,10 @@ impl Device {
             self.cm.counters.dropped_backlog += 1;
             return;
         }
+        if !self.cm.source_room(listen.0, peer) {
+            self.cm.counters.dropped_source_share += 1;
+            return;
+        }
         let (peer_port, user) = match CmaHeader::parse(r.private_data) {
             Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
             Err(_) => (0, r.private_data),
@@ -259,6 +270,8 @@ impl Device {
                 self.send_rtu(id);
             }
             (CmState::RepSent, CmMessage::Rtu(_)) => {
+                // Connected: no longer part of its source's share.
+                self.cm.unshare(id);
                 let c = self.cm.conns.get_mut(&id).expect("exists");
                 c.state = CmState::Established;
                 c.deadline = None;
