@@ -12,29 +12,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 #[test]
 fn answers_as_rdma_core_gives_them() {
-    let Some(exe) = common::c_program("answers", "rdma/rdma_cma.h") else {
-        return;
-    };
-    let child = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", common::dropin("answers-dropin"))
-        .env("ROCE_DEVICES", "lo")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let o = common::finish(child, Duration::from_secs(90), "answers");
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "status {:?}\n{text}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let oks = text.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(oks, 17, "{text}");
+    common::c_checks("answers", "rdma/rdma_cma.h", 17, Duration::from_secs(90));
 }

@@ -10,33 +10,19 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
-
-use roce_testkit::{text_of, Guard};
-
-/// Runs C program `name` on the library; asserts exit 0 and `oks` lines
-/// starting with "ok ".
-fn run(name: &'static str, oks: usize, limit: Duration) {
-    let Some(exe) = common::c_program(name, "infiniband/verbs.h") else {
-        return;
-    };
-    let mut c = Command::new(&exe);
-    c.env("LD_LIBRARY_PATH", common::dropin(&format!("{name}-dropin")))
-        .env("ROCE_DEVICES", "lo");
-    let o = Guard::spawn(c).wait(limit);
-    let text = text_of(&o);
-    assert!(o.status.success(), "status {:?}\n{text}", o.status);
-    let n = text.lines().filter(|l| l.starts_with("ok ")).count();
-    assert_eq!(n, oks, "{text}");
-}
 
 #[test]
 fn memory_taken_away_under_the_engine_from_c() {
-    run("memory", 20, Duration::from_secs(90));
+    common::c_checks("memory", "infiniband/verbs.h", 20, Duration::from_secs(90));
 }
 
 #[test]
 fn posting_polling_and_reregistering_under_peer_writes_from_c() {
-    run("memstress", 4, Duration::from_secs(60));
+    common::c_checks(
+        "memstress",
+        "infiniband/verbs.h",
+        4,
+        Duration::from_secs(60),
+    );
 }

@@ -145,3 +145,21 @@ pub(crate) fn c_program(name: &'static str, header: &str) -> Option<PathBuf> {
         })
         .clone()
 }
+
+/// Builds `tests/c/<name>.c` (see [`c_program`]; `header` is the one it
+/// needs) and runs it on the drop-in libraries, bounded by `limit`; the
+/// program prints "ok NAME" or "FAIL NAME: why" per check and exits with
+/// the number of failures: asserts exit 0 and exactly `oks` "ok" lines.
+pub(crate) fn c_checks(name: &'static str, header: &str, oks: usize, limit: Duration) {
+    let Some(exe) = c_program(name, header) else {
+        return;
+    };
+    let mut c = std::process::Command::new(&exe);
+    c.env("LD_LIBRARY_PATH", dropin(&format!("{name}-dropin")))
+        .env("ROCE_DEVICES", "lo");
+    let o = roce_testkit::Guard::spawn(c).wait(limit);
+    let text = roce_testkit::text_of(&o);
+    assert!(o.status.success(), "status {:?}\n{text}", o.status);
+    let n = text.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(n, oks, "{text}");
+}
