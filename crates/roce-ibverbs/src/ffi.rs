@@ -279,28 +279,15 @@ macro_rules! boundary {
         $conv(|| $body)
     };
     (@probe $name:ident, ($($t:ty),*), value_or($d:expr, || $body:expr)) => {
-        #[cfg(test)]
-        inventory::submit! {
-            $crate::ffi::probe::Probe {
-                name: stringify!($name),
-                check: {
-                    fn check() -> Result<(), String> {
-                        // SAFETY: the armed probe panics before the body
-                        // reads any argument.
-                        let (r, _) = $crate::ffi::probe::call(|| unsafe {
-                            $name($($crate::ffi::probe::zero::<$t>()),*)
-                        });
-                        $crate::ffi::probe::same(r, $d)
-                    }
-                    check
-                },
-            }
-        }
+        boundary!(@submit $name, ($($t),*), |r, _e| $crate::ffi::probe::same(r, $d));
     };
     (@probe $name:ident, ($($t:ty),*), posted($bad:ident, $wr:ident, || $body:expr)) => {
         boundary!(@probe $name, ($($t),*), errno_ret(|| $body));
     };
     (@probe $name:ident, ($($t:ty),*), $conv:ident(|| $body:expr)) => {
+        boundary!(@submit $name, ($($t),*), |r, e| $crate::ffi::probe::$conv(r, e));
+    };
+    (@submit $name:ident, ($($t:ty),*), |$r:ident, $e:ident| $check:expr) => {
         #[cfg(test)]
         inventory::submit! {
             $crate::ffi::probe::Probe {
@@ -309,10 +296,11 @@ macro_rules! boundary {
                     fn check() -> Result<(), String> {
                         // SAFETY: the armed probe panics before the body
                         // reads any argument.
-                        let (r, e) = $crate::ffi::probe::call(|| unsafe {
+                        let ($r, $e) = $crate::ffi::probe::call(|| unsafe {
                             $name($($crate::ffi::probe::zero::<$t>()),*)
                         });
-                        $crate::ffi::probe::$conv(r, e)
+                        let _ = $e;
+                        $check
                     }
                     check
                 },

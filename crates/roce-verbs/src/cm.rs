@@ -351,28 +351,18 @@ impl CmRequest {
     /// `rdma_accept`: brings `qp` (RESET or INIT) to RTS against the
     /// requester and answers with a REP; waits for the RTU.
     pub fn accept(
-        mut self,
+        self,
         qp: &QueuePair,
         param: &ConnParam,
         timeout: Duration,
     ) -> Result<CmConnection, CmError> {
-        if !qp.pd().context().same(&self.ctx) {
-            return Err(Error::WrongContext.into());
+        let mut a = self.accept_nowait(qp, param)?;
+        if let Some(r) = a.wait(timeout) {
+            return r;
         }
-        to_init(qp)?;
-        let shared = self.ctx.shared().clone();
-        let id = self.req.id;
-        {
-            let mut core = shared.core();
-            let now = shared.now();
-            core.dev.cm_accept(now, id, qp.qpn(), param)?;
-        }
-        self.answered = true;
-        kick(&shared);
-        let e = wait_event(&shared, timeout, |e| e.id() == id)
-            .or_else(|| give_up(&shared, id))
-            .ok_or(CmError::TimedOut)?;
-        connection_from(e, qp, shared)
+        a.done = true;
+        let e = give_up(&a.shared, a.id).ok_or(CmError::TimedOut)?;
+        connection_from(e, qp, a.shared.clone())
     }
 
     /// `rdma_accept` without waiting: brings `qp` (RESET or INIT) to RTS
