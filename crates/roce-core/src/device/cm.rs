@@ -173,7 +173,7 @@ pub struct CmCounters {
     /// Requests dropped because their source address already held its
     /// share of the listener's requests not yet connected (waiting for
     /// the application, or REP sent and no RTU yet): see
-    /// [`SHARES_PER_BACKLOG`].
+    /// docs/security.md, "A fair share per source".
     pub dropped_source_share: u64,
     /// Received requests the application did not answer in time.
     pub pending_timed_out: u64,
