@@ -129,6 +129,8 @@ mod emu;
 mod fabric;
 mod fault;
 #[cfg(target_os = "linux")]
+pub mod host;
+#[cfg(target_os = "linux")]
 mod iface;
 #[cfg(target_os = "linux")]
 mod neigh;
@@ -152,6 +154,8 @@ pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
 pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
+#[cfg(target_os = "linux")]
+pub use host::{HostError, HostTable};
 #[cfg(target_os = "linux")]
 pub use iface::{interface, interfaces, InterfaceInfo};
 pub use neigh::neighbor;

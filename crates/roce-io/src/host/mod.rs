@@ -1,0 +1,643 @@
+//! The host table: which process of this user owns which QPN, CM
+//! listener, CM communication ID and rdma_cm port on one (address, UDP
+//! port) of this host (docs/host.md; the design is step 2 of
+//! docs/notes/2026-12-03-one-device-per-host.md).
+//!
+//! The processes of one user that share an address each attach to the
+//! table (a file of 0600 in `/dev/shm`, or `$XDG_RUNTIME_DIR` when set,
+//! one per user, address and port) and get a slot; they claim entries
+//! before they use them (a QP's number before the QP exists, a service
+//! ID before listening, a communication ID before sending a REQ), and a
+//! claim that another process made first fails with
+//! [`HostError::Taken`]. Lookups ([`HostTable::owner_of_qpn`] and the
+//! like) take no lock and no system call.
+//!
+//! A process that exits or is killed leaves its slot held by nobody: the
+//! kernel lets go of the slot's liveness lock with the process's files.
+//! Whoever next meets the slot (a claim of one of its entries, an attach,
+//! [`HostTable::reap`]) frees it and everything it held.
+//!
+//! Not yet wired into the backends: the UDP backend's forwarder and the
+//! CM demultiplexer (step 3 of the design) are its users to come.
+//!
+//! # Example
+//!
+//! ```
+//! # fn main() -> Result<(), roce_io::HostError> {
+//! use roce_io::HostTable;
+//! # let tmp = tempfile::tempdir().unwrap();
+//! # let dir = tmp.path();
+//! // HostTable::attach uses /dev/shm (or $XDG_RUNTIME_DIR).
+//! let t = HostTable::attach_in(dir, "127.0.0.1".parse().unwrap(), 4791, b"ring-a")?;
+//! t.claim_qpn(0x12_3456)?;
+//! assert_eq!(t.owner_of_qpn(0x12_3456).map(|o| o.pid), Some(std::process::id()));
+//! t.release_qpn(0x12_3456)?;
+//! # Ok(()) }
+//! ```
+
+#[allow(unsafe_code)]
+mod file;
+mod layout;
+mod map;
+mod ports;
+mod slots;
+
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use file::{Mapping, TableFile};
+use layout::{Header, COMM_AT, COMM_ENTRIES, LISTEN_AT, LISTEN_ENTRIES, QPN_AT, QPN_ENTRIES};
+use map::{Map, Probe};
+
+pub use ports::{check_port, free_port, may_bind_low, PortError, PortHolder, EPHEMERAL};
+pub use slots::{SlotInfo, SlotName, NAME_MAX};
+
+/// The most processes attached to one table.
+pub const MAX_SLOTS: usize = layout::SLOTS;
+/// The most QPNs a table is sized for (its map has twice the entries).
+pub const MAX_QPNS: usize = QPN_ENTRIES / 2;
+/// The most listeners (service IDs) a table is sized for.
+pub const MAX_LISTENERS: usize = LISTEN_ENTRIES / 2;
+/// The most communication IDs a table is sized for.
+pub const MAX_COMM_IDS: usize = COMM_ENTRIES / 2;
+/// The most rdma_cm port holds (one per id and port).
+pub const MAX_PORT_HOLDS: usize = layout::PORT_RECORDS;
+
+/// What went wrong with the host table.
+#[derive(Debug)]
+pub enum HostError {
+    /// The table's file could not be opened or created (`EACCES` from a
+    /// file of another user in a sticky directory, `ELOOP` from a
+    /// symbolic link, ...).
+    Open(PathBuf, io::Error),
+    /// The file belongs to another user: never read nor written.
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+    },
+    /// The file may be read or written by users other than its owner.
+    Permissions {
+        /// The file.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+    /// The path is not a regular file.
+    NotAFile(PathBuf),
+    /// The file is not a table of this version and user: the header word
+    /// or size that is wrong.
+    Corrupt(&'static str),
+    /// Another process held the update lock for longer than 5 s.
+    Busy,
+    /// All [`MAX_SLOTS`] slots belong to live processes.
+    NoSlot,
+    /// A slot name longer than [`NAME_MAX`].
+    NameTooLong,
+    /// Not a 24-bit QPN.
+    InvalidQpn(u32),
+    /// Another live process (its slot) holds the entry.
+    Taken(u16),
+    /// The map has no room for the entry.
+    Full,
+    /// This process does not hold the entry.
+    NotHeld,
+    /// rdma_cm's port rules refuse the bind or listen.
+    Port(PortError),
+    /// A system call failed.
+    Io(io::Error),
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostError::Open(p, e) => write!(f, "cannot open the host table {}: {e}", p.display()),
+            HostError::Foreign { path, owner } => write!(
+                f,
+                "the host table {} belongs to user {owner}, not this one: refused",
+                path.display()
+            ),
+            HostError::Permissions { path, mode } => write!(
+                f,
+                "the host table {} has mode {mode:o}: other users may access it, refused",
+                path.display()
+            ),
+            HostError::NotAFile(p) => write!(f, "{} is not a regular file", p.display()),
+            HostError::Corrupt(w) => write!(f, "not a host table of this version ({w})"),
+            HostError::Busy => write!(f, "the host table's update lock was held for too long"),
+            HostError::NoSlot => write!(f, "the host table has no free slot"),
+            HostError::NameTooLong => write!(f, "slot name longer than {NAME_MAX} bytes"),
+            HostError::InvalidQpn(q) => write!(f, "{q:#x} is not a 24-bit QPN"),
+            HostError::Taken(s) => write!(f, "held by the process in slot {s}"),
+            HostError::Full => write!(f, "the host table's map is full"),
+            HostError::NotHeld => write!(f, "not held by this process"),
+            HostError::Port(e) => write!(f, "rdma_cm port: {e:?}"),
+            HostError::Io(e) => write!(f, "host table: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+impl From<io::Error> for HostError {
+    fn from(e: io::Error) -> HostError {
+        HostError::Io(e)
+    }
+}
+
+/// Which map an entry is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Qpn,
+    Listener,
+    CommId,
+}
+
+/// An attachment to the host table of one (address, UDP port): this
+/// process's slot, detached on drop (its entries released).
+pub struct HostTable {
+    file: TableFile,
+    map: Mapping,
+    slot: u16,
+    generation: u32,
+    /// Set once the slot is taken.
+    attached: bool,
+    uid: u32,
+    path: PathBuf,
+    /// `flock` is per open file, so the threads of this process are
+    /// serialised here first.
+    update: Mutex<()>,
+}
+
+impl fmt::Debug for HostTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostTable")
+            .field("path", &self.path)
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+/// The directory of table files: `$XDG_RUNTIME_DIR` when set, else
+/// `/dev/shm`.
+pub fn default_dir() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from)
+}
+
+/// The table file of user `uid`'s `addr`:`port` in `dir`.
+pub fn table_path(dir: &Path, uid: u32, addr: IpAddr, port: u16) -> PathBuf {
+    dir.join(format!("roce-host-{uid}-{}-{port}", addr.to_canonical()))
+}
+
+impl HostTable {
+    /// Attaches this process to the table of `addr`:`port` in
+    /// [`default_dir`], with `name` in its slot (what the others need to
+    /// reach it, at most [`NAME_MAX`] bytes).
+    pub fn attach(addr: IpAddr, port: u16, name: &[u8]) -> Result<HostTable, HostError> {
+        Self::attach_in(&default_dir(), addr, port, name)
+    }
+
+    /// [`attach`](Self::attach) with the table file in `dir`.
+    ///
+    /// Creates the file if absent (mode 0600); refuses one that is not
+    /// this user's, that others may access, a symbolic link, or that does
+    /// not hold a table of this version. Frees the slots of dead
+    /// processes, then takes a free slot.
+    pub fn attach_in(
+        dir: &Path,
+        addr: IpAddr,
+        port: u16,
+        name: &[u8],
+    ) -> Result<HostTable, HostError> {
+        let name = SlotName::new(name).ok_or(HostError::NameTooLong)?;
+        let uid = nix::unistd::geteuid().as_raw();
+        let path = table_path(dir, uid, addr, port);
+        let file = TableFile::open(&path, uid)?;
+        let lock = file.lock()?;
+        let len = file.len()?;
+        if len == 0 {
+            file.set_len(layout::FILE_LEN as u64)?;
+        } else if len != layout::FILE_LEN as u64 {
+            return Err(HostError::Corrupt("length"));
+        }
+        let map = file.map(layout::FILE_LEN)?;
+        let words = map.words();
+        match layout::check_header(words, uid) {
+            Header::Valid => {}
+            Header::Fresh => layout::init_header(words, uid),
+            Header::Invalid(w) => return Err(HostError::Corrupt(w)),
+        }
+        drop(lock);
+        let mut t = HostTable {
+            file,
+            map,
+            slot: 0,
+            generation: 0,
+            attached: false,
+            uid,
+            path,
+            update: Mutex::new(()),
+        };
+        let (slot, generation) = t.take_slot(&name)?;
+        t.slot = slot;
+        t.generation = generation;
+        t.attached = true;
+        Ok(t)
+    }
+
+    /// Frees the slots of dead processes, then takes a free one for this
+    /// process.
+    fn take_slot(&self, name: &SlotName) -> Result<(u16, u32), HostError> {
+        self.updating(|| {
+            let words = self.words();
+            // Dead slots go first, so that a full table of dead processes
+            // still takes a new one.
+            for s in 0..MAX_SLOTS as u16 {
+                if slots::taken(slots::state(words, s)) && !self.live_locked(s)? {
+                    self.reclaim_locked(s);
+                }
+            }
+            let pid = std::process::id();
+            let start = file::start_time(pid).unwrap_or(0);
+            for s in 0..MAX_SLOTS as u16 {
+                if slots::taken(slots::state(words, s)) {
+                    continue;
+                }
+                // Held by a live process that has not written its slot: a
+                // process of this user writing without the lock. Skip it.
+                if !self.file.hold_byte(usize::from(s))? {
+                    continue;
+                }
+                return Ok((s, slots::write(words, s, pid, start, name)));
+            }
+            Err(HostError::NoSlot)
+        })
+    }
+
+    /// This process's slot.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// The table's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The table's generation: it changes after every update, so a cache
+    /// of lookups is valid while it does not.
+    pub fn generation(&self) -> u64 {
+        self.words()
+            .get(layout::h::GENERATION)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        self.map.words()
+    }
+
+    fn bump(&self) {
+        if let Some(w) = self.words().get(layout::h::GENERATION) {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn map_of(&self, kind: Kind) -> Map<'_> {
+        let (at, n) = match kind {
+            Kind::Qpn => (QPN_AT, QPN_ENTRIES),
+            Kind::Listener => (LISTEN_AT, LISTEN_ENTRIES),
+            Kind::CommId => (COMM_AT, COMM_ENTRIES),
+        };
+        Map::new(self.words().get(at..at + 2 * n).unwrap_or(&[]))
+    }
+
+    /// Whether `slot` belongs to a live process (this one's is). Makes a
+    /// system call (`F_OFD_GETLK`).
+    fn live_locked(&self, slot: u16) -> Result<bool, HostError> {
+        if usize::from(slot) >= MAX_SLOTS {
+            return Ok(false);
+        }
+        if slot == self.slot && self.attached {
+            return Ok(true);
+        }
+        Ok(slots::taken(slots::state(self.words(), slot))
+            && self.file.byte_held_by_other(usize::from(slot))?)
+    }
+
+    /// Frees `slot` and everything it holds (the update lock held).
+    fn reclaim_locked(&self, slot: u16) {
+        let words = self.words();
+        for k in [Kind::Qpn, Kind::Listener, Kind::CommId] {
+            self.map_of(k).remove_owned(|s| s == slot);
+        }
+        for (pos, r) in ports::all(words) {
+            if r.holder.slot == slot {
+                ports::clear(words, pos);
+            }
+        }
+        slots::free(words, slot);
+        self.bump();
+    }
+
+    /// Runs `f` with the update lock (this process's threads, then
+    /// `flock`).
+    fn updating<T>(&self, f: impl FnOnce() -> Result<T, HostError>) -> Result<T, HostError> {
+        let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        let _l = self.file.lock()?;
+        let r = f();
+        self.bump();
+        r
+    }
+
+    fn claim(&self, kind: Kind, key: u64) -> Result<(), HostError> {
+        self.updating(|| {
+            let m = self.map_of(kind);
+            // At most one dead owner's reclaim per try, a bounded number
+            // of tries.
+            for _ in 0..4 {
+                match m.probe(key) {
+                    Probe::Free { pos } => {
+                        m.insert_at(pos, key, self.slot);
+                        return Ok(());
+                    }
+                    Probe::Full => return Err(HostError::Full),
+                    Probe::Found { slot, .. } if slot == self.slot => {
+                        return Err(HostError::Taken(slot))
+                    }
+                    Probe::Found { pos, slot } => {
+                        if self.live_locked(slot)? {
+                            return Err(HostError::Taken(slot));
+                        }
+                        if usize::from(slot) < MAX_SLOTS {
+                            self.reclaim_locked(slot);
+                        } else {
+                            m.remove_at(pos);
+                        }
+                    }
+                }
+            }
+            Err(HostError::Full)
+        })
+    }
+
+    fn release(&self, kind: Kind, key: u64) -> Result<(), HostError> {
+        self.updating(|| {
+            let m = self.map_of(kind);
+            match m.probe(key) {
+                Probe::Found { pos, slot } if slot == self.slot => {
+                    m.remove_at(pos);
+                    Ok(())
+                }
+                _ => Err(HostError::NotHeld),
+            }
+        })
+    }
+
+    fn owner(&self, kind: Kind, key: u64) -> Option<SlotInfo> {
+        let slot = self.map_of(kind).get(key)?;
+        slots::read(self.words(), slot)
+    }
+
+    /// Claims QPN `qpn` (24 bits) for this process: `Taken` when another
+    /// live process (or this one) holds it; the entries of a dead holder
+    /// are reclaimed first.
+    pub fn claim_qpn(&self, qpn: u32) -> Result<(), HostError> {
+        if qpn > 0xff_ffff {
+            return Err(HostError::InvalidQpn(qpn));
+        }
+        self.claim(Kind::Qpn, u64::from(qpn))
+    }
+
+    /// Lets go of QPN `qpn`, held by this process.
+    pub fn release_qpn(&self, qpn: u32) -> Result<(), HostError> {
+        self.release(Kind::Qpn, u64::from(qpn))
+    }
+
+    /// The process holding QPN `qpn`, without a lock or system call. The
+    /// slot may belong to a process that died since: the caller that
+    /// cannot reach it asks [`HostTable::reap`].
+    pub fn owner_of_qpn(&self, qpn: u32) -> Option<SlotInfo> {
+        self.owner(Kind::Qpn, u64::from(qpn))
+    }
+
+    /// Claims the CM listener of service ID `service_id`.
+    pub fn claim_listener(&self, service_id: u64) -> Result<(), HostError> {
+        self.claim(Kind::Listener, service_id)
+    }
+
+    /// Lets go of the listener of `service_id`.
+    pub fn release_listener(&self, service_id: u64) -> Result<(), HostError> {
+        self.release(Kind::Listener, service_id)
+    }
+
+    /// The process listening on `service_id`.
+    pub fn owner_of_listener(&self, service_id: u64) -> Option<SlotInfo> {
+        self.owner(Kind::Listener, service_id)
+    }
+
+    /// Claims the local CM communication ID `comm_id`.
+    pub fn claim_comm_id(&self, comm_id: u32) -> Result<(), HostError> {
+        self.claim(Kind::CommId, u64::from(comm_id))
+    }
+
+    /// Lets go of the communication ID `comm_id`.
+    pub fn release_comm_id(&self, comm_id: u32) -> Result<(), HostError> {
+        self.release(Kind::CommId, u64::from(comm_id))
+    }
+
+    /// The process whose connection has local communication ID `comm_id`.
+    pub fn owner_of_comm_id(&self, comm_id: u32) -> Option<SlotInfo> {
+        self.owner(Kind::CommId, u64::from(comm_id))
+    }
+
+    /// What slot `slot` says, without a lock (`None`: free).
+    pub fn slot_info(&self, slot: u16) -> Option<SlotInfo> {
+        slots::read(self.words(), slot)
+    }
+
+    /// Whether `slot`'s process is alive; if not, frees the slot and its
+    /// entries (`Ok(true)`: it was reclaimed). For a caller that could not
+    /// reach an owner it looked up.
+    pub fn reap(&self, slot: u16) -> Result<bool, HostError> {
+        if usize::from(slot) >= MAX_SLOTS {
+            return Ok(false);
+        }
+        self.updating(|| {
+            if slots::taken(slots::state(self.words(), slot)) && !self.live_locked(slot)? {
+                self.reclaim_locked(slot);
+                return Ok(true);
+            }
+            Ok(false)
+        })
+    }
+
+    /// The slots of live processes, reclaiming dead ones on the way (a
+    /// system call per slot taken).
+    pub fn live_slots(&self) -> Result<Vec<SlotInfo>, HostError> {
+        self.updating(|| {
+            let mut v = Vec::new();
+            for s in 0..MAX_SLOTS as u16 {
+                if !slots::taken(slots::state(self.words(), s)) {
+                    continue;
+                }
+                if self.live_locked(s)? {
+                    v.extend(slots::read(self.words(), s));
+                } else {
+                    self.reclaim_locked(s);
+                }
+            }
+            Ok(v)
+        })
+    }
+
+    /// Binds id `hold.id` of this process to `hold.addr`:`port` of port
+    /// space `space` (port 0: a free port of [`EPHEMERAL`]) under
+    /// rdma_cm's rules, across every process of the table; the port it
+    /// got. Holders of the port whose process died are reclaimed first.
+    pub fn bind_port(&self, space: u32, port: u16, hold: PortHolder) -> Result<u16, HostError> {
+        let hold = PortHolder {
+            slot: self.slot,
+            ..hold
+        };
+        if port != 0 && port < 1024 && !may_bind_low() {
+            return Err(HostError::Port(PortError::Access));
+        }
+        self.updating(|| {
+            let words = self.words();
+            let port = if port == 0 {
+                let mut held = vec![0u64; 1024];
+                for (_, r) in ports::all(words) {
+                    if r.space == space {
+                        held[usize::from(r.port) / 64] |= 1 << (r.port % 64);
+                    }
+                }
+                let seed = std::collections::hash_map::RandomState::new();
+                let seed = std::hash::BuildHasher::hash_one(&seed, std::process::id());
+                free_port(|p| held[usize::from(p) / 64] & 1 << (p % 64) != 0, seed)
+                    .ok_or(HostError::Port(PortError::AddrNotAvail))?
+            } else {
+                let holders = self.port_holders_locked(space, port)?;
+                check_port(holders.iter(), &hold, hold.reuse).map_err(HostError::Port)?;
+                port
+            };
+            let pos = ports::free_pos(words).ok_or(HostError::Full)?;
+            ports::write(
+                words,
+                pos,
+                &ports::Record {
+                    space,
+                    port,
+                    holder: hold,
+                    listening: false,
+                },
+            );
+            Ok(port)
+        })
+    }
+
+    /// The live holders of (`space`, `port`), dead processes' reclaimed
+    /// (the update lock held).
+    fn port_holders_locked(&self, space: u32, port: u16) -> Result<Vec<PortHolder>, HostError> {
+        let mut v = Vec::new();
+        for (_, r) in ports::all(self.words()) {
+            if r.space != space || r.port != port {
+                continue;
+            }
+            if self.live_locked(r.holder.slot)? {
+                v.push(r.holder);
+            } else {
+                self.reclaim_locked(r.holder.slot);
+            }
+        }
+        Ok(v)
+    }
+
+    /// `rdma_listen` of id `id`, bound to `port` of `space`: it must be
+    /// the port's only holder on its address, and is no longer reusable.
+    pub fn listen_port(&self, space: u32, port: u16, id: u64) -> Result<(), HostError> {
+        self.updating(|| {
+            let holders = self.port_holders_locked(space, port)?;
+            let words = self.words();
+            let Some((pos, mut rec)) = ports::all(words).find(|(_, r)| {
+                r.space == space
+                    && r.port == port
+                    && r.holder.slot == self.slot
+                    && r.holder.id == id
+            }) else {
+                return Err(HostError::NotHeld);
+            };
+            if rec.holder.reuse {
+                check_port(holders.iter(), &rec.holder, false).map_err(HostError::Port)?;
+            }
+            rec.holder.reuse = false;
+            rec.listening = true;
+            ports::write(words, pos, &rec);
+            Ok(())
+        })
+    }
+
+    /// Lets go of every port id `id` of this process holds; how many.
+    pub fn release_ports(&self, id: u64) -> Result<usize, HostError> {
+        self.updating(|| {
+            let words = self.words();
+            let mine: Vec<usize> = ports::all(words)
+                .filter(|(_, r)| r.holder.slot == self.slot && r.holder.id == id)
+                .map(|(p, _)| p)
+                .collect();
+            for &p in &mine {
+                ports::clear(words, p);
+            }
+            Ok(mine.len())
+        })
+    }
+
+    /// Entries this process holds in each map (QPNs, listeners, comm IDs)
+    /// and its port holds; scans the table (diagnostics, tests).
+    pub fn held(&self) -> [usize; 4] {
+        let ports = ports::all(self.words())
+            .filter(|(_, r)| r.holder.slot == self.slot)
+            .count();
+        [
+            self.map_of(Kind::Qpn).count(self.slot),
+            self.map_of(Kind::Listener).count(self.slot),
+            self.map_of(Kind::CommId).count(self.slot),
+            ports,
+        ]
+    }
+
+    /// The generation of this process's slot (see [`SlotInfo::generation`]).
+    pub fn slot_generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The user the table belongs to.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+}
+
+impl Drop for HostTable {
+    fn drop(&mut self) {
+        // Best effort: without the lock (a process holding it for 5 s),
+        // the slot is left to the others, who reclaim it once this file
+        // is closed and its liveness lock gone.
+        if !self.attached {
+            return;
+        }
+        let _ = self.updating(|| {
+            self.reclaim_locked(self.slot);
+            Ok(())
+        });
+        let _ = self.file.drop_byte(usize::from(self.slot));
+    }
+}
+
+#[cfg(test)]
+mod tests;
