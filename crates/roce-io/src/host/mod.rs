@@ -258,12 +258,8 @@ impl HostTable {
         self.updating(|| {
             let words = self.words();
             // Dead slots go first, so that a full table of dead processes
-            // still takes a new one.
-            for s in 0..MAX_SLOTS as u16 {
-                if slots::taken(slots::state(words, s)) && !self.live_locked(s)? {
-                    self.reclaim_locked(s);
-                }
-            }
+            // still takes a new one; entries naming no slot go with them.
+            self.reclaim_dead_locked()?;
             let pid = std::process::id();
             let start = file::start_time(pid).unwrap_or(0);
             for s in 0..MAX_SLOTS as u16 {
@@ -333,17 +329,47 @@ impl HostTable {
 
     /// Frees `slot` and everything it holds (the update lock held).
     fn reclaim_locked(&self, slot: u16) {
+        self.reclaim_where(|s| s == slot);
+    }
+
+    /// Frees every slot `gone` names and everything they hold, in one
+    /// pass over the table (the update lock held).
+    fn reclaim_where(&self, gone: impl Fn(u16) -> bool) {
         let words = self.words();
         for k in [Kind::Qpn, Kind::Listener, Kind::CommId] {
-            self.map_of(k).remove_owned(|s| s == slot);
+            self.map_of(k).remove_owned(&gone);
         }
         for (pos, r) in ports::all(words) {
-            if r.holder.slot == slot {
+            if gone(r.holder.slot) {
                 ports::clear(words, pos);
             }
         }
-        slots::free(words, slot);
+        for s in 0..MAX_SLOTS as u16 {
+            if gone(s) {
+                slots::free(words, s);
+            }
+        }
         self.bump();
+    }
+
+    /// Frees the slots of dead processes and entries naming no slot (the
+    /// update lock held): a system call per taken slot, one pass over the
+    /// table. The live slots.
+    fn reclaim_dead_locked(&self) -> Result<Vec<SlotInfo>, HostError> {
+        let mut dead = [false; MAX_SLOTS];
+        let mut live = Vec::new();
+        for s in 0..MAX_SLOTS as u16 {
+            if !slots::taken(slots::state(self.words(), s)) {
+                continue;
+            }
+            if self.live_locked(s)? {
+                live.extend(slots::read(self.words(), s));
+            } else {
+                dead[usize::from(s)] = true;
+            }
+        }
+        self.reclaim_where(|s| dead.get(usize::from(s)).copied().unwrap_or(true));
+        Ok(live)
     }
 
     /// Runs `f` with the update lock (this process's threads, then
@@ -481,20 +507,7 @@ impl HostTable {
     /// The slots of live processes, reclaiming dead ones on the way (a
     /// system call per slot taken).
     pub fn live_slots(&self) -> Result<Vec<SlotInfo>, HostError> {
-        self.updating(|| {
-            let mut v = Vec::new();
-            for s in 0..MAX_SLOTS as u16 {
-                if !slots::taken(slots::state(self.words(), s)) {
-                    continue;
-                }
-                if self.live_locked(s)? {
-                    v.extend(slots::read(self.words(), s));
-                } else {
-                    self.reclaim_locked(s);
-                }
-            }
-            Ok(v)
-        })
+        self.updating(|| self.reclaim_dead_locked())
     }
 
     /// Binds id `hold.id` of this process to `hold.addr`:`port` of port
