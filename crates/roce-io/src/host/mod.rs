@@ -453,6 +453,13 @@ impl HostTable {
         self.owner(Kind::Qpn, u64::from(qpn))
     }
 
+    /// The slot holding QPN `qpn`, alone: the map read without the slot
+    /// record (for a forwarder that keeps its links by slot and
+    /// [`SlotInfo::generation`]).
+    pub fn qpn_slot(&self, qpn: u32) -> Option<u16> {
+        self.map_of(Kind::Qpn).get(u64::from(qpn))
+    }
+
     /// Claims the CM listener of service ID `service_id`.
     pub fn claim_listener(&self, service_id: u64) -> Result<(), HostError> {
         self.claim(Kind::Listener, service_id)

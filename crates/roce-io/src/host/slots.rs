@@ -19,6 +19,7 @@ const USED: u64 = 1 << 63;
 const BUSY: u64 = 1 << 61;
 const GEN: u64 = 0xffff_ffff;
 const NAME_AT: usize = 4;
+const _: () = assert!(NAME_MAX.is_multiple_of(8) && NAME_AT + NAME_MAX / 8 <= SLOT_WORDS);
 
 /// A slot's name: at most [`NAME_MAX`] bytes, stored inline.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -99,10 +100,9 @@ pub(super) fn read(words: &[AtomicU64], slot: u16) -> Option<SlotInfo> {
         let pid = r[1].load(Ordering::Relaxed) as u32;
         let start_time = r[2].load(Ordering::Relaxed);
         let len = r[3].load(Ordering::Relaxed);
-        let mut bytes = [0u8; NAME_MAX];
-        for (chunk, w) in bytes.chunks_mut(8).zip(&r[NAME_AT..]) {
-            let b = w.load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&b[..chunk.len()]);
+        let mut name = [0u64; NAME_MAX / 8];
+        for (n, w) in name.iter_mut().zip(&r[NAME_AT..]) {
+            *n = w.load(Ordering::Relaxed);
         }
         fence(Ordering::Acquire);
         if r[0].load(Ordering::Relaxed) != v1 {
@@ -110,6 +110,10 @@ pub(super) fn read(words: &[AtomicU64], slot: u16) -> Option<SlotInfo> {
         }
         if len > NAME_MAX as u64 {
             return None;
+        }
+        let mut bytes = [0u8; NAME_MAX];
+        for (chunk, n) in bytes.chunks_exact_mut(8).zip(name) {
+            chunk.copy_from_slice(&n.to_le_bytes());
         }
         return Some(SlotInfo {
             slot,

@@ -65,6 +65,8 @@ fn entries_are_claimed_once_released_by_their_owner_and_freed_on_detach() {
     assert!(matches!(b.release_qpn(0x11), Err(HostError::NotHeld)));
     assert_eq!(b.owner_of_qpn(0x11).unwrap().slot, a.slot());
     assert_eq!(b.owner_of_qpn(0x12), None);
+    assert_eq!(b.qpn_slot(0x11), Some(a.slot()));
+    assert_eq!(b.qpn_slot(0x12), None);
     a.claim_listener(0x0106_0000_0000_1234).unwrap();
     assert!(b.claim_listener(0x0106_0000_0000_1234).is_err());
     b.claim_comm_id(0xdead_beef).unwrap();
