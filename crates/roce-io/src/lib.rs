@@ -20,6 +20,10 @@
 //!   resolution through the kernel, a kernel BPF filter for RoCE, the
 //!   ICRC verifiable on receive, and PAUSE/PFC frames on the side.
 //!
+//! [`host`] is the host table: which process of this user owns which QPN,
+//! CM listener, communication ID and rdma_cm port on a shared address (a
+//! file in `/dev/shm`, docs/host.md); not used by the backends yet.
+//!
 //! [`interfaces`] lists the interfaces with their MAC, MTU, state and
 //! addresses. Both real backends expose their descriptor ([`AsFd`],
 //! [`Backend::wait_fd`]) and a `wait_readable(timeout)`, and a [`Sleeper`]

@@ -1,6 +1,6 @@
 //! An open-addressing hash map in shared memory, from a 64-bit key (a
 //! QPN, a service ID, a communication ID) to the slot that owns it
-//! (docs/host.md, "Lookups").
+//! (docs/host.md, "Locking").
 //!
 //! An entry is two words: the key, and a state word (state bits, the
 //! owner slot, and a sequence number bumped by every write of the entry).

@@ -109,6 +109,10 @@ pub enum HostError {
     NotHeld,
     /// rdma_cm's port rules refuse the bind or listen.
     Port(PortError),
+    /// This value was attached by the parent of this (forked) process:
+    /// it may look up, not update (the slot and its lock are the
+    /// parent's).
+    Forked,
     /// A system call failed.
     Io(io::Error),
 }
@@ -137,6 +141,7 @@ impl fmt::Display for HostError {
             HostError::Full => write!(f, "the host table's map is full"),
             HostError::NotHeld => write!(f, "not held by this process"),
             HostError::Port(e) => write!(f, "rdma_cm port: {e:?}"),
+            HostError::Forked => write!(f, "the host table was attached by the parent process"),
             HostError::Io(e) => write!(f, "host table: {e}"),
         }
     }
@@ -167,6 +172,9 @@ pub struct HostTable {
     generation: u32,
     /// Set once the slot is taken.
     attached: bool,
+    /// The process that attached: a child forked since shares the open
+    /// file (so the liveness lock) but is not the slot's process.
+    pid: u32,
     uid: u32,
     path: PathBuf,
     /// `flock` is per open file, so the threads of this process are
@@ -241,6 +249,7 @@ impl HostTable {
             slot: 0,
             generation: 0,
             attached: false,
+            pid: std::process::id(),
             uid,
             path,
             update: Mutex::new(()),
@@ -375,6 +384,9 @@ impl HostTable {
     /// Runs `f` with the update lock (this process's threads, then
     /// `flock`).
     fn updating<T>(&self, f: impl FnOnce() -> Result<T, HostError>) -> Result<T, HostError> {
+        if std::process::id() != self.pid {
+            return Err(HostError::Forked);
+        }
         let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
         let _l = self.file.lock()?;
         let r = f();
@@ -648,7 +660,10 @@ impl Drop for HostTable {
         // Best effort: without the lock (a process holding it for 5 s),
         // the slot is left to the others, who reclaim it once this file
         // is closed and its liveness lock gone.
-        if !self.attached {
+        // A forked child drops its copy without touching the parent's
+        // slot, entries or lock (unlocking would let go of the shared
+        // open file's lock).
+        if !self.attached || std::process::id() != self.pid {
             return;
         }
         let _ = self.updating(|| {

@@ -1,4 +1,4 @@
-//! Slot records: one per attached process (docs/host.md, "Slots").
+//! Slot records: one per attached process (docs/host.md, "The file").
 //!
 //! A record is [`SLOT_WORDS`] words: a state word (used, being written,
 //! and a generation bumped by each write), the PID, its start time, and
