@@ -232,11 +232,17 @@ fn a_killed_processes_slot_and_entries_are_reclaimed() {
         Err(HostError::Port(PortError::AddrInUse))
     ));
     assert!(!t.reap(slot).unwrap(), "alive");
+    assert!(t.is_live(slot).unwrap());
     assert_eq!(t.live_slots().unwrap().len(), 2);
 
     kid.0.kill().unwrap();
     kid.0.wait().unwrap();
     let killed = Instant::now();
+    // The kernel let go of its liveness lock with its files.
+    while t.is_live(slot).unwrap() {
+        assert!(killed.elapsed() < Duration::from_secs(2), "still live");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // Lookups still name the dead slot until someone reclaims it...
     assert_eq!(t.owner_of_qpn(50).map(|o| o.slot), Some(slot));
     // ... which a new attachment does at once.

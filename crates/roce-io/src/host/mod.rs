@@ -324,7 +324,8 @@ impl HostTable {
     }
 
     /// Whether `slot` belongs to a live process (this one's is). Makes a
-    /// system call (`F_OFD_GETLK`).
+    /// system call (`F_OFD_GETLK`); needs no lock, but a reclaim decided
+    /// on its answer takes the update lock.
     fn live_locked(&self, slot: u16) -> Result<bool, HostError> {
         if usize::from(slot) >= MAX_SLOTS {
             return Ok(false);
@@ -505,6 +506,12 @@ impl HostTable {
     /// What slot `slot` says, without a lock (`None`: free).
     pub fn slot_info(&self, slot: u16) -> Option<SlotInfo> {
         slots::read(self.words(), slot)
+    }
+
+    /// Whether `slot` is taken by a live process (this one's is), without
+    /// reclaiming it: a system call (`F_OFD_GETLK`), no lock.
+    pub fn is_live(&self, slot: u16) -> Result<bool, HostError> {
+        self.live_locked(slot)
     }
 
     /// Whether `slot`'s process is alive; if not, frees the slot and its

@@ -109,6 +109,16 @@ fn a_slot_whose_file_is_closed_without_detaching_is_dead_and_reclaimed() {
         7471
     );
     assert!(b.reap(s).is_ok_and(|r| !r), "already reclaimed");
+    let c = std::mem::ManuallyDrop::new(
+        HostTable::attach_in(dir.path(), ip("127.0.0.1"), 4791, b"c").unwrap(),
+    );
+    c.claim_comm_id(5).unwrap();
+    assert!(b.is_live(c.slot()).unwrap());
+    c.file.drop_byte(usize::from(c.slot())).unwrap();
+    assert!(!b.is_live(c.slot()).unwrap());
+    assert_eq!(b.owner_of_comm_id(5).map(|o| o.slot), Some(c.slot()));
+    assert!(b.reap(c.slot()).unwrap(), "reaped");
+    assert_eq!(b.owner_of_comm_id(5), None);
     assert!(b.reap(b.slot()).is_ok_and(|r| !r), "alive");
 }
 
@@ -178,4 +188,26 @@ fn port_spaces_follow_the_kernel_rules_across_attachments() {
         port(b.bind_port(TCP, 9000, hold(8, "127.0.0.1", false))),
         Ok(9000)
     );
+}
+
+#[test]
+fn a_forked_copy_updates_nothing_and_leaves_the_slot_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two(dir.path());
+    a.claim_qpn(7).unwrap();
+    // What a child forked after attach holds: the same open file, another
+    // PID. Stand it in by changing the recorded one.
+    let mut child = a;
+    let parent_pid = child.pid;
+    child.pid = parent_pid.wrapping_add(1);
+    assert!(matches!(child.claim_qpn(8), Err(HostError::Forked)));
+    assert!(matches!(child.release_qpn(7), Err(HostError::Forked)));
+    assert_eq!(child.owner_of_qpn(7).map(|o| o.pid), Some(parent_pid));
+    let s = child.slot();
+    drop(child);
+    // The parent's slot, entries and liveness lock are untouched...
+    assert_eq!(b.owner_of_qpn(7).map(|o| o.slot), Some(s));
+    // ... save that here the "parent" was the dropped value itself, whose
+    // file is now closed: the slot is dead and reaped.
+    assert!(b.reap(s).unwrap());
 }
