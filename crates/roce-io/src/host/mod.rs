@@ -391,7 +391,9 @@ impl HostTable {
         let _g = self.update.lock().unwrap_or_else(|p| p.into_inner());
         let _l = self.file.lock()?;
         let r = f();
-        self.bump();
+        if r.is_ok() {
+            self.bump();
+        }
         r
     }
 
