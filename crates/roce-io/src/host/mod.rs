@@ -35,6 +35,8 @@
 //! # Ok(()) }
 //! ```
 
+mod bind;
+mod error;
 #[allow(unsafe_code)]
 mod file;
 mod layout;
@@ -43,7 +45,6 @@ mod ports;
 mod slots;
 
 use std::fmt;
-use std::io;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +54,7 @@ use file::{Mapping, TableFile};
 use layout::{Header, COMM_AT, COMM_ENTRIES, LISTEN_AT, LISTEN_ENTRIES, QPN_AT, QPN_ENTRIES};
 use map::{Map, Probe};
 
+pub use error::HostError;
 pub use ports::{check_port, free_port, may_bind_low, PortError, PortHolder, EPHEMERAL};
 pub use slots::{SlotInfo, SlotName, NAME_MAX};
 
@@ -66,94 +68,6 @@ pub const MAX_LISTENERS: usize = LISTEN_ENTRIES / 2;
 pub const MAX_COMM_IDS: usize = COMM_ENTRIES / 2;
 /// The most rdma_cm port holds (one per id and port).
 pub const MAX_PORT_HOLDS: usize = layout::PORT_RECORDS;
-
-/// What went wrong with the host table.
-#[derive(Debug)]
-pub enum HostError {
-    /// The table's file could not be opened or created (`EACCES` from a
-    /// file of another user in a sticky directory, `ELOOP` from a
-    /// symbolic link, ...).
-    Open(PathBuf, io::Error),
-    /// The file belongs to another user: never read nor written.
-    Foreign {
-        /// The file.
-        path: PathBuf,
-        /// Its owner.
-        owner: u32,
-    },
-    /// The file may be read or written by users other than its owner.
-    Permissions {
-        /// The file.
-        path: PathBuf,
-        /// Its mode.
-        mode: u32,
-    },
-    /// The path is not a regular file.
-    NotAFile(PathBuf),
-    /// The file is not a table of this version and user: the header word
-    /// or size that is wrong.
-    Corrupt(&'static str),
-    /// Another process held the update lock for longer than 5 s.
-    Busy,
-    /// All [`MAX_SLOTS`] slots belong to live processes.
-    NoSlot,
-    /// A slot name longer than [`NAME_MAX`].
-    NameTooLong,
-    /// Not a 24-bit QPN.
-    InvalidQpn(u32),
-    /// Another live process (its slot) holds the entry.
-    Taken(u16),
-    /// The map has no room for the entry.
-    Full,
-    /// This process does not hold the entry.
-    NotHeld,
-    /// rdma_cm's port rules refuse the bind or listen.
-    Port(PortError),
-    /// This value was attached by the parent of this (forked) process:
-    /// it may look up, not update (the slot and its lock are the
-    /// parent's).
-    Forked,
-    /// A system call failed.
-    Io(io::Error),
-}
-
-impl fmt::Display for HostError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HostError::Open(p, e) => write!(f, "cannot open the host table {}: {e}", p.display()),
-            HostError::Foreign { path, owner } => write!(
-                f,
-                "the host table {} belongs to user {owner}, not this one: refused",
-                path.display()
-            ),
-            HostError::Permissions { path, mode } => write!(
-                f,
-                "the host table {} has mode {mode:o}: other users may access it, refused",
-                path.display()
-            ),
-            HostError::NotAFile(p) => write!(f, "{} is not a regular file", p.display()),
-            HostError::Corrupt(w) => write!(f, "not a host table of this version ({w})"),
-            HostError::Busy => write!(f, "the host table's update lock was held for too long"),
-            HostError::NoSlot => write!(f, "the host table has no free slot"),
-            HostError::NameTooLong => write!(f, "slot name longer than {NAME_MAX} bytes"),
-            HostError::InvalidQpn(q) => write!(f, "{q:#x} is not a 24-bit QPN"),
-            HostError::Taken(s) => write!(f, "held by the process in slot {s}"),
-            HostError::Full => write!(f, "the host table's map is full"),
-            HostError::NotHeld => write!(f, "not held by this process"),
-            HostError::Port(e) => write!(f, "rdma_cm port: {e:?}"),
-            HostError::Forked => write!(f, "the host table was attached by the parent process"),
-            HostError::Io(e) => write!(f, "host table: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for HostError {}
-
-impl From<io::Error> for HostError {
-    fn from(e: io::Error) -> HostError {
-        HostError::Io(e)
-    }
-}
 
 /// Which map an entry is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -536,107 +450,6 @@ impl HostTable {
     /// system call per slot taken).
     pub fn live_slots(&self) -> Result<Vec<SlotInfo>, HostError> {
         self.updating(|| self.reclaim_dead_locked())
-    }
-
-    /// Binds id `hold.id` of this process to `hold.addr`:`port` of port
-    /// space `space` (port 0: a free port of [`EPHEMERAL`]) under
-    /// rdma_cm's rules, across every process of the table; the port it
-    /// got. Holders of the port whose process died are reclaimed first.
-    pub fn bind_port(&self, space: u32, port: u16, hold: PortHolder) -> Result<u16, HostError> {
-        let hold = PortHolder {
-            slot: self.slot,
-            ..hold
-        };
-        if port != 0 && port < 1024 && !may_bind_low() {
-            return Err(HostError::Port(PortError::Access));
-        }
-        self.updating(|| {
-            let words = self.words();
-            let port = if port == 0 {
-                let mut held = vec![0u64; 1024];
-                for (_, r) in ports::all(words) {
-                    if r.space == space {
-                        held[usize::from(r.port) / 64] |= 1 << (r.port % 64);
-                    }
-                }
-                let seed = std::collections::hash_map::RandomState::new();
-                let seed = std::hash::BuildHasher::hash_one(&seed, std::process::id());
-                free_port(|p| held[usize::from(p) / 64] & 1 << (p % 64) != 0, seed)
-                    .ok_or(HostError::Port(PortError::AddrNotAvail))?
-            } else {
-                let holders = self.port_holders_locked(space, port)?;
-                check_port(holders.iter(), &hold, hold.reuse).map_err(HostError::Port)?;
-                port
-            };
-            let pos = ports::free_pos(words).ok_or(HostError::Full)?;
-            ports::write(
-                words,
-                pos,
-                &ports::Record {
-                    space,
-                    port,
-                    holder: hold,
-                    listening: false,
-                },
-            );
-            Ok(port)
-        })
-    }
-
-    /// The live holders of (`space`, `port`), dead processes' reclaimed
-    /// (the update lock held).
-    fn port_holders_locked(&self, space: u32, port: u16) -> Result<Vec<PortHolder>, HostError> {
-        let mut v = Vec::new();
-        for (_, r) in ports::all(self.words()) {
-            if r.space != space || r.port != port {
-                continue;
-            }
-            if self.live_locked(r.holder.slot)? {
-                v.push(r.holder);
-            } else {
-                self.reclaim_locked(r.holder.slot);
-            }
-        }
-        Ok(v)
-    }
-
-    /// `rdma_listen` of id `id`, bound to `port` of `space`: it must be
-    /// the port's only holder on its address, and is no longer reusable.
-    pub fn listen_port(&self, space: u32, port: u16, id: u64) -> Result<(), HostError> {
-        self.updating(|| {
-            let holders = self.port_holders_locked(space, port)?;
-            let words = self.words();
-            let Some((pos, mut rec)) = ports::all(words).find(|(_, r)| {
-                r.space == space
-                    && r.port == port
-                    && r.holder.slot == self.slot
-                    && r.holder.id == id
-            }) else {
-                return Err(HostError::NotHeld);
-            };
-            if rec.holder.reuse {
-                check_port(holders.iter(), &rec.holder, false).map_err(HostError::Port)?;
-            }
-            rec.holder.reuse = false;
-            rec.listening = true;
-            ports::write(words, pos, &rec);
-            Ok(())
-        })
-    }
-
-    /// Lets go of every port id `id` of this process holds; how many.
-    pub fn release_ports(&self, id: u64) -> Result<usize, HostError> {
-        self.updating(|| {
-            let words = self.words();
-            let mine: Vec<usize> = ports::all(words)
-                .filter(|(_, r)| r.holder.slot == self.slot && r.holder.id == id)
-                .map(|(p, _)| p)
-                .collect();
-            for &p in &mine {
-                ports::clear(words, p);
-            }
-            Ok(mine.len())
-        })
     }
 
     /// Entries this process holds in each map (QPNs, listeners, comm IDs)
