@@ -20,6 +20,10 @@
 //!   resolution through the kernel, a kernel BPF filter for RoCE, the
 //!   ICRC verifiable on receive, and PAUSE/PFC frames on the side.
 //!
+//! [`host`] is the host table: which process of this user owns which QPN,
+//! CM listener, communication ID and rdma_cm port on a shared address (a
+//! file in `/dev/shm`, docs/host.md); not used by the backends yet.
+//!
 //! [`interfaces`] lists the interfaces with their MAC, MTU, state and
 //! addresses. Both real backends expose their descriptor ([`AsFd`],
 //! [`Backend::wait_fd`]) and a `wait_readable(timeout)`, and a [`Sleeper`]
@@ -129,6 +133,8 @@ mod emu;
 mod fabric;
 mod fault;
 #[cfg(target_os = "linux")]
+pub mod host;
+#[cfg(target_os = "linux")]
 mod iface;
 #[cfg(target_os = "linux")]
 mod neigh;
@@ -152,6 +158,8 @@ pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
 pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};
+#[cfg(target_os = "linux")]
+pub use host::{HostError, HostTable};
 #[cfg(target_os = "linux")]
 pub use iface::{interface, interfaces, InterfaceInfo};
 pub use neigh::neighbor;
