@@ -233,10 +233,9 @@ fn pair(server: Command, client: Command, ns: Option<&str>, port: u16, what: &st
     );
     let f = final_line(&ct).unwrap_or_else(|| panic!("{what}: no Final: line\n{ct}"));
     assert_eq!(f[0], ITERS.parse::<f64>().unwrap(), "{what}:\n{ct}");
-    assert!(
-        f[2] > 0.0 && f[4] > 0.0 && f[6] > 0.0,
-        "{what}: figures {f:?}\n{ct}"
-    );
+    // Latency and message rate; the bandwidth column is printed with two
+    // decimals and reads 0.00 MB/s for 8-byte messages on a loaded host.
+    assert!(f[2] > 0.0 && f[6] > 0.0, "{what}: figures {f:?}\n{ct}");
     assert!(!ct.contains("unhandled timeout"), "{what}:\n{ct}");
     eprintln!(
         "{what}: {}",
