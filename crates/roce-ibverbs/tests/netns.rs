@@ -330,6 +330,25 @@ fn fi_info_opens_each_device_as_often_as_it_likes() {
     assert!(o.status.success(), "{t}");
     assert!(!t.contains("cannot open"), "{t}");
     assert!(t.contains(&format!("domain: roce_{}", lab.va)), "{t}");
+    // The veth device's MSG domain and, over it, ofi_rxm's RDM one: with
+    // no node the provider binds an id to "localhost", which (as in the
+    // kernel) ties it to no device, so every device's addresses fill the
+    // MSG entries. A bind that tied it to the loopback device removed
+    // them all ("handling of the socket address fails - -61").
+    let entries: Vec<String> = t
+        .split("provider: ")
+        .skip(1)
+        .map(|e| format!("provider: {e}"))
+        .collect();
+    let has = |prov: &str, ty: &str| {
+        entries.iter().any(|e| {
+            e.starts_with(&format!("provider: {prov}\n"))
+                && e.contains(&format!("domain: roce_{}\n", lab.va))
+                && e.contains(&format!("type: {ty}\n"))
+        })
+    };
+    assert!(has("verbs", "FI_EP_MSG"), "{t}");
+    assert!(has("verbs;ofi_rxm", "FI_EP_RDM"), "{t}");
     // Every open of the veth device went to one address.
     let opened: std::collections::BTreeSet<&str> = t
         .lines()

@@ -271,6 +271,21 @@ fn all_contexts() -> Res<Vec<*mut ibv_context>> {
     Ok(out)
 }
 
+/// The context an id is tied to: its `verbs`, or for an id bound to a
+/// loopback address (whose `verbs` stays NULL, see `bind`) the loopback
+/// context on that address; None for an unbound or wildcard id.
+pub(crate) fn bound_context(i: &Id) -> Res<Option<*mut ibv_context>> {
+    // SAFETY: the id's C view.
+    let verbs = unsafe { (*i.c()).verbs };
+    if !verbs.is_null() {
+        return Ok(Some(verbs));
+    }
+    match i.st().local {
+        Some(a) if is_loopback(a.ip()) => context_at(a.ip()).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// The contexts a wildcard listener listens on.
 pub(crate) fn listen_contexts(any: IpAddr) -> Res<Vec<*mut ibv_context>> {
     let all = all_contexts()?;
@@ -472,10 +487,18 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
         }
         (st.reuse, st.afonly)
     };
+    // The wildcard ties the id to no device; so does a loopback
+    // address, as in the kernel's `rdma_bind_addr` (`cma_any_addr` is
+    // the zero or a loopback address): `id->verbs` stays NULL, which
+    // libfabric's verbs provider reads as "not one device's address" and
+    // then lists every device's MSG domain. The loopback context is
+    // still opened on that exact address (claiming it from other
+    // processes), and listen and resolve use it (`bound_context`).
     let ctx = if addr.ip().is_unspecified() {
         None
     } else {
-        Some(context_at(addr.ip())?)
+        let c = context_at(addr.ip())?;
+        (!is_loopback(addr.ip())).then_some(c)
     };
     // SAFETY: the id's C view.
     let ps = unsafe { (*i.c()).ps };
@@ -556,12 +579,9 @@ fn resolve(i: &Id, dst: SocketAddr) -> Res<()> {
     if !matches!(st, State::Idle | State::AddrResolved | State::RouteResolved) {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the id's C view.
-    let verbs = unsafe { (*i.c()).verbs };
-    let ctx = if verbs.is_null() {
-        context_towards(dst.ip())?
-    } else {
-        verbs
+    let ctx = match bound_context(i)? {
+        Some(c) => c,
+        None => context_towards(dst.ip())?,
     };
     // SAFETY: a context this library keeps open.
     let c = unsafe { Context::from_ptr(ctx)? };
