@@ -167,7 +167,7 @@ export! {
         rc(|| {
             // SAFETY: the program's id and out pointer.
             let (l, out) = unsafe { (Id::from_ptr(listen)?, arg_mut(out)?) };
-            if !l.sync {
+            if !l.is_sync() {
                 return Err(libc::EINVAL);
             }
             l.ack_held();
@@ -293,7 +293,7 @@ export! {
                 st.conn = None;
                 st.state = State::Connected;
                 drop(st);
-                if i.sync {
+                if i.is_sync() {
                     i.ack_held();
                 }
                 return Ok(());

@@ -40,7 +40,7 @@ pub(crate) fn new_id(
     }
     Box::new(Id {
         cview: std::cell::UnsafeCell::new(c),
-        sync,
+        sync: sync.into(),
         st: Mutex::new(IdState {
             state: State::Idle,
             channel,
@@ -403,6 +403,16 @@ export! {
                 // SAFETY: the program's channel.
                 unsafe { Channel::from_ptr(ch)? }
             };
+            // A synchronous id's held event is acked; the id is
+            // synchronous from now on exactly when it has no channel
+            // (librdmacm's `rdma_migrate_id`): libfabric's verbs provider
+            // resolves an endpoint's address synchronously, then moves
+            // it to its EQ's channel, where the route and connection
+            // events must arrive rather than be waited for in the call.
+            if i.is_sync() {
+                i.ack_held();
+            }
+            i.sync.store(ch.is_null(), std::sync::atomic::Ordering::Release);
             let old = std::mem::replace(&mut i.st().channel, new.clone());
             for e in old.take_events_of(id) {
                 new.push(e);
@@ -532,7 +542,7 @@ export! {
 /// Waits for a synchronous id's next event (the previous one acked) and
 /// returns its outcome as rdma-core's `ucma_complete` does.
 pub(crate) fn complete(i: &Id) -> Res<()> {
-    if !i.sync {
+    if !i.is_sync() {
         return Ok(());
     }
     let ch = i.st().channel.clone();
