@@ -1,8 +1,10 @@
 //! Unmodified programs on the drop-in library between two network
 //! namespaces joined by a veth, over the UDP and the AF_PACKET backend:
 //! `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ib_write_bw`, and over the
-//! drop-in librdmacm `rping`, `udaddy` and `ib_write_bw -R`, server in
-//! one namespace, client in the other.
+//! drop-in librdmacm `rping`, `udaddy` and `ib_write_bw -R`, and
+//! libfabric's verbs provider (`fi_info`, and `tests/c/fabric_pingpong.c`
+//! over MSG and `verbs;ofi_rxm` RDM endpoints), server in one namespace,
+//! client in the other.
 //!
 //! Needs root and `ip netns` (skips with the reason otherwise) and the
 //! programs (required in CI: `ROCE_REQUIRE_RDMA_TOOLS`).
