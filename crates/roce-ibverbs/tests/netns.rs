@@ -1,8 +1,10 @@
 //! Unmodified programs on the drop-in library between two network
 //! namespaces joined by a veth, over the UDP and the AF_PACKET backend:
 //! `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ib_write_bw`, and over the
-//! drop-in librdmacm `rping`, `udaddy` and `ib_write_bw -R`, server in
-//! one namespace, client in the other.
+//! drop-in librdmacm `rping`, `udaddy` and `ib_write_bw -R`, and
+//! libfabric's verbs provider (`fi_info`, and `tests/c/fabric_pingpong.c`
+//! over MSG and `verbs;ofi_rxm` RDM endpoints), server in one namespace,
+//! client in the other.
 //!
 //! Needs root and `ip netns` (skips with the reason otherwise) and the
 //! programs (required in CI: `ROCE_REQUIRE_RDMA_TOOLS`).
@@ -330,10 +332,160 @@ fn fi_info_opens_each_device_as_often_as_it_likes() {
     assert!(o.status.success(), "{t}");
     assert!(!t.contains("cannot open"), "{t}");
     assert!(t.contains(&format!("domain: roce_{}", lab.va)), "{t}");
+    // The veth device's MSG domain and, over it, ofi_rxm's RDM one: with
+    // no node the provider binds an id to "localhost", which (as in the
+    // kernel) ties it to no device, so every device's addresses fill the
+    // MSG entries. A bind that tied it to the loopback device removed
+    // them all ("handling of the socket address fails - -61").
+    let entries: Vec<String> = t
+        .split("provider: ")
+        .skip(1)
+        .map(|e| format!("provider: {e}"))
+        .collect();
+    let has = |prov: &str, ty: &str| {
+        entries.iter().any(|e| {
+            e.starts_with(&format!("provider: {prov}\n"))
+                && e.contains(&format!("domain: roce_{}\n", lab.va))
+                && e.contains(&format!("type: {ty}\n"))
+        })
+    };
+    assert!(has("verbs", "FI_EP_MSG"), "{t}");
+    assert!(has("verbs;ofi_rxm", "FI_EP_RDM"), "{t}");
     // Every open of the veth device went to one address.
     let opened: std::collections::BTreeSet<&str> = t
         .lines()
         .filter(|l| l.contains(&format!("roce_{} opened on", lab.va)))
         .collect();
     assert!(opened.len() <= 1, "{opened:?}\n{t}");
+}
+
+/// A program in its own process group, killed with the whole group
+/// (`ip netns exec` and what it runs) when dropped or past its limit.
+struct Group(Option<std::process::Child>);
+
+impl Group {
+    fn spawn(mut c: Command) -> Group {
+        use std::os::unix::process::CommandExt;
+        c.process_group(0);
+        Group(Some(c.spawn().unwrap()))
+    }
+
+    fn kill(child: &std::process::Child) {
+        // SAFETY: signals the process group this test made (its id is
+        // the child's pid, the child having led it from its start).
+        unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    }
+
+    /// Waits at most `limit`; past it the group is killed and the test
+    /// fails with what the program printed.
+    fn wait(mut self, limit: Duration, what: &str) -> std::process::Output {
+        let mut c = self.0.take().unwrap();
+        let end = std::time::Instant::now() + limit;
+        while c.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > end {
+                Group::kill(&c);
+                let o = c.wait_with_output().unwrap();
+                panic!("{what} did not finish in {limit:?}:\n{}", text_of(&o));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        c.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            Group::kill(c);
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `tests/c/fabric_pingpong.c` (a libfabric ping-pong in the manner of
+/// fabtests' `fi_pingpong` and `fi_rdm_pingpong`, which Debian does not
+/// package) between the namespaces with libfabric's unmodified verbs
+/// provider and default settings: `msg` over verbs MSG endpoints
+/// (rdma_cm connections), `rdm` over `verbs;ofi_rxm`. Returns (server,
+/// client) output, or None when skipped.
+fn fabric_pingpong(ep: &str, count: u32, size: u32) -> Option<(String, String)> {
+    let exe = common::c_program_linked(
+        "fabric_pingpong",
+        "rdma/fabric.h",
+        &["-lfabric"],
+        "libfabric-dev",
+    )?;
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+    };
+    let port = common::free_port().to_string();
+    let (n, s) = (count.to_string(), size.to_string());
+    let exe = exe.to_str().unwrap();
+    let log = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fabric-{ep}-{}.out", std::process::id()));
+    let mut sc = lab.command(&lab.a, &lab.va, "udp", exe, &[]);
+    sc.args(["server", ep, &lab.ip_a, &port, &n, &s])
+        .env_remove("ROCE_DEVICES")
+        .stdout(std::fs::File::create(&log).unwrap());
+    let server = Group::spawn(sc);
+    // The server prints "ok listening" (unbuffered) once it listens.
+    let end = std::time::Instant::now() + LIMIT;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("ok listening")
+    {
+        assert!(std::time::Instant::now() < end, "the server never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cc = lab.command(&lab.b, &lab.vb, "udp", exe, &[]);
+    cc.args(["client", ep, &lab.ip_a, &port, &n, &s])
+        .env_remove("ROCE_DEVICES");
+    let c = Group::spawn(cc).wait(LIMIT, "the client");
+    let s = server.wait(LIMIT, "the server");
+    let st = std::fs::read_to_string(&log).unwrap_or_default() + &text_of(&s);
+    let _ = std::fs::remove_file(&log);
+    let ct = text_of(&c);
+    assert!(
+        s.status.success() && c.status.success(),
+        "fabric_pingpong {ep}: server {:?} client {:?}\nserver:\n{st}\nclient:\n{ct}",
+        s.status,
+        c.status
+    );
+    Some((st, ct))
+}
+
+/// libfabric's verbs MSG endpoints between the namespaces. They failed
+/// twice: `fi_endpoint` with EINVAL (`rdma_getaddrinfo` without node and
+/// service refused the hints' addresses the provider passes), then the
+/// connection never came (an id `rdma_migrate_id` moved to the EQ's
+/// channel stayed synchronous, so `rdma_resolve_route` took its own
+/// ROUTE_RESOLVED event and the provider never called `rdma_connect`).
+#[test]
+fn fabric_msg_pingpong_between_namespaces() {
+    for size in [1024, 65536] {
+        if let Some((st, ct)) = fabric_pingpong("msg", 100, size) {
+            let line = format!("100 messages of {size} bytes checked");
+            assert!(st.contains(&line) && ct.contains(&line), "{st}\n{ct}");
+            assert!(ct.contains("domain roce_dvb"), "{ct}");
+        }
+    }
+}
+
+/// `verbs;ofi_rxm` RDM endpoints between the namespaces: the server
+/// asks for its address by node, the client sends it its own name first
+/// (rxm connects on demand over verbs MSG endpoints); 64 KiB messages
+/// take rxm's rendezvous path (an RDMA READ of the sender's buffer).
+#[test]
+fn fabric_rdm_pingpong_between_namespaces() {
+    for size in [1024, 65536] {
+        if let Some((st, ct)) = fabric_pingpong("rdm", 100, size) {
+            let line = format!("100 messages of {size} bytes checked");
+            assert!(st.contains(&line) && ct.contains(&line), "{st}\n{ct}");
+            assert!(ct.contains("fi_getinfo verbs;ofi_rxm"), "{ct}");
+        }
+    }
 }

@@ -80,10 +80,64 @@ fn resolve(node: &str, port: u16, family: c_int, numeric: bool) -> Res<SocketAdd
         .ok_or(libc::EADDRNOTAVAIL)
 }
 
+/// Makes the one answer: its source and destination addresses, the QP
+/// type asked for (RC by default) and its port space.
+fn answer(
+    out: &mut *mut rdma_addrinfo,
+    flags: c_int,
+    qp_type: c_int,
+    space: c_int,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+) -> Res<()> {
+    let Some(family_of) = dst.or(src) else {
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: calloc of one Info (all-zero is valid for it).
+    let info = unsafe { libc::calloc(1, size_of::<Info>()) }.cast::<Info>();
+    if info.is_null() {
+        return Err(libc::ENOMEM);
+    }
+    // SAFETY: the allocation just made.
+    let i = unsafe { &mut *info };
+    let qp_type = if qp_type == 0 {
+        IBV_QPT_RC as c_int
+    } else {
+        qp_type
+    };
+    i.c.ai_flags = flags;
+    i.c.ai_family = if family_of.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    i.c.ai_qp_type = qp_type;
+    i.c.ai_port_space = if space != 0 {
+        space
+    } else if qp_type == IBV_QPT_UD as c_int {
+        ps::UDP as c_int
+    } else {
+        ps::TCP as c_int
+    };
+    if let Some(s) = src {
+        i.src = to_sockaddr(s);
+        i.c.ai_src_len = len_of(s);
+        i.c.ai_src_addr = (&raw mut i.src).cast();
+    }
+    if let Some(d) = dst {
+        i.dst = to_sockaddr(d);
+        i.c.ai_dst_len = len_of(d);
+        i.c.ai_dst_addr = (&raw mut i.dst).cast();
+    }
+    *out = info.cast();
+    Ok(())
+}
+
 export! {
     /// `rdma_getaddrinfo`: one answer. Passive (`RAI_PASSIVE`): the
     /// source address (the node's, or the wildcard); active: the
     /// destination, and the hints' source address if they give one.
+    /// Without node and service, the hints' own addresses.
     fn rdma_getaddrinfo(node: *const c_char, service: *const c_char, hints: *const rdma_addrinfo, res: *mut *mut rdma_addrinfo) -> c_int {
         rc(|| {
             // SAFETY: the program's out pointer and strings.
@@ -94,11 +148,23 @@ export! {
             let family = h.map_or(0, |h| h.ai_family);
             let qp_type = h.map_or(0, |h| h.ai_qp_type);
             let space = h.map_or(0, |h| h.ai_port_space);
-            if node.is_none() && service.is_none() {
+            // SAFETY: NULL or the hints' addresses (of their lengths).
+            let hint_src = h.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0)
+                .and_then(|h| unsafe { super::id::sockaddr_in(h.ai_src_addr) }.ok());
+            // SAFETY: as above.
+            let hint_dst = h.filter(|h| !h.ai_dst_addr.is_null() && h.ai_dst_len > 0)
+                .and_then(|h| unsafe { super::id::sockaddr_in(h.ai_dst_addr) }.ok());
+            if node.is_none() && service.is_none() && hint_src.is_none() && hint_dst.is_none() {
                 return Err(libc::EINVAL);
             }
             let port = service.map(port_of).transpose()?.unwrap_or(0);
             let passive = flags & rai::PASSIVE != 0;
+            if node.is_none() && service.is_none() {
+                // librdmacm answers from the hints' own addresses (as
+                // libfabric's verbs provider asks when it makes an
+                // endpoint from an fi_info).
+                return answer(out, flags, qp_type, space, hint_src, hint_dst);
+            }
             let any = if family == libc::AF_INET6 {
                 IpAddr::V6(Ipv6Addr::UNSPECIFIED)
             } else {
@@ -109,43 +175,11 @@ export! {
                 None if passive => SocketAddr::new(any, port),
                 None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
             };
-            // SAFETY: calloc of one Info (all-zero is valid for it).
-            let info = unsafe { libc::calloc(1, size_of::<Info>()) }.cast::<Info>();
-            if info.is_null() {
-                return Err(libc::ENOMEM);
-            }
-            // SAFETY: the allocation just made.
-            let i = unsafe { &mut *info };
-            let qp_type = if qp_type == 0 { IBV_QPT_RC as c_int } else { qp_type };
-            i.c.ai_flags = flags;
-            i.c.ai_family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-            i.c.ai_qp_type = qp_type;
-            i.c.ai_port_space = if space != 0 {
-                space
-            } else if qp_type == IBV_QPT_UD as c_int {
-                ps::UDP as c_int
-            } else {
-                ps::TCP as c_int
-            };
             if passive {
-                i.src = to_sockaddr(addr);
-                i.c.ai_src_len = len_of(addr);
-                i.c.ai_src_addr = (&raw mut i.src).cast();
+                answer(out, flags, qp_type, space, Some(addr), None)
             } else {
-                i.dst = to_sockaddr(addr);
-                i.c.ai_dst_len = len_of(addr);
-                i.c.ai_dst_addr = (&raw mut i.dst).cast();
-                if let Some(h) = h.filter(|h| !h.ai_src_addr.is_null()) {
-                    // SAFETY: the hints' source address.
-                    if let Ok(s) = unsafe { super::id::sockaddr_in(h.ai_src_addr) } {
-                        i.src = to_sockaddr(s);
-                        i.c.ai_src_len = len_of(s);
-                        i.c.ai_src_addr = (&raw mut i.src).cast();
-                    }
-                }
+                answer(out, flags, qp_type, space, hint_src, Some(addr))
             }
-            *out = info.cast();
-            Ok(())
         })
     }
 }

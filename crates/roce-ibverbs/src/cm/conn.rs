@@ -14,7 +14,7 @@ use std::os::raw::{c_int, c_void};
 use roce_verbs::{ConnParam, ListenId, PortSpace, QpState};
 
 use super::dispatch::table;
-use super::id::{bind, complete, listen_contexts};
+use super::id::{bind, bound_context, complete, listen_contexts};
 use super::{lock, rc, Id, State};
 use crate::abi::*;
 use crate::context::Context;
@@ -111,9 +111,10 @@ export! {
             let ps = unsafe { (*i.c()).ps };
             super::ports::with(|p| p.listen(i.c() as usize, ps, local.port()))?;
             i.st().reuse = false;
-            // SAFETY: the id's C view.
-            let verbs = unsafe { (*i.c()).verbs };
-            let ctxs = if verbs.is_null() { listen_contexts(local.ip())? } else { vec![verbs] };
+            let ctxs = match bound_context(i)? {
+                Some(c) => vec![c],
+                None => listen_contexts(local.ip())?,
+            };
             let ud = is_ud(i);
             let space = if ud { PortSpace::Udp } else { PortSpace::Tcp };
             let backlog = if backlog <= 0 { 1024 } else { backlog as usize };
@@ -166,7 +167,7 @@ export! {
         rc(|| {
             // SAFETY: the program's id and out pointer.
             let (l, out) = unsafe { (Id::from_ptr(listen)?, arg_mut(out)?) };
-            if !l.sync {
+            if !l.is_sync() {
                 return Err(libc::EINVAL);
             }
             l.ack_held();
@@ -292,7 +293,7 @@ export! {
                 st.conn = None;
                 st.state = State::Connected;
                 drop(st);
-                if i.sync {
+                if i.is_sync() {
                     i.ack_held();
                 }
                 return Ok(());

@@ -156,7 +156,7 @@ impl Table {
             let port = st.local.map_or(0, |a| a.port());
             (
                 st.channel.clone(),
-                listener.sync,
+                listener.is_sync(),
                 port,
                 c.ps,
                 c.qp_type,

@@ -40,7 +40,7 @@ pub(crate) fn new_id(
     }
     Box::new(Id {
         cview: std::cell::UnsafeCell::new(c),
-        sync,
+        sync: sync.into(),
         st: Mutex::new(IdState {
             state: State::Idle,
             channel,
@@ -271,6 +271,21 @@ fn all_contexts() -> Res<Vec<*mut ibv_context>> {
     Ok(out)
 }
 
+/// The context an id is tied to: its `verbs`, or for an id bound to a
+/// loopback address (whose `verbs` stays NULL, see `bind`) the loopback
+/// context on that address; None for an unbound or wildcard id.
+pub(crate) fn bound_context(i: &Id) -> Res<Option<*mut ibv_context>> {
+    // SAFETY: the id's C view.
+    let verbs = unsafe { (*i.c()).verbs };
+    if !verbs.is_null() {
+        return Ok(Some(verbs));
+    }
+    match i.st().local {
+        Some(a) if is_loopback(a.ip()) => context_at(a.ip()).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// The contexts a wildcard listener listens on.
 pub(crate) fn listen_contexts(any: IpAddr) -> Res<Vec<*mut ibv_context>> {
     let all = all_contexts()?;
@@ -388,6 +403,16 @@ export! {
                 // SAFETY: the program's channel.
                 unsafe { Channel::from_ptr(ch)? }
             };
+            // A synchronous id's held event is acked; the id is
+            // synchronous from now on exactly when it has no channel
+            // (librdmacm's `rdma_migrate_id`): libfabric's verbs provider
+            // resolves an endpoint's address synchronously, then moves
+            // it to its EQ's channel, where the route and connection
+            // events must arrive rather than be waited for in the call.
+            if i.is_sync() {
+                i.ack_held();
+            }
+            i.sync.store(ch.is_null(), std::sync::atomic::Ordering::Release);
             let old = std::mem::replace(&mut i.st().channel, new.clone());
             for e in old.take_events_of(id) {
                 new.push(e);
@@ -472,10 +497,18 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
         }
         (st.reuse, st.afonly)
     };
+    // The wildcard ties the id to no device; so does a loopback
+    // address, as in the kernel's `rdma_bind_addr` (`cma_any_addr` is
+    // the zero or a loopback address): `id->verbs` stays NULL, which
+    // libfabric's verbs provider reads as "not one device's address" and
+    // then lists every device's MSG domain. The loopback context is
+    // still opened on that exact address (claiming it from other
+    // processes), and listen and resolve use it (`bound_context`).
     let ctx = if addr.ip().is_unspecified() {
         None
     } else {
-        Some(context_at(addr.ip())?)
+        let c = context_at(addr.ip())?;
+        (!is_loopback(addr.ip())).then_some(c)
     };
     // SAFETY: the id's C view.
     let ps = unsafe { (*i.c()).ps };
@@ -509,7 +542,7 @@ export! {
 /// Waits for a synchronous id's next event (the previous one acked) and
 /// returns its outcome as rdma-core's `ucma_complete` does.
 pub(crate) fn complete(i: &Id) -> Res<()> {
-    if !i.sync {
+    if !i.is_sync() {
         return Ok(());
     }
     let ch = i.st().channel.clone();
@@ -556,12 +589,9 @@ fn resolve(i: &Id, dst: SocketAddr) -> Res<()> {
     if !matches!(st, State::Idle | State::AddrResolved | State::RouteResolved) {
         return Err(libc::EINVAL);
     }
-    // SAFETY: the id's C view.
-    let verbs = unsafe { (*i.c()).verbs };
-    let ctx = if verbs.is_null() {
-        context_towards(dst.ip())?
-    } else {
-        verbs
+    let ctx = match bound_context(i)? {
+        Some(c) => c,
+        None => context_towards(dst.ip())?,
     };
     // SAFETY: a context this library keeps open.
     let c = unsafe { Context::from_ptr(ctx)? };

@@ -128,9 +128,10 @@ pub(crate) struct Id {
     /// `rdma_verbs.h` reads `qp`, `pd`, the CQs ...), so Rust only
     /// reaches it through the raw pointer [`Id::c`].
     cview: std::cell::UnsafeCell<rdma_cm_id>,
-    /// A synchronous id (created without a channel): calls wait for
-    /// their outcome.
-    pub(crate) sync: bool,
+    /// A synchronous id (created without a channel, or migrated to
+    /// none): calls wait for their outcome. `rdma_migrate_id` changes
+    /// it, as librdmacm's does.
+    pub(crate) sync: std::sync::atomic::AtomicBool,
     pub(crate) st: Mutex<IdState>,
 }
 
@@ -159,6 +160,11 @@ impl Id {
 
     pub(crate) fn st(&self) -> MutexGuard<'_, IdState> {
         lock(&self.st)
+    }
+
+    /// Whether the id is synchronous (see [`Id::sync`]).
+    pub(crate) fn is_sync(&self) -> bool {
+        self.sync.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Acks the event a synchronous id holds for the program

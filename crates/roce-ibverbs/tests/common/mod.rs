@@ -109,6 +109,17 @@ pub(crate) fn listening(port: u16) -> bool {
 /// (under /usr/include) is missing, unless `ROCE_REQUIRE_C_HEADERS` is
 /// set (as `.ci/run` does), when the test fails.
 pub(crate) fn c_program(name: &'static str, header: &str) -> Option<PathBuf> {
+    c_program_linked(name, header, &["-lrdmacm", "-libverbs"], "librdmacm-dev")
+}
+
+/// [`c_program`] linked with `libs`, `package` being what installs
+/// `header` (named when it is missing).
+pub(crate) fn c_program_linked(
+    name: &'static str,
+    header: &str,
+    libs: &[&str],
+    package: &str,
+) -> Option<PathBuf> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static BUILT: OnceLock<Mutex<HashMap<&'static str, Option<PathBuf>>>> = OnceLock::new();
@@ -119,9 +130,9 @@ pub(crate) fn c_program(name: &'static str, header: &str) -> Option<PathBuf> {
             if !std::path::Path::new("/usr/include").join(header).exists() {
                 assert!(
                     std::env::var_os("ROCE_REQUIRE_C_HEADERS").is_none(),
-                    "<{header}> is missing (apt-get install librdmacm-dev)"
+                    "<{header}> is missing (apt-get install {package})"
                 );
-                eprintln!("skipped: <{header}> is missing (apt-get install librdmacm-dev)");
+                eprintln!("skipped: <{header}> is missing (apt-get install {package})");
                 return None;
             }
             let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -133,7 +144,7 @@ pub(crate) fn c_program(name: &'static str, header: &str) -> Option<PathBuf> {
                 .args(["-O1", "-Wall", "-o"])
                 .arg(&exe)
                 .arg(&src)
-                .args(["-lrdmacm", "-libverbs"])
+                .args(libs)
                 .output()
                 .unwrap();
             assert!(
