@@ -1,0 +1,385 @@
+//! MPI under `roce exec`: `tests/mpi/mpi_check.c` (ping-pong latency and
+//! bandwidth over sizes in OSU's form, an `MPI_Allreduce` of 8 MiB of
+//! doubles and an `MPI_Alltoall` of 1 MiB blocks, results checked),
+//! built with Debian's `mpicc.openmpi` and `mpicc.mpich` and run with
+//! Open MPI 4.1 (`--mca pml ucx`) and MPICH 4.0 (ch4:ucx), UCX forced to
+//! the verbs transports (`UCX_TLS=rc_verbs,ud_verbs`; MPICH's own shared
+//! memory off with `MPIR_CVAR_NOLOCAL=1`), 2 and 4 ranks on loopback and
+//! 2 + 2 ranks in two network namespaces (root only; skipped otherwise).
+//! docs/dropin.md "MPI".
+//!
+//! `roce exec` wraps the launcher (`mpirun`, `mpiexec`): the ranks are
+//! its children, so they inherit the library path and the mount
+//! namespace with the device files. Between namespaces the launcher
+//! runs in the first and starts the second's daemon through a "remote
+//! shell" script that runs `ip netns exec NS roce exec -- ...` instead of
+//! ssh; two ranks of one namespace take one address each of its veth
+//! (`ROCE_ADDR`, chosen by local rank), as one address serves one
+//! process.
+//!
+//! Every run is bounded and ended through its process group. `.ci/run`
+//! installs the MPI packages and sets `ROCE_REQUIRE_MPI`, so in CI a
+//! missing program fails the test; elsewhere it is skipped.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::roce;
+
+/// Longest one MPI job may take.
+const LIMIT: Duration = Duration::from_secs(120);
+/// `mpi_check`'s arguments: largest ping-pong message, round trips per
+/// size, `MPI_Allreduce` bytes, `MPI_Alltoall` bytes per rank pair.
+/// Small messages and few round trips keep a run to a few seconds.
+const ARGS: [&str; 4] = ["65536", "20", "8388608", "1048576"];
+/// The UCX transports: verbs only (no shared memory, no TCP).
+const TLS: &str = "rc_verbs,ud_verbs";
+
+/// An MPI implementation: its compiler wrapper and launcher.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+impl Mpi {
+    fn cc(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "mpicc.openmpi",
+            Mpi::Mpich => "mpicc.mpich",
+        }
+    }
+
+    fn launcher(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "mpirun.openmpi",
+            Mpi::Mpich => "mpiexec.mpich",
+        }
+    }
+
+    /// The launcher's arguments before the program, for `ranks` ranks
+    /// (`hosts`: between namespaces, the hosts file or list and the
+    /// remote shell script).
+    fn launch(self, ranks: usize, hosts: Option<(&str, &Path)>) -> Vec<String> {
+        let n = ranks.to_string();
+        let mut a: Vec<String> = match self {
+            // pml ucx only (it fails rather than fall back to ob1);
+            // the self BTL only, which pml ucx does not use.
+            Mpi::OpenMpi => [
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "-np",
+                &n,
+                "--mca",
+                "pml",
+                "ucx",
+                "--mca",
+                "btl",
+                "self",
+                "--mca",
+                "osc",
+                "ucx",
+                "-x",
+                "UCX_TLS",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            Mpi::Mpich => vec!["-n".into(), n],
+        };
+        if let Some((hosts, agent)) = hosts {
+            let agent = agent.to_string_lossy().into_owned();
+            match self {
+                Mpi::OpenMpi => a.extend([
+                    "--hostfile".into(),
+                    hosts.into(),
+                    "--mca".into(),
+                    "plm_rsh_agent".into(),
+                    agent,
+                    // The daemons' and ranks' out-of-band TCP on the veth.
+                    "--mca".into(),
+                    "oob_tcp_if_include".into(),
+                    "10.0.0.0/8".into(),
+                ]),
+                Mpi::Mpich => a.extend([
+                    "-hosts".into(),
+                    hosts.into(),
+                    "-launcher".into(),
+                    "ssh".into(),
+                    "-launcher-exec".into(),
+                    agent,
+                ]),
+            }
+        }
+        a
+    }
+}
+
+/// Whether `prog` is on PATH.
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// Whether `mpi`'s compiler and launcher are installed; a missing one
+/// fails the test in CI.
+fn have(mpi: Mpi) -> bool {
+    let found = on_path(mpi.cc()) && on_path(mpi.launcher()) && on_path("ucx_info");
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_MPI").is_none(),
+            "{} or {} is not installed (apt-get install openmpi-bin libopenmpi-dev \
+             mpich libmpich-dev ucx-utils)",
+            mpi.cc(),
+            mpi.launcher()
+        );
+        eprintln!(
+            "skipped: {} or {} is not installed (apt-get install openmpi-bin \
+             libopenmpi-dev mpich libmpich-dev ucx-utils)",
+            mpi.cc(),
+            mpi.launcher()
+        );
+    }
+    found
+}
+
+/// A directory for the programs and scripts of this test process.
+fn work_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("roce-mpi")
+            .tempdir()
+            .unwrap()
+    })
+    .path()
+}
+
+/// `mpi_check` built with `mpi`'s compiler wrapper, once.
+fn program(mpi: Mpi) -> PathBuf {
+    static BUILT: Mutex<Vec<(Mpi, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, p)) = built.iter().find(|(m, _)| *m == mpi) {
+        return p.clone();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
+    let out = work_dir().join(format!("mpi_check_{mpi:?}"));
+    let o = Command::new(mpi.cc())
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", mpi.cc()));
+    assert!(o.status.success(), "{} failed:\n{}", mpi.cc(), text(&o));
+    built.push((mpi, out.clone()));
+    out
+}
+
+/// Where cargo left the drop-in library for this build of `roce` (as a
+/// dependency's cdylib, in `deps/`).
+fn lib_dir() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
+    let dir = bin.parent().unwrap();
+    let deps = dir.join("deps");
+    if deps.join("libibverbs.so").is_file() {
+        deps
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// The environment of every run: the library, UCX's settings cleared
+/// but `UCX_TLS`, MPICH's shared memory off.
+fn environment(c: &mut Command) {
+    c.env("ROCE_LIB_DIR", lib_dir())
+        .env_remove("ROCE_ADDR")
+        .env_remove("ROCE_ACK_DELAY");
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("UCX_") || k.starts_with("OMPI_") || k.starts_with("MPIR_") {
+            c.env_remove(&*k);
+        }
+    }
+    c.env("UCX_TLS", TLS)
+        .env("MPIR_CVAR_NOLOCAL", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+}
+
+/// A process in a process group of its own, ended (the whole group)
+/// when dropped before it was waited for.
+struct Group(Option<Child>);
+
+impl Group {
+    fn spawn(mut cmd: Command) -> Group {
+        let child = cmd
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Group(Some(child))
+    }
+
+    fn kill(c: &Child) {
+        let pg = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
+    }
+
+    /// Waits at most until `end`: past it the group is ended and the
+    /// output is what it printed, with `timed_out`. Output is read on
+    /// threads so that a full pipe cannot stop the job.
+    fn wait(mut self, end: Instant) -> (Output, bool) {
+        let mut c = self.0.take().expect("waited once");
+        let mut out = c.stdout.take().unwrap();
+        let mut err = c.stderr.take().unwrap();
+        let read_out = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut out, &mut v);
+            v
+        });
+        let read_err = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut err, &mut v);
+            v
+        });
+        let mut timed_out = false;
+        while c.try_wait().unwrap().is_none() {
+            if Instant::now() > end {
+                Group::kill(&c);
+                timed_out = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Anything the launcher left in its group goes with it.
+        Group::kill(&c);
+        let status = c.wait().unwrap();
+        let stdout = read_out.join().unwrap();
+        let stderr = read_err.join().unwrap();
+        (
+            Output {
+                status,
+                stdout,
+                stderr,
+            },
+            timed_out,
+        )
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            Group::kill(c);
+            let _ = c.wait();
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The `SIZE VALUE` lines under the header line ending in `header`.
+fn figures(out: &str, header: &str) -> Vec<(u64, f64)> {
+    out.lines()
+        .skip_while(|l| !l.trim_end().ends_with(header))
+        .skip(1)
+        .map_while(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Runs `cmd` (a launcher under `roce exec`), bounded; it must exit 0
+/// with every check passed and every figure printed. One job at a time
+/// (two cores). Returns the output.
+fn job(cmd: Command, what: &str) -> String {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let started = Instant::now();
+    let (o, late) = Group::spawn(cmd).wait(started + LIMIT);
+    let t = text(&o);
+    assert!(
+        o.status.success() && !late,
+        "{what}: {} (timed out: {late})\n{t}",
+        o.status
+    );
+    assert!(t.contains("all checks passed"), "{what}:\n{t}");
+    let lat = figures(&t, "Latency (us)");
+    let bw = figures(&t, "Bandwidth (MB/s)");
+    let max: u64 = ARGS[0].parse().unwrap();
+    let sizes: Vec<u64> = std::iter::successors(Some(1u64), |s| Some(s * 2))
+        .take_while(|s| *s <= max)
+        .collect();
+    for (name, f) in [("latency", &lat), ("bandwidth", &bw)] {
+        assert_eq!(
+            f.iter().map(|x| x.0).collect::<Vec<_>>(),
+            sizes,
+            "{what}: {name}\n{t}"
+        );
+        assert!(f.iter().all(|x| x.1 > 0.0), "{what}: {name}\n{t}");
+    }
+    let line = |f: &[(u64, f64)], size: u64| f.iter().find(|x| x.0 == size).map_or(0.0, |x| x.1);
+    eprintln!(
+        "{what}: {:.1} s; latency 1 B {:.2} us, 64 KiB {:.2} us; bandwidth 64 KiB {:.2} MB/s; {}; {}",
+        started.elapsed().as_secs_f64(),
+        line(&lat, 1),
+        line(&lat, max),
+        line(&bw, max),
+        t.lines().find(|l| l.contains("MPI_Allreduce")).unwrap_or(""),
+        t.lines().find(|l| l.contains("MPI_Alltoall")).unwrap_or(""),
+    );
+    t
+}
+
+/// `ranks` ranks of `mpi_check` on loopback, the launcher under `roce
+/// exec --devices lo`.
+fn loopback(mpi: Mpi, ranks: usize) {
+    if !have(mpi) {
+        return;
+    }
+    let prog = program(mpi);
+    let mut c = roce();
+    c.args(["exec", "--devices", "lo", "--", mpi.launcher()])
+        .args(mpi.launch(ranks, None))
+        .arg(&prog)
+        .args(ARGS);
+    environment(&mut c);
+    job(c, &format!("{mpi:?} {ranks} ranks on loopback"));
+}
+
+#[test]
+fn open_mpi_2_ranks_on_loopback() {
+    loopback(Mpi::OpenMpi, 2);
+}
+
+#[test]
+fn open_mpi_4_ranks_on_loopback() {
+    loopback(Mpi::OpenMpi, 4);
+}
+
+#[test]
+fn mpich_2_ranks_on_loopback() {
+    loopback(Mpi::Mpich, 2);
+}
+
+#[test]
+fn mpich_4_ranks_on_loopback() {
+    loopback(Mpi::Mpich, 4);
+}
