@@ -23,10 +23,11 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -99,6 +100,9 @@ impl Mpi {
             let agent = agent.to_string_lossy().into_owned();
             match self {
                 Mpi::OpenMpi => a.extend([
+                    // Ranks 0 and 1 (the ping-pong) on different hosts.
+                    "--map-by".into(),
+                    "node".into(),
                     "--hostfile".into(),
                     hosts.into(),
                     "--mca".into(),
@@ -109,7 +113,13 @@ impl Mpi {
                     "oob_tcp_if_include".into(),
                     "10.0.0.0/8".into(),
                 ]),
+                // Ranks go round the hosts (`HOST:1` each), so 0 and 1
+                // are on different hosts. Only these variables are
+                // passed on: the ranks of the second namespace keep
+                // their `roce exec`'s `ROCE_DEVICES`.
                 Mpi::Mpich => a.extend([
+                    "-genvlist".into(),
+                    "UCX_TLS,MPIR_CVAR_NOLOCAL".into(),
                     "-hosts".into(),
                     hosts.into(),
                     "-launcher".into(),
@@ -382,4 +392,162 @@ fn mpich_2_ranks_on_loopback() {
 #[test]
 fn mpich_4_ranks_on_loopback() {
     loopback(Mpi::Mpich, 4);
+}
+
+/// Two network namespaces joined by a veth with two addresses at each
+/// end (one per rank: an address serves one process); removed on drop.
+struct Lab {
+    a: String,
+    b: String,
+    va: String,
+    vb: String,
+    /// The first address of each end: the "host names".
+    ip_a: String,
+    ip_b: String,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+impl Lab {
+    fn new() -> Result<Lab, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("not root".into());
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}{n}", std::process::id() % 100_000);
+        let net = 1 + (std::process::id() + n) % 250;
+        let lab = Lab {
+            a: format!("mpa{id}"),
+            b: format!("mpb{id}"),
+            va: format!("mva{id}"),
+            vb: format!("mvb{id}"),
+            ip_a: format!("10.96.{net}.1"),
+            ip_b: format!("10.96.{net}.2"),
+        };
+        ip(&["netns", "add", &lab.a]).map_err(|e| format!("ip netns unavailable ({e})"))?;
+        ip(&["netns", "add", &lab.b])?;
+        ip(&[
+            "link", "add", &lab.va, "netns", &lab.a, "type", "veth", "peer", "name", &lab.vb,
+            "netns", &lab.b,
+        ])?;
+        for (ns, dev, hosts) in [(&lab.a, &lab.va, [1, 3]), (&lab.b, &lab.vb, [2, 4])] {
+            for host in hosts {
+                let addr = format!("10.96.{net}.{host}/24");
+                ip(&["-n", ns, "addr", "add", &addr, "dev", dev])?;
+            }
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(lab)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+/// Writes an executable shell script.
+fn script(path: &Path, body: &str) {
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// 2 + 2 ranks of `mpi_check`: the launcher in namespace `a` under `roce
+/// exec --devices VA`, the second host's daemon (Open MPI's `orted`,
+/// MPICH's `hydra_pmi_proxy`) started by a remote shell script as `ip
+/// netns exec B roce exec --devices VB -- sh -c CMD`, and each rank
+/// through a script that sets `ROCE_ADDR` to its namespace's address
+/// number local rank + 1.
+fn across(mpi: Mpi) {
+    if !have(mpi) {
+        return;
+    }
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let prog = program(mpi);
+    let dir = work_dir();
+    let roce_bin = roce().get_program().to_string_lossy().into_owned();
+    let agent = dir.join(format!("agent_{}", lab.a));
+    // ssh's options (hydra passes -x) are skipped; the command is one
+    // line for a shell, as ssh would give it to the remote one.
+    script(
+        &agent,
+        &format!(
+            "#!/bin/sh\n\
+             while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\n\
+             host=$1; shift\n\
+             case $host in\n\
+             {ip_a}) ns={a} dev={va};;\n\
+             {ip_b}) ns={b} dev={vb};;\n\
+             *) echo \"remote shell: unknown host $host\" >&2; exit 1;;\n\
+             esac\n\
+             exec ip netns exec $ns {roce_bin} exec --devices $dev -- sh -c \"$*\"\n",
+            ip_a = lab.ip_a,
+            ip_b = lab.ip_b,
+            a = lab.a,
+            b = lab.b,
+            va = lab.va,
+            vb = lab.vb,
+        ),
+    );
+    let rank = dir.join("rank");
+    script(
+        &rank,
+        "#!/bin/sh\n\
+         lr=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-0}}\n\
+         ROCE_ADDR=$(ip -o -4 addr show scope global | \
+         awk '{split($4, a, \"/\"); print a[1]}' | sed -n \"$((lr + 1))p\")\n\
+         export ROCE_ADDR\n\
+         exec \"$@\"\n",
+    );
+    let hosts = match mpi {
+        Mpi::OpenMpi => {
+            let f = dir.join(format!("hosts_{}", lab.a));
+            std::fs::write(&f, format!("{} slots=2\n{} slots=2\n", lab.ip_a, lab.ip_b)).unwrap();
+            f.to_string_lossy().into_owned()
+        }
+        Mpi::Mpich => format!("{}:1,{}:1", lab.ip_a, lab.ip_b),
+    };
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &lab.a, &roce_bin])
+        .args(["exec", "--devices", &lab.va, "--", mpi.launcher()])
+        .args(mpi.launch(4, Some((&hosts, &agent))))
+        .arg(&rank)
+        .arg(&prog)
+        .args(ARGS);
+    environment(&mut c);
+    job(c, &format!("{mpi:?} 2 + 2 ranks between namespaces"));
+}
+
+#[test]
+fn open_mpi_2_plus_2_ranks_between_namespaces() {
+    across(Mpi::OpenMpi);
+}
+
+#[test]
+fn mpich_2_plus_2_ranks_between_namespaces() {
+    across(Mpi::Mpich);
 }
