@@ -57,6 +57,14 @@ impl Mpi {
         }
     }
 
+    /// Its `mpi.h` (Debian's `libopenmpi-dev`, `libmpich-dev`).
+    fn header(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h",
+            Mpi::Mpich => "/usr/include/x86_64-linux-gnu/mpich/mpi.h",
+        }
+    }
+
     fn launcher(self) -> &'static str {
         match self {
             Mpi::OpenMpi => "mpirun.openmpi",
@@ -139,22 +147,27 @@ fn on_path(prog: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
 }
 
-/// Whether `mpi`'s compiler and launcher are installed; a missing one
+/// Whether `mpi`'s compiler, header and launcher are installed; a missing one
 /// fails the test in CI.
 fn have(mpi: Mpi) -> bool {
-    let found = on_path(mpi.cc()) && on_path(mpi.launcher()) && on_path("ucx_info");
+    let found = on_path(mpi.cc())
+        && on_path(mpi.launcher())
+        && Path::new(mpi.header()).is_file()
+        && on_path("ucx_info");
     if !found {
         assert!(
             std::env::var_os("ROCE_REQUIRE_MPI").is_none(),
-            "{} or {} is not installed (apt-get install openmpi-bin libopenmpi-dev \
+            "{}, {} or {} is not installed (apt-get install openmpi-bin libopenmpi-dev \
              mpich libmpich-dev ucx-utils)",
             mpi.cc(),
+            mpi.header(),
             mpi.launcher()
         );
         eprintln!(
-            "skipped: {} or {} is not installed (apt-get install openmpi-bin \
+            "skipped: {}, {} or {} is not installed (apt-get install openmpi-bin \
              libopenmpi-dev mpich libmpich-dev ucx-utils)",
             mpi.cc(),
+            mpi.header(),
             mpi.launcher()
         );
     }
