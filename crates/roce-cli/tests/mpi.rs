@@ -28,7 +28,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::roce;
@@ -174,27 +174,11 @@ fn have(mpi: Mpi) -> bool {
     found
 }
 
-/// A directory for the programs and scripts of this test process.
-fn work_dir() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("roce-mpi")
-            .tempdir()
-            .unwrap()
-    })
-    .path()
-}
-
-/// `mpi_check` built with `mpi`'s compiler wrapper, once.
-fn program(mpi: Mpi) -> PathBuf {
-    static BUILT: Mutex<Vec<(Mpi, PathBuf)>> = Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, p)) = built.iter().find(|(m, _)| *m == mpi) {
-        return p.clone();
-    }
+/// `mpi_check` built with `mpi`'s compiler wrapper in `dir` (each test
+/// has a directory of its own, removed when it ends).
+fn program(mpi: Mpi, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mpi/mpi_check.c");
-    let out = work_dir().join(format!("mpi_check_{mpi:?}"));
+    let out = dir.join("mpi_check");
     let o = Command::new(mpi.cc())
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&out)
@@ -202,8 +186,15 @@ fn program(mpi: Mpi) -> PathBuf {
         .output()
         .unwrap_or_else(|e| panic!("{}: {e}", mpi.cc()));
     assert!(o.status.success(), "{} failed:\n{}", mpi.cc(), text(&o));
-    built.push((mpi, out.clone()));
     out
+}
+
+/// A directory of the test's own, removed when dropped.
+fn work_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("roce-mpi")
+        .tempdir()
+        .unwrap()
 }
 
 /// Where cargo left the drop-in library for this build of `roce` (as a
@@ -383,7 +374,8 @@ fn loopback(mpi: Mpi, ranks: usize) {
     if !have(mpi) {
         return;
     }
-    let prog = program(mpi);
+    let dir = work_dir();
+    let prog = program(mpi, dir.path());
     let mut c = roce();
     c.args(["exec", "--devices", "lo", "--", mpi.launcher()])
         .args(mpi.launch(ranks, None))
@@ -506,10 +498,11 @@ fn across(mpi: Mpi) {
             return;
         }
     };
-    let prog = program(mpi);
     let dir = work_dir();
+    let prog = program(mpi, dir.path());
+    let dir = dir.path();
     let roce_bin = roce().get_program().to_string_lossy().into_owned();
-    let agent = dir.join(format!("agent_{}", lab.a));
+    let agent = dir.join("rsh");
     // ssh's options (hydra passes -x) are skipped; the command is one
     // line for a shell, as ssh would give it to the remote one.
     script(
@@ -545,7 +538,7 @@ fn across(mpi: Mpi) {
     );
     let hosts = match mpi {
         Mpi::OpenMpi => {
-            let f = dir.join(format!("hosts_{}", lab.a));
+            let f = dir.join("hosts");
             std::fs::write(&f, format!("{} slots=2\n{} slots=2\n", lab.ip_a, lab.ip_b)).unwrap();
             f.to_string_lossy().into_owned()
         }
