@@ -22,46 +22,21 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
+use roce_verbs::roce_io::host::{check_port, free_port, may_bind_low, PortHolder};
+
 use crate::ffi::Res;
 
-/// One id's hold on a port.
-#[derive(Clone, Copy, Debug)]
-struct Holder {
-    id: usize,
-    addr: IpAddr,
-    reuse: bool,
-    afonly: bool,
-}
-
-/// The ids on each (port space, port).
+/// The ids on each (port space, port). A holder's `id` is the id's
+/// address; `slot` is always 0 (one process).
 #[derive(Default)]
 pub(crate) struct Ports {
-    held: HashMap<(u32, u16), Vec<Holder>>,
+    held: HashMap<(u32, u16), Vec<PortHolder>>,
 }
 
-/// The local port range the kernel picks from by default
-/// (`net.ipv4.ip_local_port_range`).
-const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
-
 impl Ports {
-    /// `cma_check_port`: whether `h` may hold `port` beside the others,
-    /// `reuse` standing for its own reuse flag (0 for a listen).
-    fn check(&self, key: (u32, u16), h: &Holder, reuse: bool) -> Res<()> {
-        for cur in self.held.get(&key).into_iter().flatten() {
-            if cur.id == h.id || (reuse && cur.reuse) {
-                continue;
-            }
-            if h.afonly && cur.afonly && h.addr.is_ipv4() != cur.addr.is_ipv4() {
-                continue;
-            }
-            if h.addr.is_unspecified() || cur.addr.is_unspecified() {
-                return Err(libc::EADDRNOTAVAIL);
-            }
-            if h.addr.to_canonical() == cur.addr.to_canonical() {
-                return Err(libc::EADDRINUSE);
-            }
-        }
-        Ok(())
+    /// `cma_check_port` (roce-io's rule) against the holders of `key`.
+    fn check(&self, key: (u32, u16), h: &PortHolder, reuse: bool) -> Res<()> {
+        check_port(self.held.get(&key).into_iter().flatten(), h, reuse).map_err(|e| e.errno())
     }
 
     /// Binds id `id` of space `ps` to `addr`:`port` (0: a free one);
@@ -75,14 +50,16 @@ impl Ports {
         reuse: bool,
         afonly: bool,
     ) -> Res<u16> {
-        let h = Holder {
-            id,
+        let h = PortHolder {
+            slot: 0,
+            id: id as u64,
             addr,
             reuse,
             afonly,
         };
         let port = if port == 0 {
-            self.free_port(ps, roce_verbs::random_u64().unwrap_or(0))?
+            let seed = roce_verbs::random_u64().unwrap_or(0);
+            free_port(|p| self.held.contains_key(&(ps, p)), seed).ok_or(libc::EADDRNOTAVAIL)?
         } else {
             if port < 1024 && !may_bind_low() {
                 return Err(libc::EACCES);
@@ -94,19 +71,11 @@ impl Ports {
         Ok(port)
     }
 
-    /// A port of the local range no id of `ps` holds, from `seed` on.
-    fn free_port(&self, ps: u32, seed: u64) -> Res<u16> {
-        let (low, n) = (*EPHEMERAL.start(), EPHEMERAL.len() as u64);
-        (0..n)
-            .map(|k| low + ((seed + k) % n) as u16)
-            .find(|&p| !self.held.contains_key(&(ps, p)))
-            .ok_or(libc::EADDRNOTAVAIL)
-    }
-
     /// `rdma_listen` of a bound id: it must be unique on its port, and is
     /// not reusable from then on.
     pub(crate) fn listen(&mut self, id: usize, ps: u32, port: u16) -> Res<()> {
         let key = (ps, port);
+        let id = id as u64;
         let Some(me) = self
             .held
             .get(&key)
@@ -131,27 +100,10 @@ impl Ports {
     /// The id is gone: its ports are free.
     pub(crate) fn release(&mut self, id: usize) {
         self.held.retain(|_, v| {
-            v.retain(|h| h.id != id);
+            v.retain(|h| h.id != id as u64);
             !v.is_empty()
         });
     }
-}
-
-/// Whether this process may bind a port below 1024
-/// (`CAP_NET_BIND_SERVICE` in its effective set).
-fn may_bind_low() -> bool {
-    const CAP_NET_BIND_SERVICE: u32 = 10;
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let hex = s
-                .lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))?
-                .trim()
-                .to_string();
-            u64::from_str_radix(&hex, 16).ok()
-        })
-        .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
 }
 
 /// The process's port spaces.
@@ -166,6 +118,7 @@ pub(crate) fn with<T>(f: impl FnOnce(&mut Ports) -> T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roce_verbs::roce_io::host::EPHEMERAL;
 
     const TCP: u32 = 0x0106;
     const UDP: u32 = 0x0111;
@@ -245,12 +198,16 @@ mod tests {
         let mut p = Ports::default();
         let a = p.bind(1, TCP, ip("127.0.0.1"), 0, false, false).unwrap();
         assert!(EPHEMERAL.contains(&a));
-        // From the same seed, the next free one.
+        // The rule's picks (roce-io's `free_port`, tested there) skip the
+        // ports this table holds.
         let seed = u64::from(a - EPHEMERAL.start());
-        assert_eq!(
-            p.free_port(TCP, seed),
-            Ok(a + 1).map(|x| if x > 60999 { 32768 } else { x })
-        );
-        assert_eq!(p.free_port(UDP, seed), Ok(a));
+        let held = |ps: u32, q: u16| p.held.contains_key(&(ps, q));
+        let next = if a == *EPHEMERAL.end() {
+            *EPHEMERAL.start()
+        } else {
+            a + 1
+        };
+        assert_eq!(free_port(|q| held(TCP, q), seed), Some(next));
+        assert_eq!(free_port(|q| held(UDP, q), seed), Some(a));
     }
 }

@@ -15,9 +15,9 @@
 //! * port 0 takes a free port of the local range, starting at a random
 //!   one.
 //!
-//! [`check_port`] is the rule alone, over any list of holders: the same
-//! as `roce-ibverbs`' process-local `cm/ports.rs`, which is to use it
-//! (and this table) once the table is wired in.
+//! [`check_port`] is the rule alone, over any list of holders:
+//! `roce-ibverbs`' process-local `cm/ports.rs` applies it today, and is
+//! to keep its holds in this table once the table is wired in.
 //!
 //! A record is [`PORT_WORDS`] words, read and written under the update
 //! lock only; a record that is not well-formed counts as free.
