@@ -23,11 +23,11 @@
 
 mod common;
 
+use roce_testkit::netns::VethPair;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -405,76 +405,6 @@ fn mpich_4_ranks_on_loopback() {
     loopback(Mpi::Mpich, 4);
 }
 
-/// Two network namespaces joined by a veth with two addresses at each
-/// end (one per rank: an address serves one process); removed on drop.
-struct Lab {
-    a: String,
-    b: String,
-    va: String,
-    vb: String,
-    /// The first address of each end: the "host names".
-    ip_a: String,
-    ip_b: String,
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
-impl Lab {
-    fn new() -> Result<Lab, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("not root".into());
-        }
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
-        let net = 1 + (std::process::id() + n) % 250;
-        let lab = Lab {
-            a: format!("mpa{id}"),
-            b: format!("mpb{id}"),
-            va: format!("mva{id}"),
-            vb: format!("mvb{id}"),
-            ip_a: format!("10.96.{net}.1"),
-            ip_b: format!("10.96.{net}.2"),
-        };
-        ip(&["netns", "add", &lab.a]).map_err(|e| format!("ip netns unavailable ({e})"))?;
-        ip(&["netns", "add", &lab.b])?;
-        ip(&[
-            "link", "add", &lab.va, "netns", &lab.a, "type", "veth", "peer", "name", &lab.vb,
-            "netns", &lab.b,
-        ])?;
-        for (ns, dev, hosts) in [(&lab.a, &lab.va, [1, 3]), (&lab.b, &lab.vb, [2, 4])] {
-            for host in hosts {
-                let addr = format!("10.96.{net}.{host}/24");
-                ip(&["-n", ns, "addr", "add", &addr, "dev", dev])?;
-            }
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
-            ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        }
-        Ok(lab)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.a]);
-        let _ = ip(&["netns", "del", &self.b]);
-    }
-}
-
 /// Writes an executable shell script.
 fn script(path: &Path, body: &str) {
     std::fs::write(path, body).unwrap();
@@ -491,7 +421,7 @@ fn across(mpi: Mpi) {
     if !have(mpi) {
         return;
     }
-    let lab = match Lab::new() {
+    let lab = match VethPair::new("mp", 96, 2) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("skipped: {e}");

@@ -14,9 +14,9 @@
 
 mod common;
 
+use roce_testkit::netns::VethPair;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -324,77 +324,13 @@ fn ucx_perftest_ud_verbs_on_loopback() {
     loopback("ud_verbs");
 }
 
-/// Two network namespaces joined by a veth; removed on drop.
-struct Lab {
-    a: String,
-    b: String,
-    va: String,
-    vb: String,
-    ip_a: String,
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
-impl Lab {
-    fn new() -> Result<Lab, String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("not root".into());
-        }
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
-        let net = 1 + (std::process::id() + n) % 250;
-        let lab = Lab {
-            a: format!("uxa{id}"),
-            b: format!("uxb{id}"),
-            va: format!("uva{id}"),
-            vb: format!("uvb{id}"),
-            ip_a: format!("10.97.{net}.1"),
-        };
-        ip(&["netns", "add", &lab.a]).map_err(|e| format!("ip netns unavailable ({e})"))?;
-        ip(&["netns", "add", &lab.b])?;
-        ip(&[
-            "link", "add", &lab.va, "netns", &lab.a, "type", "veth", "peer", "name", &lab.vb,
-            "netns", &lab.b,
-        ])?;
-        for (ns, dev, host) in [(&lab.a, &lab.va, 1), (&lab.b, &lab.vb, 2)] {
-            let addr = format!("10.97.{net}.{host}/24");
-            ip(&["netns", "exec", ns, "ip", "addr", "add", &addr, "dev", dev])?;
-            ip(&["netns", "exec", ns, "ip", "link", "set", dev, "up"])?;
-            ip(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"])?;
-        }
-        Ok(lab)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.a]);
-        let _ = ip(&["netns", "del", &self.b]);
-    }
-}
-
 /// Every test of TESTS with `tls`, server in one namespace, client in
 /// the other.
 fn across(tls: &str) {
     if !have_ucx() {
         return;
     }
-    let lab = match Lab::new() {
+    let lab = match VethPair::new("ux", 97, 1) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("skipped: {e}");

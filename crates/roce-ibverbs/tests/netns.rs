@@ -12,83 +12,29 @@
 mod common;
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{finish, have};
+use roce_testkit::netns::VethPair;
 use roce_testkit::text_of;
 
 /// Longest one program may take.
 const LIMIT: Duration = Duration::from_secs(60);
 
-fn sh(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
 /// Namespaces `a` (server, .1) and `b` (client, .2) joined by veth; all
 /// removed on drop.
-struct Lab {
-    a: String,
-    b: String,
-    va: String,
-    vb: String,
-    ip_a: String,
+struct Lab(VethPair);
+
+impl std::ops::Deref for Lab {
+    type Target = VethPair;
+    fn deref(&self) -> &VethPair {
+        &self.0
+    }
 }
 
 impl Lab {
     fn new() -> Result<Lab, String> {
-        let uid = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        if !uid
-            .lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        {
-            return Err("not root".into());
-        }
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let id = format!("{}{n}", std::process::id() % 100_000);
-        let net = 1 + (std::process::id() + n) % 250;
-        let lab = Lab {
-            a: format!("dia{id}"),
-            b: format!("dib{id}"),
-            va: format!("dva{id}"),
-            vb: format!("dvb{id}"),
-            ip_a: format!("10.98.{net}.1"),
-        };
-        sh(&["netns", "add", &lab.a]).map_err(|e| format!("ip netns unavailable ({e})"))?;
-        sh(&["netns", "add", &lab.b])?;
-        sh(&[
-            "link", "add", &lab.va, "netns", &lab.a, "type", "veth", "peer", "name", &lab.vb,
-            "netns", &lab.b,
-        ])?;
-        for (ns, dev, host) in [(&lab.a, &lab.va, 1), (&lab.b, &lab.vb, 2)] {
-            sh(&[
-                "netns",
-                "exec",
-                ns,
-                "ip",
-                "addr",
-                "add",
-                &format!("10.98.{net}.{host}/24"),
-                "dev",
-                dev,
-            ])?;
-            sh(&["netns", "exec", ns, "ip", "link", "set", dev, "up"])?;
-            sh(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"])?;
-        }
-        Ok(lab)
+        VethPair::new("d", 98, 1).map(Lab)
     }
 
     fn command(&self, ns: &str, dev: &str, backend: &str, prog: &str, args: &[&str]) -> Command {
@@ -102,13 +48,6 @@ impl Lab {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         c
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = sh(&["netns", "del", &self.a]);
-        let _ = sh(&["netns", "del", &self.b]);
     }
 }
 

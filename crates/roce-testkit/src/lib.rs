@@ -14,7 +14,8 @@
 //! * [`free_ports`], [`free_port`] and [`port_args`]: free ports for a
 //!   test's servers, below the kernel's ephemeral range;
 //! * [`rc`]: a QP of a sans-IO device brought from RESET to RTS with
-//!   the masks `ibv_modify_qp` requires.
+//!   the masks `ibv_modify_qp` requires;
+//! * [`netns`]: two network namespaces of a test's own joined by a veth.
 //!
 //! ```
 //! use std::process::Command;
@@ -25,6 +26,7 @@
 //! ```
 
 pub mod frames;
+pub mod netns;
 mod ports;
 pub mod rc;
 
