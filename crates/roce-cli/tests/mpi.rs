@@ -24,10 +24,10 @@
 mod common;
 
 use roce_testkit::netns::VethPair;
+use roce_testkit::Group;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -226,78 +226,6 @@ fn environment(c: &mut Command) {
         .env("MPIR_CVAR_NOLOCAL", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-}
-
-/// A process in a process group of its own, ended (the whole group)
-/// when dropped before it was waited for.
-struct Group(Option<Child>);
-
-impl Group {
-    fn spawn(mut cmd: Command) -> Group {
-        let child = cmd
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        Group(Some(child))
-    }
-
-    fn kill(c: &Child) {
-        let pg = nix::unistd::Pid::from_raw(c.id() as i32);
-        let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
-    }
-
-    /// Waits at most until `end`: past it the group is ended and the
-    /// output is what it printed, with `timed_out`. Output is read on
-    /// threads so that a full pipe cannot stop the job.
-    fn wait(mut self, end: Instant) -> (Output, bool) {
-        let mut c = self.0.take().expect("waited once");
-        let mut out = c.stdout.take().unwrap();
-        let mut err = c.stderr.take().unwrap();
-        let read_out = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut out, &mut v);
-            v
-        });
-        let read_err = std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut err, &mut v);
-            v
-        });
-        let mut timed_out = false;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > end {
-                Group::kill(&c);
-                timed_out = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Anything the launcher left in its group goes with it.
-        Group::kill(&c);
-        let status = c.wait().unwrap();
-        let stdout = read_out.join().unwrap();
-        let stderr = read_err.join().unwrap();
-        (
-            Output {
-                status,
-                stdout,
-                stderr,
-            },
-            timed_out,
-        )
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            Group::kill(c);
-            let _ = c.wait();
-        }
-    }
 }
 
 fn text(o: &Output) -> String {

@@ -15,12 +15,11 @@
 mod common;
 
 use roce_testkit::netns::VethPair;
+use roce_testkit::Group;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use std::os::unix::process::CommandExt;
 
 use common::roce;
 use roce_testkit::free_port;
@@ -87,61 +86,6 @@ fn exec(prefix: &[&str], dev: &str, tls: Option<&str>, prog: &str, args: &[&str]
         c.env("UCX_TLS", t);
     }
     c
-}
-
-/// A process in a process group of its own, ended (the whole group)
-/// when dropped before it was waited for.
-struct Group(Option<Child>);
-
-impl Group {
-    fn spawn(mut cmd: Command) -> Group {
-        let child = cmd
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        Group(Some(child))
-    }
-
-    fn kill(c: &Child) {
-        let pg = nix::unistd::Pid::from_raw(c.id() as i32);
-        let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
-    }
-
-    fn exited(&mut self) -> bool {
-        self.0
-            .as_mut()
-            .is_none_or(|c| c.try_wait().unwrap().is_some())
-    }
-
-    /// Waits at most until `end`: past it the group is ended and the
-    /// output is what it printed, with `timed_out`.
-    fn wait(mut self, end: Instant) -> (Output, bool) {
-        let mut c = self.0.take().expect("waited once");
-        let mut timed_out = false;
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > end {
-                Group::kill(&c);
-                timed_out = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Anything the program left in its group goes with it.
-        Group::kill(&c);
-        (c.wait_with_output().unwrap(), timed_out)
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            Group::kill(c);
-            let _ = c.wait();
-        }
-    }
 }
 
 fn text(o: &Output) -> String {

@@ -5,6 +5,7 @@
 //!   test (`cargo test` builds every example beside the test binaries);
 //! * [`run_bounded`] and [`Guard`]: a child process waited for at most a
 //!   given time, killed if the test fails first, so no test can hang;
+//!   [`Group`] the same for a child and everything it starts;
 //! * [`Guard::spawn_roce_server`] and [`roce_bound`]: a RoCE server
 //!   started and waited for until its device is open (an rdma_cm client
 //!   does not retry a refused connection);
@@ -26,10 +27,12 @@
 //! ```
 
 pub mod frames;
+mod group;
 pub mod netns;
 mod ports;
 pub mod rc;
 
+pub use group::Group;
 pub use ports::{free_port, free_ports, port_args};
 
 use std::path::PathBuf;
