@@ -12,6 +12,21 @@ use crate::qp::state::QpState;
 use crate::qp::{Ctx, QpCommon};
 
 impl Responder {
+    /// A READ that cannot be served at `psn` (its R_Key refused, or its
+    /// memory gone under the copy): a class C error (IBTA Vol 1 §9.9,
+    /// §9.7.5.1.5 C9-85): the remote access error NAK goes out first,
+    /// the responses queued after it are dropped, and the QP goes to the
+    /// error state.
+    fn nak_access(&mut self, qp: &mut QpCommon, ctx: &mut Ctx<'_>, psn: Psn) {
+        self.out.clear();
+        self.out.push_front(Job::Ack {
+            psn,
+            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+        });
+        qp.counters.error_naks_sent += 1;
+        self.enter_error(qp, ctx);
+    }
+
     /// Emits the next queued response.
     pub(crate) fn poll_transmit(
         &mut self,
@@ -96,16 +111,7 @@ impl Responder {
                     {
                         Ok(s) => Some(s),
                         Err(_) => {
-                            // A class C error like any other (IBTA Vol 1 §9.9): the
-                            // NAK, then the error state, which drops the
-                            // responses queued after it.
-                            self.out.clear();
-                            self.out.push_front(Job::Ack {
-                                psn,
-                                syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
-                            });
-                            qp.counters.error_naks_sent += 1;
-                            self.enter_error(qp, ctx);
+                            self.nak_access(qp, ctx, psn);
                             return self.poll_transmit(qp, ctx, buf);
                         }
                     }
@@ -122,15 +128,8 @@ impl Responder {
                 if fault {
                     // The memory went away under the copy (the region is
                     // revoked now): the packet is not sent, and the READ
-                    // ends as one the check above refuses, with a remote
-                    // access error NAK (IBTA Vol 1 §9.7.5.1.5, C9-85).
-                    self.out.clear();
-                    self.out.push_front(Job::Ack {
-                        psn,
-                        syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
-                    });
-                    qp.counters.error_naks_sent += 1;
-                    self.enter_error(qp, ctx);
+                    // ends as one the check above refuses.
+                    self.nak_access(qp, ctx, psn);
                     return self.poll_transmit(qp, ctx, buf);
                 }
                 qp.counters.tx_bytes += n;
