@@ -45,6 +45,10 @@ pub struct Transmit {
     pub ipv4_id: u16,
     /// The IPv4 don't-fragment flag (true for IPv6).
     pub dont_frag: bool,
+    /// The BTH destination QP number (24 bits): which process of those
+    /// sharing the destination address receives it (docs/host.md), told
+    /// to a backend so that it never reads the BTH.
+    pub dest_qpn: u32,
 }
 
 impl Transmit {
@@ -105,7 +109,12 @@ impl Transmit {
         if usize::from(u.len()) != d.len() - hl {
             return None;
         }
+        let bth_at = hl + udp::HEADER_LEN;
+        let dest_qpn = bth::BthHeader::new_unchecked(&d[bth_at..bth_at + bth::HEADER_LEN])
+            .dest_qp()
+            .value();
         Some(Transmit {
+            dest_qpn,
             size: d.len(),
             src: SocketAddr::new(src, u.src_port()),
             destination: SocketAddr::new(dst, u.dst_port()),
@@ -166,6 +175,10 @@ pub struct RxMeta {
     /// may be its guess and the ICRC cannot be checked. The default is
     /// true.
     pub header_exact: bool,
+    /// Another process sharing this address received the datagram and
+    /// handed it on (docs/host.md): if it is not this process's either,
+    /// it is not handed on again.
+    pub forwarded: bool,
 }
 
 impl Default for RxMeta {
@@ -178,13 +191,17 @@ impl RxMeta {
     /// A datagram whose covered header fields are exact
     /// ([`header_exact`](Self::header_exact)).
     pub const fn exact() -> RxMeta {
-        RxMeta { header_exact: true }
+        RxMeta {
+            header_exact: true,
+            forwarded: false,
+        }
     }
 
     /// A datagram with a covered header field the backend had to guess.
     pub const fn inexact() -> RxMeta {
         RxMeta {
             header_exact: false,
+            forwarded: false,
         }
     }
 
@@ -193,6 +210,29 @@ impl RxMeta {
         self.header_exact = yes;
         self
     }
+
+    /// Sets [`forwarded`](Self::forwarded).
+    pub const fn with_forwarded(mut self, yes: bool) -> RxMeta {
+        self.forwarded = yes;
+        self
+    }
+}
+
+/// An identifier that names the one process, of those sharing a device's
+/// address on a host, that a received datagram belongs to (docs/host.md):
+/// a data packet's destination QP, a CM REQ's or SIDR REQ's service ID, or
+/// the local communication ID that any other CM MAD names (IBTA Vol 1
+/// §12.6). The engine says which one a datagram names when it has no such
+/// object itself; a backend looks its owner up without reading the
+/// datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A QP number (24 bits), never 1 (QP1 is every process's).
+    Qp(u32),
+    /// A service ID a CM listener holds.
+    Service(u64),
+    /// A local communication ID of a CM connection.
+    CommId(u32),
 }
 
 #[cfg(test)]
@@ -210,7 +250,7 @@ mod tests {
                 dst_port: crate::ROCE_V2_PORT,
                 checksum: UdpChecksum::Zero,
             },
-            bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(5), Psn::new(1)),
+            bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x12_3456), Psn::new(1)),
             ext: ExtHeaders::default(),
             payload: b"hello",
         };
@@ -238,6 +278,7 @@ mod tests {
         assert_eq!(t.destination, "10.0.0.2:4791".parse().unwrap());
         assert_eq!((t.dscp, t.ecn, t.tos()), (26, Ecn::Ect0, 26 << 2 | 2));
         assert_eq!((t.ipv4_id, t.dont_frag, t.header_len()), (9, true, 28));
+        assert_eq!(t.dest_qpn, 0x12_3456);
         for n in 0..d.len() {
             assert_eq!(Transmit::of_datagram(&d[..n]), None, "truncated at {n}");
         }
@@ -253,5 +294,6 @@ mod tests {
         let t6 = Transmit::of_datagram(&d6).unwrap();
         assert!(t6.is_ipv6());
         assert_eq!((t6.dscp, t6.ecn, t6.header_len()), (10, Ecn::Ce, 48));
+        assert_eq!(t6.dest_qpn, 0x12_3456);
     }
 }

@@ -95,6 +95,7 @@ impl Path {
             ecn: self.ecn,
             ipv4_id: IPV4_IDENT,
             dont_frag: true,
+            dest_qpn: repr.bth.dest_qp.value(),
         })
     }
 }
