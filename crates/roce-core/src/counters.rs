@@ -61,7 +61,8 @@ pub struct QpCounters {
 /// Counters of a device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
-    /// Datagrams handed to the device.
+    /// Datagrams handed to the device (every call of
+    /// [`Device::handle_datagram`](crate::Device::handle_datagram)).
     pub rx_datagrams: u64,
     /// Datagrams that did not parse as RoCE v2.
     pub rx_malformed: u64,
@@ -70,8 +71,14 @@ pub struct DeviceCounters {
     /// Datagrams whose ICRC could not be checked (the backend lacked the
     /// real IP header).
     pub rx_icrc_unchecked: u64,
-    /// Datagrams for a QP that does not exist.
+    /// Datagrams for a QP that does not exist (and, on a shared device,
+    /// that no other process owns: handed back forwarded).
     pub rx_unknown_qp: u64,
+    /// Datagrams handed back as [`RxOutcome::Foreign`](crate::RxOutcome::Foreign):
+    /// a shared device had no QP, listener or connection they name, and
+    /// another process may (docs/host.md). A datagram handed back and then
+    /// submitted again, forwarded, counts twice in `rx_datagrams`.
+    pub rx_foreign: u64,
     /// CNPs received.
     pub rx_cnp: u64,
     /// Datagrams sent.

@@ -12,8 +12,9 @@ use std::net::IpAddr;
 
 use roce_wire::cm::{self, msg_ref, rej_reason, CmMessage, CmaHeader, RejRepr, CMA_HEADER_LEN};
 use roce_wire::mad::{self, MAD_LEN};
-use roce_wire::{BthRepr, DethRepr, Ecn, ExtHeaders, Opcode, Psn, Qpn};
+use roce_wire::{BthRepr, DethRepr, Ecn, ExtHeaders, Opcode, Owner, Psn, Qpn};
 
+use super::share::{OwnerChange, OwnerQueue};
 use super::{Device, VerbsError};
 use crate::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
 use crate::ids::{Ids, Quarantine};
@@ -189,6 +190,12 @@ pub struct CmCounters {
     /// to a port this side had a connection accepted on in the last 5 s:
     /// every 50 ms, for up to 2 s, before the refusal is reported.
     pub resent_after_refusal: u64,
+    /// Claims or releases of local communication IDs not queued for the
+    /// driver because the queue was full
+    /// ([`Device::poll_owner_change`]): a claim lost leaves the ID
+    /// unknown to the other processes sharing the address, a release lost
+    /// leaves it held in the host table until this process detaches.
+    pub owner_changes_dropped: u64,
 }
 
 /// How long after a listener goes a REQ for its port is left unanswered
@@ -265,6 +272,8 @@ pub(crate) struct CmTable {
     /// whose connection is gone or has another deadline is stale and
     /// skipped when it comes up (as the device's QP timer heap does).
     timers: BinaryHeap<Reverse<(Nanos, u32)>>,
+    /// Claims and releases of local IDs for the driver (shared devices).
+    pub(crate) owners: OwnerQueue,
     pub(crate) counters: CmCounters,
 }
 
@@ -288,6 +297,7 @@ impl CmTable {
             retired: Quarantine::new(RETIRED_CM_IDS),
             gsi_psn: 0,
             timers: BinaryHeap::new(),
+            owners: OwnerQueue::default(),
             counters: CmCounters::default(),
         }
     }
@@ -380,8 +390,10 @@ impl CmTable {
     }
 
     /// Adds a connection; a received request is indexed by its peer's ID
-    /// and counted against its listener's backlog.
+    /// and counted against its listener's backlog. Its ID is claimed in
+    /// the host table if the peer may name it ([`Device::poll_owner_change`]).
     fn insert(&mut self, id: u32, mut c: Conn) {
+        self.owner_change(&c, OwnerChange::Claim(Owner::CommId(id)));
         if matches!(c.state, CmState::ReqRcvd | CmState::SidrRcvd) {
             self.by_remote.insert((c.peer, c.remote_id), id);
             if let Some(l) = c.listen {
@@ -440,10 +452,20 @@ impl CmTable {
         self.unshare(id);
         let c = self.conns.remove(&id)?;
         self.retired.retire(id);
+        self.owner_change(&c, OwnerChange::Release(Owner::CommId(id)));
         if self.by_remote.get(&(c.peer, c.remote_id)) == Some(&id) {
             self.by_remote.remove(&(c.peer, c.remote_id));
         }
         Some(c)
+    }
+
+    /// Queues a claim or release of connection `c`'s local ID, unless its
+    /// peer never names it: a received SIDR_REQ's (the SIDR_REP carries
+    /// the peer's request ID, IBTA Vol 1 §12.11, and ends the exchange).
+    fn owner_change(&mut self, c: &Conn, change: OwnerChange) {
+        if c.state != CmState::SidrRcvd && !self.owners.push(change) {
+            self.counters.owner_changes_dropped += 1;
+        }
     }
 
     /// Whether `listen` can take one more waiting request.

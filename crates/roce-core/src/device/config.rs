@@ -69,6 +69,16 @@ pub struct DeviceConfig {
     /// where it is faster ([`roce_wire::crc32`]; roce-io's
     /// `CpuTuning::detect` says which suits the CPU). Only speed differs.
     pub icrc_code: roce_wire::crc32::Code,
+    /// Other processes share this device's addresses (docs/host.md): each
+    /// binds UDP 4791 with `SO_REUSEPORT`, so the kernel may hand this
+    /// process a datagram that is another's. When true,
+    /// [`Device::handle_datagram`](crate::Device::handle_datagram) returns
+    /// [`RxOutcome::Foreign`](crate::RxOutcome::Foreign) for a datagram
+    /// that names no object here (unless it was already handed on), and
+    /// the CM queues the claims and releases of its local communication
+    /// IDs ([`Device::poll_owner_change`](crate::Device::poll_owner_change)).
+    /// False (the default): the device is its addresses' only user.
+    pub shared: bool,
 }
 
 impl DeviceConfig {
@@ -85,6 +95,7 @@ impl DeviceConfig {
             tx_burst: 16,
             ack_delay: AckDelay::OFF,
             icrc_code: roce_wire::crc32::Code::Fast,
+            shared: false,
         }
     }
 }

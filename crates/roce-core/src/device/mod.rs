@@ -27,9 +27,11 @@ use crate::{AsyncEvent, Nanos};
 
 mod cm;
 mod config;
+mod share;
 pub use cm::CmCounters;
 use config::default_seed;
 pub use config::DeviceConfig;
+pub use share::{OwnerChange, RxOutcome};
 
 /// Destroyed QPNs kept out of use (a peer may still address them).
 const RETIRED_QPNS: usize = 4096;
@@ -75,7 +77,9 @@ pub enum VerbsError {
     Access(AccessError),
     /// A modify was refused.
     Modify(ModifyError),
-    /// The object is still in use.
+    /// The object is still in use, or what it needs is all taken: the
+    /// CM's connection table is full, or every QPN
+    /// [`Device::create_qp_with`] drew was refused (resource exhaustion).
     Busy,
     /// An argument is out of range.
     InvalidArgument(&'static str),
@@ -87,7 +91,7 @@ impl std::fmt::Display for VerbsError {
             VerbsError::NotFound => f.write_str("no such object"),
             VerbsError::Access(e) => write!(f, "memory access refused: {e:?}"),
             VerbsError::Modify(e) => write!(f, "{e}"),
-            VerbsError::Busy => f.write_str("object in use"),
+            VerbsError::Busy => f.write_str("object in use or resource exhausted"),
             VerbsError::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
         }
     }
@@ -140,7 +144,8 @@ impl Device {
             c.copy_from_slice(&ids.u64().to_le_bytes());
         }
         let mrs = MrTable::new(mr_seed);
-        let cm = cm::CmTable::new(&mut ids);
+        let mut cm = cm::CmTable::new(&mut ids);
+        cm.owners = share::OwnerQueue::new(config.shared);
         Device {
             config,
             next_pd: 1,

@@ -19,6 +19,10 @@ use crate::wr::{RecvWr, SendWr};
 /// Most QPs one device holds.
 const MAX_QPS: usize = 1 << 20;
 
+/// QPNs [`Device::create_qp_with`]'s `accept` may refuse for one QP
+/// before the creation fails.
+pub(crate) const MAX_QPN_REFUSALS: u32 = 64;
+
 impl Device {
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&mut self) -> PdId {
@@ -201,6 +205,28 @@ impl Device {
 
     /// `ibv_create_qp`: a new QP in RESET.
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, VerbsError> {
+        self.create_qp_with(init, |_| true)
+    }
+
+    /// `ibv_create_qp` on a device whose addresses other processes share
+    /// (docs/host.md: "QP creation claims the QPN before the QP exists"):
+    /// as [`Device::create_qp`], with each QPN drawn offered to `accept`
+    /// (which claims it in the host table), and another drawn while it
+    /// says no. The QPNs stay random and unpredictable (a QPN is drawn
+    /// from the device's CSPRNG each time, never derived from a refused
+    /// one).
+    ///
+    /// `accept` is called only once every other check has passed, and a
+    /// QPN it accepts becomes the QP's: nothing fails after it (so a claim
+    /// it made is never left without a QP). After 64 refusals for one QP
+    /// the creation fails with [`VerbsError::Busy`] (the QPN space is
+    /// taken, or the host table refuses claims: resource exhaustion);
+    /// no QP is made.
+    pub fn create_qp_with(
+        &mut self,
+        init: QpInitAttr,
+        mut accept: impl FnMut(Qpn) -> bool,
+    ) -> Result<Qpn, VerbsError> {
         if self
             .cqs
             .get(init.send_cq.0 as usize)
@@ -223,7 +249,10 @@ impl Device {
         if self.qps.len() >= MAX_QPS {
             return Err(VerbsError::InvalidArgument("too many QPs"));
         }
-        let qpn = self.fresh_qpn();
+        let qpn = (0..MAX_QPN_REFUSALS)
+            .map(|_| self.fresh_qpn())
+            .find(|&q| accept(Qpn::new(q)))
+            .ok_or(VerbsError::Busy)?;
         let mut qp = Qp::new(Qpn::new(qpn), init);
         qp.common.attr.path_mtu = self.config.active_mtu;
         // The starting PSN until the application sets its own: random.

@@ -8,9 +8,9 @@ use roce_wire::cm::{
     ReqRepr, SidrRepRepr, SidrReqRepr, CMA_HEADER_LEN,
 };
 use roce_wire::mad::{self, MadHeader};
-use roce_wire::{Opcode, Qpn, RocePacket};
+use roce_wire::{Opcode, Owner, Qpn, RocePacket};
 
-use super::super::Device;
+use super::super::{Device, RxOutcome};
 use super::{timeout_ns, trim_zeros, Conn, OutMad, ReqInfo, DEFAULT_PATH_ACK_TIMEOUT};
 use crate::cm::{accepts, CmEvent, CmId, CmState, ConnRequest, UdRequest};
 use crate::qp::accept::pkey_in_table;
@@ -18,14 +18,22 @@ use crate::qp::QpAttr;
 use crate::Nanos;
 
 impl Device {
-    /// A datagram for QP1.
-    pub(in crate::device) fn cm_handle(&mut self, now: Nanos, p: &RocePacket<'_>) {
+    /// A datagram for QP1. With `may_forward` (a shared device, a
+    /// datagram not handed on yet), a well-formed MAD that names a service
+    /// or connection this device does not have is [`RxOutcome::Foreign`]
+    /// ([`Device::foreign_owner`]); anything else is handled as ever.
+    pub(in crate::device) fn cm_handle(
+        &mut self,
+        now: Nanos,
+        p: &RocePacket<'_>,
+        may_forward: bool,
+    ) -> RxOutcome {
         // QP1 serves every partition of the port, and only those: the
         // BTH P_Key must match an entry of the P_Key table (IBTA Vol 1
         // §10.9.3), full or limited member, not both limited.
         if !pkey_in_table(p.bth.pkey.0) {
             self.cm.counters.dropped_pkey += 1;
-            return;
+            return RxOutcome::Done;
         }
         let ok = p.bth.opcode == Opcode::UD_SEND_ONLY
             && p.ext.deth.is_some_and(|d| d.qkey == mad::GSI_QKEY);
@@ -36,40 +44,71 @@ impl Device {
         };
         let Some((h, m)) = parsed else {
             self.cm.counters.dropped += 1;
-            return;
+            return RxOutcome::Done;
         };
-        self.cm.counters.rx_mads += 1;
         let (peer, local) = (p.ip.src(), p.ip.dst());
+        if may_forward {
+            if let Some(o) = self.foreign_owner(&m, peer) {
+                return RxOutcome::Foreign(o);
+            }
+        }
+        self.cm.counters.rx_mads += 1;
         match m {
             CmMessage::Req(r) => self.on_req(now, &h, &r, peer, local),
             CmMessage::Dreq(d) => self.on_dreq(&h, &d, peer, local),
             CmMessage::SidrReq(r) => self.on_sidr_req(now, &h, &r, peer, local),
             m => {
-                let (to_us, from) = match m {
-                    CmMessage::Rep(r) => (r.remote_comm_id, r.local_comm_id),
-                    CmMessage::Rtu(r) | CmMessage::Drep(r) => (r.remote_comm_id, r.local_comm_id),
-                    CmMessage::Rej(r) => (r.remote_comm_id, r.local_comm_id),
-                    CmMessage::Mra(r) => (r.remote_comm_id, r.local_comm_id),
-                    CmMessage::SidrRep(r) => (r.request_id, 0),
-                    _ => {
-                        self.cm.counters.dropped += 1;
-                        return;
-                    }
+                let Some((to_us, from)) = reply_ids(&m) else {
+                    self.cm.counters.dropped += 1;
+                    return RxOutcome::Done;
                 };
                 let Some(c) = self.cm.conns.get(&to_us) else {
                     self.cm.counters.dropped += 1;
-                    return;
+                    return RxOutcome::Done;
                 };
                 let known_peer =
                     c.remote_id == from || matches!(c.state, CmState::ReqSent | CmState::SidrSent);
                 if c.peer != peer || c.local != local || !known_peer || !accepts(c.state, h.attr_id)
                 {
                     self.cm.counters.dropped += 1;
-                    return;
+                    return RxOutcome::Done;
                 }
                 self.on_reply(now, to_us, &m);
             }
         }
+        RxOutcome::Done
+    }
+
+    /// What a MAD names that this device does not have, and another
+    /// process sharing its address may (docs/host.md): a REQ's or
+    /// SIDR_REQ's service ID when no listener here holds it and the
+    /// request is not one received here already (a resend), or the local
+    /// communication ID any other MAD names (IBTA Vol 1 §12.6: the
+    /// REQ's sender's ID in its REP, RTU, REJ, MRA, DREQ and DREP; the
+    /// request ID in a SIDR_REP, §12.11.2) when no connection here has it.
+    /// `None` for what is this device's, even if it then fails the peer
+    /// checks and is dropped, and for what names nobody (ID 0, which no
+    /// CM draws; a message of a kind this CM does not take).
+    pub(in crate::device) fn foreign_owner(
+        &self,
+        m: &CmMessage<'_>,
+        peer: IpAddr,
+    ) -> Option<Owner> {
+        let (service, request) = match m {
+            CmMessage::Req(r) => (r.service_id, r.local_comm_id),
+            CmMessage::SidrReq(r) => (r.service_id, r.request_id),
+            m => {
+                let id = match m {
+                    CmMessage::Dreq(d) => d.remote_comm_id,
+                    m => reply_ids(m)?.0,
+                };
+                let theirs = id != 0 && !self.cm.conns.contains_key(&id);
+                return theirs.then_some(Owner::CommId(id));
+            }
+        };
+        let theirs = !self.cm.by_remote.contains_key(&(peer, request))
+            && !self.cm.listeners.contains_key(&service);
+        theirs.then_some(Owner::Service(service))
     }
 
     fn on_req(&mut self, now: Nanos, h: &MadHeader, r: &ReqRepr<'_>, peer: IpAddr, local: IpAddr) {
@@ -430,4 +469,19 @@ impl Device {
         let (src, dst, tid) = (c.local, c.peer, c.tid);
         self.cm.send(src, dst, tid, &CmMessage::Rtu(rtu));
     }
+}
+
+/// The (local communication ID it names on our side, the sender's ID) of
+/// a reply-like MAD: REP, RTU, DREP, REJ, MRA (IBTA Vol 1 §12.6), and a
+/// SIDR_REP's request ID (§12.11.2; it carries no ID of its sender's).
+/// `None` for REQ, DREQ, SIDR_REQ and the messages this CM does not take.
+fn reply_ids(m: &CmMessage<'_>) -> Option<(u32, u32)> {
+    Some(match m {
+        CmMessage::Rep(r) => (r.remote_comm_id, r.local_comm_id),
+        CmMessage::Rtu(r) | CmMessage::Drep(r) => (r.remote_comm_id, r.local_comm_id),
+        CmMessage::Rej(r) => (r.remote_comm_id, r.local_comm_id),
+        CmMessage::Mra(r) => (r.remote_comm_id, r.local_comm_id),
+        CmMessage::SidrRep(r) => (r.request_id, 0),
+        _ => return None,
+    })
 }
