@@ -221,11 +221,12 @@ impl World {
         let mut buf = vec![0u8; 4400];
         let mut moved = false;
         for i in 0..2 {
-            while let Some(n) = self.hosts[i]
-                .dev
-                .poll_transmit(self.now, &mut buf)
-                .map(|t| t.size)
-            {
+            while let Some(t) = self.hosts[i].dev.poll_transmit(self.now, &mut buf) {
+                let n = t.size;
+                // The engine tells a backend the destination QP without
+                // its reading the BTH (docs/host.md).
+                let bth_qp = roce_wire::RocePacket::parse_ip(&buf[..n]).map(|p| p.bth.dest_qp);
+                assert_eq!(bth_qp.map(|q| q.value()), Ok(t.dest_qpn), "{t:?}");
                 moved = true;
                 let dst = 1 - i;
                 match (self.filter)(i, &buf[..n]) {

@@ -68,6 +68,36 @@ fn an_ended_connections_id_is_not_reused_soon() {
     assert_eq!(t.new_id(), second);
 }
 
+/// On a shared device, every connection the peer may name queues a claim
+/// of its ID and its end a release; a full queue makes room by dropping a
+/// claim and release that cancel out, and counts what it cannot queue.
+#[test]
+fn connections_claim_and_release_their_ids() {
+    use crate::device::share::{OwnerQueue, MAX_OWNER_CHANGES};
+    let mut t = table();
+    t.owners = OwnerQueue::new(true);
+    let sidr = Conn {
+        state: CmState::SidrRcvd,
+        ..conn()
+    };
+    t.insert(1, sidr);
+    assert!(t.remove(1).is_some());
+    assert_eq!(t.owners.pop(), None, "a received SIDR_REQ's ID is claimed");
+    for id in 1..=MAX_OWNER_CHANGES as u32 {
+        t.insert(id, conn());
+    }
+    // Full: a release cancels its queued claim; a new claim is lost.
+    assert!(t.remove(7).is_some());
+    t.insert(0x7000_0000, conn());
+    t.insert(0x7000_0001, conn());
+    assert_eq!(t.counters.owner_changes_dropped, 1);
+    assert_eq!(t.owners.pop(), Some(OwnerChange::Claim(Owner::CommId(1))));
+    // An unshared table queues nothing.
+    let mut t = table();
+    end(&mut t, 5);
+    assert_eq!(t.owners.pop(), None);
+}
+
 mod fair_share {
     //! One source address cannot lock a listener out (issue 32, item 6):
     //! a flood of forged REQs from one address, never followed by an RTU,
