@@ -157,7 +157,8 @@ struct OutMad {
 pub struct CmCounters {
     /// MADs sent (including resends).
     pub tx_mads: u64,
-    /// MADs received.
+    /// MADs received and taken by this CM (not those a shared device
+    /// handed back, [`RxOutcome::Foreign`](crate::RxOutcome::Foreign)).
     pub rx_mads: u64,
     /// MADs resent after a timeout.
     pub resent: u64,

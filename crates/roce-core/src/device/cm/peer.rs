@@ -89,11 +89,7 @@ impl Device {
     /// `None` for what is this device's, even if it then fails the peer
     /// checks and is dropped, and for what names nobody (ID 0, which no
     /// CM draws; a message of a kind this CM does not take).
-    pub(in crate::device) fn foreign_owner(
-        &self,
-        m: &CmMessage<'_>,
-        peer: IpAddr,
-    ) -> Option<Owner> {
+    fn foreign_owner(&self, m: &CmMessage<'_>, peer: IpAddr) -> Option<Owner> {
         let (service, request) = match m {
             CmMessage::Req(r) => (r.service_id, r.local_comm_id),
             CmMessage::SidrReq(r) => (r.service_id, r.request_id),
