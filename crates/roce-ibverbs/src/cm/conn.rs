@@ -109,7 +109,7 @@ export! {
             }
             // SAFETY: the id's C view.
             let ps = unsafe { (*i.c()).ps };
-            super::ports::with(|p| p.listen(i.c() as usize, ps, local.port()))?;
+            super::ports::listen(i.c() as usize, ps, local.port())?;
             i.st().reuse = false;
             let ctxs = match bound_context(i)? {
                 Some(c) => vec![c],

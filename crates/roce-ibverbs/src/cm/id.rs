@@ -340,7 +340,7 @@ pub(crate) fn destroy(id: *mut rdma_cm_id) -> Res<()> {
             st.channel.clone(),
         )
     };
-    ports::with(|p| p.release(i.c() as usize));
+    ports::release(i.c() as usize);
     // A synchronous id's last event.
     i.ack_held();
     for (c, l) in &listens {
@@ -512,7 +512,7 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
     };
     // SAFETY: the id's C view.
     let ps = unsafe { (*i.c()).ps };
-    let port = ports::with(|p| p.bind(i.c() as usize, ps, addr.ip(), addr.port(), reuse, afonly))?;
+    let port = ports::bind(i.c() as usize, ps, addr.ip(), addr.port(), reuse, afonly)?;
     let local = SocketAddr::new(addr.ip(), port);
     if let Some(ctx) = ctx {
         // SAFETY: the id's C view; a context this library keeps open.

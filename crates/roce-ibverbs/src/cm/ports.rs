@@ -14,16 +14,23 @@
 //! * port 0 takes a free port of the local range, starting at a random
 //!   one.
 //!
-//! The table is this process's (docs/dropin.md, "librdmacm"): between
-//! processes each holds its own address today
-//! (docs/notes/2026-12-03-one-device-per-host.md).
+//! As in the kernel, the port spaces are the host's: every process of
+//! this user keeps its holds in one host table (docs/host.md, "Port
+//! spaces"), the one of the unspecified address and the RoCE UDP port
+//! (`ROCE_PORT`), whatever address an id binds (the wildcard meets
+//! every address). A process that cannot attach it (no writable
+//! `/dev/shm` nor `$XDG_RUNTIME_DIR`, or a table of another user there)
+//! keeps its holds to itself ([`Ports`]), and says so once.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use roce_verbs::roce_io::host::{check_port, free_port, may_bind_low, PortHolder};
+use roce_verbs::roce_io::host::{
+    check_port, free_port, may_bind_low, HostError, HostTable, PortHolder,
+};
 
+use crate::config::{self, log};
 use crate::ffi::Res;
 
 /// The ids on each (port space, port). A holder's `id` is the id's
@@ -106,13 +113,131 @@ impl Ports {
     }
 }
 
-/// The process's port spaces.
-static PORTS: Mutex<Option<Ports>> = Mutex::new(None);
+/// The port spaces this process uses: the host's, or its own.
+enum Spaces {
+    Host(HostTable),
+    Local(Ports),
+}
 
-/// Runs `f` on the process's port spaces.
-pub(crate) fn with<T>(f: impl FnOnce(&mut Ports) -> T) -> T {
-    let mut g = PORTS.lock().unwrap_or_else(|p| p.into_inner());
-    f(g.get_or_insert_with(Ports::default))
+/// The errno of a host table's refusal.
+fn errno(e: &HostError) -> i32 {
+    match e {
+        HostError::Port(p) => p.errno(),
+        HostError::Full | HostError::NoSlot => libc::EADDRNOTAVAIL,
+        HostError::Busy => libc::EBUSY,
+        _ => libc::EIO,
+    }
+}
+
+impl Spaces {
+    /// The host's port spaces, or this process's when the host table
+    /// cannot be had.
+    fn open() -> Spaces {
+        let port = config::port().unwrap_or(config::ROCE_V2_PORT);
+        let any = IpAddr::from([0u8; 4]);
+        let name = format!("rdma_cm port spaces, pid {}", std::process::id());
+        match HostTable::attach(any, port, name.as_bytes()) {
+            Ok(t) => Spaces::Host(t),
+            Err(e) => {
+                log!("rdma_cm ports are this process's only: {e}");
+                Spaces::Local(Ports::default())
+            }
+        }
+    }
+
+    /// Runs `f` on the host table, attached again when it was the parent
+    /// process's (a fork keeps the parent's attachment, which refuses
+    /// updates).
+    fn host<T>(&mut self, f: impl Fn(&HostTable) -> Result<T, HostError>) -> Option<Res<T>> {
+        let Spaces::Host(t) = self else { return None };
+        let r = match f(t) {
+            Err(HostError::Forked) => {
+                *self = Spaces::open();
+                return self.host(f);
+            }
+            r => r,
+        };
+        Some(r.map_err(|e| errno(&e)))
+    }
+
+    fn bind(
+        &mut self,
+        id: usize,
+        ps: u32,
+        addr: IpAddr,
+        port: u16,
+        reuse: bool,
+        afonly: bool,
+    ) -> Res<u16> {
+        let hold = PortHolder {
+            slot: 0,
+            id: id as u64,
+            addr,
+            reuse,
+            afonly,
+        };
+        if let Some(r) = self.host(|t| t.bind_port(ps, port, hold)) {
+            return r;
+        }
+        match self {
+            Spaces::Local(p) => p.bind(id, ps, addr, port, reuse, afonly),
+            Spaces::Host(_) => Err(libc::EIO),
+        }
+    }
+
+    fn listen(&mut self, id: usize, ps: u32, port: u16) -> Res<()> {
+        // An id the table does not know (bound before a fork) has nothing
+        // to check, as in the process's own table.
+        let r = self.host(|t| match t.listen_port(ps, port, id as u64) {
+            Err(HostError::NotHeld) => Ok(()),
+            r => r,
+        });
+        match (r, self) {
+            (Some(r), _) => r,
+            (None, Spaces::Local(p)) => p.listen(id, ps, port),
+            (None, Spaces::Host(_)) => Ok(()),
+        }
+    }
+
+    fn release(&mut self, id: usize) {
+        if self.host(|t| t.release_ports(id as u64)).is_none() {
+            if let Spaces::Local(p) = self {
+                p.release(id);
+            }
+        }
+    }
+}
+
+/// The process's port spaces, opened at first use.
+static SPACES: Mutex<Option<Spaces>> = Mutex::new(None);
+
+fn with<T>(f: impl FnOnce(&mut Spaces) -> T) -> T {
+    let mut g = SPACES.lock().unwrap_or_else(|p| p.into_inner());
+    f(g.get_or_insert_with(Spaces::open))
+}
+
+/// `rdma_bind_addr` of id `id` in space `ps` to `addr`:`port` (0: a
+/// free one), host-wide; the port it got.
+pub(crate) fn bind(
+    id: usize,
+    ps: u32,
+    addr: IpAddr,
+    port: u16,
+    reuse: bool,
+    afonly: bool,
+) -> Res<u16> {
+    with(|s| s.bind(id, ps, addr, port, reuse, afonly))
+}
+
+/// `rdma_listen` of id `id` bound to `port` of `ps`: unique on its port
+/// from now on.
+pub(crate) fn listen(id: usize, ps: u32, port: u16) -> Res<()> {
+    with(|s| s.listen(id, ps, port))
+}
+
+/// The id is gone: its ports are free.
+pub(crate) fn release(id: usize) {
+    with(|s| s.release(id));
 }
 
 #[cfg(test)]

@@ -113,9 +113,23 @@ pub fn default_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from)
 }
 
-/// The table file of user `uid`'s `addr`:`port` in `dir`.
+/// The table file of user `uid`'s `addr`:`port` in `dir`, in this
+/// process's network namespace ([`net_namespace`]): an address, and
+/// rdma_cm's port spaces, are a namespace's, as in the kernel.
 pub fn table_path(dir: &Path, uid: u32, addr: IpAddr, port: u16) -> PathBuf {
-    dir.join(format!("roce-host-{uid}-{}-{port}", addr.to_canonical()))
+    dir.join(format!(
+        "roce-host-{uid}-net{}-{}-{port}",
+        net_namespace(),
+        addr.to_canonical()
+    ))
+}
+
+/// This process's network namespace: the inode number of
+/// `/proc/self/ns/net` (unique among the namespaces that exist), 0 when
+/// it cannot be read.
+pub fn net_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino())
 }
 
 impl HostTable {
