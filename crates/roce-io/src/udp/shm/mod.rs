@@ -254,15 +254,21 @@ impl Shm {
         stats: &mut UdpStats,
     ) -> ProcRoute {
         let dest = Dest::Proc(*name);
+        if let Some(Route::Link(i)) = self.routes.get(&dest).copied() {
+            match self.check_link(now, i, stats) {
+                Some(i) => return ProcRoute::Link(i),
+                None if self.outgoing.get(i).is_some_and(Option::is_some) => {
+                    return ProcRoute::Pending(i)
+                }
+                // Closed just now: a reader that went away is tried
+                // again at once below (and found gone if its process
+                // died), one that refused after a while.
+                None => {}
+            }
+        }
         match self.routes.get(&dest).copied() {
-            Some(Route::Link(i)) => match self.check_link(now, i, stats) {
-                Some(i) => ProcRoute::Link(i),
-                None if self.outgoing.get(i).is_some_and(Option::is_some) => ProcRoute::Pending(i),
-                // Closed just now: a process that went is found gone at
-                // the next connect.
-                None => ProcRoute::Udp,
-            },
             Some(Route::Udp { retry_at }) if now < retry_at => ProcRoute::Udp,
+            Some(Route::Link(i)) => ProcRoute::Pending(i),
             _ => match self.open(now, dest, stats) {
                 Opened::Link(i) => ProcRoute::Pending(i),
                 Opened::NoPeer => ProcRoute::Gone,
