@@ -120,10 +120,8 @@ impl UdpBackend {
                     };
                     sent = shm.push(now, link, &rec, &d[t.header_len()..], &mut self.stats);
                     shm.flush(&mut self.stats);
-                } else if route == ProcRoute::Gone {
-                    if share.reap(at, slot) {
-                        self.stats.shm_reaped += 1;
-                    }
+                } else if route == ProcRoute::Gone && share.reap(at, slot) {
+                    self.stats.shm_reaped += 1;
                 }
             }
         }

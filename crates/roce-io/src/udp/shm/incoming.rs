@@ -29,7 +29,7 @@ impl Shm {
                 TOKEN_OWN => self.accept(now, true, stats),
                 t => {
                     let i = ((t - FIRST_LINK_TOKEN) / 2) as usize;
-                    if (t - FIRST_LINK_TOKEN) % 2 == 0 {
+                    if (t - FIRST_LINK_TOKEN).is_multiple_of(2) {
                         self.conn_ready(i, stats);
                     } else if let Some(Incoming {
                         state: InState::Active { doorbell, .. },
