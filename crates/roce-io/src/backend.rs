@@ -4,7 +4,7 @@
 use std::io;
 use std::net::IpAddr;
 
-use roce_wire::Transmit;
+use roce_wire::{Owner, Transmit};
 
 /// Time in nanoseconds.
 ///
@@ -17,6 +17,26 @@ pub type Nanos = u64;
 /// Per-datagram metadata that a receiving backend attaches: the type the
 /// engine takes too (`roce_core::Device::handle_datagram`).
 pub use roce_wire::RxMeta;
+
+/// What [`Backend::forward`] did with a received datagram that is not this
+/// process's (docs/host.md, "Forwarding").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Forwarded {
+    /// Handed to the live process of this user that owns it on the
+    /// datagram's destination address (through a same-host ring,
+    /// docs/shm.md). As with a UDP send, a full ring may still drop it
+    /// (counted), and RC recovers.
+    Sent,
+    /// No other process owns it, or its owner could not be reached (its
+    /// dead slot is reaped then): the caller drops the datagram, or
+    /// answers it as the kernel would (a CM REJ for no listener). Also
+    /// for a datagram that was forwarded already: it is never handed on
+    /// twice, nor back to this process.
+    NoOwner,
+    /// This backend does not share its address with other processes
+    /// (the default): nothing can own the datagram but this process.
+    Unshared,
+}
 
 /// A batch of packet buffers: one contiguous arena of `capacity` fixed-size
 /// slots, so nothing is allocated per packet.
@@ -351,6 +371,39 @@ pub trait Backend {
             format!("this backend cannot add the local address {addr}"),
         ))
     }
+
+    /// Claims `owner` (a QPN, a CM listener's service ID, a local
+    /// communication ID) on the local address `local` for this process,
+    /// among the processes of this user sharing that address
+    /// (docs/host.md): `Ok(true)` when this process holds it now (or held
+    /// it already), `Ok(false)` when another live process holds it (draw
+    /// another QPN or comm ID; a listener is `EADDRINUSE`). A backend that
+    /// shares nothing says `Ok(true)` (the default). QPN 1 is every
+    /// process's and always `Ok(true)`.
+    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
+        let _ = (local, owner);
+        Ok(true)
+    }
+
+    /// Lets go of what [`claim`](Self::claim) took (the default: nothing
+    /// to do). Releasing what this process does not hold does nothing.
+    fn release(&mut self, local: IpAddr, owner: Owner) {
+        let _ = (local, owner);
+    }
+
+    /// Hands a received datagram that is not this process's (the engine
+    /// found no object for it and named its [`Owner`]) to the live
+    /// process that owns `owner` on the datagram's destination address.
+    /// `datagram` and `meta` are as [`recv`](Self::recv) gave them: the
+    /// whole IP datagram with its rebuilt header, whose source (address,
+    /// port, TOS) the owner receives as the original sender's, with
+    /// [`RxMeta::forwarded`] set. Never hands a datagram back to this
+    /// process, nor one that was forwarded already
+    /// ([`Forwarded::NoOwner`]). The default: [`Forwarded::Unshared`].
+    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
+        let _ = (now, datagram, meta, owner);
+        Forwarded::Unshared
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -379,6 +432,15 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
         (**self).add_local_addr(addr)
     }
+    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
+        (**self).claim(local, owner)
+    }
+    fn release(&mut self, local: IpAddr, owner: Owner) {
+        (**self).release(local, owner)
+    }
+    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
+        (**self).forward(now, datagram, meta, owner)
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for &mut B {
@@ -406,6 +468,15 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     }
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
         (**self).add_local_addr(addr)
+    }
+    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
+        (**self).claim(local, owner)
+    }
+    fn release(&mut self, local: IpAddr, owner: Owner) {
+        (**self).release(local, owner)
+    }
+    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
+        (**self).forward(now, datagram, meta, owner)
     }
 }
 

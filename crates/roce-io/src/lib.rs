@@ -22,7 +22,10 @@
 //!
 //! [`host`] is the host table: which process of this user owns which QPN,
 //! CM listener, communication ID and rdma_cm port on a shared address (a
-//! file in `/dev/shm`, docs/host.md); not used by the backends yet.
+//! file in `/dev/shm`, docs/host.md); the UDP backend attaches to it when
+//! it shares its address with other processes (`UdpConfig::share`), and
+//! [`Backend::claim`], [`Backend::release`] and [`Backend::forward`] are
+//! what a driver calls then.
 //!
 //! [`interfaces`] lists the interfaces with their MAC, MTU, state and
 //! addresses. Both real backends expose their descriptor ([`AsFd`],
@@ -154,7 +157,7 @@ mod testutil;
 #[cfg(target_os = "linux")]
 mod udp;
 
-pub use backend::{Backend, Nanos, PacketBatch, RxMeta};
+pub use backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
 pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{FaultConfig, FaultInjector, FaultStats};

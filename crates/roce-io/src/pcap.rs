@@ -245,6 +245,26 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
     fn add_local_addr(&mut self, addr: std::net::IpAddr) -> std::io::Result<()> {
         self.inner.add_local_addr(addr)
     }
+
+    fn claim(&mut self, local: std::net::IpAddr, owner: roce_wire::Owner) -> std::io::Result<bool> {
+        self.inner.claim(local, owner)
+    }
+
+    fn release(&mut self, local: std::net::IpAddr, owner: roce_wire::Owner) {
+        self.inner.release(local, owner)
+    }
+
+    /// Passed on untouched (forwarding moves a datagram that was
+    /// received already, between processes of this host).
+    fn forward(
+        &mut self,
+        now: Nanos,
+        datagram: &[u8],
+        meta: crate::RxMeta,
+        owner: roce_wire::Owner,
+    ) -> crate::Forwarded {
+        self.inner.forward(now, datagram, meta, owner)
+    }
 }
 
 impl<B: std::fmt::Debug, W: Write> std::fmt::Debug for PcapTap<B, W> {

@@ -1,10 +1,12 @@
 //! [`UdpBackend`]: RoCE v2 over an ordinary (unprivileged) UDP socket.
 
 mod config;
+mod forward;
 mod hdr;
 mod ports;
 mod rx;
 mod set;
+mod share;
 #[allow(unsafe_code)] // shared memory and received descriptors (docs/shm.md)
 mod shm;
 mod tx;
@@ -24,10 +26,11 @@ use nix::sys::time::TimeSpec;
 use roce_wire::ipv4;
 use socket2::Socket;
 
-use crate::backend::{Backend, Nanos, PacketBatch};
+use crate::backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
+use forward::Hop;
 use ports::PortSockets;
-use roce_wire::Transmit;
+use roce_wire::Owner;
 use rx::FollowUp;
 use tx::{Planned, Seg, Sent, Via};
 
@@ -122,6 +125,18 @@ const UDP_PROBE_GAP: Nanos = 10_000;
 /// probed once at bind time; a GSO send the kernel rejects switches GSO off
 /// for good and the datagrams are resent one by one.
 ///
+/// # Sharing the address with other processes
+///
+/// With [`UdpConfig::share`], any number of processes of one user on this
+/// host receive on the same address and port (docs/host.md): each binds
+/// with `SO_REUSEPORT` and the kernel hands each datagram to one of them.
+/// The backend attaches to the address's host table, says what its
+/// engine owns there ([`Backend::claim`], [`Backend::release`]), sends
+/// each datagram to an address with a host table to the process owning
+/// its destination QPN through a same-host ring (to its own receive path
+/// when that is this backend), and hands on what the kernel gave it but
+/// another process owns ([`Backend::forward`]).
+///
 /// # Ports in tests
 ///
 /// The receive port is [`UdpConfig::port`] (4791 by default) and datagrams
@@ -169,6 +184,8 @@ pub struct UdpBackend {
     rebaser: roce_wire::icrc::Rebaser,
     /// The same-host path, when configured.
     shm: Option<shm::Shm>,
+    /// The host table and what sharing the address needs, when shared.
+    share: Option<share::Share>,
     /// The time the last call was given (for `wait_readable`, which is
     /// given none).
     last_now: Nanos,
@@ -187,6 +204,7 @@ impl std::fmt::Debug for UdpBackend {
             .field("offloads", &self.offloads)
             .field("sport_sockets", &self.ports.len())
             .field("shm", &self.shm.as_ref().map(|s| s.listening()))
+            .field("shared", &self.share.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -212,14 +230,17 @@ impl UdpBackend {
             ));
         }
         let addr = SocketAddr::new(cfg.local, cfg.port);
-        let sock = ports::udp_socket(cfg.local, cfg.port, false).map_err(|e| {
+        let sock = ports::udp_socket(cfg.local, cfg.port, cfg.share).map_err(|e| {
             if e.kind() == io::ErrorKind::AddrInUse {
+                let who = if cfg.share {
+                    "another RoCE stack such as the kernel's rxe, a backend that does \
+                     not share it, or one of another user"
+                } else {
+                    "another RoCE stack such as the kernel's rxe, or another backend"
+                };
                 io::Error::new(
                     io::ErrorKind::AddrInUse,
-                    format!(
-                        "UDP {addr} is already in use (another RoCE stack such as the \
-                         kernel's rxe, or another backend): {e}"
-                    ),
+                    format!("UDP {addr} is already in use ({who}): {e}"),
                 )
             } else {
                 io::Error::new(e.kind(), format!("binding UDP {addr}: {e}"))
@@ -253,18 +274,28 @@ impl UdpBackend {
             cfg.reuse_port,
             cfg.send_buffer,
         );
-        let shm = if cfg.shm {
+        let at = SocketAddr::new(cfg.local, cfg.port);
+        // Sharing: a listener of this backend's own, named in its host
+        // table slot (docs/host.md), made before the slot is.
+        let own_name = cfg.share.then(|| shm::process_name(at));
+        let shm = if cfg.shm || cfg.share {
             Some(shm::Shm::new(
-                SocketAddr::new(cfg.local, cfg.port),
+                at,
                 sock.as_fd(),
                 cfg.shm_ring,
                 cfg.cpu.copy_piece,
+                own_name.as_deref(),
             )?)
         } else {
             None
         };
+        let share = match &own_name {
+            Some(n) => Some(share::Share::attach(cfg.share_dir.clone(), at, n)?),
+            None => None,
+        };
         Ok(UdpBackend {
             shm,
+            share,
             last_now: 0,
             udp_last_data: 0,
             udp_next_probe: 0,
@@ -299,6 +330,13 @@ impl UdpBackend {
     /// The receive socket's address.
     pub fn local_addr(&self) -> SocketAddr {
         SocketAddr::new(self.cfg.local, self.cfg.port)
+    }
+
+    /// The host table this backend is attached to when it shares its
+    /// address ([`UdpConfig::share`], docs/host.md): for rdma_cm's port
+    /// spaces and diagnostics.
+    pub fn host_table(&self) -> Option<&crate::HostTable> {
+        self.share.as_ref().map(|s| s.table())
     }
 
     /// The configuration.
@@ -360,10 +398,9 @@ impl UdpBackend {
                 i += 1;
                 continue;
             };
-            if let Some(link) = self.shm_link(now, &t) {
-                let payload = &batch.get(i)[t.header_len()..];
-                let shm = self.shm.as_mut().expect("a link is the path's");
-                shm.push(now, link, t.src.port(), t.tos(), payload, &mut self.stats);
+            let hop = self.hop(now, &t);
+            if hop != Hop::Udp {
+                self.send_by(now, batch.get(i), &t, hop);
                 i += 1;
                 continue;
             }
@@ -420,12 +457,6 @@ impl UdpBackend {
             || !shm.has_incoming()
             || now.saturating_sub(self.udp_last_data) < UDP_QUIET_AFTER
             || now >= self.udp_next_probe
-    }
-
-    /// The same-host link a datagram sent as `t` takes, if any.
-    pub(super) fn shm_link(&mut self, now: Nanos, t: &Transmit) -> Option<usize> {
-        let dst = self.wire_dst(t);
-        self.shm.as_mut()?.route(now, dst, &mut self.stats)
     }
 
     /// Takes what the UDP socket has, as many `recvmmsg` rounds as the
@@ -514,6 +545,10 @@ impl Backend for UdpBackend {
         if let Some(shm) = self.shm.as_mut() {
             shm.recv(batch, self.v6, &mut self.stats);
         }
+        if let Some(share) = self.share.as_mut() {
+            // Counted when sent (`udp_shm_local`).
+            share.drain_local(batch);
+        }
         if batch.is_empty() {
             udp?;
         }
@@ -529,7 +564,8 @@ impl Backend for UdpBackend {
         };
         let udp = shm.poll_events(now, &mut self.stats);
         self.udp_ready_hint |= udp;
-        shm.arm() || udp
+        let local = self.share.as_ref().is_some_and(|s| s.has_local());
+        shm.arm() || udp || local
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -570,7 +606,26 @@ impl Backend for UdpBackend {
             ("udp_shm_broken", s.shm_broken),
             ("udp_shm_rx_datagrams", s.shm_rx_datagrams),
             ("udp_shm_rx_bytes", s.shm_rx_bytes),
+            ("udp_shm_rx_forwarded", s.shm_rx_forwarded),
+            ("udp_shm_qpn_routes", s.shm_qpn_routes),
+            ("udp_shm_local", s.shm_local),
+            ("udp_shm_forwarded", s.shm_forwarded),
+            ("udp_shm_forward_no_owner", s.shm_forward_no_owner),
+            ("udp_shm_reaped", s.shm_reaped),
         ]
+    }
+
+    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
+        self.claim_owner(local, owner)
+    }
+
+    fn release(&mut self, local: IpAddr, owner: Owner) {
+        self.release_owner(local, owner)
+    }
+
+    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
+        self.last_now = now;
+        self.forward_datagram(now, datagram, meta, owner)
     }
 
     /// The receive socket, or with the same-host path an epoll set over

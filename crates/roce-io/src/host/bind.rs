@@ -19,7 +19,7 @@ impl HostTable {
         if port != 0 && port < 1024 && !may_bind_low() {
             return Err(HostError::Port(PortError::Access));
         }
-        self.updating(|| {
+        self.updating_own(|| {
             let words = self.words();
             let port = if port == 0 {
                 let mut held = vec![0u64; 1024];
@@ -72,7 +72,7 @@ impl HostTable {
     /// `rdma_listen` of id `id`, bound to `port` of `space`: it must be
     /// the port's only holder on its address, and is no longer reusable.
     pub fn listen_port(&self, space: u32, port: u16, id: u64) -> Result<(), HostError> {
-        self.updating(|| {
+        self.updating_own(|| {
             let holders = self.port_holders_locked(space, port)?;
             let words = self.words();
             let Some((pos, mut rec)) = ports::all(words).find(|(_, r)| {
@@ -95,7 +95,7 @@ impl HostTable {
 
     /// Lets go of every port id `id` of this process holds; how many.
     pub fn release_ports(&self, id: u64) -> Result<usize, HostError> {
-        self.updating(|| {
+        self.updating_own(|| {
             let words = self.words();
             let mine: Vec<usize> = ports::all(words)
                 .filter(|(_, r)| r.holder.slot == self.slot && r.holder.id == id)

@@ -53,6 +53,10 @@ pub enum HostError {
     /// it may look up, not update (the slot and its lock are the
     /// parent's).
     Forked,
+    /// This value was opened for lookups alone
+    /// ([`HostTable::open_in`](super::HostTable::open_in)): it holds no
+    /// slot, so it claims and releases nothing.
+    LookupOnly,
     /// A system call failed.
     Io(io::Error),
 }
@@ -82,6 +86,9 @@ impl fmt::Display for HostError {
             HostError::NotHeld => write!(f, "not held by this process"),
             HostError::Port(e) => write!(f, "rdma_cm port: {e:?}"),
             HostError::Forked => write!(f, "the host table was attached by the parent process"),
+            HostError::LookupOnly => {
+                write!(f, "the host table was opened for lookups alone: no slot")
+            }
             HostError::Io(e) => write!(f, "host table: {e}"),
         }
     }

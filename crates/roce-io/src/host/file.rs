@@ -40,10 +40,15 @@ impl TableFile {
     /// Opens (creating if absent, mode 0600) the file at `path` and checks
     /// that it is a regular file of user `uid` that only `uid` may access.
     pub(super) fn open(path: &Path, uid: u32) -> Result<TableFile, HostError> {
+        Self::open_with(path, uid, true)
+    }
+
+    /// [`open`](Self::open), creating the file only when `create`.
+    pub(super) fn open_with(path: &Path, uid: u32, create: bool) -> Result<TableFile, HostError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)

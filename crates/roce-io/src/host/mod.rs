@@ -17,8 +17,10 @@
 //! Whoever next meets the slot (a claim of one of its entries, an attach,
 //! [`HostTable::reap`]) frees it and everything it held.
 //!
-//! Not yet wired into the backends: the UDP backend's forwarder and the
-//! CM demultiplexer (step 3 of the design) are its users to come.
+//! The UDP backend attaches when it shares its address
+//! (`UdpConfig::share`): it claims what its engine owns, routes datagrams
+//! by destination QPN and forwards what is not its own (docs/host.md,
+//! "What is wired").
 //!
 //! # Example
 //!
@@ -189,6 +191,44 @@ impl HostTable {
         Ok(t)
     }
 
+    /// Opens the existing table of `addr`:`port` in `dir` for lookups
+    /// alone, taking no slot (a sender finding the process of a QPN at
+    /// another address, docs/host.md): the same checks of the file as
+    /// [`attach_in`](Self::attach_in), and [`HostError::Open`] when there
+    /// is none. Lookups, [`reap`](Self::reap) and
+    /// [`live_slots`](Self::live_slots) work; claims, releases and binds
+    /// are [`HostError::LookupOnly`].
+    pub fn open_in(dir: &Path, addr: IpAddr, port: u16) -> Result<HostTable, HostError> {
+        let uid = nix::unistd::geteuid().as_raw();
+        let path = table_path(dir, uid, addr, port);
+        let file = TableFile::open_with(&path, uid, false)?;
+        if file.len()? != layout::FILE_LEN as u64 {
+            return Err(HostError::Corrupt("length"));
+        }
+        let map = file.map(layout::FILE_LEN)?;
+        match layout::check_header(map.words(), uid) {
+            Header::Valid => {}
+            Header::Fresh => return Err(HostError::Corrupt("not initialised")),
+            Header::Invalid(w) => return Err(HostError::Corrupt(w)),
+        }
+        Ok(HostTable {
+            file,
+            map,
+            slot: u16::MAX,
+            generation: 0,
+            attached: false,
+            pid: std::process::id(),
+            uid,
+            path,
+            update: Mutex::new(()),
+        })
+    }
+
+    /// Whether this value holds a slot (not [`open_in`](Self::open_in)).
+    pub fn is_attached(&self) -> bool {
+        self.attached
+    }
+
     /// Frees the slots of dead processes, then takes a free one for this
     /// process.
     fn take_slot(&self, name: &SlotName) -> Result<(u16, u32), HostError> {
@@ -325,8 +365,17 @@ impl HostTable {
         r
     }
 
+    /// [`updating`](Self::updating) for an update of this process's own
+    /// entries, which a lookup-only value has none of.
+    fn updating_own<T>(&self, f: impl FnOnce() -> Result<T, HostError>) -> Result<T, HostError> {
+        if !self.attached {
+            return Err(HostError::LookupOnly);
+        }
+        self.updating(f)
+    }
+
     fn claim(&self, kind: Kind, key: u64) -> Result<(), HostError> {
-        self.updating(|| {
+        self.updating_own(|| {
             let m = self.map_of(kind);
             // At most one dead owner's reclaim per try, a bounded number
             // of tries.
@@ -357,7 +406,7 @@ impl HostTable {
     }
 
     fn release(&self, kind: Kind, key: u64) -> Result<(), HostError> {
-        self.updating(|| {
+        self.updating_own(|| {
             let m = self.map_of(kind);
             match m.probe(key) {
                 Probe::Found { pos, slot } if slot == self.slot => {

@@ -22,7 +22,7 @@ const NAME_AT: usize = 4;
 const _: () = assert!(NAME_MAX.is_multiple_of(8) && NAME_AT + NAME_MAX / 8 <= SLOT_WORDS);
 
 /// A slot's name: at most [`NAME_MAX`] bytes, stored inline.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SlotName {
     bytes: [u8; NAME_MAX],
     len: u8,

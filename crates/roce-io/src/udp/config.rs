@@ -1,6 +1,7 @@
 //! [`UdpConfig`] and what the UDP backend reports: its offloads and counters.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use roce_wire::ROCE_V2_PORT;
 
@@ -59,6 +60,8 @@ pub struct UdpConfig {
     pub(super) cpu: CpuTuning,
     pub(super) shm: bool,
     pub(super) shm_ring: usize,
+    pub(super) share: bool,
+    pub(super) share_dir: Option<PathBuf>,
 }
 
 impl UdpConfig {
@@ -84,6 +87,8 @@ impl UdpConfig {
             cpu: CpuTuning::NATIVE,
             shm: false,
             shm_ring: super::shm::DEFAULT_RING,
+            share: false,
+            share_dir: None,
         }
     }
 
@@ -172,6 +177,31 @@ impl UdpConfig {
             .clamp(1 << 16, 1 << 26)
             .next_power_of_two()
             .min(1 << 26);
+        self
+    }
+
+    /// Share the address and port with the other processes of this user
+    /// on this host (default false; docs/host.md): the receive socket
+    /// binds with `SO_REUSEPORT` (the kernel refuses another user's
+    /// socket, and one without it, with `EADDRINUSE`), the backend
+    /// attaches to the address's host table for its life, listens for
+    /// same-host peers on a name of its own (docs/shm.md), and switches
+    /// the same-host path on (as [`shm`](Self::shm)). Then
+    /// [`Backend::claim`](crate::Backend::claim) /
+    /// [`release`](crate::Backend::release) say what this process
+    /// owns, datagrams to a QPN another process of this host owns go
+    /// through its ring, and [`Backend::forward`](crate::Backend::forward)
+    /// hands on what the kernel gave this process but another owns.
+    pub fn share(mut self, yes: bool) -> Self {
+        self.share = yes;
+        self
+    }
+
+    /// Where the host tables of [`share`](Self::share) are (default
+    /// [`crate::host::default_dir`]: `$XDG_RUNTIME_DIR`, else
+    /// `/dev/shm`); every process sharing an address must use the same.
+    pub fn share_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.share_dir = Some(dir.into());
         self
     }
 
@@ -273,4 +303,20 @@ pub struct UdpStats {
     pub shm_rx_datagrams: u64,
     /// Their UDP payload bytes.
     pub shm_rx_bytes: u64,
+    /// Of those, datagrams another process forwarded
+    /// ([`RxMeta::forwarded`](crate::RxMeta::forwarded)).
+    pub shm_rx_forwarded: u64,
+    /// Datagrams sent through a ring to the process owning their
+    /// destination QPN, found in a host table (docs/host.md).
+    pub shm_qpn_routes: u64,
+    /// Datagrams to a QPN of this very backend, delivered to its own
+    /// receive path without the kernel.
+    pub shm_local: u64,
+    /// Datagrams handed on by [`Backend::forward`](crate::Backend::forward).
+    pub shm_forwarded: u64,
+    /// Forwards refused: no other live process owns the datagram, it
+    /// was forwarded already, or its owner could not be reached.
+    pub shm_forward_no_owner: u64,
+    /// Host table slots of processes found gone, reaped.
+    pub shm_reaped: u64,
 }

@@ -6,8 +6,10 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
+use roce_wire::{Owner, Transmit};
+
 use super::{UdpBackend, UdpConfig};
-use crate::backend::{Backend, Nanos, PacketBatch};
+use crate::backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
 
 /// RoCE v2 over UDP on several local addresses (a device's GID table):
 /// one [`UdpBackend`] per address, each with its own receive socket on
@@ -182,6 +184,32 @@ impl Backend for UdpSet {
             any |= p.prepare_wait(now);
         }
         any
+    }
+
+    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
+        match self.part_of(local) {
+            Some(k) => self.parts[k].claim(local, owner),
+            None => Err(io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("{local} is not one of this set's addresses"),
+            )),
+        }
+    }
+
+    fn release(&mut self, local: IpAddr, owner: Owner) {
+        if let Some(k) = self.part_of(local) {
+            self.parts[k].release(local, owner);
+        }
+    }
+
+    /// By the member whose address the datagram was sent to.
+    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
+        let dst = Transmit::of_datagram(datagram).map(|t| t.destination.ip());
+        match dst.and_then(|a| self.part_of(a)) {
+            Some(k) => self.parts[k].forward(now, datagram, meta, owner),
+            None if self.parts.iter().any(|p| p.share.is_some()) => Forwarded::NoOwner,
+            None => Forwarded::Unshared,
+        }
     }
 
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {

@@ -104,7 +104,8 @@ impl UdpBackend {
             } else {
                 match self.sendable(batch, i) {
                     Some(t)
-                        if t.src.port() == t0.src.port() && self.shm_link(now, &t).is_none() =>
+                        if t.src.port() == t0.src.port()
+                            && self.hop(now, &t) == super::Hop::Udp =>
                     {
                         t
                     }

@@ -1,5 +1,7 @@
 //! Finding a same-host peer and handing it a ring: an abstract Unix
-//! socket named after the UDP address a backend receives on, a hello that
+//! socket named after the UDP address a backend receives on (or, for a
+//! backend sharing its address with other processes, a name of its own
+//! that its host table slot holds, docs/host.md), a hello that
 //! carries the ring's `memfd` and the doorbell eventfd (`SCM_RIGHTS`),
 //! and a one-byte answer (docs/shm.md).
 //!
@@ -25,10 +27,48 @@ const HELLO_LEN: usize = 40;
 /// The receiver took the ring.
 pub(crate) const ACCEPTED: u8 = b'A';
 
+/// What every name of this path begins with.
+const PREFIX: &[u8] = b"roce-v2-shm/";
+
 /// The abstract socket name of the backend receiving on `addr`.
 fn name(addr: SocketAddr) -> io::Result<UnixAddr> {
     let n = format!("roce-v2-shm/{}/{}", addr.ip(), addr.port());
     Ok(UnixAddr::new_abstract(n.as_bytes())?)
+}
+
+/// A name of its own for a backend receiving on `addr` that shares it
+/// with other processes (docs/shm.md, "How a peer is found"): the
+/// address, the PID and a random nonce, so that no other backend, of this
+/// process or any, has it; at most 96 bytes (a host table slot's name).
+pub(crate) fn process_name(addr: SocketAddr) -> Vec<u8> {
+    use std::hash::{BuildHasher, Hasher};
+    // std's hasher keys come from the operating system's randomness.
+    let mut h = std::hash::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!(
+        "roce-v2-shm/{}/{}/{}.{:016x}",
+        addr.ip(),
+        addr.port(),
+        std::process::id(),
+        h.finish()
+    )
+    .into_bytes()
+}
+
+/// The abstract address of a per-process name read from a host table
+/// (another process's bytes): refused unless it is one of this path's.
+fn named(n: &[u8]) -> io::Result<UnixAddr> {
+    if !n.starts_with(PREFIX) || n.len() > crate::host::NAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not the name of a same-host endpoint",
+        ));
+    }
+    Ok(UnixAddr::new_abstract(n)?)
 }
 
 fn seqpacket() -> io::Result<OwnedFd> {
@@ -43,8 +83,17 @@ fn seqpacket() -> io::Result<OwnedFd> {
 /// Listens for same-host peers of the backend receiving on `local`.
 /// `AddrInUse` when another socket has the name.
 pub(crate) fn listen_on(local: SocketAddr) -> io::Result<OwnedFd> {
+    listen_at(&name(local)?)
+}
+
+/// Listens on a name from [`process_name`].
+pub(crate) fn listen_named(n: &[u8]) -> io::Result<OwnedFd> {
+    listen_at(&named(n)?)
+}
+
+fn listen_at(at: &UnixAddr) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
-    bind(fd.as_raw_fd(), &name(local)?)?;
+    bind(fd.as_raw_fd(), at)?;
     listen(&fd, Backlog::new(16)?)?;
     Ok(fd)
 }
@@ -52,8 +101,19 @@ pub(crate) fn listen_on(local: SocketAddr) -> io::Result<OwnedFd> {
 /// Connects to the backend receiving on `dst`, if there is one on this
 /// host, in this network namespace, run by this user.
 pub(crate) fn connect_to(dst: SocketAddr) -> io::Result<OwnedFd> {
+    connect_at(&name(dst)?)
+}
+
+/// Connects to the backend listening on a per-process name (from a host
+/// table slot). `ConnectionRefused` when nobody has the name: its
+/// process is gone.
+pub(crate) fn connect_named(n: &[u8]) -> io::Result<OwnedFd> {
+    connect_at(&named(n)?)
+}
+
+fn connect_at(at: &UnixAddr) -> io::Result<OwnedFd> {
     let fd = seqpacket()?;
-    connect(fd.as_raw_fd(), &name(dst)?)?;
+    connect(fd.as_raw_fd(), at)?;
     same_user(&fd)?;
     Ok(fd)
 }

@@ -4,8 +4,11 @@
 //! UDP stack (docs/shm.md).
 //!
 //! Each backend listens on an abstract Unix socket named after its UDP
-//! address ([`link`]). The first datagram to a destination without a
-//! route tries that name: when a peer answers, the sender makes a ring
+//! address ([`link`]); a backend that shares its address with other
+//! processes (`UdpConfig::share`, docs/host.md) also on a name of its own,
+//! which its host table slot holds, and its peers link to it by that name
+//! (a [`Dest::Proc`]) rather than by address. The first datagram to a
+//! destination without a route tries that name: when a peer answers, the sender makes a ring
 //! ([`ring`]) and an eventfd, hands both over with a hello, and sends by
 //! UDP until the peer has taken them; from then on the destination's
 //! datagrams go into the ring. A destination with no such peer is asked
@@ -14,14 +17,17 @@
 //!
 //! The receiver reads its rings after its UDP socket in every receive,
 //! rebuilds each datagram's IP and UDP header as for a socket's datagram
-//! (source: the address in the hello; source port and TOS: the record's)
-//! and hands it on with the header marked exact: it is the sender's
-//! engine's to the bit, so the receiving engine checks the ICRC. Before a thread sleeps on the backend's descriptor, which is an
+//! from the record (source address, port, TOS, IPv4 identification: the
+//! original sender's, for a datagram another process forwarded) and hands
+//! it on with the record's flags: header exact (the sender's engine's to
+//! the bit, so the receiving engine checks the ICRC) and forwarded.
+//! Before a thread sleeps on the backend's descriptor, which is an
 //! epoll set over the socket, the listener, the connections and the
 //! peers' eventfds, it calls `Backend::prepare_wait`, which asks every
 //! ring's producer to ring its eventfd at the next record: a receiver
 //! that keeps polling costs its senders no system call.
 
+mod incoming;
 mod link;
 mod mem;
 mod ring;
@@ -37,6 +43,9 @@ use rustc_hash::FxHashMap;
 use super::hdr::{self, RxHdr};
 use super::UdpStats;
 use crate::backend::{Nanos, PacketBatch, RxMeta};
+use crate::host::SlotName;
+pub(super) use link::process_name;
+pub(super) use ring::RecMeta;
 use ring::{Consumer, Producer, Push};
 
 /// The record area of each ring a backend makes (`UdpConfig::shm_ring`).
@@ -61,15 +70,17 @@ const HOUSEKEEPING: Nanos = 1_000_000;
 /// Most connections taken per look at the listener.
 const MAX_ACCEPTS: usize = 16;
 
-/// Epoll tokens: the UDP socket, the listener, then two per incoming
-/// link (its connection, its doorbell).
+/// Epoll tokens: the UDP socket, the address's listener, this process's
+/// listener, then two per incoming link (its connection, its doorbell).
 const TOKEN_UDP: u64 = 0;
 const TOKEN_LISTENER: u64 = 1;
+const TOKEN_OWN: u64 = 2;
+const FIRST_LINK_TOKEN: u64 = 3;
 fn conn_token(i: usize) -> u64 {
-    2 + 2 * i as u64
+    FIRST_LINK_TOKEN + 2 * i as u64
 }
 fn bell_token(i: usize) -> u64 {
-    3 + 2 * i as u64
+    FIRST_LINK_TOKEN + 1 + 2 * i as u64
 }
 
 /// A ring this backend reads.
@@ -84,16 +95,47 @@ enum InState {
     Active {
         ring: Consumer,
         doorbell: OwnedFd,
-        /// The sender's UDP address: the datagrams' source.
-        from: SocketAddr,
         /// The sender has gone: read what is left, then drop.
         closing: bool,
     },
 }
 
+/// Whom a link goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Dest {
+    /// The backend listening on the name of a UDP address (docs/shm.md).
+    Addr(SocketAddr),
+    /// The backend of another process listening on a name of its own,
+    /// from its host table slot (docs/host.md): one link per process,
+    /// whichever of the addresses it is reached for.
+    Proc(SlotName),
+}
+
+/// The way to a per-process destination ([`Shm::route_proc`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ProcRoute {
+    /// Link `i`, taken by the peer.
+    Link(usize),
+    /// Link `i`, its hello not answered yet: records written now are
+    /// read once the peer takes the ring (or lost if it refuses).
+    Pending(usize),
+    /// Refused lately, or no link can be made now: not through a ring.
+    Udp,
+    /// Nobody has the name: its process is gone (reap its slot).
+    Gone,
+}
+
+/// What [`Shm::open`] made of a destination.
+enum Opened {
+    Link(usize),
+    /// Nobody listens on the name.
+    NoPeer,
+    Failed,
+}
+
 /// A ring this backend writes.
 struct Outgoing {
-    dst: SocketAddr,
+    dst: Dest,
     conn: OwnedFd,
     ring: Producer,
     doorbell: EventFd,
@@ -115,10 +157,13 @@ pub(super) struct Shm {
     cap: usize,
     piece: Option<usize>,
     epoll: Epoll,
+    /// On the address's name, when this backend got it.
     listener: Option<OwnedFd>,
+    /// On this process's own name (sharing the address, docs/host.md).
+    own: Option<OwnedFd>,
     incoming: Vec<Option<Incoming>>,
     outgoing: Vec<Option<Outgoing>>,
-    routes: FxHashMap<SocketAddr, Route>,
+    routes: FxHashMap<Dest, Route>,
     /// Outgoing links written to since the last flush.
     touched: Vec<usize>,
     next_housekeeping: Nanos,
@@ -128,12 +173,15 @@ pub(super) struct Shm {
 impl Shm {
     /// The path of the backend receiving on `local` with socket `udp`:
     /// rings of `cap` bytes, copies in `piece`s. Without a listener
-    /// (another socket has the name) it still sends.
+    /// (another socket has the name) it still sends. With `own` (a name
+    /// from [`process_name`]), it listens on that name too, which must be
+    /// free.
     pub(super) fn new(
         local: SocketAddr,
         udp: BorrowedFd<'_>,
         cap: usize,
         piece: Option<usize>,
+        own: Option<&[u8]>,
     ) -> io::Result<Shm> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(udp, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_UDP))?;
@@ -141,12 +189,21 @@ impl Shm {
         if let Some(l) = &listener {
             epoll.add(l, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_LISTENER))?;
         }
+        let own = match own {
+            Some(n) => {
+                let l = link::listen_named(n)?;
+                epoll.add(&l, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_OWN))?;
+                Some(l)
+            }
+            None => None,
+        };
         Ok(Shm {
             local,
             cap,
             piece,
             epoll,
             listener,
+            own,
             incoming: Vec::new(),
             outgoing: Vec::new(),
             routes: FxHashMap::default(),
@@ -164,7 +221,7 @@ impl Shm {
 
     /// Whether this backend listens for same-host peers.
     pub(super) fn listening(&self) -> bool {
-        self.listener.is_some()
+        self.listener.is_some() || self.own.is_some()
     }
 
     /// The outgoing link datagrams to `dst` take now, if any; starts the
@@ -178,13 +235,45 @@ impl Shm {
         if dst == self.local {
             return None;
         }
-        match self.routes.get(&dst).copied() {
+        match self.routes.get(&Dest::Addr(dst)).copied() {
             Some(Route::Link(i)) => self.check_link(now, i, stats),
             Some(Route::Udp { retry_at }) if now < retry_at => None,
             _ => {
-                self.open(now, dst, stats);
+                self.open(now, Dest::Addr(dst), stats);
                 None
             }
+        }
+    }
+
+    /// The way to the backend of another process named `name` in a host
+    /// table; starts the handshake when there is no link.
+    pub(super) fn route_proc(
+        &mut self,
+        now: Nanos,
+        name: &SlotName,
+        stats: &mut UdpStats,
+    ) -> ProcRoute {
+        let dest = Dest::Proc(*name);
+        if let Some(Route::Link(i)) = self.routes.get(&dest).copied() {
+            match self.check_link(now, i, stats) {
+                Some(i) => return ProcRoute::Link(i),
+                None if self.outgoing.get(i).is_some_and(Option::is_some) => {
+                    return ProcRoute::Pending(i)
+                }
+                // Closed just now: a reader that went away is tried
+                // again at once below (and found gone if its process
+                // died), one that refused after a while.
+                None => {}
+            }
+        }
+        match self.routes.get(&dest).copied() {
+            Some(Route::Udp { retry_at }) if now < retry_at => ProcRoute::Udp,
+            Some(Route::Link(i)) => ProcRoute::Pending(i),
+            _ => match self.open(now, dest, stats) {
+                Opened::Link(i) => ProcRoute::Pending(i),
+                Opened::NoPeer => ProcRoute::Gone,
+                Opened::Failed => ProcRoute::Udp,
+            },
         }
     }
 
@@ -197,7 +286,7 @@ impl Shm {
         if o.active {
             o.next_check = now.saturating_add(LIVENESS);
             if link::closed(&o.conn) {
-                self.close_out(now, i);
+                self.close_out(now, i, true);
                 return None;
             }
             return Some(i);
@@ -213,37 +302,48 @@ impl Shm {
             link::Answer::Nothing if now.saturating_sub(o.since) < HANDSHAKE => None,
             _ => {
                 stats.shm_refused += 1;
-                self.close_out(now, i);
+                self.close_out(now, i, false);
                 None
             }
         }
     }
 
-    fn close_out(&mut self, now: Nanos, i: usize) {
+    /// Drops outgoing link `i`. `gone`: its reader closed; a
+    /// per-process destination is then tried again at once (and found
+    /// gone, its slot reaped, if its process died), an address after
+    /// [`RETRY`].
+    fn close_out(&mut self, now: Nanos, i: usize, gone: bool) {
         if let Some(o) = self.outgoing.get_mut(i).and_then(Option::take) {
-            self.routes.insert(
-                o.dst,
-                Route::Udp {
-                    retry_at: now.saturating_add(RETRY),
-                },
-            );
+            if gone && matches!(o.dst, Dest::Proc(_)) {
+                self.routes.remove(&o.dst);
+            } else {
+                self.routes.insert(
+                    o.dst,
+                    Route::Udp {
+                        retry_at: now.saturating_add(RETRY),
+                    },
+                );
+            }
         }
         self.touched.retain(|t| *t != i);
     }
 
-    /// Says hello to the backend receiving on `dst`, if there is one.
-    fn open(&mut self, now: Nanos, dst: SocketAddr, stats: &mut UdpStats) {
+    /// Says hello to the backend of `dst`, if there is one.
+    fn open(&mut self, now: Nanos, dst: Dest, stats: &mut UdpStats) -> Opened {
         if self.routes.len() >= MAX_ROUTES {
             self.routes.retain(|_, r| matches!(r, Route::Link(_)));
             if self.routes.len() >= MAX_ROUTES {
-                return;
+                return Opened::Failed;
             }
         }
         let slot = free_slot(&mut self.outgoing);
         let made = slot
             .ok_or_else(|| io::Error::other("too many links"))
             .and_then(|i| {
-                let conn = link::connect_to(dst)?;
+                let conn = match &dst {
+                    Dest::Addr(a) => link::connect_to(*a)?,
+                    Dest::Proc(n) => link::connect_named(n.as_bytes())?,
+                };
                 let ring = Producer::create(self.cap)?;
                 let doorbell = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
                 link::send_hello(
@@ -267,6 +367,7 @@ impl Shm {
                     next_check: now,
                 });
                 self.routes.insert(dst, Route::Link(i));
+                Opened::Link(i)
             }
             Err(e) => {
                 if e.kind() == io::ErrorKind::PermissionDenied {
@@ -278,45 +379,71 @@ impl Shm {
                         retry_at: now.saturating_add(RETRY),
                     },
                 );
+                if e.kind() == io::ErrorKind::ConnectionRefused {
+                    Opened::NoPeer
+                } else {
+                    Opened::Failed
+                }
             }
         }
     }
 
     /// Writes one datagram's UDP payload into link `i`'s ring (visible at
-    /// [`flush`](Self::flush)); a full ring drops it.
+    /// [`flush`](Self::flush)), with what the record says about it
+    /// (`meta`: its source, TOS, flags); a full ring drops it. Returns
+    /// whether the link took it (written, or dropped as a full socket
+    /// buffer drops): false when there is no such link or it broke.
     pub(super) fn push(
         &mut self,
         now: Nanos,
         i: usize,
-        sport: u16,
-        tos: u8,
+        meta: &RecMeta,
         payload: &[u8],
         stats: &mut UdpStats,
-    ) {
+    ) -> bool {
         let Some(o) = self.outgoing.get_mut(i).and_then(Option::as_mut) else {
-            return;
+            return false;
         };
-        match o.ring.push(sport, tos, payload, self.piece) {
+        match o.ring.push(meta, payload, self.piece) {
             Ok(Push::Written) => {
                 stats.shm_tx_datagrams += 1;
                 stats.shm_tx_bytes += payload.len() as u64;
                 if !self.touched.contains(&i) {
                     self.touched.push(i);
                 }
+                true
             }
             Ok(Push::Full) => {
                 stats.shm_tx_full_drops += 1;
                 // A reader that went away leaves its ring full: look now
                 // rather than at the next liveness check.
                 if link::closed(&o.conn) {
-                    self.close_out(now, i);
+                    self.close_out(now, i, true);
                 }
+                true
             }
-            Ok(Push::TooBig) => stats.tx_errors += 1,
+            Ok(Push::TooBig) => {
+                stats.tx_errors += 1;
+                false
+            }
             Err(_) => {
                 stats.shm_broken += 1;
-                self.close_out(now, i);
+                self.close_out(now, i, false);
+                false
             }
+        }
+    }
+
+    /// The record metadata of a datagram this backend's engine sent from
+    /// `sport` with `tos`: its own address, exact, not forwarded.
+    pub(super) fn own_record(&self, sport: u16, tos: u8) -> RecMeta {
+        RecMeta {
+            src: self.local.ip(),
+            sport,
+            tos,
+            ipv4_id: 0,
+            forwarded: false,
+            exact: true,
         }
     }
 
@@ -331,252 +458,6 @@ impl Shm {
                 }
             }
         }
-    }
-
-    /// Whether the listener and connections are due a look even though
-    /// receives keep finding datagrams.
-    pub(super) fn housekeeping_due(&self, now: Nanos) -> bool {
-        now >= self.next_housekeeping
-    }
-
-    /// Looks at every descriptor without waiting: takes new peers and
-    /// their hellos, notices peers that went, empties doorbells. Returns
-    /// whether the UDP socket is readable.
-    pub(super) fn poll_events(&mut self, now: Nanos, stats: &mut UdpStats) -> bool {
-        self.next_housekeeping = now.saturating_add(HOUSEKEEPING);
-        let mut events = [EpollEvent::empty(); 32];
-        let n = self
-            .epoll
-            .wait(&mut events, EpollTimeout::ZERO)
-            .unwrap_or(0);
-        let mut udp = false;
-        for e in &events[..n] {
-            match e.data() {
-                TOKEN_UDP => udp = true,
-                TOKEN_LISTENER => self.accept(now, stats),
-                t => {
-                    let i = ((t - 2) / 2) as usize;
-                    if t % 2 == 0 {
-                        self.conn_ready(i, stats);
-                    } else if let Some(Incoming {
-                        state: InState::Active { doorbell, .. },
-                        ..
-                    }) = self.incoming.get(i).and_then(Option::as_ref)
-                    {
-                        let mut b = [0u8; 8];
-                        let _ = nix::unistd::read(doorbell, &mut b);
-                    }
-                }
-            }
-        }
-        // Connections that never said hello.
-        for i in 0..self.incoming.len() {
-            if let Some(Incoming {
-                state: InState::Waiting { since },
-                ..
-            }) = &self.incoming[i]
-            {
-                if now.saturating_sub(*since) > HANDSHAKE {
-                    stats.shm_refused += 1;
-                    self.close_in(i);
-                }
-            }
-        }
-        udp || n == events.len()
-    }
-
-    fn accept(&mut self, now: Nanos, stats: &mut UdpStats) {
-        let Some(l) = &self.listener else { return };
-        // A bounded number per look: a flood of connections (refused
-        // ones included) cannot hold the receive path.
-        for _ in 0..MAX_ACCEPTS {
-            let Ok(Some(conn)) = link::accept_from(l) else {
-                break;
-            };
-            let Some(i) = free_slot(&mut self.incoming) else {
-                stats.shm_refused += 1;
-                continue; // dropped: closed
-            };
-            if self
-                .epoll
-                .add(&conn, EpollEvent::new(EpollFlags::EPOLLIN, conn_token(i)))
-                .is_err()
-            {
-                continue;
-            }
-            self.incoming[i] = Some(Incoming {
-                conn,
-                state: InState::Waiting { since: now },
-            });
-        }
-    }
-
-    /// Incoming link `i`'s connection is readable: its hello, or its end.
-    fn conn_ready(&mut self, i: usize, stats: &mut UdpStats) {
-        let Some(inc) = self.incoming.get_mut(i).and_then(Option::as_mut) else {
-            return;
-        };
-        match &mut inc.state {
-            InState::Active { closing, .. } => {
-                // Nothing is sent after the hello: the peer closed.
-                *closing = true;
-                let _ = self.epoll.delete(&inc.conn);
-            }
-            InState::Waiting { .. } => match link::recv_hello(&inc.conn) {
-                Ok(link::Heard::Nothing) => {}
-                Ok(link::Heard::Hello(h)) => match self.take_ring(i, h) {
-                    Ok(()) => stats.shm_links_in += 1,
-                    Err(_) => {
-                        stats.shm_refused += 1;
-                        self.close_in(i);
-                    }
-                },
-                Ok(link::Heard::Gone) | Err(_) => {
-                    stats.shm_refused += 1;
-                    self.close_in(i);
-                }
-            },
-        }
-    }
-
-    /// Checks and maps the ring of a hello, and answers it.
-    fn take_ring(&mut self, i: usize, h: link::Hello) -> io::Result<()> {
-        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-        if h.from.is_ipv6() != self.local.is_ipv6() {
-            return Err(bad("the peer's address family differs"));
-        }
-        if !h.cap.is_power_of_two() || !(ring::MIN_CAP..=ring::MAX_CAP).contains(&h.cap) {
-            return Err(bad("the ring's capacity is out of range"));
-        }
-        let mem = mem::SharedMem::open(h.ring, ring::CONTROL + h.cap)?;
-        let ring = Consumer::open(mem).map_err(|b| bad(b.0))?;
-        self.epoll.add(
-            &h.doorbell,
-            EpollEvent::new(EpollFlags::EPOLLIN, bell_token(i)),
-        )?;
-        let inc = self.incoming[i].as_mut().expect("the slot is in use");
-        link::answer(&inc.conn, link::ACCEPTED)?;
-        inc.state = InState::Active {
-            ring,
-            doorbell: h.doorbell,
-            from: h.from,
-            closing: false,
-        };
-        Ok(())
-    }
-
-    fn close_in(&mut self, i: usize) {
-        if let Some(inc) = self.incoming.get_mut(i).and_then(Option::take) {
-            let _ = self.epoll.delete(&inc.conn);
-            if let InState::Active { doorbell, .. } = &inc.state {
-                let _ = self.epoll.delete(doorbell);
-            }
-        }
-    }
-
-    /// Fills `batch` from the rings, the header of each datagram rebuilt
-    /// for `local` (`v6`: IPv6), taking the rings in turn.
-    pub(super) fn recv(&mut self, batch: &mut PacketBatch, v6: bool, stats: &mut UdpStats) {
-        let n = self.incoming.len();
-        if n == 0 {
-            return;
-        }
-        let hl = hdr::rebuilt_header_len(v6);
-        let dst = self.local.ip();
-        let piece = self.piece;
-        let start = self.rx_next % n;
-        self.rx_next = start + 1;
-        for k in 0..n {
-            let i = (start + k) % n;
-            let Some(Incoming {
-                state:
-                    InState::Active {
-                        ring,
-                        from,
-                        closing,
-                        ..
-                    },
-                ..
-            }) = self.incoming[i].as_mut()
-            else {
-                continue;
-            };
-            let mut drop_link = false;
-            while !batch.is_full() {
-                let r = match ring.next() {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        drop_link = *closing;
-                        break;
-                    }
-                    Err(_) => {
-                        stats.shm_broken += 1;
-                        drop_link = true;
-                        break;
-                    }
-                };
-                let h = RxHdr {
-                    src: from.ip(),
-                    sport: r.sport,
-                    dst,
-                    tos: r.tos,
-                };
-                let mut took = false;
-                let pushed = batch.push_with(|slot| {
-                    let total = hl + r.len;
-                    if total > slot.len() || !hdr::rebuild(&mut slot[..hl], &h, r.len, 0) {
-                        return 0;
-                    }
-                    ring.take(&r, &mut slot[hl..total], piece);
-                    took = true;
-                    total
-                });
-                if pushed {
-                    // The rebuilt header is the sender's engine's to the
-                    // bit (IPv4 ID 0 and DF, the record's port and TOS):
-                    // the engine checks the ICRC, and damage done between
-                    // the two engines (a fault injector's, a bug) is
-                    // caught as on a wire.
-                    batch.set_meta(batch.len() - 1, RxMeta::exact());
-                    stats.shm_rx_datagrams += 1;
-                    stats.shm_rx_bytes += r.len as u64;
-                } else {
-                    if !took {
-                        ring.skip(&r);
-                    }
-                    stats.rx_too_big += 1;
-                }
-            }
-            ring.release();
-            if drop_link {
-                self.close_in(i);
-            }
-            if batch.is_full() {
-                break;
-            }
-        }
-    }
-
-    /// Whether some ring is being read (the UDP socket then need not be
-    /// probed at every receive).
-    pub(super) fn has_incoming(&self) -> bool {
-        self.incoming
-            .iter()
-            .flatten()
-            .any(|i| matches!(i.state, InState::Active { .. }))
-    }
-
-    /// Before the caller sleeps: asks every ring's producer for a
-    /// doorbell. True when a datagram arrived meanwhile (receive again,
-    /// do not sleep).
-    pub(super) fn arm(&self) -> bool {
-        let mut any = false;
-        for inc in self.incoming.iter().flatten() {
-            if let InState::Active { ring, .. } = &inc.state {
-                any |= ring.arm();
-            }
-        }
-        any
     }
 }
 
@@ -593,80 +474,4 @@ fn free_slot<T>(v: &mut Vec<Option<T>>) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::UdpSocket;
-
-    /// A receiving path on `127.0.0.<n>`, its UDP socket, and the
-    /// address.
-    fn receiver(n: u8) -> (Shm, UdpSocket, SocketAddr) {
-        let udp = UdpSocket::bind(format!("127.0.0.{n}:0")).unwrap();
-        let at = udp.local_addr().unwrap();
-        let shm = Shm::new(at, udp.as_fd(), 1 << 16, None).unwrap();
-        assert!(shm.listening());
-        (shm, udp, at)
-    }
-
-    /// Runs the receiver's event look a few times (accept, then hello).
-    fn settle(shm: &mut Shm, stats: &mut UdpStats) {
-        for t in 1..4 {
-            shm.poll_events(t, stats);
-        }
-    }
-
-    #[test]
-    fn a_hello_with_an_unsealed_ring_is_refused_and_closed() {
-        let (mut shm, _udp, at) = receiver(31);
-        let conn = link::connect_to(at).unwrap();
-        let fd =
-            nix::sys::memfd::memfd_create(c"forged", nix::sys::memfd::MFdFlags::empty()).unwrap();
-        nix::unistd::ftruncate(&fd, (ring::CONTROL + (1 << 16)) as libc::off_t).unwrap();
-        let bell = EventFd::new().unwrap();
-        let from: SocketAddr = "127.0.0.32:4791".parse().unwrap();
-        link::send_hello(&conn, from, 1 << 16, fd.as_fd(), bell.as_fd()).unwrap();
-        let mut stats = UdpStats::default();
-        settle(&mut shm, &mut stats);
-        assert_eq!((stats.shm_refused, stats.shm_links_in), (1, 0));
-        assert_eq!(link::read_answer(&conn), link::Answer::Refused);
-        assert!(shm.incoming.iter().all(Option::is_none), "nothing kept");
-    }
-
-    #[test]
-    fn a_ring_broken_by_its_writer_is_dropped_and_the_rest_goes_on() {
-        let (mut shm, _udp, at) = receiver(33);
-        let mut stats = UdpStats::default();
-        // A well-behaved sender's ring, taken.
-        let conn = link::connect_to(at).unwrap();
-        let mut p = Producer::create(1 << 16).unwrap();
-        let bell = EventFd::new().unwrap();
-        let from: SocketAddr = "127.0.0.34:4791".parse().unwrap();
-        link::send_hello(&conn, from, 1 << 16, p.mem().fd().as_fd(), bell.as_fd()).unwrap();
-        settle(&mut shm, &mut stats);
-        assert_eq!(stats.shm_links_in, 1);
-        assert_eq!(link::read_answer(&conn), link::Answer::Accepted);
-        // A record too short for a BTH still arrives: parsing is the
-        // engine's, on its own copy.
-        assert_eq!(p.push(0xC001, 0x02, b"hello", None), Ok(Push::Written));
-        p.publish();
-        let mut batch = PacketBatch::new(4, 9216);
-        shm.recv(&mut batch, false, &mut stats);
-        assert_eq!(batch.len(), 1);
-        assert_eq!(&batch.get(0)[28..], b"hello");
-        assert!(batch.meta(0).header_exact, "the engine checks the ICRC");
-        // Then the writer forges its tail two laps ahead.
-        let forged =
-            mem::SharedMem::open(p.mem().fd().try_clone().unwrap(), ring::CONTROL + (1 << 16))
-                .unwrap();
-        // SAFETY: the tail word is at offset 128 of the control page
-        // (magic, cap, tail: one 64-byte line each), inside the mapping;
-        // it is an atomic in the ring's protocol.
-        let tail =
-            unsafe { &*(forged.base().as_ptr().add(128) as *const std::sync::atomic::AtomicU64) };
-        tail.store(3 << 16, std::sync::atomic::Ordering::SeqCst);
-        batch.clear();
-        shm.recv(&mut batch, false, &mut stats);
-        assert_eq!((batch.len(), stats.shm_broken), (0, 1));
-        assert!(shm.incoming.iter().all(Option::is_none), "the link is gone");
-        assert!(link::closed(&conn), "and its connection closed");
-    }
-}
+mod tests;

@@ -6,10 +6,13 @@
 //! own: `tail` (bytes ever written, the producer's), `head` (bytes ever
 //! read, the consumer's), `need_wake` (the consumer is about to sleep)
 //! and `doorbells` (wake-ups the producer sent). Records follow, 8-byte
-//! aligned, never split across the end: an 8-byte header (payload
-//! length, UDP source port, TOS, kind) and the UDP payload (BTH ...
-//! ICRC). A record that would not fit before the end is preceded by a
-//! skip record covering the rest.
+//! aligned, never split across the end: a 32-byte header (payload
+//! length, UDP source port, TOS, kind, flags, address family, IPv4
+//! identification, source address) and the UDP payload (BTH ... ICRC).
+//! A record that would not fit before the end is preceded by a skip
+//! record covering the rest. The source is in every record because a
+//! forwarded datagram's is the original sender's, not the writer's
+//! (docs/shm.md, "The ring", and docs/host.md).
 //!
 //! The consumer trusts nothing it reads there: every index and header is
 //! checked before use and a violation breaks the link ([`Broken`]), the
@@ -17,6 +20,7 @@
 //! cannot shrink ([`SharedMem::open`]).
 
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::mem::SharedMem;
@@ -45,8 +49,14 @@ pub(crate) const MIN_CAP: usize = 1 << 16;
 pub(crate) const MAX_CAP: usize = 1 << 26;
 /// Largest payload a record carries (its length field is 16 bits).
 pub(crate) const MAX_PAYLOAD: usize = u16::MAX as usize;
-const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm1");
-const REC_HDR: usize = 8;
+/// Version 2: the record header names its source (version 1 had 8 bytes
+/// without it); a ring of another version is refused.
+const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm2");
+const REC_HDR: usize = 32;
+/// Record flags: handed on by [`Backend::forward`](crate::Backend::forward);
+/// its header is exact ([`crate::RxMeta::header_exact`]).
+const FLAG_FORWARDED: u8 = 1;
+const FLAG_EXACT: u8 = 2;
 const KIND_DATAGRAM: u8 = 1;
 const KIND_SKIP: u8 = 2;
 
@@ -104,6 +114,63 @@ pub(crate) enum Push {
     TooBig,
 }
 
+/// What a record says about its datagram beside the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecMeta {
+    /// The datagram's source address and UDP port: the writer's own, or
+    /// the original sender's for a forwarded datagram.
+    pub(crate) src: IpAddr,
+    pub(crate) sport: u16,
+    pub(crate) tos: u8,
+    /// The IPv4 identification of the header to rebuild (0 as the engine
+    /// writes it; a GSO segment's number for a forwarded datagram).
+    pub(crate) ipv4_id: u16,
+    /// Handed on by another process.
+    pub(crate) forwarded: bool,
+    /// The rebuilt header holds every covered field as sent.
+    pub(crate) exact: bool,
+}
+
+impl RecMeta {
+    fn encode(&self, len: u16, kind: u8) -> [u8; REC_HDR] {
+        let mut h = [0u8; REC_HDR];
+        h[0..2].copy_from_slice(&len.to_le_bytes());
+        h[2..4].copy_from_slice(&self.sport.to_le_bytes());
+        h[4] = self.tos;
+        h[5] = kind;
+        h[6] = if self.forwarded { FLAG_FORWARDED } else { 0 }
+            | if self.exact { FLAG_EXACT } else { 0 };
+        let (fam, ip) = match self.src {
+            IpAddr::V4(a) => (4u8, a.to_ipv6_mapped().octets()),
+            IpAddr::V6(a) => (6u8, a.octets()),
+        };
+        h[7] = fam;
+        h[8..10].copy_from_slice(&self.ipv4_id.to_le_bytes());
+        h[16..32].copy_from_slice(&ip);
+        h
+    }
+
+    /// Reads a datagram record's header (written by another process:
+    /// an unknown family, or an IPv4 one that is not v4-mapped, is
+    /// refused).
+    fn decode(h: &[u8; REC_HDR]) -> Option<RecMeta> {
+        let ip = Ipv6Addr::from(<[u8; 16]>::try_from(&h[16..32]).ok()?);
+        let src = match h[7] {
+            4 => IpAddr::V4(ip.to_ipv4_mapped()?),
+            6 => IpAddr::V6(ip),
+            _ => return None,
+        };
+        Some(RecMeta {
+            src,
+            sport: u16::from_le_bytes([h[2], h[3]]),
+            tos: h[4],
+            ipv4_id: u16::from_le_bytes([h[8], h[9]]),
+            forwarded: h[6] & FLAG_FORWARDED != 0,
+            exact: h[6] & FLAG_EXACT != 0,
+        })
+    }
+}
+
 impl Producer {
     /// A ring with `cap` bytes of records (a power of two between
     /// [`MIN_CAP`] and [`MAX_CAP`]) in a new sealed `memfd`.
@@ -150,8 +217,7 @@ impl Producer {
     /// `piece` as [`crate::CpuTuning::copy_piece`].
     pub(crate) fn push(
         &mut self,
-        sport: u16,
-        tos: u8,
+        meta: &RecMeta,
         payload: &[u8],
         piece: Option<usize>,
     ) -> Result<Push, Broken> {
@@ -166,11 +232,13 @@ impl Producer {
             return Ok(Push::Full);
         }
         if skip > 0 {
-            self.write_header(pos, 0, 0, 0, KIND_SKIP);
+            // A skip record needs its kind alone; the rest of the area
+            // may be shorter than a record header.
+            self.write_header(pos, &[0, 0, 0, 0, 0, KIND_SKIP, 0, 0]);
             self.tail += skip;
         }
         let pos = self.tail % self.cap;
-        self.write_header(pos, payload.len() as u16, sport, tos, KIND_DATAGRAM);
+        self.write_header(pos, &meta.encode(payload.len() as u16, KIND_DATAGRAM));
         // SAFETY: `pos + total <= cap` (records never cross the end), so
         // the payload lands inside the record area, in bytes the consumer
         // does not read before the tail covers them.
@@ -188,15 +256,14 @@ impl Producer {
         unsafe { self.mem.base().as_ptr().add(CONTROL) }
     }
 
-    fn write_header(&mut self, pos: u64, len: u16, sport: u16, tos: u8, kind: u8) {
-        let mut h = [0u8; REC_HDR];
-        h[0..2].copy_from_slice(&len.to_le_bytes());
-        h[2..4].copy_from_slice(&sport.to_le_bytes());
-        h[4] = tos;
-        h[5] = kind;
-        // SAFETY: `pos` is 8-aligned and below cap, so the 8 bytes fit.
+    /// Writes `h` (8 bytes for a skip record, [`REC_HDR`] for a
+    /// datagram's) at `pos`, clipped to the record area's end.
+    fn write_header(&mut self, pos: u64, h: &[u8]) {
+        let n = h.len().min((self.cap - pos) as usize);
+        // SAFETY: `pos` is below cap and `n` bytes from it stay inside the
+        // record area.
         unsafe {
-            std::ptr::copy_nonoverlapping(h.as_ptr(), self.data_ptr().add(pos as usize), REC_HDR);
+            std::ptr::copy_nonoverlapping(h.as_ptr(), self.data_ptr().add(pos as usize), n);
         }
     }
 
@@ -220,8 +287,7 @@ impl Producer {
 /// A record found by [`Consumer::next`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Record {
-    pub(crate) sport: u16,
-    pub(crate) tos: u8,
+    pub(crate) meta: RecMeta,
     pub(crate) len: usize,
     at: usize,
     total: u64,
@@ -279,15 +345,13 @@ impl Consumer {
             let pos = self.head % self.cap;
             let to_end = self.cap - pos;
             let mut h = [0u8; REC_HDR];
+            let n = REC_HDR.min(to_end as usize);
             // SAFETY: `pos` is 8-aligned (head and cap are multiples of
-            // 8) and below cap, so 8 bytes are inside the record area;
-            // they are copied out once and only the copy is looked at.
+            // 8) and below cap, so at least 8 and at most `to_end` bytes
+            // from it are inside the record area; they are copied out
+            // once and only the copy is looked at.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.data_ptr().add(pos as usize),
-                    h.as_mut_ptr(),
-                    REC_HDR,
-                );
+                std::ptr::copy_nonoverlapping(self.data_ptr().add(pos as usize), h.as_mut_ptr(), n);
             }
             match h[5] {
                 KIND_SKIP => {
@@ -302,9 +366,10 @@ impl Consumer {
                     if total > to_end || total > avail {
                         return Err(Broken("a record goes past the tail or the ring's end"));
                     }
+                    let meta = RecMeta::decode(&h)
+                        .ok_or(Broken("a record names a source of no known family"))?;
                     return Ok(Some(Record {
-                        sport: u16::from_le_bytes([h[2], h[3]]),
-                        tos: h[4],
+                        meta,
                         len,
                         at: pos as usize + REC_HDR,
                         total,

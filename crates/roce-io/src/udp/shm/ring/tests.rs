@@ -7,12 +7,25 @@ fn pair(cap: usize) -> (Producer, Consumer) {
     (p, c)
 }
 
+/// A record's metadata: from 127.0.0.7, `sport`, `tos`.
+fn m(sport: u16, tos: u8) -> RecMeta {
+    RecMeta {
+        src: "127.0.0.7".parse().unwrap(),
+        sport,
+        tos,
+        ipv4_id: 0,
+        forwarded: false,
+        exact: true,
+    }
+}
+
 fn take_all(c: &mut Consumer) -> Vec<(u16, u8, Vec<u8>)> {
     let mut out = Vec::new();
     while let Some(r) = c.next().unwrap() {
         let mut v = vec![0u8; r.len];
         c.take(&r, &mut v, Some(100));
-        out.push((r.sport, r.tos, v));
+        assert_eq!(r.meta, m(r.meta.sport, r.meta.tos));
+        out.push((r.meta.sport, r.meta.tos, v));
     }
     c.release();
     out
@@ -35,7 +48,7 @@ fn records_arrive_in_order_with_their_port_and_tos() {
     for i in 0..10u16 {
         let payload = vec![i as u8; 13 + usize::from(i)];
         assert_eq!(
-            p.push(0xC000 + i, i as u8, &payload, None),
+            p.push(&m(0xC000 + i, i as u8), &payload, None),
             Ok(Push::Written)
         );
     }
@@ -55,11 +68,11 @@ fn a_full_ring_refuses_until_the_consumer_reads_and_records_wrap() {
     let (mut p, mut c) = pair(MIN_CAP);
     let payload = [7u8; 4000];
     let mut n = 0;
-    while p.push(1, 0, &payload, None).unwrap() == Push::Written {
+    while p.push(&m(1, 0), &payload, None).unwrap() == Push::Written {
         n += 1;
     }
-    // 4008-byte records: 16 fit in 64 KiB.
-    assert_eq!(n, MIN_CAP / 4008);
+    // 4032-byte records: 16 fit in 64 KiB.
+    assert_eq!(n, MIN_CAP / 4032);
     p.publish();
     assert_eq!(take_all(&mut c).len(), n);
     // The next records wrap: a skip record, then the record at offset 0,
@@ -67,7 +80,10 @@ fn a_full_ring_refuses_until_the_consumer_reads_and_records_wrap() {
     for round in 0..5u8 {
         let big: Vec<u8> = (0..4000).map(|k| (k as u8) ^ round).collect();
         for _ in 0..7 {
-            assert_eq!(p.push(2, round, &big, Some(1024)).unwrap(), Push::Written);
+            assert_eq!(
+                p.push(&m(2, round), &big, Some(1024)).unwrap(),
+                Push::Written
+            );
         }
         p.publish();
         let got = take_all(&mut c);
@@ -77,7 +93,7 @@ fn a_full_ring_refuses_until_the_consumer_reads_and_records_wrap() {
             .all(|(s, t, v)| *s == 2 && *t == round && *v == big));
     }
     assert_eq!(
-        p.push(0, 0, &vec![0; MAX_PAYLOAD + 1], None),
+        p.push(&m(0, 0), &vec![0; MAX_PAYLOAD + 1], None),
         Ok(Push::TooBig)
     );
 }
@@ -85,16 +101,16 @@ fn a_full_ring_refuses_until_the_consumer_reads_and_records_wrap() {
 #[test]
 fn the_doorbell_is_rung_once_after_the_consumer_armed() {
     let (mut p, mut c) = pair(MIN_CAP);
-    p.push(1, 0, b"one", None).unwrap();
+    p.push(&m(1, 0), b"one", None).unwrap();
     assert!(!p.publish(), "nobody asked to be woken");
     assert!(c.arm(), "a record is there: do not sleep");
     take_all(&mut c);
     assert!(!c.arm(), "empty: may sleep");
     assert_eq!(c.doorbells(), 0);
-    p.push(1, 0, b"two", None).unwrap();
+    p.push(&m(1, 0), b"two", None).unwrap();
     assert!(p.publish(), "the consumer armed: ring");
     assert_eq!(c.doorbells(), 1);
-    p.push(1, 0, b"three", None).unwrap();
+    p.push(&m(1, 0), b"three", None).unwrap();
     assert!(!p.publish(), "once per arming");
     assert_eq!(c.doorbells(), 1);
     assert_eq!(take_all(&mut c).len(), 2);
@@ -103,14 +119,14 @@ fn the_doorbell_is_rung_once_after_the_consumer_armed() {
 #[test]
 fn a_forged_tail_or_record_breaks_the_ring_instead_of_reading_outside_it() {
     let (mut p, mut c) = pair(MIN_CAP);
-    p.push(1, 0, &[1; 100], None).unwrap();
+    p.push(&m(1, 0), &[1; 100], None).unwrap();
     p.publish();
     // A tail more than one lap ahead, or unaligned.
     for bad in [MIN_CAP as u64 + 8, 3] {
         word(&c, true).store(bad, Ordering::SeqCst);
         assert!(c.next().is_err(), "tail {bad}");
     }
-    word(&c, true).store(112, Ordering::SeqCst);
+    word(&c, true).store(136, Ordering::SeqCst);
     // A length that runs past the tail.
     // SAFETY: the first record header, inside the mapping.
     unsafe {
@@ -130,6 +146,46 @@ fn a_forged_tail_or_record_breaks_the_ring_instead_of_reading_outside_it() {
     word(&c, false).store(0, Ordering::SeqCst);
     p.head = 8;
     assert!(p.room(MIN_CAP as u64).is_err());
+}
+
+#[test]
+fn records_carry_their_source_flags_and_ipv4_id() {
+    let (mut p, mut c) = pair(MIN_CAP);
+    let v6 = RecMeta {
+        src: "fd00::9".parse().unwrap(),
+        sport: 0xC0DE,
+        tos: 0x8a,
+        ipv4_id: 0,
+        forwarded: true,
+        exact: true,
+    };
+    let v4 = RecMeta {
+        src: "10.1.2.3".parse().unwrap(),
+        ipv4_id: 17,
+        exact: false,
+        ..v6
+    };
+    for meta in [v6, v4] {
+        assert_eq!(p.push(&meta, b"x", None), Ok(Push::Written));
+    }
+    p.publish();
+    for want in [v6, v4] {
+        let r = c.next().unwrap().unwrap();
+        assert_eq!(r.meta, want);
+        c.skip(&r);
+    }
+    // An unknown family, or an IPv4 source that is not v4-mapped, breaks
+    // the ring.
+    for (at, byte) in [(7usize, 5u8), (16, 1)] {
+        assert_eq!(p.push(&v4, b"y", None), Ok(Push::Written));
+        p.publish();
+        let pos = (c.head % MIN_CAP as u64) as usize;
+        // SAFETY: a header byte of the record just published, inside the
+        // record area; single-threaded test.
+        unsafe { (c.data_ptr() as *mut u8).add(pos + at).write(byte) };
+        assert!(c.next().is_err(), "byte {at}");
+        c.head += 40;
+    }
 }
 
 #[test]
@@ -172,6 +228,7 @@ fn random_garbage_never_takes_the_consumer_outside_the_ring() {
                 let mut h = [0u8; 8];
                 h[0..2].copy_from_slice(&((rng.next_u32() % 9000) as u16).to_le_bytes());
                 h[5] = 1 + (rng.next_u32() % 3) as u8;
+                h[7] = 6; // an IPv6 source: any 16 bytes are one
                 h
             } else {
                 v

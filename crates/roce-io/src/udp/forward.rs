@@ -1,0 +1,157 @@
+//! Which way each datagram of a [`UdpBackend`] goes (UDP, a same-host
+//! ring, or this backend's own receive path), and, sharing the address
+//! (`UdpConfig::share`), forwarding what the kernel gave this process
+//! but another owns (docs/host.md, "What is wired"; docs/shm.md,
+//! "Forwarding").
+
+use std::net::IpAddr;
+
+use roce_wire::{Owner, Transmit};
+
+use super::share::Lookup;
+use super::shm::{ProcRoute, RecMeta};
+use super::UdpBackend;
+use crate::backend::{Forwarded, Nanos, RxMeta};
+
+/// Where one outgoing datagram goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hop {
+    /// By the kernel's UDP stack.
+    Udp,
+    /// Into same-host link `link`; `by_qpn`: found through a host table.
+    Ring { link: usize, by_qpn: bool },
+    /// To a QPN of this very backend: its own receive queue.
+    Local,
+}
+
+impl UdpBackend {
+    /// The way a datagram sent as `t` takes. Sharing, a destination with
+    /// a host table goes to the process owning `t.dest_qpn` (this backend
+    /// included), QP1 and QPNs without an owner by UDP; a destination
+    /// without one, and every destination when not sharing, as the
+    /// same-host path by address says (docs/shm.md).
+    pub(super) fn hop(&mut self, now: Nanos, t: &Transmit) -> Hop {
+        let dst = self.wire_dst(t);
+        let Some(shm) = self.shm.as_mut() else {
+            return Hop::Udp;
+        };
+        if let Some(share) = self.share.as_mut() {
+            match share.lookup_qpn(now, dst, t.dest_qpn) {
+                Lookup::NoTable => {}
+                Lookup::NoOwner => return Hop::Udp,
+                Lookup::Own => return Hop::Local,
+                Lookup::Slot { slot, name } => {
+                    return match shm.route_proc(now, &name, &mut self.stats) {
+                        ProcRoute::Link(link) => Hop::Ring { link, by_qpn: true },
+                        ProcRoute::Pending(_) | ProcRoute::Udp => Hop::Udp,
+                        ProcRoute::Gone => {
+                            if share.reap(dst, slot) {
+                                self.stats.shm_reaped += 1;
+                            }
+                            Hop::Udp
+                        }
+                    };
+                }
+            }
+        }
+        match shm.route(now, dst, &mut self.stats) {
+            Some(link) => Hop::Ring {
+                link,
+                by_qpn: false,
+            },
+            None => Hop::Udp,
+        }
+    }
+
+    /// Sends datagram `d` (sent as `t`) the way `hop` says, when that is
+    /// not UDP.
+    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop) {
+        match hop {
+            Hop::Udp => {}
+            Hop::Ring { link, by_qpn } => {
+                let Some(shm) = self.shm.as_mut() else { return };
+                let meta = shm.own_record(t.src.port(), t.tos());
+                let payload = &d[t.header_len()..];
+                if shm.push(now, link, &meta, payload, &mut self.stats) && by_qpn {
+                    self.stats.shm_qpn_routes += 1;
+                }
+            }
+            Hop::Local => {
+                let Some(share) = self.share.as_mut() else {
+                    return;
+                };
+                if share.push_local(d) {
+                    self.stats.shm_local += 1;
+                } else {
+                    self.stats.shm_tx_full_drops += 1;
+                }
+            }
+        }
+    }
+
+    /// [`Backend::forward`](crate::Backend::forward) of the UDP backend.
+    pub(super) fn forward_datagram(
+        &mut self,
+        now: Nanos,
+        d: &[u8],
+        meta: RxMeta,
+        owner: Owner,
+    ) -> Forwarded {
+        let at = self.local_addr();
+        let (Some(share), Some(shm)) = (self.share.as_mut(), self.shm.as_mut()) else {
+            return Forwarded::Unshared;
+        };
+        let mut sent = false;
+        // Read from the rebuilt header: the original sender, and that it
+        // was sent to this address.
+        let t = Transmit::of_datagram(d)
+            .filter(|t| !meta.forwarded && t.destination.ip() == self.cfg.local);
+        if let Some(t) = t {
+            if let Lookup::Slot { slot, name } = share.lookup_owner(owner) {
+                let route = shm.route_proc(now, &name, &mut self.stats);
+                if let ProcRoute::Link(link) | ProcRoute::Pending(link) = route {
+                    let rec = RecMeta {
+                        src: t.src.ip(),
+                        sport: t.src.port(),
+                        tos: t.tos(),
+                        ipv4_id: t.ipv4_id,
+                        forwarded: true,
+                        exact: meta.header_exact,
+                    };
+                    sent = shm.push(now, link, &rec, &d[t.header_len()..], &mut self.stats);
+                    shm.flush(&mut self.stats);
+                } else if route == ProcRoute::Gone && share.reap(at, slot) {
+                    self.stats.shm_reaped += 1;
+                }
+            }
+        }
+        if sent {
+            self.stats.shm_forwarded += 1;
+            Forwarded::Sent
+        } else {
+            self.stats.shm_forward_no_owner += 1;
+            Forwarded::NoOwner
+        }
+    }
+
+    /// [`Backend::claim`](crate::Backend::claim) of the UDP backend.
+    pub(super) fn claim_owner(&mut self, local: IpAddr, owner: Owner) -> std::io::Result<bool> {
+        match &self.share {
+            Some(s) if local == self.cfg.local => s.claim(owner),
+            Some(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::AddrNotAvailable,
+                format!("{local} is not this backend's address"),
+            )),
+            None => Ok(true),
+        }
+    }
+
+    /// [`Backend::release`](crate::Backend::release) of the UDP backend.
+    pub(super) fn release_owner(&mut self, local: IpAddr, owner: Owner) {
+        if let Some(s) = &self.share {
+            if local == self.cfg.local {
+                s.release(owner);
+            }
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! Processes sharing one address (docs/host.md, docs/shm.md): this test
+//! binary runs itself as the other process, its role chosen by an
+//! environment variable (`child_role` does nothing without it). Both bind
+//! `UdpConfig::share` on 127.0.0.1 and one port; each claims a QPN; what
+//! one sends to the other's QPN reaches it through a ring, what it hands
+//! to `forward` too (flagged, with the original source), and a killed
+//! child's QPN is found gone and claimed again. Every wait is bounded,
+//! and every child is killed when its test ends.
+
+#![cfg(target_os = "linux")]
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use roce_io::{Backend, Forwarded, Nanos, PacketBatch, RxMeta, UdpBackend, UdpConfig};
+use roce_testkit::frames;
+use roce_wire::{BthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Owner, Psn, Qpn, RocePacket};
+
+const ROLE: &str = "ROCE_SHARE_TEST_ROLE";
+const DIR: &str = "ROCE_SHARE_TEST_DIR";
+const PORT: &str = "ROCE_SHARE_TEST_PORT";
+const QPN: &str = "ROCE_SHARE_TEST_QPN";
+
+/// The parent's QPN and the child's.
+const QA: u32 = 0x00_0a11;
+const QB: u32 = 0x00_0b22;
+
+fn lo() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::LOCALHOST)
+}
+
+fn now() -> Nanos {
+    use std::sync::OnceLock;
+    static T0: OnceLock<Instant> = OnceLock::new();
+    T0.get_or_init(Instant::now).elapsed().as_nanos() as Nanos
+}
+
+fn config(dir: &Path, port: u16) -> UdpConfig {
+    UdpConfig::new(lo())
+        .port(port)
+        .remote_port(port)
+        .share(true)
+        .share_dir(dir)
+        .shm_ring(1 << 16)
+}
+
+/// A shared backend on a port nobody else holds (`base` apart per test:
+/// tests of one binary run at once, and shared sockets would join).
+fn bind_shared(dir: &Path, base: u16) -> (UdpBackend, u16) {
+    for attempt in 0..50u16 {
+        let port =
+            30_000 + base + (std::process::id() as u16).wrapping_mul(13) % 2000 + attempt * 7;
+        // Free now: a plain socket binds (and lets go at once).
+        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_err() {
+            continue;
+        }
+        if let Ok(b) = UdpBackend::bind(config(dir, port)) {
+            return (b, port);
+        }
+    }
+    panic!("no free port");
+}
+
+/// An RC SEND_ONLY from `src`:`sport` to 127.0.0.1, QPN `qpn`, as the
+/// engine emits it.
+fn datagram(src: Ipv4Addr, sport: u16, qpn: u32, psn: u32) -> Vec<u8> {
+    let data = [psn as u8; 40];
+    let repr = FrameRepr {
+        eth: None,
+        ip: IpRepr::V4(frames::ipv4(src, Ipv4Addr::LOCALHOST)),
+        udp: frames::udp(sport),
+        bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(qpn), Psn::new(psn)),
+        ext: ExtHeaders::default(),
+        payload: &data,
+    };
+    frames::try_emit(&repr).expect("emit")
+}
+
+fn send(b: &mut UdpBackend, d: &[u8]) {
+    let mut tx = PacketBatch::new(1, 9216);
+    assert!(tx.push(d));
+    assert_eq!(b.send(now(), &tx).expect("send"), 1);
+}
+
+/// Writes `text` to `path` whole (a rename), so a reader never sees half.
+fn publish(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Waits until `path` holds something `ok` accepts; its text, or `None`
+/// after `limit`. `pump` runs between looks.
+fn wait_for(
+    path: &Path,
+    limit: Duration,
+    mut ok: impl FnMut(&str) -> bool,
+    mut pump: impl FnMut(),
+) -> Option<String> {
+    let t = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if ok(&s) {
+                return Some(s);
+            }
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        pump();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A child process serving QPN `qpn`, killed (SIGKILL) and reaped when
+/// dropped.
+struct Kid(Child);
+
+impl Kid {
+    fn spawn(dir: &Path, port: u16, qpn: u32) -> Kid {
+        let exe = std::env::current_exe().unwrap();
+        Kid(Command::new(exe)
+            .args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
+            .env(ROLE, "serve")
+            .env(DIR, dir)
+            .env(PORT, port.to_string())
+            .env(QPN, qpn.to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap())
+    }
+
+    fn file(&self, dir: &Path, what: &str) -> PathBuf {
+        dir.join(format!("{what}-{}", self.0.id()))
+    }
+
+    /// SIGKILL, and waits for the end.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One received datagram as the child logs it: PSN, source, source port,
+/// forwarded, header exact, ICRC verified.
+#[derive(Debug, PartialEq, Eq)]
+struct Got {
+    psn: u32,
+    src: IpAddr,
+    sport: u16,
+    forwarded: bool,
+    exact: bool,
+    icrc_ok: bool,
+}
+
+fn parse_log(s: &str) -> Vec<Got> {
+    s.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() == 6).then(|| Got {
+                psn: f[0].parse().unwrap(),
+                src: f[1].parse().unwrap(),
+                sport: f[2].parse().unwrap(),
+                forwarded: f[3] == "1",
+                exact: f[4] == "1",
+                icrc_ok: f[5] == "1",
+            })
+        })
+        .collect()
+}
+
+/// The child's side. Without the role variable: nothing.
+#[test]
+fn child_role() {
+    let Ok(_role) = std::env::var(ROLE) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var_os(DIR).unwrap());
+    let port: u16 = std::env::var(PORT).unwrap().parse().unwrap();
+    let qpn: u32 = std::env::var(QPN).unwrap().parse().unwrap();
+    let me = std::process::id();
+    let mut b = UdpBackend::bind(config(&dir, port)).expect("a shared bind");
+    let claimed = b.claim(lo(), Owner::Qp(qpn)).expect("claim");
+    publish(
+        &dir.join(format!("ready-{me}")),
+        if claimed { "claimed" } else { "taken" },
+    );
+    let mut rx = PacketBatch::new(64, 9216);
+    let mut log = String::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let n = b.recv(now(), &mut rx).expect("recv");
+        for i in 0..n {
+            let (d, meta) = (rx.get(i), rx.meta(i));
+            let p = RocePacket::parse_ip(d).expect("a RoCE datagram");
+            let dest = p.bth.dest_qp.value();
+            if dest != qpn {
+                // The driver's part: the engine has no such QP.
+                b.forward(now(), d, meta, Owner::Qp(dest));
+                continue;
+            }
+            log.push_str(&format!(
+                "{} {} {} {} {} {}\n",
+                p.bth.psn.value(),
+                p.ip.src(),
+                p.udp.src_port,
+                u8::from(meta.forwarded),
+                u8::from(meta.header_exact),
+                u8::from(p.check_icrc().is_ok()),
+            ));
+        }
+        if n > 0 {
+            publish(&dir.join(format!("got-{me}")), &log);
+        } else {
+            let _ = b.wait_readable(Some(Duration::from_millis(5)));
+        }
+    }
+}
+
+/// The parent's receive pump, as a driver: what is not QPN `mine`
+/// is forwarded; its own datagrams are returned.
+fn pump(a: &mut UdpBackend, mine: u32) -> Vec<(Vec<u8>, RxMeta)> {
+    let mut rx = PacketBatch::new(64, 9216);
+    let mut own = Vec::new();
+    let n = a.recv(now(), &mut rx).expect("recv");
+    for i in 0..n {
+        let (d, meta) = (rx.get(i), rx.meta(i));
+        let dest = RocePacket::parse_ip(d).unwrap().bth.dest_qp.value();
+        if dest == mine {
+            own.push((d.to_vec(), meta));
+        } else {
+            a.forward(now(), d, meta, Owner::Qp(dest));
+        }
+    }
+    own
+}
+
+#[test]
+fn two_processes_share_one_address_and_forward_to_the_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mut a, port) = bind_shared(dir, 0);
+    assert!(a.claim(lo(), Owner::Qp(QA)).unwrap());
+    assert!(
+        a.claim(lo(), Owner::Qp(QA)).unwrap(),
+        "held already: still ours"
+    );
+    let kid = Kid::spawn(dir, port, QB);
+    let ready = wait_for(
+        &kid.file(dir, "ready"),
+        Duration::from_secs(10),
+        |_| true,
+        || {},
+    );
+    assert_eq!(
+        ready.as_deref(),
+        Some("claimed"),
+        "the child bound and claimed"
+    );
+    assert!(!a.claim(lo(), Owner::Qp(QB)).unwrap(), "the child holds it");
+
+    // Datagrams to the child's QPN at the shared address: the first by
+    // UDP (to whichever process the kernel picks; the parent forwards
+    // what it gets), then through the child's ring, found by QPN.
+    let src = Ipv4Addr::LOCALHOST;
+    let mut psn = 0;
+    let t = Instant::now();
+    while a.stats().shm_qpn_routes < 20 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no ring by QPN");
+        send(&mut a, &datagram(src, 0xC000 + (psn % 4) as u16, QB, psn));
+        pump(&mut a, QA);
+        psn += 1;
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    let sent = psn;
+    let got = wait_for(
+        &kid.file(dir, "got"),
+        Duration::from_secs(5),
+        |s| parse_log(s).len() >= sent as usize,
+        || drop(pump(&mut a, QA)),
+    )
+    .expect("the child got every datagram");
+    let got = parse_log(&got);
+    let mut psns: Vec<u32> = got.iter().map(|g| g.psn).collect();
+    psns.sort_unstable();
+    assert_eq!(psns, (0..sent).collect::<Vec<_>>(), "each once");
+    for g in &got {
+        assert_eq!(g.src, lo(), "{g:?}");
+        assert_eq!(g.sport, 0xC000 + (g.psn % 4) as u16, "{g:?}");
+        assert!(!g.exact || g.icrc_ok, "{g:?}");
+    }
+    let s = a.stats();
+    assert!(s.shm_tx_datagrams >= 20 && s.shm_links_out >= 1, "{s:?}");
+    assert_eq!(s.tx_datagrams + s.shm_qpn_routes, u64::from(sent), "{s:?}");
+
+    // A datagram handed to forward: the original source, flagged.
+    let d = datagram(Ipv4Addr::new(127, 0, 0, 9), 0xD00D, QB, 9000);
+    assert_eq!(
+        a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)),
+        Forwarded::Sent
+    );
+    let got = wait_for(
+        &kid.file(dir, "got"),
+        Duration::from_secs(5),
+        |s| parse_log(s).iter().any(|g| g.psn == 9000),
+        || drop(pump(&mut a, QA)),
+    )
+    .expect("the forwarded datagram arrives");
+    let g = parse_log(&got).into_iter().find(|g| g.psn == 9000).unwrap();
+    let want = Got {
+        psn: 9000,
+        src: "127.0.0.9".parse().unwrap(),
+        sport: 0xD00D,
+        forwarded: true,
+        exact: false,
+        icrc_ok: true,
+    };
+    assert_eq!(g, want);
+    assert!(a.stats().shm_forwarded >= 1);
+    // Never twice, never back to itself, never to nobody.
+    let fwd = RxMeta::exact().with_forwarded(true);
+    let no = a.stats().shm_forward_no_owner;
+    assert_eq!(a.forward(now(), &d, fwd, Owner::Qp(QB)), Forwarded::NoOwner);
+    assert_eq!(
+        a.forward(now(), &d, RxMeta::exact(), Owner::Qp(QA)),
+        Forwarded::NoOwner
+    );
+    assert_eq!(
+        a.forward(now(), &d, RxMeta::exact(), Owner::Qp(0x333)),
+        Forwarded::NoOwner
+    );
+    assert_eq!(
+        a.forward(now(), &d, RxMeta::exact(), Owner::Service(7)),
+        Forwarded::NoOwner
+    );
+    assert_eq!(a.stats().shm_forward_no_owner, no + 4);
+
+    // To its own QPN at its own address: its own receive path.
+    send(&mut a, &datagram(src, 0xC000, QA, 77));
+    let own = pump(&mut a, QA);
+    assert_eq!(own.len(), 1, "delivered at once, without the kernel");
+    let p = RocePacket::parse_ip(&own[0].0).unwrap();
+    assert_eq!(p.bth.psn.value(), 77);
+    assert!(own[0].1.header_exact && p.check_icrc().is_ok());
+    assert_eq!(a.stats().shm_local, 1);
+
+    // The child killed: its slot is found gone and reaped, its QPN free.
+    let mut kid = kid;
+    kid.kill();
+    let t = Instant::now();
+    while a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)) != Forwarded::NoOwner {
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "the dead child still owns"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(a.stats().shm_reaped >= 1, "{:?}", a.stats());
+    assert_eq!(a.host_table().unwrap().qpn_slot(QB), None);
+    let kid2 = Kid::spawn(dir, port, QB);
+    let ready = wait_for(
+        &kid2.file(dir, "ready"),
+        Duration::from_secs(10),
+        |_| true,
+        || {},
+    );
+    assert_eq!(
+        ready.as_deref(),
+        Some("claimed"),
+        "a new process takes the QPN"
+    );
+}
+
+#[test]
+fn a_backend_that_does_not_share_cannot_bind_a_shared_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, port) = bind_shared(tmp.path(), 2500);
+    let plain = UdpConfig::new(lo()).port(port);
+    let e = UdpBackend::bind(plain).expect_err("the address is shared");
+    assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains("already in use"), "{e}");
+    // A second shared backend of this process joins, in a slot of its
+    // own, and claims go to one of them.
+    let mut b = UdpBackend::bind(config(tmp.path(), port)).expect("a second shared bind");
+    assert_ne!(
+        a.host_table().unwrap().slot(),
+        b.host_table().unwrap().slot()
+    );
+    assert!(b.claim(lo(), Owner::CommId(5)).unwrap());
+    let mut a = a;
+    assert!(!a.claim(lo(), Owner::CommId(5)).unwrap());
+    b.release(lo(), Owner::CommId(5));
+    assert!(a.claim(lo(), Owner::CommId(5)).unwrap());
+    drop(a);
+    drop(b);
+    // All gone: a plain bind works again.
+    UdpBackend::bind(UdpConfig::new(lo()).port(port)).expect("free again");
+}
