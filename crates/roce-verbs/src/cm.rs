@@ -14,9 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId, UdRequest};
-use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
+use roce_core::{Owner, QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
+use crate::owners;
 use crate::progress::kick;
 use crate::shared::{lock, Shared};
 use crate::{Context, QueuePair};
@@ -159,11 +160,36 @@ impl Context {
     /// `rdma_bind_addr` + `rdma_listen` on `port` (rdma_cm's TCP port
     /// space, all local addresses).
     pub fn cm_listen(&self, port: u16) -> Result<CmListener, Error> {
-        let id = self.shared().core().dev.cm_listen(port)?;
+        let id = self.listen_with(|dev| dev.cm_listen(port))?;
         Ok(CmListener {
             ctx: self.clone(),
             id,
         })
+    }
+
+    /// Listens with `listen`, the service ID claimed host-wide
+    /// (docs/host.md): another process's listener on it is
+    /// `Busy`, as a second listener of this process is.
+    pub(crate) fn listen_with(
+        &self,
+        listen: impl FnOnce(&mut roce_core::Device) -> Result<ListenId, roce_core::VerbsError>,
+    ) -> Result<ListenId, Error> {
+        let shared = self.shared();
+        let mut io = lock(&shared.io);
+        let mut core = shared.core();
+        let id = listen(&mut core.dev)?;
+        let service = Owner::Service(id.0);
+        if !owners::claim(&mut *io.backend, &shared.addrs, service) {
+            let _ = core.dev.cm_stop_listen(id);
+            return Err(Error::Verbs(roce_core::VerbsError::Busy));
+        }
+        Ok(id)
+    }
+
+    /// Stops listener `id`, its service ID released host-wide.
+    pub(crate) fn unlisten_in(core: &mut crate::shared::Core, id: ListenId) {
+        let _ = core.dev.cm_stop_listen(id);
+        core.retired.release(Owner::Service(id.0));
     }
 }
 
@@ -172,7 +198,7 @@ impl Context {
     /// resolution requests (SIDR) arrive through
     /// [`CmListener::get_ud_request`].
     pub fn cm_listen_ud(&self, port: u16) -> Result<CmListener, Error> {
-        let id = self.shared().core().dev.cm_listen_ud(port)?;
+        let id = self.listen_with(|dev| dev.cm_listen_ud(port))?;
         Ok(CmListener {
             ctx: self.clone(),
             id,
@@ -310,7 +336,7 @@ impl Drop for CmListener {
     fn drop(&mut self) {
         let shared = self.ctx.shared();
         let mut core = shared.core();
-        let _ = core.dev.cm_stop_listen(self.id);
+        Context::unlisten_in(&mut core, self.id);
         // Every request not yet handed out has its event queued now (the
         // engine's pending ones included); those handed out (a CmRequest
         // the application holds) are the application's to answer.

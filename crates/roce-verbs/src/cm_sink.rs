@@ -57,19 +57,16 @@ impl Context {
         port: u16,
         backlog: usize,
     ) -> Result<ListenId, Error> {
-        let mut core = self.shared().core();
-        let id = match space {
-            PortSpace::Tcp => core.dev.cm_listen_backlog(port, backlog)?,
-            PortSpace::Udp => core.dev.cm_listen_ud(port)?,
-        };
-        Ok(id)
+        self.listen_with(|dev| match space {
+            PortSpace::Tcp => dev.cm_listen_backlog(port, backlog),
+            PortSpace::Udp => dev.cm_listen_ud(port),
+        })
     }
 
     /// Stops listening. Requests already handed to the sink stay the
     /// caller's to answer (or to [`release`](Context::cm_release)).
     pub fn cm_unlisten(&self, id: ListenId) {
-        let mut core = self.shared().core();
-        let _ = core.dev.cm_stop_listen(id);
+        Context::unlisten_in(&mut self.shared().core(), id);
     }
 
     /// `rdma_connect` on an RC QP (brought to INIT if it is in RESET):

@@ -341,7 +341,11 @@ impl OpenOptions {
                     .port(self.roce_port)
                     .remote_port(self.remote_port)
                     .cpu(self.cpu)
-                    .shm(self.shm);
+                    .shm(self.shm)
+                    // With the same-host path, processes of this user
+                    // share the address (docs/host.md).
+                    .share(self.shm);
+                self.config.shared = self.shm;
                 if let Some(c) = self.icrc {
                     ucfg = ucfg.icrc_check(c);
                 }

@@ -132,6 +132,7 @@ pub mod loopback;
 mod limits;
 #[allow(unsafe_code)]
 mod mr;
+mod owners;
 // `reg_mr_raw`, the unsafe entry to raw regions.
 #[allow(unsafe_code)]
 mod pd;

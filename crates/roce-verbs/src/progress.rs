@@ -9,6 +9,7 @@ use std::time::Duration;
 use roce_core::Nanos;
 use roce_io::{Backend, FabricPort};
 
+use crate::owners;
 use crate::shared::{lock, Io, Shared, RUNNING};
 
 /// Tuning of a context's progress engine.
@@ -276,8 +277,17 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
         clock.refresh(shared, &mut io.stale_polls);
         let mut core = shared.core_quiet();
         for i in 0..n {
-            core.dev
+            let outcome = core
+                .dev
                 .handle_datagram(clock.now, io.rx.get(i), io.rx.meta(i));
+            io.owners.note(i, outcome);
+        }
+        io.owners.take_changes(&mut core);
+        if io.owners.pending() {
+            // Another process's datagrams go to it (docs/host.md).
+            drop(core);
+            owners::hand_on(shared, io, clock.now);
+            core = shared.core_quiet();
         }
         let last = n < io.rx.capacity();
         if last {
@@ -342,7 +352,10 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
         }
         t.raised.collect(&mut core, shared);
         t.deadline = core.dev.poll_timeout();
+        io.owners.take_changes(&mut core);
         drop(core);
+        // Claims first: an answer to what goes out may come at once.
+        owners::apply(io, &shared.addrs);
         if io.tx.is_empty() {
             break;
         }

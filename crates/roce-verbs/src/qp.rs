@@ -3,15 +3,18 @@
 use std::sync::Arc;
 
 use roce_core::{
-    Access, Payload, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr,
+    Access, Owner, Payload, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr,
     SendFlags, SendWr, Sge,
 };
 
 use crate::cq::CompletionQueue;
 use crate::error::{Error, OwnedPostError};
+use crate::owners;
 use crate::pd::{AddressHandle, ProtectionDomain};
 use crate::progress;
-use crate::shared::{Core, Graveyard, OwnedBuf, RecvEntry, RecvOwner, Refs, SendEntry, Shared};
+use crate::shared::{
+    lock, Core, Graveyard, OwnedBuf, RecvEntry, RecvOwner, Refs, SendEntry, Shared,
+};
 use crate::srq::SharedReceiveQueue;
 
 /// Creation attributes of a QP (`ibv_qp_init_attr`).
@@ -91,6 +94,7 @@ impl Drop for QpInner {
         let mut core = shared.core();
         let _ = core.dev.destroy_qp(self.qpn);
         core.forget_qp(self.qpn, &mut grave);
+        owners::retire_qpn(&mut core, self.qpn.value());
         drop(core);
         drop(grave);
         // A deferred ACK the engine kept as the QP's last packet.
@@ -126,7 +130,14 @@ impl QueuePair {
             cap: a.cap,
             sq_sig_all: a.sq_sig_all,
         };
-        let qpn = pd.shared().core().dev.create_qp(init)?;
+        let shared = pd.shared();
+        // The QPN is claimed host-wide before the QP exists (docs/host.md):
+        // the I/O side first, as the progress steps lock them.
+        let mut io = lock(&shared.io);
+        let qpn = shared.core().dev.create_qp_with(init, |q| {
+            owners::claim(&mut *io.backend, &shared.addrs, Owner::Qp(q.value()))
+        })?;
+        drop(io);
         Ok(QueuePair {
             inner: Arc::new(QpInner {
                 qpn,

@@ -179,6 +179,8 @@ pub(crate) struct Core {
     /// [`ProgressConfig::check_sges_at_post`](crate::ProgressConfig::check_sges_at_post).
     pub(crate) check_sges_at_post: bool,
     next_id: u64,
+    /// Destroyed QPs' numbers still claimed host-wide (docs/host.md).
+    pub(crate) retired: crate::owners::Retired,
 }
 
 /// CM events queued for the application at most (the engine bounds its
@@ -194,6 +196,9 @@ pub(crate) struct Io {
     pub(crate) stale_polls: u32,
     /// The engine's earliest timer when a step last looked.
     pub(crate) deadline: Option<Nanos>,
+    /// What sharing the address with other processes needs
+    /// (docs/host.md).
+    pub(crate) owners: crate::owners::Owners,
 }
 
 /// Everything a context's handles and its progress thread share.
@@ -280,6 +285,7 @@ impl Shared {
                 copy_piece: cfg.copy_piece,
                 check_sges_at_post: cfg.check_sges_at_post,
                 next_id: 1,
+                retired: Default::default(),
             }),
             io: Mutex::new(Io {
                 backend,
@@ -287,6 +293,7 @@ impl Shared {
                 tx: PacketBatch::new(cfg.batch, slot),
                 stale_polls: 0,
                 deadline: None,
+                owners: Default::default(),
             }),
             cfg,
             addrs,

@@ -42,8 +42,15 @@ impl UdpBackend {
                 Lookup::Own => return Hop::Local,
                 Lookup::Slot { slot, name } => {
                     return match shm.route_proc(now, &name, &mut self.stats) {
-                        ProcRoute::Link(link) => Hop::Ring { link, by_qpn: true },
-                        ProcRoute::Pending(_) | ProcRoute::Udp => Hop::Udp,
+                        // A link still being set up takes the datagram
+                        // too (its owner reads the ring once it accepts):
+                        // by UDP, the kernel could hand it to any process
+                        // of the address, one that is exiting among them,
+                        // and a UC or UD datagram lost there is lost.
+                        ProcRoute::Link(link) | ProcRoute::Pending(link) => {
+                            Hop::Ring { link, by_qpn: true }
+                        }
+                        ProcRoute::Udp => Hop::Udp,
                         ProcRoute::Gone => {
                             if share.reap(dst, slot) {
                                 self.stats.shm_reaped += 1;
