@@ -52,8 +52,10 @@ fn config(dir: &Path, port: u16) -> UdpConfig {
 fn bind_shared(dir: &Path, base: u16) -> (UdpBackend, u16) {
     for attempt in 0..50u16 {
         let port =
-            30_000 + base + (std::process::id() as u16).wrapping_mul(13) % 2000 + attempt * 7;
-        // Free now: a plain socket binds (and lets go at once).
+            20_000 + base + (std::process::id() as u16).wrapping_mul(13) % 2000 + attempt * 7;
+        // Below the ephemeral range (32768-), where no other socket of
+        // the host lands by chance. Free now: a plain socket binds (and
+        // lets go at once).
         if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_err() {
             continue;
         }

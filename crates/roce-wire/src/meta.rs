@@ -49,6 +49,11 @@ pub struct Transmit {
     /// sharing the destination address receives it (docs/host.md), told
     /// to a backend so that it never reads the BTH.
     pub dest_qpn: u32,
+    /// For a CM MAD (to QP1, every process's): the listener (a REQ's or
+    /// SIDR_REQ's service ID) or connection (the communication ID it
+    /// names) it is for at the destination, which the engine knows
+    /// without the backend reading the MAD; `None` for anything else.
+    pub mad_owner: Option<Owner>,
 }
 
 impl Transmit {
@@ -115,6 +120,7 @@ impl Transmit {
             .value();
         Some(Transmit {
             dest_qpn,
+            mad_owner: None,
             size: d.len(),
             src: SocketAddr::new(src, u.src_port()),
             destination: SocketAddr::new(dst, u.dst_port()),
@@ -123,6 +129,12 @@ impl Transmit {
             ipv4_id,
             dont_frag,
         })
+    }
+
+    /// The process-level owner of the datagram at its destination: the
+    /// MAD's listener or connection, else its destination QP.
+    pub fn dest_owner(&self) -> Owner {
+        self.mad_owner.unwrap_or(Owner::Qp(self.dest_qpn))
     }
 
     /// True for an IPv6 datagram.

@@ -729,9 +729,16 @@ impl Device {
                 }),
                 ..ExtHeaders::default()
             };
-            if let Some(n) = path.emit(bth, ext, MAD_LEN, buf, |d| d.copy_from_slice(&o.mad[..])) {
+            if let Some(mut t) =
+                path.emit(bth, ext, MAD_LEN, buf, |d| d.copy_from_slice(&o.mad[..]))
+            {
                 self.cm.counters.tx_mads += 1;
-                return Some(n);
+                // Whose it is at the destination, for a backend shared by
+                // processes there (docs/host.md).
+                t.mad_owner = CmMessage::parse_mad(&o.mad[..])
+                    .ok()
+                    .and_then(|(_, m)| peer::named_owner(&m));
+                return Some(t);
             }
             self.cm.counters.dropped += 1;
         }

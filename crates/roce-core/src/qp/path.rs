@@ -96,6 +96,7 @@ impl Path {
             ipv4_id: IPV4_IDENT,
             dont_frag: true,
             dest_qpn: repr.bth.dest_qp.value(),
+            mad_owner: None,
         })
     }
 }

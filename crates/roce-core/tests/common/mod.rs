@@ -227,6 +227,27 @@ impl World {
                 // its reading the BTH (docs/host.md).
                 let bth_qp = roce_wire::RocePacket::parse_ip(&buf[..n]).map(|p| p.bth.dest_qp);
                 assert_eq!(bth_qp.map(|q| q.value()), Ok(t.dest_qpn), "{t:?}");
+                // And, for a CM MAD, the listener or connection it is for.
+                if t.dest_qpn == 1 {
+                    let p = roce_wire::RocePacket::parse_ip(&buf[..n]).unwrap();
+                    let m = roce_wire::cm::CmMessage::parse_mad(p.payload).map(|(_, m)| m);
+                    let want = match m {
+                        Ok(roce_wire::cm::CmMessage::Req(r)) => {
+                            Some(roce_wire::Owner::Service(r.service_id))
+                        }
+                        Ok(roce_wire::cm::CmMessage::Rep(r)) => {
+                            Some(roce_wire::Owner::CommId(r.remote_comm_id))
+                        }
+                        Ok(roce_wire::cm::CmMessage::Rtu(r)) => {
+                            Some(roce_wire::Owner::CommId(r.remote_comm_id))
+                        }
+                        Ok(roce_wire::cm::CmMessage::Dreq(r)) => {
+                            Some(roce_wire::Owner::CommId(r.remote_comm_id))
+                        }
+                        _ => t.mad_owner,
+                    };
+                    assert_eq!(t.mad_owner, want, "{t:?}");
+                }
                 moved = true;
                 let dst = 1 - i;
                 match (self.filter)(i, &buf[..n]) {

@@ -36,7 +36,7 @@ impl UdpBackend {
             return Hop::Udp;
         };
         if let Some(share) = self.share.as_mut() {
-            match share.lookup_qpn(now, dst, t.dest_qpn) {
+            match share.lookup(now, dst, t.dest_owner()) {
                 Lookup::NoTable => {}
                 Lookup::NoOwner => return Hop::Udp,
                 Lookup::Own => return Hop::Local,
@@ -114,7 +114,7 @@ impl UdpBackend {
         let t = Transmit::of_datagram(d)
             .filter(|t| !meta.forwarded && t.destination.ip() == self.cfg.local);
         if let Some(t) = t {
-            if let Lookup::Slot { slot, name } = share.lookup_owner(owner) {
+            if let Lookup::Slot { slot, name } = share.lookup(now, at, owner) {
                 let route = shm.route_proc(now, &name, &mut self.stats);
                 if let ProcRoute::Link(link) | ProcRoute::Pending(link) = route {
                     let rec = RecMeta {

@@ -137,10 +137,11 @@ impl Share {
         &self.table
     }
 
-    /// Who owns QPN `qpn` at `dst`: this backend's own table for its own
+    /// Who owns `owner` at `dst`: this backend's own table for its own
     /// address, another address's opened for lookups (or found absent,
-    /// looked for again after a second).
-    pub(super) fn lookup_qpn(&mut self, now: Nanos, dst: SocketAddr, qpn: u32) -> Lookup {
+    /// looked for again after a second). QPNs are cached; a MAD's
+    /// listener or connection (rare) is looked up each time.
+    pub(super) fn lookup(&mut self, now: Nanos, dst: SocketAddr, owner: Owner) -> Lookup {
         let (table, cache, own) = if dst == self.at {
             (&self.table, &mut self.cache, Some(self.table.slot()))
         } else {
@@ -149,10 +150,13 @@ impl Share {
                 None => return Lookup::NoTable,
             }
         };
-        if qpn == 1 || qpn > 0xff_ffff {
-            return Lookup::NoOwner;
-        }
-        match cache.qpn(table, qpn) {
+        let found = match owner {
+            Owner::Qp(q) if q == 1 || q > 0xff_ffff => None,
+            Owner::Qp(q) => cache.qpn(table, q),
+            Owner::Service(s) => table.owner_of_listener(s).map(|i| (i.slot, i.name)),
+            Owner::CommId(c) => table.owner_of_comm_id(c).map(|i| (i.slot, i.name)),
+        };
+        match found {
             None => Lookup::NoOwner,
             Some((slot, _)) if Some(slot) == own => Lookup::Own,
             Some((slot, name)) => Lookup::Slot { slot, name },
@@ -187,26 +191,6 @@ impl Share {
         match self.peers.get_mut(&dst)? {
             Peer::Table { table, cache } => Some((table, cache)),
             Peer::Absent { .. } => None,
-        }
-    }
-
-    /// The owner of a datagram this backend received (its own table):
-    /// never `NoTable`.
-    pub(super) fn lookup_owner(&self, owner: Owner) -> Lookup {
-        let t = &self.table;
-        let slot = match owner {
-            Owner::Qp(q) if q == 1 || q > 0xff_ffff => None,
-            Owner::Qp(q) => t.qpn_slot(q),
-            Owner::Service(s) => t.owner_of_listener(s).map(|i| i.slot),
-            Owner::CommId(c) => t.owner_of_comm_id(c).map(|i| i.slot),
-        };
-        match slot {
-            None => Lookup::NoOwner,
-            Some(s) if s == t.slot() => Lookup::Own,
-            Some(slot) => match t.slot_info(slot) {
-                Some(i) => Lookup::Slot { slot, name: i.name },
-                None => Lookup::NoOwner,
-            },
         }
     }
 

@@ -90,21 +90,20 @@ impl Device {
     /// checks and is dropped, and for what names nobody (ID 0, which no
     /// CM draws; a message of a kind this CM does not take).
     fn foreign_owner(&self, m: &CmMessage<'_>, peer: IpAddr) -> Option<Owner> {
-        let (service, request) = match m {
-            CmMessage::Req(r) => (r.service_id, r.local_comm_id),
-            CmMessage::SidrReq(r) => (r.service_id, r.request_id),
-            m => {
-                let id = match m {
-                    CmMessage::Dreq(d) => d.remote_comm_id,
-                    m => reply_ids(m)?.0,
+        match named_owner(m)? {
+            Owner::CommId(id) => (!self.cm.conns.contains_key(&id)).then_some(Owner::CommId(id)),
+            Owner::Service(service) => {
+                let request = match m {
+                    CmMessage::Req(r) => r.local_comm_id,
+                    CmMessage::SidrReq(r) => r.request_id,
+                    _ => return None,
                 };
-                let theirs = id != 0 && !self.cm.conns.contains_key(&id);
-                return theirs.then_some(Owner::CommId(id));
+                let theirs = !self.cm.by_remote.contains_key(&(peer, request))
+                    && !self.cm.listeners.contains_key(&service);
+                theirs.then_some(Owner::Service(service))
             }
-        };
-        let theirs = !self.cm.by_remote.contains_key(&(peer, request))
-            && !self.cm.listeners.contains_key(&service);
-        theirs.then_some(Owner::Service(service))
+            Owner::Qp(_) => None,
+        }
     }
 
     fn on_req(&mut self, now: Nanos, h: &MadHeader, r: &ReqRepr<'_>, peer: IpAddr, local: IpAddr) {
@@ -465,6 +464,21 @@ impl Device {
         let (src, dst, tid) = (c.local, c.peer, c.tid);
         self.cm.send(src, dst, tid, &CmMessage::Rtu(rtu));
     }
+}
+
+/// What a CM MAD is for on its receiver's side (docs/host.md): the
+/// service ID of a REQ or SIDR_REQ (its listener), else the receiver's
+/// communication ID it names (a DREQ's remote ID, the first of
+/// [`reply_ids`]). `None` for ID 0, which no CM draws, and for messages
+/// this CM does not take.
+pub(in crate::device) fn named_owner(m: &CmMessage<'_>) -> Option<Owner> {
+    let id = match m {
+        CmMessage::Req(r) => return Some(Owner::Service(r.service_id)),
+        CmMessage::SidrReq(r) => return Some(Owner::Service(r.service_id)),
+        CmMessage::Dreq(d) => d.remote_comm_id,
+        m => reply_ids(m)?.0,
+    };
+    (id != 0).then_some(Owner::CommId(id))
 }
 
 /// The (local communication ID it names on our side, the sender's ID) of
