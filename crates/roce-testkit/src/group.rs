@@ -28,6 +28,11 @@ impl Group {
         let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
     }
 
+    /// The child's process ID (also its process group's).
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().expect("not waited for").id()
+    }
+
     /// Whether the child has exited (or was waited for).
     pub fn exited(&mut self) -> bool {
         self.0
