@@ -58,13 +58,16 @@ fn pair_env(
     let p = free_port().to_string();
     let mut a: Vec<&str> = args.to_vec();
     a.extend([port_flag, &p]);
-    let mut server = command(prog, &a).envs(env.iter().copied()).spawn().unwrap();
+    // Killed if the test fails before it was waited for.
+    let mut server = roce_testkit::Guard(Some(
+        command(prog, &a).envs(env.iter().copied()).spawn().unwrap(),
+    ));
     // Clients of these tools do not retry: start it once the server
     // listens (bounded: a server that exits or never listens fails).
     let end = std::time::Instant::now() + Duration::from_secs(20);
     while !listening(p.parse().unwrap()) {
         assert!(
-            server.try_wait().unwrap().is_none(),
+            server.0.as_mut().unwrap().try_wait().unwrap().is_none(),
             "{prog} server exited before listening"
         );
         assert!(
@@ -80,7 +83,7 @@ fn pair_env(
         .spawn()
         .unwrap();
     let c = finish(client, limit, &format!("{prog} client"));
-    let s = finish(server, limit, &format!("{prog} server"));
+    let s = finish(server.0.take().unwrap(), limit, &format!("{prog} server"));
     let (st, ct) = (text(&s), text(&c));
     assert!(
         s.status.success() && c.status.success(),

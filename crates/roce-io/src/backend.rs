@@ -404,6 +404,17 @@ pub trait Backend {
         let _ = (now, datagram, meta, owner);
         Forwarded::Unshared
     }
+
+    /// Stops taking datagrams that other processes sharing this
+    /// endpoint's addresses may own: the kernel hands them to the others
+    /// from now on, and they forward to this one what is its own
+    /// (docs/host.md). What was already taken can still be received, to
+    /// be forwarded. For a process about to exit or close: a datagram the
+    /// kernel hands to one that stopped reading would be lost. True when
+    /// there was anything to leave; the default: false.
+    fn leave(&mut self) -> bool {
+        false
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -441,6 +452,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
         (**self).forward(now, datagram, meta, owner)
     }
+    fn leave(&mut self) -> bool {
+        (**self).leave()
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for &mut B {
@@ -477,6 +491,9 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     }
     fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
         (**self).forward(now, datagram, meta, owner)
+    }
+    fn leave(&mut self) -> bool {
+        (**self).leave()
     }
 }
 

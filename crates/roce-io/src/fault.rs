@@ -476,6 +476,9 @@ impl<B: Backend> Backend for FaultInjector<B> {
     ) -> crate::Forwarded {
         self.inner.forward(now, datagram, meta, owner)
     }
+    fn leave(&mut self) -> bool {
+        self.inner.leave()
+    }
 }
 
 #[cfg(test)]

@@ -265,6 +265,9 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
     ) -> crate::Forwarded {
         self.inner.forward(now, datagram, meta, owner)
     }
+    fn leave(&mut self) -> bool {
+        self.inner.leave()
+    }
 }
 
 impl<B: std::fmt::Debug, W: Write> std::fmt::Debug for PcapTap<B, W> {

@@ -186,6 +186,8 @@ pub struct UdpBackend {
     shm: Option<shm::Shm>,
     /// The host table and what sharing the address needs, when shared.
     share: Option<share::Share>,
+    /// The receive socket left the address's group (`Backend::leave`).
+    left: bool,
     /// The time the last call was given (for `wait_readable`, which is
     /// given none).
     last_now: Nanos,
@@ -296,6 +298,7 @@ impl UdpBackend {
         Ok(UdpBackend {
             shm,
             share,
+            left: false,
             last_now: 0,
             udp_last_data: 0,
             udp_next_probe: 0,
@@ -626,6 +629,22 @@ impl Backend for UdpBackend {
     fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
         self.last_now = now;
         self.forward_datagram(now, datagram, meta, owner)
+    }
+
+    /// Connects the receive socket to the discard port of its own
+    /// address: Linux's `SO_REUSEPORT` selection skips a connected member
+    /// of the group (it takes only its peer's datagrams, and nobody sends
+    /// from port 9), while the datagrams queued before stay readable.
+    fn leave(&mut self) -> bool {
+        if self.share.is_none() || self.left {
+            return false;
+        }
+        self.left = true;
+        let nowhere = SocketAddr::new(self.cfg.local, 9);
+        // Refused (it never is on Linux for a bound UDP socket): the
+        // socket stays in the group until it closes, as before.
+        let _ = self.sock.connect(&nowhere.into());
+        true
     }
 
     /// The receive socket, or with the same-host path an epoll set over

@@ -40,6 +40,9 @@ impl Drop for ContextInner {
             return;
         }
         drop(thread);
+        // Other processes' datagrams queued here are handed on, and no
+        // more come (docs/host.md).
+        crate::progress::leave(&self.shared);
         // What the engine still has to send (a destroyed QP's last ACK).
         crate::progress::flush(&self.shared);
         self.shared.shutdown.store(true, Ordering::Release);
@@ -254,6 +257,16 @@ impl Context {
     /// thread runs again.
     pub fn flush(&self) {
         crate::progress::flush(self.shared());
+    }
+
+    /// For a process about to exit with this context open: stops taking
+    /// datagrams for the other processes that share its address, and
+    /// hands on those it already took (docs/host.md), so that none is
+    /// lost in a process that stops reading. The context keeps working:
+    /// its own datagrams reach it through the others. Closing the
+    /// context does the same.
+    pub fn leave_shared_address(&self) {
+        crate::progress::leave(self.shared());
     }
 
     /// Device counters of the engine.

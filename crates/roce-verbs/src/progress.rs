@@ -558,6 +558,25 @@ pub(crate) fn flush(shared: &Shared) {
     }
 }
 
+/// Leaves the addresses this context shares with other processes
+/// (`Backend::leave`, docs/host.md): the kernel hands their datagrams to
+/// the others from now on, and what this context's backend had already
+/// taken goes through the engine once more, to be handed on. For a
+/// context about to close, or a process about to exit.
+pub(crate) fn leave(shared: &Shared) {
+    let mut io = lock(&shared.io);
+    if !io.backend.leave() {
+        return;
+    }
+    // Bounded: a flood that keeps the queue full is not waited out.
+    for _ in 0..16 {
+        let out = step(shared, &mut io, Driver::Thread);
+        if !out.work && !out.more {
+            break;
+        }
+    }
+}
+
 /// Longest the progress thread sleeps on the backend's descriptor when
 /// nothing is scheduled (an arriving datagram, a kick or a timer ends it
 /// sooner).

@@ -7,6 +7,11 @@
 //! retries or their own timeouts. A child made by `fork()` that exits
 //! does nothing for its parent's connections (the kernel would not
 //! either: the parent still holds them).
+//!
+//! Before that, each context leaves the address it shares with other
+//! processes (docs/host.md): a datagram the kernel handed to a process
+//! that has stopped reading would be lost, a connection's last DREQ
+//! among them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -22,6 +27,9 @@ extern "C" fn at_exit() {
             if ctx.pid != std::process::id() {
                 continue;
             }
+            // First, no more of the other processes' datagrams come here,
+            // and those that came are handed on (docs/host.md).
+            ctx.verbs.leave_shared_address();
             let Some(table) = ctx.cm.get() else { continue };
             // Other threads still run during exit(3): the progress thread
             // may hold the table for a moment (taking a REP, whose RTU it

@@ -212,6 +212,11 @@ impl Backend for UdpSet {
         }
     }
 
+    /// Every member leaves.
+    fn leave(&mut self) -> bool {
+        self.parts.iter_mut().fold(false, |any, p| p.leave() | any)
+    }
+
     fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
         if self.addrs.contains(&addr) {
             return Ok(());
