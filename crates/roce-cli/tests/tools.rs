@@ -13,10 +13,14 @@
 //!   16 MiB in 64 KiB blocks: both ends exit 0 and the client moved the
 //!   whole size (the receiving server too for `send`). `--thread` keeps
 //!   fio's job inside its process group (a forked job makes a session of
-//!   its own, which killing the group would miss); for `send` the
-//!   receiver's iodepth is deeper than the sender's, as fio's own
-//!   comment in `fio_rdmaio_connect` asks (it connects with
-//!   `rnr_retry_count` 0, so one RNR NAK ends the job).
+//!   its own, which killing the group would miss). For `send` the
+//!   receiver's iodepth covers every message (256 of 64 KiB), so that
+//!   all its receives are posted before the first SEND: fio connects
+//!   with `rnr_retry_count` 0 and has no flow control of its own (its
+//!   comment in `fio_rdmaio_connect` asks for a receiver deeper than the
+//!   sender), so a receiver that falls behind its sender by its
+//!   iodepth ends the job at the first RNR NAK, and fio then waits for
+//!   ever (docs/dropin.md "qperf, fio, rsockets").
 //! * `iperf3` with `LD_PRELOAD=librspreload.so` on both ends, over this
 //!   stack's librdmacm: both exit 0, both count the same bytes received,
 //!   and the server's QP counters (`--log`) show them crossing RDMA, not
@@ -419,7 +423,7 @@ fn fio_rdma_write_read_send_between_namespaces() {
     let _one = one_at_a_time();
     fio(&lab, "write", 4);
     fio(&lab, "read", 4);
-    fio(&lab, "send", 16);
+    fio(&lab, "send", 256);
 }
 
 /// The `rx_bytes` of every QP the library's log (`ROCE_LOG`) reports
