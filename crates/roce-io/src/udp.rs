@@ -188,6 +188,8 @@ pub struct UdpBackend {
     share: Option<share::Share>,
     /// The receive socket left the address's group (`Backend::leave`).
     left: bool,
+    /// The way the last datagram sent through a host table went.
+    last_hop: Option<forward::LastHop>,
     /// The time the last call was given (for `wait_readable`, which is
     /// given none).
     last_now: Nanos,
@@ -299,6 +301,7 @@ impl UdpBackend {
             shm,
             share,
             left: false,
+            last_hop: None,
             last_now: 0,
             udp_last_data: 0,
             udp_next_probe: 0,

@@ -13,6 +13,19 @@ use super::shm::{ProcRoute, RecMeta};
 use super::UdpBackend;
 use crate::backend::{Forwarded, Nanos, RxMeta};
 
+/// The way the last datagram sent through a table went: while the
+/// table's generation stays and the link is active, the next one to the
+/// same owner takes it without a lookup (a ping-pong sends every message
+/// to one owner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LastHop {
+    dst: std::net::SocketAddr,
+    owner: Owner,
+    generation: u64,
+    link: usize,
+    serial: u64,
+}
+
 /// Where one outgoing datagram goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Hop {
@@ -36,7 +49,18 @@ impl UdpBackend {
             return Hop::Udp;
         };
         if let Some(share) = self.share.as_mut() {
-            match share.lookup(now, dst, t.dest_owner()) {
+            let owner = t.dest_owner();
+            let generation = share.generation_at(dst);
+            if let Some(last) = self.last_hop {
+                if last.dst == dst && last.owner == owner && Some(last.generation) == generation {
+                    let serial = last.serial;
+                    if let Some(link) = shm.active_link(now, last.link, serial, &mut self.stats) {
+                        return Hop::Ring { link, by_qpn: true };
+                    }
+                }
+            }
+            self.last_hop = None;
+            match share.lookup(now, dst, owner) {
                 Lookup::NoTable => {}
                 Lookup::NoOwner => return Hop::Udp,
                 Lookup::Own => return Hop::Local,
@@ -47,9 +71,19 @@ impl UdpBackend {
                         // by UDP, the kernel could hand it to any process
                         // of the address, one that is exiting among them,
                         // and a UC or UD datagram lost there is lost.
-                        ProcRoute::Link(link) | ProcRoute::Pending(link) => {
+                        ProcRoute::Link(link) => {
+                            self.last_hop = generation.zip(shm.link_serial(link)).map(
+                                |(generation, serial)| LastHop {
+                                    dst,
+                                    owner,
+                                    generation,
+                                    link,
+                                    serial,
+                                },
+                            );
                             Hop::Ring { link, by_qpn: true }
                         }
+                        ProcRoute::Pending(link) => Hop::Ring { link, by_qpn: true },
                         ProcRoute::Udp => Hop::Udp,
                         ProcRoute::Gone => {
                             if share.reap(dst, slot) {

@@ -163,6 +163,19 @@ impl Share {
         }
     }
 
+    /// The generation of the table that says who owns what at `dst`, if
+    /// it is open (this backend's own, or another address's already
+    /// looked at): a lookup made at this generation still holds.
+    pub(super) fn generation_at(&self, dst: SocketAddr) -> Option<u64> {
+        if dst == self.at {
+            return Some(self.table.generation());
+        }
+        match self.peers.get(&dst)? {
+            Peer::Table { table, .. } => Some(table.generation()),
+            Peer::Absent { .. } => None,
+        }
+    }
+
     /// The table of another address `dst`, opened on first use.
     fn peer(&mut self, now: Nanos, dst: SocketAddr) -> Option<(&HostTable, &mut Cache)> {
         let stale = match self.peers.get(&dst) {

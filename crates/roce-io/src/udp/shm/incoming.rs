@@ -125,7 +125,9 @@ impl Shm {
             return Err(bad("the ring's capacity is out of range"));
         }
         let mem = mem::SharedMem::open(h.ring, ring::CONTROL + h.cap)?;
-        let ring = Consumer::open(mem).map_err(|b| bad(b.0))?;
+        let ring = Consumer::open(mem)
+            .map_err(|b| bad(b.0))?
+            .with_own_source(h.from.ip());
         self.epoll.add(
             &h.doorbell,
             EpollEvent::new(EpollFlags::EPOLLIN, bell_token(i)),

@@ -143,6 +143,8 @@ struct Outgoing {
     active: bool,
     since: Nanos,
     next_check: Nanos,
+    /// Which link this is, of all this path made (a slot is reused).
+    serial: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -168,6 +170,8 @@ pub(super) struct Shm {
     touched: Vec<usize>,
     next_housekeeping: Nanos,
     rx_next: usize,
+    /// The serial of the next link made.
+    next_serial: u64,
 }
 
 impl Shm {
@@ -210,6 +214,7 @@ impl Shm {
             touched: Vec::new(),
             next_housekeeping: 0,
             rx_next: 0,
+            next_serial: 0,
         })
     }
 
@@ -275,6 +280,29 @@ impl Shm {
                 Opened::Failed => ProcRoute::Udp,
             },
         }
+    }
+
+    /// Outgoing link `i` if it is (still) the active link of that
+    /// `serial`: for a sender that remembers the link of its last
+    /// destination.
+    pub(super) fn active_link(
+        &mut self,
+        now: Nanos,
+        i: usize,
+        serial: u64,
+        stats: &mut UdpStats,
+    ) -> Option<usize> {
+        let same = self.outgoing.get(i)?.as_ref()?.serial == serial;
+        if same {
+            self.check_link(now, i, stats)
+        } else {
+            None
+        }
+    }
+
+    /// The serial of outgoing link `i`.
+    pub(super) fn link_serial(&self, i: usize) -> Option<u64> {
+        Some(self.outgoing.get(i)?.as_ref()?.serial)
     }
 
     /// An outgoing link's answer or liveness, when due.
@@ -344,7 +372,7 @@ impl Shm {
                     Dest::Addr(a) => link::connect_to(*a)?,
                     Dest::Proc(n) => link::connect_named(n.as_bytes())?,
                 };
-                let ring = Producer::create(self.cap)?;
+                let ring = Producer::create(self.cap)?.with_own_source(self.local.ip());
                 let doorbell = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
                 link::send_hello(
                     &conn,
@@ -365,7 +393,9 @@ impl Shm {
                     active: false,
                     since: now,
                     next_check: now,
+                    serial: self.next_serial,
                 });
+                self.next_serial += 1;
                 self.routes.insert(dst, Route::Link(i));
                 Opened::Link(i)
             }

@@ -6,13 +6,16 @@
 //! own: `tail` (bytes ever written, the producer's), `head` (bytes ever
 //! read, the consumer's), `need_wake` (the consumer is about to sleep)
 //! and `doorbells` (wake-ups the producer sent). Records follow, 8-byte
-//! aligned, never split across the end: a 32-byte header (payload
-//! length, UDP source port, TOS, kind, flags, address family, IPv4
-//! identification, source address) and the UDP payload (BTH ... ICRC).
-//! A record that would not fit before the end is preceded by a skip
-//! record covering the rest. The source is in every record because a
-//! forwarded datagram's is the original sender's, not the writer's
-//! (docs/shm.md, "The ring", and docs/host.md).
+//! aligned, never split across the end: a header and the UDP payload
+//! (BTH ... ICRC). The writer's own datagrams (from the link's source
+//! address, IPv4 identification 0, header exact) have an 8-byte header
+//! (payload length, UDP source port, TOS, kind, flags), so that a small
+//! message and its header share a cache line; a forwarded datagram,
+//! whose source is the original sender's, not the writer's (docs/host.md),
+//! has a 32-byte one that adds the address family, the IPv4
+//! identification and the source address (docs/shm.md, "The ring"). A
+//! record that would not fit before the end is preceded by a skip record
+//! covering the rest.
 //!
 //! The consumer trusts nothing it reads there: every index and header is
 //! checked before use and a violation breaks the link ([`Broken`]), the
@@ -53,12 +56,15 @@ pub(crate) const MAX_PAYLOAD: usize = u16::MAX as usize;
 /// without it); a ring of another version is refused.
 const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm2");
 const REC_HDR: usize = 32;
+/// The header of a record of the writer's own.
+const OWN_HDR: usize = 8;
 /// Record flags: handed on by [`Backend::forward`](crate::Backend::forward);
 /// its header is exact ([`crate::RxMeta::header_exact`]).
 const FLAG_FORWARDED: u8 = 1;
 const FLAG_EXACT: u8 = 2;
 const KIND_DATAGRAM: u8 = 1;
 const KIND_SKIP: u8 = 2;
+const KIND_OWN: u8 = 3;
 
 /// A control word alone on its cache line.
 #[repr(C, align(64))]
@@ -102,6 +108,8 @@ pub(crate) struct Producer {
     tail: u64,
     /// The consumer's head when last read.
     head: u64,
+    /// The link's source address: records from it take the short header.
+    own_src: Option<IpAddr>,
 }
 
 /// What [`Producer::push`] did.
@@ -150,6 +158,19 @@ impl RecMeta {
         h
     }
 
+    /// Reads the short header of a record of the writer's own, from
+    /// `src`.
+    fn decode_own(h: &[u8; REC_HDR], src: IpAddr) -> RecMeta {
+        RecMeta {
+            src,
+            sport: u16::from_le_bytes([h[2], h[3]]),
+            tos: h[4],
+            ipv4_id: 0,
+            forwarded: false,
+            exact: true,
+        }
+    }
+
     /// Reads a datagram record's header (written by another process:
     /// an unknown family, or an IPv4 one that is not v4-mapped, is
     /// refused).
@@ -190,7 +211,15 @@ impl Producer {
             cap: cap as u64,
             tail: 0,
             head: 0,
+            own_src: None,
         })
+    }
+
+    /// Writes the records of `src` (the link's source, which the
+    /// consumer knows from the hello) with the short header.
+    pub(crate) fn with_own_source(mut self, src: IpAddr) -> Producer {
+        self.own_src = Some(src);
+        self
     }
 
     /// The memory to hand to the consumer.
@@ -224,7 +253,10 @@ impl Producer {
         if payload.len() > MAX_PAYLOAD {
             return Ok(Push::TooBig);
         }
-        let total = align8(REC_HDR + payload.len()) as u64;
+        let own =
+            Some(meta.src) == self.own_src && !meta.forwarded && meta.exact && meta.ipv4_id == 0;
+        let hdr = if own { OWN_HDR } else { REC_HDR };
+        let total = align8(hdr + payload.len()) as u64;
         let pos = self.tail % self.cap;
         let to_end = self.cap - pos;
         let skip = if total > to_end { to_end } else { 0 };
@@ -238,12 +270,16 @@ impl Producer {
             self.tail += skip;
         }
         let pos = self.tail % self.cap;
-        self.write_header(pos, &meta.encode(payload.len() as u16, KIND_DATAGRAM));
+        let h = meta.encode(
+            payload.len() as u16,
+            if own { KIND_OWN } else { KIND_DATAGRAM },
+        );
+        self.write_header(pos, &h[..hdr]);
         // SAFETY: `pos + total <= cap` (records never cross the end), so
         // the payload lands inside the record area, in bytes the consumer
         // does not read before the tail covers them.
         unsafe {
-            let dst = self.data_ptr().add(pos as usize + REC_HDR);
+            let dst = self.data_ptr().add(pos as usize + hdr);
             copy_raw(payload.as_ptr(), dst, payload.len(), piece);
         }
         self.tail += total;
@@ -299,6 +335,9 @@ pub(crate) struct Consumer {
     cap: u64,
     /// Bytes read (published at [`release`](Self::release)).
     head: u64,
+    /// The link's source address (from the hello): the source of the
+    /// records with the short header.
+    own_src: Option<IpAddr>,
 }
 
 impl Consumer {
@@ -323,7 +362,14 @@ impl Consumer {
             mem,
             cap: cap as u64,
             head,
+            own_src: None,
         })
+    }
+
+    /// The source of the records with the short header: the link's.
+    pub(crate) fn with_own_source(mut self, src: IpAddr) -> Consumer {
+        self.own_src = Some(src);
+        self
     }
 
     fn data_ptr(&self) -> *const u8 {
@@ -360,18 +406,26 @@ impl Consumer {
                     }
                     self.head += to_end;
                 }
-                KIND_DATAGRAM => {
+                kind @ (KIND_DATAGRAM | KIND_OWN) => {
+                    let hdr = if kind == KIND_OWN { OWN_HDR } else { REC_HDR };
                     let len = usize::from(u16::from_le_bytes([h[0], h[1]]));
-                    let total = align8(REC_HDR + len) as u64;
+                    let total = align8(hdr + len) as u64;
                     if total > to_end || total > avail {
                         return Err(Broken("a record goes past the tail or the ring's end"));
                     }
-                    let meta = RecMeta::decode(&h)
-                        .ok_or(Broken("a record names a source of no known family"))?;
+                    let meta = if kind == KIND_OWN {
+                        let src = self
+                            .own_src
+                            .ok_or(Broken("a short record on a link without a source"))?;
+                        RecMeta::decode_own(&h, src)
+                    } else {
+                        RecMeta::decode(&h)
+                            .ok_or(Broken("a record names a source of no known family"))?
+                    };
                     return Ok(Some(Record {
                         meta,
                         len,
-                        at: pos as usize + REC_HDR,
+                        at: pos as usize + hdr,
                         total,
                     }));
                 }

@@ -264,3 +264,51 @@ fn random_garbage_never_takes_the_consumer_outside_the_ring() {
     assert!(broken > 100, "garbage breaks the ring ({broken} of 2000)");
     assert!(taken > 100, "plausible records are taken ({taken})");
 }
+
+#[test]
+fn the_writers_own_records_take_the_short_header() {
+    let cap = 1 << 16;
+    let p = Producer::create(cap).unwrap();
+    let fd = p.mem().fd().try_clone().unwrap();
+    let src: IpAddr = "127.0.0.7".parse().unwrap();
+    let mut p = p.with_own_source(src);
+    let mut c = Consumer::open(SharedMem::open(fd, CONTROL + cap).unwrap())
+        .unwrap()
+        .with_own_source(src);
+    // A 40-byte datagram of the link's own source: 8 + 40 bytes, one
+    // record of 48; a forwarded one from elsewhere: 32 + 40 = 72.
+    assert!(matches!(
+        p.push(&m(1, 2), &[7u8; 40], None),
+        Ok(Push::Written)
+    ));
+    assert_eq!(p.tail, 48);
+    let fwd = RecMeta {
+        src: "10.1.2.3".parse().unwrap(),
+        forwarded: true,
+        exact: false,
+        ipv4_id: 9,
+        ..m(3, 4)
+    };
+    assert!(matches!(p.push(&fwd, &[8u8; 40], None), Ok(Push::Written)));
+    assert_eq!(p.tail, 48 + 72);
+    p.publish();
+    let r = c.next().unwrap().unwrap();
+    assert_eq!((r.meta, r.len), (m(1, 2), 40));
+    let mut v = vec![0u8; 40];
+    c.take(&r, &mut v, None);
+    assert_eq!(v, [7u8; 40]);
+    let r = c.next().unwrap().unwrap();
+    assert_eq!((r.meta, r.len), (fwd, 40));
+    c.take(&r, &mut v, None);
+    assert_eq!(v, [8u8; 40]);
+    assert!(c.next().unwrap().is_none());
+    // A consumer that was told no source refuses a short record.
+    let (mut p2, mut c2) = pair(cap);
+    p2 = p2.with_own_source(src);
+    assert!(matches!(
+        p2.push(&m(1, 2), &[1u8; 8], None),
+        Ok(Push::Written)
+    ));
+    p2.publish();
+    assert!(c2.next().is_err());
+}
