@@ -80,6 +80,50 @@ fn rping_pings_and_verifies() {
     assert!(st.contains("server ping data: rdma-ping-9: "), "{st}");
 }
 
+/// Both ends on one address, as two processes of a host on a NIC's one
+/// GID (docs/host.md): the client's REQ reaches the listener's process
+/// and every later MAD the connection's, the pings are verified, and the
+/// two logged the same address.
+#[test]
+fn rping_both_ends_on_one_address() {
+    if !have("rping") {
+        return;
+    }
+    let (s, _) = addrs();
+    let log = |mut c: Command| {
+        c.env("ROCE_LOG", "1");
+        c
+    };
+    let srv = Guard::spawn_roce_server(
+        log(command(
+            "rping",
+            &["-s", "-a", &s, "-p", "7175", "-v", "-V", "-C", "10"],
+            &s,
+        )),
+        s.parse().unwrap(),
+    );
+    let limit = Duration::from_secs(60);
+    let co = Guard::spawn(log(command(
+        "rping",
+        &["-c", "-a", &s, "-p", "7175", "-v", "-V", "-C", "10"],
+        &s,
+    )))
+    .wait(limit);
+    let so = srv.wait(limit);
+    let (st, ct) = (text_of(&so), text_of(&co));
+    assert!(
+        so.status.success() && co.status.success(),
+        "server:\n{st}\nclient:\n{ct}"
+    );
+    assert!(ct.contains("ping data: rdma-ping-9: "), "{ct}");
+    assert!(st.contains("server ping data: rdma-ping-9: "), "{st}");
+    let opened = format!("opened on {s}");
+    assert!(
+        st.contains(&opened) && ct.contains(&opened),
+        "server:\n{st}\nclient:\n{ct}"
+    );
+}
+
 /// 65,000-byte pings, verified by both sides (`-V`; not printed: the
 /// output would fill the pipe before the test reads it).
 #[test]
