@@ -261,3 +261,25 @@ fn cm_connects_to_a_listener_of_the_other_context() {
             .unwrap_err();
     assert!(matches!(e, CmError::Rejected { reason: 8, .. }), "{e:?}");
 }
+
+#[test]
+fn a_listener_stopped_and_started_again_keeps_its_claim() {
+    let (addr, port) = place();
+    let (ca, cb) = (open(addr, port), open(addr, port));
+    // Stopped, then at once listening again on the same service: the
+    // stop's release, applied later, must not undo the new claim.
+    drop(cb.cm_listen(9100).unwrap());
+    let listener = cb.cm_listen(9100).unwrap();
+    let server = std::thread::spawn(move || {
+        let b = side(cb, QpType::Rc);
+        let req = listener.get_request(WAIT).unwrap();
+        let conn = req.accept(&b.qp, &ConnParam::default(), WAIT).unwrap();
+        (b, conn)
+    });
+    // Let a few progress steps run (they apply queued releases).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let a = side(ca, QpType::Rc);
+    let conn = a.qp.cm_connect(addr, 9100, &ConnParam::default(), WAIT);
+    assert!(conn.is_ok(), "{conn:?}");
+    let _b = server.join().unwrap();
+}
