@@ -442,14 +442,13 @@ fn eight_rdma_cm_pairs_share_one_address_per_namespace() {
 
 /// [`eight_rping_pairs`] with servers that exit when their client
 /// disconnects, so that members leave the shared address while other
-/// clients' DREQs arrive. Fails about one run in eight: a datagram the
-/// kernel hands to a process that is exiting (its socket still in the
-/// `SO_REUSEPORT` group while the kernel tears the process down, after
-/// its threads stopped reading) is lost, and a client that sends its
-/// one DREQ and exits never resends it, so the server it named waits
-/// for DISCONNECTED forever.
+/// clients' DREQs arrive. A process leaves the kernel's `SO_REUSEPORT`
+/// selection first at exit and hands on what it had taken
+/// (`Backend::leave`): otherwise a datagram the kernel handed to a
+/// process that stopped reading would be lost, and a client that sends
+/// its one DREQ and exits never resends it, so the server it named would
+/// wait for DISCONNECTED forever (about one run in eight).
 #[test]
-#[ignore = "a datagram for a shared address that the kernel hands to an exiting process is lost: a lone DREQ is then never delivered (see the doc comment)"]
 fn eight_rdma_cm_pairs_with_leaving_servers() {
     if !have("rping") {
         return;
