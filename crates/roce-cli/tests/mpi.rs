@@ -13,9 +13,10 @@
 //! namespace with the device files. Between namespaces the launcher
 //! runs in the first and starts the second's daemon through a "remote
 //! shell" script that runs `ip netns exec NS roce exec -- ...` instead of
-//! ssh; two ranks of one namespace take one address each of its veth
-//! (`ROCE_ADDR`, chosen by local rank), as one address serves one
-//! process.
+//! ssh. Every rank of a host opens the device on the same address, the
+//! one of its veth (127.0.0.1 on loopback), as a user runs them: the
+//! ranks' `ROCE_LOG=1` lines, tagged with the rank by the launcher
+//! (`--tag-output`, `-prepend-rank`), say where each opened.
 //!
 //! Every run is bounded and ended through its process group. `.ci/run`
 //! installs the MPI packages and sets `ROCE_REQUIRE_MPI`, so in CI a
@@ -74,7 +75,8 @@ impl Mpi {
 
     /// The launcher's arguments before the program, for `ranks` ranks
     /// (`hosts`: between namespaces, the hosts file or list and the
-    /// remote shell script).
+    /// remote shell script). Each line of a rank's output comes tagged
+    /// with its rank ([`untag`]).
     fn launch(self, ranks: usize, hosts: Option<(&str, &Path)>) -> Vec<String> {
         let n = ranks.to_string();
         let mut a: Vec<String> = match self {
@@ -98,11 +100,14 @@ impl Mpi {
                 "ucx",
                 "-x",
                 "UCX_TLS",
+                "-x",
+                "ROCE_LOG",
+                "--tag-output",
             ]
             .iter()
             .map(|s| s.to_string())
             .collect(),
-            Mpi::Mpich => vec!["-n".into(), n],
+            Mpi::Mpich => vec!["-n".into(), n, "-prepend-rank".into()],
         };
         if let Some((hosts, agent)) = hosts {
             let agent = agent.to_string_lossy().into_owned();
@@ -127,7 +132,7 @@ impl Mpi {
                 // their `roce exec`'s `ROCE_DEVICES`.
                 Mpi::Mpich => a.extend([
                     "-genvlist".into(),
-                    "UCX_TLS,MPIR_CVAR_NOLOCAL".into(),
+                    "UCX_TLS,MPIR_CVAR_NOLOCAL,ROCE_LOG".into(),
                     "-hosts".into(),
                     hosts.into(),
                     "-launcher".into(),
@@ -210,10 +215,12 @@ fn lib_dir() -> PathBuf {
     }
 }
 
-/// The environment of every run: the library, UCX's settings cleared
-/// but `UCX_TLS`, MPICH's shared memory off.
+/// The environment of every run: the library, saying where each
+/// context opened (`ROCE_LOG`), UCX's settings cleared but `UCX_TLS`,
+/// MPICH's shared memory off.
 fn environment(c: &mut Command) {
     c.env("ROCE_LIB_DIR", lib_dir())
+        .env("ROCE_LOG", "1")
         .env_remove("ROCE_ADDR")
         .env_remove("ROCE_ACK_DELAY");
     for (k, _) in std::env::vars_os() {
@@ -236,6 +243,53 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// `out` without the launcher's rank tags (Open MPI's `[JOB,RANK]<stdout>:`,
+/// MPICH's `[RANK] `), and each tagged line with its rank.
+fn untag(out: &str) -> (String, Vec<(usize, &str)>) {
+    let mut plain = String::new();
+    let mut tagged = Vec::new();
+    for l in out.lines() {
+        let split = l.strip_prefix('[').and_then(|r| {
+            let (tag, rest) = r.split_once(']')?;
+            let rank = tag.rsplit(',').next()?.parse().ok()?;
+            let rest = match rest.strip_prefix('<') {
+                Some(r) => r.split_once(">:")?.1,
+                None => rest.strip_prefix(' ').unwrap_or(rest),
+            };
+            Some((rank, rest))
+        });
+        let line = match split {
+            Some((rank, rest)) => {
+                tagged.push((rank, rest));
+                rest
+            }
+            None => l,
+        };
+        plain.push_str(line);
+        plain.push('\n');
+    }
+    (plain, tagged)
+}
+
+/// Asserts that each rank `r` of `ranks` said (`ROCE_LOG`) it opened a
+/// device, every time `where_(r)` (`DEVICE opened on ADDRESS`) and nothing
+/// else.
+fn opened_on(out: &str, ranks: usize, where_: impl Fn(usize) -> String) {
+    let (_, tagged) = untag(out);
+    for r in 0..ranks {
+        let opened: Vec<&str> = tagged
+            .iter()
+            .filter(|(rank, l)| *rank == r && l.contains(" opened on "))
+            .map(|(_, l)| *l)
+            .collect();
+        let want = format!("libibverbs (roce): {}", where_(r));
+        assert!(
+            !opened.is_empty() && opened.iter().all(|l| *l == want),
+            "rank {r}: {opened:?}, not {want:?} alone\n{out}"
+        );
+    }
+}
+
 /// The `SIZE VALUE` lines under the header line ending in `header`.
 fn figures(out: &str, header: &str) -> Vec<(u64, f64)> {
     out.lines()
@@ -250,18 +304,19 @@ fn figures(out: &str, header: &str) -> Vec<(u64, f64)> {
 
 /// Runs `cmd` (a launcher under `roce exec`), bounded; it must exit 0
 /// with every check passed and every figure printed. One job at a time
-/// (two cores). Returns the output.
+/// (two cores). Returns the output, tags and all.
 fn job(cmd: Command, what: &str) -> String {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let (o, late) = Group::spawn(cmd).wait(started + LIMIT);
-    let t = text(&o);
+    let tagged = text(&o);
     assert!(
         o.status.success() && !late,
-        "{what}: {} (timed out: {late})\n{t}",
+        "{what}: {} (timed out: {late})\n{tagged}",
         o.status
     );
+    let (t, _) = untag(&tagged);
     assert!(t.contains("all checks passed"), "{what}:\n{t}");
     let lat = figures(&t, "Latency (us)");
     let bw = figures(&t, "Bandwidth (MB/s)");
@@ -293,11 +348,11 @@ fn job(cmd: Command, what: &str) -> String {
         t.lines().find(|l| l.contains("MPI_Allreduce")).unwrap_or(""),
         t.lines().find(|l| l.contains("MPI_Alltoall")).unwrap_or(""),
     );
-    t
+    tagged
 }
 
 /// `ranks` ranks of `mpi_check` on loopback, the launcher under `roce
-/// exec --devices lo`.
+/// exec --devices lo`: every rank on 127.0.0.1.
 fn loopback(mpi: Mpi, ranks: usize) {
     if !have(mpi) {
         return;
@@ -310,7 +365,8 @@ fn loopback(mpi: Mpi, ranks: usize) {
         .arg(&prog)
         .args(ARGS);
     environment(&mut c);
-    job(c, &format!("{mpi:?} {ranks} ranks on loopback"));
+    let out = job(c, &format!("{mpi:?} {ranks} ranks on loopback"));
+    opened_on(&out, ranks, |_| "roce_lo opened on 127.0.0.1".into());
 }
 
 #[test]
@@ -342,14 +398,13 @@ fn script(path: &Path, body: &str) {
 /// 2 + 2 ranks of `mpi_check`: the launcher in namespace `a` under `roce
 /// exec --devices VA`, the second host's daemon (Open MPI's `orted`,
 /// MPICH's `hydra_pmi_proxy`) started by a remote shell script as `ip
-/// netns exec B roce exec --devices VB -- sh -c CMD`, and each rank
-/// through a script that sets `ROCE_ADDR` to its namespace's address
-/// number local rank + 1 and says where the rank runs.
+/// netns exec B roce exec --devices VB -- sh -c CMD`; each namespace has
+/// one address, which both its ranks open the device on.
 fn across(mpi: Mpi) {
     if !have(mpi) {
         return;
     }
-    let lab = match VethPair::new("mp", 96, 2) {
+    let lab = match VethPair::new("mp", 96, 1) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("skipped: {e}");
@@ -383,17 +438,6 @@ fn across(mpi: Mpi) {
             vb = lab.vb,
         ),
     );
-    let rank = dir.join("rank");
-    script(
-        &rank,
-        "#!/bin/sh\n\
-         lr=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-0}}\n\
-         ROCE_ADDR=$(ip -o -4 addr show scope global | \
-         awk '{split($4, a, \"/\"); print a[1]}' | sed -n \"$((lr + 1))p\")\n\
-         export ROCE_ADDR\n\
-         echo \"rank ${OMPI_COMM_WORLD_RANK:-$PMI_RANK}: $ROCE_DEVICES $ROCE_ADDR\" >&2\n\
-         exec \"$@\"\n",
-    );
     let hosts = match mpi {
         Mpi::OpenMpi => {
             let f = dir.join("hosts");
@@ -406,26 +450,19 @@ fn across(mpi: Mpi) {
     c.args(["netns", "exec", &lab.a, &roce_bin])
         .args(["exec", "--devices", &lab.va, "--", mpi.launcher()])
         .args(mpi.launch(4, Some((&hosts, &agent))))
-        .arg(&rank)
         .arg(&prog)
         .args(ARGS);
     environment(&mut c);
     let out = job(c, &format!("{mpi:?} 2 + 2 ranks between namespaces"));
-    // Ranks 0 and 1 (the ping-pong) in different namespaces, and every
-    // rank on an address of its own.
-    let place = |r: usize| {
-        out.lines()
-            .find_map(|l| l.strip_prefix(&format!("rank {r}: ")))
-            .unwrap_or_else(|| panic!("rank {r} did not say where it runs\n{out}"))
-            .to_string()
-    };
-    let places: Vec<String> = (0..4).map(place).collect();
-    assert!(places[0].starts_with(&format!("{} ", lab.va)), "{places:?}");
-    assert!(places[1].starts_with(&format!("{} ", lab.vb)), "{places:?}");
-    let mut addrs: Vec<&str> = places.iter().filter_map(|p| p.split(' ').nth(1)).collect();
-    addrs.sort_unstable();
-    addrs.dedup();
-    assert_eq!(addrs.len(), 4, "{places:?}");
+    // Ranks 0 and 2 in `a`, 1 and 3 in `b` (0 and 1, the ping-pong, in
+    // different namespaces), both ranks of a namespace on its address.
+    opened_on(&out, 4, |r| {
+        if r % 2 == 0 {
+            format!("roce_{} opened on {}", lab.va, lab.ip_a)
+        } else {
+            format!("roce_{} opened on {}", lab.vb, lab.ip_b)
+        }
+    });
 }
 
 #[test]

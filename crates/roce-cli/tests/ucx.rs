@@ -4,8 +4,9 @@
 //! `ucx_perftest` server and client run `tag_lat`, `tag_bw`,
 //! `ucp_put_bw`, `ucp_get` and `ucp_am_bw` with `UCX_TLS=rc_verbs,ud_verbs`
 //! and with `UCX_TLS=ud_verbs` (whose receives UCX drops unless `wc.sl`
-//! says IPv4), on loopback and between two network namespaces (root
-//! only; skipped otherwise).
+//! says IPv4), on loopback (server and client both on 127.0.0.1, the
+//! default, as `ROCE_LOG=1` shows) and between two network namespaces
+//! (root only; skipped otherwise).
 //!
 //! Every process runs in a process group of its own, bounded, and is
 //! ended through its group. `.ci/run` installs ucx-utils and sets
@@ -61,7 +62,7 @@ fn lib_dir() -> PathBuf {
 }
 
 /// `[prefix...] roce exec --devices DEV -- PROG ARGS`, with UCX's
-/// settings cleared but `UCX_TLS`.
+/// settings cleared but `UCX_TLS`, saying where it opened (`ROCE_LOG`).
 fn exec(prefix: &[&str], dev: &str, tls: Option<&str>, prog: &str, args: &[&str]) -> Command {
     let roce_bin = roce().get_program().to_owned();
     let mut c = match prefix.split_first() {
@@ -75,6 +76,7 @@ fn exec(prefix: &[&str], dev: &str, tls: Option<&str>, prog: &str, args: &[&str]
     c.args(["exec", "--devices", dev, "--", prog])
         .args(args)
         .env("ROCE_LIB_DIR", lib_dir())
+        .env("ROCE_LOG", "1")
         .env_remove("ROCE_ADDR")
         .env_remove("ROCE_ACK_DELAY");
     for (k, _) in std::env::vars_os() {
@@ -138,11 +140,27 @@ fn final_line(out: &str) -> Option<Vec<f64>> {
     (v.len() == 8).then_some(v)
 }
 
+/// Whether every `opened on` line of `out` (`ROCE_LOG`) is `want`
+/// (`DEVICE opened on ADDRESS`), and there is one.
+fn opened_on(out: &str, want: &str) -> bool {
+    let want = format!("libibverbs (roce): {want}");
+    let mut opened = out.lines().filter(|l| l.contains(" opened on ")).peekable();
+    opened.peek().is_some() && opened.all(|l| l == want)
+}
+
 /// Server `server`, then client `client` once the server listens on
-/// `port`; both must exit 0 and the client print its figures for ITERS
-/// iterations. One pair at a time (two cores, and loopback addresses
-/// taken in turn). Returns the client's figures.
-fn pair(server: Command, client: Command, ns: Option<&str>, port: u16, what: &str) -> Vec<f64> {
+/// `port`; both must exit 0, say they opened where `opened` says
+/// (server's, client's `DEVICE opened on ADDRESS`), and the client print
+/// its figures for ITERS iterations. One pair at a time (two cores).
+/// Returns the client's figures.
+fn pair(
+    server: Command,
+    client: Command,
+    ns: Option<&str>,
+    port: u16,
+    opened: [&str; 2],
+    what: &str,
+) -> Vec<f64> {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let end = Instant::now() + LIMIT;
@@ -175,6 +193,12 @@ fn pair(server: Command, client: Command, ns: Option<&str>, port: u16, what: &st
         s.status,
         c.status,
     );
+    for (who, t, want) in [("server", &st, opened[0]), ("client", &ct, opened[1])] {
+        assert!(
+            opened_on(t, want),
+            "{what}: the {who} did not open on {want:?} alone\n{t}"
+        );
+    }
     let f = final_line(&ct).unwrap_or_else(|| panic!("{what}: no Final: line\n{ct}"));
     assert_eq!(f[0], ITERS.parse::<f64>().unwrap(), "{what}:\n{ct}");
     // Latency and message rate; the bandwidth column is printed with two
@@ -188,7 +212,8 @@ fn pair(server: Command, client: Command, ns: Option<&str>, port: u16, what: &st
     f
 }
 
-/// Every test of TESTS with `tls`, on loopback.
+/// Every test of TESTS with `tls`, on loopback: server and client on
+/// 127.0.0.1, the address neither is given.
 fn loopback(tls: &str) {
     if !have_ucx() {
         return;
@@ -210,7 +235,15 @@ fn loopback(tls: &str) {
             "ucx_perftest",
             &["127.0.0.1", "-p", &p, "-t", t, "-n", ITERS],
         );
-        pair(server, client, None, port, &format!("{tls} {t}"));
+        let on_lo = "roce_lo opened on 127.0.0.1";
+        pair(
+            server,
+            client,
+            None,
+            port,
+            [on_lo, on_lo],
+            &format!("{tls} {t}"),
+        );
     }
 }
 
@@ -303,6 +336,10 @@ fn across(tls: &str) {
             client,
             Some(&lab.a),
             port,
+            [
+                &format!("roce_{} opened on {}", lab.va, lab.ip_a),
+                &format!("roce_{} opened on {}", lab.vb, lab.ip_b),
+            ],
             &format!("netns {tls} {t}"),
         );
     }

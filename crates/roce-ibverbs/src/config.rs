@@ -126,11 +126,20 @@ pub(crate) fn log_enabled() -> bool {
     std::env::var("ROCE_LOG").is_ok_and(|v| v != "0")
 }
 
+/// `libibverbs (roce): MESSAGE` on stderr in one write: a line stays
+/// whole where processes share one stderr (the ranks of an MPI job,
+/// whose launcher tags their output by what each read returns).
+pub(crate) fn say(message: std::fmt::Arguments) {
+    use std::io::Write;
+    let line = format!("libibverbs (roce): {message}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// A line on stderr when `ROCE_LOG` is set.
 macro_rules! log {
     ($($t:tt)*) => {
         if $crate::config::log_enabled() {
-            eprintln!("libibverbs (roce): {}", format_args!($($t)*));
+            $crate::config::say(format_args!($($t)*));
         }
     };
 }

@@ -190,7 +190,7 @@ pub(crate) fn gid_table(dev: &Device, local: IpAddr) -> Vec<IpAddr> {
 /// be used (its UDP port taken by another process).
 pub(crate) fn gid_err(e: roce_verbs::Error) -> crate::ffi::Errno {
     if let roce_verbs::Error::AddrUnavailable(_, kind) = e {
-        eprintln!("libibverbs (roce): {e}");
+        crate::config::say(format_args!("{e}"));
         return match kind {
             std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
             _ => libc::EADDRNOTAVAIL,
@@ -284,7 +284,7 @@ fn owned_by_another(dev: &Device, a: IpAddr) -> bool {
 /// An environment setting, or `EINVAL` with the reason on stderr.
 fn setting<T>(r: Result<T, String>) -> Res<T> {
     r.map_err(|m| {
-        eprintln!("libibverbs (roce): {m}");
+        crate::config::say(format_args!("{m}"));
         libc::EINVAL
     })
 }
@@ -343,16 +343,18 @@ fn open_engine(dev: &Device, asked: Option<IpAddr>) -> Res<(roce_verbs::Context,
                 };
                 let o = v4.octets();
                 if o[3] >= 254 {
-                    eprintln!("libibverbs (roce): UDP port {port} is taken on every address of 127.0.0.0/24");
+                    crate::config::say(format_args!(
+                        "UDP port {port} is taken on every address of 127.0.0.0/24"
+                    ));
                     return Err(libc::EADDRINUSE);
                 }
                 addr = IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3] + 1));
             }
             Err(e) => {
-                eprintln!(
-                    "libibverbs (roce): cannot open {} on {addr}: {e}",
+                crate::config::say(format_args!(
+                    "cannot open {} on {addr}: {e}",
                     dev.info.name()
-                );
+                ));
                 return Err(match e {
                     OpenError::PortInUse { .. } => libc::EADDRINUSE,
                     OpenError::NeedsRaw(_) => libc::EPERM,

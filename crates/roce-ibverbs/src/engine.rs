@@ -95,12 +95,25 @@ impl Engine {
 
     /// A context closing: it gets no more events; the last one takes the
     /// engine out of the process's table (it stops when its last object
-    /// goes).
+    /// goes) and says (`ROCE_LOG`) what its backend counted, such as the
+    /// datagrams it forwarded to other processes of a shared address.
     pub(crate) fn leave(self: &Arc<Self>, ctx: *mut ibv_context) {
         let mut c = self.contexts();
         c.retain(|Raw(p)| *p != ctx.cast());
         if c.is_empty() {
             drop(c);
+            crate::config::log!(
+                "{} on {} closed: {}",
+                self.device.info.name(),
+                self.local,
+                self.verbs
+                    .backend_counters()
+                    .iter()
+                    .filter(|(_, v)| *v != 0)
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             engines().retain(|e| !Arc::ptr_eq(e, self));
         }
     }
