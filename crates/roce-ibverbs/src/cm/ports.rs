@@ -46,24 +46,10 @@ impl Ports {
         check_port(self.held.get(&key).into_iter().flatten(), h, reuse).map_err(|e| e.errno())
     }
 
-    /// Binds id `id` of space `ps` to `addr`:`port` (0: a free one);
-    /// the port it got.
-    pub(crate) fn bind(
-        &mut self,
-        id: usize,
-        ps: u32,
-        addr: IpAddr,
-        port: u16,
-        reuse: bool,
-        afonly: bool,
-    ) -> Res<u16> {
-        let h = PortHolder {
-            slot: 0,
-            id: id as u64,
-            addr,
-            reuse,
-            afonly,
-        };
+    /// Binds `h` (its id, address and options) in space `ps` to `port`
+    /// (0: a free one); the port it got.
+    pub(crate) fn bind(&mut self, ps: u32, port: u16, h: PortHolder) -> Res<u16> {
+        let reuse = h.reuse;
         let port = if port == 0 {
             let seed = roce_verbs::random_u64().unwrap_or(0);
             free_port(|p| self.held.contains_key(&(ps, p)), seed).ok_or(libc::EADDRNOTAVAIL)?
@@ -180,7 +166,7 @@ impl Spaces {
             return r;
         }
         match self {
-            Spaces::Local(p) => p.bind(id, ps, addr, port, reuse, afonly),
+            Spaces::Local(p) => p.bind(ps, port, hold),
             Spaces::Host(_) => Err(libc::EIO),
         }
     }
@@ -252,48 +238,76 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn bind(
+        p: &mut Ports,
+        id: u64,
+        ps: u32,
+        addr: IpAddr,
+        port: u16,
+        reuse: bool,
+        afonly: bool,
+    ) -> Res<u16> {
+        let h = PortHolder {
+            slot: 0,
+            id,
+            addr,
+            reuse,
+            afonly,
+        };
+        p.bind(ps, port, h)
+    }
+
     #[test]
     fn one_address_and_port_is_one_ids_without_reuse() {
         let mut p = Ports::default();
         assert_eq!(
-            p.bind(1, TCP, ip("127.0.0.1"), 7471, false, false),
+            bind(&mut p, 1, TCP, ip("127.0.0.1"), 7471, false, false),
             Ok(7471)
         );
         assert_eq!(
-            p.bind(2, TCP, ip("127.0.0.1"), 7471, false, false),
+            bind(&mut p, 2, TCP, ip("127.0.0.1"), 7471, false, false),
             Err(libc::EADDRINUSE)
         );
         // Another address, another space, another port: free.
         assert_eq!(
-            p.bind(3, TCP, ip("127.0.0.2"), 7471, false, false),
+            bind(&mut p, 3, TCP, ip("127.0.0.2"), 7471, false, false),
             Ok(7471)
         );
         assert_eq!(
-            p.bind(4, UDP, ip("127.0.0.1"), 7471, false, false),
+            bind(&mut p, 4, UDP, ip("127.0.0.1"), 7471, false, false),
             Ok(7471)
         );
         assert_eq!(
-            p.bind(5, TCP, ip("127.0.0.1"), 7472, false, false),
+            bind(&mut p, 5, TCP, ip("127.0.0.1"), 7472, false, false),
             Ok(7472)
         );
         // The wildcard conflicts with any holder of the port.
         assert_eq!(
-            p.bind(6, TCP, ip("0.0.0.0"), 7471, false, false),
+            bind(&mut p, 6, TCP, ip("0.0.0.0"), 7471, false, false),
             Err(libc::EADDRNOTAVAIL)
         );
         p.release(1);
         p.release(3);
-        assert_eq!(p.bind(6, TCP, ip("0.0.0.0"), 7471, false, false), Ok(7471));
+        assert_eq!(
+            bind(&mut p, 6, TCP, ip("0.0.0.0"), 7471, false, false),
+            Ok(7471)
+        );
     }
 
     #[test]
     fn reuse_shares_a_port_until_one_listens() {
         let mut p = Ports::default();
-        assert_eq!(p.bind(1, TCP, ip("127.0.0.1"), 9000, true, false), Ok(9000));
-        assert_eq!(p.bind(2, TCP, ip("127.0.0.1"), 9000, true, false), Ok(9000));
+        assert_eq!(
+            bind(&mut p, 1, TCP, ip("127.0.0.1"), 9000, true, false),
+            Ok(9000)
+        );
+        assert_eq!(
+            bind(&mut p, 2, TCP, ip("127.0.0.1"), 9000, true, false),
+            Ok(9000)
+        );
         // Only one side asking for reuse is not enough.
         assert_eq!(
-            p.bind(3, TCP, ip("127.0.0.1"), 9000, false, false),
+            bind(&mut p, 3, TCP, ip("127.0.0.1"), 9000, false, false),
             Err(libc::EADDRINUSE)
         );
         // A listen must be unique: 1 cannot while 2 holds the port.
@@ -302,7 +316,7 @@ mod tests {
         assert_eq!(p.listen(1, TCP, 9000), Ok(()));
         // A listener is no longer reusable.
         assert_eq!(
-            p.bind(4, TCP, ip("127.0.0.1"), 9000, true, false),
+            bind(&mut p, 4, TCP, ip("127.0.0.1"), 9000, true, false),
             Err(libc::EADDRINUSE)
         );
     }
@@ -310,10 +324,13 @@ mod tests {
     #[test]
     fn afonly_ids_of_two_families_do_not_meet() {
         let mut p = Ports::default();
-        assert_eq!(p.bind(1, TCP, ip("0.0.0.0"), 5000, false, true), Ok(5000));
-        assert_eq!(p.bind(2, TCP, ip("::"), 5000, false, true), Ok(5000));
         assert_eq!(
-            p.bind(3, TCP, ip("::"), 5000, false, false),
+            bind(&mut p, 1, TCP, ip("0.0.0.0"), 5000, false, true),
+            Ok(5000)
+        );
+        assert_eq!(bind(&mut p, 2, TCP, ip("::"), 5000, false, true), Ok(5000));
+        assert_eq!(
+            bind(&mut p, 3, TCP, ip("::"), 5000, false, false),
             Err(libc::EADDRNOTAVAIL)
         );
     }
@@ -321,7 +338,7 @@ mod tests {
     #[test]
     fn port_zero_takes_a_free_port_of_the_range() {
         let mut p = Ports::default();
-        let a = p.bind(1, TCP, ip("127.0.0.1"), 0, false, false).unwrap();
+        let a = bind(&mut p, 1, TCP, ip("127.0.0.1"), 0, false, false).unwrap();
         assert!(EPHEMERAL.contains(&a));
         // The rule's picks (roce-io's `free_port`, tested there) skip the
         // ports this table holds.
