@@ -166,13 +166,16 @@ fuzz_target!(|data: &[u8]| {
         let b0 = bytes.first().copied().unwrap_or(0);
         match tag % 8 {
             0 => {
-                b.dev
-                    .handle_datagram(now, &qp1_datagram(&template, bytes, false), RxMeta::exact())
+                let d = qp1_datagram(&template, bytes, false);
+                let _ = b.dev.handle_datagram(now, &d, RxMeta::exact());
             }
-            1 => a
-                .dev
-                .handle_datagram(now, &qp1_datagram(&template, bytes, true), RxMeta::exact()),
-            2 => b.dev.handle_datagram(now, bytes, RxMeta::inexact()),
+            1 => {
+                let d = qp1_datagram(&template, bytes, true);
+                let _ = a.dev.handle_datagram(now, &d, RxMeta::exact());
+            }
+            2 => {
+                let _ = b.dev.handle_datagram(now, bytes, RxMeta::inexact());
+            }
             3 => {
                 for d in std::mem::take(&mut a.out) {
                     b.dev.handle_datagram(now, &d, RxMeta::exact());

@@ -13,23 +13,55 @@ fn device() -> (Device, Vec<Qpn>) {
     let mut dev = Device::new(DeviceConfig::new("10.0.0.2".parse().unwrap()));
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(256);
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let mr = dev.reg_mr(pd, 0x1000, Box::new(vec![0u8; 1 << 16]), access).unwrap();
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mr = dev
+        .reg_mr(pd, 0x1000, Box::new(vec![0u8; 1 << 16]), access)
+        .unwrap();
     let mut qps = Vec::new();
     for (i, t) in [QpType::Rc, QpType::Uc, QpType::Ud].into_iter().enumerate() {
-        let init = QpInitAttr { qp_type: t, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCaps::default(), sq_sig_all: false };
+        let init = QpInitAttr {
+            qp_type: t,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+        };
         let qpn = dev.create_qp(init).unwrap();
-        let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: access, qkey: Qkey::new(0x1111_1111), ..QpAttr::default() };
+        let mut a = QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: access,
+            qkey: Qkey::new(0x1111_1111),
+            ..QpAttr::default()
+        };
         let req = |from, to| QpAttrMask::required(t, from, to);
-        dev.modify_qp(qpn, &a, req(QpState::Reset, QpState::Init)).unwrap();
+        dev.modify_qp(qpn, &a, req(QpState::Reset, QpState::Init))
+            .unwrap();
         a.qp_state = QpState::Rtr;
-        a.ah_attr = AddressVector { dest: "10.0.0.1".parse().unwrap(), ..AddressVector::default() };
-        dev.modify_qp(qpn, &a, req(QpState::Init, QpState::Rtr)).unwrap();
+        a.ah_attr = AddressVector {
+            dest: "10.0.0.1".parse().unwrap(),
+            ..AddressVector::default()
+        };
+        dev.modify_qp(qpn, &a, req(QpState::Init, QpState::Rtr))
+            .unwrap();
         a.qp_state = QpState::Rts;
-        dev.modify_qp(qpn, &a, req(QpState::Rtr, QpState::Rts)).unwrap();
+        dev.modify_qp(qpn, &a, req(QpState::Rtr, QpState::Rts))
+            .unwrap();
         for k in 0..4u64 {
-            let sge = Sge { addr: 0x1000 + 4096 * (i as u64 * 4 + k), length: 4096, lkey: mr.lkey };
-            let _ = dev.post_recv(qpn, RecvWr { wr_id: k, sgl: vec![sge] });
+            let sge = Sge {
+                addr: 0x1000 + 4096 * (i as u64 * 4 + k),
+                length: 4096,
+                lkey: mr.lkey,
+            };
+            let _ = dev.post_recv(
+                qpn,
+                RecvWr {
+                    wr_id: k,
+                    sgl: vec![sge],
+                },
+            );
         }
         qps.push(qpn);
     }
@@ -48,9 +80,14 @@ fuzz_target!(|data: &[u8]| {
         if d.len() >= 28 {
             // A valid IPv4 + UDP header from the peer to this device.
             let total = d.len() as u16;
-            d[..20].copy_from_slice(&[0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+            d[..20].copy_from_slice(&[
+                0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+            ]);
             d[2..4].copy_from_slice(&total.to_be_bytes());
-            let mut sum: u32 = d[..20].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+            let mut sum: u32 = d[..20]
+                .chunks(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+                .sum();
             while sum > 0xffff {
                 sum = (sum & 0xffff) + (sum >> 16);
             }
