@@ -301,3 +301,78 @@ impl super::UdpBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn flows() -> (Socket, Flows) {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let main = ports::udp_socket(lo, 0, true).unwrap();
+        let port = main.local_addr().unwrap().as_socket().unwrap().port();
+        let setup = Setup {
+            local: lo,
+            port,
+            recv_buffer: 1 << 16,
+            gro: false,
+        };
+        (main, Flows::new(setup).unwrap())
+    }
+
+    fn peer(port: u16) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5)), port)
+    }
+
+    #[test]
+    fn opened_once_closed_when_forwarded_onward_never_reopened() {
+        let (_main, mut f) = flows();
+        let mut s = UdpStats::default();
+        f.forwarded_here(1, peer(0xC000), &mut s);
+        f.forwarded_here(2, peer(0xC000), &mut s);
+        assert_eq!(s.flow_sockets_opened, 1);
+        assert!(f.sock(0).is_some());
+        for _ in 1..ONWARD_LIMIT {
+            f.forwarded_onward(peer(0xC000), &mut s);
+        }
+        assert_eq!(s.flow_sockets_closed, 0);
+        f.forwarded_onward(peer(0xC000), &mut s);
+        assert_eq!(s.flow_sockets_closed, 1);
+        assert!(f.is_empty());
+        f.forwarded_here(3, peer(0xC000), &mut s);
+        assert_eq!(
+            s.flow_sockets_opened, 1,
+            "forwarded onward: not steered here"
+        );
+        // Sources that are no flow: nothing.
+        let bad = [
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::BROADCAST), 5),
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 5),
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1)), 5),
+            SocketAddr::new("::1".parse().unwrap(), 5),
+            peer(0),
+        ];
+        for p in bad {
+            f.forwarded_here(4, p, &mut s);
+        }
+        assert_eq!(s.flow_sockets_opened, 1);
+    }
+
+    #[test]
+    fn bounded_least_recently_used_goes() {
+        let (_main, mut f) = flows();
+        let mut s = UdpStats::default();
+        for k in 0..MAX_FLOWS as u16 {
+            f.forwarded_here(Nanos::from(k) + 10, peer(0xC000 + k), &mut s);
+        }
+        f.touch(0, 1_000);
+        f.forwarded_here(2_000, peer(0xF000), &mut s);
+        assert_eq!(s.flow_sockets_opened, MAX_FLOWS as u64 + 1);
+        assert_eq!(s.flow_sockets_closed, 1);
+        assert!(f.by_peer.contains_key(&peer(0xC000)), "used last: kept");
+        assert!(!f.by_peer.contains_key(&peer(0xC001)), "least recent: gone");
+        f.leave();
+        f.forwarded_here(3_000, peer(0xF001), &mut s);
+        assert_eq!(s.flow_sockets_opened, MAX_FLOWS as u64 + 1, "left");
+    }
+}
