@@ -145,7 +145,10 @@ enum RxSocket {
 /// each datagram to an address with a host table to the process owning
 /// its destination QPN through a same-host ring (to its own receive path
 /// when that is this backend), and hands on what the kernel gave it but
-/// another process owns ([`Backend::forward`]).
+/// another process owns ([`Backend::forward`]). A remote flow forwarded
+/// to this backend is then steered to it: a socket connected to the
+/// flow's source takes it from the group (docs/host.md, "Steering";
+/// `udp/flows.rs`).
 ///
 /// # Ports in tests
 ///
