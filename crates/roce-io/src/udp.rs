@@ -1,6 +1,7 @@
 //! [`UdpBackend`]: RoCE v2 over an ordinary (unprivileged) UDP socket.
 
 mod config;
+mod flows;
 mod forward;
 mod hdr;
 mod ports;
@@ -48,6 +49,15 @@ const RX_ROUNDS: usize = 4;
 /// (docs/shm.md).
 const UDP_QUIET_AFTER: Nanos = 1_000_000;
 const UDP_PROBE_GAP: Nanos = 10_000;
+
+/// The socket a `recvmmsg` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RxSocket {
+    /// The receive socket.
+    Main,
+    /// Flow socket `i` (`udp/flows.rs`).
+    Flow(usize),
+}
 
 /// RoCE v2 over UDP sockets: unprivileged, one receive socket on port 4791
 /// plus per-source-port send sockets.
@@ -135,7 +145,10 @@ const UDP_PROBE_GAP: Nanos = 10_000;
 /// each datagram to an address with a host table to the process owning
 /// its destination QPN through a same-host ring (to its own receive path
 /// when that is this backend), and hands on what the kernel gave it but
-/// another process owns ([`Backend::forward`]).
+/// another process owns ([`Backend::forward`]). A remote flow forwarded
+/// to this backend is then steered to it: a socket connected to the
+/// flow's source takes it from the group (docs/host.md, "Steering";
+/// `udp/flows.rs`).
 ///
 /// # Ports in tests
 ///
@@ -186,6 +199,10 @@ pub struct UdpBackend {
     shm: Option<shm::Shm>,
     /// The host table and what sharing the address needs, when shared.
     share: Option<share::Share>,
+    /// Sockets connected to remote flows forwarded here, when shared.
+    flows: Option<flows::Flows>,
+    /// What `rx_info` holds came from a flow socket.
+    rx_from_flow: bool,
     /// The receive socket left the address's group (`Backend::leave`).
     left: bool,
     /// The way the last datagram sent through a host table went.
@@ -255,16 +272,8 @@ impl UdpBackend {
             cfg.port = a.port(); // the kernel's pick when asked for port 0
         }
         let v6 = cfg.local.is_ipv6();
-        ports::grow_buffer(&sock, cfg.recv_buffer, true);
+        ports::receive_options(&sock, v6, cfg.recv_buffer)?;
         ports::grow_buffer(&sock, cfg.send_buffer, false);
-        if v6 {
-            sock.set_recv_tclass_v6(true)?;
-            // Accept zero UDP checksums over IPv6 too, as RoCE peers may
-            // send them (the ICRC protects the payload).
-            let _ = sys::setsockopt_int(sock.as_fd(), libc::SOL_UDP, libc::UDP_NO_CHECK6_RX, 1);
-        } else {
-            sock.set_recv_tos_v4(true)?;
-        }
         let gso = cfg.gso && getsockopt(&sock, sockopt::UdpGsoSegment).is_ok();
         let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
         let rx_slot = if gro { 65_536 } else { cfg.max_datagram };
@@ -297,8 +306,25 @@ impl UdpBackend {
             Some(n) => Some(share::Share::attach(cfg.share_dir.clone(), at, n)?),
             None => None,
         };
+        // Sharing: flow sockets steer remote flows to their owners
+        // (docs/host.md, "Steering"), watched by the same-host wait set.
+        let flows = match (&share, &shm) {
+            (Some(_), Some(shm)) => {
+                let f = flows::Flows::new(flows::Setup {
+                    local: cfg.local,
+                    port: cfg.port,
+                    recv_buffer: cfg.recv_buffer,
+                    gro,
+                })?;
+                shm.watch_flows(f.wait_fd())?;
+                Some(f)
+            }
+            _ => None,
+        };
         Ok(UdpBackend {
             shm,
+            flows,
+            rx_from_flow: false,
             share,
             left: false,
             last_hop: None,
@@ -465,6 +491,31 @@ impl UdpBackend {
             || now >= self.udp_next_probe
     }
 
+    /// One `recvmmsg` of at most `want` datagrams on `from` into
+    /// `rx_info` (what it held must have been pushed); `push_rx` hands
+    /// them on. A flow socket that is gone gives nothing.
+    fn recv_on(&mut self, from: RxSocket, want: usize) -> io::Result<usize> {
+        let fd = match from {
+            RxSocket::Main => self.sock.as_fd(),
+            RxSocket::Flow(i) => match self.flows.as_ref().and_then(|f| f.sock(i)) {
+                Some(fd) => fd,
+                None => return Ok(0),
+            },
+        };
+        let n = sys::recvmmsg(
+            fd,
+            &mut self.mmsg,
+            &mut self.rx_arena,
+            self.rx_slot,
+            want,
+            &mut self.rx_info,
+        );
+        self.rx_cur = 0;
+        self.rx_off = 0;
+        self.rx_from_flow = matches!(from, RxSocket::Flow(_));
+        n
+    }
+
     /// Takes what the UDP socket has, as many `recvmmsg` rounds as the
     /// batch has room for.
     fn recv_udp(&mut self, batch: &mut PacketBatch) -> io::Result<()> {
@@ -484,16 +535,7 @@ impl UdpBackend {
             } else {
                 batch.capacity() - batch.len()
             };
-            let n = sys::recvmmsg(
-                self.sock.as_fd(),
-                &mut self.mmsg,
-                &mut self.rx_arena,
-                self.rx_slot,
-                want,
-                &mut self.rx_info,
-            )?;
-            self.rx_cur = 0;
-            self.rx_off = 0;
+            let n = self.recv_on(RxSocket::Main, want)?;
             self.rx_idle = n == 0;
             self.follow.learn(n);
             if n == 0 {
@@ -548,9 +590,12 @@ impl Backend for UdpBackend {
             self.push_rx(batch);
             Ok(())
         };
+        let udp = udp.and(self.recv_flows(now, batch));
+        let from_rings = batch.len();
         if let Some(shm) = self.shm.as_mut() {
             shm.recv(batch, self.v6, &mut self.stats);
         }
+        self.steer_forwarded(now, batch, from_rings);
         if let Some(share) = self.share.as_mut() {
             // Counted when sent (`udp_shm_local`).
             share.drain_local(batch);
@@ -618,6 +663,9 @@ impl Backend for UdpBackend {
             ("udp_shm_forwarded", s.shm_forwarded),
             ("udp_shm_forward_no_owner", s.shm_forward_no_owner),
             ("udp_shm_reaped", s.shm_reaped),
+            ("udp_flow_sockets_opened", s.flow_sockets_opened),
+            ("udp_flow_rx_datagrams", s.flow_rx_datagrams),
+            ("udp_flow_sockets_closed", s.flow_sockets_closed),
         ]
     }
 
@@ -647,6 +695,9 @@ impl Backend for UdpBackend {
         // Refused (it never is on Linux for a bound UDP socket): the
         // socket stays in the group until it closes, as before.
         let _ = self.sock.connect(&nowhere.into());
+        if let Some(f) = self.flows.as_mut() {
+            f.leave();
+        }
         true
     }
 

@@ -222,6 +222,11 @@ fn child_role() {
         }
         if n > 0 {
             publish(&dir.join(format!("got-{me}")), &log);
+            let s = b.stats();
+            publish(
+                &dir.join(format!("stats-{me}")),
+                &format!("{} {}", s.flow_sockets_opened, s.flow_rx_datagrams),
+            );
         } else {
             let _ = b.wait_readable(Some(Duration::from_millis(5)));
         }
@@ -406,4 +411,112 @@ fn a_backend_that_does_not_share_cannot_bind_a_shared_address() {
     drop(b);
     // All gone: a plain bind works again.
     UdpBackend::bind(UdpConfig::new(lo()).port(port)).expect("free again");
+}
+
+/// The child's flow counters: sockets opened, datagrams received on them.
+fn kid_flows(kid: &Kid, dir: &Path) -> (u64, u64) {
+    let s = std::fs::read_to_string(kid.file(dir, "stats")).unwrap_or_default();
+    let mut f = s.split(' ').map(|x| x.parse().unwrap_or(0));
+    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+}
+
+/// Sends `d`'s UDP payload from the plain socket `r` to the shared port.
+fn send_raw(r: &UdpSocket, port: u16, d: &[u8]) {
+    r.send_to(&d[28..], (Ipv4Addr::LOCALHOST, port)).unwrap();
+}
+
+/// A remote peer (a plain UDP socket) sends to the child's QPN from one
+/// port; the kernel's pick for its flow is the parent, which forwards;
+/// the child then opens a flow socket, and the rest reaches the child
+/// directly, each datagram once (docs/host.md, "Steering").
+#[test]
+fn a_forwarded_flow_is_steered_to_its_owner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (mut a, port) = bind_shared(dir, 5000);
+    assert!(a.claim(lo(), Owner::Qp(QA)).unwrap());
+    let kid = Kid::spawn(dir, port, QB);
+    let ready = wait_for(
+        &kid.file(dir, "ready"),
+        Duration::from_secs(10),
+        |_| true,
+        || {},
+    );
+    assert_eq!(ready.as_deref(), Some("claimed"));
+
+    // A source port whose flow the kernel gives the parent: its first
+    // datagram is forwarded.
+    let mut psn = 0u32;
+    let mut remote = None;
+    for _ in 0..64 {
+        let r = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let sport = r.local_addr().unwrap().port();
+        let before = a.stats().shm_forwarded;
+        send_raw(&r, port, &datagram(Ipv4Addr::LOCALHOST, sport, QB, psn));
+        psn += 1;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) && a.stats().shm_forwarded == before {
+            pump(&mut a, QA);
+        }
+        if a.stats().shm_forwarded > before {
+            remote = Some((r, sport));
+            break;
+        }
+    }
+    let (r, sport) = remote.expect("a flow the kernel gives the parent");
+
+    // Forwarded until the child steers the flow to itself.
+    let t = Instant::now();
+    while kid_flows(&kid, dir).0 == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no flow socket");
+        send_raw(&r, port, &datagram(Ipv4Addr::LOCALHOST, sport, QB, psn));
+        psn += 1;
+        for _ in 0..5 {
+            pump(&mut a, QA);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // What the parent had queued is forwarded still.
+    for _ in 0..20 {
+        pump(&mut a, QA);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let forwarded = a.stats().shm_forwarded;
+    let steered_from = psn;
+    for _ in 0..40 {
+        send_raw(&r, port, &datagram(Ipv4Addr::LOCALHOST, sport, QB, psn));
+        psn += 1;
+        pump(&mut a, QA);
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let sent = psn;
+    let got = wait_for(
+        &kid.file(dir, "got"),
+        Duration::from_secs(5),
+        |s| parse_log(s).len() >= sent as usize,
+        || drop(pump(&mut a, QA)),
+    )
+    .expect("the child got every datagram");
+    let got = parse_log(&got);
+    let mut psns: Vec<u32> = got.iter().map(|g| g.psn).collect();
+    psns.sort_unstable();
+    assert_eq!(psns, (0..sent).collect::<Vec<_>>(), "each once");
+    for g in &got {
+        assert_eq!(g.src, lo(), "{g:?}");
+        assert!(!g.exact || g.icrc_ok, "{g:?}");
+        if g.psn >= steered_from {
+            assert!(!g.forwarded, "steered, yet forwarded: {g:?}");
+        }
+    }
+    assert_eq!(a.stats().shm_forwarded, forwarded, "{:?}", a.stats());
+    let t = Instant::now();
+    while kid_flows(&kid, dir).1 < u64::from(sent - steered_from) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            kid_flows(&kid, dir)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(kid_flows(&kid, dir).0, 1, "one flow socket");
 }

@@ -319,4 +319,13 @@ pub struct UdpStats {
     pub shm_forward_no_owner: u64,
     /// Host table slots of processes found gone, reaped.
     pub shm_reaped: u64,
+    /// Flow sockets opened: receive sockets connected to the source of a
+    /// datagram another process forwarded here, so that the kernel hands
+    /// that flow to this process directly (docs/host.md, "Steering").
+    pub flow_sockets_opened: u64,
+    /// Datagrams received on flow sockets (also in `rx_datagrams`).
+    pub flow_rx_datagrams: u64,
+    /// Flow sockets closed: evicted, broken, or carrying datagrams this
+    /// process forwards onward.
+    pub flow_sockets_closed: u64,
 }

@@ -147,6 +147,11 @@ impl UdpBackend {
         // was sent to this address.
         let t = Transmit::of_datagram(d)
             .filter(|t| !meta.forwarded && t.destination.ip() == self.cfg.local);
+        if let (Some(t), Some(flows)) = (&t, self.flows.as_mut()) {
+            // Another process owns what comes from this source: it is
+            // not to be steered here (docs/host.md, "Steering").
+            flows.forwarded_onward(t.src, &mut self.stats);
+        }
         if let Some(t) = t {
             if let Lookup::Slot { slot, name } = share.lookup(now, at, owner) {
                 let route = shm.route_proc(now, &name, &mut self.stats);

@@ -51,6 +51,20 @@ pub(crate) fn udp_socket(ip: IpAddr, port: u16, reuse: bool) -> io::Result<Socke
     Ok(s)
 }
 
+/// What a receive socket needs beyond [`udp_socket`]: its buffer, the
+/// TOS / traffic class of each datagram, and (IPv6) zero UDP checksums
+/// accepted, as RoCE peers may send them (the ICRC protects the payload).
+pub(crate) fn receive_options(s: &Socket, v6: bool, recv_buffer: usize) -> io::Result<()> {
+    grow_buffer(s, recv_buffer, true);
+    if v6 {
+        s.set_recv_tclass_v6(true)?;
+        let _ = sys::setsockopt_int(s.as_fd(), libc::SOL_UDP, libc::UDP_NO_CHECK6_RX, 1);
+    } else {
+        s.set_recv_tos_v4(true)?;
+    }
+    Ok(())
+}
+
 /// Sets a socket buffer size, forcing past the sysctl limit when
 /// privileged, and otherwise taking what the kernel allows.
 pub(crate) fn grow_buffer(s: &Socket, bytes: usize, recv: bool) {

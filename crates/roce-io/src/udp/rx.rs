@@ -140,6 +140,7 @@ impl UdpBackend {
                 if pushed {
                     batch.set_meta(batch.len() - 1, meta);
                     self.stats.rx_datagrams += 1;
+                    self.stats.flow_rx_datagrams += u64::from(self.rx_from_flow);
                     self.stats.rx_bytes += payload.len() as u64;
                 } else {
                     self.stats.rx_too_big += 1;

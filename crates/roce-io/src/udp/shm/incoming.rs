@@ -24,7 +24,8 @@ impl Shm {
         let mut udp = false;
         for e in &events[..n] {
             match e.data() {
-                TOKEN_UDP => udp = true,
+                // A flow socket is a receive socket too: receive again.
+                TOKEN_UDP | TOKEN_FLOWS => udp = true,
                 TOKEN_LISTENER => self.accept(now, false, stats),
                 TOKEN_OWN => self.accept(now, true, stats),
                 t => {

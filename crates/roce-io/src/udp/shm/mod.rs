@@ -76,6 +76,8 @@ const TOKEN_UDP: u64 = 0;
 const TOKEN_LISTENER: u64 = 1;
 const TOKEN_OWN: u64 = 2;
 const FIRST_LINK_TOKEN: u64 = 3;
+/// The epoll set of the backend's flow sockets (`udp/flows.rs`).
+const TOKEN_FLOWS: u64 = u64::MAX;
 fn conn_token(i: usize) -> u64 {
     FIRST_LINK_TOKEN + 2 * i as u64
 }
@@ -222,6 +224,14 @@ impl Shm {
     /// doorbell, the listener or a connection is.
     pub(super) fn wait_fd(&self) -> BorrowedFd<'_> {
         self.epoll.0.as_fd()
+    }
+
+    /// Adds the epoll set of the backend's flow sockets (docs/host.md,
+    /// "Steering") to the set to sleep on: readable when one of them is.
+    pub(super) fn watch_flows(&self, flows: BorrowedFd<'_>) -> io::Result<()> {
+        self.epoll
+            .add(flows, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_FLOWS))
+            .map_err(io::Error::from)
     }
 
     /// Whether this backend listens for same-host peers.
