@@ -221,3 +221,47 @@ fn a_close_after_a_send_waits_for_the_peer_to_read() {
         "rclose took {ms} ms (the client read after 300 ms)"
     );
 }
+
+/// A plain sockets program of ours (`tests/c/sock_echo.c`: socket, bind,
+/// listen, accept, connect, send and recv in uneven pieces), unaware of
+/// RDMA, under rdma-core's `librspreload.so`: its TCP sockets become
+/// rsockets over the drop-in librdmacm. Both ends on one shared address;
+/// a megabyte echoed and compared byte for byte, and `ROCE_LOG` shows the
+/// connection went through this stack, not the kernel's TCP.
+#[test]
+fn a_plain_sockets_program_under_rspreload() {
+    const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
+    if !std::path::Path::new(PRELOAD).exists() {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{PRELOAD} is missing (apt-get install librdmacm1)"
+        );
+        eprintln!("skipped: {PRELOAD} is missing (apt-get install librdmacm1)");
+        return;
+    }
+    let Some(exe) = common::c_program("sock_echo", "rdma/rdma_cma.h") else {
+        return;
+    };
+    let (s, _) = addrs();
+    let run = |args: &[&str]| {
+        let mut c = command(exe.to_str().unwrap(), args, &s);
+        c.env("LD_PRELOAD", PRELOAD).env("ROCE_LOG", "1");
+        c
+    };
+    let srv = Guard::spawn_roce_server(run(&["serve", &s, "7894"]), s.parse().unwrap());
+    let limit = Duration::from_secs(60);
+    let co = Guard::spawn(run(&["send", &s, "7894", "1000000"])).wait(limit);
+    let so = srv.wait(limit);
+    let (st, ct) = (text_of(&so), text_of(&co));
+    assert!(
+        so.status.success() && co.status.success(),
+        "server:\n{st}\nclient:\n{ct}"
+    );
+    assert!(ct.contains("ECHOED 1000000"), "{ct}");
+    assert!(st.contains("SERVED 1000000"), "{st}");
+    assert!(
+        ct.contains(&format!("librdmacm: connecting from {s} to {s}:7894")),
+        "{ct}"
+    );
+    assert!(st.contains("librdmacm: listening on port 7894"), "{st}");
+}
