@@ -21,28 +21,9 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
+#include "net_test.h"
 
 static struct rdma_event_channel *ch;
-
-static void die(const char *what)
-{
-	fprintf(stderr, "%s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static struct sockaddr_in addr_of(const char *ip, const char *port)
-{
-	struct sockaddr_in a;
-
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons(atoi(port));
-	if (inet_pton(AF_INET, ip, &a.sin_addr) != 1) {
-		fprintf(stderr, "bad address %s\n", ip);
-		exit(1);
-	}
-	return a;
-}
 
 /* The next event, waiting at most `secs` seconds on the channel's fd. */
 static struct rdma_cm_event *next(int secs)

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <unistd.h>
+#include "net_test.h"
 
 #define CHECK(c, what)                                                      \
 	do {                                                                \
@@ -29,17 +30,6 @@
 		printf("ok: %s\n", what);                                   \
 		fflush(stdout);                                             \
 	} while (0)
-
-static struct sockaddr_in addr_of(const char *ip, const char *port)
-{
-	struct sockaddr_in a;
-
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons(atoi(port));
-	inet_pton(AF_INET, ip, &a.sin_addr);
-	return a;
-}
 
 static int server(struct sockaddr_in *a)
 {

@@ -20,26 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static void die(const char *what)
-{
-	fprintf(stderr, "%s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static struct sockaddr_in addr_of(const char *ip, const char *port)
-{
-	struct sockaddr_in a;
-
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_port = htons(atoi(port));
-	if (inet_pton(AF_INET, ip, &a.sin_addr) != 1) {
-		fprintf(stderr, "bad address %s\n", ip);
-		exit(1);
-	}
-	return a;
-}
+#include "net_test.h"
 
 static unsigned char pattern(size_t i)
 {
