@@ -177,10 +177,7 @@ impl Context {
         let shared = self.shared();
         let mut io = lock(&shared.io);
         let mut core = shared.core();
-        // Releases still queued first: a listener of this service that
-        // just stopped must not let go of the new one's claim afterwards.
-        io.owners.take_changes(&mut core);
-        owners::apply(&mut io, &shared.addrs);
+        owners::settle(&mut io, &mut core, &shared.addrs);
         let id = listen(&mut core.dev)?;
         let service = Owner::Service(id.0);
         if !owners::claim(&mut *io.backend, &shared.addrs, service) {

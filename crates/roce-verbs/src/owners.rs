@@ -118,21 +118,26 @@ pub(crate) fn hand_on(shared: &Shared, io: &mut Io, now: Nanos) -> bool {
     took
 }
 
+/// Applies the claims and releases still queued, before a claim made at
+/// once (a QP's number, a listener's service): a release of the same
+/// owner, queued when its last object went, must not come after the new
+/// claim and undo it. The I/O lock first, then the engine's, as the
+/// progress steps take them.
+pub(crate) fn settle(io: &mut Io, core: &mut Core, addrs: &[IpAddr]) {
+    io.owners.take_changes(core);
+    apply(io, addrs);
+}
+
 /// Claims `owner` on every address of the context; false (and nothing
 /// held) when another process holds it. A backend that cannot say (its
 /// table failed) lets it be.
 pub(crate) fn claim(backend: &mut (dyn Backend + Send), addrs: &[IpAddr], owner: Owner) -> bool {
-    let mut got = Vec::with_capacity(addrs.len());
-    for &a in addrs {
-        match backend.claim(a, owner) {
-            Ok(false) => {
-                for &b in &got {
-                    backend.release(b, owner);
-                }
-                return false;
-            }
-            Ok(true) => got.push(a),
-            Err(_) => {}
+    for (k, &a) in addrs.iter().enumerate() {
+        if let Ok(false) = backend.claim(a, owner) {
+            // Let go of what the addresses before took (a release of
+            // what this process does not hold changes nothing).
+            release(backend, &addrs[..k], owner);
+            return false;
         }
     }
     true

@@ -134,9 +134,12 @@ impl QueuePair {
         // The QPN is claimed host-wide before the QP exists (docs/host.md):
         // the I/O side first, as the progress steps lock them.
         let mut io = lock(&shared.io);
-        let qpn = shared.core().dev.create_qp_with(init, |q| {
+        let mut core = shared.core();
+        owners::settle(&mut io, &mut core, &shared.addrs);
+        let qpn = core.dev.create_qp_with(init, |q| {
             owners::claim(&mut *io.backend, &shared.addrs, Owner::Qp(q.value()))
         })?;
+        drop(core);
         drop(io);
         Ok(QueuePair {
             inner: Arc::new(QpInner {
