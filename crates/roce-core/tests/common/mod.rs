@@ -231,20 +231,20 @@ impl World {
                 if t.dest_qpn == 1 {
                     let p = roce_wire::RocePacket::parse_ip(&buf[..n]).unwrap();
                     let m = roce_wire::cm::CmMessage::parse_mad(p.payload).map(|(_, m)| m);
+                    use roce_wire::cm::CmMessage as M;
+                    use roce_wire::Owner;
+                    // The receiver's ID the message names; 0 names nobody.
+                    let id = |c: u32| (c != 0).then_some(Owner::CommId(c));
                     let want = match m {
-                        Ok(roce_wire::cm::CmMessage::Req(r)) => {
-                            Some(roce_wire::Owner::Service(r.service_id))
-                        }
-                        Ok(roce_wire::cm::CmMessage::Rep(r)) => {
-                            Some(roce_wire::Owner::CommId(r.remote_comm_id))
-                        }
-                        Ok(roce_wire::cm::CmMessage::Rtu(r)) => {
-                            Some(roce_wire::Owner::CommId(r.remote_comm_id))
-                        }
-                        Ok(roce_wire::cm::CmMessage::Dreq(r)) => {
-                            Some(roce_wire::Owner::CommId(r.remote_comm_id))
-                        }
-                        _ => t.mad_owner,
+                        Ok(M::Req(r)) => Some(Owner::Service(r.service_id)),
+                        Ok(M::SidrReq(r)) => Some(Owner::Service(r.service_id)),
+                        Ok(M::Rep(r)) => id(r.remote_comm_id),
+                        Ok(M::Rtu(r) | M::Drep(r)) => id(r.remote_comm_id),
+                        Ok(M::Dreq(r)) => id(r.remote_comm_id),
+                        Ok(M::Rej(r)) => id(r.remote_comm_id),
+                        Ok(M::Mra(r)) => id(r.remote_comm_id),
+                        Ok(M::SidrRep(r)) => id(r.request_id),
+                        _ => None,
                     };
                     assert_eq!(t.mad_owner, want, "{t:?}");
                 }
