@@ -13,10 +13,11 @@ use super::shm::{ProcRoute, RecMeta};
 use super::UdpBackend;
 use crate::backend::{Forwarded, Nanos, RxMeta};
 
-/// The way the last datagram sent through a table went: while the
-/// table's generation stays and the link is active, the next one to the
-/// same owner takes it without a lookup (a ping-pong sends every message
-/// to one owner).
+/// The way the last datagram sent on a ring went, through a table or
+/// (not sharing) by address: while the link is active (and the table's
+/// generation stays), the next one to the same destination (and owner)
+/// takes it without a lookup (a ping-pong sends every message to one
+/// owner).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct LastHop {
     dst: std::net::SocketAddr,
@@ -48,18 +49,29 @@ impl UdpBackend {
         let Some(shm) = self.shm.as_mut() else {
             return Hop::Udp;
         };
-        if let Some(share) = self.share.as_mut() {
-            let owner = t.dest_owner();
-            let generation = share.generation_at(dst);
-            if let Some(last) = self.last_hop {
-                if last.dst == dst && last.owner == owner && Some(last.generation) == generation {
-                    let serial = last.serial;
-                    if let Some(link) = shm.active_link(now, last.link, serial, &mut self.stats) {
-                        return Hop::Ring { link, by_qpn: true };
-                    }
+        let owner = t.dest_owner();
+        // Not sharing, a link by address stays the way while it is active:
+        // generation 0 and any owner.
+        let sharing = self.share.is_some();
+        let generation = self
+            .share
+            .as_ref()
+            .map_or(Some(0), |s| s.generation_at(dst));
+        if let Some(last) = self.last_hop {
+            if last.dst == dst
+                && (!sharing || last.owner == owner)
+                && Some(last.generation) == generation
+            {
+                if let Some(link) = shm.active_link(now, last.link, last.serial, &mut self.stats) {
+                    return Hop::Ring {
+                        link,
+                        by_qpn: sharing,
+                    };
                 }
             }
-            self.last_hop = None;
+        }
+        self.last_hop = None;
+        if let Some(share) = self.share.as_mut() {
             match share.lookup(now, dst, owner) {
                 Lookup::NoTable => {}
                 Lookup::NoOwner => return Hop::Udp,
@@ -96,10 +108,21 @@ impl UdpBackend {
             }
         }
         match shm.route(now, dst, &mut self.stats) {
-            Some(link) => Hop::Ring {
-                link,
-                by_qpn: false,
-            },
+            Some(link) => {
+                if !sharing {
+                    self.last_hop = shm.link_serial(link).map(|serial| LastHop {
+                        dst,
+                        owner,
+                        generation: 0,
+                        link,
+                        serial,
+                    });
+                }
+                Hop::Ring {
+                    link,
+                    by_qpn: false,
+                }
+            }
             None => Hop::Udp,
         }
     }
@@ -111,9 +134,9 @@ impl UdpBackend {
             Hop::Udp => {}
             Hop::Ring { link, by_qpn } => {
                 let Some(shm) = self.shm.as_mut() else { return };
-                let meta = shm.own_record(t.src.port(), t.tos());
                 let payload = &d[t.header_len()..];
-                if shm.push(now, link, &meta, payload, &mut self.stats) && by_qpn {
+                let (sport, tos) = (t.src.port(), t.tos());
+                if shm.push_own(now, link, sport, tos, payload, &mut self.stats) && by_qpn {
                     self.stats.shm_qpn_routes += 1;
                 }
             }

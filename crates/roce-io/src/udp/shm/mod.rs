@@ -155,6 +155,48 @@ enum Route {
     Udp { retry_at: Nanos },
 }
 
+/// The route to each destination, in one map per kind: every datagram
+/// sent by address looks its route up, so that lookup hashes and
+/// compares a socket address alone, not a [`Dest`] sized for a name.
+#[derive(Default)]
+struct Routes {
+    by_addr: FxHashMap<SocketAddr, Route>,
+    by_proc: FxHashMap<SlotName, Route>,
+}
+
+impl Routes {
+    fn get(&self, d: &Dest) -> Option<Route> {
+        match d {
+            Dest::Addr(a) => self.by_addr.get(a).copied(),
+            Dest::Proc(n) => self.by_proc.get(n).copied(),
+        }
+    }
+
+    fn insert(&mut self, d: Dest, r: Route) {
+        match d {
+            Dest::Addr(a) => self.by_addr.insert(a, r),
+            Dest::Proc(n) => self.by_proc.insert(n, r),
+        };
+    }
+
+    fn remove(&mut self, d: &Dest) {
+        match d {
+            Dest::Addr(a) => self.by_addr.remove(a),
+            Dest::Proc(n) => self.by_proc.remove(n),
+        };
+    }
+
+    fn len(&self) -> usize {
+        self.by_addr.len() + self.by_proc.len()
+    }
+
+    /// Forgets every destination without a link.
+    fn keep_links(&mut self) {
+        self.by_addr.retain(|_, r| matches!(r, Route::Link(_)));
+        self.by_proc.retain(|_, r| matches!(r, Route::Link(_)));
+    }
+}
+
 /// The same-host path's state in a [`UdpBackend`](super::UdpBackend).
 pub(super) struct Shm {
     local: SocketAddr,
@@ -167,7 +209,7 @@ pub(super) struct Shm {
     own: Option<OwnedFd>,
     incoming: Vec<Option<Incoming>>,
     outgoing: Vec<Option<Outgoing>>,
-    routes: FxHashMap<Dest, Route>,
+    routes: Routes,
     /// Outgoing links written to since the last flush.
     touched: Vec<usize>,
     next_housekeeping: Nanos,
@@ -212,7 +254,7 @@ impl Shm {
             own,
             incoming: Vec::new(),
             outgoing: Vec::new(),
-            routes: FxHashMap::default(),
+            routes: Routes::default(),
             touched: Vec::new(),
             next_housekeeping: 0,
             rx_next: 0,
@@ -250,7 +292,7 @@ impl Shm {
         if dst == self.local {
             return None;
         }
-        match self.routes.get(&Dest::Addr(dst)).copied() {
+        match self.routes.get(&Dest::Addr(dst)) {
             Some(Route::Link(i)) => self.check_link(now, i, stats),
             Some(Route::Udp { retry_at }) if now < retry_at => None,
             _ => {
@@ -269,7 +311,7 @@ impl Shm {
         stats: &mut UdpStats,
     ) -> ProcRoute {
         let dest = Dest::Proc(*name);
-        if let Some(Route::Link(i)) = self.routes.get(&dest).copied() {
+        if let Some(Route::Link(i)) = self.routes.get(&dest) {
             match self.check_link(now, i, stats) {
                 Some(i) => return ProcRoute::Link(i),
                 None if self.outgoing.get(i).is_some_and(Option::is_some) => {
@@ -281,7 +323,7 @@ impl Shm {
                 None => {}
             }
         }
-        match self.routes.get(&dest).copied() {
+        match self.routes.get(&dest) {
             Some(Route::Udp { retry_at }) if now < retry_at => ProcRoute::Udp,
             Some(Route::Link(i)) => ProcRoute::Pending(i),
             _ => match self.open(now, dest, stats) {
@@ -369,7 +411,7 @@ impl Shm {
     /// Says hello to the backend of `dst`, if there is one.
     fn open(&mut self, now: Nanos, dst: Dest, stats: &mut UdpStats) -> Opened {
         if self.routes.len() >= MAX_ROUTES {
-            self.routes.retain(|_, r| matches!(r, Route::Link(_)));
+            self.routes.keep_links();
             if self.routes.len() >= MAX_ROUTES {
                 return Opened::Failed;
             }
@@ -441,13 +483,45 @@ impl Shm {
         payload: &[u8],
         stats: &mut UdpStats,
     ) -> bool {
+        let piece = self.piece;
+        self.push_with(now, i, payload.len(), stats, |r| {
+            r.push(meta, payload, piece)
+        })
+    }
+
+    /// [`push`](Self::push) of a datagram this backend's engine sent from
+    /// `sport` with `tos`: its own address, exact, not forwarded (the
+    /// ring's short record).
+    pub(super) fn push_own(
+        &mut self,
+        now: Nanos,
+        i: usize,
+        sport: u16,
+        tos: u8,
+        payload: &[u8],
+        stats: &mut UdpStats,
+    ) -> bool {
+        let piece = self.piece;
+        self.push_with(now, i, payload.len(), stats, |r| {
+            r.push_own(sport, tos, payload, piece)
+        })
+    }
+
+    fn push_with(
+        &mut self,
+        now: Nanos,
+        i: usize,
+        len: usize,
+        stats: &mut UdpStats,
+        write: impl FnOnce(&mut Producer) -> Result<Push, ring::Broken>,
+    ) -> bool {
         let Some(o) = self.outgoing.get_mut(i).and_then(Option::as_mut) else {
             return false;
         };
-        match o.ring.push(meta, payload, self.piece) {
+        match write(&mut o.ring) {
             Ok(Push::Written) => {
                 stats.shm_tx_datagrams += 1;
-                stats.shm_tx_bytes += payload.len() as u64;
+                stats.shm_tx_bytes += len as u64;
                 if !self.touched.contains(&i) {
                     self.touched.push(i);
                 }
@@ -471,19 +545,6 @@ impl Shm {
                 self.close_out(now, i, false);
                 false
             }
-        }
-    }
-
-    /// The record metadata of a datagram this backend's engine sent from
-    /// `sport` with `tos`: its own address, exact, not forwarded.
-    pub(super) fn own_record(&self, sport: u16, tos: u8) -> RecMeta {
-        RecMeta {
-            src: self.local.ip(),
-            sport,
-            tos,
-            ipv4_id: 0,
-            forwarded: false,
-            exact: true,
         }
     }
 

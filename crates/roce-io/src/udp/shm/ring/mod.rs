@@ -140,19 +140,24 @@ pub(crate) struct RecMeta {
 }
 
 impl RecMeta {
+    /// The first 8 bytes of a record header: all a record of the
+    /// writer's own has ([`KIND_OWN`]).
+    fn encode_short(&self, len: u16, kind: u8) -> [u8; OWN_HDR] {
+        let l = len.to_le_bytes();
+        let p = self.sport.to_le_bytes();
+        let flags = if self.forwarded { FLAG_FORWARDED } else { 0 }
+            | if self.exact { FLAG_EXACT } else { 0 };
+        let fam = if self.src.is_ipv4() { 4 } else { 6 };
+        [l[0], l[1], p[0], p[1], self.tos, kind, flags, fam]
+    }
+
     fn encode(&self, len: u16, kind: u8) -> [u8; REC_HDR] {
         let mut h = [0u8; REC_HDR];
-        h[0..2].copy_from_slice(&len.to_le_bytes());
-        h[2..4].copy_from_slice(&self.sport.to_le_bytes());
-        h[4] = self.tos;
-        h[5] = kind;
-        h[6] = if self.forwarded { FLAG_FORWARDED } else { 0 }
-            | if self.exact { FLAG_EXACT } else { 0 };
-        let (fam, ip) = match self.src {
-            IpAddr::V4(a) => (4u8, a.to_ipv6_mapped().octets()),
-            IpAddr::V6(a) => (6u8, a.octets()),
+        h[..OWN_HDR].copy_from_slice(&self.encode_short(len, kind));
+        let ip = match self.src {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
         };
-        h[7] = fam;
         h[8..10].copy_from_slice(&self.ipv4_id.to_le_bytes());
         h[16..32].copy_from_slice(&ip);
         h
@@ -160,7 +165,7 @@ impl RecMeta {
 
     /// Reads the short header of a record of the writer's own, from
     /// `src`.
-    fn decode_own(h: &[u8; REC_HDR], src: IpAddr) -> RecMeta {
+    fn decode_own(h: &[u8; OWN_HDR], src: IpAddr) -> RecMeta {
         RecMeta {
             src,
             sport: u16::from_le_bytes([h[2], h[3]]),
@@ -255,8 +260,53 @@ impl Producer {
         }
         let own =
             Some(meta.src) == self.own_src && !meta.forwarded && meta.exact && meta.ipv4_id == 0;
-        let hdr = if own { OWN_HDR } else { REC_HDR };
-        let total = align8(hdr + payload.len()) as u64;
+        if own {
+            return self.push_own(meta.sport, meta.tos, payload, piece);
+        }
+        let h = meta.encode(payload.len() as u16, KIND_DATAGRAM);
+        self.write_record(&h, payload, piece)
+    }
+
+    /// [`push`](Self::push) of a datagram of the writer's own, sent from
+    /// `sport` with `tos` (exact, not forwarded), as a short record: for
+    /// a producer made [`with_own_source`](Self::with_own_source) (any
+    /// other is broken by it).
+    pub(crate) fn push_own(
+        &mut self,
+        sport: u16,
+        tos: u8,
+        payload: &[u8],
+        piece: Option<usize>,
+    ) -> Result<Push, Broken> {
+        if payload.len() > MAX_PAYLOAD {
+            return Ok(Push::TooBig);
+        }
+        let meta = RecMeta {
+            src: self
+                .own_src
+                .ok_or(Broken("a short record on a link without a source"))?,
+            sport,
+            tos,
+            ipv4_id: 0,
+            forwarded: false,
+            exact: true,
+        };
+        self.write_record(
+            &meta.encode_short(payload.len() as u16, KIND_OWN),
+            payload,
+            piece,
+        )
+    }
+
+    /// Writes a record of header `h` (of fixed size, so that its copy is
+    /// plain stores) and `payload` (at most [`MAX_PAYLOAD`] bytes).
+    fn write_record<const N: usize>(
+        &mut self,
+        h: &[u8; N],
+        payload: &[u8],
+        piece: Option<usize>,
+    ) -> Result<Push, Broken> {
+        let total = align8(N + payload.len()) as u64;
         let pos = self.tail % self.cap;
         let to_end = self.cap - pos;
         let skip = if total > to_end { to_end } else { 0 };
@@ -270,16 +320,12 @@ impl Producer {
             self.tail += skip;
         }
         let pos = self.tail % self.cap;
-        let h = meta.encode(
-            payload.len() as u16,
-            if own { KIND_OWN } else { KIND_DATAGRAM },
-        );
-        self.write_header(pos, &h[..hdr]);
+        self.write_header(pos, h);
         // SAFETY: `pos + total <= cap` (records never cross the end), so
         // the payload lands inside the record area, in bytes the consumer
         // does not read before the tail covers them.
         unsafe {
-            let dst = self.data_ptr().add(pos as usize + hdr);
+            let dst = self.data_ptr().add(pos as usize + N);
             copy_raw(payload.as_ptr(), dst, payload.len(), piece);
         }
         self.tail += total;
@@ -292,14 +338,16 @@ impl Producer {
         unsafe { self.mem.base().as_ptr().add(CONTROL) }
     }
 
-    /// Writes `h` (8 bytes for a skip record, [`REC_HDR`] for a
-    /// datagram's) at `pos`, clipped to the record area's end.
-    fn write_header(&mut self, pos: u64, h: &[u8]) {
-        let n = h.len().min((self.cap - pos) as usize);
-        // SAFETY: `pos` is below cap and `n` bytes from it stay inside the
-        // record area.
+    /// Writes header `h` at `pos`: 8 bytes (a skip record's, a short
+    /// one) or [`REC_HDR`] (only where the record that follows fits
+    /// before the end, so the header does too).
+    fn write_header<const N: usize>(&mut self, pos: u64, h: &[u8; N]) {
+        debug_assert!(pos + N as u64 <= self.cap);
+        // SAFETY: `pos` is 8-aligned and below cap, so 8 bytes from it are
+        // inside the record area, and a longer header is written only
+        // where its whole record fits before the end.
         unsafe {
-            std::ptr::copy_nonoverlapping(h.as_ptr(), self.data_ptr().add(pos as usize), n);
+            std::ptr::copy_nonoverlapping(h.as_ptr(), self.data_ptr().add(pos as usize), N);
         }
     }
 
@@ -378,6 +426,7 @@ impl Consumer {
     }
 
     /// The next record, if one is published. Skip records are passed over.
+    #[inline]
     pub(crate) fn next(&mut self) -> Result<Option<Record>, Broken> {
         let tail = control(&self.mem).tail.0.load(Ordering::Acquire);
         loop {
@@ -390,14 +439,17 @@ impl Consumer {
             }
             let pos = self.head % self.cap;
             let to_end = self.cap - pos;
-            let mut h = [0u8; REC_HDR];
-            let n = REC_HDR.min(to_end as usize);
+            let mut h = [0u8; OWN_HDR];
             // SAFETY: `pos` is 8-aligned (head and cap are multiples of
-            // 8) and below cap, so at least 8 and at most `to_end` bytes
-            // from it are inside the record area; they are copied out
-            // once and only the copy is looked at.
+            // 8) and below cap, so 8 bytes from it are inside the record
+            // area; they are copied out once and only the copy is looked
+            // at.
             unsafe {
-                std::ptr::copy_nonoverlapping(self.data_ptr().add(pos as usize), h.as_mut_ptr(), n);
+                std::ptr::copy_nonoverlapping(
+                    self.data_ptr().add(pos as usize),
+                    h.as_mut_ptr(),
+                    OWN_HDR,
+                );
             }
             match h[5] {
                 KIND_SKIP => {
@@ -419,7 +471,18 @@ impl Consumer {
                             .ok_or(Broken("a short record on a link without a source"))?;
                         RecMeta::decode_own(&h, src)
                     } else {
-                        RecMeta::decode(&h)
+                        let mut full = [0u8; REC_HDR];
+                        // SAFETY: the record, its whole header included,
+                        // lies before the area's end (`total <= to_end`,
+                        // checked above).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                self.data_ptr().add(pos as usize),
+                                full.as_mut_ptr(),
+                                REC_HDR,
+                            );
+                        }
+                        RecMeta::decode(&full)
                             .ok_or(Broken("a record names a source of no known family"))?
                     };
                     return Ok(Some(Record {
@@ -437,6 +500,7 @@ impl Consumer {
     /// Copies the payload of `r` (from [`next`](Self::next)) into `out`,
     /// which must be `r.len` bytes long, and consumes the record.
     /// `piece` as [`crate::CpuTuning::copy_piece`].
+    #[inline]
     pub(crate) fn take(&mut self, r: &Record, out: &mut [u8], piece: Option<usize>) {
         assert_eq!(out.len(), r.len, "the record's length");
         // SAFETY: `next` checked that the record lies inside the record
