@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -354,15 +354,23 @@ fn garbage_in_the_file_is_an_error_at_attach_and_never_a_panic_after() {
             })
             .collect()
     };
-    // A valid table's length, for the header-only garbage below.
+    // A valid table's length, for the header-only garbage below (its
+    // file goes with its last process: docs/host.md, "The file's life").
     let len = {
         let t = HostTable::attach_in(d, addr(), 4791, b"probe").unwrap();
         std::fs::metadata(t.path()).unwrap().len()
     };
+    assert!(!path.exists());
     // Garbage of any length, or garbage in the header of the right
     // length: an error, every time.
     for round in 0..64 {
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
         if round % 2 == 0 {
             f.set_len(0).unwrap();
             f.write_all_at(&rnd(round * 97 + 1), 0).unwrap();

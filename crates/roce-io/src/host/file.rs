@@ -87,20 +87,11 @@ impl TableFile {
     /// Takes the update lock (`flock`, exclusive), waiting at most
     /// [`LOCK_WAIT`] for another process to let it go.
     pub(super) fn lock(&self) -> Result<Flock<'_>, HostError> {
-        let fd = self.file.as_raw_fd();
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            // SAFETY: flock on a descriptor this value owns; no memory is
-            // passed.
-            let r = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
-            if r == 0 {
-                return Ok(Flock { file: self });
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EWOULDBLOCK) | Some(libc::EINTR) => {}
-                _ => return Err(HostError::Io(e)),
+            if let Some(l) = self.try_lock()? {
+                return Ok(l);
             }
             if start.elapsed() > LOCK_WAIT {
                 return Err(HostError::Busy);
@@ -111,6 +102,32 @@ impl TableFile {
             } else {
                 std::thread::sleep(Duration::from_micros(50));
             }
+        }
+    }
+
+    /// Takes the update lock if no other open file holds it now.
+    pub(super) fn try_lock(&self) -> Result<Option<Flock<'_>>, HostError> {
+        let fd = self.file.as_raw_fd();
+        // SAFETY: flock on a descriptor this value owns; no memory is
+        // passed.
+        let r = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
+        if r == 0 {
+            return Ok(Some(Flock { file: self }));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) | Some(libc::EINTR) => Ok(None),
+            _ => Err(HostError::Io(e)),
+        }
+    }
+
+    /// Whether the file this value opened is still the one at `path`:
+    /// the last process to leave a table removes its file (docs/host.md,
+    /// "The file's life"), and one opened just before is then nobody's.
+    pub(super) fn is_at(&self, path: &Path) -> bool {
+        match (self.file.metadata(), std::fs::symlink_metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
         }
     }
 

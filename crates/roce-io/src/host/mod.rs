@@ -71,6 +71,36 @@ pub const MAX_COMM_IDS: usize = COMM_ENTRIES / 2;
 /// The most rdma_cm port holds (one per id and port).
 pub const MAX_PORT_HOLDS: usize = layout::PORT_RECORDS;
 
+/// How often [`HostTable::attach_in`] opens a file that its last process
+/// removed meanwhile before it gives up ([`HostError::Busy`]).
+const ATTACH_TRIES: usize = 8;
+/// The most other table files one sweep looks at.
+const SWEEP_MAX: usize = 32;
+
+/// Removes up to `max` table files of user `uid` in `dir` (not `keep`)
+/// that no live process is attached to: those whose last process was
+/// killed. Best effort: a file being updated is left for another time.
+fn sweep(dir: &Path, uid: u32, keep: &Path, max: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!("roce-host-{uid}-");
+    let mut looked = 0;
+    for e in entries.flatten() {
+        if looked >= max {
+            break;
+        }
+        let path = e.path();
+        if path == keep || !e.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        looked += 1;
+        if let Ok(t) = HostTable::open_path(&path, uid) {
+            t.remove_if_unused();
+        }
+    }
+}
+
 /// Which map an entry is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -157,10 +187,33 @@ impl HostTable {
         let name = SlotName::new(name).ok_or(HostError::NameTooLong)?;
         let uid = nix::unistd::geteuid().as_raw();
         let path = table_path(dir, uid, addr, port);
-        let file = TableFile::open(&path, uid)?;
+        // A file removed by its last process between this open and the
+        // lock is nobody's: open again (a bounded number of times: each
+        // retry means another process left the table just then).
+        for _ in 0..ATTACH_TRIES {
+            if let Some(t) = Self::try_attach(dir, &path, uid, &name)? {
+                return Ok(t);
+            }
+        }
+        Err(HostError::Busy)
+    }
+
+    /// One try of [`attach_in`](Self::attach_in): `None` when the file
+    /// opened was removed meanwhile.
+    fn try_attach(
+        dir: &Path,
+        path: &Path,
+        uid: u32,
+        name: &SlotName,
+    ) -> Result<Option<HostTable>, HostError> {
+        let file = TableFile::open(path, uid)?;
         let lock = file.lock()?;
+        if !file.is_at(path) {
+            return Ok(None);
+        }
         let len = file.len()?;
-        if len == 0 {
+        let fresh = len == 0;
+        if fresh {
             file.set_len(layout::FILE_LEN as u64)?;
         } else if len != layout::FILE_LEN as u64 {
             return Err(HostError::Corrupt("length"));
@@ -181,14 +234,21 @@ impl HostTable {
             attached: false,
             pid: std::process::id(),
             uid,
-            path,
+            path: path.to_path_buf(),
             update: Mutex::new(()),
         };
-        let (slot, generation) = t.take_slot(&name)?;
+        let Some((slot, generation)) = t.take_slot(name)? else {
+            return Ok(None);
+        };
         t.slot = slot;
         t.generation = generation;
         t.attached = true;
-        Ok(t)
+        if fresh {
+            // The first process of a table: a moment to remove the files
+            // that processes killed as the last of theirs left behind.
+            sweep(dir, uid, path, SWEEP_MAX);
+        }
+        Ok(Some(t))
     }
 
     /// Opens the existing table of `addr`:`port` in `dir` for lookups
@@ -200,8 +260,12 @@ impl HostTable {
     /// are [`HostError::LookupOnly`].
     pub fn open_in(dir: &Path, addr: IpAddr, port: u16) -> Result<HostTable, HostError> {
         let uid = nix::unistd::geteuid().as_raw();
-        let path = table_path(dir, uid, addr, port);
-        let file = TableFile::open_with(&path, uid, false)?;
+        Self::open_path(&table_path(dir, uid, addr, port), uid)
+    }
+
+    /// [`open_in`](Self::open_in) of the file at `path`.
+    fn open_path(path: &Path, uid: u32) -> Result<HostTable, HostError> {
+        let file = TableFile::open_with(path, uid, false)?;
         if file.len()? != layout::FILE_LEN as u64 {
             return Err(HostError::Corrupt("length"));
         }
@@ -219,9 +283,28 @@ impl HostTable {
             attached: false,
             pid: std::process::id(),
             uid,
-            path,
+            path: path.to_path_buf(),
             update: Mutex::new(()),
         })
+    }
+
+    /// Whether this table's file is still the one at its path: false
+    /// once its last process left and removed it (docs/host.md, "The
+    /// file's life"); a lookup-only value then sees nobody's claims and
+    /// should be opened again. A system call or two.
+    pub fn is_current(&self) -> bool {
+        self.file.is_at(&self.path)
+    }
+
+    /// Removes the file if no live process is attached (the update lock
+    /// taken without waiting; dead slots reclaimed first). True when it
+    /// did.
+    fn remove_if_unused(&self) -> bool {
+        let Ok(Some(_l)) = self.file.try_lock() else {
+            return false;
+        };
+        let unused = self.reclaim_dead_locked().is_ok_and(|live| live.is_empty());
+        unused && self.file.is_at(&self.path) && std::fs::remove_file(&self.path).is_ok()
     }
 
     /// Whether this value holds a slot (not [`open_in`](Self::open_in)).
@@ -231,8 +314,11 @@ impl HostTable {
 
     /// Frees the slots of dead processes, then takes a free one for this
     /// process.
-    fn take_slot(&self, name: &SlotName) -> Result<(u16, u32), HostError> {
+    fn take_slot(&self, name: &SlotName) -> Result<Option<(u16, u32)>, HostError> {
         self.updating(|| {
+            if !self.file.is_at(&self.path) {
+                return Ok(None);
+            }
             let words = self.words();
             // Dead slots go first, so that a full table of dead processes
             // still takes a new one; entries naming no slot go with them.
@@ -248,7 +334,7 @@ impl HostTable {
                 if !self.file.hold_byte(usize::from(s))? {
                     continue;
                 }
-                return Ok((s, slots::write(words, s, pid, start, name)));
+                return Ok(Some((s, slots::write(words, s, pid, start, name))));
             }
             Err(HostError::NoSlot)
         })
@@ -553,6 +639,12 @@ impl Drop for HostTable {
         }
         let _ = self.updating(|| {
             self.reclaim_locked(self.slot);
+            // The last live process removes the file (docs/host.md, "The
+            // file's life"): one who opened it meanwhile finds it gone
+            // once it has the lock, and opens a new one.
+            if self.reclaim_dead_locked()?.is_empty() && self.file.is_at(&self.path) {
+                let _ = std::fs::remove_file(&self.path);
+            }
             Ok(())
         });
         let _ = self.file.drop_byte(usize::from(self.slot));

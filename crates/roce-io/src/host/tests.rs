@@ -211,3 +211,92 @@ fn a_forked_copy_updates_nothing_and_leaves_the_slot_on_drop() {
     // file is now closed: the slot is dead and reaped.
     assert!(b.reap(s).unwrap());
 }
+
+#[test]
+fn the_last_process_to_leave_a_table_removes_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two(dir.path());
+    let path = a.path().to_path_buf();
+    let lookup = HostTable::open_in(dir.path(), ip("127.0.0.1"), 4791).unwrap();
+    assert!(lookup.is_current());
+    drop(a);
+    assert!(path.exists(), "another process is still attached");
+    b.claim_qpn(0x42).unwrap();
+    drop(b);
+    assert!(!path.exists(), "the last one removed it");
+    assert!(!lookup.is_current(), "a lookup-only value sees it gone");
+    assert_eq!(lookup.owner_of_qpn(0x42), None);
+    // The next process starts a new table, empty; the old lookup-only
+    // value is not it.
+    let c = HostTable::attach_in(dir.path(), ip("127.0.0.1"), 4791, b"c").unwrap();
+    assert!(path.exists());
+    assert_eq!(c.slot(), 0);
+    assert_eq!(c.owner_of_qpn(0x42), None);
+    assert!(!lookup.is_current());
+    assert!(HostTable::open_in(dir.path(), ip("127.0.0.1"), 4791)
+        .unwrap()
+        .is_current());
+}
+
+#[test]
+fn an_attachment_to_a_file_removed_meanwhile_opens_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = HostTable::attach_in(dir.path(), ip("127.0.0.1"), 4791, b"a").unwrap();
+    let path = a.path().to_path_buf();
+    let uid = nix::unistd::geteuid().as_raw();
+    // Opened, then its last process leaves before a slot is taken in it.
+    let late = HostTable::open_path(&path, uid).unwrap();
+    drop(a);
+    assert!(!path.exists());
+    assert!(!late.file.is_at(&path));
+    let name = SlotName::new(b"b").unwrap();
+    assert_eq!(
+        late.take_slot(&name).unwrap(),
+        None,
+        "no slot in a removed file"
+    );
+    // attach_in then opens again: a new file, this one.
+    let b = HostTable::attach_in(dir.path(), ip("127.0.0.1"), 4791, b"b").unwrap();
+    assert!(b.is_current());
+    assert!(path.exists());
+}
+
+#[test]
+fn a_new_table_sweeps_away_the_files_of_killed_last_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    // One table with a live process, and another user's name: kept.
+    let live = HostTable::attach_in(dir.path(), ip("127.0.2.1"), 4791, b"live").unwrap();
+    let other = dir.path().join("roce-host-4294967294-net1-127.0.0.1-4791");
+    std::fs::write(&other, b"not ours").unwrap();
+    // Three tables whose last process "was killed": its slot stays taken
+    // but nobody holds its liveness lock, and its drop never runs. Each
+    // new table sweeps the ones before it.
+    let mut left = Vec::new();
+    for k in 1..=3 {
+        let t = HostTable::attach_in(dir.path(), ip(&format!("127.0.1.{k}")), 4791, b"x").unwrap();
+        t.claim_qpn(0x77).unwrap();
+        t.file.drop_byte(usize::from(t.slot())).unwrap();
+        left.push(t.path().to_path_buf());
+        std::mem::forget(t);
+    }
+    assert!(
+        !left[0].exists() && !left[1].exists(),
+        "swept by the next ones"
+    );
+    assert!(left[2].exists());
+    let _n = HostTable::attach_in(dir.path(), ip("127.0.3.1"), 4791, b"new").unwrap();
+    assert!(
+        !left[2].exists(),
+        "swept by the first process of a new table"
+    );
+    assert!(live.path().exists());
+    assert!(other.exists());
+    // A second process of an existing table does not sweep (only the
+    // first of a new one does): cheap attaches.
+    let t = HostTable::attach_in(dir.path(), ip("127.0.1.9"), 4791, b"x").unwrap();
+    t.file.drop_byte(usize::from(t.slot())).unwrap();
+    let kept = t.path().to_path_buf();
+    std::mem::forget(t);
+    let _m = HostTable::attach_in(dir.path(), ip("127.0.2.1"), 4791, b"second").unwrap();
+    assert!(kept.exists());
+}

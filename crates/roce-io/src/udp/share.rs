@@ -72,10 +72,18 @@ impl Cache {
     }
 }
 
-/// Another address's table, or when to look for one again.
+/// Another address's table (and when to check that its file is still
+/// the address's: docs/host.md, "The file's life"), or when to look for
+/// one again.
 enum Peer {
-    Table { table: HostTable, cache: Cache },
-    Absent { retry_at: Nanos },
+    Table {
+        table: HostTable,
+        cache: Cache,
+        check_at: Nanos,
+    },
+    Absent {
+        retry_at: Nanos,
+    },
 }
 
 /// The sharing state of a [`UdpBackend`](super::UdpBackend).
@@ -178,8 +186,16 @@ impl Share {
 
     /// The table of another address `dst`, opened on first use.
     fn peer(&mut self, now: Nanos, dst: SocketAddr) -> Option<(&HostTable, &mut Cache)> {
-        let stale = match self.peers.get(&dst) {
-            Some(Peer::Table { .. }) => false,
+        let stale = match self.peers.get_mut(&dst) {
+            Some(Peer::Table {
+                table, check_at, ..
+            }) => {
+                // A file its last process removed holds nobody's claims:
+                // open the address's again (a new one, or none).
+                let removed = now >= *check_at && !table.is_current();
+                *check_at = now.saturating_add(PEER_RETRY);
+                removed
+            }
             Some(Peer::Absent { retry_at }) => now >= *retry_at,
             None => true,
         };
@@ -194,6 +210,7 @@ impl Share {
                 Ok(table) => Peer::Table {
                     table,
                     cache: Cache::default(),
+                    check_at: now.saturating_add(PEER_RETRY),
                 },
                 Err(_) => Peer::Absent {
                     retry_at: now.saturating_add(PEER_RETRY),
@@ -202,7 +219,7 @@ impl Share {
             self.peers.insert(dst, p);
         }
         match self.peers.get_mut(&dst)? {
-            Peer::Table { table, cache } => Some((table, cache)),
+            Peer::Table { table, cache, .. } => Some((table, cache)),
             Peer::Absent { .. } => None,
         }
     }
