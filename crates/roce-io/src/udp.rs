@@ -74,7 +74,7 @@ enum RxSocket {
 /// # Source ports
 ///
 /// RoCE v2 peers use a fixed UDP source port per QP (0xC000..=0xFFFF) as
-/// ECMP entropy, and the ICRC covers it (protocol reference §1, §4). A UDP
+/// ECMP entropy, and the ICRC covers it (docs/protocol.md §1, §4). A UDP
 /// socket has one source port, so the backend opens, on demand, one send
 /// socket bound to (local IP, source port) per port the engine uses, and
 /// keeps them in a bounded LRU cache ([`UdpConfig::socket_cache`], default

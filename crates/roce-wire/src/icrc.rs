@@ -112,7 +112,7 @@ fn mask(hdr: &mut [u8], ip_len: usize) {
 /// differently from the engine that built the datagram: a UDP socket's
 /// kernel writes its own source address and port and, for IPv4, its own
 /// identification (UDP GSO numbers the segments of one send 0, 1, 2, ...)
-/// and DF flag (protocol reference §4).
+/// and DF flag (docs/protocol.md §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rewritable {
     /// IP source address.

@@ -20,7 +20,7 @@ use crate::udp::UdpPacket;
 use crate::{bth, icrc, ipv4, ipv6, udp};
 
 /// How to send one datagram, beside its bytes (an IP datagram: IPv4
-/// without options or IPv6, then UDP, BTH, ..., ICRC; protocol reference
+/// without options or IPv6, then UDP, BTH, ..., ICRC; docs/protocol.md
 /// §1).
 ///
 /// The engine sends one datagram per `Transmit` (no `segment_size`: it
@@ -32,7 +32,7 @@ pub struct Transmit {
     /// Length of the datagram in bytes.
     pub size: usize,
     /// IP source address and UDP source port (the QP's entropy port,
-    /// protocol reference §1).
+    /// docs/protocol.md §1).
     pub src: SocketAddr,
     /// IP destination address and UDP destination port (4791).
     pub destination: SocketAddr,
@@ -41,7 +41,7 @@ pub struct Transmit {
     /// ECN codepoint.
     pub ecn: Ecn,
     /// The IPv4 identification in the datagram (0 for IPv6; the engine
-    /// writes 0, protocol reference §4).
+    /// writes 0, docs/protocol.md §4).
     pub ipv4_id: u16,
     /// The IPv4 don't-fragment flag (true for IPv6).
     pub dont_frag: bool,

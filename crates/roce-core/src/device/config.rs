@@ -64,7 +64,7 @@ pub struct DeviceConfig {
     /// How RC responders defer their positive ACKs ([`AckDelay`]; off by
     /// default, as a NIC).
     pub ack_delay: AckDelay,
-    /// The code that computes and checks ICRCs (protocol reference §4):
+    /// The code that computes and checks ICRCs (docs/protocol.md §4):
     /// crc32fast by default; the table-driven code under an emulated CPU,
     /// where it is faster ([`roce_wire::crc32`]; roce-io's
     /// `CpuTuning::detect` says which suits the CPU). Only speed differs.
