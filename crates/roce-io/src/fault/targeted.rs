@@ -72,6 +72,13 @@ pub struct Injection {
     pub psn: u32,
 }
 
+impl Injection {
+    /// The opcode's name (`RC SEND_ONLY`), or `?` for none.
+    pub fn opcode_name(&self) -> String {
+        roce_wire::Opcode::from_u8(self.opcode).map_or_else(|_| "?".into(), |o| o.to_string())
+    }
+}
+
 /// Called with each injection the log keeps in full.
 pub type InjectionSink = Box<dyn Fn(&Injection, &FaultRule) + Send>;
 
