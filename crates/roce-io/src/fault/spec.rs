@@ -117,7 +117,15 @@ impl FaultRule {
             QpSelector::Created(n) => s += &format!(" qp=#{n}"),
         }
         if !self.ops.is_empty() {
-            let ops: Vec<String> = self.ops.iter().map(|o| format!("{o:?}")).collect();
+            let ops: Vec<String> = self
+                .ops
+                .iter()
+                .map(|o| match o {
+                    OpFilter::Kind(k) => format!("{k:?}").to_lowercase(),
+                    OpFilter::Op(o) => o.name().to_string(),
+                    OpFilter::Byte(b) => format!("{b:#04x}"),
+                })
+                .collect();
             s += &format!(" op={}", ops.join("+"));
         }
         if let Some(n) = self.nth {
