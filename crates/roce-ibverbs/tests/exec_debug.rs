@@ -190,7 +190,10 @@ fn perftest_capture_holds_every_packet() {
 /// (times, QPNs, initial PSNs): per direction, the opcodes, payload
 /// lengths and PSNs from the first of their kind (ACKs carry the peer's
 /// PSNs, requests the sender's).
-fn shape(recs: &[Rec], qpn: u32) -> (Vec<(u8, usize, u32)>, Vec<(u8, usize, u32)>) {
+/// Per datagram: opcode, payload length, PSN from the first.
+type Shape = Vec<(u8, usize, u32)>;
+
+fn shape(recs: &[Rec], qpn: u32) -> (Shape, Shape) {
     let side = |rx: bool| {
         let v: Vec<&Rec> = recs.iter().filter(|r| (r.dest_qpn == qpn) == rx).collect();
         let base = |ack: bool| {

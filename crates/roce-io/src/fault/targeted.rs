@@ -21,7 +21,10 @@ pub const LOG_KEEP: usize = 32;
 /// The QPs a process created, in order, for `qp=#N`: each QPN and, once
 /// known, its peer's. A cheap handle: clones share the table.
 #[derive(Clone, Debug, Default)]
-pub struct QpIndex(Arc<Mutex<Vec<(u32, Option<u32>)>>>);
+pub struct QpIndex(Arc<Mutex<Vec<QpEntry>>>);
+
+/// A QP's number and its peer's, once known.
+type QpEntry = (u32, Option<u32>);
 
 impl QpIndex {
     /// An empty table.
@@ -29,7 +32,7 @@ impl QpIndex {
         QpIndex::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<(u32, Option<u32>)>> {
+    fn lock(&self) -> MutexGuard<'_, Vec<QpEntry>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
