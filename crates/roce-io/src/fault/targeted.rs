@@ -253,6 +253,11 @@ impl<B: Backend> TargetedFaults<B> {
         &self.inner
     }
 
+    #[cfg(test)]
+    pub(super) fn get_mut_for_test(&mut self) -> &mut B {
+        &mut self.inner
+    }
+
     fn thaw(&mut self, now: Nanos) {
         let t = now.saturating_sub(self.start);
         // Held in arrival order; each goes when its window has ended.
