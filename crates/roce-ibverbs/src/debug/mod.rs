@@ -41,6 +41,8 @@ pub(crate) struct Debug {
     stats: Option<(StatsOut, bool)>,
     /// The summary of objects already destroyed.
     done: Mutex<stats::Done>,
+    /// The process that read the settings.
+    pid: u32,
 }
 
 static DEBUG: OnceLock<Debug> = OnceLock::new();
@@ -109,6 +111,7 @@ impl Debug {
             qps: QpIndex::new(),
             stats,
             done: Mutex::new(stats::Done::default()),
+            pid: std::process::id(),
         }
     }
 
@@ -117,10 +120,15 @@ impl Debug {
     }
 }
 
+/// Registered with `atexit`: the capture flushed, the summaries said;
+/// panics are caught here (as `cm/exit.rs` does). A child made by
+/// `fork()` does nothing: the file and the objects are its parent's.
 extern "C" fn at_exit() {
-    if let Some(d) = DEBUG.get() {
-        finish(d);
-    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Some(d) = DEBUG.get().filter(|d| d.pid == std::process::id()) {
+            finish(d);
+        }
+    }));
 }
 
 /// The aids of this process, read from the environment the first time.
