@@ -44,6 +44,26 @@ pub(crate) struct ExecArgs {
     /// Say which address each context took, on stderr: ROCE_LOG.
     #[arg(long)]
     log: bool,
+    /// Record every RoCE datagram the program's contexts send and
+    /// receive (the same-host shared-memory path too) into this pcap
+    /// file, one per process (`%p` becomes the process ID):
+    /// ROCE_PCAP (docs/debugging.md).
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+    /// Inject faults: seeded ones as `roce perf --faults` (`loss=1%,seed=7`)
+    /// and targeted rules after `;` (`drop qp=#1 op=send nth=3`,
+    /// `drop-acks at=100ms for=50ms`, `rnr for=200ms`, `freeze at=1s
+    /// for=300ms`, `link-down at=2s for=200ms`): ROCE_FAULTS
+    /// (docs/debugging.md).
+    #[arg(long, value_name = "SPEC")]
+    faults: Option<String>,
+    /// At exit, each context's per-QP and per-CQ counters, on stderr or
+    /// into FILE (`%p` becomes the process ID): ROCE_STATS.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    stats: Option<String>,
+    /// The --stats summary as JSON: ROCE_STATS_JSON.
+    #[arg(long, requires = "stats")]
+    json: bool,
     /// Do not show the program `/dev/infiniband/uverbs_<device>` files
     /// (by default they exist in a private mount namespace, for programs
     /// such as UCX that look for them: docs/dropin.md, "UCX").
@@ -168,6 +188,11 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
             );
         }
     }
+    if let Some(f) = &args.faults {
+        if let Err(e) = roce_io::FaultPlan::parse(f) {
+            return crate::fail("exec", false, &format!("--faults: {e}"), 2);
+        }
+    }
     let mut path = OsString::from(dir.as_os_str());
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");
@@ -189,6 +214,18 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
     }
     if args.log {
         cmd.env("ROCE_LOG", "1");
+    }
+    if let Some(p) = &args.pcap {
+        cmd.env("ROCE_PCAP", p);
+    }
+    if let Some(f) = &args.faults {
+        cmd.env("ROCE_FAULTS", f);
+    }
+    if let Some(s) = &args.stats {
+        cmd.env("ROCE_STATS", s);
+        if args.json {
+            cmd.env("ROCE_STATS_JSON", "1");
+        }
     }
     if !args.no_device_files {
         if let Err(e) = crate::devfiles::provide(&crate::devfiles::wanted()) {

@@ -181,3 +181,39 @@ fn an_unprivileged_program_sees_device_files() {
         assert_eq!(out.lines().next(), Some(uid.as_str()), "{out}");
     }
 }
+
+/// `--pcap`, `--faults`, `--stats` and `--json` become the library's
+/// variables (docs/debugging.md); a plan that does not parse is exit 2
+/// with the reason, before the program runs.
+#[test]
+fn the_debugging_options_become_variables() {
+    let o = roce()
+        .args([
+            "exec",
+            "--no-device-files",
+            "--pcap",
+            "/tmp/x-%p.pcap",
+            "--faults",
+            "seed=3,loss=1%; drop-acks for=50ms",
+            "--stats",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$ROCE_PCAP|$ROCE_FAULTS|$ROCE_STATS|$ROCE_STATS_JSON\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "/tmp/x-%p.pcap|seed=3,loss=1%; drop-acks for=50ms|-|1"
+    );
+    let o = roce()
+        .args(["exec", "--faults", "drop qp=#0", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--faults: qp=#0: count QPs from 1"), "{err}");
+}

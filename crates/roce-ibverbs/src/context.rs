@@ -256,7 +256,7 @@ fn open_on(
     if !loopback {
         o = o.interface(Some(&dev.info.interface().name));
     }
-    o.open()
+    crate::debug::setup(o).open()
 }
 
 /// Whether `a` is an address of `dev` (for loopback: any loopback address).

@@ -48,6 +48,8 @@ pub(crate) struct Cq {
     /// would).
     cur: UnsafeCell<(ibv_wc, u64)>,
     polling: AtomicBool,
+    /// Completions polled, by status (`roce exec --stats`).
+    pub(crate) by_status: crate::debug::StatusCounts,
 }
 
 impl Cq {
@@ -56,6 +58,12 @@ impl Cq {
     pub(crate) unsafe fn from_ptr<'a>(p: *mut ibv_cq) -> Res<&'a Cq> {
         // SAFETY: `ibv` (whose prefix is `ibv_cq`) is the first field.
         unsafe { arg(p.cast::<Cq>()) }
+    }
+
+    /// The context the CQ belongs to.
+    pub(crate) fn context(&self) -> &Context {
+        // SAFETY: a CQ's context outlives it.
+        unsafe { &*self.ctx }
     }
 
     pub(crate) fn ibv_cq(&self) -> *mut ibv_cq {
@@ -127,6 +135,7 @@ fn poll_into(cq: &Cq, max: usize, mut put: impl FnMut(usize, &Completion)) -> Re
     v.clear();
     let r = cq.cq.poll(&mut v, max);
     for (i, c) in v.iter().enumerate() {
+        crate::debug::count_status(&cq.by_status, c.wc.status as u32);
         put(i, c);
     }
     let n = v.len();
@@ -350,6 +359,7 @@ fn create(
         users: AtomicUsize::new(0),
         cur: UnsafeCell::new((ibv_wc::default(), 0)),
         polling: AtomicBool::new(false),
+        by_status: Default::default(),
     }));
     c.children.fetch_add(1, Ordering::Relaxed);
     c.objects
@@ -397,6 +407,7 @@ export! {
             if q.users.load(Ordering::Acquire) != 0 {
                 return Err(libc::EBUSY);
             }
+            crate::debug::cq_destroyed(q);
             // SAFETY: a CQ's context outlives it.
             let c = unsafe { &*q.ctx };
             c.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.remove(&key(q.cq.id()));

@@ -114,7 +114,23 @@ impl Engine {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+            crate::debug::engine_closed(self.verbs.backend_counters());
             engines().retain(|e| !Arc::ptr_eq(e, self));
+        }
+    }
+}
+
+/// Calls `f` with every open engine and each of its contexts (for the
+/// summary at exit, `crate::debug`).
+pub(crate) fn each_live(mut f: impl FnMut(&Engine, &Context)) {
+    let all: Vec<Arc<Engine>> = engines().clone();
+    for e in &all {
+        for Raw(p) in e.contexts().iter() {
+            // SAFETY: a context on the list is alive (it leaves the list
+            // under this lock before it is freed).
+            if let Ok(c) = unsafe { Context::from_ptr(p.cast()) } {
+                f(e, c);
+            }
         }
     }
 }

@@ -36,6 +36,7 @@ mod cm;
 mod config;
 mod context;
 mod cq;
+mod debug;
 mod device;
 mod engine;
 mod eventfd;

@@ -139,6 +139,7 @@ fn create(
     b.cond = libc::PTHREAD_COND_INITIALIZER;
     crate::post::install_builder(&mut ibv);
     let qpn = qp.qpn().value();
+    crate::debug::qp_created(qpn);
     let q = Box::into_raw(Box::new(Qp {
         ibv,
         qp,
@@ -315,6 +316,9 @@ export! {
             }
             let r = attr_of(a, m)?;
             q.qp.modify(&r, m).map_err(crate::context::gid_err)?;
+            if m.contains(QpAttrMask::DEST_QPN) {
+                crate::debug::qp_connected(q.qp.qpn().value(), r.dest_qp_num.value());
+            }
             let state = q.qp.state() as u32;
             // SAFETY: the program's QP; `state` is a plain field it reads.
             unsafe { (*qp).state = state };
@@ -379,6 +383,7 @@ export! {
             // SAFETY: the program's QP.
             let q = unsafe { Qp::from_ptr(qp)? };
             crate::config::log!("QP {:#08x} destroyed: {:?}", q.qp.qpn().value(), q.qp.counters());
+            crate::debug::qp_destroyed(q);
             let ctx: &Context = q.pd().ctx();
             ctx.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.remove(&q.qp.qpn().value());
             q.pd().users.fetch_sub(1, Ordering::AcqRel);

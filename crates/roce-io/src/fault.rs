@@ -10,8 +10,14 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::backend::{min_deadline, Backend, Nanos, PacketBatch};
 
 mod pipeline;
+mod spec;
+mod targeted;
 
 use pipeline::{recycle, Path};
+pub use spec::{
+    parse_duration, FaultAction, FaultPlan, FaultRule, OpFilter, QpSelector, DEFAULT_SEED,
+};
+pub use targeted::{FaultLog, Injection, InjectionSink, QpIndex, TargetedFaults, LOG_KEEP};
 
 /// Slots of the batch the injector hands to the wrapped backend.
 const OUT_BATCH: usize = 64;

@@ -160,7 +160,11 @@ mod udp;
 pub use backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
 pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
-pub use fault::{FaultConfig, FaultInjector, FaultStats};
+pub use fault::{
+    parse_duration, FaultAction, FaultConfig, FaultInjector, FaultLog, FaultPlan, FaultRule,
+    FaultStats, Injection, InjectionSink, OpFilter, QpIndex, QpSelector, TargetedFaults,
+    DEFAULT_SEED, LOG_KEEP,
+};
 #[cfg(target_os = "linux")]
 pub use host::{HostError, HostTable};
 #[cfg(target_os = "linux")]
@@ -168,7 +172,7 @@ pub use iface::{interface, interfaces, InterfaceInfo};
 pub use neigh::neighbor;
 #[cfg(target_os = "linux")]
 pub use packet::{PacketBackend, PacketConfig, PacketStats};
-pub use pcap::{mac_for, PcapStats, PcapTap, ETHERTYPE_UNKNOWN};
+pub use pcap::{mac_for, PcapStats, PcapTap, SharedPcap, ETHERTYPE_UNKNOWN};
 #[cfg(target_os = "linux")]
 pub use sleeper::{Sleeper, Wake};
 #[cfg(target_os = "linux")]

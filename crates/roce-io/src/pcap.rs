@@ -12,6 +12,10 @@ use roce_wire::ethernet::{ethertype, EthernetFrame};
 use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::datagram;
 
+mod shared;
+
+pub use shared::SharedPcap;
+
 /// EtherType written for datagrams that are neither IPv4 nor IPv6 (IEEE
 /// 802 local experimental), so that they are recorded but not misread.
 pub const ETHERTYPE_UNKNOWN: u16 = 0x88b5;
@@ -90,12 +94,31 @@ pub struct PcapTap<B, W: Write = BufWriter<File>> {
     frame: Vec<u8>,
     ts_offset: Nanos,
     stats: PcapStats,
+    /// Records go to this file, shared with other taps, instead.
+    shared: Option<SharedPcap>,
 }
 
 impl<B: Backend> PcapTap<B, BufWriter<File>> {
     /// Creates (or truncates) the file at `path` and records into it.
     pub fn create(inner: B, path: impl AsRef<Path>) -> io::Result<Self> {
         PcapTap::new(inner, BufWriter::new(File::create(path)?))
+    }
+
+    /// Records into `file`, which other taps may record into too (the
+    /// engines of one process, docs/debugging.md): one file, one header,
+    /// whole records, timestamps never going back.
+    pub fn shared(inner: B, file: &SharedPcap) -> Self {
+        PcapTap {
+            inner,
+            rec: Recorder {
+                writer: None,
+                error: None,
+            },
+            frame: Vec::new(),
+            ts_offset: 0,
+            stats: PcapStats::default(),
+            shared: Some(file.clone()),
+        }
     }
 }
 
@@ -112,6 +135,7 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
             frame: Vec::new(),
             ts_offset: 0,
             stats: PcapStats::default(),
+            shared: None,
         })
     }
 
@@ -166,10 +190,7 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
     }
 
     fn record(&mut self, now: Nanos, d: &[u8]) {
-        let Some(w) = self.rec.writer.as_mut() else {
-            return;
-        };
-        if self.rec.error.is_some() {
+        if self.rec.error.is_some() || (self.rec.writer.is_none() && self.shared.is_none()) {
             return;
         }
         let (src, dst) = datagram::addrs(d)
@@ -186,7 +207,13 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
         self.frame.extend_from_slice(&ethertype.to_be_bytes());
         debug_assert_eq!(self.frame.len(), EthernetFrame::<&[u8]>::HEADER_LEN);
         self.frame.extend_from_slice(d);
-        match w.write_packet(now.saturating_add(self.ts_offset), &self.frame) {
+        let ts = now.saturating_add(self.ts_offset);
+        let written = match (&self.shared, self.rec.writer.as_mut()) {
+            (Some(s), _) => s.write_packet(ts, &self.frame),
+            (None, Some(w)) => w.write_packet(ts, &self.frame),
+            (None, None) => return,
+        };
+        match written {
             Ok(()) => self.stats.written += 1,
             // Nothing was written: the file is still consistent.
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => self.stats.skipped += 1,

@@ -157,7 +157,7 @@ pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
-pub use shared::{EventSink, Notifier};
+pub use shared::{clock_nanos, EventSink, Notifier};
 pub use srq::SharedReceiveQueue;
 
 pub use roce_core::{

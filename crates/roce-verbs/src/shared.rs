@@ -65,6 +65,13 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// Nanoseconds on the clock every context of the process gives its
+/// engine and backend as `now` (the engine's time): for placing a fault
+/// window or a device setting in that time (docs/debugging.md).
+pub fn clock_nanos() -> Nanos {
+    epoch().elapsed().as_nanos() as Nanos
+}
+
 /// An owned buffer registered by the engine for the duration of one work
 /// request (the owned-buffer path): handed back with its completion.
 #[derive(Debug)]

@@ -6,6 +6,7 @@ use roce_wire::Ecn;
 
 use crate::cc::CcConfig;
 use crate::qp::AckDelay;
+use crate::Nanos;
 
 /// The seed of a device configured without one (tests, the simulator):
 /// a fixed string with the first address folded in, so that two such
@@ -79,6 +80,12 @@ pub struct DeviceConfig {
     /// IDs ([`Device::poll_owner_change`](crate::Device::poll_owner_change)).
     /// False (the default): the device is its addresses' only user.
     pub shared: bool,
+    /// A fault window for debugging (`roce exec --faults rnr`,
+    /// docs/debugging.md): from the first instant to before the second
+    /// (the device's `now`), every RC request that would consume a
+    /// receive (a SEND, a WRITE with immediate) is answered with an RNR
+    /// NAK, as if the program had posted none. None (the default): never.
+    pub force_rnr: Option<(Nanos, Nanos)>,
 }
 
 impl DeviceConfig {
@@ -96,6 +103,7 @@ impl DeviceConfig {
             ack_delay: AckDelay::OFF,
             icrc_code: roce_wire::crc32::Code::Fast,
             shared: false,
+            force_rnr: None,
         }
     }
 }

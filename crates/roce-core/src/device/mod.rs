@@ -120,6 +120,10 @@ macro_rules! ctx {
             boundary: false,
             icrc_code: $s.config.icrc_code,
             cq_lost: false,
+            force_rnr: $s
+                .config
+                .force_rnr
+                .is_some_and(|(from, to)| $now >= from && $now < to),
         }
     };
 }

@@ -64,6 +64,9 @@ pub(crate) struct Ctx<'a> {
     /// A completion did not fit its CQ: the QP that made it must go to the
     /// error state (see [`Ctx::complete`]).
     pub(crate) cq_lost: bool,
+    /// Inside [`DeviceConfig::force_rnr`](crate::DeviceConfig)'s window:
+    /// a request that needs a receive is answered RNR.
+    pub(crate) force_rnr: bool,
 }
 
 impl Ctx<'_> {

@@ -427,3 +427,45 @@ fn garbage_datagrams_never_panic() {
     inj.recv(u64::MAX, &mut b).unwrap();
     assert_eq!(inj.held(), 0);
 }
+
+/// A plan's targeted rules: the Nth datagram dropped, a freeze window
+/// holding what is sent until it ends (then in order), a link-down window
+/// dropping both ways; each logged with its BTH.
+#[test]
+fn targeted_rules_drop_freeze_and_link_down() {
+    let plan =
+        FaultPlan::parse("drop op=send nth=3; freeze at=10 for=100; link-down at=200 for=50")
+            .unwrap();
+    let log = FaultLog::new(plan.rules, None);
+    let mut t = TargetedFaults::new(Sink::default(), log.clone(), QpIndex::new(), 0);
+    let f = frames(10);
+    let send = |t: &mut TargetedFaults<Sink>, now: Nanos, fs: &[Vec<u8>]| {
+        let mut b = PacketBatch::new(16, 512);
+        for x in fs {
+            assert!(b.push(x));
+        }
+        assert_eq!(t.send(now, &b).unwrap(), fs.len());
+    };
+    send(&mut t, 0, &f[..5]);
+    let sent = |t: &TargetedFaults<Sink>| -> Vec<u32> {
+        t.get_ref().sent.iter().map(|(_, d)| psn(d)).collect()
+    };
+    assert_eq!(sent(&t), vec![0, 1, 3, 4]);
+    send(&mut t, 20, &f[5..7]);
+    assert_eq!(sent(&t).len(), 4, "held by the freeze");
+    assert_eq!(t.poll_at(), Some(110));
+    send(&mut t, 120, &[]);
+    assert_eq!(sent(&t), vec![0, 1, 3, 4, 5, 6]);
+    send(&mut t, 210, &f[7..8]);
+    let mut inbox = PacketBatch::new(4, 512);
+    // A datagram received while the link is down is lost too.
+    t.get_mut_for_test().inbox.push_back(f[8].clone());
+    assert_eq!(t.recv(220, &mut inbox).unwrap(), 0);
+    t.get_mut_for_test().inbox.push_back(f[9].clone());
+    assert_eq!(t.recv(260, &mut inbox).unwrap(), 1);
+    assert_eq!(sent(&t).len(), 6);
+    assert_eq!(log.counts(), vec![1, 2, 2]);
+    let inj = log.injections();
+    assert_eq!((inj[0].psn, inj[0].tx, inj[0].opcode), (2, true, 0x04));
+    assert!(!inj[4].tx && inj[4].action == FaultAction::LinkDown);
+}

@@ -22,6 +22,9 @@ impl Responder {
         let pos = p.bth.opcode.position();
         let uc = qp.init.qp_type == QpType::Uc;
         if pos.starts() {
+            if ctx.force_rnr && !uc {
+                return Err(Failure::Rnr);
+            }
             let Some(wr) = self.take_recv(qp, ctx) else {
                 if uc {
                     qp.counters.drop_no_recv += 1;
@@ -174,7 +177,12 @@ impl Responder {
         // touching memory, so an RNR retry finds the state unchanged.
         let needs_recv = p.ext.imm.is_some();
         let recv = if needs_recv {
-            match self.take_recv(qp, ctx) {
+            let forced = ctx.force_rnr && !uc;
+            match if forced {
+                None
+            } else {
+                self.take_recv(qp, ctx)
+            } {
                 Some(wr) => Some(wr),
                 None if uc => {
                     qp.counters.drop_no_recv += 1;

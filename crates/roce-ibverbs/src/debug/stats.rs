@@ -1,0 +1,284 @@
+//! `ROCE_STATS`: per-context counters at exit (docs/debugging.md,
+//! "Counters"): per QP what the engine counted (`roce_core::QpCounters`,
+//! the congestion-control CNPs), per CQ the completions by status (counted
+//! where the program polls them, [`StatusCounts`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use roce_verbs::roce_core::QpCounters;
+
+use super::{Debug, DEBUG};
+use crate::context::Context;
+use crate::cq::Cq;
+use crate::qp::Qp;
+
+/// `ibv_wc_status` values 0 to 21 and rdma-core's names.
+const STATUS: [&str; 22] = [
+    "SUCCESS",
+    "LOC_LEN_ERR",
+    "LOC_QP_OP_ERR",
+    "LOC_EEC_OP_ERR",
+    "LOC_PROT_ERR",
+    "WR_FLUSH_ERR",
+    "MW_BIND_ERR",
+    "BAD_RESP_ERR",
+    "LOC_ACCESS_ERR",
+    "REM_INV_REQ_ERR",
+    "REM_ACCESS_ERR",
+    "REM_OP_ERR",
+    "RETRY_EXC_ERR",
+    "RNR_RETRY_EXC_ERR",
+    "LOC_RDD_VIOL_ERR",
+    "REM_INV_RD_REQ_ERR",
+    "REM_ABORT_ERR",
+    "INV_EECN_ERR",
+    "INV_EEC_STATE_ERR",
+    "FATAL_ERR",
+    "RESP_TIMEOUT_ERR",
+    "GENERAL_ERR",
+];
+
+/// Completions polled from one CQ, by status: one relaxed addition per
+/// completion, on the polling thread.
+#[derive(Default)]
+pub(crate) struct StatusCounts([AtomicU64; 22]);
+
+impl StatusCounts {
+    fn snapshot(&self) -> [u64; 22] {
+        std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    }
+}
+
+/// Counts a completion of `status` (an `ibv_wc_status`).
+pub(crate) fn count_status(c: &StatusCounts, status: u32) {
+    if let Some(a) = c.0.get(status as usize) {
+        a.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone)]
+struct QpRec {
+    ctx: (String, IpAddr),
+    qpn: u32,
+    qp_type: String,
+    c: QpCounters,
+    cnp: (u64, u64),
+    destroyed: bool,
+}
+
+#[derive(Clone)]
+struct CqRec {
+    ctx: (String, IpAddr),
+    id: u32,
+    by_status: [u64; 22],
+    destroyed: bool,
+}
+
+/// What was destroyed before the exit.
+#[derive(Default)]
+pub(super) struct Done {
+    qps: Vec<QpRec>,
+    cqs: Vec<CqRec>,
+    /// The middleware counters of engines already closed.
+    backend: BTreeMap<&'static str, u64>,
+}
+
+fn ctx_of(c: &Context) -> (String, IpAddr) {
+    (c.device.info.name().to_string(), c.local)
+}
+
+fn qp_rec(q: &Qp, destroyed: bool) -> QpRec {
+    let cc = q.qp.cc_counters();
+    QpRec {
+        ctx: ctx_of(q.pd().ctx()),
+        qpn: q.qp.qpn().value(),
+        qp_type: format!("{:?}", q.qp.qp_type()).to_uppercase(),
+        c: q.qp.counters(),
+        cnp: (cc.cnp_sent, cc.cnp_received),
+        destroyed,
+    }
+}
+
+fn cq_rec(c: &Cq, destroyed: bool) -> CqRec {
+    CqRec {
+        ctx: ctx_of(c.context()),
+        id: c.cq.id().0,
+        by_status: c.by_status.snapshot(),
+        destroyed,
+    }
+}
+
+fn stats_on() -> Option<&'static Debug> {
+    DEBUG
+        .get()
+        .filter(|d| d.stats.is_some() || d.faults.is_some())
+}
+
+fn done(d: &Debug) -> std::sync::MutexGuard<'_, Done> {
+    d.done.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A QP is being destroyed: its counters are kept for the summary.
+pub(crate) fn qp_destroyed(q: &Qp) {
+    if let Some(d) = stats_on() {
+        let r = qp_rec(q, true);
+        done(d).qps.push(r);
+    }
+}
+
+/// A CQ is being destroyed.
+pub(crate) fn cq_destroyed(c: &Cq) {
+    if let Some(d) = stats_on() {
+        let r = cq_rec(c, true);
+        done(d).cqs.push(r);
+    }
+}
+
+/// An engine closed: its middleware counters are kept.
+pub(super) fn engine_counters(counters: Vec<(&'static str, u64)>) {
+    if let Some(d) = DEBUG.get() {
+        let mut g = done(d);
+        for (k, v) in counters {
+            *g.backend.entry(k).or_default() += v;
+        }
+    }
+}
+
+/// The seeded faults' counters (`fault_tx_lost 3, ...`) of every engine.
+pub(super) fn seeded_summary() -> String {
+    let Some(d) = DEBUG.get() else {
+        return String::new();
+    };
+    let mut all = done(d).backend.clone();
+    crate::engine::each_live(|e, _| {
+        for (k, v) in e.verbs.backend_counters() {
+            *all.entry(k).or_default() += v;
+        }
+    });
+    let v: Vec<String> = all
+        .iter()
+        .filter(|(k, v)| k.starts_with("fault_") && **v != 0 && !k.ends_with("_packets"))
+        .map(|(k, v)| format!("{} {v}", k.trim_start_matches("fault_")))
+        .collect();
+    if v.is_empty() {
+        "nothing".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The summary text (or JSON) of every context's QPs and CQs.
+pub(super) fn summary(d: &Debug, json: bool) -> String {
+    let (mut qps, mut cqs) = {
+        let g = done(d);
+        (g.qps.clone(), g.cqs.clone())
+    };
+    crate::engine::each_live(|_, c| {
+        let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
+        for r in objs.qps.values() {
+            // SAFETY: a QP on its context's table is alive (it leaves the
+            // table before it is freed).
+            if let Ok(q) = unsafe { Qp::from_ptr(r.0.cast()) } {
+                qps.push(qp_rec(q, false));
+            }
+        }
+        for r in objs.cqs.values() {
+            // SAFETY: as for the QPs.
+            if let Ok(q) = unsafe { Cq::from_ptr(r.0.cast()) } {
+                cqs.push(cq_rec(q, false));
+            }
+        }
+    });
+    let mut ctxs: Vec<(String, IpAddr)> = qps
+        .iter()
+        .map(|q| q.ctx.clone())
+        .chain(cqs.iter().map(|c| c.ctx.clone()))
+        .collect();
+    ctxs.sort();
+    ctxs.dedup();
+    let pid = std::process::id();
+    let mut s = String::new();
+    if json {
+        let _ = write!(s, "{{\"pid\":{pid},\"contexts\":[");
+        for (i, cx) in ctxs.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{}{{\"device\":\"{}\",\"addr\":\"{}\",\"qps\":[",
+                if i > 0 { "," } else { "" },
+                cx.0,
+                cx.1
+            );
+            for (j, q) in qps.iter().filter(|q| q.ctx == *cx).enumerate() {
+                let c = &q.c;
+                let _ = write!(
+                    s,
+                    "{}{{\"qpn\":{},\"type\":\"{}\",\"destroyed\":{},\"tx_packets\":{},\"tx_bytes\":{},\"rx_packets\":{},\"rx_bytes\":{},\"retransmitted\":{},\"timeouts\":{},\"rnr_naks_sent\":{},\"rnr_naks_received\":{},\"seq_naks_sent\":{},\"seq_naks_received\":{},\"error_naks_sent\":{},\"error_naks_received\":{},\"cnps_sent\":{},\"cnps_received\":{},\"duplicates\":{}}}",
+                    if j > 0 { "," } else { "" }, q.qpn, q.qp_type, q.destroyed, c.tx_packets, c.tx_bytes, c.rx_packets, c.rx_bytes,
+                    c.retransmitted, c.timeouts, c.rnr_naks_sent, c.rnr_naks_received, c.seq_naks_sent,
+                    c.seq_naks_received, c.error_naks_sent, c.error_naks_received, q.cnp.0, q.cnp.1, c.duplicates
+                );
+            }
+            s += "],\"cqs\":[";
+            for (j, c) in cqs.iter().filter(|c| c.ctx == *cx).enumerate() {
+                let st: Vec<String> = statuses(&c.by_status)
+                    .map(|(n, v)| format!("\"{n}\":{v}"))
+                    .collect();
+                let _ = write!(
+                    s,
+                    "{}{{\"cq\":{},\"destroyed\":{},\"completions\":{{{}}}}}",
+                    if j > 0 { "," } else { "" },
+                    c.id,
+                    c.destroyed,
+                    st.join(",")
+                );
+            }
+            s += "]}";
+        }
+        s += "]}\n";
+        return s;
+    }
+    let _ = writeln!(s, "libibverbs (roce): counters of process {pid}");
+    for cx in &ctxs {
+        let _ = writeln!(s, "  {} on {}:", cx.0, cx.1);
+        for q in qps.iter().filter(|q| q.ctx == *cx) {
+            let c = &q.c;
+            let _ = writeln!(
+                s,
+                "    QP {:#08x} {}{}: sent {} packets {} bytes, received {} packets {} bytes, \
+                 retransmitted {}, timeouts {}, RNR NAKs sent {} received {}, sequence NAKs sent {} \
+                 received {}, error NAKs sent {} received {}, CNPs sent {} received {}, duplicate requests {}",
+                q.qpn, q.qp_type, if q.destroyed { "" } else { " (live)" }, c.tx_packets, c.tx_bytes, c.rx_packets,
+                c.rx_bytes, c.retransmitted, c.timeouts, c.rnr_naks_sent, c.rnr_naks_received,
+                c.seq_naks_sent, c.seq_naks_received, c.error_naks_sent, c.error_naks_received,
+                q.cnp.0, q.cnp.1, c.duplicates
+            );
+        }
+        for c in cqs.iter().filter(|c| c.ctx == *cx) {
+            let st: Vec<String> = statuses(&c.by_status)
+                .map(|(n, v)| format!("{n} {v}"))
+                .collect();
+            let st = if st.is_empty() {
+                "none".to_string()
+            } else {
+                st.join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "    CQ {}{}: completions {st}",
+                c.id,
+                if c.destroyed { "" } else { " (live)" }
+            );
+        }
+    }
+    s
+}
+
+fn statuses(by: &[u64; 22]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    by.iter()
+        .enumerate()
+        .filter(|(_, v)| **v != 0)
+        .map(|(i, v)| (STATUS[i], *v))
+}
