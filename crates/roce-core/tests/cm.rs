@@ -253,7 +253,16 @@ fn no_listener_is_rejected_with_invalid_service_id() {
             private_data: vec![]
         }
     );
-    assert_eq!(w.hosts[1].dev.cm_counters().rejected_reqs, 1);
+    // Resent every 50 ms for 0.5 s first (a listener may be on its way:
+    // `a_req_racing_the_listen_is_resent_until_it_comes`), then reported.
+    let resent = w.hosts[0].dev.cm_counters().resent_after_refusal;
+    assert!((9..=11).contains(&resent), "{resent} resends");
+    assert_eq!(w.hosts[1].dev.cm_counters().rejected_reqs, resent + 1);
+    assert!(
+        (500_000_000..1_000_000_000).contains(&w.now),
+        "reported at {} ns",
+        w.now
+    );
     assert_eq!(w.hosts[0].dev.cm_state(id), None);
     // The QP is untouched (still INIT) and can try again.
     assert_eq!(w.hosts[0].dev.qp(q0).unwrap().state(), QpState::Init);
@@ -580,7 +589,7 @@ fn a_req_between_two_listeners_on_a_port_is_resent_not_refused() {
 /// refused so, to a port this side connected to moments before, is
 /// resent until a listener is back (perftest's `-R` client against rxe's
 /// server); for up to 2 s, after which the refusal is reported. A port
-/// this side has not just connected to is refused at once
+/// this side has not just connected to is resent for 0.5 s only
 /// (`no_listener_is_rejected_with_invalid_service_id`).
 #[test]
 fn a_refused_req_to_a_port_just_connected_to_is_resent() {
@@ -637,6 +646,37 @@ fn a_refused_req_to_a_port_just_connected_to_is_resent() {
     );
     let took = w.now - start;
     assert!(took < 3_000_000_000, "refused after {took} ns");
+}
+
+/// A server may tell its peer the port it bound before it listens
+/// (qperf 0.4.11 does), so a REQ can find no listener for a moment: the
+/// active side resends a REQ refused for want of a listener every 50 ms
+/// for 0.5 s, and the listener that comes meanwhile gets it.
+#[test]
+fn a_req_racing_the_listen_is_resent_until_it_comes() {
+    let mut w = World::new(4096);
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+        .unwrap();
+    assert!(w.run_until(1_000_000, |w| {
+        w.hosts[0].dev.cm_counters().resent_after_refusal >= 2
+    }));
+    assert!(events(&mut w, 0).is_empty(), "not reported yet");
+    assert!(w.now < 500_000_000);
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected the resent REQ")
+    };
+    assert_eq!(req.remote_qpn, q0);
+    let q1 = init_qp(&mut w, 1);
+    w.hosts[1]
+        .dev
+        .cm_accept(w.now, req.id, q1, &ConnParam::default())
+        .unwrap();
+    assert!(matches!(next_event(&mut w, 0), CmEvent::Established { id: e, .. } if e == id));
 }
 
 /// A QP the program manages (rdma_cm ids without a QP, as `cmtime` and

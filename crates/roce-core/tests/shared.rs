@@ -192,7 +192,16 @@ fn a_request_without_a_listener_here_is_foreign_until_forwarded() {
     assert_eq!(b.dev.cm_counters(), u.dev.cm_counters());
     assert_eq!(b.dev.cm_counters().rejected_reqs, 1);
     assert!(owner_changes(&mut b).is_empty());
+    // The client resends a REQ refused for want of a listener for 0.5 s
+    // (a listener may be on its way), then reports the refusal.
     assert_eq!(rx(&mut c, &rej, false), RxOutcome::Done);
+    assert_eq!(c.dev.poll_cm_event(), None);
+    assert_eq!(c.dev.cm_counters().resent_after_refusal, 1);
+    let late = 600_000_000;
+    assert_eq!(
+        c.dev.handle_datagram(late, &rej, RxMeta::default()),
+        RxOutcome::Done
+    );
     assert_eq!(
         c.dev.poll_cm_event(),
         Some(CmEvent::Rejected {

@@ -187,9 +187,10 @@ pub struct CmCounters {
     /// went less than 2 s before: programs close a listener and open
     /// another on the same port, and a REQ may come in between.
     pub held_for_relisten: u64,
-    /// REQs resent after a refusal for want of a listener (REJ reason 8),
-    /// to a port this side had a connection accepted on in the last 5 s:
-    /// every 50 ms, for up to 2 s, before the refusal is reported.
+    /// REQs resent after a refusal for want of a listener (REJ reason 8):
+    /// every 50 ms, for up to 2 s to a port this side had a connection
+    /// accepted on in the last 5 s, else for up to 0.5 s, before the
+    /// refusal is reported.
     pub resent_after_refusal: u64,
     /// Claims or releases of local communication IDs not queued for the
     /// driver because the queue was full
@@ -218,13 +219,24 @@ const MAX_RELISTEN: usize = 16;
 /// reported. perftest's `-R` server closes its exchange listener and
 /// listens again for the test connection, which its client asks for at
 /// once: against rxe in an emulated VM the client always came first.
-/// A port this side has not just connected to is refused as the kernel
-/// refuses it, at once.
+/// A port this side has not just connected to is resent for
+/// [`LISTEN_RACE`] only.
 pub(crate) const CONNECTED_RECENTLY: Nanos = 5_000_000_000;
 
 /// How often a REQ refused for want of a listener is resent (see
-/// [`CONNECTED_RECENTLY`]).
+/// [`CONNECTED_RECENTLY`] and [`LISTEN_RACE`]).
 pub(crate) const REFUSED_RESEND: Nanos = 50_000_000;
+
+/// How long any REQ refused for want of a listener (REJ reason 8) is
+/// resent, every [`REFUSED_RESEND`], before the refusal is reported, for
+/// a port this side has not just connected to: a server may tell its
+/// peer the port it bound before it listens on it (qperf 0.4.11's
+/// `cm_open_server` sends the port, then calls `rdma_listen`), and the
+/// peer's REQ can come first. Against the kernel's CM the window is
+/// microseconds wide; against a server that opens its devices at listen,
+/// or one descheduled on a loaded host, it is not. A port that nobody
+/// listens on is reported refused after this long, not at once.
+pub(crate) const LISTEN_RACE: Nanos = 500_000_000;
 
 /// (Peer, service) pairs whose REP came recently, at most this many
 /// remembered.
@@ -339,7 +351,8 @@ impl CmTable {
 
     /// Whether connection `id`, an active side's REQ just refused for want
     /// of a listener, should be resent instead of refused (see
-    /// [`CONNECTED_RECENTLY`]); if so, schedules the resend.
+    /// [`CONNECTED_RECENTLY`] and [`LISTEN_RACE`]); if so, schedules the
+    /// resend.
     pub(crate) fn resend_refused(&mut self, id: u32, now: Nanos) -> bool {
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
@@ -350,7 +363,8 @@ impl CmTable {
             .iter()
             .any(|&(p, s, t)| (p, s) == key && now.saturating_sub(t) < CONNECTED_RECENTLY);
         let since = *c.refused_since.get_or_insert(now);
-        if c.state != CmState::ReqSent || !recent || now.saturating_sub(since) >= RELISTEN_GRACE {
+        let grace = if recent { RELISTEN_GRACE } else { LISTEN_RACE };
+        if c.state != CmState::ReqSent || now.saturating_sub(since) >= grace {
             return false;
         }
         // The timer's resend takes one of the REQ's retries: give it back,

@@ -505,6 +505,13 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
     // still opened on that exact address (claiming it from other
     // processes), and listen and resolve use it (`bound_context`).
     let ctx = if addr.ip().is_unspecified() {
+        // The devices a listen on the wildcard uses are opened now, so
+        // that the listen itself is quick: some programs tell their peer
+        // the bound port before they call `rdma_listen` (qperf 0.4.11's
+        // `cm_open_server`), and a request that comes first is refused
+        // for want of a listener, as by the kernel, whose devices are
+        // always open. A device that fails is said by the listen.
+        let _ = listen_contexts(addr.ip());
         None
     } else {
         let c = context_at(addr.ip())?;
