@@ -80,14 +80,21 @@ pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 /// the backend opens its own sockets). Another stack on this host (a drop-in client
 /// started meanwhile) then finds the address taken and moves to another,
 /// where before the server opened its device only when its client came,
-/// and failed if the address had been taken meanwhile. None for a client,
-/// a server without an address, the fabric, and `-R` (whose server opens
-/// its device at once).
+/// and failed if the address had been taken meanwhile. Only with
+/// `ROCE_SHM=0`: a server that shares its address
+/// ([`crate::device::sharing`]) joins it when it opens whoever came
+/// meanwhile, and a hold of its own would shut the other processes of
+/// the address out. None for a client, a server without an address, the
+/// fabric, and `-R` (whose server opens its device at once).
 pub(crate) fn hold_address(args: &PerfArgs) -> Result<Option<Held>, String> {
     let Some(bind) = args.bind.filter(|b| !b.is_unspecified()) else {
         return Ok(None);
     };
-    if args.server.is_some() || args.loopback || args.rdma_cm || args.backend == BackendKind::Fabric
+    if args.server.is_some()
+        || args.loopback
+        || args.rdma_cm
+        || args.backend == BackendKind::Fabric
+        || (args.backend == BackendKind::Udp && crate::device::sharing())
     {
         return Ok(None);
     }

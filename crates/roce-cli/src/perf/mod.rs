@@ -512,17 +512,10 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
             ),
             None => (b, note),
         });
-    if moved.is_some() && args.gid_index.is_some() {
-        return Ok(moved.map(|(b, note)| PerfArgs {
-            bind: Some(b),
-            gid_index: None,
-            moved_note: (!args.json).then_some(note),
-            local_moves: true,
-            ..args.clone()
-        }));
-    }
+    // The moved client's address is its GID: the index no longer applies.
     Ok(moved.map(|(b, note)| PerfArgs {
         bind: Some(b),
+        gid_index: None,
         moved_note: (!args.json).then_some(note),
         local_moves: true,
         ..args.clone()
