@@ -127,22 +127,36 @@ fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
     Ok(c.delay(delay, jitter))
 }
 
+/// Whether this process shares its addresses with the other processes
+/// of its user on this host (`ROCE_SHM`, on unless `0`, as in the drop-in
+/// library; docs/host.md): then a client on the server's host opens on
+/// the server's address, as two processes share a NIC's port. A bad
+/// value counts as on here; the open reports it.
+pub(crate) fn sharing() -> bool {
+    roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref()).unwrap_or(true)
+}
+
 /// A client's RoCE address when it was given none (no `--bind`, no GID
 /// index) and would use `local`, the kernel's source address towards
-/// `server`: when both ends are on this host's IPv4 loopback, the
-/// server's address is the server's (it binds it once this client
-/// connects), so a client that would use it, or finds its UDP `port`
-/// taken by another stack, takes a free address of 127.0.0.0/8 instead.
-/// `None`: keep `local`. With the address comes the one line that says
-/// so, for stderr once the client has reached its server (a client that
-/// reaches nobody has only its error to say). The side that finds its
-/// address taken moves: the server keeps the address the client dials.
+/// `server`, with `ROCE_SHM=0` (otherwise it shares the address:
+/// [`sharing`]): each process then holds its address alone, so when both
+/// ends are on this host's IPv4 loopback, the server's address is the
+/// server's (it binds it once this client connects), and a client that
+/// would use it, or finds its UDP `port` taken by another stack, takes a
+/// free address of 127.0.0.0/8 instead. `None`: keep `local`. With the
+/// address comes the one line that says so, for stderr once the client
+/// has reached its server (a client that reaches nobody has only its
+/// error to say). The side that finds its address taken moves: the
+/// server keeps the address the client dials.
 pub(crate) fn loopback_client_local(
     tool: &str,
     server: IpAddr,
     local: IpAddr,
     port: u16,
 ) -> Result<Option<(IpAddr, String)>, String> {
+    if sharing() {
+        return Ok(None);
+    }
     let (IpAddr::V4(local4), server) = (local.to_canonical(), server.to_canonical()) else {
         return Ok(None);
     };
@@ -175,7 +189,8 @@ pub(crate) fn loopback_client_local(
 
 /// A server's RoCE address when it was given none and would use `local`
 /// (the address its client dialled, or entry `index` of the GID table
-/// when given one): on this host's IPv4 loopback, a free address of
+/// when given one), with `ROCE_SHM=0` (otherwise `local`, which it
+/// shares: [`sharing`]): on this host's IPv4 loopback, a free address of
 /// 127.0.0.0/8 (never the client's, `peer`) when the client uses `local`
 /// too (both ends on this host, the client given that address or GID
 /// index) or, with no index, when another stack holds its UDP `port`.
@@ -193,7 +208,7 @@ pub(crate) fn loopback_server_local(
     let IpAddr::V4(local4) = local.to_canonical() else {
         return local;
     };
-    if !local4.is_loopback() {
+    if !local4.is_loopback() || sharing() {
         return local;
     }
     let peer4 = match peer.map(|p| p.to_canonical()) {
@@ -226,6 +241,61 @@ pub(crate) fn loopback_server_local(
             IpAddr::V4(a)
         }
         None => local,
+    }
+}
+
+/// Most loopback addresses [`open_moving`] tries after the first.
+const MOVES: u32 = 64;
+
+/// Opens a context with `open` on `local`, or, when this side chose its
+/// address itself (`moves`: no `--bind`, no GID index) on the IPv4
+/// loopback and `taken` says the UDP `port` is held there by a stack
+/// that does not share it (a kernel rxe device, a process run with
+/// `ROCE_SHM=0`, another user's; or, with `ROCE_SHM=0`, anyone), on the
+/// next address of 127.0.0.0/8 (never one in `avoid`: the peer's) where
+/// the open succeeds, as the drop-in library does. The bind is the
+/// probe: pairs started at once, which may have picked the same free
+/// address, each end up with one of their own. Returns what `open`
+/// returned and the address it holds; a move is said on stderr unless
+/// `quiet`.
+pub(crate) fn open_moving<T, E>(
+    tool: &str,
+    (local, port): (IpAddr, u16),
+    moves: bool,
+    avoid: &[IpAddr],
+    quiet: bool,
+    mut open: impl FnMut(IpAddr) -> Result<T, E>,
+    taken: impl Fn(&E) -> bool,
+) -> Result<(T, IpAddr), E> {
+    let first = match local.to_canonical() {
+        IpAddr::V4(a) if moves && a.is_loopback() => a,
+        _ => return open(local).map(|t| (t, local)),
+    };
+    let mut at = first;
+    let mut tries = 0;
+    loop {
+        match open(IpAddr::V4(at)) {
+            Ok(t) => {
+                if at != first && !quiet {
+                    eprintln!(
+                        "roce {tool}: {first}:{port} is taken (by a RoCE stack that does not share it); using {at}"
+                    );
+                }
+                return Ok((t, IpAddr::V4(at)));
+            }
+            Err(e) if tries < MOVES && taken(&e) => {
+                tries += 1;
+                let next = (u32::from(at)..=0x7fff_fffe)
+                    .skip(1)
+                    .map(Ipv4Addr::from)
+                    .find(|a| !avoid.iter().any(|v| v.to_canonical() == IpAddr::V4(*a)));
+                match next {
+                    Some(n) => at = n,
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

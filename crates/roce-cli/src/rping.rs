@@ -141,18 +141,40 @@ struct Rig {
 }
 
 impl Rig {
-    fn open(local: IpAddr, port: u16, faults: Option<&str>) -> Result<Rig, String> {
-        // The active MTU follows the link (rxe's rule: 1500 -> 1024): the CM
-        // advertises it in the REQ, and packets must fit the interface.
-        // The peer may be rdma-core over a kernel rxe device, whose IPv4
-        // identification a UDP socket cannot see: its ICRC cannot be
-        // verified, only counted (docs/security.md).
-        let mut o = crate::device::tool_options(BackendKind::Udp, local, port)?
-            .icrc_check(roce_io::IcrcCheck::Count);
-        if let Some(w) = crate::device::middleware(None, faults)? {
-            o = o.wrap(w);
-        }
-        let ctx = o.open().map_err(|e| e.to_string())?;
+    /// Opens on `local`, or, when this side chose it itself (`moves`) and
+    /// a stack that does not share it holds it, on another loopback
+    /// address ([`crate::device::open_moving`], which says so unless
+    /// `quiet`); with the address taken.
+    fn open(
+        local: IpAddr,
+        port: u16,
+        faults: Option<&str>,
+        moves: bool,
+        quiet: bool,
+    ) -> Result<(Rig, IpAddr), String> {
+        // The error, and whether it is the UDP port taken.
+        let open = |at: IpAddr| -> Result<_, (bool, String)> {
+            // The active MTU follows the link (rxe's rule: 1500 -> 1024): the
+            // CM advertises it in the REQ, and packets must fit the
+            // interface. The peer may be rdma-core over a kernel rxe device,
+            // whose IPv4 identification a UDP socket cannot see: its ICRC
+            // cannot be verified, only counted (docs/security.md).
+            let mut o = crate::device::tool_options(BackendKind::Udp, at, port)
+                .map_err(|e| (false, e))?
+                .icrc_check(roce_io::IcrcCheck::Count);
+            if let Some(w) = crate::device::middleware(None, faults).map_err(|e| (false, e))? {
+                o = o.wrap(w);
+            }
+            o.open().map_err(|e| {
+                (
+                    matches!(e, roce_verbs::OpenError::PortInUse { .. }),
+                    e.to_string(),
+                )
+            })
+        };
+        let (ctx, local) =
+            crate::device::open_moving("rping", (local, port), moves, &[], quiet, open, |e| e.0)
+                .map_err(|e| e.1)?;
         let pd = ctx.alloc_pd();
         let (cq, qp) = endpoint(&ctx, &pd)?;
         let recv = pd
@@ -161,7 +183,7 @@ impl Rig {
         let send = pd
             .reg_mr(vec![0u8; 16], Access::NONE)
             .map_err(|e| e.to_string())?;
-        Ok(Rig {
+        let rig = Rig {
             _ctx: ctx,
             pd,
             cq,
@@ -172,7 +194,8 @@ impl Rig {
             silence: Duration::from_secs(1 << 40),
             peer: "the peer",
             early: std::cell::RefCell::new(Vec::new()),
-        })
+        };
+        Ok((rig, local))
     }
 
     fn post_recv(&self) -> Result<(), String> {
@@ -413,8 +436,9 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
         Some(a) => a,
         None => return Err(format!("no route to {server}")),
     };
-    // Both ends on this host's loopback: the server holds the address
-    // this client dials, so the client takes another.
+    // Both ends on this host's loopback with ROCE_SHM=0: the server holds
+    // the address this client dials, so the client takes another.
+    // Otherwise both share it, as two processes share a NIC's port.
     let (local, moved) = match args.bind {
         Some(_) => (local, None),
         None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)?
@@ -423,7 +447,8 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
             None => (local, None),
         },
     };
-    let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
+    let moves = args.bind.is_none();
+    let (mut rig, _) = Rig::open(local, args.roce_port, args.faults.as_deref(), moves, false)?;
     rig.wait = wait(args);
     rig.silence = silence(args);
     rig.peer = "the server";
@@ -507,30 +532,31 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
 }
 
 fn server(args: &RpingArgs) -> Result<(), String> {
-    let local = match (args.bind, args.addr) {
-        (Some(b), _) => b,
+    // rping listens on every address; this stack listens on one: with
+    // none given, this host's loopback, where a client on this host finds
+    // it (or, where a stack that does not share it holds its port, the
+    // next free loopback address).
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let (local, moves) = match (args.bind, args.addr) {
+        (Some(b), _) => (b, false),
         (None, Some(a)) if a.is_unspecified() => {
             return Err("give the RoCE device's address with -a or --bind".into())
         }
-        (None, Some(a)) => a,
-        // rping listens on every address; this stack listens on one: this
-        // host's loopback, where a client on this host finds it.
-        (None, None) => {
-            let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
-            let a =
-                crate::device::loopback_server_local("rping", lo, None, args.roce_port, true, None);
-            if a == lo {
-                eprintln!("roce rping: listening on {lo} (this host only; -a ADDR serves others)");
-            } else {
-                eprintln!(
-                    "roce rping: {lo}:{} is taken (another RoCE stack on this host); listening on {a}: roce rping -c -a {a}",
-                    args.roce_port
-                );
-            }
-            a
-        }
+        (None, Some(a)) => (a, false),
+        (None, None) => (
+            crate::device::loopback_server_local("rping", lo, None, args.roce_port, true, None),
+            true,
+        ),
     };
-    let mut rig = Rig::open(local, args.roce_port, args.faults.as_deref())?;
+    let (mut rig, at) = Rig::open(local, args.roce_port, args.faults.as_deref(), moves, true)?;
+    if moves && at == lo {
+        eprintln!("roce rping: listening on {lo} (this host only; -a ADDR serves others)");
+    } else if moves {
+        eprintln!(
+            "roce rping: {lo}:{} is taken (another RoCE stack on this host); listening on {at}: roce rping -c -a {at}",
+            args.roce_port
+        );
+    }
     rig.wait = wait(args);
     rig.silence = silence(args);
     rig.peer = "the client";

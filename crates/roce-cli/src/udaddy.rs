@@ -67,20 +67,38 @@ struct Ud {
 }
 
 impl Ud {
-    fn open(local: IpAddr, args: &UdaddyArgs) -> Result<Ud, String> {
-        // The peer may be rdma-core over a kernel rxe device, whose IPv4
-        // identification a UDP socket cannot see: its ICRC cannot be
-        // verified, only counted (docs/security.md).
-        let o = crate::device::tool_options(BackendKind::Udp, local, args.roce_port)?
-            .icrc_check(roce_io::IcrcCheck::Count);
-        let mtu = o.link_mtu().map_err(|e| e.to_string())?;
-        if args.size > mtu {
-            return Err(format!(
-                "-S {} is larger than the path MTU {mtu} (a UD message is one packet)",
-                args.size
-            ));
-        }
-        let ctx = o.open().map_err(|e| e.to_string())?;
+    /// Opens on `local`, or, when this side chose it itself (`moves`) and
+    /// a stack that does not share it holds it, on another loopback
+    /// address ([`crate::device::open_moving`]).
+    fn open(local: IpAddr, args: &UdaddyArgs, moves: bool) -> Result<Ud, String> {
+        // The error, and whether it is the UDP port taken.
+        let open = |at: IpAddr| -> Result<_, (bool, String)> {
+            // The peer may be rdma-core over a kernel rxe device, whose IPv4
+            // identification a UDP socket cannot see: its ICRC cannot be
+            // verified, only counted (docs/security.md).
+            let o = crate::device::tool_options(BackendKind::Udp, at, args.roce_port)
+                .map_err(|e| (false, e))?
+                .icrc_check(roce_io::IcrcCheck::Count);
+            let mtu = o.link_mtu().map_err(|e| (false, e.to_string()))?;
+            if args.size > mtu {
+                return Err((
+                    false,
+                    format!(
+                        "-S {} is larger than the path MTU {mtu} (a UD message is one packet)",
+                        args.size
+                    ),
+                ));
+            }
+            o.open().map_err(|e| {
+                (
+                    matches!(e, roce_verbs::OpenError::PortInUse { .. }),
+                    e.to_string(),
+                )
+            })
+        };
+        let at = (local, args.roce_port);
+        let (ctx, _) = crate::device::open_moving("udaddy", at, moves, &[], false, open, |e| e.0)
+            .map_err(|e| e.1)?;
         let pd = ctx.alloc_pd();
         let n = args.count as usize;
         let scq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;
@@ -215,8 +233,9 @@ fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
         .or_else(|| crate::rping::route_source(server))
         .ok_or(format!("no route to {server}"))?;
     if args.bind.is_none() {
-        // Both ends on this host: the client moves off the server's
-        // loopback address (as perf, pingpong and rping do).
+        // Both ends on this host's loopback with ROCE_SHM=0: the client
+        // moves off the server's address (as perf, pingpong and rping
+        // do). Otherwise both share it, as processes share a NIC's port.
         if let Some((a, note)) =
             crate::device::loopback_client_local("udaddy", server, local, args.roce_port)?
         {
@@ -224,7 +243,7 @@ fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
             local = a;
         }
     }
-    let ud = Ud::open(local, args)?;
+    let ud = Ud::open(local, args, args.bind.is_none())?;
     println!("udaddy: connecting");
     // The CM retries for ~17 s: say early that no one answers.
     let notice = crate::notice::SlowNotice::start(
@@ -262,7 +281,7 @@ fn server(args: &UdaddyArgs) -> Result<(), String> {
     let local = args
         .bind
         .ok_or("the server needs its RoCE address: -b ADDR")?;
-    let ud = Ud::open(local, args)?;
+    let ud = Ud::open(local, args, false)?;
     let listener = ud
         .ctx
         .cm_listen_ud(args.port)

@@ -10,11 +10,21 @@ use std::net::UdpSocket;
 use std::process::Output;
 use std::time::Duration;
 
-use common::{roce, spawn, text};
+use common::{roce, spawn, text, Guard};
 use roce_testkit::port_args;
 use serde_json::Value;
 
 fn run_pair(server: &[&str], client: &[&str]) -> (Output, Output) {
+    run_pair_with(server, client, &[])
+}
+
+/// As [`run_pair`], both with `env`.
+fn run_pair_with(server: &[&str], client: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
+    let spawn = |args: &[&str]| {
+        let mut c = roce();
+        c.args(args).envs(env.iter().copied());
+        Guard::spawn(c)
+    };
     let server = spawn(server);
     std::thread::sleep(Duration::from_millis(400));
     let client = spawn(client).wait(Duration::from_secs(30));
@@ -217,14 +227,16 @@ fn assert_ok(who: &str, o: &Output) {
     );
 }
 
-/// Both ends on one host given `-x 0` (GID 0 of lo: 127.0.0.1): the
-/// server, whose client uses that address too, takes a free loopback
-/// address as it does with no index, and says why (both ends failed with
-/// "UDP port ... is in use"). With `-x 0` on the client only, the server
-/// says the same, not "another RoCE stack on this host".
+/// Both ends on one host given `-x 0` (GID 0 of lo: 127.0.0.1), or the
+/// client only: both open on 127.0.0.1, as two processes share a NIC's
+/// port, and say nothing of a move (both ends once failed with "UDP port
+/// ... is in use"). With `ROCE_SHM=0`, where each process holds its
+/// address alone, the server, whose client uses that address too, takes
+/// a free loopback address as it does with no index, and says why, not
+/// "another RoCE stack on this host".
 #[test]
 fn perf_with_gid_index_0_on_both_ends_of_one_host() {
-    for (server_x, want) in [
+    for (server_x, moved) in [
         (
             &["-x", "0"][..],
             "roce perf: GID 0 is 127.0.0.1, which the client uses too (both ends on this host); using 127.0.0.",
@@ -234,24 +246,39 @@ fn perf_with_gid_index_0_on_both_ends_of_one_host() {
             "roce perf: the client uses 127.0.0.1 too (both ends on this host); using 127.0.0.",
         ),
     ] {
-        let (port, rport) = port_args();
-        let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
-        let (s, c) = run_pair(
-            &[&["perf", "write-bw"][..], server_x, &common].concat(),
-            &[&["perf", "write-bw", "127.0.0.1", "-x", "0"][..], &common].concat(),
-        );
-        assert_ok("server", &s);
-        assert_ok("client", &c);
-        let (_, serr) = text(&s);
-        assert!(serr.contains(want), "{server_x:?}: {serr}");
-        assert!(!serr.contains("another RoCE stack"), "{serr}");
-        let (cout, _) = text(&c);
-        assert!(cout.contains("Data verified  : yes"), "{cout}");
-        assert!(cout.contains(" 65536      100 "), "{cout}");
+        for shm in ["1", "0"] {
+            let (port, rport) = port_args();
+            let common = ["-n", "100", "-p", &port, "--roce-port", &rport];
+            let (s, c) = run_pair_with(
+                &[&["perf", "write-bw"][..], server_x, &common].concat(),
+                &[&["perf", "write-bw", "127.0.0.1", "-x", "0"][..], &common].concat(),
+                &[("ROCE_SHM", shm)],
+            );
+            assert_ok("server", &s);
+            assert_ok("client", &c);
+            let (_, serr) = text(&s);
+            let (cout, cerr) = text(&c);
+            assert!(cout.contains("Data verified  : yes"), "{cout}");
+            assert!(cout.contains(" 65536      100 "), "{cout}");
+            let gid_lines = cout.lines().filter(|l| l.contains(" GID: ")).count();
+            let on_lo = cout
+                .lines()
+                .filter(|l| l.ends_with("GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:00:01"))
+                .count();
+            assert_eq!(gid_lines, 2, "{cout}");
+            if shm == "1" {
+                assert!(!serr.contains("using 127.") && !cerr.contains("using 127."));
+                assert_eq!(on_lo, 2, "both ends on 127.0.0.1: {cout}");
+            } else {
+                assert!(serr.contains(moved), "{server_x:?}: {serr}");
+                assert!(!serr.contains("another RoCE stack"), "{serr}");
+                assert_eq!(on_lo, 1, "one end moved: {cout}");
+            }
+        }
     }
 }
 
-/// The same with `pingpong -g 0` on both ends.
+/// The same with `pingpong -g 0` on both ends: one address for both.
 #[test]
 fn pingpong_with_gid_index_0_on_both_ends_of_one_host() {
     let (port, rport) = port_args();
@@ -263,19 +290,18 @@ fn pingpong_with_gid_index_0_on_both_ends_of_one_host() {
     assert_ok("server", &s);
     assert_ok("client", &c);
     let (_, serr) = text(&s);
-    assert!(
-        serr.contains(
-            "roce pingpong: GID 0 is 127.0.0.1, which the client uses too (both ends on this host); using 127.0.0."
-        ),
-        "{serr}"
-    );
+    assert!(!serr.contains("using 127."), "{serr}");
     let (cout, _) = text(&c);
     assert!(cout.contains("50 iters in"), "{cout}");
+    let on_lo = cout
+        .lines()
+        .filter(|l| l.contains(" address:") && l.ends_with("GID ::ffff:127.0.0.1"))
+        .count();
+    assert_eq!(on_lo, 2, "{cout}");
 }
 
-/// perftest's habit `-d roce_lo -x 0` on both ends of one host: the side
-/// that moves along 127/8 is still on `lo` (every 127/8 address is, listed
-/// or not), so both run.
+/// perftest's habit `-d roce_lo -x 0` on both ends of one host: both
+/// share 127.0.0.1 on `lo`, and run.
 #[test]
 fn perf_with_dev_roce_lo_on_both_ends_of_one_host() {
     let (port, rport) = port_args();

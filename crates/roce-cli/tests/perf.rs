@@ -1,6 +1,7 @@
 //! `roce perf` end to end: every test over the in-memory fabric and over
 //! UDP on loopback, with data verification, and the failure cases (bad
-//! flags, unknown or unreachable peer, port in use, peer killed, Ctrl-C).
+//! flags, unknown or unreachable peer, a port held by a stack that does
+//! not share, peer killed, Ctrl-C); `--loopback` on one shared address.
 
 use std::net::UdpSocket;
 use std::process::{Command, Output, Stdio};
@@ -306,22 +307,79 @@ fn bad_flags_unknown_and_unreachable_peers() {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
+/// `roce perf write-bw --loopback --json` with `env`: the report.
+fn loopback_json(env: &[(&str, &str)], busy: Option<&str>) -> Value {
+    let (port, rport) = port_args();
+    let _busy = busy.map(|a| UdpSocket::bind(format!("{a}:{rport}")).unwrap());
+    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["perf", "write-bw", "--loopback", "-n", "100", "--json"])
+        .args(["-p", &port, "--roce-port", &rport])
+        .envs(env.iter().copied())
+        .output()
+        .expect("run roce");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!(v["verified"], true, "{v}");
+    v
+}
+
+/// (address, QPN) of the client's end and of the server's.
+fn loopback_ends(v: &Value) -> [(String, u64); 2] {
+    let e = &v["counters"]["endpoints"];
+    let end = |side: &str| {
+        (
+            e[side][0]["addr"].as_str().unwrap().to_string(),
+            e[side][0]["qpn"].as_u64().unwrap(),
+        )
+    };
+    [end("local"), end("remote")]
+}
+
+/// `--loopback` runs both sides in this process on 127.0.0.1, two
+/// contexts of one device as a NIC allows: both ends report that
+/// address, their QPNs differ, and the datagrams were routed to their
+/// context by destination QPN through the shared-memory path.
 #[test]
-fn roce_port_in_use() {
-    let (port, roce_port) = port_args();
-    let _busy = UdpSocket::bind(format!("127.0.0.2:{roce_port}")).unwrap();
-    let err = one_line_failure(&roce(&[
-        "perf",
-        "write-bw",
-        "--loopback",
-        "-n",
-        "10",
-        "-p",
-        &port,
-        "--roce-port",
-        &roce_port,
-    ]));
-    assert!(err.contains("in use"), "{err}");
+fn loopback_runs_both_sides_on_one_address() {
+    let v = loopback_json(&[], None);
+    let [client, server] = loopback_ends(&v);
+    assert_eq!(client.0, "127.0.0.1", "{v}");
+    assert_eq!(server.0, "127.0.0.1", "{v}");
+    assert_ne!(client.1, server.1, "{v}");
+    let b = &v["counters"]["backend"];
+    assert!(b["udp_shm_qpn_routes"].as_u64().unwrap() > 0, "{b}");
+    assert!(b["udp_shm_tx_datagrams"].as_u64().unwrap() > 0, "{b}");
+}
+
+/// A stack that does not share (a plain UDP socket) holds 127.0.0.1's
+/// RoCE port: both sides, which chose their address themselves, take the
+/// next loopback address together (they once failed "in use").
+#[test]
+fn loopback_moves_off_a_port_a_non_sharing_stack_holds() {
+    let v = loopback_json(&[], Some("127.0.0.1"));
+    let [client, server] = loopback_ends(&v);
+    assert_eq!(client.0, server.0, "{v}");
+    assert_ne!(client.0, "127.0.0.1", "{v}");
+    assert!(client.0.starts_with("127."), "{v}");
+}
+
+/// With `ROCE_SHM=0` each context holds its address alone: the client
+/// takes a free loopback address of its own, and the datagrams go by UDP.
+#[test]
+fn loopback_without_sharing_gives_the_client_an_address_of_its_own() {
+    let v = loopback_json(&[("ROCE_SHM", "0")], None);
+    let [client, server] = loopback_ends(&v);
+    assert_eq!(server.0, "127.0.0.1", "{v}");
+    assert_ne!(client.0, "127.0.0.1", "{v}");
+    assert!(client.0.starts_with("127."), "{v}");
+    let b = &v["counters"]["backend"];
+    assert_eq!(b["udp_shm_tx_datagrams"], 0, "{b}");
+    assert!(b["udp_tx_datagrams"].as_u64().unwrap() > 0, "{b}");
 }
 
 #[test]

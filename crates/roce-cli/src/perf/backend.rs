@@ -4,7 +4,7 @@
 //! `--faults` middleware; the GID table lookup of `-x`; the path MTU the
 //! link carries.
 
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, UdpSocket};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use roce_verbs::{Context, Device, OpenError, OpenOptions};
@@ -80,14 +80,21 @@ pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 /// the backend opens its own sockets). Another stack on this host (a drop-in client
 /// started meanwhile) then finds the address taken and moves to another,
 /// where before the server opened its device only when its client came,
-/// and failed if the address had been taken meanwhile. None for a client,
-/// a server without an address, the fabric, and `-R` (whose server opens
-/// its device at once).
+/// and failed if the address had been taken meanwhile. Only with
+/// `ROCE_SHM=0`: a server that shares its address
+/// ([`crate::device::sharing`]) joins it when it opens whoever came
+/// meanwhile, and a hold of its own would shut the other processes of
+/// the address out. None for a client, a server without an address, the
+/// fabric, and `-R` (whose server opens its device at once).
 pub(crate) fn hold_address(args: &PerfArgs) -> Result<Option<Held>, String> {
     let Some(bind) = args.bind.filter(|b| !b.is_unspecified()) else {
         return Ok(None);
     };
-    if args.server.is_some() || args.loopback || args.rdma_cm || args.backend == BackendKind::Fabric
+    if args.server.is_some()
+        || args.loopback
+        || args.rdma_cm
+        || args.backend == BackendKind::Fabric
+        || (args.backend == BackendKind::Udp && crate::device::sharing())
     {
         return Ok(None);
     }
@@ -182,16 +189,12 @@ impl From<OpenFailure> for String {
     }
 }
 
-/// Most loopback addresses [`open_moving`] tries after the first.
-const MOVES: u32 = 64;
-
 /// Opens the context on `local`, or, when this side chose `local` itself
-/// on the IPv4 loopback (`moves`: no `--bind`, no `-x`) and its UDP port
-/// turns out to be taken there, on the next address of 127.0.0.0/8 (never
-/// one in `avoid`: the peer's) whose port is free. The bind is the probe:
-/// pairs started at once, which may have picked the same free address,
-/// each end up with one of their own. Returns the context and the address
-/// it holds; a move is said on stderr unless `quiet`.
+/// (`moves`: no `--bind`, no `-x`) and a stack that does not share it
+/// holds its UDP port there, on another loopback address
+/// ([`crate::device::open_moving`]; never one in `avoid`: the peer's).
+/// Returns the context and the address it holds; a move is said on
+/// stderr unless `quiet`.
 pub(crate) fn open_moving(
     args: &PerfArgs,
     local: IpAddr,
@@ -201,42 +204,15 @@ pub(crate) fn open_moving(
     avoid: &[IpAddr],
     quiet: bool,
 ) -> Result<(Context, IpAddr), String> {
-    let first = match local.to_canonical() {
-        IpAddr::V4(a) if moves && a.is_loopback() && args.backend == BackendKind::Udp => a,
-        _ => return Ok((open_context(args, local, mtu, fabric)?, local)),
-    };
-    let avoid: Vec<Ipv4Addr> = avoid
-        .iter()
-        .filter_map(|a| match a.to_canonical() {
-            IpAddr::V4(v4) => Some(v4),
-            IpAddr::V6(_) => None,
-        })
-        .collect();
-    let mut at = first;
-    let mut tries = 0;
-    loop {
-        match open_context(args, IpAddr::V4(at), mtu, fabric) {
-            Ok(ctx) => {
-                if at != first && !quiet {
-                    eprintln!(
-                        "roce perf: {first}:{} was taken meanwhile (another pair starting?); using {at}",
-                        args.roce_port
-                    );
-                }
-                return Ok((ctx, IpAddr::V4(at)));
-            }
-            Err(OpenFailure::PortInUse(e)) if tries < MOVES => {
-                tries += 1;
-                let next = (u32::from(at)..=0x7fff_fffe)
-                    .skip(1)
-                    .map(Ipv4Addr::from)
-                    .find(|a| !avoid.contains(a));
-                match next {
-                    Some(n) => at = n,
-                    None => return Err(e),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let moves = moves && args.backend == BackendKind::Udp;
+    crate::device::open_moving(
+        "perf",
+        (local, args.roce_port),
+        moves,
+        avoid,
+        quiet,
+        |at| open_context(args, at, mtu, fabric),
+        |e| matches!(e, OpenFailure::PortInUse(_)),
+    )
+    .map_err(String::from)
 }

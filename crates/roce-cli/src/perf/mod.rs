@@ -243,9 +243,10 @@ pub(crate) struct PerfArgs {
     /// `jitter=TIME` (ns, us, ms), `seed=N`.
     #[arg(long, value_name = "SPEC", value_parser = crate::device::check_faults)]
     faults: Option<String>,
-    /// Run the server and the client in this process, on two loopback
-    /// addresses (127.0.0.1 and 127.0.0.2); in latency tests each side on
-    /// a CPU of its own when the process may use two or more.
+    /// Run the server and the client in this process, both on 127.0.0.1
+    /// (two contexts of one device; with ROCE_SHM=0 the client takes a
+    /// free loopback address); in latency tests each side on a CPU of its
+    /// own when the process may use two or more.
     #[arg(long)]
     loopback: bool,
     /// Speak perftest 4.5's out-of-band exchange (Debian's perftest 4.5
@@ -291,7 +292,8 @@ pub(crate) struct PerfArgs {
     #[arg(long, hide = true, default_value_t = 5.0)]
     progress_every: f64,
     /// The line saying that this client took a free loopback address
-    /// (`client_on_loopback`), printed once it reaches its server.
+    /// (`client_on_loopback`, with `ROCE_SHM=0`), printed once it
+    /// reaches its server.
     #[arg(skip)]
     pub(crate) moved_note: Option<String>,
     /// This side chose its loopback address itself (`client_on_loopback`):
@@ -461,10 +463,11 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
 }
 
 /// A client given no local address (no `--bind`, no `-x`) whose server
-/// is on this host's loopback: the arguments with the free loopback
-/// address it takes instead of the server's as `--bind`, for the control
-/// connection and the RoCE traffic alike, so that the server sees the
-/// address the QPs use ([`crate::device::loopback_client_local`]).
+/// is on this host's loopback, with `ROCE_SHM=0` (otherwise it shares the
+/// server's address): the arguments with the free loopback address it
+/// takes instead of the server's as `--bind`, for the control connection
+/// and the RoCE traffic alike, so that the server sees the address the
+/// QPs use ([`crate::device::loopback_client_local`]).
 fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
     let Some(server) = args.server.as_deref() else {
         return Ok(None);
@@ -509,17 +512,10 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
             ),
             None => (b, note),
         });
-    if moved.is_some() && args.gid_index.is_some() {
-        return Ok(moved.map(|(b, note)| PerfArgs {
-            bind: Some(b),
-            gid_index: None,
-            moved_note: (!args.json).then_some(note),
-            local_moves: true,
-            ..args.clone()
-        }));
-    }
+    // The moved client's address is its GID: the index no longer applies.
     Ok(moved.map(|(b, note)| PerfArgs {
         bind: Some(b),
+        gid_index: None,
         moved_note: (!args.json).then_some(note),
         local_moves: true,
         ..args.clone()
@@ -543,9 +539,13 @@ fn check_gid_index(args: &PerfArgs) -> Result<(), String> {
     crate::device::check_gid_index(usize::from(x), local, args.dev.as_deref())
 }
 
-/// Where the loopback server listens and the two local addresses.
+/// Where the loopback server listens, and the address both sides use
+/// (two contexts of one device, as a NIC allows; with `ROCE_SHM=0` the
+/// client moves to a free one: [`crate::device::loopback_client_local`]).
 const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
-const LOOP_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// The client's address on the in-memory fabric, a wire between two
+/// hosts with one address each (the control connection uses it too).
+const FABRIC_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
 fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), String> {
     if args.server.is_some() {
@@ -557,7 +557,7 @@ fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), String> {
         );
     }
     if args.gid_index.is_some() {
-        return Err("--loopback uses 127.0.0.1 and 127.0.0.2; -x does not apply".into());
+        return Err("--loopback chooses its addresses; -x does not apply".into());
     }
     // Refuse bad parameters before a server thread starts waiting.
     Params::from_args(args)?;
@@ -590,7 +590,17 @@ fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), String> {
     }
     let mut client_args = args.clone();
     client_args.server = Some(LOOP_SERVER.to_string());
-    client_args.bind = Some(IpAddr::V4(LOOP_CLIENT));
+    let lo = IpAddr::V4(LOOP_SERVER);
+    match args.backend {
+        BackendKind::Fabric => client_args.bind = Some(IpAddr::V4(FABRIC_CLIENT)),
+        _ => {
+            let moved = crate::device::loopback_client_local("perf", lo, lo, args.roce_port)?;
+            if let Some((a, _)) = moved {
+                client_args.bind = Some(a);
+                client_args.local_moves = true;
+            }
+        }
+    }
     let client = run_client(&client_args, fabric.as_ref(), int);
     if let Err(e) = &client {
         if !server.is_finished() {

@@ -266,8 +266,9 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
     let tcp_local = stream.local_addr().map_err(|e| e.to_string())?.ip();
     let local = gid_address(args, args.bind.unwrap_or(tcp_local))?;
-    // A server given no address moves off a loopback address another
-    // stack holds; the client learns the new one from its GID.
+    // With ROCE_SHM=0, a server given no address moves off a loopback
+    // address its client or another stack holds; the client learns the
+    // new one from its GID.
     let local = if !client
         && args.bind.is_none_or(|b| b.is_unspecified())
         && args.backend == super::BackendKind::Udp
@@ -292,7 +293,7 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     // itself moves on when another pair took it meanwhile; the peer
     // learns the address from the GID in the keys.
     let moves = args.local_moves
-        || (!client && args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
+        || (args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
     let peer: Vec<IpAddr> = oob.s.peer_addr().ok().map(|a| a.ip()).into_iter().collect();
     let (ctx, local) = open_moving(args, local, mtu, None, moves, &peer, args.json)?;
     let qps = (0..plan.qps)

@@ -115,13 +115,12 @@ impl Session {
         // perftest's rule: a path MTU above what the link carries is
         // lowered to the largest that fits; both sides use the smaller.
         let mtu = params.mtu.min(link_path_mtu(args, local)?);
-        // A side that chose its loopback address itself (a client that
-        // moved off its server's, a server given no address) moves on if
-        // another pair took it meanwhile; its endpoints say where it is.
+        // A side that chose its loopback address itself (no --bind, no
+        // -x, or a client that moved off its server's with ROCE_SHM=0)
+        // moves on if a stack that does not share it holds it; its
+        // endpoints say where it is.
         let moves = args.local_moves
-            || (!is_client
-                && args.bind.is_none_or(|b| b.is_unspecified())
-                && args.gid_index.is_none());
+            || (args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
         let avoid: Vec<IpAddr> = ctl.peer_ip().into_iter().collect();
         let (ctx, local) = open_moving(args, local, mtu, fabric, moves, &avoid, args.json)?;
         let pd = ctx.alloc_pd();

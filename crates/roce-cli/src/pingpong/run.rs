@@ -137,17 +137,33 @@ fn accept_tcp(p: &Params) -> Result<TcpStream, String> {
     Ok(s)
 }
 
-fn open_context(p: &Params, local: IpAddr) -> Result<Context, String> {
-    // The peer may be rdma-core over a kernel rxe device, whose IPv4
-    // identification a UDP socket cannot see: its ICRC cannot be
-    // verified, only counted (docs/security.md).
-    let mut o = crate::device::tool_options(BackendKind::Udp, local, p.roce_port)?
-        .icrc_check(roce_io::IcrcCheck::Count);
-    o.config.active_mtu = p.mtu;
-    o.open().map_err(|e| match e {
-        OpenError::PortInUse { .. } | OpenError::NotLocal(_) => e.to_string(),
-        e => format!("Couldn't open the device on {local}: {e}"),
-    })
+/// Opens the context on `local`, or, when this side chose it itself
+/// (`moves`) and a stack that does not share it holds it, on another
+/// loopback address, never the peer's ([`crate::device::open_moving`]).
+fn open_context(
+    p: &Params,
+    local: IpAddr,
+    moves: bool,
+    peer: IpAddr,
+) -> Result<(Context, IpAddr), String> {
+    // The error, and whether it is the UDP port taken.
+    let open = |at: IpAddr| -> Result<Context, (bool, String)> {
+        // The peer may be rdma-core over a kernel rxe device, whose IPv4
+        // identification a UDP socket cannot see: its ICRC cannot be
+        // verified, only counted (docs/security.md).
+        let mut o = crate::device::tool_options(BackendKind::Udp, at, p.roce_port)
+            .map_err(|e| (false, e))?
+            .icrc_check(roce_io::IcrcCheck::Count);
+        o.config.active_mtu = p.mtu;
+        o.open().map_err(|e| match e {
+            OpenError::PortInUse { .. } => (true, e.to_string()),
+            OpenError::NotLocal(_) => (false, e.to_string()),
+            e => (false, format!("Couldn't open the device on {at}: {e}")),
+        })
+    };
+    let at = (local, p.roce_port);
+    crate::device::open_moving("pingpong", at, moves, &[peer], false, open, |e| e.0)
+        .map_err(|e| e.1)
 }
 
 /// How the server's `-c` reads the client's data, decided on the first
@@ -218,8 +234,16 @@ impl Side {
     }
 }
 
-fn setup(p: &Params, local: IpAddr, is_client: bool) -> Result<Side, String> {
-    let ctx = open_context(p, local)?;
+/// This side's resources, on `local` or where [`open_context`] moved
+/// (`moves`), and the address they are on.
+fn setup(
+    p: &Params,
+    local: IpAddr,
+    is_client: bool,
+    moves: bool,
+    peer: IpAddr,
+) -> Result<(Side, IpAddr), String> {
+    let (ctx, local) = open_context(p, local, moves, peer)?;
     let pd = ctx.alloc_pd();
     let nq = p.num_qp as usize;
     let channel = p.events.then(|| ctx.create_comp_channel());
@@ -273,7 +297,7 @@ fn setup(p: &Params, local: IpAddr, is_client: bool) -> Result<Side, String> {
                 .map_err(|e| format!("Couldn't create QP: {e}"))?,
         );
     }
-    Ok(Side {
+    let side = Side {
         p: p.clone(),
         is_client,
         ctx,
@@ -287,7 +311,8 @@ fn setup(p: &Params, local: IpAddr, is_client: bool) -> Result<Side, String> {
         rbase,
         ah: None,
         remote: Vec::new(),
-    })
+    };
+    Ok((side, local))
 }
 
 fn remote_addr(d: &Dest, peer: IpAddr) -> IpAddr {
@@ -372,9 +397,10 @@ fn canonical(a: IpAddr) -> IpAddr {
 pub(crate) fn run(p: &Params) -> Result<(), String> {
     let is_client = p.server.is_some();
     // No address given (no --bind, no -g): both ends may be on this
-    // host's loopback, where the side that finds its address taken moves
-    // (the client off the server's address, before it connects, so that
-    // the server sees its new address on the TCP connection too).
+    // host's loopback, where they share the address as processes share a
+    // NIC's port; with ROCE_SHM=0 the side that finds its address taken
+    // moves (the client off the server's address, before it connects, so
+    // that the server sees its new address on the TCP connection too).
     let chosen = p.bind.is_some_and(|b| !b.is_unspecified()) || p.gid_idx.is_some();
     let mut bind = p.bind;
     let mut moved = None;
@@ -448,7 +474,7 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         _ => local,
     };
 
-    let mut s = setup(p, local, is_client)?;
+    let (mut s, local) = setup(p, local, is_client, !chosen, peer_ip)?;
     to_init(&s)?;
     for slot in 0..p.rx_depth {
         s.post_recv(slot)?;
