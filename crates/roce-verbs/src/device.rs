@@ -459,7 +459,7 @@ impl fmt::Display for OpenError {
             ),
             OpenError::PortInUse { addr, port } if addr.is_loopback() => write!(
                 f,
-                "UDP port {port} on {addr} is in use (another RoCE stack on this host: when both ends of a test run here, give one of them another address, e.g. --bind 127.0.0.2, or drop its GID index so that it takes a free one)"
+                "UDP port {port} on {addr} is held by a socket that does not share it (a process run with ROCE_SHM=0, another user's, or a kernel rxe device): give this end another address, e.g. --bind 127.0.0.2, or drop its GID index so that it takes a free one"
             ),
             OpenError::PortInUse { addr, port } => write!(
                 f,
@@ -552,8 +552,9 @@ mod tests {
 mod port_in_use_tests {
     use super::OpenError;
 
-    /// On loopback the likely other stack is the test's own peer: the
-    /// message says how to give the two ends different addresses.
+    /// On loopback the holder is a stack that does not share (processes
+    /// of one user share it by default): the message names the likely
+    /// ones and how to give this end another address.
     #[test]
     fn a_taken_loopback_port_names_the_fix() {
         let lo = OpenError::PortInUse {
@@ -562,6 +563,7 @@ mod port_in_use_tests {
         }
         .to_string();
         assert!(lo.contains("--bind 127.0.0.2"), "{lo}");
+        assert!(lo.contains("ROCE_SHM=0"), "{lo}");
         let other = OpenError::PortInUse {
             addr: "192.0.2.1".parse().unwrap(),
             port: 4791,

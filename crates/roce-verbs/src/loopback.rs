@@ -1,12 +1,14 @@
-//! Free loopback addresses, so that several RoCE stacks on one host each
-//! get an address (a GID) of their own.
+//! Free loopback addresses, for a stack that holds its address alone.
 //!
-//! A context of this stack over UDP owns `ADDR:4791` for its GID, so two
-//! processes on one host cannot both use `127.0.0.1`. On Linux every
-//! address of `127.0.0.0/8` is routed to `lo` with no configuration, so a
-//! second process can take `127.0.0.2`, a third `127.0.0.3`, and so on:
-//! [`free_loopback_v4`] finds the first such address whose UDP port is
-//! free.
+//! Processes of one user share each address by default (docs/host.md:
+//! `SO_REUSEPORT` on UDP 4791 and a host table of who owns which QPN), so
+//! every one of them opens on `127.0.0.1`. A context that does not share
+//! (`ROCE_SHM=0`, or one that meets a socket that does not share: another
+//! user's, a kernel rxe device) owns `ADDR:4791` for its GID, and then a
+//! second such process needs another address. On Linux every address of
+//! `127.0.0.0/8` is routed to `lo` with no configuration, so it can take
+//! `127.0.0.2`, a third `127.0.0.3`, and so on: [`free_loopback_v4`]
+//! finds the first such address whose UDP port is free.
 //!
 //! # The race
 //!
@@ -16,9 +18,9 @@
 //! own bind. The caller's [`OpenOptions::open`](crate::OpenOptions::open)
 //! then fails with [`OpenError::PortInUse`](crate::OpenError::PortInUse)
 //! naming the address and port, and a caller that wants to may search
-//! again from the next address. Nothing is ever shared silently: the
-//! backend binds without `SO_REUSEADDR`/`SO_REUSEPORT`, so at most one
-//! context holds an address's port.
+//! again from the next address. A backend that does not share binds
+//! without `SO_REUSEADDR`/`SO_REUSEPORT`, so at most one such context
+//! holds an address's port.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
