@@ -27,12 +27,19 @@ pub enum Forwarded {
     /// docs/shm.md). As with a UDP send, a full ring may still drop it
     /// (counted), and RC recovers.
     Sent,
-    /// No other process owns it, or its owner could not be reached (its
-    /// dead slot is reaped then): the caller drops the datagram, or
-    /// answers it as the kernel would (a CM REJ for no listener). Also
-    /// for a datagram that was forwarded already: it is never handed on
-    /// twice, nor back to this process.
+    /// No other process owns it, or its owner is gone (its dead slot is
+    /// reaped then): the caller drops the datagram, or answers it as the
+    /// kernel would (a CM REJ for no listener). Also for a datagram that
+    /// was forwarded already: it is never handed on twice, nor back to
+    /// this process.
     NoOwner,
+    /// A live process owns it but could not be handed it now (its
+    /// same-host link refused lately or broke): the caller drops it
+    /// without answering, as a lost datagram, and its sender's
+    /// retransmission tries again. Answering for the owner (a REJ or DREP
+    /// for a connection that is not this process's) would end a
+    /// connection that is alive.
+    Unreachable,
     /// This backend does not share its address with other processes
     /// (the default): nothing can own the datagram but this process.
     Unshared,

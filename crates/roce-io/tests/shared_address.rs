@@ -139,6 +139,11 @@ impl Kid {
         dir.join(format!("{what}-{}", self.0.id()))
     }
 
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        nix::sys::signal::kill(pid, sig).unwrap();
+    }
+
     /// SIGKILL, and waits for the end.
     fn kill(&mut self) {
         let _ = self.0.kill();
@@ -385,6 +390,32 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
         Some("claimed"),
         "a new process takes the QPN"
     );
+
+    // An owner alive but not reachable now (stopped before it took the
+    // ring: the hello goes unanswered for its 1 s): the datagram is
+    // dropped unanswered, not answered as nobody's, and the slot stays.
+    kid2.signal(nix::sys::signal::Signal::SIGSTOP);
+    let t = Instant::now();
+    let unreachable = a.stats().shm_forward_unreachable;
+    loop {
+        let f = a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB));
+        assert_ne!(f, Forwarded::NoOwner, "a live owner is nobody's");
+        if f == Forwarded::Unreachable {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(4), "never refused");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.stats().shm_forward_unreachable, unreachable + 1);
+    assert!(a.host_table().unwrap().qpn_slot(QB).is_some(), "not reaped");
+    // Running again, it is reached again once the refusal's retry time
+    // has passed.
+    kid2.signal(nix::sys::signal::Signal::SIGCONT);
+    let t = Instant::now();
+    while a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)) != Forwarded::Sent {
+        assert!(t.elapsed() < Duration::from_secs(4), "not reached again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -97,10 +97,15 @@ pub(crate) fn hand_on(shared: &Shared, io: &mut Io, now: Nanos) -> bool {
         return false;
     }
     let mut again = std::mem::take(&mut io.owners.foreign);
-    again.retain(|&(i, owner)| {
-        let sent = io.backend.forward(now, io.rx.get(i), io.rx.meta(i), owner);
-        sent != Forwarded::Sent
-    });
+    // What nobody else owns is answered here as an unshared device would;
+    // what a live owner could not be handed now is dropped unanswered,
+    // as a lost datagram (its sender retransmits).
+    again.retain(
+        |&(i, owner)| match io.backend.forward(now, io.rx.get(i), io.rx.meta(i), owner) {
+            Forwarded::Sent | Forwarded::Unreachable => false,
+            Forwarded::NoOwner | Forwarded::Unshared => true,
+        },
+    );
     let took = !again.is_empty();
     if took {
         let mut core = shared.core_quiet();

@@ -314,9 +314,13 @@ pub struct UdpStats {
     pub shm_local: u64,
     /// Datagrams handed on by [`Backend::forward`](crate::Backend::forward).
     pub shm_forwarded: u64,
-    /// Forwards refused: no other live process owns the datagram, it
-    /// was forwarded already, or its owner could not be reached.
+    /// Forwards refused: no other live process owns the datagram, its
+    /// owner is gone, or it was forwarded already.
     pub shm_forward_no_owner: u64,
+    /// Datagrams whose owner is a live process this backend could not
+    /// reach just then ([`Forwarded::Unreachable`](crate::Forwarded::Unreachable)):
+    /// dropped unanswered.
+    pub shm_forward_unreachable: u64,
     /// Host table slots of processes found gone, reaped.
     pub shm_reaped: u64,
     /// Flow sockets opened: receive sockets connected to the source of a

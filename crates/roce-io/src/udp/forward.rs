@@ -166,6 +166,7 @@ impl UdpBackend {
             return Forwarded::Unshared;
         };
         let mut sent = false;
+        let mut unreachable = false;
         // Read from the rebuilt header: the original sender, and that it
         // was sent to this address.
         let t = Transmit::of_datagram(d)
@@ -189,14 +190,22 @@ impl UdpBackend {
                     };
                     sent = shm.push(now, link, &rec, &d[t.header_len()..], &mut self.stats);
                     shm.flush(&mut self.stats);
-                } else if route == ProcRoute::Gone && share.reap(at, slot) {
-                    self.stats.shm_reaped += 1;
+                    unreachable = !sent;
+                } else if route == ProcRoute::Gone {
+                    if share.reap(at, slot) {
+                        self.stats.shm_reaped += 1;
+                    }
+                } else {
+                    unreachable = true;
                 }
             }
         }
         if sent {
             self.stats.shm_forwarded += 1;
             Forwarded::Sent
+        } else if unreachable {
+            self.stats.shm_forward_unreachable += 1;
+            Forwarded::Unreachable
         } else {
             self.stats.shm_forward_no_owner += 1;
             Forwarded::NoOwner
