@@ -663,6 +663,7 @@ impl Backend for UdpBackend {
             ("udp_shm_forwarded", s.shm_forwarded),
             ("udp_shm_forward_no_owner", s.shm_forward_no_owner),
             ("udp_shm_forward_unreachable", s.shm_forward_unreachable),
+            ("udp_shm_links_gone", s.shm_links_gone),
             ("udp_shm_reaped", s.shm_reaped),
             ("udp_flow_sockets_opened", s.flow_sockets_opened),
             ("udp_flow_rx_datagrams", s.flow_rx_datagrams),

@@ -368,6 +368,15 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     // The child killed: its slot is found gone and reaped, its QPN free.
     let mut kid = kid;
     kid.kill();
+    // Its end is seen on the link's connection at the next look at the
+    // descriptors (before a sleep, or a busy receiver's millisecond
+    // housekeeping), not at the next liveness check.
+    let t = Instant::now();
+    while a.stats().shm_links_gone == 0 {
+        assert!(t.elapsed() < Duration::from_secs(3), "the hang-up unseen");
+        a.prepare_wait(now());
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let t = Instant::now();
     while a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)) != Forwarded::NoOwner {
         assert!(

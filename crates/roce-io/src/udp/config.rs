@@ -323,6 +323,9 @@ pub struct UdpStats {
     pub shm_forward_unreachable: u64,
     /// Host table slots of processes found gone, reaped.
     pub shm_reaped: u64,
+    /// Outgoing same-host links dropped as soon as their reader hung up
+    /// (its process ended), seen at the next look at the descriptors.
+    pub shm_links_gone: u64,
     /// Flow sockets opened: receive sockets connected to the source of a
     /// datagram another process forwarded here, so that the kernel hands
     /// that flow to this process directly (docs/host.md, "Steering").

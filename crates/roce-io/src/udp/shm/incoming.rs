@@ -28,6 +28,19 @@ impl Shm {
                 TOKEN_UDP | TOKEN_FLOWS => udp = true,
                 TOKEN_LISTENER => self.accept(now, false, stats),
                 TOKEN_OWN => self.accept(now, true, stats),
+                t if t >= FIRST_OUT_TOKEN => {
+                    // An outgoing link's reader hung up.
+                    let i = (t - FIRST_OUT_TOKEN) as usize;
+                    let closed = self
+                        .outgoing
+                        .get(i)
+                        .and_then(Option::as_ref)
+                        .is_some_and(|o| link::closed(&o.conn));
+                    if closed {
+                        stats.shm_links_gone += 1;
+                        self.close_out(now, i, true);
+                    }
+                }
                 t => {
                     let i = ((t - FIRST_LINK_TOKEN) / 2) as usize;
                     if (t - FIRST_LINK_TOKEN).is_multiple_of(2) {

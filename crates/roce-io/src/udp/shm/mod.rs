@@ -78,6 +78,12 @@ const TOKEN_OWN: u64 = 2;
 const FIRST_LINK_TOKEN: u64 = 3;
 /// The epoll set of the backend's flow sockets (`udp/flows.rs`).
 const TOKEN_FLOWS: u64 = u64::MAX;
+/// Outgoing link `i`'s connection, watched for its reader's end, is
+/// `FIRST_OUT_TOKEN + i` (above every incoming link's token).
+const FIRST_OUT_TOKEN: u64 = 1 << 40;
+fn out_token(i: usize) -> u64 {
+    FIRST_OUT_TOKEN + i as u64
+}
 fn conn_token(i: usize) -> u64 {
     FIRST_LINK_TOKEN + 2 * i as u64
 }
@@ -394,6 +400,7 @@ impl Shm {
     /// [`RETRY`].
     fn close_out(&mut self, now: Nanos, i: usize, gone: bool) {
         if let Some(o) = self.outgoing.get_mut(i).and_then(Option::take) {
+            let _ = self.epoll.delete(&o.conn);
             if gone && matches!(o.dst, Dest::Proc(_)) {
                 self.routes.remove(&o.dst);
             } else {
@@ -437,6 +444,12 @@ impl Shm {
             });
         match made {
             Ok((i, conn, ring, doorbell)) => {
+                // The reader's end (its process exiting or killed) is
+                // seen at the next look at the descriptors, not at the
+                // next liveness check: records written meanwhile are lost.
+                let _ = self
+                    .epoll
+                    .add(&conn, EpollEvent::new(EpollFlags::EPOLLRDHUP, out_token(i)));
                 self.outgoing[i] = Some(Outgoing {
                     dst,
                     conn,
