@@ -147,18 +147,10 @@ impl CompletionQueue {
     /// driving the I/O), so a polling loop is also the progress loop.
     pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
         let shared = self.shared();
-        // Not a locked increment: only this count's changing matters.
-        let polls = shared.cq_polls.load(Ordering::Relaxed);
-        shared
-            .cq_polls
-            .store(polls.wrapping_add(1), Ordering::Relaxed);
+        shared.sig.cq_polled();
         let mut n = self.poll_engine(out, max)?;
         if n == 0 && max > 0 && shared.cfg.inline_progress {
-            shared.last_inline.store(shared.recent(), Ordering::Relaxed);
-            // A count for the progress thread's heuristics, not an exact
-            // one: no locked increment on every empty poll.
-            let polls = shared.polls.load(Ordering::Relaxed);
-            shared.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
+            shared.sig.polled_empty(shared.recent());
             match progress::inline_step(shared, progress::Driver::Poll) {
                 // An idle step changed nothing (a completion another
                 // thread made since the CQ was polled shows at the next
@@ -178,7 +170,7 @@ impl CompletionQueue {
             // would cost this thread a context switch where CPUs are
             // scarce, and the answer to a request usually came with the
             // completion (roce-core's ACK deferral sends it first).
-            shared.last_inline.store(0, Ordering::Relaxed);
+            shared.sig.handed_over();
         }
         Ok(n)
     }
@@ -320,7 +312,7 @@ impl CompletionChannel {
         let shared = self.inner.ctx.shared();
         // Nobody polls while this thread sleeps: let the progress thread
         // take doorbells again.
-        shared.last_inline.store(0, Ordering::Relaxed);
+        shared.sig.handed_over();
         shared.unpark();
         let end = timeout.map(|t| Instant::now() + t);
         let mut q = lock(&self.inner.queue);

@@ -139,6 +139,7 @@ mod pd;
 mod progress;
 mod qp;
 mod random;
+mod schedule;
 mod shared;
 mod srq;
 

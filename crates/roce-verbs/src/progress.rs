@@ -10,7 +10,8 @@ use roce_core::Nanos;
 use roce_io::{Backend, FabricPort};
 
 use crate::owners;
-use crate::shared::{lock, Io, Shared, RUNNING};
+use crate::schedule::{self, Post, Rest, Stepped, ThreadRules, RUNNING};
+use crate::shared::{lock, Io, Shared};
 
 /// Tuning of a context's progress engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,7 +188,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
         && !out.work
         && io.tx.is_empty()
         && io.deadline.is_none_or(|d| now < d)
-        && !shared.touched.load(Ordering::Relaxed)
+        && !shared.sig.touched.load(Ordering::Relaxed)
     {
         out.deadline = io.deadline;
         out.idle = true;
@@ -201,7 +202,7 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
     if !tx.drained {
         // Left with work (the rounds ran out, or the socket pushed back):
         // the next polling step must look again, not skip as idle.
-        shared.touched.store(true, Ordering::Relaxed);
+        shared.sig.touched.store(true, Ordering::Relaxed);
     }
     if driver == Driver::Thread {
         out.deadline = min_opt(out.deadline, io.backend.poll_at());
@@ -332,8 +333,8 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
         let mut core = shared.core_quiet();
         if round == 0 {
             // From here on this step sees every change made so far.
-            shared.touched.store(false, Ordering::Relaxed);
-            shared.posts_waiting.store(0, Ordering::Relaxed);
+            shared.sig.touched.store(false, Ordering::Relaxed);
+            shared.sig.posts_waiting.store(0, Ordering::Relaxed);
             if core.dev.poll_timeout().is_some_and(|d| d <= now) {
                 core.dev.handle_timeout(now);
                 t.work = true;
@@ -471,23 +472,17 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         Err(TryLockError::WouldBlock) => return None,
         Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), driver),
     };
-    let wake_at = shared.wake_at.load(Ordering::Acquire);
-    // A timer due within `max_park` of a poll is left to the polling
-    // thread, which comes back long before (a ping-pong's deferred ACK
-    // would otherwise wake the progress thread every round trip, and on a
-    // busy CPU its wake-up costs the polling thread a context switch); if
-    // the polling stops, the progress thread takes over at its next look
-    // (`run`).
-    let polled_soon = driver == Driver::Poll
-        && out
-            .deadline
-            .is_some_and(|d| d <= shared.recent().saturating_add(max_park(shared)));
-    // The progress thread looks again within max_park whatever it is
-    // doing (awake, or asleep for at most that long): a later timer is
-    // its business at that look, not worth a wake-up now.
-    let horizon = shared.recent().saturating_add(max_park(shared));
-    let early = out.deadline.is_some_and(|d| d < wake_at && d < horizon);
-    if out.more || (!polled_soon && early) {
+    // The rules of when a step wakes the progress thread:
+    // `schedule::wake_after_step`.
+    let wake_at = shared.sig.wake_at.load(Ordering::Acquire);
+    if schedule::wake_after_step(
+        &shared.tuning,
+        driver == Driver::Poll,
+        out.more,
+        out.deadline,
+        wake_at,
+        shared.recent(),
+    ) {
         shared.unpark();
     }
     Some(out)
@@ -514,32 +509,28 @@ pub(crate) fn kick(shared: &Shared) {
 /// burst of a polling program cost `ib_send_bw` a context switch per
 /// burst on a shared CPU: 0.55 -> 0.75 Mpps, docs/dropin.md.)
 pub(crate) fn kick_post(shared: &Shared) {
-    let window = shared.cfg.coalesce_posts.as_nanos() as Nanos;
-    if window == 0 || !shared.cfg.inline_progress {
+    if shared.tuning.coalesce == 0 {
         return kick(shared);
     }
     let now = shared.now();
-    let last = shared.last_post.load(Ordering::Relaxed);
-    let waiting = shared.posts_waiting.load(Ordering::Relaxed);
-    // A program that polled since its last post is waiting for answers
-    // (a latency loop, whose round trip may be shorter than the window),
-    // not posting a burst.
-    let polls = shared.cq_polls.load(Ordering::Relaxed);
-    let polled = polls != shared.cq_polls_at_post.load(Ordering::Relaxed);
-    shared.cq_polls_at_post.store(polls, Ordering::Relaxed);
-    if now.saturating_sub(last) < window && !polled && waiting < shared.cfg.batch / 2 {
-        shared.posts_waiting.store(waiting + 1, Ordering::Relaxed);
-        shared.last_post.store(now, Ordering::Relaxed);
-        let polling =
-            now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < max_park(shared);
-        if !polling && shared.wake_at.load(Ordering::Acquire) > now.saturating_add(window) {
-            shared.unpark();
+    match schedule::post(&shared.tuning, shared.sig.post_view(now)) {
+        Post::Wait { wake } => {
+            let waiting = shared.sig.posts_waiting.load(Ordering::Relaxed);
+            shared
+                .sig
+                .posts_waiting
+                .store(waiting + 1, Ordering::Relaxed);
+            shared.sig.last_post.store(now, Ordering::Relaxed);
+            if wake {
+                shared.unpark();
+            }
         }
-        return;
+        Post::Send => {
+            kick(shared);
+            // The burst window runs from the end of this post's own send.
+            shared.sig.last_post.store(shared.now(), Ordering::Relaxed);
+        }
     }
-    kick(shared);
-    // The burst window runs from the end of this post's own send.
-    shared.last_post.store(shared.now(), Ordering::Relaxed);
 }
 
 /// Sends everything the engine has to send now, whoever else is driving
@@ -577,129 +568,81 @@ pub(crate) fn leave(shared: &Shared) {
     }
 }
 
-/// Longest the progress thread sleeps on the backend's descriptor when
-/// nothing is scheduled (an arriving datagram, a kick or a timer ends it
-/// sooner).
-const IDLE_ON_IO: Nanos = 100_000_000;
-
-/// [`ProgressConfig::max_park`] in nanoseconds (at least 1 µs).
-fn max_park(shared: &Shared) -> Nanos {
-    (shared.cfg.max_park.as_nanos() as Nanos).max(1_000)
-}
-
-/// The progress thread's loop; returns when the context shuts down.
+/// The progress thread's loop; returns when the context shuts down. What
+/// it does between its steps is `schedule::ThreadRules`'.
 pub(crate) fn run(shared: Arc<Shared>) {
-    let cfg = shared.cfg;
-    let spin = cfg.spin.as_nanos() as Nanos;
-    let max_park = max_park(&shared);
-    let min_park = 10_000.min(max_park);
-    let mut park = min_park;
-    // A poller_park below max_park makes every look that short (for
-    // programs that poll once between waits of another kind).
-    let poller_park = (cfg.poller_park.as_nanos() as Nanos).max(1_000);
-    let first_look = max_park.min(poller_park);
-    let mut watch = first_look;
-    let mut polls_seen = 0u64;
-    let mut last_work = shared.now();
+    let t = shared.tuning;
+    let mut rules = ThreadRules::new(&t, shared.now());
     while !shared.shutdown.load(Ordering::Acquire) {
-        // While an application thread polls (it did within max_park), its
-        // steps receive, transmit and run the timers: this thread only
-        // looks now and then whether the polling goes on (or for a kick:
-        // work handed over by a post or a step), and does not touch the
-        // I/O. Waking it costs a context switch that the polling thread
-        // pays for on a busy CPU, so the looks come at doubling intervals,
-        // from max_park up to poller_park. Only for an application that
-        // polls over and over (twice or more since the last look): one
-        // that checks its CQ now and then (a passive side between waits)
-        // must not stall the receiving this thread does.
         let now = shared.now();
-        let since = now.saturating_sub(shared.last_inline.load(Ordering::Relaxed));
-        let polls = shared.polls.load(Ordering::Relaxed);
-        let polling = since < max_park && polls.wrapping_sub(polls_seen) >= 2;
-        polls_seen = polls;
-        if polling && !shared.kicked.swap(false, Ordering::SeqCst) {
-            shared.wake_at.store(now + watch, Ordering::Release);
-            if !shared.shutdown.load(Ordering::Acquire) {
-                shared.sleep(Duration::from_nanos(watch), false);
+        let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
+        let polls = shared.sig.polls.load(Ordering::Relaxed);
+        if let Some(nap) = rules.watch(&t, now, last_inline, polls) {
+            // An application polls: its steps do the work; this thread
+            // only looks again later, unless work was handed to it.
+            if !shared.sig.kicked.swap(false, Ordering::SeqCst) {
+                shared.sig.wake_at.store(now + nap, Ordering::Release);
+                if !shared.shutdown.load(Ordering::Acquire) {
+                    shared.sleep(Duration::from_nanos(nap), false);
+                }
+                shared.sig.wake_at.store(RUNNING, Ordering::Release);
+                rules.watched(&t);
+                continue;
             }
-            shared.wake_at.store(RUNNING, Ordering::Release);
-            watch = (watch * 2).min(poller_park);
-            continue;
         }
-        watch = first_look;
-        let mut driven = false;
-        let out = match shared.io.try_lock() {
-            Ok(mut io) => step(&shared, &mut io, Driver::Thread),
+        rules.stepping(&t);
+        let stepped = match shared.io.try_lock() {
+            Ok(mut io) => thread_step(&shared, &mut io),
             // An application thread is driving progress right now: it
-            // takes what arrives, so nap (below) rather than sleep on the
+            // takes what arrives, so nap rather than sleep on the
             // descriptor, which stays readable until it has.
-            Err(TryLockError::WouldBlock) => {
-                driven = true;
-                StepOutcome::default()
-            }
-            Err(TryLockError::Poisoned(p)) => step(&shared, &mut p.into_inner(), Driver::Thread),
+            Err(TryLockError::WouldBlock) => Stepped {
+                driven: true,
+                ..Stepped::default()
+            },
+            Err(TryLockError::Poisoned(p)) => thread_step(&shared, &mut p.into_inner()),
         };
         let now = shared.now();
-        if out.work || out.more {
-            last_work = now;
-            park = min_park;
-            continue;
+        let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
+        match rules.rest(&t, now, stepped, last_inline, shared.has_sleeper()) {
+            Rest::Again => continue,
+            Rest::Yield => {
+                std::thread::yield_now();
+                continue;
+            }
+            Rest::Sleep { until, on_io } => {
+                // Before sleeping on the descriptor, the backend makes
+                // sure it will turn readable (the same-host path asks its
+                // peers for a doorbell); something that came meanwhile
+                // is taken first.
+                if on_io && wait_prepared(&shared, now) {
+                    continue;
+                }
+                shared.sig.wake_at.store(until, Ordering::Release);
+                if !shared.shutdown.load(Ordering::Acquire) {
+                    shared.sleep(Duration::from_nanos(until.saturating_sub(now)), on_io);
+                }
+                shared.sig.wake_at.store(RUNNING, Ordering::Release);
+                rules.slept(&t);
+            }
         }
-        if out.deadline.is_some_and(|d| d <= now) {
-            std::thread::yield_now();
-            continue;
-        }
-        // An application thread that polled within the last max_park is
-        // taken to be still polling (one round of its loop can take longer
-        // than the spin, e.g. under an emulated CPU where every system
-        // call is slow): then this thread must not wake on every datagram
-        // and fight it for the I/O lock.
-        let inline_active =
-            driven || now.saturating_sub(shared.last_inline.load(Ordering::Relaxed)) < max_park;
-        if !inline_active && now.saturating_sub(last_work) < spin {
-            std::thread::yield_now();
-            continue;
-        }
-        // While an application thread drives progress, leave the CPU to
-        // it: sleep until the next timer (posts and fabric doorbells wake
-        // this thread when it is needed sooner). Otherwise sleep on the
-        // backend's descriptor where it has one, so that an arriving
-        // datagram is taken at once, or nap with a growing bound.
-        let on_io = !inline_active && shared.has_sleeper();
-        // Before sleeping on the descriptor, the backend makes sure it
-        // will turn readable (the same-host path asks its peers for a
-        // doorbell); something that came meanwhile is taken first.
-        if on_io && wait_prepared(&shared, now) {
-            continue;
-        }
-        let nap = if driven {
-            park
-        } else if on_io {
-            // An arriving datagram or a kick ends this sleep, and timers
-            // bound it: an idle context need not wake every max_park
-            // (under one emulated CPU those wake-ups slowed its peer).
-            IDLE_ON_IO.max(max_park)
-        } else if inline_active {
-            max_park
-        } else {
-            park
-        };
-        let until = match out.deadline {
-            Some(d) => d.min(now + nap),
-            None => now + nap,
-        };
-        shared.wake_at.store(until, Ordering::Release);
-        if !shared.shutdown.load(Ordering::Acquire) {
-            shared.sleep(Duration::from_nanos(until.saturating_sub(now)), on_io);
-        }
-        shared.wake_at.store(RUNNING, Ordering::Release);
-        park = (park * 2).min(max_park);
     }
     // The last handle may have gone inside this thread's own step (a
     // completion channel it was waking held it), with no flush behind
     // it: what the engine still has to send (a destroyed QP's last ACK)
     // leaves now.
     flush(&shared);
+}
+
+/// A step of the progress thread, as its rules read it.
+fn thread_step(shared: &Shared, io: &mut Io) -> Stepped {
+    let out = step(shared, io, Driver::Thread);
+    Stepped {
+        work: out.work,
+        more: out.more,
+        deadline: out.deadline,
+        driven: false,
+    }
 }
 
 /// [`Backend::prepare_wait`](roce_io::Backend::prepare_wait) under the
@@ -727,10 +670,13 @@ pub(crate) fn install_doorbell(port: &FabricPort, doorbell: &Doorbell) {
         let Some(s) = doorbell.get().and_then(Weak::upgrade) else {
             return;
         };
-        let now = s.now();
-        let polling = now.saturating_sub(s.last_inline.load(Ordering::Relaxed))
-            < s.cfg.spin.as_nanos() as Nanos;
-        if !polling && s.wake_at.load(Ordering::Acquire) != RUNNING {
+        let (now, last_inline) = (s.now(), s.sig.last_inline.load(Ordering::Relaxed));
+        if schedule::doorbell_wakes(
+            &s.tuning,
+            now,
+            last_inline,
+            s.sig.wake_at.load(Ordering::Acquire),
+        ) {
             s.unpark();
         }
     });

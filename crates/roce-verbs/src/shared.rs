@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::thread::Thread;
 use std::time::Instant;
@@ -34,9 +34,6 @@ use crate::progress::ProgressConfig;
 
 /// Internal work request ids of receives carry this bit; sends do not.
 pub(crate) const RECV_BIT: u64 = 1 << 63;
-
-/// `wake_at` while the progress thread is awake.
-pub(crate) const RUNNING: u64 = u64::MAX;
 
 /// Memory-region references released under the core lock, to drop after it.
 pub(crate) type Graveyard = Vec<Arc<MrCore>>;
@@ -216,13 +213,10 @@ pub(crate) struct Shared {
     pub(crate) addrs: Vec<IpAddr>,
     pub(crate) shutdown: AtomicBool,
     pub(crate) thread: OnceLock<Thread>,
-    /// When the parked progress thread wakes up by itself ([`RUNNING`]
-    /// while it is awake).
-    pub(crate) wake_at: AtomicU64,
-    /// Last time an application thread polled a CQ and drove progress.
-    pub(crate) last_inline: AtomicU64,
-    /// Polls of empty CQs that drove progress (see `progress::run`).
-    pub(crate) polls: AtomicU64,
+    /// What the scheduling rules read (`schedule.rs`).
+    pub(crate) sig: crate::schedule::Signals,
+    /// The rules' tuning, from `cfg`.
+    pub(crate) tuning: crate::schedule::Tuning,
     pub(crate) events: Mutex<VecDeque<AsyncEvent>>,
     pub(crate) events_cv: Condvar,
     /// Called once per event queued ([`Context::set_event_notifier`](crate::Context::set_event_notifier)).
@@ -239,24 +233,6 @@ pub(crate) struct Shared {
     /// descriptor: it wakes on an arriving datagram.
     #[cfg(target_os = "linux")]
     pub(crate) sleeper: Option<roce_io::Sleeper>,
-    /// The progress thread is (about to be) asleep in the sleeper.
-    pub(crate) in_sleep: AtomicBool,
-    /// Work was handed to the progress thread since it last looked.
-    pub(crate) kicked: AtomicBool,
-    /// The engine was locked by [`Shared::core`] (for something that may
-    /// give it a datagram to send or a timer to run) since a progress step
-    /// last looked for what to send: a polling step that receives nothing
-    /// skips its transmit phase only while this is clear.
-    pub(crate) touched: AtomicBool,
-    /// When the last post of send work ended (`progress::kick_post`).
-    pub(crate) last_post: AtomicU64,
-    /// Calls to poll a CQ, and their count at the last post of send
-    /// work: a post with a poll since the previous one does not belong
-    /// to a burst (`progress::kick_post`).
-    pub(crate) cq_polls: AtomicU64,
-    pub(crate) cq_polls_at_post: AtomicU64,
-    /// Posts whose packets wait for the end of their burst.
-    pub(crate) posts_waiting: AtomicUsize,
     /// The last reading of [`Shared::now`] (see [`Shared::recent`]).
     clock: AtomicU64,
 }
@@ -306,9 +282,8 @@ impl Shared {
             addrs,
             shutdown: AtomicBool::new(false),
             thread: OnceLock::new(),
-            wake_at: AtomicU64::new(RUNNING),
-            last_inline: AtomicU64::new(0),
-            polls: AtomicU64::new(0),
+            sig: crate::schedule::Signals::default(),
+            tuning: crate::schedule::Tuning::new(&cfg),
             events: Mutex::new(VecDeque::new()),
             events_cv: Condvar::new(),
             event_notifier: OnceLock::new(),
@@ -318,13 +293,6 @@ impl Shared {
             cm_sink: OnceLock::new(),
             #[cfg(target_os = "linux")]
             sleeper,
-            in_sleep: AtomicBool::new(false),
-            kicked: AtomicBool::new(false),
-            touched: AtomicBool::new(true),
-            last_post: AtomicU64::new(0),
-            cq_polls: AtomicU64::new(0),
-            cq_polls_at_post: AtomicU64::new(0),
-            posts_waiting: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
         }
     }
@@ -357,7 +325,7 @@ impl Shared {
         let core = lock(&self.core);
         // Under the lock: a step clears the mark under it too, so a change
         // made after the step looked is never left unmarked.
-        self.touched.store(true, Ordering::Relaxed);
+        self.sig.touched.store(true, Ordering::Relaxed);
         core
     }
 
@@ -378,9 +346,9 @@ impl Shared {
         }
         // Paired with `sleep`: either the thread sees `kicked` or this
         // sees `in_sleep` (both sequentially consistent).
-        self.kicked.store(true, Ordering::SeqCst);
+        self.sig.kicked.store(true, Ordering::SeqCst);
         #[cfg(target_os = "linux")]
-        if self.in_sleep.load(Ordering::SeqCst) {
+        if self.sig.in_sleep.load(Ordering::SeqCst) {
             if let Some(s) = &self.sleeper {
                 s.wake();
             }
@@ -401,12 +369,12 @@ impl Shared {
     pub(crate) fn sleep(&self, d: std::time::Duration, on_io: bool) {
         #[cfg(target_os = "linux")]
         if let (true, Some(s)) = (on_io, &self.sleeper) {
-            self.in_sleep.store(true, Ordering::SeqCst);
-            if !self.kicked.swap(false, Ordering::SeqCst) {
+            self.sig.in_sleep.store(true, Ordering::SeqCst);
+            if !self.sig.kicked.swap(false, Ordering::SeqCst) {
                 // An error (none expected from ppoll) only ends the nap.
                 let _ = s.sleep(d);
             }
-            self.in_sleep.store(false, Ordering::SeqCst);
+            self.sig.in_sleep.store(false, Ordering::SeqCst);
             return;
         }
         let _ = on_io;

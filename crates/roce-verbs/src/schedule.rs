@@ -1,0 +1,371 @@
+//! The progress engine's scheduling rules as plain decisions: whose step
+//! sends a post's packets, when a step wakes the progress thread, and
+//! what the progress thread does between its steps (look whether an
+//! application still polls, step, yield, or sleep, and how long). Each
+//! rule takes the moment and the signals it reads as plain values and
+//! returns what to do, so it is tested here with a fake clock; the
+//! callers (`progress.rs`, `cq.rs`) read the signals ([`Signals`]),
+//! run the steps and sleep.
+//!
+//! The rules and the measurements behind each are in the docs of
+//! [`ProgressConfig`]'s fields and in docs/architecture.md ("Threads and locks of the progress engine").
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use roce_core::Nanos;
+
+use crate::progress::ProgressConfig;
+
+/// `wake_at` while the progress thread is awake.
+pub(crate) const RUNNING: u64 = u64::MAX;
+
+/// Longest the progress thread sleeps on the backend's descriptor when
+/// nothing is scheduled (an arriving datagram, a kick or a timer ends it
+/// sooner).
+pub(crate) const IDLE_ON_IO: Nanos = 100_000_000;
+
+/// What the scheduling rules read, written by application threads and
+/// the progress thread without a lock (relaxed, but for the sleep
+/// handshake): each is a hint whose exact count does not matter, only
+/// its changing.
+#[derive(Debug)]
+pub(crate) struct Signals {
+    /// When the parked progress thread wakes up by itself ([`RUNNING`]
+    /// while it is awake).
+    pub(crate) wake_at: AtomicU64,
+    /// Last time an application thread polled an empty CQ and drove
+    /// progress (0: it handed over, [`Signals::handed_over`]).
+    pub(crate) last_inline: AtomicU64,
+    /// Polls of empty CQs that drove progress.
+    pub(crate) polls: AtomicU64,
+    /// The progress thread is (about to be) asleep on the backend's
+    /// descriptor.
+    pub(crate) in_sleep: AtomicBool,
+    /// Work was handed to the progress thread since it last looked.
+    pub(crate) kicked: AtomicBool,
+    /// The engine was locked for something that may give it a datagram
+    /// to send or a timer to run since a step last looked for what to
+    /// send: a polling step that receives nothing skips its transmit
+    /// phase only while this is clear.
+    pub(crate) touched: AtomicBool,
+    /// When the last post of send work ended.
+    pub(crate) last_post: AtomicU64,
+    /// Calls to poll a CQ, and their count at the last post of send
+    /// work: a post with a poll since the previous one does not belong
+    /// to a burst.
+    pub(crate) cq_polls: AtomicU64,
+    pub(crate) cq_polls_at_post: AtomicU64,
+    /// Posts whose packets wait for the end of their burst.
+    pub(crate) posts_waiting: AtomicUsize,
+}
+
+impl Default for Signals {
+    fn default() -> Signals {
+        Signals {
+            wake_at: AtomicU64::new(RUNNING),
+            last_inline: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
+            in_sleep: AtomicBool::new(false),
+            kicked: AtomicBool::new(false),
+            touched: AtomicBool::new(true),
+            last_post: AtomicU64::new(0),
+            cq_polls: AtomicU64::new(0),
+            cq_polls_at_post: AtomicU64::new(0),
+            posts_waiting: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Adds one to a hint counter (not a locked increment: only its changing
+/// matters).
+fn bump(c: &AtomicU64) -> u64 {
+    let v = c.load(Ordering::Relaxed).wrapping_add(1);
+    c.store(v, Ordering::Relaxed);
+    v
+}
+
+impl Signals {
+    /// An application thread polls a CQ.
+    pub(crate) fn cq_polled(&self) {
+        bump(&self.cq_polls);
+    }
+
+    /// The CQ was empty: the thread drives a step itself at `now`.
+    pub(crate) fn polled_empty(&self, now: Nanos) {
+        self.last_inline.store(now, Ordering::Relaxed);
+        bump(&self.polls);
+    }
+
+    /// The application found what it polled for and may wait by other
+    /// means now ([`ProgressConfig::hand_over_on_completion`], and a
+    /// thread about to block on a channel): the progress thread takes
+    /// over at its next look.
+    pub(crate) fn handed_over(&self) {
+        self.last_inline.store(0, Ordering::Relaxed);
+    }
+
+    /// A post of send work at `now` is sent by [`post`]'s decision;
+    /// returns the view of it.
+    pub(crate) fn post_view(&self, now: Nanos) -> PostView {
+        let polls = self.cq_polls.load(Ordering::Relaxed);
+        let polled = polls != self.cq_polls_at_post.load(Ordering::Relaxed);
+        self.cq_polls_at_post.store(polls, Ordering::Relaxed);
+        PostView {
+            now,
+            last_post: self.last_post.load(Ordering::Relaxed),
+            waiting: self.posts_waiting.load(Ordering::Relaxed),
+            polled,
+            last_inline: self.last_inline.load(Ordering::Relaxed),
+            wake_at: self.wake_at.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// The tuning the rules use, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    pub(crate) spin: Nanos,
+    /// At least 1 µs.
+    pub(crate) max_park: Nanos,
+    /// The progress thread's first nap after work.
+    pub(crate) min_park: Nanos,
+    /// At least 1 µs.
+    pub(crate) poller_park: Nanos,
+    /// The burst window of [`ProgressConfig::coalesce_posts`] (0: off).
+    pub(crate) coalesce: Nanos,
+    /// Posts a burst holds back at most.
+    pub(crate) burst_max: usize,
+}
+
+impl Tuning {
+    pub(crate) fn new(cfg: &ProgressConfig) -> Tuning {
+        let max_park = (cfg.max_park.as_nanos() as Nanos).max(1_000);
+        Tuning {
+            spin: cfg.spin.as_nanos() as Nanos,
+            max_park,
+            min_park: 10_000.min(max_park),
+            poller_park: (cfg.poller_park.as_nanos() as Nanos).max(1_000),
+            coalesce: if cfg.inline_progress {
+                cfg.coalesce_posts.as_nanos() as Nanos
+            } else {
+                0
+            },
+            burst_max: cfg.batch / 2,
+        }
+    }
+
+    /// The first look at a polling application: every look comes after
+    /// this long when `poller_park` is below `max_park`.
+    fn first_look(&self) -> Nanos {
+        self.max_park.min(self.poller_park)
+    }
+}
+
+/// What a post of send work sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PostView {
+    pub(crate) now: Nanos,
+    /// When the previous post ended.
+    pub(crate) last_post: Nanos,
+    /// Posts already waiting for the end of their burst.
+    pub(crate) waiting: usize,
+    /// The application polled a CQ since the previous post.
+    pub(crate) polled: bool,
+    pub(crate) last_inline: Nanos,
+    pub(crate) wake_at: Nanos,
+}
+
+/// Who sends a post's packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Post {
+    /// This post: a step now (or the progress thread, if none can run).
+    Send,
+    /// The end of its burst: the application's next poll, a post that
+    /// finds the burst full, or the progress thread within the window;
+    /// `wake`: wake the progress thread now (no application polls, and
+    /// it would not look within the window).
+    Wait { wake: bool },
+}
+
+/// [`ProgressConfig::coalesce_posts`]: a post that follows the previous
+/// one within the window, with no poll between them (a latency loop polls
+/// after each post), joins its burst until the burst holds `burst_max`.
+pub(crate) fn post(t: &Tuning, v: PostView) -> Post {
+    let in_burst = t.coalesce > 0
+        && v.now.saturating_sub(v.last_post) < t.coalesce
+        && !v.polled
+        && v.waiting < t.burst_max;
+    if !in_burst {
+        return Post::Send;
+    }
+    let polling = v.now.saturating_sub(v.last_inline) < t.max_park;
+    Post::Wait {
+        wake: !polling && v.wake_at > v.now.saturating_add(t.coalesce),
+    }
+}
+
+/// Whether an application thread's step ends by waking the progress
+/// thread: it left packets to send (`more`), or the engine's next timer
+/// (`deadline`) comes before the thread would look by itself (`wake_at`)
+/// and within `max_park` of `now`. A timer due within `max_park` of a
+/// poll is the polling thread's: it comes back long before (a ping-pong's
+/// deferred ACK would otherwise wake the progress thread every round trip,
+/// a context switch the poller pays for on a busy CPU).
+pub(crate) fn wake_after_step(
+    t: &Tuning,
+    poll: bool,
+    more: bool,
+    deadline: Option<Nanos>,
+    wake_at: Nanos,
+    now: Nanos,
+) -> bool {
+    let horizon = now.saturating_add(t.max_park);
+    let polled_soon = poll && deadline.is_some_and(|d| d <= horizon);
+    let early = deadline.is_some_and(|d| d < wake_at && d < horizon);
+    more || (!polled_soon && early)
+}
+
+/// Whether a datagram queued on a fabric port wakes the progress thread:
+/// not while an application polls (within `spin`: it takes the datagram
+/// itself) nor while the thread is awake.
+pub(crate) fn doorbell_wakes(t: &Tuning, now: Nanos, last_inline: Nanos, wake_at: Nanos) -> bool {
+    let polling = now.saturating_sub(last_inline) < t.spin;
+    !polling && wake_at != RUNNING
+}
+
+/// The progress thread's own state between its steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ThreadRules {
+    /// Its next nap when nothing drives the I/O (doubles up to
+    /// `max_park`).
+    park: Nanos,
+    /// Its next look at a polling application (doubles up to
+    /// `poller_park`).
+    watch: Nanos,
+    polls_seen: u64,
+    last_work: Nanos,
+}
+
+/// What the progress thread does after a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rest {
+    /// Step again now.
+    Again,
+    /// Yield the CPU, then step again.
+    Yield,
+    /// Sleep until `until`, on the backend's descriptor when `on_io`
+    /// (after [`Backend::prepare_wait`](roce_io::Backend::prepare_wait):
+    /// when something came meanwhile, step again instead), else parked.
+    Sleep { until: Nanos, on_io: bool },
+}
+
+/// What a thread step did, as [`ThreadRules::rest`] reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Stepped {
+    pub(crate) work: bool,
+    pub(crate) more: bool,
+    pub(crate) deadline: Option<Nanos>,
+    /// An application thread held the I/O: no step ran.
+    pub(crate) driven: bool,
+}
+
+impl ThreadRules {
+    pub(crate) fn new(t: &Tuning, now: Nanos) -> ThreadRules {
+        ThreadRules {
+            park: t.min_park,
+            watch: t.first_look(),
+            polls_seen: 0,
+            last_work: now,
+        }
+    }
+
+    /// At the top of the loop: while an application thread polls over and
+    /// over (twice or more since the last look, the last within
+    /// `max_park`), its steps receive, transmit and run the timers, and
+    /// this thread only looks now and then whether the polling goes on:
+    /// `Some(nap)` until the next look (unless work was handed over: a
+    /// kick, which the caller checks). One that checks its CQ now and
+    /// then (a passive side between waits) must not stall the receiving
+    /// this thread does: `None`, step.
+    pub(crate) fn watch(
+        &mut self,
+        t: &Tuning,
+        now: Nanos,
+        last_inline: Nanos,
+        polls: u64,
+    ) -> Option<Nanos> {
+        let polling = now.saturating_sub(last_inline) < t.max_park
+            && polls.wrapping_sub(self.polls_seen) >= 2;
+        self.polls_seen = polls;
+        polling.then_some(self.watch)
+    }
+
+    /// The look of [`watch`](Self::watch) slept: the next comes twice as
+    /// late, up to `poller_park` (waking costs the polling thread a
+    /// context switch on a busy CPU).
+    pub(crate) fn watched(&mut self, t: &Tuning) {
+        self.watch = (self.watch * 2).min(t.poller_park);
+    }
+
+    /// The thread steps: the next look at a poller starts short again.
+    pub(crate) fn stepping(&mut self, t: &Tuning) {
+        self.watch = t.first_look();
+    }
+
+    /// After a step at `now`: work means step again at once; a due timer
+    /// a yield; otherwise, within `spin` of the last work and with no
+    /// application driving, a yield, then sleep: until the next timer,
+    /// bounded by `max_park` while an application drives (it takes what
+    /// arrives; posts and doorbells wake this thread sooner when needed),
+    /// on the backend's descriptor (`has_sleeper`) for up to
+    /// [`IDLE_ON_IO`] when none does, else a nap that doubles from
+    /// `min_park` to `max_park`.
+    pub(crate) fn rest(
+        &mut self,
+        t: &Tuning,
+        now: Nanos,
+        s: Stepped,
+        last_inline: Nanos,
+        has_sleeper: bool,
+    ) -> Rest {
+        if s.work || s.more {
+            self.last_work = now;
+            self.park = t.min_park;
+            return Rest::Again;
+        }
+        if s.deadline.is_some_and(|d| d <= now) {
+            return Rest::Yield;
+        }
+        // An application thread that polled within the last max_park is
+        // taken to be still polling (one round of its loop can take longer
+        // than the spin, e.g. under an emulated CPU where every system
+        // call is slow).
+        let inline_active = s.driven || now.saturating_sub(last_inline) < t.max_park;
+        if !inline_active && now.saturating_sub(self.last_work) < t.spin {
+            return Rest::Yield;
+        }
+        let on_io = !inline_active && has_sleeper;
+        let nap = if s.driven {
+            self.park
+        } else if on_io {
+            IDLE_ON_IO.max(t.max_park)
+        } else if inline_active {
+            t.max_park
+        } else {
+            self.park
+        };
+        let until = match s.deadline {
+            Some(d) => d.min(now + nap),
+            None => now + nap,
+        };
+        Rest::Sleep { until, on_io }
+    }
+
+    /// A sleep of [`rest`](Self::rest) ended: the next nap is longer.
+    pub(crate) fn slept(&mut self, t: &Tuning) {
+        self.park = (self.park * 2).min(t.max_park);
+    }
+}
+
+#[cfg(test)]
+mod tests;

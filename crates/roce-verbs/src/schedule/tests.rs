@@ -1,0 +1,326 @@
+//! Each scheduling rule with a fake clock (nanoseconds from 0).
+
+use std::time::Duration;
+
+use super::*;
+
+const US: Nanos = 1_000;
+const MS: Nanos = 1_000_000;
+
+/// The drop-in's tuning: 1 ms `max_park`, 16 ms `poller_park`, 50 µs
+/// spin, bursts of up to 32 posts within 20 µs.
+fn tuning() -> Tuning {
+    Tuning::new(&ProgressConfig {
+        coalesce_posts: Duration::from_micros(20),
+        ..ProgressConfig::default()
+    })
+}
+
+fn view(now: Nanos, last_post: Nanos) -> PostView {
+    PostView {
+        now,
+        last_post,
+        waiting: 0,
+        polled: false,
+        last_inline: 0,
+        wake_at: RUNNING,
+    }
+}
+
+#[test]
+fn tuning_bounds_its_intervals() {
+    let t = Tuning::new(&ProgressConfig {
+        max_park: Duration::ZERO,
+        poller_park: Duration::ZERO,
+        ..ProgressConfig::default()
+    });
+    assert_eq!((t.max_park, t.poller_park, t.min_park), (US, US, US));
+    let t = tuning();
+    assert_eq!(
+        (t.max_park, t.min_park, t.poller_park),
+        (MS, 10 * US, 16 * MS)
+    );
+    assert_eq!((t.coalesce, t.burst_max), (20 * US, 32));
+    // Without inline progress nothing waits for a burst's end.
+    let off = Tuning::new(&ProgressConfig {
+        inline_progress: false,
+        coalesce_posts: Duration::from_micros(20),
+        ..ProgressConfig::default()
+    });
+    assert_eq!(off.coalesce, 0);
+}
+
+/// A burst of posts (perftest's bandwidth loops post one WR per call)
+/// waits for its end: posts within the window with no poll between them
+/// hold back their packets, up to half a batch, and the poll after the
+/// burst (or the post that fills it) sends them.
+#[test]
+fn a_burst_of_posts_is_sent_at_its_end() {
+    let t = tuning();
+    // The first post of a run sends (nothing came just before it).
+    assert_eq!(post(&t, view(100 * MS, 0)), Post::Send);
+    // The next ones, 2 µs apart, wait: the application polled within
+    // max_park, so nobody needs waking.
+    let mut v = view(100 * MS + 2 * US, 100 * MS);
+    v.last_inline = 100 * MS - 5 * US;
+    for waiting in 0..t.burst_max {
+        v.waiting = waiting;
+        assert_eq!(post(&t, v), Post::Wait { wake: false }, "post {waiting}");
+    }
+    // Half a batch waiting: this one sends them all.
+    v.waiting = t.burst_max;
+    assert_eq!(post(&t, v), Post::Send);
+    // A poll between two posts: a latency loop, not a burst.
+    let mut v = view(100 * MS + 2 * US, 100 * MS);
+    v.polled = true;
+    assert_eq!(post(&t, v), Post::Send);
+    // Past the window: a new burst starts with a send.
+    assert_eq!(post(&t, view(100 * MS + 20 * US, 100 * MS)), Post::Send);
+    // Off (no window): every post sends.
+    let off = Tuning {
+        coalesce: 0,
+        ..tuning()
+    };
+    assert_eq!(post(&off, view(100 * MS + US, 100 * MS)), Post::Send);
+}
+
+/// A burst of a program that does not poll: the progress thread is woken
+/// to send it, unless it looks within the window anyway.
+#[test]
+fn a_burst_nobody_polls_for_wakes_the_thread_unless_it_looks_soon() {
+    let t = tuning();
+    let now = 100 * MS + 2 * US;
+    let mut v = view(now, 100 * MS);
+    v.last_inline = 50 * MS;
+    v.wake_at = now + MS;
+    assert_eq!(post(&t, v), Post::Wait { wake: true });
+    v.wake_at = now + 10 * US;
+    assert_eq!(post(&t, v), Post::Wait { wake: false });
+    v.wake_at = RUNNING;
+    assert_eq!(post(&t, v), Post::Wait { wake: true }, "asleep on I/O");
+}
+
+/// After an application thread's step: packets left always wake the
+/// progress thread; a timer (a deferred ACK) within max_park of a poll
+/// is the poller's; a later or non-polling step's timer wakes the thread
+/// only if it comes before its own wake-up and within max_park.
+#[test]
+fn a_step_wakes_the_thread_for_what_it_cannot_do_itself() {
+    let t = tuning();
+    let now = 10 * MS;
+    assert!(wake_after_step(&t, true, true, None, RUNNING, now));
+    assert!(!wake_after_step(&t, true, false, None, now + 5 * MS, now));
+    // The poller's deferred ACK, 200 µs out: the poller comes back first.
+    assert!(!wake_after_step(
+        &t,
+        true,
+        false,
+        Some(now + 200 * US),
+        now + 5 * MS,
+        now
+    ));
+    // The same after a post: the thread must run it.
+    assert!(wake_after_step(
+        &t,
+        false,
+        false,
+        Some(now + 200 * US),
+        now + 5 * MS,
+        now
+    ));
+    // ... unless it wakes before it anyway.
+    assert!(!wake_after_step(
+        &t,
+        false,
+        false,
+        Some(now + 200 * US),
+        now + 100 * US,
+        now
+    ));
+    // A timer beyond max_park is the thread's next look's business.
+    assert!(!wake_after_step(
+        &t,
+        false,
+        false,
+        Some(now + 2 * MS),
+        now + 50 * MS,
+        now
+    ));
+}
+
+#[test]
+fn a_doorbell_wakes_only_a_sleeping_thread_of_a_program_not_polling() {
+    let t = tuning();
+    let now = 10 * MS;
+    assert!(doorbell_wakes(&t, now, now - MS, now + MS));
+    assert!(!doorbell_wakes(&t, now, now - 10 * US, now + MS), "polling");
+    assert!(!doorbell_wakes(&t, now, now - MS, RUNNING), "awake");
+}
+
+/// A program polling over and over: the thread looks at doubling
+/// intervals from max_park up to poller_park; a single poll, or one
+/// more than max_park ago, is not "polling"; a step resets the looks.
+#[test]
+fn the_thread_watches_a_poller_at_doubling_intervals() {
+    let t = tuning();
+    let mut r = ThreadRules::new(&t, 0);
+    let mut now = 10 * MS;
+    let mut polls = 10;
+    let mut naps = Vec::new();
+    for _ in 0..7 {
+        polls += 5;
+        let nap = r.watch(&t, now, now - 100 * US, polls).expect("polling");
+        naps.push(nap / MS);
+        r.watched(&t);
+        now += nap;
+    }
+    assert_eq!(naps, [1, 2, 4, 8, 16, 16, 16]);
+    // One poll since the last look: not a poller; the thread steps, and
+    // its next look at a poller starts short again.
+    assert_eq!(r.watch(&t, now, now - 100 * US, polls + 1), None);
+    r.stepping(&t);
+    assert_eq!(r.watch(&t, now, now - 100 * US, polls + 3), Some(MS));
+    // Polls long ago: not polling now.
+    assert_eq!(r.watch(&t, now, now - 2 * MS, polls + 9), None);
+    // A poller_park below max_park: every look after poller_park.
+    let short = Tuning {
+        poller_park: 100 * US,
+        ..t
+    };
+    let mut r = ThreadRules::new(&short, 0);
+    assert_eq!(r.watch(&short, now, now - 10 * US, 2), Some(100 * US));
+    r.watched(&short);
+    assert_eq!(r.watch(&short, now, now - 10 * US, 4), Some(100 * US));
+}
+
+fn stepped(work: bool, deadline: Option<Nanos>) -> Stepped {
+    Stepped {
+        work,
+        deadline,
+        ..Stepped::default()
+    }
+}
+
+/// After work the thread steps again at once; a timer due now is a
+/// yield; for `spin` after its last work, a yield too (more may come),
+/// then it sleeps.
+#[test]
+fn work_steps_again_and_the_spin_yields_before_a_sleep() {
+    let t = tuning();
+    let mut r = ThreadRules::new(&t, 0);
+    let now = 10 * MS;
+    assert_eq!(r.rest(&t, now, stepped(true, None), 0, true), Rest::Again);
+    let more = Stepped {
+        more: true,
+        ..Stepped::default()
+    };
+    assert_eq!(r.rest(&t, now, more, 0, true), Rest::Again);
+    assert_eq!(
+        r.rest(&t, now + US, stepped(false, Some(now)), 0, true),
+        Rest::Yield
+    );
+    assert_eq!(
+        r.rest(&t, now + 20 * US, stepped(false, None), 0, true),
+        Rest::Yield
+    );
+    // Past the spin: asleep on the descriptor, bounded by the next timer.
+    let at = now + 60 * US;
+    assert_eq!(
+        r.rest(&t, at, stepped(false, None), 0, true),
+        Rest::Sleep {
+            until: at + IDLE_ON_IO,
+            on_io: true
+        }
+    );
+    assert_eq!(
+        r.rest(&t, at, stepped(false, Some(at + 3 * MS)), 0, true),
+        Rest::Sleep {
+            until: at + 3 * MS,
+            on_io: true
+        }
+    );
+}
+
+/// Without a descriptor to sleep on, the thread naps from `min_park`,
+/// doubling up to `max_park`; work resets the nap.
+#[test]
+fn without_a_descriptor_the_naps_double_to_max_park() {
+    let t = tuning();
+    let mut r = ThreadRules::new(&t, 0);
+    let mut now = 10 * MS;
+    let mut naps = Vec::new();
+    for _ in 0..9 {
+        let Rest::Sleep { until, on_io } = r.rest(&t, now, stepped(false, None), 0, false) else {
+            panic!("a sleep")
+        };
+        assert!(!on_io);
+        naps.push((until - now) / US);
+        r.slept(&t);
+        now = until;
+    }
+    assert_eq!(naps, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+    assert_eq!(r.rest(&t, now, stepped(true, None), 0, false), Rest::Again);
+    let Rest::Sleep { until, .. } = r.rest(&t, now + MS, stepped(false, None), 0, false) else {
+        panic!("a sleep")
+    };
+    assert_eq!(until - (now + MS), 10 * US, "back to min_park");
+}
+
+/// While an application drives the I/O (it held the lock, or polled
+/// within max_park) the thread leaves the CPU to it: no sleep on the
+/// descriptor (it stays readable until the poller takes the datagram),
+/// a nap of its park, or of max_park, bounded by the next timer.
+#[test]
+fn while_an_application_drives_the_thread_naps_off_the_descriptor() {
+    let t = tuning();
+    let mut r = ThreadRules::new(&t, 0);
+    let now = 10 * MS;
+    let driven = Stepped {
+        driven: true,
+        ..Stepped::default()
+    };
+    assert_eq!(
+        r.rest(&t, now, driven, 0, true),
+        Rest::Sleep {
+            until: now + t.min_park,
+            on_io: false
+        }
+    );
+    // Polled 300 µs ago: still polling; no spin either.
+    assert_eq!(
+        r.rest(&t, now, stepped(false, None), now - 300 * US, true),
+        Rest::Sleep {
+            until: now + MS,
+            on_io: false
+        }
+    );
+    assert_eq!(
+        r.rest(
+            &t,
+            now,
+            stepped(false, Some(now + 200 * US)),
+            now - 300 * US,
+            true
+        ),
+        Rest::Sleep {
+            until: now + 200 * US,
+            on_io: false
+        }
+    );
+}
+
+#[test]
+fn the_signals_feed_the_rules() {
+    let s = Signals::default();
+    assert_eq!(s.wake_at.load(Ordering::Relaxed), RUNNING);
+    assert!(s.touched.load(Ordering::Relaxed), "the first step looks");
+    s.cq_polled();
+    let v = s.post_view(5);
+    assert!(v.polled, "a poll since the last post");
+    assert!(!s.post_view(6).polled, "none since");
+    s.polled_empty(42);
+    assert_eq!(s.last_inline.load(Ordering::Relaxed), 42);
+    assert_eq!(s.polls.load(Ordering::Relaxed), 1);
+    s.handed_over();
+    assert_eq!(s.last_inline.load(Ordering::Relaxed), 0);
+}
