@@ -1,5 +1,7 @@
-//! `roce exec --pcap/--faults/--stats` in the library (docs/debugging.md):
-//! `ROCE_PCAP`, `ROCE_FAULTS`, `ROCE_STATS` and `ROCE_STATS_JSON`.
+//! `roce exec --pcap/--faults/--stats/--trace` in the library
+//! (docs/debugging.md): `ROCE_PCAP`, `ROCE_FAULTS`, `ROCE_STATS` and
+//! `ROCE_STATS_JSON`, and `ROCE_TRACE` ([`trace`], read at the first call
+//! rather than the first open, so that it sees `ibv_get_device_list`).
 //!
 //! Unlike the other settings (`config`), these are read once per process,
 //! when its first engine opens: one capture file, one fault plan (whose
@@ -21,6 +23,7 @@ use roce_verbs::OpenOptions;
 use crate::config::say;
 
 mod stats;
+pub(crate) mod trace;
 
 pub(crate) use stats::{count_status, cq_destroyed, qp_destroyed, StatusCounts};
 

@@ -16,7 +16,7 @@ use crate::cq::Cq;
 use crate::qp::Qp;
 
 /// `ibv_wc_status` values 0 to 21 and rdma-core's names.
-const STATUS: [&str; 22] = [
+pub(super) const STATUS: [&str; 22] = [
     "SUCCESS",
     "LOC_LEN_ERR",
     "LOC_QP_OP_ERR",
