@@ -104,17 +104,20 @@ fn ptr(out: &mut String, p: usize) {
 
 /// A number: by the argument's name when it names flags or an enum.
 fn number(c: &mut Call, name: &str, v: i64) {
-    let call = c.name();
+    let flags_of_qp = c.is("ibv_modify_qp") || c.is("ibv_query_qp");
+    let (status, cm, ev) = (
+        c.is("ibv_wc_status_str"),
+        c.is("rdma_event_str"),
+        c.is("ibv_event_type_str"),
+    );
     let out = c.key(name);
     let n = v as u32;
     match name.trim_start_matches('_') {
         "access" => names::flags(out, &names::ACCESS, n),
-        "mask" | "attr_mask" if call.ends_with("_qp") => names::flags(out, &names::QP_ATTR_MASK, n),
-        "status" if call == "ibv_wc_status_str" => {
-            names::named(out, &super::super::stats::STATUS, n)
-        }
-        "event" if call == "rdma_event_str" => names::named(out, &names::CM_EVENT, n),
-        "e" if call == "ibv_event_type_str" => names::named(out, &names::ASYNC_EVENT, n),
+        "mask" | "attr_mask" if flags_of_qp => names::flags(out, &names::QP_ATTR_MASK, n),
+        "status" if status => names::named(out, &super::super::stats::STATUS, n),
+        "event" if cm => names::named(out, &names::CM_EVENT, n),
+        "e" if ev => names::named(out, &names::ASYNC_EVENT, n),
         _ => {
             let _ = write!(out, "{v}");
         }
@@ -377,7 +380,7 @@ fn ah_fields(o: &mut String, a: &ibv_ah_attr) {
 
 impl Decoded for &Arg<'_, *mut ibv_ah_attr> {
     fn before(&self, c: &mut Call) {
-        if c.name() == "ibv_create_ah" {
+        if c.is("ibv_create_ah") {
             object(c.key(self.0), *self.1, ah_fields);
         } else {
             ptr(c.key(self.0), *self.1 as usize);
@@ -388,7 +391,7 @@ impl Decoded for &Arg<'_, *mut ibv_ah_attr> {
 impl Decoded for &Arg<'_, *mut ibv_qp_attr> {
     fn before(&self, c: &mut Call) {
         // `ibv_modify_qp`'s body notes them, by the mask ([`qp_attr`]).
-        if c.name() != "ibv_modify_qp" {
+        if !c.is("ibv_modify_qp") {
             ptr(c.key(self.0), *self.1 as usize);
         }
     }
@@ -476,7 +479,7 @@ impl Decoded for &Arg<'_, *mut ibv_wc> {
     /// The completions `ibv_poll_cq` wrote.
     fn after(&self, c: &mut Call) {
         let n = match c.ret_num() {
-            Some(n) if n > 0 && c.name() == "ibv_poll_cq" => (n as usize).min(MAX_LIST),
+            Some(n) if n > 0 && c.is("ibv_poll_cq") => (n as usize).min(MAX_LIST),
             _ => return,
         };
         let base = *self.1 as *const ibv_wc;
@@ -524,7 +527,7 @@ fn async_event(out: &mut String, e: &ibv_async_event) {
 
 impl Decoded for &Arg<'_, *mut ibv_async_event> {
     fn before(&self, c: &mut Call) {
-        if c.name() == "ibv_ack_async_event" {
+        if c.is("ibv_ack_async_event") {
             // SAFETY: the event the program gives back.
             match unsafe { self.1.as_ref() } {
                 Some(e) => async_event(c.key(self.0), e),
@@ -537,7 +540,7 @@ impl Decoded for &Arg<'_, *mut ibv_async_event> {
 
     /// The event `ibv_get_async_event` handed out.
     fn after(&self, c: &mut Call) {
-        if c.name() == "ibv_get_async_event" && c.ok() {
+        if c.is("ibv_get_async_event") && c.ok() {
             // SAFETY: the verb filled the program's structure.
             if let Some(e) = unsafe { self.1.as_ref() } {
                 async_event(c.key("event"), e);
@@ -633,7 +636,7 @@ impl Decoded for &Arg<'_, *const libc::sockaddr> {
 impl Decoded for &Arg<'_, *mut libc::sockaddr> {
     fn before(&self, c: &mut Call) {
         // Inputs of the rdma_cm calls; the r* socket calls' are outputs.
-        if c.name().starts_with("rdma_") {
+        if c.is_cm() {
             sockaddr(c.key(self.0), *self.1);
         } else {
             ptr(c.key(self.0), *self.1 as usize);

@@ -22,7 +22,6 @@
 //! poll loop makes millions. The next line of the thread says how many
 //! came before it (`"empty_polls"`), the exit line the total.
 
-use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -67,12 +66,14 @@ struct Tracer {
 }
 
 /// Per thread: inside a traced call, the thread's ID, the empty polls
-/// since its last line, and what the call's body noted ([`note`]).
+/// since its last line, what the call's body noted ([`note`]), and the
+/// buffer its lines are made in.
 struct Local {
     busy: Cell<bool>,
     tid: Cell<i32>,
     empty: Cell<u64>,
     note: RefCell<String>,
+    line: RefCell<String>,
 }
 
 thread_local! {
@@ -82,6 +83,7 @@ thread_local! {
             tid: Cell::new(0),
             empty: Cell::new(0),
             note: RefCell::new(String::new()),
+            line: RefCell::new(String::new()),
         }
     };
 }
@@ -219,23 +221,29 @@ impl Tracer {
 
 /// Unix time in seconds, to the microsecond.
 fn now() -> String {
+    let mut s = String::new();
+    put_now(&mut s);
+    s
+}
+
+fn put_now(s: &mut String) {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    format!("{}.{:06}", d.as_secs(), d.subsec_micros())
+    let _ = write!(s, "{}.{:06}", d.as_secs(), d.subsec_micros());
 }
 
-/// The name a program knows an entry point by: exports keep theirs; the
-/// entries reached through function pointers are the inline wrappers
-/// `verbs.h` gives them (`post_send` is `ibv_post_send`, `read_opcode`
-/// is `ibv_wc_read_opcode`).
-fn shown(name: &'static str, entry: bool) -> Cow<'static, str> {
+/// The prefix of the name a program knows an entry point by: exports
+/// keep theirs; the entries reached through function pointers are the
+/// inline wrappers `verbs.h` gives them (`post_send` is `ibv_post_send`,
+/// `read_opcode` is `ibv_wc_read_opcode`).
+fn prefix(name: &'static str, entry: bool) -> &'static str {
     if !entry || name.starts_with("ibv_") || name.starts_with("rdma_") {
-        Cow::Borrowed(name)
+        ""
     } else if name.starts_with("read_") {
-        Cow::Owned(format!("ibv_wc_{name}"))
+        "ibv_wc_"
     } else {
-        Cow::Owned(format!("ibv_{name}"))
+        "ibv_"
     }
 }
 
@@ -306,9 +314,14 @@ impl Call {
         self.args(f);
     }
 
-    /// The call's name as the program knows it.
-    pub(crate) fn name(&self) -> Cow<'static, str> {
-        shown(self.name, self.entry)
+    /// Whether this is the call the program knows as `full`.
+    pub(crate) fn is(&self, full: &str) -> bool {
+        full.strip_prefix(prefix(self.name, self.entry)) == Some(self.name)
+    }
+
+    /// Whether this is an rdma_cm call.
+    pub(crate) fn is_cm(&self) -> bool {
+        self.name.starts_with("rdma_")
     }
 
     /// The result as a number (a count, an errno value, an address).
@@ -389,27 +402,43 @@ impl Call {
             let _ = LOCAL.try_with(|l| l.empty.set(l.empty.get() + 1));
             return;
         }
-        let _ = LOCAL.try_with(|l| l.empty.set(0));
-        let mut s = String::with_capacity(256 + self.args.len() + self.out.len());
-        let _ = write!(s, "{{\"t\":{},\"tid\":{tid},\"call\":", now());
-        names::string(&mut s, &self.name());
-        s += ",\"args\":{";
-        s += self.args.strip_prefix(',').unwrap_or(&self.args);
+        let _ = LOCAL.try_with(|l| {
+            l.empty.set(0);
+            // The thread's line buffer, kept between calls.
+            let Ok(mut s) = l.line.try_borrow_mut() else {
+                return;
+            };
+            s.clear();
+            self.line(&mut s, tid, empty, &note);
+            t.write(&s);
+        });
+    }
+
+    fn line(&self, s: &mut String, tid: i32, empty: u64, note: &str) {
+        s.push_str("{\"t\":");
+        put_now(s);
+        let _ = write!(
+            s,
+            ",\"tid\":{tid},\"call\":\"{}{}\",\"args\":{{",
+            prefix(self.name, self.entry),
+            self.name
+        );
+        s.push_str(self.args.strip_prefix(',').unwrap_or(&self.args));
         if !note.is_empty() {
             if !self.args.is_empty() {
                 s.push(',');
             }
-            s += &note;
+            s.push_str(note);
         }
         s.push('}');
         if !self.ret.is_empty() {
-            s += ",\"ret\":";
-            s += &self.ret;
+            s.push_str(",\"ret\":");
+            s.push_str(&self.ret);
         }
         if let Some(e) = self.failed() {
             let _ = write!(s, ",\"errno\":{e},\"err\":\"{}\"", names::errno(e));
         }
-        s += &self.out;
+        s.push_str(&self.out);
         let _ = write!(
             s,
             ",\"us\":{:.3}",
@@ -418,8 +447,7 @@ impl Call {
         if empty != 0 {
             let _ = write!(s, ",\"empty_polls\":{empty}");
         }
-        s += "}\n";
-        t.write(&s);
+        s.push_str("}\n");
     }
 }
 
