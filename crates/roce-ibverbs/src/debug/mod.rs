@@ -23,6 +23,7 @@ use roce_verbs::OpenOptions;
 use crate::config::say;
 
 mod stats;
+mod top;
 pub(crate) mod trace;
 
 pub(crate) use stats::{count_status, cq_destroyed, qp_destroyed, StatusCounts};
@@ -46,6 +47,8 @@ pub(crate) struct Debug {
     done: Mutex<stats::Done>,
     /// The process that read the settings.
     pid: u32,
+    /// What `roce top` reads of this process (`ROCE_TOP`).
+    top: Option<top::Top>,
 }
 
 static DEBUG: OnceLock<Debug> = OnceLock::new();
@@ -115,11 +118,12 @@ impl Debug {
             stats,
             done: Mutex::new(stats::Done::default()),
             pid: std::process::id(),
+            top: top::Top::start(),
         }
     }
 
     fn active(&self) -> bool {
-        self.pcap.is_some() || self.faults.is_some() || self.stats.is_some()
+        self.pcap.is_some() || self.faults.is_some() || self.stats.is_some() || self.top.is_some()
     }
 }
 
@@ -151,7 +155,7 @@ pub(crate) fn get() -> &'static Debug {
 /// the RNR windows of the plan.
 pub(crate) fn setup(mut o: OpenOptions) -> OpenOptions {
     let d = get();
-    if !d.active() || (d.pcap.is_none() && d.faults.is_none()) {
+    if d.pcap.is_none() && d.faults.is_none() {
         return o;
     }
     if let Some((plan, _)) = &d.faults {
@@ -213,8 +217,12 @@ pub(crate) fn engine_closed(counters: Vec<(&'static str, u64)>) {
     stats::engine_counters(counters);
 }
 
-/// At exit: the capture flushed, the faults and the counters said.
+/// At exit: the capture flushed, the faults and the counters said,
+/// `roce top`'s file removed.
 fn finish(d: &Debug) {
+    if let Some(t) = &d.top {
+        t.stop();
+    }
     if let Some((path, f)) = &d.pcap {
         let r = f.flush();
         let s = f.stats();

@@ -52,6 +52,11 @@ impl StatusCounts {
     }
 }
 
+/// The completions counted so far, by status (for `roce top`).
+pub(super) fn status_snapshot(c: &StatusCounts) -> [u64; 22] {
+    c.snapshot()
+}
+
 /// Counts a completion of `status` (an `ibv_wc_status`).
 pub(crate) fn count_status(c: &StatusCounts, status: u32) {
     if let Some(a) = c.0.get(status as usize) {
