@@ -61,6 +61,12 @@ pub(crate) struct ExecArgs {
     /// into FILE (`%p` becomes the process ID): ROCE_STATS.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     stats: Option<String>,
+    /// Write every verbs and rdma_cm call the program makes (arguments,
+    /// result, errno), the completions it polls and the events it takes,
+    /// as JSON lines into FILE (`%p` becomes the process ID): ROCE_TRACE
+    /// (docs/debugging.md, "Tracing").
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// The --stats summary as JSON: ROCE_STATS_JSON.
     #[arg(long, requires = "stats")]
     json: bool,
@@ -220,6 +226,9 @@ pub(crate) fn run(args: &ExecArgs) -> i32 {
     }
     if let Some(f) = &args.faults {
         cmd.env("ROCE_FAULTS", f);
+    }
+    if let Some(t) = &args.trace {
+        cmd.env("ROCE_TRACE", t);
     }
     if let Some(s) = &args.stats {
         cmd.env("ROCE_STATS", s);

@@ -1,12 +1,14 @@
 //! `roce`: tools for RoCE v2 (RDMA over Converged Ethernet).
 //!
-//! One command with seven subcommands, at the top of the stack: `perf`
+//! One command with nine subcommands, at the top of the stack: `perf`
 //! (perftest-style bandwidth and latency tests, and perftest's own
 //! exchange with `--perftest`), `pingpong`, `rping` and `udaddy` (rdma-core's
 //! and librdmacm's tools, interoperating with them), `inspect` (decode and
-//! verify captures), `devinfo` (interfaces as RoCE devices) and `sim` (the
-//! fabric simulator). They use `roce-verbs` over `roce-io`'s backends,
-//! `roce-wire` and `roce-capture` for captures, and `roce-sim`. Every
+//! verify captures), `devinfo` (interfaces as RoCE devices), `sim` (the
+//! fabric simulator), `exec` (an unmodified program on the drop-in
+//! library) and `top` (the processes using it). They use `roce-verbs`
+//! over `roce-io`'s backends, `roce-wire` and `roce-capture` for
+//! captures, and `roce-sim`. Every
 //! subcommand is described with example output in the repository's
 //! `docs/tools.md`.
 //!
@@ -33,6 +35,7 @@ mod pingpong;
 mod rping;
 mod sim;
 mod stop;
+mod top;
 mod udaddy;
 
 use clap::{Parser, Subcommand};
@@ -93,6 +96,12 @@ enum Command {
     /// Exit status: the program's; 126/127 when it cannot be started, 2
     /// when the library is missing.
     Exec(exec::ExecArgs),
+    /// Every process of this user that uses the stack (through the
+    /// drop-in library), its contexts and QPs: state, peer, packet and
+    /// bit rates, retransmissions, timeouts, NAKs, CQ errors; refreshed
+    /// every second, or once with `--once` / `--json`
+    /// (docs/debugging.md, "roce top").
+    Top(top::TopArgs),
 }
 
 /// Reports a failure of `roce TOOL`: one line on stderr and, with
@@ -170,6 +179,7 @@ fn main() {
         Command::Udaddy(args) => udaddy::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Exec(args) => exec::run(args),
+        Command::Top(args) => top::run(args),
     };
     std::process::exit(code);
 }

@@ -46,6 +46,20 @@ fn the_program_sees_the_library_and_the_options() {
 }
 
 #[test]
+fn trace_becomes_roce_trace() {
+    let o = roce()
+        .args(["exec", "--trace", "/tmp/t-%p.jsonl", "--", "sh", "-c"])
+        .arg("echo \"$ROCE_TRACE\"")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().trim(),
+        "/tmp/t-%p.jsonl"
+    );
+}
+
+#[test]
 fn a_missing_program_is_127_with_its_name() {
     let o = roce()
         .args(["exec", "--", "no-such-program-here"])

@@ -248,7 +248,7 @@ macro_rules! export {
         $(#[$m])*
         #[export_name = concat!("roce_abi_", stringify!($name))]
         pub(crate) unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
-            boundary!(@body $($conv)*)
+            boundary!(@traced $name, false, ($($a),*), ($($r)?), $($conv)*)
         }
         boundary!(@probe $name, ($($t),*), $($conv)*);
     };
@@ -261,14 +261,44 @@ macro_rules! entry {
     ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? { $($conv:tt)* }) => {
         $(#[$m])*
         unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
-            boundary!(@body $($conv)*)
+            boundary!(@traced $name, true, ($($a),*), ($($r)?), $($conv)*)
         }
         boundary!(@probe $name, ($($t),*), $($conv)*);
     };
 }
 
-/// The body and the test probe of [`export!`] and [`entry!`].
+/// The body and the test probe of [`export!`] and [`entry!`], and the
+/// call's trace (`ROCE_TRACE`, docs/debugging.md, "Tracing"): with
+/// tracing off, one relaxed atomic load before the body.
 macro_rules! boundary {
+    (@traced $name:ident, $entry:expr, ($($a:ident),*), ($($r:ty)?), $($conv:tt)*) => {{
+        let mut __call = if $crate::debug::trace::enabled() {
+            $crate::debug::trace::Call::begin(stringify!($name), $entry, boundary!(@conv $($conv)*))
+        } else {
+            None
+        };
+        #[allow(unused_imports)]
+        use $crate::debug::trace::{Decoded as _, DecodedRet as _, Plain as _, PlainRet as _};
+        if let Some(__c) = &mut __call {
+            __c.args(|__c| {
+                $((&&$crate::debug::trace::Arg(stringify!($a), &$a)).before(__c);)*
+            });
+        }
+        let __r: boundary!(@ty $($r)?) = boundary!(@body $($conv)*);
+        if let Some(mut __c) = __call {
+            __c.returned(|__c| (&&$crate::debug::trace::Ret(&__r)).ret(__c));
+            __c.args(|__c| {
+                $((&&$crate::debug::trace::Arg(stringify!($a), &$a)).after(__c);)*
+            });
+            __c.end();
+        }
+        __r
+    }};
+    (@ty) => { () };
+    (@ty $r:ty) => { $r };
+    (@conv value_or($($x:tt)*)) => { "value_or" };
+    (@conv posted($($x:tt)*)) => { "posted" };
+    (@conv $conv:ident($($x:tt)*)) => { stringify!($conv) };
     (@body value_or($d:expr, || $body:expr)) => {
         value_or($d, || $body)
     };
@@ -470,6 +500,8 @@ mod tests {
             "unmap.rs: munmap",
             "cm/exit.rs: at_exit",
             "debug/mod.rs: at_exit",
+            "debug/trace/mod.rs: at_exit",
+            "debug/trace/mod.rs: at_fork_child",
         ];
         let mut found = Vec::new();
         let mut stack = vec![root.join("src")];

@@ -1,5 +1,7 @@
-//! `roce exec --pcap/--faults/--stats` in the library (docs/debugging.md):
-//! `ROCE_PCAP`, `ROCE_FAULTS`, `ROCE_STATS` and `ROCE_STATS_JSON`.
+//! `roce exec --pcap/--faults/--stats/--trace` in the library
+//! (docs/debugging.md): `ROCE_PCAP`, `ROCE_FAULTS`, `ROCE_STATS` and
+//! `ROCE_STATS_JSON`, and `ROCE_TRACE` ([`trace`], read at the first call
+//! rather than the first open, so that it sees `ibv_get_device_list`).
 //!
 //! Unlike the other settings (`config`), these are read once per process,
 //! when its first engine opens: one capture file, one fault plan (whose
@@ -21,6 +23,8 @@ use roce_verbs::OpenOptions;
 use crate::config::say;
 
 mod stats;
+mod top;
+pub(crate) mod trace;
 
 pub(crate) use stats::{count_status, cq_destroyed, qp_destroyed, StatusCounts};
 
@@ -43,6 +47,8 @@ pub(crate) struct Debug {
     done: Mutex<stats::Done>,
     /// The process that read the settings.
     pid: u32,
+    /// What `roce top` reads of this process (`ROCE_TOP`).
+    top: Option<top::Top>,
 }
 
 static DEBUG: OnceLock<Debug> = OnceLock::new();
@@ -112,11 +118,12 @@ impl Debug {
             stats,
             done: Mutex::new(stats::Done::default()),
             pid: std::process::id(),
+            top: top::Top::start(),
         }
     }
 
     fn active(&self) -> bool {
-        self.pcap.is_some() || self.faults.is_some() || self.stats.is_some()
+        self.pcap.is_some() || self.faults.is_some() || self.stats.is_some() || self.top.is_some()
     }
 }
 
@@ -148,7 +155,7 @@ pub(crate) fn get() -> &'static Debug {
 /// the RNR windows of the plan.
 pub(crate) fn setup(mut o: OpenOptions) -> OpenOptions {
     let d = get();
-    if !d.active() || (d.pcap.is_none() && d.faults.is_none()) {
+    if d.pcap.is_none() && d.faults.is_none() {
         return o;
     }
     if let Some((plan, _)) = &d.faults {
@@ -210,8 +217,12 @@ pub(crate) fn engine_closed(counters: Vec<(&'static str, u64)>) {
     stats::engine_counters(counters);
 }
 
-/// At exit: the capture flushed, the faults and the counters said.
+/// At exit: the capture flushed, the faults and the counters said,
+/// `roce top`'s file removed.
 fn finish(d: &Debug) {
+    if let Some(t) = &d.top {
+        t.stop();
+    }
     if let Some((path, f)) = &d.pcap {
         let r = f.flush();
         let s = f.stats();

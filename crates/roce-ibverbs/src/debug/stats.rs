@@ -16,7 +16,7 @@ use crate::cq::Cq;
 use crate::qp::Qp;
 
 /// `ibv_wc_status` values 0 to 21 and rdma-core's names.
-const STATUS: [&str; 22] = [
+pub(super) const STATUS: [&str; 22] = [
     "SUCCESS",
     "LOC_LEN_ERR",
     "LOC_QP_OP_ERR",
@@ -50,6 +50,11 @@ impl StatusCounts {
     fn snapshot(&self) -> [u64; 22] {
         std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
     }
+}
+
+/// The completions counted so far, by status (for `roce top`).
+pub(super) fn status_snapshot(c: &StatusCounts) -> [u64; 22] {
+    c.snapshot()
 }
 
 /// Counts a completion of `status` (an `ibv_wc_status`).
