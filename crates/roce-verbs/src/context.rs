@@ -11,10 +11,11 @@ use crate::shared::{EventSink, Notifier};
 use roce_core::{AsyncEvent, Device, DeviceConfig, DeviceCounters};
 use roce_io::{Backend, Fabric, FabricPort};
 
+use crate::config::ProgressConfig;
 use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::error::Error;
 use crate::pd::ProtectionDomain;
-use crate::progress::{self, Doorbell, ProgressConfig};
+use crate::progress::{self, Doorbell};
 use crate::shared::{lock, Shared};
 
 #[derive(Debug)]

@@ -118,6 +118,7 @@
 
 mod cm;
 mod cm_sink;
+mod config;
 mod connect;
 mod context;
 mod cq;
@@ -145,6 +146,7 @@ mod srq;
 
 pub use cm::{CmAccepting, CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use cm_sink::{CmSink, PortSpace};
+pub use config::ProgressConfig;
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
@@ -154,7 +156,6 @@ pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
 pub use mr::{MemoryRegion, RemoteMr, Revoker};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
-pub use progress::ProgressConfig;
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};

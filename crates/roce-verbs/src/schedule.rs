@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use roce_core::Nanos;
 
-use crate::progress::ProgressConfig;
+use crate::config::ProgressConfig;
 
 /// `wake_at` while the progress thread is awake.
 pub(crate) const RUNNING: u64 = u64::MAX;

@@ -27,10 +27,10 @@ use roce_io::{Backend, PacketBatch};
 use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
+use crate::config::ProgressConfig;
 use crate::cq::{ChannelInner, Completion, CqInner};
 use crate::error::Error;
 use crate::mr::MrCore;
-use crate::progress::ProgressConfig;
 
 /// Internal work request ids of receives carry this bit; sends do not.
 pub(crate) const RECV_BIT: u64 = 1 << 63;
