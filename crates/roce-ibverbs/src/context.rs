@@ -790,7 +790,8 @@ export! {
             // EBADF once the program closed (or reused) its async_fd.
             c.async_efd.check()?;
             loop {
-                c.async_efd.wait()?;
+                // read(), as the kernel's: EINTR for a signal whose
+                // handler has no SA_RESTART (see ibv_get_cq_event).
                 c.async_efd.take()?;
                 let next = c.events.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
                 if let Some(Resolved(ty, element)) = next {

@@ -490,7 +490,8 @@ export! {
 export! {
     /// `ibv_get_cq_event`: waits (unless the channel's fd is
     /// non-blocking: then `EAGAIN`) for an armed CQ's event; `EBADF`
-    /// when the program closed the channel's fd.
+    /// when the program closed the channel's fd, `EINTR` when a signal
+    /// handler without `SA_RESTART` interrupted the wait.
     fn ibv_get_cq_event(ch: *mut ibv_comp_channel, cq_out: *mut *mut ibv_cq, ctx_out: *mut *mut c_void) -> c_int {
         minus_one(|| {
             // SAFETY: the program's channel.
@@ -501,12 +502,18 @@ export! {
             // SAFETY: a channel's context outlives it.
             let c = unsafe { &*h.ctx };
             h.efd.check()?;
+            // Whether a count was taken for the next event.
+            let mut counted = false;
             loop {
                 // The count and the queue change together (the notifier
                 // runs under the queue's lock): an event taken here has
-                // its count on the eventfd already.
+                // its count on the eventfd already. A count left with no
+                // event (a destroyed CQ's) is dropped.
                 if let Some(q) = h.ch.get_event(Some(Duration::ZERO)) {
-                    h.efd.take()?;
+                    if !counted {
+                        h.efd.take()?;
+                    }
+                    counted = false;
                     let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
                     let Some(&Raw(p)) = objs.cqs.get(&key(q.id())) else { continue };
                     let cq = p.cast::<Cq>();
@@ -517,7 +524,12 @@ export! {
                     }
                     return Ok(0);
                 }
-                h.efd.wait()?;
+                // Waits in read(), as the kernel's ibv_get_cq_event does:
+                // a signal whose handler was installed without SA_RESTART
+                // ends the wait with EINTR (qperf's SIGALRM ends its
+                // tests that way), one with SA_RESTART does not.
+                h.efd.take()?;
+                counted = true;
             }
         })
     }

@@ -114,12 +114,6 @@ impl EventFd {
         take_count(self.own.as_raw_fd())
     }
 
-    /// Waits until a count can be taken (`EAGAIN` at once when the
-    /// descriptor is non-blocking and there is none).
-    pub(crate) fn wait(&self) -> Res<()> {
-        wait_readable(self.own.as_raw_fd())
-    }
-
     /// The object is destroyed: closes the program's number if it still
     /// names this eventfd (as rdma-core closes it). A number the program
     /// closed, and maybe reused, is left alone. Without `kcmp` a number
@@ -166,24 +160,24 @@ fn by_inode(a: c_int, b: c_int) -> Option<bool> {
     None
 }
 
-/// Takes one count from an eventfd, waiting for it unless the program
-/// made the descriptor non-blocking (then `EAGAIN`).
+/// Takes one count from an eventfd, waiting for it in `read()` unless
+/// the program made the descriptor non-blocking (then `EAGAIN`). A
+/// signal ends the wait as it ends the kernel's read of a completion
+/// channel or `async_fd`: the kernel restarts the read after a handler
+/// installed with `SA_RESTART`, and returns `EINTR`, passed on here,
+/// after one without (programs such as qperf end a blocking
+/// `ibv_get_cq_event` with `SIGALRM` so).
 pub(crate) fn take_count(fd: c_int) -> Res<()> {
     let mut v: u64 = 0;
-    loop {
-        // SAFETY: reads 8 bytes into a live u64.
-        let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-        if n == 8 {
-            return Ok(());
-        }
-        if n >= 0 {
-            // Not an eventfd (a short read): nothing counted there.
-            return Err(libc::EBADF);
-        }
-        let e = last_errno();
-        if e != libc::EINTR {
-            return Err(e);
-        }
+    // SAFETY: reads 8 bytes into a live u64.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n == 8 {
+        Ok(())
+    } else if n >= 0 {
+        // Not an eventfd (a short read): nothing counted there.
+        Err(libc::EBADF)
+    } else {
+        Err(last_errno())
     }
 }
 
@@ -234,6 +228,7 @@ fn revents(r: libc::c_short) -> Res<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn open_null() -> c_int {
         // SAFETY: a NUL-terminated path.
@@ -263,7 +258,7 @@ mod tests {
         assert_eq!(e.check(), Err(libc::EBADF));
         // Waiting still works on the library's own descriptor.
         (e.counting())();
-        assert_eq!(e.wait(), Ok(()));
+        assert_eq!(wait_readable(e.own()), Ok(()));
         assert_eq!(e.take(), Ok(()));
         e.release();
         assert_eq!(e.shown(), -1);
@@ -295,12 +290,60 @@ mod tests {
         // SAFETY: the test plays the program making its number
         // non-blocking (one open file description with the library's).
         unsafe { libc::fcntl(e.shown(), libc::F_SETFL, libc::O_NONBLOCK) };
-        assert_eq!(e.wait(), Err(libc::EAGAIN));
+        assert_eq!(wait_readable(e.own()), Err(libc::EAGAIN));
         assert_eq!(e.take(), Err(libc::EAGAIN));
         (e.counting())();
-        assert_eq!(e.wait(), Ok(()));
+        assert_eq!(wait_readable(e.own()), Ok(()));
         assert_eq!(e.take(), Ok(()));
         e.release();
+    }
+
+    extern "C" fn on_signal(_: c_int) {}
+
+    /// A blocking take in thread `t`'s read, hit by `sig` (handled by
+    /// `on_signal` with `flags`): what the take returned, if it did
+    /// within 300 ms; the thread is released with a count either way.
+    fn take_hit_by(sig: c_int, flags: c_int) -> Option<Res<()>> {
+        // SAFETY: installs a handler that does nothing for a signal no
+        // other test uses.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(c_int) as usize;
+            sa.sa_flags = flags;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+        let e = EventFd::new().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let e2 = e.clone();
+        let t = std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(Err(unsafe { libc::pthread_self() } as i64))
+                .unwrap();
+            tx.send(Ok(e2.take())).unwrap();
+        });
+        let Err(me) = rx.recv().unwrap() else {
+            unreachable!()
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: the thread is alive until it gets a count.
+        unsafe { libc::pthread_kill(me as libc::pthread_t, sig) };
+        let got = rx
+            .recv_timeout(Duration::from_millis(300))
+            .ok()
+            .map(|r| r.unwrap());
+        (e.counting())();
+        t.join().unwrap();
+        e.release();
+        got
+    }
+
+    /// A signal ends a blocking take as it ends the kernel's read of a
+    /// completion channel: EINTR after a handler without SA_RESTART
+    /// (qperf's SIGALRM), the read goes on after one with it.
+    #[test]
+    fn a_signal_without_sa_restart_ends_the_wait_with_eintr() {
+        assert_eq!(take_hit_by(libc::SIGUSR1, 0), Some(Err(libc::EINTR)));
+        assert_eq!(take_hit_by(libc::SIGUSR2, libc::SA_RESTART), None);
     }
 
     #[test]
