@@ -56,6 +56,10 @@ pub struct QpCounters {
     /// Requests dropped unexecuted because the responder's output queue
     /// was full (the requester resends them, as after a loss).
     pub drop_responder_full: u64,
+    /// The most request PSNs this QP had sent and not yet seen
+    /// acknowledged at once (RC; its window, as the peer's ACKs let it
+    /// open, up to the per-packet window and the in-flight limit).
+    pub max_outstanding: u64,
 }
 
 /// Counters of a device.

@@ -386,6 +386,10 @@ impl Requester {
         };
         if end.diff(self.next_psn) > 0 {
             self.next_psn = end;
+            if rc {
+                let out = self.next_psn.diff(self.una).max(0) as u64;
+                qp.counters.max_outstanding = qp.counters.max_outstanding.max(out);
+            }
         }
         qp.counters.tx_bytes += plen as u64;
         qp.cc.on_sent(n.size as u64, ctx.now);

@@ -220,10 +220,11 @@ pub(super) fn summary(d: &Debug, json: bool) -> String {
                 let c = &q.c;
                 let _ = write!(
                     s,
-                    "{}{{\"qpn\":{},\"type\":\"{}\",\"destroyed\":{},\"tx_packets\":{},\"tx_bytes\":{},\"rx_packets\":{},\"rx_bytes\":{},\"retransmitted\":{},\"timeouts\":{},\"rnr_naks_sent\":{},\"rnr_naks_received\":{},\"seq_naks_sent\":{},\"seq_naks_received\":{},\"error_naks_sent\":{},\"error_naks_received\":{},\"cnps_sent\":{},\"cnps_received\":{},\"duplicates\":{}}}",
+                    "{}{{\"qpn\":{},\"type\":\"{}\",\"destroyed\":{},\"tx_packets\":{},\"tx_bytes\":{},\"rx_packets\":{},\"rx_bytes\":{},\"retransmitted\":{},\"timeouts\":{},\"rnr_naks_sent\":{},\"rnr_naks_received\":{},\"seq_naks_sent\":{},\"seq_naks_received\":{},\"error_naks_sent\":{},\"error_naks_received\":{},\"cnps_sent\":{},\"cnps_received\":{},\"duplicates\":{},\"max_outstanding\":{}}}",
                     if j > 0 { "," } else { "" }, q.qpn, q.qp_type, q.destroyed, c.tx_packets, c.tx_bytes, c.rx_packets, c.rx_bytes,
                     c.retransmitted, c.timeouts, c.rnr_naks_sent, c.rnr_naks_received, c.seq_naks_sent,
-                    c.seq_naks_received, c.error_naks_sent, c.error_naks_received, q.cnp.0, q.cnp.1, c.duplicates
+                    c.seq_naks_received, c.error_naks_sent, c.error_naks_received, q.cnp.0, q.cnp.1, c.duplicates,
+                    c.max_outstanding
                 );
             }
             s += "],\"cqs\":[";
@@ -254,11 +255,12 @@ pub(super) fn summary(d: &Debug, json: bool) -> String {
                 s,
                 "    QP {:#08x} {}{}: sent {} packets {} bytes, received {} packets {} bytes, \
                  retransmitted {}, timeouts {}, RNR NAKs sent {} received {}, sequence NAKs sent {} \
-                 received {}, error NAKs sent {} received {}, CNPs sent {} received {}, duplicate requests {}",
+                 received {}, error NAKs sent {} received {}, CNPs sent {} received {}, duplicate requests {}, \
+                 most PSNs outstanding {}",
                 q.qpn, q.qp_type, if q.destroyed { "" } else { " (live)" }, c.tx_packets, c.tx_bytes, c.rx_packets,
                 c.rx_bytes, c.retransmitted, c.timeouts, c.rnr_naks_sent, c.rnr_naks_received,
                 c.seq_naks_sent, c.seq_naks_received, c.error_naks_sent, c.error_naks_received,
-                q.cnp.0, q.cnp.1, c.duplicates
+                q.cnp.0, q.cnp.1, c.duplicates, c.max_outstanding
             );
         }
         for c in cqs.iter().filter(|c| c.ctx == *cx) {
