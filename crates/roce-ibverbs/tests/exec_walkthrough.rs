@@ -29,9 +29,10 @@ fn program() -> Option<PathBuf> {
     common::c_program("msgsend", "rdma/rdma_cma.h")
 }
 
-/// A loopback address block of this test's own: 127.B.N.x.
+/// A loopback address block of this test's own: 127.B.N.x, N from 200
+/// (the other tests' blocks take small N).
 fn block() -> String {
-    static N: AtomicU8 = AtomicU8::new(1);
+    static N: AtomicU8 = AtomicU8::new(200);
     let n = N.fetch_add(1, Ordering::Relaxed);
     format!("127.{}.{n}", 60 + std::process::id() % 40)
 }
