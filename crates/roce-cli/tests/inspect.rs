@@ -132,9 +132,11 @@ fn cm_mads_decode_in_lines_and_json() {
     assert_eq!(cm.len(), 5, "{out}");
     assert!(cm[0].contains(
         "CM REQ comm=0x0d453e89 svc=0x1061c06 qpn=0x000021 psn=0x3913cf mtu=1024 rd=1/1 \
-         ip=10.77.0.12:55234 > 10.77.0.11"
+         ip=10.77.0.12:55234 > 10.77.0.11 retry=7 rnr_retry=7"
     ));
-    assert!(cm[1].contains("CM REP comm=0xc438770a remote=0x0d453e89 qpn=0x000021 psn=0x5d9733"));
+    assert!(cm[1].contains(
+        "CM REP comm=0xc438770a remote=0x0d453e89 qpn=0x000021 psn=0x5d9733 rd=1/1 rnr_retry=7"
+    ));
     assert!(cm[2].contains("CM RTU"));
     assert!(cm[3].contains("CM DREQ comm=0x0d453e89 remote=0xc438770a qpn=0x000021"));
     assert!(cm[4].contains("CM DREP"));

@@ -287,7 +287,7 @@ export! {
         errno_ret(|| {
             // SAFETY: the program's QP and attributes.
             let (q, a) = unsafe { (Qp::from_ptr(qp)?, arg(attr)?) };
-            crate::debug::trace::note(|s| crate::debug::trace::qp_attr(s, a, mask as u32));
+            crate::debug::trace::note("ibv_modify_qp", |s| crate::debug::trace::qp_attr(s, a, mask as u32));
             let m = QpAttrMask(mask as u32);
             if m.contains(QpAttrMask::ALT_PATH) || m.contains(QpAttrMask::PATH_MIG_STATE) {
                 // No alternate path on this device (no APM).

@@ -143,20 +143,29 @@ fn cm_summary(p: &RocePacket<'_>) -> Option<String> {
                 r.responder_resources,
                 r.initiator_depth
             );
-            match CmaHeader::parse(r.private_data) {
+            let _ = match CmaHeader::parse(r.private_data) {
                 Ok(c) => write!(s, " ip={}:{} > {}", c.src, c.src_port, c.dst),
                 Err(_) => Ok(()),
-            }
+            };
+            // The retry counts the REQ's sender asks for: its own QP's
+            // retry_cnt, and the rnr_retry of the QP that accepts.
+            write!(
+                s,
+                " retry={} rnr_retry={}",
+                r.retry_count, r.rnr_retry_count
+            )
         }
+        // The rnr_retry of the QP that connected.
         CmMessage::Rep(r) => write!(
             s,
-            " comm={:#010x} remote={:#010x} qpn={} psn={:#08x} rd={}/{}",
+            " comm={:#010x} remote={:#010x} qpn={} psn={:#08x} rd={}/{} rnr_retry={}",
             r.local_comm_id,
             r.remote_comm_id,
             r.local_qpn,
             r.starting_psn.value(),
             r.responder_resources,
-            r.initiator_depth
+            r.initiator_depth,
+            r.rnr_retry_count
         ),
         CmMessage::Rtu(r) | CmMessage::Drep(r) => write!(
             s,

@@ -70,6 +70,8 @@ struct Tracer {
 /// buffer its lines are made in.
 struct Local {
     busy: Cell<bool>,
+    /// The traced call's name and whether it is an entry (as [`Call`]).
+    call: Cell<Option<(&'static str, bool)>>,
     tid: Cell<i32>,
     empty: Cell<u64>,
     note: RefCell<String>,
@@ -80,6 +82,7 @@ thread_local! {
     static LOCAL: Local = const {
         Local {
             busy: Cell::new(false),
+            call: Cell::new(None),
             tid: Cell::new(0),
             empty: Cell::new(0),
             note: RefCell::new(String::new()),
@@ -247,15 +250,21 @@ fn prefix(name: &'static str, entry: bool) -> &'static str {
     }
 }
 
-/// Adds to the call being traced on this thread (a verb's body, for what
-/// only it decodes: `ibv_modify_qp`'s attributes by its mask). Costs one
-/// relaxed load when tracing is off.
-pub(crate) fn note(f: impl FnOnce(&mut String)) {
+/// Adds to the call being traced on this thread when it is `verb` (the
+/// verb's body, for what only it decodes: `ibv_modify_qp`'s attributes by
+/// its mask). A verb the library calls inside another traced call (the
+/// CM's `ibv_modify_qp` in `rdma_create_ep`) notes nothing: the line is
+/// the outer call's. Costs one relaxed load when tracing is off.
+pub(crate) fn note(verb: &str, f: impl FnOnce(&mut String)) {
     if STATE.load(Ordering::Relaxed) != ON {
         return;
     }
     let _ = LOCAL.try_with(|l| {
-        if l.busy.get() {
+        let this = l
+            .call
+            .get()
+            .is_some_and(|(name, entry)| verb.strip_prefix(prefix(name, entry)) == Some(name));
+        if l.busy.get() && this {
             if let Ok(mut n) = l.note.try_borrow_mut() {
                 f(&mut n);
             }
@@ -285,7 +294,15 @@ impl Call {
     #[inline(never)]
     pub(crate) fn begin(name: &'static str, entry: bool, conv: &'static str) -> Option<Call> {
         tracer()?;
-        let free = LOCAL.try_with(|l| !l.busy.replace(true)).unwrap_or(false);
+        let free = LOCAL
+            .try_with(|l| {
+                let free = !l.busy.replace(true);
+                if free {
+                    l.call.set(Some((name, entry)));
+                }
+                free
+            })
+            .unwrap_or(false);
         free.then(|| Call {
             name,
             entry,
@@ -455,6 +472,7 @@ impl Drop for Call {
     fn drop(&mut self) {
         let _ = LOCAL.try_with(|l| {
             l.busy.set(false);
+            l.call.set(None);
             if let Ok(mut n) = l.note.try_borrow_mut() {
                 n.clear();
             }
