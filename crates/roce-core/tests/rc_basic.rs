@@ -185,3 +185,55 @@ fn busy_qps_take_turns_in_bursts() {
     let alternate: Vec<u32> = (0..48).map(|i| i % 2).collect();
     assert_eq!(turns(1), alternate);
 }
+
+/// `max_outstanding` is the deepest the requester's window went: a
+/// 64-packet WRITE opens it past one packet and never past the
+/// per-packet window the device enforces; a lone one-packet SEND at a
+/// time never past one.
+#[test]
+fn max_outstanding_is_the_deepest_window() {
+    let mut w = World::new(1 << 20);
+    let (qa, _qb) = w.connect(QpType::Rc, 1024);
+    let rkey = w.hosts[1].mr.rkey;
+    let dst = w.hosts[1].base;
+    w.hosts[0]
+        .dev
+        .post_send(
+            qa,
+            SendWr::rdma(
+                1,
+                SendOp::Write,
+                vec![w.hosts[0].sge(0, 64 * 1024)],
+                dst,
+                rkey,
+            ),
+        )
+        .unwrap();
+    w.settle(1_000_000);
+    assert_eq!(w.hosts[0].poll().len(), 1);
+    let c = w.hosts[0].dev.qp(qa).unwrap().counters();
+    assert!(
+        (2..=64).contains(&c.max_outstanding),
+        "max_outstanding {}",
+        c.max_outstanding
+    );
+    let (qc, qd) = w.connect(QpType::Rc, 1024);
+    for i in 0..5 {
+        w.hosts[1]
+            .dev
+            .post_recv(
+                qd,
+                RecvWr {
+                    wr_id: i,
+                    sgl: vec![w.hosts[1].sge(0, 64)],
+                },
+            )
+            .unwrap();
+        w.hosts[0]
+            .dev
+            .post_send(qc, SendWr::send(i, vec![w.hosts[0].sge(0, 64)]))
+            .unwrap();
+        w.settle(100_000);
+    }
+    assert_eq!(w.hosts[0].dev.qp(qc).unwrap().counters().max_outstanding, 1);
+}
