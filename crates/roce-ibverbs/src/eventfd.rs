@@ -115,9 +115,28 @@ impl EventFd {
     }
 
     /// Waits until a count can be taken (`EAGAIN` at once when the
-    /// descriptor is non-blocking and there is none).
+    /// descriptor is non-blocking and there is none), as rdma-core's
+    /// `read()` of the descriptor waits: a signal whose handler was
+    /// installed without `SA_RESTART` ends the wait with `EINTR` (the
+    /// kernel restarts the read for one with it). Programs count on that:
+    /// qperf ends a timed test with `SIGALRM` and expects a blocked
+    /// `ibv_get_cq_event` to fail with `EINTR` (otherwise the side whose
+    /// peer stopped first waits for ever for a completion that will never
+    /// come). A `poll()` is interrupted by every handler, `SA_RESTART` or
+    /// not, hence a read; the count it took is put back at once.
     pub(crate) fn wait(&self) -> Res<()> {
-        wait_readable(self.own.as_raw_fd())
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our own eventfd.
+        let n = unsafe { libc::read(self.own.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        match n {
+            8 => {
+                // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+                unsafe { libc::write(self.own.as_raw_fd(), (&v as *const u64).cast(), 8) };
+                Ok(())
+            }
+            n if n >= 0 => Err(libc::EBADF),
+            _ => Err(last_errno()),
+        }
     }
 
     /// The object is destroyed: closes the program's number if it still
@@ -238,6 +257,52 @@ mod tests {
     fn open_null() -> c_int {
         // SAFETY: a NUL-terminated path.
         unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
+    }
+
+    extern "C" fn nothing(_: c_int) {}
+
+    /// Sends `sig` to the calling thread 100 ms from now, once.
+    fn signal_me_soon(sig: c_int) -> std::thread::JoinHandle<()> {
+        // SAFETY: the calling thread's own handle.
+        let me = unsafe { libc::pthread_self() };
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            // SAFETY: the test's thread, alive until this is joined.
+            unsafe { libc::pthread_kill(me, sig) };
+        })
+    }
+
+    /// A wait ends with `EINTR` when a signal whose handler was installed
+    /// without `SA_RESTART` comes (qperf's `SIGALRM`), and goes on through
+    /// one installed with it, as rdma-core's `read()` of the descriptor.
+    #[test]
+    fn a_wait_is_interrupted_as_a_read_is() {
+        let sig = libc::SIGRTMIN() + 7;
+        for (flags, want) in [(0, Err(libc::EINTR)), (libc::SA_RESTART, Ok(()))] {
+            // SAFETY: an all-zero sigaction is valid; a handler that does nothing.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = nothing as extern "C" fn(c_int) as usize;
+                sa.sa_flags = flags;
+                assert_eq!(libc::sigaction(sig, &sa, std::ptr::null_mut()), 0);
+            }
+            let e = EventFd::new().unwrap();
+            let t = signal_me_soon(sig);
+            let counter = {
+                let e = e.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(400));
+                    e.count();
+                })
+            };
+            assert_eq!(e.wait(), want, "sa_flags {flags:#x}");
+            t.join().unwrap();
+            counter.join().unwrap();
+            // The count is still there for the taking (the wait put it back).
+            assert_eq!(e.wait(), Ok(()));
+            assert_eq!(e.take(), Ok(()));
+            e.release();
+        }
     }
 
     #[test]
