@@ -4,7 +4,8 @@
 # the namespace and taps, tcpdump for captures, python3 (interop/run.sh uses
 # it to turn off checksum offload on the bridge), and rdma-core's and
 # perftest's tools, which interop/run.sh also runs on this host over the
-# drop-in libibverbs (roce exec) against the same tools over rxe.
+# drop-in libibverbs (roce exec) against the same tools over rxe, and qperf and
+# UCX's tools, which interop/middleware.sh runs the same way.
 set -euo pipefail
 . "$(dirname "$0")/lab.env"
 need_root
@@ -14,5 +15,5 @@ APT=(apt-get -o DPkg::Lock::Timeout=600)
 "${APT[@]}" update -q
 "${APT[@]}" install -y -q --no-install-recommends \
     qemu-system-x86 debootstrap e2fsprogs iproute2 tcpdump python3 ca-certificates \
-    ibverbs-utils perftest rdmacm-utils
+    ibverbs-utils perftest rdmacm-utils qperf ucx-utils
 qemu-system-x86_64 --version | head -n 1

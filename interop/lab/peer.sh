@@ -88,12 +88,18 @@ start)
         -netdev "tap,id=n0,ifname=$(vm_tap "$NAME"),script=no,downscript=no" \
         -device "virtio-net-pci,netdev=n0,mac=$(vm_mac "$NAME")" \
         -pidfile "$RUN/qemu.pid" </dev/null >"$RUN/qemu.log" 2>&1 &
-    # An emulated CPU boots in 15-90 s.
-    if ! until_exists "$RUN/ready" 240; then
-        echo "peer.sh: $NAME did not come up; the end of its console:" >&2
-        tail -n 20 "$RUN/console.log" >&2 2>/dev/null || true
-        exit 1
-    fi
+    # An emulated CPU boots in 15-90 s; a qemu that exits (e.g. ACCEL=kvm where
+    # KVM refuses the CPU model) ends the wait at once.
+    deadline=$((SECONDS + 240))
+    while [ ! -e "$RUN/ready" ]; do
+        if [ "$SECONDS" -ge "$deadline" ] || { [ "$SECONDS" -gt 5 ] && ! running && sleep 1 && [ ! -e "$RUN/ready" ]; }; then
+            echo "peer.sh: $NAME did not come up; qemu's messages and the end of its console:" >&2
+            cat "$RUN/qemu.log" >&2 2>/dev/null || true
+            tail -n 20 "$RUN/console.log" >&2 2>/dev/null || true
+            exit 1
+        fi
+        sleep 0.2
+    done
     cat "$RUN/ready"
     ;;
 exec)
