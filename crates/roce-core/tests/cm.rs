@@ -774,3 +774,78 @@ fn cm_mads_outside_the_ports_partitions_are_dropped() {
     assert_eq!(w.hosts[1].dev.qp(q1).unwrap().state(), QpState::Rts);
     assert_eq!(w.hosts[1].dev.cm_counters().dropped_pkey, 0);
 }
+
+/// A port bound ahead of its listen (`cm_expect_listen`): a REQ that
+/// comes first is left unanswered, not refused, kept, and handled as soon
+/// as the listener is there (not at the peer's resend, a second later); a
+/// port bound but never listened on refuses once the grace has run out.
+#[test]
+fn a_req_before_an_expected_listen_is_held_not_refused() {
+    let mut w = World::new(4096);
+    w.hosts[1].dev.cm_expect_listen(PORT);
+    let q0 = init_qp(&mut w, 0);
+    let peer = w.hosts[1].addr();
+    let id = w.hosts[0]
+        .dev
+        .cm_connect(0, q0, peer, PORT, &ConnParam::default())
+        .unwrap();
+    // Until the REQ has come (and gone unanswered) and half a second more.
+    assert!(w.run_until(1_000_000, |w| w.now >= 500_000_000));
+    assert_eq!(w.hosts[1].dev.cm_counters().rejected_reqs, 0);
+    assert!(w.hosts[1].dev.cm_counters().held_for_relisten >= 1);
+    assert!(events(&mut w, 0).is_empty(), "neither refused nor answered");
+    let listened = w.now;
+    w.hosts[1].dev.cm_listen(PORT).unwrap();
+    let CmEvent::ConnectRequest(req) = next_event(&mut w, 1) else {
+        panic!("expected the held REQ")
+    };
+    assert_eq!(w.hosts[1].dev.cm_counters().replayed_reqs, 1);
+    assert!(
+        w.now - listened < 1_000_000,
+        "at once: {} ns",
+        w.now - listened
+    );
+    assert_eq!(req.remote_qpn, q0);
+    let q1 = init_qp(&mut w, 1);
+    w.hosts[1]
+        .dev
+        .cm_accept(w.now, req.id, q1, &ConnParam::default())
+        .unwrap();
+    assert!(matches!(next_event(&mut w, 0), CmEvent::Established { id: e, .. } if e == id));
+    // The peer's own resend of that REQ, later, is a known one (answered
+    // with the REP again, not a second request).
+    assert!(w.run_until(1_000_000, |w| w.now >= listened + 3_000_000_000));
+    let extra = events(&mut w, 1);
+    assert!(
+        !extra
+            .iter()
+            .any(|e| matches!(e, CmEvent::ConnectRequest(_))),
+        "one request only: {extra:?}"
+    );
+
+    // Bound, never listened on: refused after the 2 s grace.
+    w.hosts[1].dev.cm_expect_listen(PORT + 1);
+    let q2 = init_qp(&mut w, 0);
+    let start = w.now;
+    let id2 = w.hosts[0]
+        .dev
+        .cm_connect(w.now, q2, peer, PORT + 1, &ConnParam::default())
+        .unwrap();
+    let e = next_event(&mut w, 0);
+    assert_eq!(
+        e,
+        CmEvent::Rejected {
+            id: id2,
+            reason: rej_reason::INVALID_SERVICE_ID,
+            private_data: vec![]
+        }
+    );
+    assert!(
+        w.now - start >= 2_000_000_000,
+        "refused after {} ns",
+        w.now - start
+    );
+    // An expected listen on a port already listened on changes nothing.
+    w.hosts[1].dev.cm_expect_listen(PORT);
+    assert_eq!(w.hosts[1].dev.cm_listen(PORT), Err(VerbsError::Busy));
+}

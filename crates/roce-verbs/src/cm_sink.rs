@@ -63,6 +63,16 @@ impl Context {
         })
     }
 
+    /// `rdma_bind_addr` of `port` in `space`, ahead of a listen: a REQ
+    /// that comes before the listen is left unanswered (its sender
+    /// resends it) rather than refused (roce-core
+    /// `Device::cm_expect_listen`). Nothing for the UDP port space.
+    pub fn cm_expect_listen(&self, space: PortSpace, port: u16) {
+        if space == PortSpace::Tcp {
+            self.shared().core().dev.cm_expect_listen(port);
+        }
+    }
+
     /// Stops listening. Requests already handed to the sink stay the
     /// caller's to answer (or to [`release`](Context::cm_release)).
     pub fn cm_unlisten(&self, id: ListenId) {

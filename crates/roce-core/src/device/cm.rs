@@ -187,6 +187,9 @@ pub struct CmCounters {
     /// went less than 2 s before: programs close a listener and open
     /// another on the same port, and a REQ may come in between.
     pub held_for_relisten: u64,
+    /// Held REQs handled once their listener came (`cm_expect_listen`,
+    /// or a listener back on its port).
+    pub replayed_reqs: u64,
     /// REQs resent after a refusal for want of a listener (REJ reason 8):
     /// every 50 ms, for up to 2 s to a port this side had a connection
     /// accepted on in the last 5 s, else for up to 0.5 s, before the
@@ -271,6 +274,10 @@ pub(crate) struct CmTable {
     /// Services whose listener went, and since when (set by the first
     /// REQ that finds it gone): see [`RELISTEN_GRACE`].
     pub(crate) relisten: VecDeque<(u64, Option<Nanos>)>,
+    /// REQs left unanswered for a listener expected soon, to handle
+    /// once it is there (`held.rs`), and whether that is due.
+    held: VecDeque<held::HeldReq>,
+    replay: bool,
     /// Peers and services that accepted this side's REQ, and when (see
     /// [`CONNECTED_RECENTLY`]).
     recent: VecDeque<(IpAddr, u64, Nanos)>,
@@ -303,6 +310,8 @@ impl CmTable {
             pending: BTreeMap::new(),
             shares: BTreeMap::new(),
             relisten: VecDeque::new(),
+            held: VecDeque::new(),
+            replay: false,
             recent: VecDeque::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -527,7 +536,16 @@ impl CmTable {
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        if self.replay {
+            // Held REQs whose listener came: at once.
+            return Some(0);
+        }
         self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Whether a listener holds `service`.
+    pub(crate) fn listens_on(&self, service: u64) -> bool {
+        self.listeners.contains_key(&service)
     }
 
     /// Sets connection `id`'s resend deadline.
@@ -577,6 +595,7 @@ impl Conn {
 }
 
 mod api;
+mod held;
 mod peer;
 
 /// Helpers of the application's calls and of the peer's MADs: the node
@@ -660,6 +679,7 @@ impl Device {
 impl Device {
     /// Resends or gives up the connections whose timers expired.
     pub(super) fn cm_handle_timeout(&mut self, now: Nanos) {
+        self.replay_held(now);
         while let Some(&Reverse((t, id))) = self.cm.timers.peek() {
             if t > now {
                 break;

@@ -533,6 +533,29 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
     Ok(())
 }
 
+/// A program's explicit bind in the TCP port space is usually a server's,
+/// whose listen follows: the contexts it would listen on hold a REQ that
+/// comes first instead of refusing it (`Context::cm_expect_listen`; qperf
+/// tells its client the port before it listens). Best effort.
+fn expect_listen(i: &Id) {
+    let Some(local) = i.st().local else { return };
+    // SAFETY: the id's C view.
+    if unsafe { (*i.c()).ps } != ps::TCP {
+        return;
+    }
+    let ctxs = match bound_context(i) {
+        Ok(Some(c)) => vec![c],
+        _ => listen_contexts(local.ip()).unwrap_or_default(),
+    };
+    for c in ctxs {
+        // SAFETY: a context this library keeps open.
+        if let Ok(ctx) = unsafe { Context::from_ptr(c) } {
+            ctx.verbs
+                .cm_expect_listen(roce_verbs::PortSpace::Tcp, local.port());
+        }
+    }
+}
+
 export! {
     /// `rdma_bind_addr`: a specific address ties the id to a context on
     /// it; the wildcard address leaves it free (a listener then listens
@@ -541,7 +564,9 @@ export! {
         rc(|| {
             // SAFETY: the program's id and address.
             let (i, a) = unsafe { (Id::from_ptr(id)?, sockaddr_in(addr)?) };
-            bind(i, a)
+            bind(i, a)?;
+            expect_listen(i);
+            Ok(())
         })
     }
 }

@@ -48,6 +48,7 @@ impl Device {
         self.cm
             .listeners
             .insert(service, (ListenId(service), backlog.clamp(1, MAX_CONNS)));
+        self.release_held(service);
         Ok(ListenId(service))
     }
 
@@ -145,6 +146,23 @@ impl Device {
             })
             .map(|(id, _)| CmId(*id))
             .collect()
+    }
+
+    /// `rdma_bind_addr` of `port` in rdma_cm's TCP port space, ahead of
+    /// an `rdma_listen` that may come a moment later: a REQ for it that
+    /// finds no listener meanwhile is left unanswered for up to 2 s
+    /// (`RELISTEN_GRACE` in `device/cm.rs`; its sender resends it)
+    /// instead of refused, as after a listener that just
+    /// closed. Some servers tell their peer the port they bound before
+    /// they listen on it (qperf 0.4.11's `cm_open_server`), so their
+    /// peer's REQ can come first; a peer that resends a refused REQ
+    /// (this CM, for 0.5 s) copes, Linux's CM does not. A listen on the
+    /// port ends the grace; so does its running out.
+    pub fn cm_expect_listen(&mut self, port: u16) {
+        let service = cm::ip_service_id(port_space::TCP, port);
+        if !self.cm.listeners.contains_key(&service) {
+            self.cm.listener_gone(service);
+        }
     }
 
     /// The next connection event.

@@ -54,7 +54,11 @@ impl Device {
         }
         self.cm.counters.rx_mads += 1;
         match m {
-            CmMessage::Req(r) => self.on_req(now, &h, &r, peer, local),
+            CmMessage::Req(r) => {
+                if self.on_req(now, &h, &r, peer, local) {
+                    self.hold_req(now, r.service_id, peer, local, p.payload);
+                }
+            }
             CmMessage::Dreq(d) => self.on_dreq(&h, &d, peer, local),
             CmMessage::SidrReq(r) => self.on_sidr_req(now, &h, &r, peer, local),
             m => {
@@ -106,7 +110,16 @@ impl Device {
         }
     }
 
-    fn on_req(&mut self, now: Nanos, h: &MadHeader, r: &ReqRepr<'_>, peer: IpAddr, local: IpAddr) {
+    /// Handles a REQ; true when it was left unanswered for a listener
+    /// expected soon (the caller keeps it: `held.rs`).
+    pub(super) fn on_req(
+        &mut self,
+        now: Nanos,
+        h: &MadHeader,
+        r: &ReqRepr<'_>,
+        peer: IpAddr,
+        local: IpAddr,
+    ) -> bool {
         // A resent REQ of a connection we know: resend our answer (found
         // through the index, not a scan of every connection).
         if let Some(&id) = self.cm.by_remote.get(&(peer, r.local_comm_id)) {
@@ -121,7 +134,7 @@ impl Device {
                     }
                 }
             }
-            return;
+            return false;
         }
         let listen = match cm::ip_service_port(r.service_id) {
             Some((port_space::TCP, _)) => self.cm.listeners.get(&r.service_id).map(|l| l.0),
@@ -136,7 +149,7 @@ impl Device {
             if reason == rej_reason::INVALID_SERVICE_ID
                 && self.cm.hold_for_relisten(r.service_id, now)
             {
-                return;
+                return true;
             }
             self.cm.counters.rejected_reqs += 1;
             self.send_rej(
@@ -149,7 +162,7 @@ impl Device {
                 reason,
                 &[],
             );
-            return;
+            return false;
         };
         // The listener's backlog (`rdma_listen`), the table and the event
         // queue are bounded: a flood of REQs with new IDs is dropped once
@@ -159,14 +172,14 @@ impl Device {
             || self.cm.events.len() >= super::MAX_EVENTS
         {
             self.cm.counters.dropped_backlog += 1;
-            return;
+            return false;
         }
         // And one source holds at most its share of the listener's
         // requests not yet connected (see `SHARES_PER_BACKLOG`): a flood
         // from one address is dropped here, before it takes anything.
         if !self.cm.source_room(listen.0, peer) {
             self.cm.counters.dropped_source_share += 1;
-            return;
+            return false;
         }
         let (peer_port, user) = match CmaHeader::parse(r.private_data) {
             Ok(c) => (c.src_port, &r.private_data[CMA_HEADER_LEN..]),
@@ -207,6 +220,7 @@ impl Device {
             initiator_depth: r.initiator_depth,
             private_data: trim_zeros(user).to_vec(),
         }));
+        false
     }
 
     fn on_sidr_req(
