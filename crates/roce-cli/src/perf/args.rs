@@ -1,9 +1,9 @@
 //! The arguments of `roce perf`: the clap structs, their validation,
 //! and the parameters a client derives from them.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
 
-use super::backend;
 use super::messages::{self, Params, Test, MAX_ITERS};
 use super::net::resolve;
 
@@ -69,6 +69,11 @@ pub(crate) enum BackendKind {
     /// The in-memory fabric (with --loopback only; for testing the tool).
     Fabric,
 }
+
+/// The UDP socket with which a server given `--bind` holds its RoCE
+/// address until its device opens there (see
+/// [`super::backend::hold_address`]).
+pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 
 /// Options of `roce perf`.
 #[derive(clap::Args, Debug, Clone)]
@@ -210,9 +215,9 @@ pub(crate) struct PerfArgs {
     pub(crate) local_moves: bool,
     /// A server given `--bind` holds its RoCE address (the UDP port on
     /// it) from its start with this socket, until its device opens there
-    /// ([`backend::hold_address`]).
+    /// ([`super::backend::hold_address`]).
     #[arg(skip)]
-    pub(crate) held: Option<backend::Held>,
+    pub(crate) held: Option<Held>,
 }
 
 impl Params {

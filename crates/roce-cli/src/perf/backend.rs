@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use roce_verbs::{Context, Device, OpenError, OpenOptions};
 
+use super::args::{BackendKind, CcChoice, Held, PerfArgs};
 use super::control::Endpoint;
-use super::{BackendKind, PerfArgs};
 
 /// The device that holds `local` (or the one `--dev` names, which must
 /// hold it).
@@ -68,10 +68,6 @@ pub(crate) fn prime_neighbours(local: IpAddr, remote: &[Endpoint]) {
         }
     }
 }
-
-/// The UDP socket with which a server given `--bind` holds its RoCE
-/// address until its device opens there (see [`hold_address`]).
-pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 
 /// A server given an explicit address (`--bind`, not 0.0.0.0) holds it
 /// from its start: its RoCE UDP port on it is bound now, before the
@@ -153,9 +149,9 @@ pub(crate) fn open_context(
     o.config.active_mtu = mtu;
     o.config.link_bps = (args.link_gbps * 1e9) as u64;
     let cc = match args.cc {
-        super::CcChoice::None => None,
-        super::CcChoice::Dcqcn => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn()),
-        super::CcChoice::DcqcnMlx5 => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn_mlx5()),
+        CcChoice::None => None,
+        CcChoice::Dcqcn => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn()),
+        CcChoice::DcqcnMlx5 => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn_mlx5()),
     };
     if let Some(cc) = cc {
         o.config.cc = cc;

@@ -9,10 +9,10 @@ use roce_verbs::{RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{expect_type, Control};
+use super::messages::Test;
 use super::progress::Progress;
 use super::report::{self, BwResult};
 use super::setup::Session;
-use super::Test;
 
 /// Bytes in flight per side across all QPs (the UDP backend's receive
 /// buffer is 8 MiB).

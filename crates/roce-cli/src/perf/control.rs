@@ -6,14 +6,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::interrupts::Interrupts;
 pub(crate) use super::messages::{expect_type, Endpoint};
 use super::messages::{foreign_peer, peer_error, read_message, type_of};
-use super::Interrupts;
 
 /// A line-oriented JSON connection. A reader thread turns incoming lines
 /// into messages, so loops can poll for them without blocking.
@@ -56,31 +56,6 @@ impl PeerAlarm {
     pub(crate) fn until_result(&self) -> PeerAlarm {
         self.1.store(false, Ordering::SeqCst);
         PeerAlarm(self.0.clone(), self.1.clone(), true)
-    }
-}
-
-/// The control connections open in a run, for Ctrl-C to tell each peer
-/// that this side stops ([`Peers::announce_stop`]). Clones share them.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Peers(Arc<Mutex<Vec<Weak<Mutex<TcpStream>>>>>);
-
-impl Peers {
-    /// Ctrl-C: tells every peer (a `stop` message) that this side stops,
-    /// so that it ends its loop too and both sides report what they
-    /// measured.
-    pub(crate) fn announce_stop(&self) {
-        let writers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        for w in writers.iter().filter_map(Weak::upgrade) {
-            let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
-            let _ = w.write_all(b"{\"type\":\"stop\"}\n");
-        }
-    }
-
-    /// Adds a connection's writer (dropped ones go).
-    fn add(&self, writer: &Arc<Mutex<TcpStream>>) {
-        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        all.retain(|w| w.strong_count() > 0);
-        all.push(Arc::downgrade(writer));
     }
 }
 

@@ -1,9 +1,10 @@
 //! How a run of `roce perf` is cut short: Ctrl-C here or the peer.
 
+use std::io::Write;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use super::control;
 use crate::stop::Stop;
 
 /// How a run is cut short: by Ctrl-C here (the [`Stop`] the command was
@@ -22,14 +23,14 @@ pub(crate) struct Interrupts {
     /// the peer no longer end at Ctrl-C.
     setting_up: Arc<AtomicBool>,
     /// The control connections open, told at Ctrl-C that this side stops.
-    pub(crate) peers: control::Peers,
+    pub(crate) peers: Peers,
 }
 
 impl Interrupts {
     /// The run's state, cut short by `stop`: at its request every control
-    /// connection's peer is told ([`control::Peers::announce_stop`]).
+    /// connection's peer is told ([`Peers::announce_stop`]).
     pub(crate) fn new(stop: &Stop) -> Interrupts {
-        let peers = control::Peers::default();
+        let peers = Peers::default();
         let announce = peers.clone();
         stop.on_request(move || announce.announce_stop());
         Interrupts {
@@ -69,5 +70,30 @@ impl Interrupts {
     /// Whether the run is being cut short, here or by the peer.
     pub(crate) fn stopping(&self) -> bool {
         self.here() || self.by_peer()
+    }
+}
+
+/// The control connections open in a run, for Ctrl-C to tell each peer
+/// that this side stops ([`Peers::announce_stop`]). Clones share them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Peers(Arc<Mutex<Vec<Weak<Mutex<TcpStream>>>>>);
+
+impl Peers {
+    /// Ctrl-C: tells every peer (a `stop` message) that this side stops,
+    /// so that it ends its loop too and both sides report what they
+    /// measured.
+    pub(crate) fn announce_stop(&self) {
+        let writers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        for w in writers.iter().filter_map(Weak::upgrade) {
+            let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = w.write_all(b"{\"type\":\"stop\"}\n");
+        }
+    }
+
+    /// Adds a connection's writer (dropped ones go).
+    pub(crate) fn add(&self, writer: &Arc<Mutex<TcpStream>>) {
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(writer));
     }
 }

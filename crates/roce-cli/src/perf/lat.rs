@@ -14,10 +14,11 @@ use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{Control, PeerAlarm};
+use super::interrupts::Interrupts;
+use super::messages::Test;
 use super::progress::Progress;
 use super::report::{self, LatResult};
 use super::setup::Session;
-use super::{Interrupts, Test};
 
 /// The WR id of ping-pong receives.
 const RECV_ID: u64 = 1 << 62;

@@ -18,6 +18,7 @@ mod net;
 mod perftest;
 mod perftest_cm;
 mod perftest_peer;
+mod perftest_plan;
 mod perftest_session;
 mod perftest_traffic;
 pub(crate) mod perftest_wire;
@@ -27,8 +28,5 @@ mod report;
 mod run;
 mod setup;
 
-pub(crate) use args::{BackendKind, CcChoice, PerfArgs};
-pub(crate) use interrupts::Interrupts;
-pub(crate) use messages::{Params, Test};
-pub(crate) use net::{accept_interruptibly, connect_tcp, first_byte, resolve};
+pub(crate) use args::PerfArgs;
 pub(crate) use run::run;

@@ -29,27 +29,15 @@ use std::time::Duration;
 
 use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
+use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
+use super::messages::Test;
+use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
+use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
-pub(crate) use super::perftest_wire::{
-    agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN,
-};
-use super::{PerfArgs, Test};
+use super::perftest_wire::{agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN};
 use crate::stop::Stop;
-
-/// Outstanding RDMA READs / atomics this side accepts as responder.
-const OUT_READS: u16 = 16;
-
-/// perftest's ibv_mtu enum for a path MTU.
-pub(crate) fn mtu_enum(mtu: u32) -> u8 {
-    roce_verbs::roce_core::qp::mtu_to_enum(mtu)
-}
-
-/// The MTU message: the enum as a digit and a NUL.
-pub(crate) fn mtu_msg(mtu: u32) -> Vec<u8> {
-    vec![b'0' + mtu_enum(mtu), 0]
-}
 
 /// The TCP side of the exchange.
 struct Oob {
@@ -95,89 +83,6 @@ impl Oob {
     }
 }
 
-/// What a perftest-mode run does, from the flags: the sizes (one, or
-/// 2..8 MiB with `-a`), the QPs, one or both directions; SEND tests post
-/// receives; every test but ib_write_lat closes with a key round (and
-/// "done" over TCP), as the captures of each tool show.
-#[derive(Clone, Debug)]
-pub(crate) struct Plan {
-    pub(crate) test: Test,
-    pub(crate) is_send: bool,
-    pub(crate) lat: bool,
-    pub(crate) sizes: Vec<u64>,
-    pub(crate) iters: u64,
-    pub(crate) tx_depth: u64,
-    pub(crate) qps: usize,
-    pub(crate) bidir: bool,
-    /// `-D`: seconds per run instead of `iters` messages.
-    pub(crate) duration: Option<f64>,
-    /// Progress lines while a size runs ([`super::progress::interval`]).
-    pub(crate) progress_every: Option<std::time::Duration>,
-}
-
-impl Plan {
-    pub(crate) fn from_args(args: &PerfArgs) -> Result<Plan, String> {
-        let test = args.test;
-        let lat = matches!(
-            test,
-            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
-        );
-        let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
-        if args.duration.is_some() && args.all {
-            return Err("-D and -a cannot be combined".into());
-        }
-        // perftest's own rules (force_dependecies).
-        if lat && args.qps != 1 {
-            return Err("multiple QPs are only available in BW tests".into());
-        }
-        if lat && args.bidir {
-            return Err("-b is only available in BW tests".into());
-        }
-        if atomic && (args.all || args.size.is_some_and(|s| s != 8)) {
-            return Err("atomic tests move 8 bytes (no -a, no -s)".into());
-        }
-        let sizes = if args.all {
-            (1..24).map(|i| 1u64 << i).collect()
-        } else if atomic {
-            vec![8]
-        } else {
-            vec![args
-                .size
-                .unwrap_or(if lat { 2 } else { 65536 })
-                .clamp(1, 1 << 26)]
-        };
-        Ok(Plan {
-            test,
-            is_send: matches!(test, Test::SendBw | Test::SendLat),
-            lat,
-            sizes,
-            iters: args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1),
-            tx_depth: args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64,
-            qps: args.qps as usize,
-            bidir: args.bidir,
-            duration: args.duration,
-            progress_every: super::progress::interval(args),
-        })
-    }
-
-    /// The largest message (what each QP's buffers are sized for).
-    pub(crate) fn max_size(&self) -> u64 {
-        self.sizes.iter().copied().max().unwrap_or(1)
-    }
-
-    /// Outstanding READs/atomics advertised in the keys.
-    pub(crate) fn out_reads(&self) -> u16 {
-        if matches!(
-            self.test,
-            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
-        ) {
-            OUT_READS
-        } else {
-            1
-        }
-    }
-}
-
 /// The keys of every QP: QPN, a starting PSN from the operating
 /// system's randomness (not the clock or the pid), the region.
 pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<Vec<Dest>, String> {
@@ -215,8 +120,8 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
     Plan::from_args(args)?;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
-        let addr = super::resolve(server, args.port)?;
-        let s = super::connect_tcp(addr, args.bind)?;
+        let addr = resolve(server, args.port)?;
+        let s = connect_tcp(addr, args.bind)?;
         args.say_moved();
         s
     } else {
@@ -227,10 +132,10 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
             "roce perf: waiting for a perftest client on port {}",
             args.port
         );
-        let s = super::accept_interruptibly(&l, stop)?;
+        let s = accept_interruptibly(&l, stop)?;
         // A client of roce perf's own exchange opens with a JSON line:
         // tell it what to do rather than read its hello as perftest's.
-        if super::first_byte(&s)? == b'{' {
+        if first_byte(&s)? == b'{' {
             let msg = "this server was started with --perftest (perftest's exchange); \
                        start it without --perftest to serve both kinds of client, or run \
                        the client with --perftest";
@@ -271,7 +176,7 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     // new one from its GID.
     let local = if !client
         && args.bind.is_none_or(|b| b.is_unspecified())
-        && args.backend == super::BackendKind::Udp
+        && args.backend == BackendKind::Udp
     {
         let peer = stream.peer_addr().ok().map(|a| a.ip());
         let index = args.gid_index.map(usize::from);
@@ -344,20 +249,6 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     print_rows(&plan, mtu, &their_version, &rows, args);
     drop(qps);
     Ok(())
-}
-
-pub(crate) fn print_dest(what: &str, d: &Dest, test: Test) {
-    let out = if test == Test::ReadBw {
-        format!(" OUT {:#04x}", d.out_reads)
-    } else {
-        String::new()
-    };
-    println!(
-        "{what}: LID {:#06x} QPN {:#06x} PSN {:#08x}{out} RKey {:#08x} VAddr {:#016x}",
-        d.lid, d.qpn, d.psn, d.rkey, d.vaddr
-    );
-    let g: Vec<String> = d.gid.iter().map(|b| format!("{b:02}")).collect();
-    println!(" GID: {}", g.join(":"));
 }
 
 #[cfg(test)]

@@ -30,14 +30,16 @@ use roce_verbs::{
     ConnectOptions, Context, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
 };
 
+use super::args::PerfArgs;
 use super::backend::{link_path_mtu, open_context};
-use super::perftest::{mtu_msg, Plan};
+use super::messages::Test;
+use super::net::resolve;
+use super::perftest_plan::{mtu_msg, Plan};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
 use super::perftest_wire::{
     agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
-use super::{PerfArgs, Test};
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
 const MSG: usize = CM_MSG_LEN;
@@ -239,7 +241,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     let plan = Plan::from_args(args)?;
     let test = plan.test;
     let server = match &args.server {
-        Some(s) => Some(super::resolve(s, args.port)?.ip()),
+        Some(s) => Some(resolve(s, args.port)?.ip()),
         None => None,
     };
     let client = server.is_some();

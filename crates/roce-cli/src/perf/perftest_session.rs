@@ -23,13 +23,13 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::Rkey;
 
-use super::perftest::{print_dest, Plan};
+use super::args::PerfArgs;
+use super::perftest_plan::{print_dest, Plan};
 use super::perftest_traffic::{
     client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
 };
 use super::perftest_wire::{report_msgs, report_value, Dest, VERSION};
 use super::report::{self, BwResult, LatResult};
-use super::PerfArgs;
 
 /// A perftest control channel: key-string rounds and 8-byte report
 /// exchanges, client first.

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::{Access, QpCaps, QpInitAttr, QpType, RecvWr, Rkey, SendOp, SendWr};
 
-use super::perftest::Plan;
+use super::messages::Test;
 use super::perftest_peer::PeerWatch;
+use super::perftest_plan::Plan;
 use super::progress::Progress;
 use super::report::{self, BwResult};
-use super::Test;
 
 /// Receive buffers per QP at most (as perftest's default rx depth).
 const MAX_RING: u64 = 512;

@@ -6,7 +6,9 @@ use serde_json::{json, Value};
 use super::args::PerfArgs;
 use super::interrupts::Interrupts;
 use super::messages::Params;
-use super::{control, perftest, report};
+use super::perftest_plan::print_dest;
+use super::perftest_wire::{gid_of, Dest};
+use super::{control, report};
 
 /// A `--pcap` file that could not be written: the run worked, but the
 /// capture asked for is incomplete.
@@ -53,17 +55,17 @@ pub(crate) fn print_results(
     for (what, side) in [(" local address", "local"), (" remote address", "remote")] {
         for e in counters["endpoints"][side].as_array().into_iter().flatten() {
             if let Ok(e) = control::Endpoint::from_json(e) {
-                let d = perftest::Dest {
+                let d = Dest {
                     lid: 0,
                     out_reads: 1,
                     qpn: e.qpn,
                     psn: e.psn,
                     rkey: e.rkey,
                     vaddr: e.vaddr,
-                    gid: perftest::gid_of(e.addr),
+                    gid: gid_of(e.addr),
                     srqn: 0,
                 };
-                perftest::print_dest(what, &d, params.test);
+                print_dest(what, &d, params.test);
             }
         }
     }

@@ -12,7 +12,7 @@ use super::interrupts::Interrupts;
 use super::messages::Params;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
 use super::print::{pcap_problem, print_results};
-use super::{backend, perftest, perftest_cm, setup};
+use super::{backend, bw, lat, perftest, perftest_cm, setup};
 use crate::stop::Stop;
 
 /// Runs `roce perf`; returns the exit status. `stop` (Ctrl-C) cuts the
@@ -347,7 +347,12 @@ fn run_session(
     s: &mut setup::Session,
     ctl: &mut Control,
 ) -> Result<(Vec<Value>, Params, Value), String> {
-    match s.run(ctl) {
+    let results = if s.params.test.is_bw() {
+        bw::run(s, ctl)
+    } else {
+        lat::run(s, ctl)
+    };
+    match results {
         Ok(results) => {
             let mut counters = s.counters_json();
             // perftest's local/remote address lines (print_results).

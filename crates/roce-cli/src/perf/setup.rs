@@ -9,11 +9,13 @@ use roce_verbs::{
 };
 use serde_json::{json, Value};
 
+use super::args::{BackendKind, PerfArgs};
 use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
+use super::interrupts::Interrupts;
 use super::messages::endpoints_from_json;
 use super::messages::layout;
-use super::{BackendKind, Interrupts, Params, PerfArgs};
+use super::messages::Params;
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side
@@ -272,15 +274,6 @@ impl Session {
     /// Whether the run is being cut short, here or by the peer.
     pub(crate) fn stopping(&self) -> bool {
         self.int.stopping()
-    }
-
-    /// Runs the test for every size; returns one result object per size.
-    pub(crate) fn run(&mut self, ctl: &mut Control) -> Result<Vec<Value>, String> {
-        if self.params.test.is_bw() {
-            super::bw::run(self, ctl)
-        } else {
-            super::lat::run(self, ctl)
-        }
     }
 
     /// This side's counters for `--json`: the engine's device counters,
