@@ -4,6 +4,7 @@
 use std::net::{IpAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 
+use super::error::PerfError;
 use super::messages::{self, Params, Test, MAX_ITERS};
 use super::net::resolve;
 
@@ -221,34 +222,38 @@ pub(crate) struct PerfArgs {
 }
 
 impl Params {
-    pub(crate) fn from_args(a: &PerfArgs) -> Result<Params, String> {
+    pub(crate) fn from_args(a: &PerfArgs) -> Result<Params, PerfError> {
         let t = a.test;
         if !matches!(a.mtu, 256 | 512 | 1024 | 2048 | 4096) {
-            return Err(format!(
+            return Err(PerfError::Args(format!(
                 "MTU {} is not one of 256, 512, 1024, 2048, 4096",
                 a.mtu
-            ));
+            )));
         }
         if a.qps == 0 || a.qps > 256 {
-            return Err("the number of QPs must be between 1 and 256".into());
+            return Err(PerfError::Args(
+                "the number of QPs must be between 1 and 256".into(),
+            ));
         }
         if !t.is_bw() && a.qps > 1 {
-            return Err("latency tests use one QP".into());
+            return Err(PerfError::Args("latency tests use one QP".into()));
         }
         if !t.is_bw() && a.bidir {
-            return Err("-b applies to bandwidth tests only".into());
+            return Err(PerfError::Args("-b applies to bandwidth tests only".into()));
         }
         if let Some(d) = a.duration {
             if !(d > 0.0 && d <= 86_400.0) {
-                return Err("the duration must be between 0 and 86400 seconds".into());
+                return Err(PerfError::Args(
+                    "the duration must be between 0 and 86400 seconds".into(),
+                ));
             }
             if a.all {
-                return Err("-D and -a cannot be combined".into());
+                return Err(PerfError::Args("-D and -a cannot be combined".into()));
             }
         }
         let sizes = if t.is_atomic() {
             if a.size.is_some_and(|s| s != 8) || a.all {
-                return Err("atomic tests move 8 bytes".into());
+                return Err(PerfError::Args("atomic tests move 8 bytes".into()));
             }
             vec![8]
         } else if a.all {
@@ -256,19 +261,23 @@ impl Params {
         } else {
             let s = a.size.unwrap_or(if t.is_bw() { 65536 } else { 2 });
             if s == 0 || s > (1 << 30) {
-                return Err("the size must be between 1 byte and 1 GiB".into());
+                return Err(PerfError::Args(
+                    "the size must be between 1 byte and 1 GiB".into(),
+                ));
             }
             vec![s]
         };
         let iters = a.iters.unwrap_or(if t.is_bw() { 5000 } else { 1000 });
         if iters == 0 || iters > MAX_ITERS {
-            return Err(format!(
+            return Err(PerfError::Args(format!(
                 "the number of iterations (-n) must be between 1 and {MAX_ITERS}"
-            ));
+            )));
         }
         let tx_depth = a.tx_depth.unwrap_or(if t.is_bw() { 128 } else { 1 });
         if tx_depth == 0 || tx_depth > 4096 {
-            return Err("the TX depth must be between 1 and 4096".into());
+            return Err(PerfError::Args(
+                "the TX depth must be between 1 and 4096".into(),
+            ));
         }
         let p = Params {
             test: t,
@@ -282,46 +291,46 @@ impl Params {
             verify: !a.no_verify,
             seed: 0x5eed_0000 ^ std::process::id() as u64,
         };
-        messages::check_memory(&p)?;
+        messages::check_memory(&p).map_err(PerfError::Args)?;
         Ok(p)
     }
 }
 
 /// Flags every mode shares, and combinations no mode takes.
-pub(crate) fn check_modes(args: &PerfArgs) -> Result<(), String> {
+pub(crate) fn check_modes(args: &PerfArgs) -> Result<(), PerfError> {
     if args.duration.is_some() && args.iters.is_some() {
-        return Err(
-            "-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
-                .into(),
-        );
+        return Err(PerfError::Args("-n and -D cannot be combined: -D runs for a time, -n for a number of iterations (give one)"
+                .into()));
     }
     if !args.connection.eq_ignore_ascii_case("RC") {
-        return Err(format!(
+        return Err(PerfError::Args(format!(
             "connection type {}: roce perf runs RC only (drop -c, or use roce pingpong --transport uc|ud)",
             args.connection
-        ));
+        )));
     }
     if args.ib_port != 1 {
-        return Err(format!(
+        return Err(PerfError::Args(format!(
             "device port {}: a RoCE interface has one port, 1 (drop -i)",
             args.ib_port
-        ));
+        )));
     }
     if args.vlan.is_some() && args.backend != BackendKind::Packet {
-        return Err("--vlan tags raw frames: it needs --backend packet".into());
+        return Err(PerfError::Args(
+            "--vlan tags raw frames: it needs --backend packet".into(),
+        ));
     }
     if args.perftest && args.loopback {
-        return Err(
+        return Err(PerfError::Args(
             "--perftest talks to another program's endpoint; it cannot be combined with --loopback"
                 .into(),
-        );
+        ));
     }
     Ok(())
 }
 
 /// `-x N` past the GID table is refused at start-up, as perftest does,
 /// not once a peer connects ([`crate::device::check_gid_index`]).
-pub(crate) fn check_gid_index(args: &PerfArgs) -> Result<(), String> {
+pub(crate) fn check_gid_index(args: &PerfArgs) -> Result<(), PerfError> {
     let Some(x) = args.gid_index else {
         return Ok(());
     };
@@ -334,6 +343,7 @@ pub(crate) fn check_gid_index(args: &PerfArgs) -> Result<(), String> {
         crate::rping::route_source(addr.ip())
     });
     crate::device::check_gid_index(usize::from(x), local, args.dev.as_deref())
+        .map_err(PerfError::Args)
 }
 
 /// The server's own flags the client's parameters override (the client

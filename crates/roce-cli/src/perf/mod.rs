@@ -11,6 +11,7 @@ mod args;
 pub(crate) mod backend;
 mod bw;
 mod control;
+mod error;
 mod interrupts;
 mod lat;
 pub(crate) mod messages;

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::args::{adopted_note, check_gid_index, check_modes, BackendKind, PerfArgs};
 use super::control::{self, Control};
+use super::error::PerfError;
 use super::interrupts::Interrupts;
 use super::messages::Params;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
@@ -26,7 +27,7 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
             &moved
         }
         Ok(None) => args,
-        Err(e) => return crate::fail("perf", args.json, &e, 1),
+        Err(e) => return crate::fail("perf", args.json, &e.to_string(), 1),
     };
     let checked = check_modes(args).and_then(|()| check_gid_index(args));
     // What loss costs, said once the flags are known to be good.
@@ -45,14 +46,14 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
             &held
         }
         Ok(Ok(None)) | Err(_) => args,
-        Ok(Err(e)) => return crate::fail("perf", args.json, &e, 1),
+        Ok(Err(e)) => return crate::fail("perf", args.json, &e.to_string(), 1),
     };
     let res = if let Err(e) = checked {
         Err(e)
     } else if args.perftest && args.rdma_cm {
-        perftest_cm::run(args)
+        perftest_cm::run(args).map_err(PerfError::from)
     } else if args.perftest {
-        perftest::run(args, stop)
+        perftest::run(args, stop).map_err(PerfError::from)
     } else if args.loopback {
         run_loopback(args, &int)
     } else if args.server.is_some() {
@@ -66,7 +67,7 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
         Err(e) => {
             // Cut short by Ctrl-C before there was anything to report.
             let code = if int.here() { 130 } else { 1 };
-            crate::fail("perf", args.json, &e, code)
+            crate::fail("perf", args.json, &e.to_string(), code)
         }
     }
 }
@@ -77,7 +78,7 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
 /// takes instead of the server's as `--bind`, for the control connection
 /// and the RoCE traffic alike, so that the server sees the address the
 /// QPs use ([`crate::device::loopback_client_local`]).
-fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, String> {
+fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, PerfError> {
     let Some(server) = args.server.as_deref() else {
         return Ok(None);
     };
@@ -139,17 +140,19 @@ const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 /// hosts with one address each (the control connection uses it too).
 const FABRIC_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
-fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), String> {
+fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), PerfError> {
     if args.server.is_some() {
-        return Err("--loopback runs both sides; do not name a server".into());
+        return Err(PerfError::Args(
+            "--loopback runs both sides; do not name a server".into(),
+        ));
     }
     if args.backend == BackendKind::Packet {
-        return Err(
-            "--loopback runs over the udp or fabric backend; the packet backend needs an Ethernet link (two hosts or namespaces)".into(),
-        );
+        return Err(PerfError::Args("--loopback runs over the udp or fabric backend; the packet backend needs an Ethernet link (two hosts or namespaces)".into()));
     }
     if args.gid_index.is_some() {
-        return Err("--loopback chooses its addresses; -x does not apply".into());
+        return Err(PerfError::Args(
+            "--loopback chooses its addresses; -x does not apply".into(),
+        ));
     }
     // Refuse bad parameters before a server thread starts waiting.
     Params::from_args(args)?;
@@ -194,27 +197,35 @@ fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), String> {
         }
     }
     let client = run_client(&client_args, fabric.as_ref(), int);
-    if let Err(e) = &client {
+    if client.is_err() && !server.is_finished() {
+        // The server may still wait for a connection that will never
+        // come; the process ends with the client's error.
+        std::thread::sleep(Duration::from_millis(200));
         if !server.is_finished() {
-            // The server may still wait for a connection that will never
-            // come; the process ends with the client's error.
-            std::thread::sleep(Duration::from_millis(200));
-            if !server.is_finished() {
-                return Err(e.clone());
-            }
+            return client.map(|_| ());
         }
     }
     let server = server
         .join()
-        .map_err(|_| "the server thread panicked".to_string())?;
+        .map_err(|_| PerfError::Failed("the server thread panicked".into()))?;
     match (client, server) {
         (Ok(_), Ok(())) => Ok(()),
         (Err(c), Ok(())) => Err(c),
-        (Ok(_), Err(s)) => Err(format!("server side: {s}")),
-        // The side that failed first usually explains the other.
-        (Err(c), Err(s)) if s.starts_with("peer:") => Err(c),
-        (Err(c), Err(s)) if c.starts_with("peer:") => Err(format!("server side: {s}")),
-        (Err(c), Err(s)) => Err(format!("{c} (server side: {s})")),
+        // The side that failed first usually explains the other: the
+        // peer's report of its own failure is left out.
+        (Err(c), Err(s)) if s.is_peer() => Err(c),
+        (Ok(_), Err(s)) => Err(PerfError::Loopback {
+            client: None,
+            server: Box::new(s),
+        }),
+        (Err(c), Err(s)) if c.is_peer() => Err(PerfError::Loopback {
+            client: None,
+            server: Box::new(s),
+        }),
+        (Err(c), Err(s)) => Err(PerfError::Loopback {
+            client: Some(Box::new(c)),
+            server: Box::new(s),
+        }),
     }
 }
 
@@ -222,9 +233,11 @@ fn run_server(
     args: &PerfArgs,
     fabric: Option<&roce_io::Fabric>,
     int: &Interrupts,
-) -> Result<(), String> {
+) -> Result<(), PerfError> {
     if args.backend == BackendKind::Fabric {
-        return Err("the fabric backend needs --loopback".into());
+        return Err(PerfError::Args(
+            "the fabric backend needs --loopback".into(),
+        ));
     }
     let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = TcpListener::bind((bind, args.port))
@@ -247,7 +260,7 @@ fn serve(
     fabric: Option<&roce_io::Fabric>,
     quiet: bool,
     int: &Interrupts,
-) -> Result<(), String> {
+) -> Result<(), PerfError> {
     let stream = accept_interruptibly(&listener, &int.here)?;
     match first_byte(&stream)? {
         b'{' => {}
@@ -257,11 +270,11 @@ fn serve(
             if !args.json {
                 eprintln!("roce perf: the client speaks perftest's exchange");
             }
-            return perftest::run_on(args, stream, false);
+            return perftest::run_on(args, stream, false).map_err(PerfError::from);
         }
         _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
     }
-    let mut ctl = Control::new(stream, int).map_err(|e| e.to_string())?;
+    let mut ctl = Control::new(stream, int).map_err(|e| PerfError::Failed(e.to_string()))?;
     let hello = ctl.expect("hello")?;
     let params = match Params::from_json(&hello) {
         Ok(p) if p.test == args.test => p,
@@ -272,11 +285,11 @@ fn serve(
                 args.test.name()
             );
             ctl.send_error(&msg);
-            return Err(msg);
+            return Err(PerfError::Args(msg));
         }
         Err(e) => {
             ctl.send_error(&e);
-            return Err(e);
+            return Err(PerfError::Args(e));
         }
     };
     if !args.json {
@@ -293,7 +306,7 @@ fn serve(
                 args.roce_port
             );
             ctl.send_error(&msg);
-            return Err(msg);
+            return Err(PerfError::Args(msg));
         }
     }
     let local = args
@@ -305,7 +318,7 @@ fn serve(
         Ok(a) => a,
         Err(e) => {
             ctl.send_error(&e);
-            return Err(e);
+            return Err(PerfError::Failed(e));
         }
     };
     // With no address given, a loopback address the client uses too (or,
@@ -331,10 +344,10 @@ fn serve(
             if !quiet {
                 print_results(args, &params, &results, &counters, int);
             }
-            pcap_problem(&counters).map_or(Ok(()), Err)
+            pcap_problem(&counters).map_or(Ok(()), |m| Err(PerfError::Failed(m)))
         }
         Err(e) => {
-            ctl.send_error(&e);
+            ctl.send_error(&e.to_string());
             Err(e)
         }
     }
@@ -346,7 +359,7 @@ fn serve(
 fn run_session(
     s: &mut setup::Session,
     ctl: &mut Control,
-) -> Result<(Vec<Value>, Params, Value), String> {
+) -> Result<(Vec<Value>, Params, Value), PerfError> {
     let results = if s.params.test.is_bw() {
         bw::run(s, ctl)
     } else {
@@ -361,7 +374,7 @@ fn run_session(
             Ok((results, s.params.clone(), counters))
         }
         Err(e) => {
-            ctl.send_error(&e);
+            ctl.send_error(&e.to_string());
             Err(e)
         }
     }
@@ -371,13 +384,13 @@ fn run_client(
     args: &PerfArgs,
     fabric: Option<&roce_io::Fabric>,
     int: &Interrupts,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, PerfError> {
     let params = Params::from_args(args)?;
     let server = args.server.as_deref().ok_or("no server")?;
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
     args.say_moved();
-    let mut ctl = Control::new(stream, int).map_err(|e| e.to_string())?;
+    let mut ctl = Control::new(stream, int).map_err(|e| PerfError::Failed(e.to_string()))?;
     let mut hello = params.to_json();
     hello["roce_port"] = json!(args.roce_port);
     ctl.send(&hello)?;
@@ -386,7 +399,7 @@ fn run_client(
         Ok(a) => a,
         Err(e) => {
             ctl.send_error(&e);
-            return Err(e);
+            return Err(PerfError::Failed(e));
         }
     };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
@@ -394,10 +407,10 @@ fn run_client(
     match r {
         Ok((results, params, counters)) => {
             print_results(args, &params, &results, &counters, int);
-            pcap_problem(&counters).map_or(Ok(results), Err)
+            pcap_problem(&counters).map_or(Ok(results), |m| Err(PerfError::Failed(m)))
         }
         Err(e) => {
-            ctl.send_error(&e);
+            ctl.send_error(&e.to_string());
             Err(e)
         }
     }
