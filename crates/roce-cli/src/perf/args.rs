@@ -291,7 +291,7 @@ impl Params {
             verify: !a.no_verify,
             seed: 0x5eed_0000 ^ std::process::id() as u64,
         };
-        messages::check_memory(&p).map_err(PerfError::Args)?;
+        messages::check_memory(&p)?;
         Ok(p)
     }
 }

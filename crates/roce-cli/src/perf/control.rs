@@ -95,7 +95,7 @@ impl Control {
                     if msg.as_ref().is_ok_and(|v| type_of(v) == Some("result")) {
                         raise.1.store(true, Ordering::SeqCst);
                     }
-                    if tx.send(msg.map_err(PerfError::from)).is_err() || end {
+                    if tx.send(msg).is_err() || end {
                         return;
                     }
                 }
@@ -196,7 +196,7 @@ impl Control {
     /// Receives a message of the given type.
     pub(crate) fn expect(&mut self, ty: &str) -> Result<Value, PerfError> {
         let v = self.recv_timeout(None)?;
-        expect_type(v, ty).map_err(PerfError::from)
+        expect_type(v, ty)
     }
 
     /// As [`Control::expect`], after an interrupted loop: the peer's
@@ -208,7 +208,7 @@ impl Control {
             if v.get("type").and_then(Value::as_str) == Some("done") && ty != "done" {
                 continue;
             }
-            return expect_type(v, ty).map_err(PerfError::from);
+            return expect_type(v, ty);
         }
     }
 

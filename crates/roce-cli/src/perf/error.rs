@@ -68,8 +68,9 @@ impl From<roce_verbs::Error> for PerfError {
     }
 }
 
-/// The modules that still build their errors as text (perftest's
-/// exchange, the messages' parsers).
+/// Text from the helpers outside perf/ (crate::device, crate::rping) and
+/// from the perf helpers that still build their errors as text: said as
+/// it is.
 impl From<String> for PerfError {
     fn from(m: String) -> PerfError {
         PerfError::Failed(m)
@@ -79,13 +80,6 @@ impl From<String> for PerfError {
 impl From<&str> for PerfError {
     fn from(m: &str) -> PerfError {
         PerfError::Failed(m.to_string())
-    }
-}
-
-/// For the modules of perftest's exchange, which still return text.
-impl From<PerfError> for String {
-    fn from(e: PerfError) -> String {
-        e.to_string()
     }
 }
 

@@ -31,6 +31,7 @@ use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
 use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
+use super::error::PerfError;
 use super::messages::Test;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
 use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
@@ -46,7 +47,7 @@ struct Oob {
 }
 
 impl Oob {
-    fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, String> {
+    fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, PerfError> {
         let mut theirs = vec![0u8; n];
         let e = |e: std::io::Error| match e.kind() {
             // The peer stopped (an error of its own: see its output).
@@ -66,12 +67,12 @@ impl Oob {
         Ok(theirs)
     }
 
-    fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, String> {
+    fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         let b = self.xchg(&mine.format(), KEY_LEN)?;
         Dest::parse(&b)
     }
 
-    fn close(mut self, mine: &Dest) -> Result<(), String> {
+    fn close(mut self, mine: &Dest) -> Result<(), PerfError> {
         self.hand_shake(mine)?;
         self.s
             .write_all(b"done\0")
@@ -85,14 +86,18 @@ impl Oob {
 
 /// The keys of every QP: QPN, a starting PSN from the operating
 /// system's randomness (not the clock or the pid), the region.
-pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<Vec<Dest>, String> {
+pub(crate) fn local_dests(
+    qps: &[DataQp],
+    plan: &Plan,
+    local: IpAddr,
+) -> Result<Vec<Dest>, PerfError> {
     qps.iter()
         .map(|q| {
             Ok(Dest {
                 lid: 0,
                 out_reads: plan.out_reads(),
                 qpn: q.qp.qpn().value(),
-                psn: roce_verbs::random_psn().map_err(|e| e.to_string())?.value(),
+                psn: roce_verbs::random_psn()?.value(),
                 rkey: q.mr.rkey().value(),
                 vaddr: q.mr.addr(),
                 gid: gid_of(local),
@@ -103,10 +108,10 @@ pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<
 }
 
 impl Control for Oob {
-    fn keys(&mut self, mine: &Dest) -> Result<Dest, String> {
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         self.hand_shake(mine)
     }
-    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, PerfError> {
         self.xchg(mine, 8)
     }
     fn watch(&self) -> Option<TcpStream> {
@@ -116,7 +121,7 @@ impl Control for Oob {
 
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on
 /// failure. A server waiting for its client gives up at `stop` (Ctrl-C).
-pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
+pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), PerfError> {
     Plan::from_args(args)?;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
@@ -164,12 +169,15 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
 /// The exchange on a connected control stream: `client` writes first.
 /// A plain `roce perf` server comes here when its client turns out to
 /// speak perftest's exchange.
-pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result<(), String> {
+pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result<(), PerfError> {
     let plan = Plan::from_args(args)?;
     let test = plan.test;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
-    let tcp_local = stream.local_addr().map_err(|e| e.to_string())?.ip();
+    let tcp_local = stream
+        .local_addr()
+        .map_err(|e| PerfError::Failed(e.to_string()))?
+        .ip();
     let local = gid_address(args, args.bind.unwrap_or(tcp_local))?;
     // With ROCE_SHM=0, a server given no address moves off a loopback
     // address its client or another stack holds; the client learns the

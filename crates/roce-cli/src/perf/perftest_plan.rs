@@ -4,6 +4,7 @@
 //! session share.
 
 use super::args::PerfArgs;
+use super::error::PerfError;
 use super::messages::Test;
 use super::perftest_wire::Dest;
 
@@ -41,7 +42,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub(crate) fn from_args(args: &PerfArgs) -> Result<Plan, String> {
+    pub(crate) fn from_args(args: &PerfArgs) -> Result<Plan, PerfError> {
         let test = args.test;
         let lat = matches!(
             test,

@@ -51,9 +51,9 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> i32 {
     let res = if let Err(e) = checked {
         Err(e)
     } else if args.perftest && args.rdma_cm {
-        perftest_cm::run(args).map_err(PerfError::from)
+        perftest_cm::run(args)
     } else if args.perftest {
-        perftest::run(args, stop).map_err(PerfError::from)
+        perftest::run(args, stop)
     } else if args.loopback {
         run_loopback(args, &int)
     } else if args.server.is_some() {
@@ -270,7 +270,7 @@ fn serve(
             if !args.json {
                 eprintln!("roce perf: the client speaks perftest's exchange");
             }
-            return perftest::run_on(args, stream, false).map_err(PerfError::from);
+            return perftest::run_on(args, stream, false);
         }
         _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
     }
@@ -288,8 +288,8 @@ fn serve(
             return Err(PerfError::Args(msg));
         }
         Err(e) => {
-            ctl.send_error(&e);
-            return Err(PerfError::Args(e));
+            ctl.send_error(&e.to_string());
+            return Err(e);
         }
     };
     if !args.json {
@@ -317,8 +317,8 @@ fn serve(
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
         Err(e) => {
-            ctl.send_error(&e);
-            return Err(PerfError::Failed(e));
+            ctl.send_error(&e.to_string());
+            return Err(e);
         }
     };
     // With no address given, a loopback address the client uses too (or,
@@ -398,8 +398,8 @@ fn run_client(
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
         Err(e) => {
-            ctl.send_error(&e);
-            return Err(PerfError::Failed(e));
+            ctl.send_error(&e.to_string());
+            return Err(e);
         }
     };
     let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
