@@ -9,36 +9,38 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use roce_verbs::{Context, Device, OpenError, OpenOptions};
 
+use super::args::{BackendKind, CcChoice, Held, PerfArgs};
 use super::control::Endpoint;
-use super::{BackendKind, PerfArgs};
+use super::error::PerfError;
 
 /// The device that holds `local` (or the one `--dev` names, which must
 /// hold it).
-pub(crate) fn device_for(local: IpAddr, dev: Option<&str>) -> Result<Device, String> {
+pub(crate) fn device_for(local: IpAddr, dev: Option<&str>) -> Result<Device, PerfError> {
     let o = OpenOptions::new(roce_verbs::BackendKind::Udp, local).interface(dev);
     o.device()
-        .map_err(|e| e.to_string())?
-        .ok_or(format!("{local} is not an address of this host"))
+        .map_err(|e| PerfError::Failed(e.to_string()))?
+        .ok_or_else(|| PerfError::Failed(format!("{local} is not an address of this host")))
 }
 
 /// The local RoCE address: `tcp_local` (the control connection's), or
 /// with `-x N` entry N of the GID table of its interface (or `--dev`'s),
 /// as `roce devinfo` numbers it.
-pub(crate) fn gid_address(args: &PerfArgs, tcp_local: IpAddr) -> Result<IpAddr, String> {
+pub(crate) fn gid_address(args: &PerfArgs, tcp_local: IpAddr) -> Result<IpAddr, PerfError> {
     let Some(x) = args.gid_index else {
         return Ok(tcp_local);
     };
     let dev = match args.dev.as_deref() {
-        Some(dev) => Device::by_name(dev).map_err(|e| e.to_string())?,
+        Some(dev) => Device::by_name(dev).map_err(|e| PerfError::Failed(e.to_string()))?,
         None => device_for(tcp_local, None)?,
     };
-    dev.gid(usize::from(x)).map_err(|e| e.to_string())
+    dev.gid(usize::from(x))
+        .map_err(|e| PerfError::Failed(e.to_string()))
 }
 
 /// The largest path MTU the link of `local` carries (rxe's rule: the IB
 /// MTU plus 80 bytes of headers must fit the netdev MTU); 4096 when the
 /// interface is not known (the fabric).
-pub(crate) fn link_path_mtu(args: &PerfArgs, local: IpAddr) -> Result<u32, String> {
+pub(crate) fn link_path_mtu(args: &PerfArgs, local: IpAddr) -> Result<u32, PerfError> {
     if args.backend == BackendKind::Fabric {
         return Ok(4096);
     }
@@ -47,7 +49,7 @@ pub(crate) fn link_path_mtu(args: &PerfArgs, local: IpAddr) -> Result<u32, Strin
     OpenOptions::new(roce_verbs::BackendKind::Udp, local)
         .interface(args.dev.as_deref())
         .link_mtu()
-        .map_err(|e| e.to_string())
+        .map_err(|e| PerfError::Failed(e.to_string()))
 }
 
 /// Has the kernel resolve the peers' MAC addresses before the first RoCE
@@ -69,10 +71,6 @@ pub(crate) fn prime_neighbours(local: IpAddr, remote: &[Endpoint]) {
     }
 }
 
-/// The UDP socket with which a server given `--bind` holds its RoCE
-/// address until its device opens there (see [`hold_address`]).
-pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
-
 /// A server given an explicit address (`--bind`, not 0.0.0.0) holds it
 /// from its start: its RoCE UDP port on it is bound now, before the
 /// server waits for a client, and released just before the device binds
@@ -86,7 +84,7 @@ pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 /// meanwhile, and a hold of its own would shut the other processes of
 /// the address out. None for a client, a server without an address, the
 /// fabric, and `-R` (whose server opens its device at once).
-pub(crate) fn hold_address(args: &PerfArgs) -> Result<Option<Held>, String> {
+pub(crate) fn hold_address(args: &PerfArgs) -> Result<Option<Held>, PerfError> {
     let Some(bind) = args.bind.filter(|b| !b.is_unspecified()) else {
         return Ok(None);
     };
@@ -101,11 +99,11 @@ pub(crate) fn hold_address(args: &PerfArgs) -> Result<Option<Held>, String> {
     let local = gid_address(args, bind)?;
     match UdpSocket::bind((local, args.roce_port)) {
         Ok(s) => Ok(Some(Arc::new(Mutex::new(Some(s))))),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(format!(
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(PerfError::Failed(format!(
             "{local}:{} (UDP) is taken: another RoCE stack on this host holds the address; give this server another --bind or --roce-port",
             args.roce_port
-        )),
-        Err(e) => Err(format!("cannot hold {local}:{} (UDP): {e}", args.roce_port)),
+        ))),
+        Err(e) => Err(PerfError::Failed(format!("cannot hold {local}:{} (UDP): {e}", args.roce_port))),
     }
 }
 
@@ -153,9 +151,9 @@ pub(crate) fn open_context(
     o.config.active_mtu = mtu;
     o.config.link_bps = (args.link_gbps * 1e9) as u64;
     let cc = match args.cc {
-        super::CcChoice::None => None,
-        super::CcChoice::Dcqcn => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn()),
-        super::CcChoice::DcqcnMlx5 => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn_mlx5()),
+        CcChoice::None => None,
+        CcChoice::Dcqcn => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn()),
+        CcChoice::DcqcnMlx5 => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn_mlx5()),
     };
     if let Some(cc) = cc {
         o.config.cc = cc;
@@ -181,10 +179,10 @@ pub(crate) enum OpenFailure {
     Other(String),
 }
 
-impl From<OpenFailure> for String {
-    fn from(f: OpenFailure) -> String {
+impl From<OpenFailure> for PerfError {
+    fn from(f: OpenFailure) -> PerfError {
         match f {
-            OpenFailure::PortInUse(e) | OpenFailure::Other(e) => e,
+            OpenFailure::PortInUse(e) | OpenFailure::Other(e) => PerfError::Failed(e),
         }
     }
 }
@@ -203,7 +201,7 @@ pub(crate) fn open_moving(
     moves: bool,
     avoid: &[IpAddr],
     quiet: bool,
-) -> Result<(Context, IpAddr), String> {
+) -> Result<(Context, IpAddr), PerfError> {
     let moves = moves && args.backend == BackendKind::Udp;
     crate::device::open_moving(
         "perf",
@@ -214,5 +212,5 @@ pub(crate) fn open_moving(
         |at| open_context(args, at, mtu, fabric),
         |e| matches!(e, OpenFailure::PortInUse(_)),
     )
-    .map_err(String::from)
+    .map_err(PerfError::from)
 }

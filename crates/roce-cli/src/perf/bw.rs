@@ -9,10 +9,11 @@ use roce_verbs::{RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{expect_type, Control};
+use super::error::PerfError;
+use super::messages::Test;
 use super::progress::Progress;
 use super::report::{self, BwResult};
 use super::setup::Session;
-use super::Test;
 
 /// Bytes in flight per side across all QPs (the UDP backend's receive
 /// buffer is 8 MiB).
@@ -41,7 +42,7 @@ struct Measured {
     peak_bps: f64,
 }
 
-pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
+pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, PerfError> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
         if !ctl.next_size(&format!("size {size}"), s.stopping())? {
@@ -62,7 +63,7 @@ pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, Stri
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// Clears what this size will fill, and posts the receive ring.
-fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
+fn prepare(s: &mut Session, size: u64) -> Result<(), PerfError> {
     let test = s.params.test;
     let requester = s.is_client || s.params.bidir;
     let target = !s.is_client || s.params.bidir;
@@ -79,11 +80,10 @@ fn prepare(s: &mut Session, size: u64) -> Result<(), String> {
             } else {
                 size as usize
             };
-            s.mr.write(base, &zeros[..n]).map_err(|e| e.to_string())?;
+            s.mr.write(base, &zeros[..n])?;
         }
         if requester && matches!(test, Test::ReadBw | Test::AtomicBw) {
-            s.mr.write(base + s.max_size, &zeros)
-                .map_err(|e| e.to_string())?;
+            s.mr.write(base + s.max_size, &zeros)?;
         }
         if post_ring {
             for j in 0..s.ring {
@@ -108,7 +108,7 @@ fn drive(
     ctl: &mut Control,
     size: u64,
     requester: bool,
-) -> Result<Measured, String> {
+) -> Result<Measured, PerfError> {
     let p = s.params.clone();
     let nq = s.qps.len();
     let receiver = p.test == Test::SendBw && (!s.is_client || p.bidir);
@@ -177,16 +177,19 @@ fn drive(
                     let r = s.qps[q].post_send_list(batch.drain(..));
                     posted[q] = next;
                     if let Err((n, e)) = r {
-                        return Err(format!("post_send (WR {} of the list): {e}", n + 1));
+                        return Err(PerfError::Failed(format!(
+                            "post_send (WR {} of the list): {e}",
+                            n + 1
+                        )));
                     }
                 }
             }
         }
         comps.clear();
-        s.cq.poll(&mut comps, 256).map_err(|e| e.to_string())?;
+        s.cq.poll(&mut comps, 256)?;
         for c in &comps {
             if !c.is_success() {
-                return Err(report::failed(c));
+                return Err(PerfError::Failed(report::failed(c)));
             }
             if c.wr_id & RECV != 0 {
                 let q = ((c.wr_id & !RECV) >> 40) as usize;
@@ -195,11 +198,11 @@ fn drive(
                 let off = s.slot_off(q) + 2 * s.max_size + j * s.max_size;
                 if p.verify && (received % VERIFY_EVERY == 1) {
                     let mut got = vec![0u8; size as usize];
-                    s.mr.read(off, &mut got).map_err(|e| e.to_string())?;
+                    s.mr.read(off, &mut got)?;
                     if got != peer_pattern {
-                        return Err(format!(
+                        return Err(PerfError::Failed(format!(
                             "received data differs from what was sent (message {received}, QP {q})"
-                        ));
+                        )));
                     }
                 }
                 let sge = s.mr.sge(off, s.max_size as u32);
@@ -291,7 +294,7 @@ fn exchange(
     ctl: &mut Control,
     size: u64,
     mine: &Measured,
-) -> Result<Value, String> {
+) -> Result<Value, PerfError> {
     let p = &s.params;
     let target = !s.is_client || p.bidir;
     let requester = s.is_client || p.bidir;
@@ -314,14 +317,14 @@ fn exchange(
             let base = s.slot_off(q);
             if target && p.test == Test::WriteBw && their_ops > 0 {
                 let mut got = vec![0u8; n];
-                s.mr.read(base, &mut got).map_err(|e| e.to_string())?;
+                s.mr.read(base, &mut got)?;
                 if got != s.peer_pattern(n) {
                     problems.push(format!("WRITE data on QP {q} differs"));
                 }
             }
             if target && p.test == Test::AtomicBw {
                 let mut w = [0u8; 8];
-                s.mr.read(base, &mut w).map_err(|e| e.to_string())?;
+                s.mr.read(base, &mut w)?;
                 let want = their_per_qp.get(q).copied().unwrap_or(0);
                 if u64::from_ne_bytes(w) != want {
                     problems.push(format!(
@@ -332,8 +335,7 @@ fn exchange(
             }
             if requester && p.test == Test::ReadBw && mine.ops > 0 {
                 let mut got = vec![0u8; n];
-                s.mr.read(base + s.max_size, &mut got)
-                    .map_err(|e| e.to_string())?;
+                s.mr.read(base + s.max_size, &mut got)?;
                 if got != s.peer_pattern(n) {
                     problems.push(format!("READ data on QP {q} differs"));
                 }
@@ -351,7 +353,10 @@ fn exchange(
         );
     }
     if !all.is_empty() {
-        return Err(format!("data verification failed: {}", all.join("; ")));
+        return Err(PerfError::Failed(format!(
+            "data verification failed: {}",
+            all.join("; ")
+        )));
     }
     // The requester's numbers (both sides' summed when bidirectional).
     let their_secs = theirs.get("secs").and_then(Value::as_f64).unwrap_or(0.0);

@@ -6,19 +6,20 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::error::PerfError;
+use super::interrupts::Interrupts;
 pub(crate) use super::messages::{expect_type, Endpoint};
 use super::messages::{foreign_peer, peer_error, read_message, type_of};
-use super::Interrupts;
 
 /// A line-oriented JSON connection. A reader thread turns incoming lines
 /// into messages, so loops can poll for them without blocking.
 pub(crate) struct Control {
-    rx: std::sync::mpsc::Receiver<Result<Value, String>>,
+    rx: std::sync::mpsc::Receiver<Result<Value, PerfError>>,
     writer: Arc<Mutex<TcpStream>>,
     alarm: PeerAlarm,
     /// How the run is cut short (Ctrl-C here, a `stop` from the peer).
@@ -42,9 +43,9 @@ pub(crate) struct PeerAlarm(Arc<OnceLock<String>>, Arc<AtomicBool>, bool);
 impl PeerAlarm {
     /// `Err` with the peer's message once it has reported an error (or,
     /// from [`PeerAlarm::until_result`], once its result has arrived).
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), PerfError> {
         match self.0.get() {
-            Some(m) => Err(format!("peer: {m}")),
+            Some(m) => Err(PerfError::Peer(m.clone())),
             None if self.2 && self.1.load(Ordering::SeqCst) => {
                 Err("the peer finished and sent its result".into())
             }
@@ -56,31 +57,6 @@ impl PeerAlarm {
     pub(crate) fn until_result(&self) -> PeerAlarm {
         self.1.store(false, Ordering::SeqCst);
         PeerAlarm(self.0.clone(), self.1.clone(), true)
-    }
-}
-
-/// The control connections open in a run, for Ctrl-C to tell each peer
-/// that this side stops ([`Peers::announce_stop`]). Clones share them.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Peers(Arc<Mutex<Vec<Weak<Mutex<TcpStream>>>>>);
-
-impl Peers {
-    /// Ctrl-C: tells every peer (a `stop` message) that this side stops,
-    /// so that it ends its loop too and both sides report what they
-    /// measured.
-    pub(crate) fn announce_stop(&self) {
-        let writers = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        for w in writers.iter().filter_map(Weak::upgrade) {
-            let mut w = w.lock().unwrap_or_else(PoisonError::into_inner);
-            let _ = w.write_all(b"{\"type\":\"stop\"}\n");
-        }
-    }
-
-    /// Adds a connection's writer (dropped ones go).
-    fn add(&self, writer: &Arc<Mutex<TcpStream>>) {
-        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        all.retain(|w| w.strong_count() > 0);
-        all.push(Arc::downgrade(writer));
     }
 }
 
@@ -101,7 +77,7 @@ impl Control {
                 // A perftest server (ib_write_bw, roce perf --perftest)
                 // answers with its version string, not a JSON line.
                 if let Some(e) = reader.fill_buf().ok().and_then(foreign_peer) {
-                    let _ = tx.send(Err(e));
+                    let _ = tx.send(Err(e.into()));
                     return;
                 }
                 loop {
@@ -155,20 +131,20 @@ impl Control {
         w.local_addr().ok().map(|a| a.ip())
     }
 
-    pub(crate) fn send(&mut self, v: &Value) -> Result<(), String> {
+    pub(crate) fn send(&mut self, v: &Value) -> Result<(), PerfError> {
         let mut line = v.to_string();
         line.push('\n');
         self.writer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .write_all(line.as_bytes())
-            .map_err(|e| format!("control connection: {e}"))
+            .map_err(|e| PerfError::Io("control connection".into(), e))
     }
 
-    fn check(v: Result<Value, String>) -> Result<Value, String> {
+    fn check(v: Result<Value, PerfError>) -> Result<Value, PerfError> {
         let v = v?;
         match peer_error(&v) {
-            Some(msg) => Err(format!("peer: {msg}")),
+            Some(msg) => Err(PerfError::Peer(msg)),
             None => Ok(v),
         }
     }
@@ -176,20 +152,22 @@ impl Control {
     /// Receives the next message, waiting at most `timeout` (a minute when
     /// `None`); an `Error` message from the peer becomes an error here.
     /// Ctrl-C ends the wait.
-    pub(crate) fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Value, String> {
+    pub(crate) fn recv_timeout(&mut self, timeout: Option<Duration>) -> Result<Value, PerfError> {
         let end = std::time::Instant::now() + timeout.unwrap_or(Duration::from_secs(60));
         loop {
             let left = end.saturating_duration_since(std::time::Instant::now());
             match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
                 Ok(v) => return Self::check(v),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) if left.is_zero() => {
-                    return Err("timed out waiting for the peer".into());
+                    return Err(PerfError::Timeout("timed out waiting for the peer".into()));
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     // Not during the report exchange after a stop, which
                     // still needs the peer's answer.
                     if self.int.here() && self.int.waits_end_at_stop() {
-                        return Err("interrupted while waiting for the peer".into());
+                        return Err(PerfError::Interrupted(
+                            "interrupted while waiting for the peer".into(),
+                        ));
                     }
                 }
                 Err(_) => return Err("the peer closed the control connection".into()),
@@ -198,7 +176,7 @@ impl Control {
     }
 
     /// A message if one arrives within `timeout`.
-    pub(crate) fn recv_poll(&mut self, timeout: Duration) -> Result<Option<Value>, String> {
+    pub(crate) fn recv_poll(&mut self, timeout: Duration) -> Result<Option<Value>, PerfError> {
         match self.rx.recv_timeout(timeout) {
             Ok(v) => Self::check(v).map(Some),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
@@ -207,7 +185,7 @@ impl Control {
     }
 
     /// A message if one has arrived.
-    pub(crate) fn try_recv(&mut self) -> Result<Option<Value>, String> {
+    pub(crate) fn try_recv(&mut self) -> Result<Option<Value>, PerfError> {
         match self.rx.try_recv() {
             Ok(v) => Self::check(v).map(Some),
             Err(std::sync::mpsc::TryRecvError::Empty) => Ok(None),
@@ -216,7 +194,7 @@ impl Control {
     }
 
     /// Receives a message of the given type.
-    pub(crate) fn expect(&mut self, ty: &str) -> Result<Value, String> {
+    pub(crate) fn expect(&mut self, ty: &str) -> Result<Value, PerfError> {
         let v = self.recv_timeout(None)?;
         expect_type(v, ty)
     }
@@ -224,7 +202,7 @@ impl Control {
     /// As [`Control::expect`], after an interrupted loop: the peer's
     /// `done`, which that loop stopped waiting for, may come first and is
     /// skipped.
-    pub(crate) fn expect_after_stop(&mut self, ty: &str) -> Result<Value, String> {
+    pub(crate) fn expect_after_stop(&mut self, ty: &str) -> Result<Value, PerfError> {
         loop {
             let v = self.recv_timeout(None)?;
             if v.get("type").and_then(Value::as_str) == Some("done") && ty != "done" {
@@ -235,11 +213,13 @@ impl Control {
     }
 
     /// Both sides send and wait for a barrier.
-    pub(crate) fn barrier(&mut self, tag: &str) -> Result<(), String> {
+    pub(crate) fn barrier(&mut self, tag: &str) -> Result<(), PerfError> {
         self.send(&json!({"type": "barrier", "tag": tag}))?;
         let v = self.expect("barrier")?;
         if v.get("tag").and_then(Value::as_str) != Some(tag) {
-            return Err(format!("barrier mismatch (wanted '{tag}')"));
+            return Err(PerfError::Failed(format!(
+                "barrier mismatch (wanted '{tag}')"
+            )));
         }
         Ok(())
     }
@@ -249,11 +229,13 @@ impl Control {
     /// the run goes on only if neither is. (Each side looking at its own
     /// Ctrl-C flag alone, one could stop here while the other, which had
     /// looked just before, waited at the barrier for it.) True: go on.
-    pub(crate) fn next_size(&mut self, tag: &str, stopping: bool) -> Result<bool, String> {
+    pub(crate) fn next_size(&mut self, tag: &str, stopping: bool) -> Result<bool, PerfError> {
         self.send(&json!({"type": "barrier", "tag": tag, "stop": stopping}))?;
         let v = self.expect("barrier")?;
         if v.get("tag").and_then(Value::as_str) != Some(tag) {
-            return Err(format!("barrier mismatch (wanted '{tag}')"));
+            return Err(PerfError::Failed(format!(
+                "barrier mismatch (wanted '{tag}')"
+            )));
         }
         let peer_stops = v.get("stop").and_then(Value::as_bool).unwrap_or(false);
         // Both sides decide from the same two flags: a stop that comes
@@ -327,11 +309,13 @@ mod tests {
         let mut ctl = Control::new(mine, &int).unwrap();
         stop.request();
         let e = ctl.recv_timeout(Some(Duration::from_secs(5))).unwrap_err();
-        assert_eq!(e, "interrupted while waiting for the peer");
+        assert!(matches!(e, PerfError::Interrupted(_)), "{e:?}");
+        assert_eq!(e.to_string(), "interrupted while waiting for the peer");
         int.set_up();
         let e = ctl
             .recv_timeout(Some(Duration::from_millis(200)))
             .unwrap_err();
-        assert_eq!(e, "timed out waiting for the peer");
+        assert!(matches!(e, PerfError::Timeout(_)), "{e:?}");
+        assert_eq!(e.to_string(), "timed out waiting for the peer");
     }
 }

@@ -14,10 +14,12 @@ use roce_verbs::{Completion, RecvWr, Rkey, SendFlags, SendOp, SendWr};
 use serde_json::{json, Value};
 
 use super::control::{Control, PeerAlarm};
+use super::error::PerfError;
+use super::interrupts::Interrupts;
+use super::messages::Test;
 use super::progress::Progress;
 use super::report::{self, LatResult};
 use super::setup::Session;
-use super::{Interrupts, Test};
 
 /// The WR id of ping-pong receives.
 const RECV_ID: u64 = 1 << 62;
@@ -47,7 +49,7 @@ impl<'a> Watchdog<'a> {
     }
 
     /// After an empty spin; `stalled` says what went wrong after STALL.
-    fn spin(&mut self, stalled: impl FnOnce() -> String) -> Result<(), String> {
+    fn spin(&mut self, stalled: impl FnOnce() -> String) -> Result<(), PerfError> {
         self.spins += 1;
         if !self.spins.is_multiple_of(256) {
             return Ok(());
@@ -58,7 +60,7 @@ impl<'a> Watchdog<'a> {
         }
         self.alarm.check()?;
         if self.start.get_or_insert_with(Instant::now).elapsed() > STALL {
-            return Err(stalled());
+            return Err(PerfError::Failed(stalled()));
         }
         Ok(())
     }
@@ -66,10 +68,10 @@ impl<'a> Watchdog<'a> {
 
 /// Busy-polls the CQ for one completion (each empty poll also drives the
 /// context's progress on this thread).
-fn wait_one(s: &Session, alarm: &PeerAlarm) -> Result<Completion, String> {
+fn wait_one(s: &Session, alarm: &PeerAlarm) -> Result<Completion, PerfError> {
     let mut dog = Watchdog::new(alarm, &s.int);
     loop {
-        if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
+        if let Some(c) = s.cq.poll_one()? {
             check(&c)?;
             return Ok(c);
         }
@@ -81,16 +83,16 @@ fn wait_one(s: &Session, alarm: &PeerAlarm) -> Result<Completion, String> {
 }
 
 /// Fails on an unsuccessful completion.
-fn check(c: &Completion) -> Result<(), String> {
+fn check(c: &Completion) -> Result<(), PerfError> {
     if c.is_success() {
         return Ok(());
     }
-    Err(format!(
+    Err(PerfError::Failed(format!(
         "work request failed: {} ({:?}){}",
         c.status.as_str(),
         c.status,
         super::report::hint(c.status)
-    ))
+    )))
 }
 
 /// Messages up to this size are read whole by every look of
@@ -110,7 +112,7 @@ fn wait_byte(
     snap: &mut [u8],
     want: u8,
     unreaped: &mut u64,
-) -> Result<(), String> {
+) -> Result<(), PerfError> {
     let mut dog = Watchdog::new(alarm, &s.int);
     let mut one = [0u8; 1];
     let (look_at, buf) = if snap.is_empty() {
@@ -121,12 +123,12 @@ fn wait_byte(
     loop {
         // Look at the memory first: a poll that comes after the WRITE
         // landed would send its held ACK alone instead of with our answer.
-        s.mr.read(look_at, buf).map_err(|e| e.to_string())?;
+        s.mr.read(look_at, buf)?;
         if buf.last() == Some(&want) {
             return Ok(());
         }
         // An empty poll drives progress.
-        if let Some(c) = s.cq.poll_one().map_err(|e| e.to_string())? {
+        if let Some(c) = s.cq.poll_one()? {
             check(&c)?;
             *unreaped = unreaped.saturating_sub(1);
         }
@@ -134,7 +136,7 @@ fn wait_byte(
     }
 }
 
-pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, String> {
+pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, PerfError> {
     let mut out = Vec::new();
     for size in s.params.sizes.clone() {
         if !ctl.next_size(&format!("size {size}"), s.stopping())? {
@@ -161,7 +163,7 @@ fn ping_pong(
     ctl: &mut Control,
     size: u64,
     write: bool,
-) -> Result<Vec<f64>, String> {
+) -> Result<Vec<f64>, PerfError> {
     let p = s.params.clone();
     // The server of a timed run answers until the client's result comes
     // (it used to wait for a message that never came, 10 s, STALL).
@@ -180,13 +182,13 @@ fn ping_pong(
     let recv_off = base + 2 * s.max_size;
     // max_size long: the two receives still queued when a size ends serve
     // the next, larger one of `-a`.
-    let post_recv = |s: &Session| -> Result<(), String> {
+    let post_recv = |s: &Session| -> Result<(), PerfError> {
         let sge = s.mr.sge(recv_off, s.max_size as u32);
         qp.post_recv(RecvWr {
             wr_id: RECV_ID,
             sgl: vec![sge],
         })
-        .map_err(|e| format!("post_recv: {e}"))
+        .map_err(|e| PerfError::Failed(format!("post_recv: {e}")))
     };
     if !write {
         if !s.recvs_posted.swap(true, Ordering::Relaxed) {
@@ -194,7 +196,7 @@ fn ping_pong(
             post_recv(s)?;
         }
     } else {
-        s.mr.write(base, &vec![0u8; n]).map_err(|e| e.to_string())?;
+        s.mr.write(base, &vec![0u8; n])?;
     }
     ctl.barrier("go")?;
     let iters = if p.duration.is_some() {
@@ -224,12 +226,11 @@ fn ping_pong(
     while i < iters && !s.stopping() && deadline.is_none_or(|d| Instant::now() < d || !s.is_client)
     {
         let tag = (i % 255) as u8 + 1;
-        let send = |s: &Session, msg: &mut Vec<u8>| -> Result<(), String> {
+        let send = |s: &Session, msg: &mut Vec<u8>| -> Result<(), PerfError> {
             if let Some(last) = msg.last_mut() {
                 *last = tag;
             }
-            s.mr.write(base + s.max_size, msg)
-                .map_err(|e| e.to_string())?;
+            s.mr.write(base + s.max_size, msg)?;
             let sge = s.mr.sge(base + s.max_size, n as u32);
             let mut wr = if write {
                 SendWr::rdma(i, SendOp::Write, vec![sge], r.vaddr, Rkey::new(r.rkey))
@@ -242,7 +243,8 @@ fn ping_pong(
                 } else {
                     SendFlags::default()
                 };
-            qp.post_send(wr).map_err(|e| format!("post_send: {e}"))
+            qp.post_send(wr)
+                .map_err(|e| PerfError::Failed(format!("post_send: {e}")))
         };
         // Waits for the peer's message (a WRITE of up to SNAPSHOT_MAX
         // bytes is copied into `got` as it is seen).
@@ -265,23 +267,22 @@ fn ping_pong(
                 *pending_recv -= 1;
                 post_recv(s)?;
             }
-            Ok::<(), String>(())
+            Ok::<(), PerfError>(())
         };
         // The message that arrived is the peer's pattern with this
         // iteration's tag (read here unless `receive` copied it already;
         // the peer sends nothing more into it until this side answers).
-        let verified = |s: &Session, got: &mut [u8]| -> Result<(), String> {
+        let verified = |s: &Session, got: &mut [u8]| -> Result<(), PerfError> {
             if !p.verify {
                 return Ok(());
             }
             if !snapshot {
-                s.mr.read(if write { base } else { recv_off }, &mut got[..n])
-                    .map_err(|e| e.to_string())?;
+                s.mr.read(if write { base } else { recv_off }, &mut got[..n])?;
             }
             if got[..n - 1] != peer[..n - 1] || got[n - 1] != tag {
-                return Err(format!(
+                return Err(PerfError::Failed(format!(
                     "iteration {i}: the data received differs from what was sent"
-                ));
+                )));
             }
             Ok(())
         };
@@ -296,7 +297,7 @@ fn ping_pong(
                     *unreaped -= 1;
                 }
             }
-            Ok::<(), String>(())
+            Ok::<(), PerfError>(())
         };
         let t0 = Instant::now();
         if s.is_client {
@@ -343,7 +344,7 @@ fn ping_pong(
 }
 
 /// READ or FETCH_ADD round trips; the server is passive.
-fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, String> {
+fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, PerfError> {
     let p = s.params.clone();
     let alarm = ctl.alarm();
     let base = s.slot_off(0);
@@ -390,15 +391,14 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         let interrupted = s.stopping();
         if p.verify && !samples.is_empty() && !interrupted {
             let mut got = vec![0u8; len as usize];
-            s.mr.read(base + s.max_size, &mut got)
-                .map_err(|e| e.to_string())?;
+            s.mr.read(base + s.max_size, &mut got)?;
             if p.test == Test::AtomicLat {
                 let orig = u64::from_ne_bytes(got.try_into().unwrap_or([0; 8]));
                 if orig != i - 1 {
-                    return Err(format!(
+                    return Err(PerfError::Failed(format!(
                         "FETCH_ADD returned {orig} on its {i}th add (expected {})",
                         i - 1
-                    ));
+                    )));
                 }
             } else if got != s.peer_pattern(len as usize) {
                 return Err("READ data differs from the peer's memory".into());
@@ -412,7 +412,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         // context switch on the round trip, ~100 us under an emulated CPU).
         let mut spins = 0u32;
         loop {
-            let _ = s.cq.poll_one().map_err(|e| e.to_string())?;
+            let _ = s.cq.poll_one()?;
             if let Some(m) = ctl.try_recv()? {
                 let ops = m.get("ops").and_then(Value::as_u64).unwrap_or(0);
                 let interrupted = m
@@ -421,12 +421,12 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
                     .unwrap_or(false);
                 if p.verify && p.test == Test::AtomicLat && !interrupted {
                     let mut w = [0u8; 8];
-                    s.mr.read(base, &mut w).map_err(|e| e.to_string())?;
+                    s.mr.read(base, &mut w)?;
                     if u64::from_ne_bytes(w) != ops {
-                        return Err(format!(
+                        return Err(PerfError::Failed(format!(
                             "the FETCH_ADD counter is {} after {ops} adds",
                             u64::from_ne_bytes(w)
-                        ));
+                        )));
                     }
                 }
                 break;
@@ -449,7 +449,7 @@ fn results(
     ctl: &mut Control,
     size: u64,
     mut samples: Vec<f64>,
-) -> Result<Value, String> {
+) -> Result<Value, PerfError> {
     if s.is_client {
         let Some(r) = LatResult::from_samples(size, &mut samples) else {
             if s.stopping() {

@@ -11,6 +11,7 @@
 //! `result`/`measured` and `done` at the end. Either side may send
 //! `error` and close, or `stop` when interrupted.
 
+use super::error::PerfError;
 use std::io::{BufRead, Read};
 use std::net::IpAddr;
 
@@ -119,42 +120,48 @@ impl Params {
     /// The parameters of a client's hello, every field checked (against
     /// the same limits as the client's flags) before anything is
     /// allocated: the hello comes from the network.
-    pub(crate) fn from_json(v: &Value) -> Result<Params, String> {
+    pub(crate) fn from_json(v: &Value) -> Result<Params, PerfError> {
         if v.get("version").and_then(Value::as_u64) != Some(VERSION) {
-            return Err("the peer speaks another version of the roce perf protocol".into());
+            return Err(PerfError::Args(
+                "the peer speaks another version of the roce perf protocol".into(),
+            ));
         }
         let num = |k: &str, lo: u64, hi: u64| match v.get(k).and_then(Value::as_u64) {
             Some(n) if (lo..=hi).contains(&n) => Ok(n),
-            Some(n) => Err(format!("bad '{k}' in hello: {n} (not {lo} to {hi})")),
-            None => Err(format!("hello lacks '{k}'")),
+            Some(n) => Err(PerfError::Args(format!(
+                "bad '{k}' in hello: {n} (not {lo} to {hi})"
+            ))),
+            None => Err(PerfError::Args(format!("hello lacks '{k}'"))),
         };
         let flag = |k: &str, default: bool| match v.get(k) {
             None => Ok(default),
-            Some(b) => b.as_bool().ok_or(format!("bad '{k}' in hello")),
+            Some(b) => b
+                .as_bool()
+                .ok_or_else(|| PerfError::Args(format!("bad '{k}' in hello"))),
         };
         let test = v
             .get("test")
             .and_then(Value::as_str)
             .and_then(Test::from_name)
-            .ok_or("unknown test")?;
+            .ok_or(PerfError::Args("unknown test".into()))?;
         let sizes = v
             .get("sizes")
             .and_then(Value::as_array)
-            .ok_or("hello lacks sizes")?;
+            .ok_or(PerfError::Args("hello lacks sizes".into()))?;
         // -a has 23 sizes.
         if sizes.is_empty() || sizes.len() > 23 {
-            return Err("bad sizes in hello".into());
+            return Err(PerfError::Args("bad sizes in hello".into()));
         }
         let sizes: Vec<u64> = sizes
             .iter()
             .map(|s| s.as_u64().filter(|&s| s > 0 && s <= 1 << 30))
             .collect::<Option<_>>()
-            .ok_or("bad sizes in hello")?;
+            .ok_or(PerfError::Args("bad sizes in hello".into()))?;
         let duration = match v.get("duration") {
             None | Some(Value::Null) => None,
             Some(d) => match d.as_f64() {
                 Some(d) if d > 0.0 && d <= 86_400.0 => Some(d),
-                _ => return Err("bad duration in hello".into()),
+                _ => return Err(PerfError::Args("bad duration in hello".into())),
             },
         };
         let p = Params {
@@ -170,13 +177,17 @@ impl Params {
             seed: num("seed", 0, u64::MAX)?,
         };
         if !matches!(p.mtu, 256 | 512 | 1024 | 2048 | 4096) {
-            return Err("bad MTU in hello".into());
+            return Err(PerfError::Args("bad MTU in hello".into()));
         }
         if !test.is_bw() && (p.qps > 1 || p.bidir) {
-            return Err("bad hello: a latency test with several QPs or both directions".into());
+            return Err(PerfError::Args(
+                "bad hello: a latency test with several QPs or both directions".into(),
+            ));
         }
         if test.is_atomic() && p.sizes != [8] {
-            return Err("bad sizes in hello: atomics move 8 bytes".into());
+            return Err(PerfError::Args(
+                "bad sizes in hello: atomics move 8 bytes".into(),
+            ));
         }
         check_memory(&p)?;
         Ok(p)
@@ -201,17 +212,17 @@ pub(crate) fn layout(params: &Params) -> (u64, u64, u64) {
 /// registered region and the two patterns it is filled from and checked
 /// against) stays within bounds: a hostile hello must not make a server
 /// allocate gigabytes.
-pub(crate) fn check_memory(params: &Params) -> Result<(), String> {
+pub(crate) fn check_memory(params: &Params) -> Result<(), PerfError> {
     let (max_size, _, slot) = layout(params);
     let total = slot.saturating_mul(u64::from(params.qps)) + 2 * max_size;
     if total > 2 * MEM_CAP {
-        return Err(format!(
+        return Err(PerfError::Args(format!(
             "{} QPs of {} bytes need {} MiB, more than this tool's {} MiB: use fewer QPs (-q) or smaller messages (-s)",
             params.qps,
             max_size,
             total >> 20,
             (2 * MEM_CAP) >> 20
-        ));
+        )));
     }
     Ok(())
 }
@@ -233,7 +244,7 @@ impl Endpoint {
                "rkey": self.rkey, "vaddr": self.vaddr, "len": self.len})
     }
 
-    pub(crate) fn from_json(v: &Value) -> Result<Endpoint, String> {
+    pub(crate) fn from_json(v: &Value) -> Result<Endpoint, PerfError> {
         let num = |k: &str| {
             v.get(k)
                 .and_then(Value::as_u64)
@@ -253,7 +264,9 @@ impl Endpoint {
             })
         };
         if addr.is_unspecified() || addr.is_multicast() || addr == IpAddr::from([255u8; 4]) {
-            return Err(format!("endpoint has a bad 'addr' ({addr})"));
+            return Err(PerfError::Failed(format!(
+                "endpoint has a bad 'addr' ({addr})"
+            )));
         }
         Ok(Endpoint {
             qpn: bits("qpn", 0xff_ffff)?,
@@ -269,7 +282,7 @@ impl Endpoint {
 /// An `endpoints` message: the peer's QPs (each checked as
 /// [`Endpoint::from_json`]) and the path MTU it can carry (4096 when it
 /// says none).
-pub(crate) fn endpoints_from_json(v: &Value) -> Result<(Vec<Endpoint>, u32), String> {
+pub(crate) fn endpoints_from_json(v: &Value) -> Result<(Vec<Endpoint>, u32), PerfError> {
     let qps: Vec<Endpoint> = v
         .get("qps")
         .and_then(Value::as_array)
@@ -280,7 +293,11 @@ pub(crate) fn endpoints_from_json(v: &Value) -> Result<(Vec<Endpoint>, u32), Str
     let mtu = match v.get("mtu").and_then(Value::as_u64) {
         None => 4096,
         Some(m @ (256 | 512 | 1024 | 2048 | 4096)) => m as u32,
-        Some(m) => return Err(format!("the peer sent an invalid path MTU {m}")),
+        Some(m) => {
+            return Err(PerfError::Failed(format!(
+                "the peer sent an invalid path MTU {m}"
+            )))
+        }
     };
     Ok((qps, mtu))
 }
@@ -288,18 +305,21 @@ pub(crate) fn endpoints_from_json(v: &Value) -> Result<(Vec<Endpoint>, u32), Str
 /// Reads the next message: one line of at most [`MAX_LINE`] bytes (a
 /// peer that never sends a newline must not grow this side's memory)
 /// holding a JSON value.
-pub(crate) fn read_message(reader: &mut impl BufRead) -> Result<Value, String> {
+pub(crate) fn read_message(reader: &mut impl BufRead) -> Result<Value, PerfError> {
     let mut line = String::new();
     match reader.take(MAX_LINE + 1).read_line(&mut line) {
-        Ok(0) => Err("the peer closed the control connection".to_string()),
-        Ok(_) if !line.ends_with('\n') && line.len() as u64 > MAX_LINE => Err(format!(
-            "the peer sent a control message longer than {} KiB",
-            MAX_LINE >> 10
+        Ok(0) => Err(PerfError::Failed(
+            "the peer closed the control connection".to_string(),
         )),
-        Ok(_) => {
-            serde_json::from_str::<Value>(&line).map_err(|e| format!("bad control message: {e}"))
+        Ok(_) if !line.ends_with('\n') && line.len() as u64 > MAX_LINE => {
+            Err(PerfError::Failed(format!(
+                "the peer sent a control message longer than {} KiB",
+                MAX_LINE >> 10
+            )))
         }
-        Err(e) => Err(format!("control connection: {e}")),
+        Ok(_) => serde_json::from_str::<Value>(&line)
+            .map_err(|e| PerfError::Failed(format!("bad control message: {e}"))),
+        Err(e) => Err(PerfError::Io("control connection".into(), e)),
     }
 }
 
@@ -335,13 +355,15 @@ pub(crate) fn peer_error(v: &Value) -> Option<String> {
 }
 
 /// Checks a message's type.
-pub(crate) fn expect_type(v: Value, ty: &str) -> Result<Value, String> {
+pub(crate) fn expect_type(v: Value, ty: &str) -> Result<Value, PerfError> {
     match type_of(&v) {
         Some(t) if t == ty => Ok(v),
-        Some(t) => Err(format!(
+        Some(t) => Err(PerfError::Failed(format!(
             "expected a '{ty}' message from the peer, got '{t}'"
-        )),
-        None => Err(format!("expected a '{ty}' message from the peer")),
+        ))),
+        None => Err(PerfError::Failed(format!(
+            "expected a '{ty}' message from the peer"
+        ))),
     }
 }
 
@@ -369,12 +391,13 @@ mod tests {
     #[test]
     fn a_hello_with_a_bad_duration_is_refused() {
         let p = params();
-        assert_eq!(Params::from_json(&p.to_json()), Ok(p.clone()));
+        assert_eq!(Params::from_json(&p.to_json()).unwrap(), p);
         for d in [-1.0, 0.0, 1e300, 86_401.0] {
             let mut v = p.to_json();
             v["duration"] = json!(d);
-            let e = Params::from_json(&v).err();
-            assert_eq!(e.as_deref(), Some("bad duration in hello"), "{d}");
+            let e = Params::from_json(&v).unwrap_err();
+            assert!(matches!(e, PerfError::Args(_)), "{d}: {e:?}");
+            assert_eq!(e.to_string(), "bad duration in hello", "{d}");
         }
     }
 
@@ -399,13 +422,13 @@ mod tests {
                 assert!(type_of(&v).is_some() && peer_error(&v).is_none(), "{v}");
                 if type_of(&v) == Some("hello") {
                     let p = Params::from_json(&v).unwrap();
-                    assert_eq!(Params::from_json(&p.to_json()), Ok(p.clone()));
+                    assert_eq!(Params::from_json(&p.to_json()).unwrap(), p);
                     hellos.push(p);
                 }
                 if let Ok((eps, mtu)) = endpoints_from_json(&v) {
                     assert_eq!(mtu, 4096);
                     for e in eps {
-                        assert_eq!(Endpoint::from_json(&e.to_json()), Ok(e));
+                        assert_eq!(Endpoint::from_json(&e.to_json()).unwrap(), e);
                         endpoints += 1;
                     }
                 }
@@ -428,6 +451,6 @@ mod tests {
     fn a_line_without_end_is_cut_at_max_line() {
         let long = vec![b' '; MAX_LINE as usize + 10];
         let e = read_message(&mut &long[..]).unwrap_err();
-        assert!(e.contains("longer than 64 KiB"), "{e}");
+        assert!(e.to_string().contains("longer than 64 KiB"), "{e}");
     }
 }

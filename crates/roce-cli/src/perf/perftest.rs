@@ -29,27 +29,16 @@ use std::time::Duration;
 
 use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 
+use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
+use super::error::PerfError;
+use super::messages::Test;
+use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
+use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
-pub(crate) use super::perftest_wire::{
-    agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN,
-};
-use super::{PerfArgs, Test};
+use super::perftest_wire::{agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN};
 use crate::stop::Stop;
-
-/// Outstanding RDMA READs / atomics this side accepts as responder.
-const OUT_READS: u16 = 16;
-
-/// perftest's ibv_mtu enum for a path MTU.
-pub(crate) fn mtu_enum(mtu: u32) -> u8 {
-    roce_verbs::roce_core::qp::mtu_to_enum(mtu)
-}
-
-/// The MTU message: the enum as a digit and a NUL.
-pub(crate) fn mtu_msg(mtu: u32) -> Vec<u8> {
-    vec![b'0' + mtu_enum(mtu), 0]
-}
 
 /// The TCP side of the exchange.
 struct Oob {
@@ -58,7 +47,7 @@ struct Oob {
 }
 
 impl Oob {
-    fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, String> {
+    fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, PerfError> {
         let mut theirs = vec![0u8; n];
         let e = |e: std::io::Error| match e.kind() {
             // The peer stopped (an error of its own: see its output).
@@ -78,12 +67,12 @@ impl Oob {
         Ok(theirs)
     }
 
-    fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, String> {
+    fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         let b = self.xchg(&mine.format(), KEY_LEN)?;
         Dest::parse(&b)
     }
 
-    fn close(mut self, mine: &Dest) -> Result<(), String> {
+    fn close(mut self, mine: &Dest) -> Result<(), PerfError> {
         self.hand_shake(mine)?;
         self.s
             .write_all(b"done\0")
@@ -95,99 +84,20 @@ impl Oob {
     }
 }
 
-/// What a perftest-mode run does, from the flags: the sizes (one, or
-/// 2..8 MiB with `-a`), the QPs, one or both directions; SEND tests post
-/// receives; every test but ib_write_lat closes with a key round (and
-/// "done" over TCP), as the captures of each tool show.
-#[derive(Clone, Debug)]
-pub(crate) struct Plan {
-    pub(crate) test: Test,
-    pub(crate) is_send: bool,
-    pub(crate) lat: bool,
-    pub(crate) sizes: Vec<u64>,
-    pub(crate) iters: u64,
-    pub(crate) tx_depth: u64,
-    pub(crate) qps: usize,
-    pub(crate) bidir: bool,
-    /// `-D`: seconds per run instead of `iters` messages.
-    pub(crate) duration: Option<f64>,
-    /// Progress lines while a size runs ([`super::progress::interval`]).
-    pub(crate) progress_every: Option<std::time::Duration>,
-}
-
-impl Plan {
-    pub(crate) fn from_args(args: &PerfArgs) -> Result<Plan, String> {
-        let test = args.test;
-        let lat = matches!(
-            test,
-            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
-        );
-        let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
-        if args.duration.is_some() && args.all {
-            return Err("-D and -a cannot be combined".into());
-        }
-        // perftest's own rules (force_dependecies).
-        if lat && args.qps != 1 {
-            return Err("multiple QPs are only available in BW tests".into());
-        }
-        if lat && args.bidir {
-            return Err("-b is only available in BW tests".into());
-        }
-        if atomic && (args.all || args.size.is_some_and(|s| s != 8)) {
-            return Err("atomic tests move 8 bytes (no -a, no -s)".into());
-        }
-        let sizes = if args.all {
-            (1..24).map(|i| 1u64 << i).collect()
-        } else if atomic {
-            vec![8]
-        } else {
-            vec![args
-                .size
-                .unwrap_or(if lat { 2 } else { 65536 })
-                .clamp(1, 1 << 26)]
-        };
-        Ok(Plan {
-            test,
-            is_send: matches!(test, Test::SendBw | Test::SendLat),
-            lat,
-            sizes,
-            iters: args.iters.unwrap_or(if lat { 1000 } else { 5000 }).max(1),
-            tx_depth: args.tx_depth.unwrap_or(128).clamp(1, 1024) as u64,
-            qps: args.qps as usize,
-            bidir: args.bidir,
-            duration: args.duration,
-            progress_every: super::progress::interval(args),
-        })
-    }
-
-    /// The largest message (what each QP's buffers are sized for).
-    pub(crate) fn max_size(&self) -> u64 {
-        self.sizes.iter().copied().max().unwrap_or(1)
-    }
-
-    /// Outstanding READs/atomics advertised in the keys.
-    pub(crate) fn out_reads(&self) -> u16 {
-        if matches!(
-            self.test,
-            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
-        ) {
-            OUT_READS
-        } else {
-            1
-        }
-    }
-}
-
 /// The keys of every QP: QPN, a starting PSN from the operating
 /// system's randomness (not the clock or the pid), the region.
-pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<Vec<Dest>, String> {
+pub(crate) fn local_dests(
+    qps: &[DataQp],
+    plan: &Plan,
+    local: IpAddr,
+) -> Result<Vec<Dest>, PerfError> {
     qps.iter()
         .map(|q| {
             Ok(Dest {
                 lid: 0,
                 out_reads: plan.out_reads(),
                 qpn: q.qp.qpn().value(),
-                psn: roce_verbs::random_psn().map_err(|e| e.to_string())?.value(),
+                psn: roce_verbs::random_psn()?.value(),
                 rkey: q.mr.rkey().value(),
                 vaddr: q.mr.addr(),
                 gid: gid_of(local),
@@ -198,10 +108,10 @@ pub(crate) fn local_dests(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<
 }
 
 impl Control for Oob {
-    fn keys(&mut self, mine: &Dest) -> Result<Dest, String> {
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         self.hand_shake(mine)
     }
-    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, PerfError> {
         self.xchg(mine, 8)
     }
     fn watch(&self) -> Option<TcpStream> {
@@ -211,12 +121,12 @@ impl Control for Oob {
 
 /// Runs one test in perftest-compatible mode; the exit is via `Err` on
 /// failure. A server waiting for its client gives up at `stop` (Ctrl-C).
-pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
+pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), PerfError> {
     Plan::from_args(args)?;
     let client = args.server.is_some();
     let stream = if let Some(server) = &args.server {
-        let addr = super::resolve(server, args.port)?;
-        let s = super::connect_tcp(addr, args.bind)?;
+        let addr = resolve(server, args.port)?;
+        let s = connect_tcp(addr, args.bind)?;
         args.say_moved();
         s
     } else {
@@ -227,10 +137,10 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
             "roce perf: waiting for a perftest client on port {}",
             args.port
         );
-        let s = super::accept_interruptibly(&l, stop)?;
+        let s = accept_interruptibly(&l, stop)?;
         // A client of roce perf's own exchange opens with a JSON line:
         // tell it what to do rather than read its hello as perftest's.
-        if super::first_byte(&s)? == b'{' {
+        if first_byte(&s)? == b'{' {
             let msg = "this server was started with --perftest (perftest's exchange); \
                        start it without --perftest to serve both kinds of client, or run \
                        the client with --perftest";
@@ -259,19 +169,22 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), String> {
 /// The exchange on a connected control stream: `client` writes first.
 /// A plain `roce perf` server comes here when its client turns out to
 /// speak perftest's exchange.
-pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result<(), String> {
+pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result<(), PerfError> {
     let plan = Plan::from_args(args)?;
     let test = plan.test;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(300)));
-    let tcp_local = stream.local_addr().map_err(|e| e.to_string())?.ip();
+    let tcp_local = stream
+        .local_addr()
+        .map_err(|e| PerfError::Failed(e.to_string()))?
+        .ip();
     let local = gid_address(args, args.bind.unwrap_or(tcp_local))?;
     // With ROCE_SHM=0, a server given no address moves off a loopback
     // address its client or another stack holds; the client learns the
     // new one from its GID.
     let local = if !client
         && args.bind.is_none_or(|b| b.is_unspecified())
-        && args.backend == super::BackendKind::Udp
+        && args.backend == BackendKind::Udp
     {
         let peer = stream.peer_addr().ok().map(|a| a.ip());
         let index = args.gid_index.map(usize::from);
@@ -344,20 +257,6 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     print_rows(&plan, mtu, &their_version, &rows, args);
     drop(qps);
     Ok(())
-}
-
-pub(crate) fn print_dest(what: &str, d: &Dest, test: Test) {
-    let out = if test == Test::ReadBw {
-        format!(" OUT {:#04x}", d.out_reads)
-    } else {
-        String::new()
-    };
-    println!(
-        "{what}: LID {:#06x} QPN {:#06x} PSN {:#08x}{out} RKey {:#08x} VAddr {:#016x}",
-        d.lid, d.qpn, d.psn, d.rkey, d.vaddr
-    );
-    let g: Vec<String> = d.gid.iter().map(|b| format!("{b:02}")).collect();
-    println!(" GID: {}", g.join(":"));
 }
 
 #[cfg(test)]

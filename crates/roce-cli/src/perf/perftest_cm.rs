@@ -30,14 +30,17 @@ use roce_verbs::{
     ConnectOptions, Context, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendWr,
 };
 
+use super::args::PerfArgs;
 use super::backend::{link_path_mtu, open_context};
-use super::perftest::{mtu_msg, Plan};
+use super::error::PerfError;
+use super::messages::Test;
+use super::net::resolve;
+use super::perftest_plan::{mtu_msg, Plan};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_traffic::DataQp;
 use super::perftest_wire::{
     agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
-use super::{PerfArgs, Test};
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
 const MSG: usize = CM_MSG_LEN;
@@ -57,26 +60,19 @@ struct Channel {
 }
 
 impl Channel {
-    fn new(ctx: &Context, client: bool) -> Result<Channel, String> {
+    fn new(ctx: &Context, client: bool) -> Result<Channel, PerfError> {
         let pd = ctx.alloc_pd();
-        let scq = ctx.create_cq(8, None).map_err(|e| e.to_string())?;
-        let rcq = ctx.create_cq(8, None).map_err(|e| e.to_string())?;
+        let scq = ctx.create_cq(8, None)?;
+        let rcq = ctx.create_cq(8, None)?;
         let cap = QpCaps {
             max_send_wr: 4,
             max_recv_wr: 4,
             ..QpCaps::default()
         };
-        let qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).cap(cap))
-            .map_err(|e| e.to_string())?;
-        let send = pd
-            .reg_mr(vec![0u8; MSG], Access::NONE)
-            .map_err(|e| e.to_string())?;
-        let recv = pd
-            .reg_mr(vec![0u8; MSG], Access::LOCAL_WRITE)
-            .map_err(|e| e.to_string())?;
-        qp.to_init(&ConnectOptions::default())
-            .map_err(|e| e.to_string())?;
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).cap(cap))?;
+        let send = pd.reg_mr(vec![0u8; MSG], Access::NONE)?;
+        let recv = pd.reg_mr(vec![0u8; MSG], Access::LOCAL_WRITE)?;
+        qp.to_init(&ConnectOptions::default())?;
         let ch = Channel {
             qp,
             scq,
@@ -91,46 +87,45 @@ impl Channel {
         Ok(ch)
     }
 
-    fn post_recv(&self) -> Result<(), String> {
+    fn post_recv(&self) -> Result<(), PerfError> {
         self.qp
             .post_recv(RecvWr {
                 wr_id: RECV,
                 sgl: vec![self.recv.sge(0, MSG as u32)],
             })
-            .map_err(|e| format!("control receive: {e}"))
+            .map_err(|e| PerfError::Failed(format!("control receive: {e}")))
     }
 
-    fn send(&self, mine: &[u8]) -> Result<(), String> {
-        self.send.write(0, mine).map_err(|e| e.to_string())?;
+    fn send(&self, mine: &[u8]) -> Result<(), PerfError> {
+        self.send.write(0, mine)?;
         self.qp
             .post_send(SendWr::send(
                 SEND,
                 vec![self.send.sge(0, mine.len() as u32)],
             ))
             .map_err(|e| format!("control send: {e}"))?;
-        let c = self
-            .scq
-            .poll_until(1, self.wait)
-            .map_err(|e| e.to_string())?;
+        let c = self.scq.poll_until(1, self.wait)?;
         match c.first() {
             Some(c) if c.is_success() => Ok(()),
-            Some(c) => Err(format!("control send: {:?}", c.status)),
+            Some(c) => Err(PerfError::Failed(format!("control send: {:?}", c.status))),
             None => Err("control send: no completion".into()),
         }
     }
 
-    fn recv(&self, n: usize) -> Result<Vec<u8>, String> {
-        let c = self
-            .rcq
-            .poll_until(1, self.wait)
-            .map_err(|e| e.to_string())?;
+    fn recv(&self, n: usize) -> Result<Vec<u8>, PerfError> {
+        let c = self.rcq.poll_until(1, self.wait)?;
         match c.first() {
             Some(c) if c.is_success() => {}
-            Some(c) => return Err(format!("control receive: {:?}", c.status)),
+            Some(c) => {
+                return Err(PerfError::Failed(format!(
+                    "control receive: {:?}",
+                    c.status
+                )))
+            }
             None => return Err("the peer sent nothing on the control channel".into()),
         }
         let mut b = vec![0u8; n.min(MSG)];
-        self.recv.read(0, &mut b).map_err(|e| e.to_string())?;
+        self.recv.read(0, &mut b)?;
         if std::env::var_os("ROCE_PERFTEST_TRACE").is_some() {
             eprintln!(
                 "perftest -R: received {} bytes (expected {n})",
@@ -141,7 +136,7 @@ impl Channel {
         Ok(b)
     }
 
-    fn xchg(&self, mine: &[u8], n: usize) -> Result<Vec<u8>, String> {
+    fn xchg(&self, mine: &[u8], n: usize) -> Result<Vec<u8>, PerfError> {
         if self.client {
             self.send(mine)?;
             self.recv(n)
@@ -152,7 +147,7 @@ impl Channel {
         }
     }
 
-    fn keys(&self, mine: &Dest) -> Result<Dest, String> {
+    fn keys(&self, mine: &Dest) -> Result<Dest, PerfError> {
         parse_dest(&self.xchg(&dest_bytes(mine, 0), MSG)?)
     }
 }
@@ -184,7 +179,7 @@ fn connect_retrying(
     server: IpAddr,
     port: u16,
     p: &ConnParam,
-) -> Result<CmConnection, String> {
+) -> Result<CmConnection, PerfError> {
     let mut tries = 0;
     // The CM retries for ~17 s when nothing answers: say so early (a
     // plain `roce perf` server, without --perftest -R, listens on TCP only).
@@ -201,7 +196,11 @@ fn connect_retrying(
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Err(e) => return Err(format!("rdma_cm connect to {server}:{port}: {e}")),
+            Err(e) => {
+                return Err(PerfError::Failed(format!(
+                    "rdma_cm connect to {server}:{port}: {e}"
+                )))
+            }
         }
     }
 }
@@ -215,7 +214,7 @@ const MAX_STRANGERS: usize = 64;
 /// be this test's data connection (a stranger's, or a REQ spoofed to take
 /// the connection with the test's memory keys), is rejected and the wait
 /// goes on, up to `timeout` and [`MAX_STRANGERS`] of them.
-fn request_from(l: &CmListener, peer: IpAddr, timeout: Duration) -> Result<CmRequest, String> {
+fn request_from(l: &CmListener, peer: IpAddr, timeout: Duration) -> Result<CmRequest, PerfError> {
     let end = Instant::now() + timeout;
     for _ in 0..=MAX_STRANGERS {
         let left = end.saturating_duration_since(Instant::now());
@@ -229,17 +228,17 @@ fn request_from(l: &CmListener, peer: IpAddr, timeout: Duration) -> Result<CmReq
         eprintln!("roce perf: refused a data connection from {from}: the client is {peer}");
         let _ = req.reject(&[]);
     }
-    Err(format!(
+    Err(PerfError::Failed(format!(
         "more than {MAX_STRANGERS} connection requests from addresses other than the client's ({peer})"
-    ))
+    )))
 }
 
 /// Runs one test in perftest's rdma_cm mode.
-pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
+pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     let plan = Plan::from_args(args)?;
     let test = plan.test;
     let server = match &args.server {
-        Some(s) => Some(super::resolve(s, args.port)?.ip()),
+        Some(s) => Some(resolve(s, args.port)?.ip()),
         None => None,
     };
     let client = server.is_some();
@@ -279,7 +278,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
         let (conn, (c, peer)) =
             crate::rping::first_to_connect(&l, Duration::from_secs(3600), |req| {
                 let peer = req.info().peer;
-                let c = Channel::new(&ctx, false)?;
+                let c = Channel::new(&ctx, false).map_err(|e| e.to_string())?;
                 Ok(req
                     .accept_nowait(&c.qp, &control)
                     .ok()
@@ -328,7 +327,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
     // The keys, as over TCP: per QP, then the confirming rounds.
     let mut mine = Vec::with_capacity(dqs.len());
     for dq in &dqs {
-        let attr = dq.qp.query().map_err(|e| e.to_string())?;
+        let attr = dq.qp.query()?;
         mine.push(Dest {
             lid: 0,
             out_reads: if one_sided_reads(test) { 16 } else { 0 },
@@ -369,10 +368,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), String> {
 }
 
 impl Control for Channel {
-    fn keys(&mut self, mine: &Dest) -> Result<Dest, String> {
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         Channel::keys(self, mine)
     }
-    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, PerfError> {
         self.xchg(mine, 8)
     }
 }

@@ -6,6 +6,7 @@
 //! peer exited) stops after a short grace, naming the likely cause; one
 //! that sees nothing at all stops after [`STALL`] without a completion.
 
+use super::error::PerfError;
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -65,7 +66,7 @@ impl<'a> PeerWatch<'a> {
         progress: bool,
         look: bool,
         what: impl FnOnce() -> String,
-    ) -> Result<(), String> {
+    ) -> Result<(), PerfError> {
         if progress {
             self.progressed = true;
             return Ok(());
@@ -85,7 +86,7 @@ impl<'a> PeerWatch<'a> {
         &mut self,
         look: bool,
         what: impl FnOnce() -> String,
-    ) -> Result<(), String> {
+    ) -> Result<(), PerfError> {
         let now = Instant::now();
         if std::mem::take(&mut self.progressed) {
             self.last_progress = now;
@@ -99,10 +100,10 @@ impl<'a> PeerWatch<'a> {
                     MovedOn::Finished => "finished its run",
                     MovedOn::Closed => "closed the connection",
                 };
-                return Err(format!(
+                return Err(PerfError::Failed(format!(
                     "the peer {did} {} this side expects: {HINT}",
                     what()
-                ));
+                )));
             }
         } else if look && now >= self.next_look {
             self.next_look = now + LOOK_EVERY;
@@ -111,11 +112,11 @@ impl<'a> PeerWatch<'a> {
             }
         }
         if now - self.last_progress > STALL {
-            return Err(format!(
+            return Err(PerfError::Failed(format!(
                 "no completion for {} s {}: the peer stopped ({HINT})",
                 STALL.as_secs(),
                 what()
-            ));
+            )));
         }
         std::thread::yield_now();
         Ok(())

@@ -23,21 +23,22 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::Rkey;
 
-use super::perftest::{print_dest, Plan};
+use super::args::PerfArgs;
+use super::error::PerfError;
+use super::perftest_plan::{print_dest, Plan};
 use super::perftest_traffic::{
     client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
 };
 use super::perftest_wire::{report_msgs, report_value, Dest, VERSION};
 use super::report::{self, BwResult, LatResult};
-use super::PerfArgs;
 
 /// A perftest control channel: key-string rounds and 8-byte report
 /// exchanges, client first.
 pub(crate) trait Control {
     /// One key-string round; the peer's keys.
-    fn keys(&mut self, mine: &Dest) -> Result<Dest, String>;
+    fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError>;
     /// One 8-byte exchange of the report; the peer's 8 bytes.
-    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, String>;
+    fn xchg8(&mut self, mine: &[u8]) -> Result<Vec<u8>, PerfError>;
     /// The TCP connection the traffic loops look at while they wait for
     /// the peer (`None` over rdma_cm).
     fn watch(&self) -> Option<std::net::TcpStream> {
@@ -62,7 +63,7 @@ pub(crate) fn confirm_keys(
     mine: &[Dest],
     rem: &[Dest],
     args: &PerfArgs,
-) -> Result<Vec<(u64, Rkey)>, String> {
+) -> Result<Vec<(u64, Rkey)>, PerfError> {
     if plan.is_send {
         ctl.keys(&mine[0])?;
     }
@@ -92,7 +93,7 @@ pub(crate) fn run_session(
     remotes: &[(u64, Rkey)],
     mine: &Dest,
     client: bool,
-) -> Result<Rows, String> {
+) -> Result<Rows, PerfError> {
     let all = plan.sizes.len() > 1;
     let watch = ctl.watch();
     // A timed run (-D) starts its clock as its traffic starts.
@@ -196,7 +197,7 @@ pub(crate) fn exchange_report(
     mine: Option<&BwResult>,
     t: &Traffic<'_>,
     ctl: &mut impl Control,
-) -> Result<BwResult, String> {
+) -> Result<BwResult, PerfError> {
     let msgs = match mine {
         Some(r) => report_msgs(
             r.bytes,

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::{Access, QpCaps, QpInitAttr, QpType, RecvWr, Rkey, SendOp, SendWr};
 
-use super::perftest::Plan;
+use super::error::PerfError;
+use super::messages::Test;
 use super::perftest_peer::PeerWatch;
+use super::perftest_plan::Plan;
 use super::progress::Progress;
 use super::report::{self, BwResult};
-use super::Test;
 
 /// Receive buffers per QP at most (as perftest's default rx depth).
 const MAX_RING: u64 = 512;
@@ -40,7 +41,7 @@ pub(crate) struct DataQp {
 
 impl DataQp {
     /// A QP with room for the plan's largest message.
-    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQp, String> {
+    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQp, PerfError> {
         let max = p.max_size();
         let ring_bytes = if p.is_send {
             (p.iters.min(MAX_RING) * max).min(RING_BYTES).max(2 * max)
@@ -57,9 +58,7 @@ impl DataQp {
         let mr = pd
             .reg_mr(vec![0u8; (2 * area + ring_bytes) as usize], access)
             .map_err(|e| format!("cannot register memory: {e}"))?;
-        let cq = ctx
-            .create_cq((p.tx_depth + slots) as usize * 2 + 64, None)
-            .map_err(|e| e.to_string())?;
+        let cq = ctx.create_cq((p.tx_depth + slots) as usize * 2 + 64, None)?;
         let cap = QpCaps {
             max_send_wr: p.tx_depth as u32 + 16,
             max_recv_wr: slots as u32 + 16,
@@ -85,7 +84,7 @@ impl DataQp {
     }
 
     /// Posts the ring's receives for messages of `size`; their number.
-    pub(crate) fn post_ring(&self, size: u64, iters: u64) -> Result<u64, String> {
+    pub(crate) fn post_ring(&self, size: u64, iters: u64) -> Result<u64, PerfError> {
         let slots = self.ring_slots(size, iters);
         for j in 0..slots {
             self.repost(j, size)?;
@@ -93,19 +92,21 @@ impl DataQp {
         Ok(slots)
     }
 
-    fn repost(&self, slot: u64, size: u64) -> Result<(), String> {
+    fn repost(&self, slot: u64, size: u64) -> Result<(), PerfError> {
         let wr = RecvWr {
             wr_id: slot,
             sgl: vec![self.mr.sge(2 * self.area + slot * size, size as u32)],
         };
-        self.qp.post_recv(wr).map_err(|e| format!("post_recv: {e}"))
+        self.qp
+            .post_recv(wr)
+            .map_err(|e| PerfError::Failed(format!("post_recv: {e}")))
     }
 
-    fn poll(&self, comps: &mut Vec<roce_verbs::Completion>) -> Result<(), String> {
+    fn poll(&self, comps: &mut Vec<roce_verbs::Completion>) -> Result<(), PerfError> {
         comps.clear();
-        self.cq.poll(comps, 256).map_err(|e| e.to_string())?;
+        self.cq.poll(comps, 256)?;
         match comps.iter().find(|c| !c.is_success()) {
-            Some(c) => Err(report::failed(c)),
+            Some(c) => Err(PerfError::Failed(report::failed(c))),
             None => Ok(()),
         }
     }
@@ -174,7 +175,7 @@ struct Counts {
 /// `iters` messages keeping `depth` in flight; with `recv` it also takes
 /// `iters` SENDs, re-posting the ring (already posted by the caller).
 /// The result counts this side's messages on all QPs.
-fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
+fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, PerfError> {
     const SEND_BIT: u64 = 1 << 62;
     let (iters, n) = (t.iters, t.qps.len());
     let depth = t.depth.min(iters).max(1);
@@ -261,19 +262,19 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, String> {
 
 /// The BW client (and both sides of a bidirectional WRITE/READ/atomic
 /// test).
-pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, String> {
+pub(crate) fn client_traffic(t: &Traffic<'_>) -> Result<BwResult, PerfError> {
     requester(t, false)
 }
 
 /// Both sides of a bidirectional SEND BW test: sends and receives.
-pub(crate) fn send_duplex(t: &Traffic<'_>) -> Result<BwResult, String> {
+pub(crate) fn send_duplex(t: &Traffic<'_>) -> Result<BwResult, PerfError> {
     requester(t, true)
 }
 
 /// The SEND BW server: counts `iters` receives on every QP (re-posting the
 /// ring the caller posted until every message has one) and measures their
 /// rate from the first arrival.
-pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
+pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, PerfError> {
     let (iters, size) = (t.iters, t.size);
     let mut got = vec![0u64; t.qps.len()];
     let mut reposted: Vec<u64> = t.qps.iter().map(|q| q.ring_slots(size, iters)).collect();
@@ -317,7 +318,10 @@ pub(crate) fn server_receive(t: &Traffic<'_>) -> Result<BwResult, String> {
 /// Runs a latency test's traffic on the first QP (the server of a
 /// READ/atomic test only waits); the statistics, or `None` where this side
 /// measures nothing. SEND tests need the ring posted first.
-pub(crate) fn run_lat(t: &Traffic<'_>, client: bool) -> Result<Option<report::LatResult>, String> {
+pub(crate) fn run_lat(
+    t: &Traffic<'_>,
+    client: bool,
+) -> Result<Option<report::LatResult>, PerfError> {
     let mut samples = match t.test {
         Test::SendLat => send_ping_pong(t, client)?,
         Test::WriteLat => write_ping_pong(t, client)?,
@@ -344,7 +348,7 @@ pub(crate) fn run_lat(t: &Traffic<'_>, client: bool) -> Result<Option<report::La
 /// perftest does. Latency: half the time between consecutive writes. With
 /// `-a` the sizes grow, so each size's count byte is one no earlier size
 /// wrote.
-pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
+pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, PerfError> {
     let d = &t.qps[0];
     let (size, iters) = (t.size, t.iters);
     let mut stamps = Vec::with_capacity(t.cap());
@@ -359,7 +363,7 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
     let mut wait_for = |want: Option<u8>,
                         posted: u64,
                         comps: &mut Vec<roce_verbs::Completion>|
-     -> Result<bool, String> {
+     -> Result<bool, PerfError> {
         let mut b = [0u8; 1];
         let mut spins = 0u32;
         loop {
@@ -370,7 +374,7 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
             }
             match want {
                 Some(w) => {
-                    d.mr.read(last, &mut b).map_err(|e| e.to_string())?;
+                    d.mr.read(last, &mut b)?;
                     if b[0] == w {
                         return Ok(true);
                     }
@@ -409,8 +413,7 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
         if t.over() {
             break;
         }
-        d.mr.write(d.area + last, &[n as u8])
-            .map_err(|e| e.to_string())?;
+        d.mr.write(d.area + last, &[n as u8])?;
         stamps.push(Instant::now());
         let (addr, rkey) = t.remotes[0];
         let wr = SendWr::rdma(
@@ -446,7 +449,7 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
 
 /// perftest's READ / atomic latency loop (client only): one operation at
 /// a time; latency is each operation's completion time.
-pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
+pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, PerfError> {
     let d = &t.qps[0];
     let op = if t.test == Test::AtomicLat {
         SendOp::FetchAdd { add: 1 }
@@ -485,7 +488,7 @@ pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, String> {
 /// after each receive (re-posting it); the latency of each iteration is
 /// half the time between two consecutive sends of this side, as perftest
 /// computes it (microseconds). The caller posted the ring.
-pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, String> {
+pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, PerfError> {
     const SEND_BIT: u64 = 1 << 62;
     let d = &t.qps[0];
     let (size, iters) = (t.size, t.iters);
@@ -526,7 +529,7 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
                     d.repost(c.wr_id, size)?;
                 }
             }
-            Ok::<(), String>(())
+            Ok::<(), PerfError>(())
         };
     while sent < iters && !t.over() {
         // The server (and the client after its first send) waits for the

@@ -15,6 +15,7 @@
 //!   rdma_cm the 56-byte binary `struct pingpong_dest` ([`dest_bytes`]);
 //! * the bandwidth report: five 8-byte big-endian values.
 
+use super::error::PerfError;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// The version string perftest 4.5 sends.
@@ -57,12 +58,14 @@ impl Dest {
 
     /// A key string as perftest reads it (`sscanf` of hex fields, each
     /// cut to its field's width); the QPN and PSN to 24 bits.
-    pub(crate) fn parse(b: &[u8]) -> Result<Dest, String> {
+    pub(crate) fn parse(b: &[u8]) -> Result<Dest, PerfError> {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
         let s = std::str::from_utf8(&b[..end]).map_err(|_| "key string is not ASCII")?;
         let f: Vec<&str> = s.split(':').collect();
         if f.len() < 23 {
-            return Err(format!("short perftest key string '{s}'"));
+            return Err(PerfError::Failed(format!(
+                "short perftest key string '{s}'"
+            )));
         }
         let h = |i: usize| {
             u64::from_str_radix(f[i], 16).map_err(|_| format!("bad field {i} in key string '{s}'"))
@@ -120,12 +123,12 @@ pub(crate) fn dest_bytes(d: &Dest, gid_index: u32) -> [u8; CM_MSG_LEN] {
 
 /// Reads the fields of a binary key message perftest reads (lid through
 /// srqn).
-pub(crate) fn parse_dest(b: &[u8]) -> Result<Dest, String> {
+pub(crate) fn parse_dest(b: &[u8]) -> Result<Dest, PerfError> {
     let Some(b) = b.first_chunk::<CM_MSG_LEN>() else {
-        return Err(format!(
+        return Err(PerfError::Failed(format!(
             "a {}-byte key message (want {CM_MSG_LEN})",
             b.len()
-        ));
+        )));
     };
     let u = |at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
     let mut v = [0u8; 8];
@@ -160,7 +163,7 @@ pub(crate) fn version_text(v: &[u8]) -> String {
 /// The peer's version message over TCP, checked: not a `roce perf`
 /// JSON line, and older than 6.28 (which adds a binary parameter
 /// negotiation this side does not speak). The version string.
-pub(crate) fn check_version(v: &[u8]) -> Result<String, String> {
+pub(crate) fn check_version(v: &[u8]) -> Result<String, PerfError> {
     if v.first() == Some(&b'{') {
         return Err(
             "the peer speaks roce perf's own exchange, not perftest's: run both sides without --perftest"
@@ -170,9 +173,9 @@ pub(crate) fn check_version(v: &[u8]) -> Result<String, String> {
     let text = version_text(v);
     let ver: f64 = text.parse().unwrap_or(0.0);
     if (ver * 100.0).round() >= 628.0 {
-        return Err(format!(
+        return Err(PerfError::Failed(format!(
             "the peer is perftest version {text}; only the 4.5 exchange (6.06) is implemented"
-        ));
+        )));
     }
     Ok(text)
 }
@@ -295,11 +298,11 @@ pub(crate) mod tests {
     #[test]
     fn versions_and_mtus() {
         assert_eq!(version_msg(), hex("362e3036000000000000000000000000"));
-        assert_eq!(check_version(&version_msg()).as_deref(), Ok("6.06"));
+        assert_eq!(check_version(&version_msg()).unwrap(), "6.06");
         assert!(check_version(b"6.28\0").is_err());
         assert!(check_version(b"{\"type\":").is_err());
         // A version that is no number is taken as old (as before).
-        assert_eq!(check_version(b"x\0").as_deref(), Ok("x"));
+        assert_eq!(check_version(b"x\0").unwrap(), "x");
         assert_eq!(agreed_mtu(b"3\0", 4096), 1024);
         assert_eq!(agreed_mtu(b"5\0", 1024), 1024);
         assert_eq!(agreed_mtu(b"9\0", 2048), 2048);

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 /// How often a progress line is printed off a terminal
 /// (`--progress-every`); `None` prints no progress at all (`--json`).
-pub(crate) fn interval(args: &super::PerfArgs) -> Option<Duration> {
+pub(crate) fn interval(args: &super::args::PerfArgs) -> Option<Duration> {
     (!args.json && args.progress_every > 0.0 && args.progress_every < 1e6)
         .then(|| Duration::from_secs_f64(args.progress_every))
 }

@@ -9,11 +9,14 @@ use roce_verbs::{
 };
 use serde_json::{json, Value};
 
+use super::args::{BackendKind, PerfArgs};
 use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
+use super::error::PerfError;
+use super::interrupts::Interrupts;
 use super::messages::endpoints_from_json;
 use super::messages::layout;
-use super::{BackendKind, Interrupts, Params, PerfArgs};
+use super::messages::Params;
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side
@@ -28,9 +31,10 @@ fn check_addresses(
     gid_index: Option<u8>,
     remote: &[Endpoint],
     peer: Option<IpAddr>,
-) -> Result<(), String> {
+) -> Result<(), PerfError> {
     let remote = remote.iter().map(|r| (r.qpn, r.addr));
     crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x")
+        .map_err(PerfError::Failed)
 }
 
 /// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
@@ -39,7 +43,7 @@ fn check_family(
     local: IpAddr,
     remote: &[Endpoint],
     is_client: bool,
-) -> Result<(), String> {
+) -> Result<(), PerfError> {
     for r in remote {
         let pair = crate::device::GidPair {
             me: if is_client {
@@ -54,7 +58,7 @@ fn check_family(
             dev: args.dev.as_deref(),
         };
         if let Some(e) = crate::device::family_mismatch(&pair) {
-            return Err(e);
+            return Err(PerfError::Failed(e));
         }
     }
     Ok(())
@@ -111,7 +115,7 @@ impl Session {
         fabric: Option<&roce_io::Fabric>,
         ctl: &mut Control,
         is_client: bool,
-    ) -> Result<Session, String> {
+    ) -> Result<Session, PerfError> {
         // perftest's rule: a path MTU above what the link carries is
         // lowered to the largest that fits; both sides use the smaller.
         let mtu = params.mtu.min(link_path_mtu(args, local)?);
@@ -129,9 +133,7 @@ impl Session {
         let depth = params.tx_depth as usize * 2 + ring as usize + 64;
         // Room for twice what can be outstanding, within the device's
         // largest CQ (-q 256 -t 4096 asks for more than it has).
-        let cq = ctx
-            .create_cq((depth * params.qps as usize * 2).min(4 << 20), None)
-            .map_err(|e| e.to_string())?;
+        let cq = ctx.create_cq((depth * params.qps as usize * 2).min(4 << 20), None)?;
         // The area peers access holds this side's pattern (READ sources).
         let mut mem = vec![0u8; (slot * nq) as usize];
         let own = pattern(params.seed ^ is_client as u64, max_size as usize);
@@ -172,10 +174,10 @@ impl Session {
         let mine: Vec<Endpoint> = qps
             .iter()
             .map(|qp| {
-                let psn = roce_verbs::random_psn().map_err(|e| e.to_string())?;
-                Ok::<_, String>((qp, psn.value()))
+                let psn = roce_verbs::random_psn()?;
+                Ok::<_, PerfError>((qp, psn.value()))
             })
-            .collect::<Result<Vec<_>, String>>()?
+            .collect::<Result<Vec<_>, PerfError>>()?
             .into_iter()
             .enumerate()
             .map(|(i, (qp, psn))| Endpoint {
@@ -192,7 +194,7 @@ impl Session {
         // The client checks the server's endpoints before it answers, so
         // that a mismatch is said once, by the side that sees it first.
         let peer = ctl.peer_ip();
-        let received = |v: &Value| -> Result<(Vec<Endpoint>, u32), String> {
+        let received = |v: &Value| -> Result<(Vec<Endpoint>, u32), PerfError> {
             let (remote, mtu) = endpoints_from_json(v)?;
             check_family(args, local, &remote, is_client)?;
             check_addresses(args.gid_index, &remote, peer)?;
@@ -207,11 +209,11 @@ impl Session {
             received(&ctl.expect("endpoints")?)?
         };
         if remote.len() != qps.len() {
-            return Err(format!(
+            return Err(PerfError::Failed(format!(
                 "the peer has {} QPs, this side {}",
                 remote.len(),
                 qps.len()
-            ));
+            )));
         }
         if args.backend == BackendKind::Packet {
             prime_neighbours(local, &remote);
@@ -272,15 +274,6 @@ impl Session {
     /// Whether the run is being cut short, here or by the peer.
     pub(crate) fn stopping(&self) -> bool {
         self.int.stopping()
-    }
-
-    /// Runs the test for every size; returns one result object per size.
-    pub(crate) fn run(&mut self, ctl: &mut Control) -> Result<Vec<Value>, String> {
-        if self.params.test.is_bw() {
-            super::bw::run(self, ctl)
-        } else {
-            super::lat::run(self, ctl)
-        }
     }
 
     /// This side's counters for `--json`: the engine's device counters,
@@ -397,7 +390,11 @@ mod tests {
         assert!(check_addresses(None, &at("127.0.0.3"), Some(lo)).is_ok());
         assert!(check_addresses(None, &at("::1"), Some(lo)).is_ok());
         let e = check_addresses(None, &at("192.0.2.9"), Some(lo)).unwrap_err();
-        assert!(e.contains("not at the peer's address 127.0.0.1"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("not at the peer's address 127.0.0.1"),
+            "{e}"
+        );
         let far: IpAddr = "192.0.2.1".parse().unwrap();
         assert!(check_addresses(None, &at("127.0.0.1"), Some(far)).is_err());
         // GID addressing (-x): the addresses may differ.
