@@ -184,24 +184,48 @@ fn sges(out: &mut String, list: *const ibv_sge, n: c_int) {
     out.push(']');
 }
 
+/// A work request list as a JSON array, walked as the verb walks it (at
+/// most [`MAX_LIST`] entries): each entry's `wr_id` and what `fields`
+/// writes after it.
+fn wr_list<T>(
+    out: &mut String,
+    head: *const T,
+    wr_id: impl Fn(&T) -> u64,
+    next: impl Fn(&T) -> *const T,
+    mut fields: impl FnMut(&mut String, &T),
+) {
+    out.push('[');
+    let mut p = head;
+    let mut i = 0;
+    // SAFETY: the program's list, walked as the verb walks it.
+    while let Some(w) = unsafe { p.as_ref() } {
+        if i == MAX_LIST {
+            out.push_str(",\"...\"");
+            break;
+        }
+        let _ = write!(
+            out,
+            "{}{{\"wr_id\":{}",
+            if i > 0 { "," } else { "" },
+            wr_id(w)
+        );
+        fields(out, w);
+        out.push('}');
+        p = next(w);
+        i += 1;
+    }
+    out.push(']');
+}
+
 impl Decoded for &Arg<'_, *mut ibv_send_wr> {
     fn before(&self, c: &mut Call) {
         let out = c.key(self.0);
-        out.push('[');
-        let mut p = *self.1 as *const ibv_send_wr;
-        let mut i = 0;
-        // SAFETY: the program's list, walked as the verb walks it.
-        while let Some(w) = unsafe { p.as_ref() } {
-            if i == MAX_LIST {
-                out.push_str(",\"...\"");
-                break;
-            }
-            let _ = write!(
-                out,
-                "{}{{\"wr_id\":{},\"opcode\":",
-                if i > 0 { "," } else { "" },
-                w.wr_id
-            );
+        let (id, next) = (
+            |w: &ibv_send_wr| w.wr_id,
+            |w: &ibv_send_wr| w.next as *const _,
+        );
+        wr_list(out, *self.1 as *const ibv_send_wr, id, next, |out, w| {
+            out.push_str(",\"opcode\":");
             names::named(out, &names::WR_OPCODE, w.opcode);
             out.push_str(",\"send_flags\":");
             names::flags(out, &names::SEND_FLAGS, w.send_flags);
@@ -230,38 +254,20 @@ impl Decoded for &Arg<'_, *mut ibv_send_wr> {
             if matches!(w.opcode, 1 | 3) {
                 let _ = write!(out, ",\"imm_data\":\"{:#x}\"", u32::from_be(w.imm_or_inv));
             }
-            out.push('}');
-            p = w.next;
-            i += 1;
-        }
-        out.push(']');
+        });
     }
 }
 
 impl Decoded for &Arg<'_, *mut ibv_recv_wr> {
     fn before(&self, c: &mut Call) {
         let out = c.key(self.0);
-        out.push('[');
-        let mut p = *self.1 as *const ibv_recv_wr;
-        let mut i = 0;
-        // SAFETY: the program's list, walked as the verb walks it.
-        while let Some(w) = unsafe { p.as_ref() } {
-            if i == MAX_LIST {
-                out.push_str(",\"...\"");
-                break;
-            }
-            let _ = write!(
-                out,
-                "{}{{\"wr_id\":{}",
-                if i > 0 { "," } else { "" },
-                w.wr_id
-            );
-            sges(out, w.sg_list, w.num_sge);
-            out.push('}');
-            p = w.next;
-            i += 1;
-        }
-        out.push(']');
+        let (id, next) = (
+            |w: &ibv_recv_wr| w.wr_id,
+            |w: &ibv_recv_wr| w.next as *const _,
+        );
+        wr_list(out, *self.1 as *const ibv_recv_wr, id, next, |out, w| {
+            sges(out, w.sg_list, w.num_sge)
+        });
     }
 }
 
