@@ -32,7 +32,7 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::roce;
+use common::{lib_dir, roce};
 
 /// Longest one MPI job may take.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -200,19 +200,6 @@ fn work_dir() -> tempfile::TempDir {
         .prefix("roce-mpi")
         .tempdir()
         .unwrap()
-}
-
-/// Where cargo left the drop-in library for this build of `roce` (as a
-/// dependency's cdylib, in `deps/`).
-fn lib_dir() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
-    let dir = bin.parent().unwrap();
-    let deps = dir.join("deps");
-    if deps.join("libibverbs.so").is_file() {
-        deps
-    } else {
-        dir.to_path_buf()
-    }
 }
 
 /// The environment of every run: the library, saying where each

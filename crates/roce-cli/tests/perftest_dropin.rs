@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{roce, Guard};
+use common::{lib_dir, roce, Guard};
 use roce_testkit::free_port;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -34,21 +33,6 @@ fn have(prog: &str) -> bool {
         eprintln!("skipped: {prog} is not installed (apt-get install perftest)");
     }
     found
-}
-
-/// Where cargo left the drop-in library for this build of `roce`: as a
-/// dependency's cdylib it is in `deps/` (a `libibverbs.so` beside the
-/// binary is there only after building roce-ibverbs itself, and may be
-/// older).
-fn lib_dir() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
-    let dir = bin.parent().unwrap();
-    let deps = dir.join("deps");
-    if deps.join("libibverbs.so").is_file() {
-        deps
-    } else {
-        dir.to_path_buf()
-    }
 }
 
 /// `roce exec -- PROG ARGS` on the loopback device.

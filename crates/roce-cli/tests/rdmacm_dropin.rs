@@ -10,12 +10,11 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use common::{roce, Guard};
+use common::{lib_dir, roce, Guard};
 use roce_testkit::text_of;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -39,18 +38,6 @@ fn addrs() -> (String, String) {
     let n = N.fetch_add(1, Ordering::Relaxed);
     let base = 200 + (std::process::id() % 50) as u8;
     (format!("127.{base}.{n}.1"), format!("127.{base}.{n}.2"))
-}
-
-/// Where cargo left the drop-in libraries for this build of `roce`.
-fn lib_dir() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
-    let dir = bin.parent().unwrap();
-    let deps = dir.join("deps");
-    if deps.join("libibverbs.so").is_file() && deps.join("librdmacm.so").is_file() {
-        deps
-    } else {
-        dir.to_path_buf()
-    }
 }
 
 /// `roce exec --addr ADDR -- PROG ARGS` on the loopback device.

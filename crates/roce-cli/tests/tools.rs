@@ -39,12 +39,12 @@ mod common;
 
 use roce_testkit::netns::VethPair;
 use roce_testkit::Group;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::roce;
+use common::{lib_dir, roce};
 
 /// Longest one server and client pair may take.
 const LIMIT: Duration = Duration::from_secs(90);
@@ -113,18 +113,6 @@ fn lab(tag: &str) -> Option<VethPair> {
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     ONE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Where cargo left the drop-in libraries for this build of `roce`.
-fn lib_dir() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
-    let dir = bin.parent().unwrap();
-    let deps = dir.join("deps");
-    if deps.join("libibverbs.so").is_file() {
-        deps
-    } else {
-        dir.to_path_buf()
-    }
 }
 
 /// `ip netns exec NS roce exec --devices DEV [--log] -- PROG ARGS`.

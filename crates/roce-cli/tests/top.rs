@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{roce, Guard};
+use common::{lib_dir, roce, Guard};
 use roce_testkit::free_port;
 use serde_json::Value;
 
@@ -33,18 +33,6 @@ fn have(prog: &str) -> bool {
         eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils)");
     }
     found
-}
-
-/// Where cargo left the drop-in library for this build of `roce`.
-fn lib_dir() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
-    let dir = bin.parent().unwrap();
-    let deps = dir.join("deps");
-    if deps.join("libibverbs.so").is_file() {
-        deps
-    } else {
-        dir.to_path_buf()
-    }
 }
 
 /// `roce exec -- ibv_rc_pingpong ...` publishing into `dir`.

@@ -17,12 +17,11 @@ mod common;
 
 use roce_testkit::netns::VethPair;
 use roce_testkit::Group;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::roce;
+use common::{lib_dir, roce};
 use roce_testkit::free_port;
 
 /// Longest a server and client pair may take.
@@ -46,19 +45,6 @@ fn have_ucx() -> bool {
         eprintln!("skipped: ucx_info or ucx_perftest is not installed (apt-get install ucx-utils)");
     }
     found
-}
-
-/// Where cargo left the drop-in library for this build of `roce` (as a
-/// dependency's cdylib, in `deps/`).
-fn lib_dir() -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_roce"));
-    let dir = bin.parent().unwrap();
-    let deps = dir.join("deps");
-    if deps.join("libibverbs.so").is_file() {
-        deps
-    } else {
-        dir.to_path_buf()
-    }
 }
 
 /// `[prefix...] roce exec --devices DEV -- PROG ARGS`, with UCX's

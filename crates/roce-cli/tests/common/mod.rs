@@ -24,3 +24,18 @@ pub fn spawn(args: &[&str]) -> Guard {
     c.args(args);
     Guard::spawn(c)
 }
+
+/// Where cargo left the drop-in libraries (`libibverbs.so`,
+/// `librdmacm.so`) for this build of `roce`: its `deps` directory when
+/// both are there, else beside the binary (`ROCE_LIB_DIR` for `roce
+/// exec`).
+pub fn lib_dir() -> std::path::PathBuf {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_roce"));
+    let dir = bin.parent().unwrap();
+    let deps = dir.join("deps");
+    if deps.join("libibverbs.so").is_file() && deps.join("librdmacm.so").is_file() {
+        deps
+    } else {
+        dir.to_path_buf()
+    }
+}
