@@ -10,6 +10,30 @@
 
 use libfuzzer_sys::fuzz_target;
 
+/// The error type the included file names (`super::error::PerfError`):
+/// the variants it builds, for the parsers alone (the binary's own, with
+/// every variant, is crates/roce-cli/src/perf/error.rs).
+#[allow(dead_code)]
+mod error {
+    #[derive(Debug, PartialEq)]
+    pub(crate) enum PerfError {
+        Args(String),
+        Failed(String),
+    }
+
+    impl From<String> for PerfError {
+        fn from(s: String) -> PerfError {
+            PerfError::Failed(s)
+        }
+    }
+
+    impl From<&str> for PerfError {
+        fn from(s: &str) -> PerfError {
+            PerfError::Failed(s.to_string())
+        }
+    }
+}
+
 #[allow(dead_code)]
 #[path = "../../crates/roce-cli/src/perf/perftest_wire.rs"]
 mod wire;
