@@ -12,30 +12,11 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
-/// The error type the included file names (`super::error::PerfError`):
-/// the variants it builds, for the parsers alone (the binary's own, with
-/// every variant, is crates/roce-cli/src/perf/error.rs).
+/// The error type the included file names (`super::error::PerfError`),
+/// compiled in by path too.
 #[allow(dead_code)]
-mod error {
-    #[derive(Debug)]
-    pub(crate) enum PerfError {
-        Args(String),
-        Failed(String),
-        Io(String, std::io::Error),
-    }
-
-    impl From<String> for PerfError {
-        fn from(s: String) -> PerfError {
-            PerfError::Failed(s)
-        }
-    }
-
-    impl From<&str> for PerfError {
-        fn from(s: &str) -> PerfError {
-            PerfError::Failed(s.to_string())
-        }
-    }
-}
+#[path = "../../crates/roce-cli/src/perf/error.rs"]
+mod error;
 
 #[allow(dead_code)]
 #[path = "../../crates/roce-cli/src/perf/messages.rs"]

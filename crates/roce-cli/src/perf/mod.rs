@@ -31,3 +31,9 @@ mod setup;
 
 pub(crate) use args::PerfArgs;
 pub(crate) use run::run;
+
+impl From<roce_verbs::Error> for error::PerfError {
+    fn from(e: roce_verbs::Error) -> error::PerfError {
+        error::PerfError::Verbs(Box::new(e))
+    }
+}
