@@ -505,13 +505,6 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
     // still opened on that exact address (claiming it from other
     // processes), and listen and resolve use it (`bound_context`).
     let ctx = if addr.ip().is_unspecified() {
-        // The devices a listen on the wildcard uses are opened now, so
-        // that the listen itself is quick: some programs tell their peer
-        // the bound port before they call `rdma_listen` (qperf 0.4.11's
-        // `cm_open_server`), and a request that comes first is refused
-        // for want of a listener, as by the kernel, whose devices are
-        // always open. A device that fails is said by the listen.
-        let _ = listen_contexts(addr.ip());
         None
     } else {
         let c = context_at(addr.ip())?;
@@ -533,20 +526,24 @@ pub(crate) fn bind(i: &Id, addr: SocketAddr) -> Res<()> {
     Ok(())
 }
 
-/// A program's explicit bind in the TCP port space is usually a server's,
-/// whose listen follows: the contexts it would listen on hold a REQ that
-/// comes first instead of refusing it (`Context::cm_expect_listen`; qperf
-/// tells its client the port before it listens). Best effort.
+/// A program's explicit bind is usually a server's, whose listen follows;
+/// some tell their peer the port before they listen (qperf 0.4.11's
+/// `cm_open_server`), so a REQ can come first. The contexts a listen
+/// would use are opened now (the listen is then quick; a wildcard's
+/// devices, as the kernel's, are open already), and in the TCP port space
+/// they hold such a REQ instead of refusing it
+/// (`Context::cm_expect_listen`). Best effort: a device that fails is
+/// said by the listen.
 fn expect_listen(i: &Id) {
     let Some(local) = i.st().local else { return };
-    // SAFETY: the id's C view.
-    if unsafe { (*i.c()).ps } != ps::TCP {
-        return;
-    }
     let ctxs = match bound_context(i) {
         Ok(Some(c)) => vec![c],
         _ => listen_contexts(local.ip()).unwrap_or_default(),
     };
+    // SAFETY: the id's C view.
+    if unsafe { (*i.c()).ps } != ps::TCP {
+        return;
+    }
     for c in ctxs {
         // SAFETY: a context this library keeps open.
         if let Ok(ctx) = unsafe { Context::from_ptr(c) } {
