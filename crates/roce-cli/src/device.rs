@@ -47,23 +47,6 @@ pub(crate) fn check_faults(spec: &str) -> Result<String, String> {
     parse_faults(spec).map(|_| spec.to_string())
 }
 
-/// A probability of `--faults`: `0.02` or `2%`.
-fn prob(v: &str) -> Result<f64, String> {
-    let (num, scale) = match v.strip_suffix('%') {
-        Some(n) => (n, 0.01),
-        None => (v, 1.0),
-    };
-    let p = num
-        .parse::<f64>()
-        .map_err(|_| format!("'{v}' is not a probability"))?
-        * scale;
-    if (0.0..=1.0).contains(&p) {
-        Ok(p)
-    } else {
-        Err(format!("'{v}' is not between 0 and 1 (0% and 100%)"))
-    }
-}
-
 /// What a `--faults` specification with loss does to a reliable
 /// connection's throughput, said before the run: every lost packet makes
 /// go-back-N resend what followed it, and a lost last packet of a burst
@@ -72,7 +55,10 @@ pub(crate) fn loss_warning(spec: &str) -> Option<String> {
     let (_, loss) = spec
         .split(',')
         .filter_map(|i| i.split_once('='))
-        .find(|(k, v)| *k == "loss" && prob(v).is_ok_and(|p| p > 0.0))?;
+        .find(|(k, v)| {
+            *k == "loss"
+                && roce_io::FaultConfig::parse(&format!("loss={v}"), 0).is_ok_and(|c| c.loss > 0.0)
+        })?;
     Some(format!(
         "--faults loss={loss}: each lost packet makes go-back-N resend what followed it, and a lost \
          last packet waits for the retransmission timer (268 ms; 67 ms with --perftest): expect a few MB/s, not line rate \
@@ -83,48 +69,7 @@ pub(crate) fn loss_warning(spec: &str) -> Option<String> {
 
 /// Parses a `--faults` specification.
 fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
-    fn nanos(v: &str) -> Result<u64, String> {
-        let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
-        let (num, unit) = v.split_at(split);
-        let scale = match unit {
-            "" | "ns" => 1.0,
-            "us" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            _ => return Err(format!("'{v}': the unit must be ns, us, ms or s")),
-        };
-        let n = num
-            .parse::<f64>()
-            .ok()
-            .filter(|n| *n >= 0.0 && *n * scale <= 60e9)
-            .ok_or(format!("'{v}' is not a duration up to 60 s"))?;
-        Ok((n * scale) as u64)
-    }
-    let mut c = roce_io::FaultConfig::new(0x0fa1_7000 ^ u64::from(std::process::id()));
-    let (mut delay, mut jitter) = (0, 0);
-    for item in spec.split(',').filter(|i| !i.is_empty()) {
-        let (k, v) = item
-            .split_once('=')
-            .ok_or(format!("'{item}' is not KEY=VALUE"))?;
-        c = match k {
-            "loss" => c.loss(prob(v)?),
-            "duplicate" | "dup" => c.duplicate(prob(v)?),
-            "reorder" => c.reorder(prob(v)?),
-            "corrupt" => c.corrupt(prob(v)?),
-            "ce" => c.ce_mark(prob(v)?),
-            "seed" => c.seed(v.parse().map_err(|_| format!("'{v}' is not a seed"))?),
-            "delay" => {
-                delay = nanos(v)?;
-                c
-            }
-            "jitter" => {
-                jitter = nanos(v)?;
-                c
-            }
-            _ => return Err(format!("unknown fault '{k}'")),
-        };
-    }
-    Ok(c.delay(delay, jitter))
+    roce_io::FaultConfig::parse(spec, 0x0fa1_7000 ^ u64::from(std::process::id()))
 }
 
 /// Whether this process shares its addresses with the other processes

@@ -239,11 +239,14 @@ fn op_filter(v: &str) -> Result<OpFilter, String> {
         ))
 }
 
+/// Applies seeded fault `k`=`v` to `c`; `in_plan`: the error for an
+/// unknown key also names the targeted rules of a [`FaultPlan`].
 fn seeded(
     c: FaultConfig,
     delay: &mut (Nanos, Nanos),
     k: &str,
     v: &str,
+    in_plan: bool,
 ) -> Result<FaultConfig, String> {
     Ok(match k {
         "loss" => c.loss(prob(v)?),
@@ -260,13 +263,44 @@ fn seeded(
             delay.1 = parse_duration(v)?;
             c
         }
-        _ => {
+        _ if in_plan => {
             return Err(format!(
                 "unknown fault '{k}' (seeded: loss, duplicate, reorder, corrupt, ce, delay, \
                  jitter, seed; targeted rules start with drop, drop-acks, freeze, link-down or rnr)"
             ))
         }
+        _ => {
+            return Err(format!(
+                "unknown fault '{k}' (loss, duplicate, reorder, corrupt, ce, delay, jitter, seed)"
+            ))
+        }
     })
+}
+
+impl FaultConfig {
+    /// The seeded faults of `roce perf --faults`: `KEY=VALUE` words
+    /// separated by commas (loss, duplicate, reorder, corrupt, ce as
+    /// probabilities, `0.02` or `2%`; delay and jitter as durations; seed),
+    /// with `seed` when the words give none. The seeded part of a
+    /// [`FaultPlan`], alone.
+    ///
+    /// ```
+    /// use roce_io::FaultConfig;
+    /// let c = FaultConfig::parse("loss=2%,delay=1ms", 9).unwrap();
+    /// assert_eq!((c.loss, c.delay_ns, c.seed), (0.02, 1_000_000, 9));
+    /// assert!(FaultConfig::parse("loss=2", 9).is_err());
+    /// ```
+    pub fn parse(spec: &str, seed: u64) -> Result<FaultConfig, String> {
+        let mut c = FaultConfig::new(seed);
+        let mut delay = (0, 0);
+        for item in spec.split(',').filter(|i| !i.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or(format!("'{item}' is not KEY=VALUE"))?;
+            c = seeded(c, &mut delay, k, v, false)?;
+        }
+        Ok(c.delay(delay.0, delay.1))
+    }
 }
 
 fn rule(action: &str, words: &[&str]) -> Result<FaultRule, String> {
@@ -395,7 +429,7 @@ impl FaultPlan {
                     let (k, v) = w.split_once('=').ok_or(format!(
                         "'{w}' is not KEY=VALUE (a targeted rule goes after a ';')"
                     ))?;
-                    c = seeded(c, &mut delay, k, v)?;
+                    c = seeded(c, &mut delay, k, v, true)?;
                 }
                 plan.seeded = Some(c.delay(delay.0, delay.1));
             } else {
