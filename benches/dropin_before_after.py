@@ -39,6 +39,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import kill_group, tail
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # perftest's result parsing is dropin_side_by_side.py's.
@@ -106,24 +108,6 @@ def roce_port_holders():
         except OSError:
             pass
     return n
-
-
-def kill_group(proc):
-    if proc is None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def tail(text, n=8):
-    lines = (text or "").strip().splitlines()
-    return "\n".join("    | " + l for l in lines[-n:])
 
 
 def run_pair(tool, args, env):

@@ -47,6 +47,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import kill_group, tail
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 120  # s for any one client or job
 LISTEN_TIMEOUT = 20  # s for a server to listen
@@ -111,23 +113,6 @@ def next_port():
     while tcp_listening(_port[0]):
         _port[0] += 1
     return _port[0]
-
-
-def kill_group(p):
-    if p is None:
-        return
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def tail(text, n=6):
-    return "\n".join("    | " + l for l in (text or "").strip().splitlines()[-n:])
 
 
 def spawn(argv, e, out=subprocess.PIPE):
