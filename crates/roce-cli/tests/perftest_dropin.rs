@@ -20,19 +20,8 @@ use roce_testkit::free_port;
 const LIMIT: Duration = Duration::from_secs(60);
 const ITERS: &str = "200";
 
-/// Whether `prog` is installed; a missing one fails the test in CI.
 fn have(prog: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false);
-    if !found {
-        assert!(
-            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed (apt-get install perftest)"
-        );
-        eprintln!("skipped: {prog} is not installed (apt-get install perftest)");
-    }
-    found
+    common::have_tool(prog, "perftest")
 }
 
 /// `roce exec -- PROG ARGS` on the loopback device.

@@ -20,16 +20,7 @@ use roce_testkit::text_of;
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn have(prog: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed (apt-get install rdmacm-utils perftest)"
-        );
-        eprintln!("skipped: {prog} is not installed (apt-get install rdmacm-utils perftest)");
-    }
-    found
+    common::have_tool(prog, "rdmacm-utils perftest")
 }
 
 /// A pair of loopback addresses (server, client) of this test's own.

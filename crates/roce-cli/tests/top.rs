@@ -23,16 +23,7 @@ use serde_json::Value;
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn have(prog: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
-            "{prog} is not installed (apt-get install ibverbs-utils)"
-        );
-        eprintln!("skipped: {prog} is not installed (apt-get install ibverbs-utils)");
-    }
-    found
+    common::have_tool(prog, "ibverbs-utils")
 }
 
 /// `roce exec -- ibv_rc_pingpong ...` publishing into `dir`.

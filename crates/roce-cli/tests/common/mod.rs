@@ -39,3 +39,19 @@ pub fn lib_dir() -> std::path::PathBuf {
         dir.to_path_buf()
     }
 }
+
+/// Whether `prog` is on PATH; a missing one fails the test when
+/// `ROCE_REQUIRE_RDMA_TOOLS` is set (CI), else skips it with a word on
+/// which Debian `package` provides it.
+pub fn have_tool(prog: &str, package: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("ROCE_REQUIRE_RDMA_TOOLS").is_none(),
+            "{prog} is not installed (apt-get install {package})"
+        );
+        eprintln!("skipped: {prog} is not installed (apt-get install {package})");
+    }
+    found
+}
