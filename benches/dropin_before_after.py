@@ -33,13 +33,11 @@ whole script in a private network namespace (root):
 import importlib.util
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 
-from benchlib import kill_group, tail
+from benchlib import free_port, pair, roce_port_holders, tail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,86 +67,11 @@ def say(*a):
     print(*a, file=OUT, flush=True)
 
 
-def tcp_ports(listening_only):
-    """TCP ports on this host (the LISTEN ones, or all)."""
-    ports = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    if not listening_only or fields[3] == "0A":
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except OSError:
-            pass
-    return ports
-
-
-_next_port = [20000 + os.getpid() % 2000 * 5]
-
-
-def free_port():
-    used = tcp_ports(False)
-    while _next_port[0] in used:
-        _next_port[0] += 1
-    p = _next_port[0]
-    _next_port[0] += 1
-    return p
-
-
-def roce_port_holders():
-    """UDP sockets bound to the RoCE port (4791) in this network namespace."""
-    n = 0
-    for name in ("/proc/net/udp", "/proc/net/udp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                n += sum(1 for line in f if line.split()[1].endswith(":12B7"))
-        except OSError:
-            pass
-    return n
-
-
 def run_pair(tool, args, env):
     """Runs a perftest server and client; returns (client stdout, None) or (None, why)."""
     port = str(free_port())
-    server = client = None
-    try:
-        server = subprocess.Popen(
-            [tool] + args + ["-p", port], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True)
-        deadline = time.monotonic() + LISTEN_TIMEOUT
-        while int(port) not in tcp_ports(True):
-            if server.poll() is not None:
-                out, _ = server.communicate()
-                return None, f"server exited ({server.returncode}) before listening:\n{tail(out)}"
-            if time.monotonic() > deadline:
-                return None, f"server not listening on TCP {port} after {LISTEN_TIMEOUT} s"
-            time.sleep(0.02)
-        client = subprocess.Popen(
-            [tool] + args + ["-p", port, "127.0.0.1"], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            cout, _ = client.communicate(timeout=CLIENT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            kill_group(client)
-            kill_group(server)
-            sout, _ = server.communicate()
-            cout, _ = client.communicate()
-            return None, (f"client timed out after {CLIENT_TIMEOUT} s:\n{tail(cout)}\n  server:\n{tail(sout)}")
-        try:
-            sout, _ = server.communicate(timeout=SERVER_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            kill_group(server)
-            sout, _ = server.communicate()
-            sout += f"\n(server killed {SERVER_TIMEOUT} s after its client ended)"
-        if client.returncode != 0:
-            return None, (f"client exited {client.returncode}:\n{tail(cout)}\n  server ({server.returncode}):\n{tail(sout)}")
-        return cout, None
-    finally:
-        kill_group(client)
-        kill_group(server)
+    return pair([tool] + args + ["-p", port], [tool] + args + ["-p", port, "127.0.0.1"], int(port), env,
+                LISTEN_TIMEOUT, CLIENT_TIMEOUT, SERVER_TIMEOUT)
 
 
 def load():
