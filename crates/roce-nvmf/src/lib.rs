@@ -23,3 +23,6 @@
 pub mod initiator;
 pub mod target;
 pub mod wire;
+
+#[cfg(feature = "verbs")]
+pub mod driver;

@@ -22,7 +22,7 @@ impl core::fmt::Display for NsError {
 impl std::error::Error for NsError {}
 
 /// A namespace's storage.
-pub trait Namespace {
+pub trait Namespace: Send {
     /// Logical block size in bytes: a power of two, at least 512.
     fn block_size(&self) -> u32;
     /// Size in logical blocks.

@@ -432,8 +432,8 @@ fn cm_request_checks() {
     let mut s = Sim::new(config());
     let rej = |b: [u8; 4]| RejectStatus::from_code(CmReject::parse(&b).unwrap().status).unwrap();
     assert_eq!(
-        rej(s.t.on_cm_request(&[0; 8]).unwrap_err()),
-        RejectStatus::InvalidLength
+        rej(s.t.on_cm_request(&[]).unwrap_err()),
+        RejectStatus::InvalidHsqsize
     );
     let mut pd = ini::cm_request(Qid(0), 64);
     assert_eq!(

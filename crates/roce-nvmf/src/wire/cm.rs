@@ -13,6 +13,14 @@ pub const REJECT_LEN: usize = 4;
 /// The only record format defined (RECFMT 0).
 pub const RECFMT_1_0: u16 = 0;
 
+/// The first `N` bytes of `b`, zero padded.
+fn padded<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let n = b.len().min(N);
+    out[..n].copy_from_slice(&b[..n]);
+    out
+}
+
 /// The host's RDMA_CM_REQUEST private data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmRequest {
@@ -82,14 +90,16 @@ impl RejectStatus {
 }
 
 impl CmRequest {
-    /// Parses the private data of a connection request. A record shorter
-    /// than 32 bytes is [`RejectStatus::InvalidLength`], a format other
-    /// than 0 [`RejectStatus::InvalidRecfmt`].
+    /// Parses the private data of a connection request; a format other
+    /// than 0 is [`RejectStatus::InvalidRecfmt`].
+    ///
+    /// The private data of an IB CM REQ is a fixed-size field (IBA Vol 1
+    /// §12.6.5; 56 bytes after rdma_cm's header) whose length is not on
+    /// the wire, and this stack's CM hands it over without its trailing
+    /// zeros: a shorter record is read as if padded with zeros.
     pub fn parse(b: &[u8]) -> Result<CmRequest, RejectStatus> {
-        if b.len() < REQUEST_LEN {
-            return Err(RejectStatus::InvalidLength);
-        }
-        let r = |at| le16(b, at).map_err(|_| RejectStatus::InvalidLength);
+        let b = padded::<REQUEST_LEN>(b);
+        let r = |at| le16(&b, at).map_err(|_| RejectStatus::InvalidLength);
         let recfmt = r(0)?;
         if recfmt != RECFMT_1_0 {
             return Err(RejectStatus::InvalidRecfmt);
@@ -124,14 +134,12 @@ pub struct CmAccept {
 }
 
 impl CmAccept {
-    /// Parses an accept record.
+    /// Parses an accept record (zero padded, as [`CmRequest::parse`]).
     pub fn parse(b: &[u8]) -> Result<CmAccept, Error> {
-        if b.len() < 4 {
-            return Err(Error::Truncated);
-        }
+        let b = padded::<ACCEPT_LEN>(b);
         Ok(CmAccept {
-            recfmt: le16(b, 0)?,
-            crqsize: le16(b, 2)?,
+            recfmt: le16(&b, 0)?,
+            crqsize: le16(&b, 2)?,
         })
     }
 
@@ -162,11 +170,12 @@ impl CmReject {
         }
     }
 
-    /// Parses a reject record.
+    /// Parses a reject record (zero padded, as [`CmRequest::parse`]).
     pub fn parse(b: &[u8]) -> Result<CmReject, Error> {
+        let b = padded::<REJECT_LEN>(b);
         Ok(CmReject {
-            recfmt: le16(b, 0)?,
-            status: le16(b, 2)?,
+            recfmt: le16(&b, 0)?,
+            status: le16(&b, 2)?,
         })
     }
 
@@ -201,7 +210,8 @@ mod tests {
             }
         );
         assert_eq!(r.to_bytes(), b);
-        assert_eq!(CmRequest::parse(&b[..31]), Err(RejectStatus::InvalidLength));
+        // Trailing zeros may be missing (a fixed-size CM field).
+        assert_eq!(CmRequest::parse(&b[..7]), Ok(r));
         b[0] = 1;
         assert_eq!(CmRequest::parse(&b), Err(RejectStatus::InvalidRecfmt));
     }
@@ -217,5 +227,13 @@ mod tests {
         let r = CmReject::new(RejectStatus::InvalidHsqsize).to_bytes();
         assert_eq!(r, [0, 0, 4, 0]);
         assert_eq!(RejectStatus::from_code(6), Some(RejectStatus::NoResources));
+        assert_eq!(
+            CmAccept::parse(&[0, 0, 128]),
+            Ok(CmAccept {
+                recfmt: 0,
+                crqsize: 128
+            })
+        );
+        assert_eq!(CmReject::parse(&[0, 0, 1]).unwrap().status, 1);
     }
 }

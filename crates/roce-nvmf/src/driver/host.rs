@@ -1,0 +1,400 @@
+//! A host (initiator) over roce-verbs: connects an admin queue and I/O
+//! queues as Linux's nvme-rdma does (RDMA CM private data, Connect with
+//! the data through a keyed buffer on the admin queue and in the capsule
+//! on I/O queues), enables the controller and runs commands one at a time
+//! per queue.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use roce_verbs::{
+    Access, CmConnection, CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain,
+    QpInitAttr, QpType, QueuePair, SendWr, WcOpcode,
+};
+
+use super::DriverError;
+use crate::initiator::{self as ini, CidAllocator};
+use crate::target::{ADMIN_QUEUE_DEPTH, DISCOVERY_NQN};
+use crate::wire::cm::{CmAccept, RECFMT_1_0};
+use crate::wire::cqe::{CqeRepr, CQE_LEN};
+use crate::wire::fabrics::prop;
+use crate::wire::features::fid;
+use crate::wire::identify::{cns, IdentifyController, IdentifyNamespace, IDENTIFY_LEN};
+use crate::wire::sgl::SglDesc;
+use crate::wire::sqe::SQE_LEN;
+use crate::wire::status::Status;
+use crate::wire::{Cid, Cntlid, Nsid, Qid, Rkey};
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct HostOptions {
+    /// Subsystem NQN to connect to.
+    pub subnqn: String,
+    /// This host's NQN.
+    pub hostnqn: String,
+    /// This host's identifier.
+    pub hostid: [u8; 16],
+    /// I/O queue depth (HSQSIZE + 1).
+    pub queue_depth: u16,
+    /// Keep Alive Timeout in ms sent in the admin Connect.
+    pub kato_ms: u32,
+    /// How long to wait for the CM and for each response.
+    pub timeout: Duration,
+}
+
+impl HostOptions {
+    /// Options for `subnqn` with defaults: depth 32, KATO 5 s (Linux's
+    /// default), 5 s timeouts.
+    pub fn new(subnqn: &str, hostnqn: &str) -> HostOptions {
+        HostOptions {
+            subnqn: subnqn.into(),
+            hostnqn: hostnqn.into(),
+            hostid: [0x5A; 16],
+            queue_depth: 32,
+            kato_ms: 5000,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+struct Queue {
+    qid: Qid,
+    qp: QueuePair,
+    cq: CompletionQueue,
+    cm: Option<CmConnection>,
+    cids: CidAllocator,
+    next_wr: u64,
+    in_capsule_max: usize,
+}
+
+impl Queue {
+    fn open(
+        pd: &ProtectionDomain,
+        peer: IpAddr,
+        port: u16,
+        qid: Qid,
+        depth: u16,
+        timeout: Duration,
+    ) -> Result<Queue, DriverError> {
+        let cq = pd.context().create_cq(depth as usize * 4 + 8, None)?;
+        let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+        let param = ConnParam {
+            private_data: ini::cm_request(qid, depth).to_vec(),
+            ..ConnParam::default()
+        };
+        let cm = qp.cm_connect(peer, port, &param, timeout)?;
+        let acc = CmAccept::parse(cm.private_data())
+            .map_err(|_| DriverError::Protocol("accept record"))?;
+        if acc.recfmt != RECFMT_1_0 || acc.crqsize == 0 {
+            return Err(DriverError::Protocol("accept record"));
+        }
+        Ok(Queue {
+            qid,
+            qp,
+            cq,
+            cm: Some(cm),
+            cids: CidAllocator::new(depth),
+            next_wr: 1,
+            in_capsule_max: 0,
+        })
+    }
+
+    /// Sends one command capsule and waits for its response. `sqe`'s CID
+    /// is replaced by a free one.
+    fn exec(&mut self, mut capsule: Vec<u8>, timeout: Duration) -> Result<CqeRepr, DriverError> {
+        let cid = self
+            .cids
+            .alloc()
+            .ok_or(DriverError::Protocol("no free command identifier"))?;
+        capsule[2..4].copy_from_slice(&cid.0.to_le_bytes());
+        let r = self.exec_cid(capsule, cid, timeout);
+        self.cids.free(cid);
+        r
+    }
+
+    fn exec_cid(
+        &mut self,
+        capsule: Vec<u8>,
+        cid: Cid,
+        timeout: Duration,
+    ) -> Result<CqeRepr, DriverError> {
+        let (rid, sid) = (self.next_wr, self.next_wr + 1);
+        self.next_wr += 2;
+        self.qp.post_recv_owned(rid, vec![0; CQE_LEN])?;
+        self.qp
+            .post_send_owned(SendWr::send(sid, vec![]), capsule)?;
+        let end = Instant::now() + timeout;
+        let (mut sent, mut resp) = (false, None);
+        while !(sent && resp.is_some()) {
+            let left = end
+                .checked_duration_since(Instant::now())
+                .ok_or(DriverError::TimedOut)?;
+            for mut wc in self.cq.poll_until(1, left.min(Duration::from_millis(50)))? {
+                if !wc.is_success() {
+                    return Err(DriverError::Protocol("work completion in error"));
+                }
+                if wc.wr_id == sid {
+                    sent = true;
+                } else if wc.wr_id == rid && wc.opcode == WcOpcode::Recv {
+                    let b = wc.take_buffer().unwrap_or_default();
+                    let n = (wc.byte_len as usize).min(b.len());
+                    let c = CqeRepr::parse(&b[..n])
+                        .map_err(|_| DriverError::Protocol("short response"))?;
+                    if c.cid != cid || c.sqid != self.qid.0 {
+                        return Err(DriverError::Protocol("response for another command"));
+                    }
+                    resp = Some(c);
+                }
+            }
+        }
+        resp.ok_or(DriverError::TimedOut)
+    }
+}
+
+fn ok(c: CqeRepr) -> Result<CqeRepr, DriverError> {
+    if c.status.is_success() {
+        Ok(c)
+    } else {
+        Err(DriverError::Nvme(c.status))
+    }
+}
+
+/// A connected controller: its admin queue and one I/O queue (none for a
+/// discovery controller).
+pub struct Host {
+    pd: ProtectionDomain,
+    admin: Queue,
+    io: Option<Queue>,
+    cntlid: Cntlid,
+    timeout: Duration,
+    ident: IdentifyController,
+}
+
+impl core::fmt::Debug for Host {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Host")
+            .field("cntlid", &self.cntlid)
+            .finish()
+    }
+}
+
+/// Connects to `subnqn` at `peer`:`port`: admin queue, Connect, CC.EN,
+/// Identify Controller, and (for an NVM subsystem) Set Features Number of
+/// Queues and one I/O queue.
+pub fn connect(
+    ctx: &Context,
+    peer: IpAddr,
+    port: u16,
+    o: &HostOptions,
+) -> Result<Host, DriverError> {
+    let pd = ctx.alloc_pd();
+    let mut admin = Queue::open(&pd, peer, port, Qid::ADMIN, ADMIN_QUEUE_DEPTH, o.timeout)?;
+    // Admin Connect: data through a keyed buffer (the admin queue has no
+    // in-capsule data).
+    let data = ini::connect_data(o.hostid, Cntlid::DYNAMIC, &o.subnqn, &o.hostnqn);
+    let (mr, sgl) = register(&pd, data)?;
+    let c = admin.exec(
+        ini::connect(Cid(0), Qid::ADMIN, ADMIN_QUEUE_DEPTH - 1, o.kato_ms, sgl).to_vec(),
+        o.timeout,
+    );
+    drop(mr);
+    let cntlid = Cntlid(ok(c?)?.dw0 as u16);
+    ok(admin.exec(
+        ini::property_set(Cid(0), prop::CC, 0x0046_0001).to_vec(),
+        o.timeout,
+    )?)?;
+    let start = Instant::now();
+    loop {
+        let csts = ok(admin.exec(
+            ini::property_get(Cid(0), prop::CSTS, false).to_vec(),
+            o.timeout,
+        )?)?;
+        if csts.dw0 & 1 == 1 {
+            break;
+        }
+        if csts.dw0 & 2 != 0 || start.elapsed() > o.timeout {
+            return Err(DriverError::Protocol("controller did not become ready"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut host = Host {
+        pd,
+        admin,
+        io: None,
+        cntlid,
+        timeout: o.timeout,
+        ident: IdentifyController::parse(&[0; IDENTIFY_LEN])
+            .map_err(|_| DriverError::Protocol("identify"))?,
+    };
+    let b = host.admin_data(
+        ini::identify(Cid(0), cns::CONTROLLER, Nsid(0), null_sgl()),
+        IDENTIFY_LEN,
+    )?;
+    host.ident = IdentifyController::parse(&b).map_err(|_| DriverError::Protocol("identify"))?;
+    if o.subnqn == DISCOVERY_NQN {
+        return Ok(host);
+    }
+    // The same checks as Linux's host (drivers/nvme/host/rdma.c).
+    if host.ident.icdoff != 0 || host.ident.sgls & (1 << 2) == 0 {
+        return Err(DriverError::Protocol(
+            "controller without ICDOFF 0 and keyed SGLs",
+        ));
+    }
+    ok(host.admin.exec(
+        ini::set_features(Cid(0), fid::NUMBER_OF_QUEUES, 0).to_vec(),
+        o.timeout,
+    )?)?;
+    let depth = o.queue_depth.clamp(2, host.ident.maxcmd.max(2));
+    let mut io = Queue::open(&host.pd, peer, port, Qid(1), depth, o.timeout)?;
+    let data = ini::connect_data(o.hostid, cntlid, &o.subnqn, &o.hostnqn);
+    let sqe = ini::connect(Cid(0), Qid(1), depth - 1, 0, null_sgl());
+    ok(io.exec(ini::with_in_capsule_data(sqe, &data), o.timeout)?)?;
+    io.in_capsule_max = (host.ident.ioccsz as usize * 16).saturating_sub(SQE_LEN);
+    if host.ident.sgls & (1 << 20) == 0 {
+        io.in_capsule_max = 0;
+    }
+    host.io = Some(io);
+    Ok(host)
+}
+
+fn null_sgl() -> SglDesc {
+    SglDesc::Keyed {
+        addr: 0,
+        len: 0,
+        key: Rkey(0),
+        invalidate: false,
+    }
+}
+
+fn register(pd: &ProtectionDomain, data: Vec<u8>) -> Result<(MemoryRegion, SglDesc), DriverError> {
+    let access = Access::LOCAL_WRITE
+        .with(Access::REMOTE_READ)
+        .with(Access::REMOTE_WRITE);
+    let len = data.len() as u32;
+    let mr = pd.reg_mr(data, access)?;
+    let sgl = SglDesc::Keyed {
+        addr: mr.addr(),
+        len,
+        key: Rkey(mr.rkey().value()),
+        invalidate: false,
+    };
+    Ok((mr, sgl))
+}
+
+impl Host {
+    /// The controller ID.
+    pub fn cntlid(&self) -> Cntlid {
+        self.cntlid
+    }
+
+    /// The Identify Controller data read at connect time.
+    pub fn identify(&self) -> &IdentifyController {
+        &self.ident
+    }
+
+    /// Runs an admin command whose `len` bytes of data come back through a
+    /// keyed buffer.
+    pub fn admin_data(&mut self, sqe: [u8; SQE_LEN], len: usize) -> Result<Vec<u8>, DriverError> {
+        let (mr, sgl) = register(&self.pd, vec![0; len])?;
+        let mut sqe = sqe;
+        sgl.emit(&mut sqe[24..40]);
+        ok(self.admin.exec(sqe.to_vec(), self.timeout)?)?;
+        Ok(mr.to_vec()?)
+    }
+
+    /// Identify Namespace `nsid`.
+    pub fn identify_namespace(&mut self, nsid: Nsid) -> Result<IdentifyNamespace, DriverError> {
+        let b = self.admin_data(
+            ini::identify(Cid(0), cns::NAMESPACE, nsid, null_sgl()),
+            IDENTIFY_LEN,
+        )?;
+        IdentifyNamespace::parse(&b).map_err(|_| DriverError::Protocol("identify namespace"))
+    }
+
+    /// Keep Alive.
+    pub fn keep_alive(&mut self) -> Result<(), DriverError> {
+        ok(self
+            .admin
+            .exec(ini::keep_alive(Cid(0)).to_vec(), self.timeout)?)
+        .map(|_| ())
+    }
+
+    fn io(&mut self) -> Result<&mut Queue, DriverError> {
+        self.io
+            .as_mut()
+            .ok_or(DriverError::Protocol("no I/O queue"))
+    }
+
+    /// Reads `nlb` blocks of `block_size` bytes at `slba` into a keyed
+    /// buffer (RDMA WRITE by the target).
+    pub fn read(
+        &mut self,
+        nsid: Nsid,
+        slba: u64,
+        nlb: u16,
+        block_size: u32,
+    ) -> Result<Vec<u8>, DriverError> {
+        let (mr, sgl) = register(&self.pd, vec![0; nlb as usize * block_size as usize])?;
+        let t = self.timeout;
+        ok(self
+            .io()?
+            .exec(ini::read(Cid(0), nsid, slba, nlb, sgl).to_vec(), t)?)?;
+        Ok(mr.to_vec()?)
+    }
+
+    /// Writes `data` (whole blocks of `block_size`) at `slba`: in the
+    /// capsule when it fits and `in_capsule` is set, else from a keyed
+    /// buffer (RDMA READ by the target).
+    pub fn write(
+        &mut self,
+        nsid: Nsid,
+        slba: u64,
+        data: &[u8],
+        block_size: u32,
+        in_capsule: bool,
+    ) -> Result<(), DriverError> {
+        let nlb = u16::try_from(data.len() / block_size.max(1) as usize)
+            .map_err(|_| DriverError::Protocol("too many blocks"))?;
+        let t = self.timeout;
+        let q = self.io()?;
+        if in_capsule && data.len() <= q.in_capsule_max {
+            let sqe = ini::write(Cid(0), nsid, slba, nlb, false, null_sgl());
+            return ok(q.exec(ini::with_in_capsule_data(sqe, data), t)?).map(|_| ());
+        }
+        let (_mr, sgl) = register(&self.pd, data.to_vec())?;
+        let q = self.io()?;
+        ok(q.exec(ini::write(Cid(0), nsid, slba, nlb, false, sgl).to_vec(), t)?).map(|_| ())
+    }
+
+    /// Flush.
+    pub fn flush(&mut self, nsid: Nsid) -> Result<(), DriverError> {
+        let t = self.timeout;
+        ok(self.io()?.exec(ini::flush(Cid(0), nsid).to_vec(), t)?).map(|_| ())
+    }
+
+    /// Disconnects the I/O queue, then the admin queue (after CC.SHN, as a
+    /// host shutting down does).
+    pub fn disconnect(mut self) -> Result<(), DriverError> {
+        let t = self.timeout;
+        if let Some(mut q) = self.io.take() {
+            if let Some(cm) = q.cm.take() {
+                let _ = cm.disconnect(t);
+            }
+        }
+        let _ = self
+            .admin
+            .exec(ini::property_set(Cid(0), prop::CC, 0x0046_4001).to_vec(), t);
+        if let Some(cm) = self.admin.cm.take() {
+            let _ = cm.disconnect(t);
+        }
+        Ok(())
+    }
+}
+
+/// The status of a failed command, for callers that match on it.
+pub fn nvme_status(e: &DriverError) -> Option<Status> {
+    match e {
+        DriverError::Nvme(s) => Some(*s),
+        _ => None,
+    }
+}
