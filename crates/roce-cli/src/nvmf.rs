@@ -1,0 +1,218 @@
+//! `roce nvmf`: an NVMe over Fabrics (RDMA) target and a host check over
+//! this stack, with `roce_nvmf`'s driver (docs/nvmf.md).
+//!
+//! * `roce nvmf target --bind ADDR [--nqn NQN] [--mem BLOCKS | --file PATH]`
+//!   serves one subsystem with one namespace on port 4420 until Ctrl-C;
+//! * `roce nvmf check ADDR --nqn NQN` connects as a host, writes a
+//!   pattern, reads it back and compares;
+//! * `roce nvmf discover ADDR` prints the discovery log page.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use roce_nvmf::driver::{connect, HostOptions, TargetServer};
+use roce_nvmf::target::*;
+use roce_nvmf::wire::log::{lid, parse_discovery_header, DiscoveryEntry, DISCOVERY_RECORD_LEN};
+use roce_nvmf::wire::sgl::SglDesc;
+use roce_nvmf::wire::{Cid, Nsid};
+use roce_verbs::{BackendKind, Context};
+
+use crate::stop::Stop;
+
+/// `roce nvmf` and its subcommands.
+#[derive(Args, Debug)]
+#[command(after_help = "Exit status: 0 success, 1 a failure (check: data differed), 2 bad flags.")]
+pub(crate) struct NvmfArgs {
+    #[command(subcommand)]
+    cmd: NvmfCmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum NvmfCmd {
+    /// Serve one subsystem with one namespace until Ctrl-C.
+    Target(TargetArgs),
+    /// Connect as a host, write a pattern, read it back and compare.
+    Check(HostArgs),
+    /// Print the discovery log page of a target.
+    Discover(HostArgs),
+}
+
+#[derive(Args, Debug)]
+struct TargetArgs {
+    /// Local address of the RoCE device.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// RDMA CM port (4420 is the NVMe-oF port).
+    #[arg(long, default_value_t = 4420)]
+    port: u16,
+    /// Subsystem NQN.
+    #[arg(long, default_value = "nqn.2026-01.org.roce:nvmf")]
+    nqn: String,
+    /// Namespace in memory of this many blocks.
+    #[arg(long, default_value_t = 65536, conflicts_with = "file")]
+    mem: u64,
+    /// Namespace on this file or block device (its current size).
+    #[arg(long)]
+    file: Option<std::path::PathBuf>,
+    /// Logical block size.
+    #[arg(long, default_value_t = 512)]
+    block_size: u32,
+    /// Host NQN allowed to connect (repeatable; default: any host).
+    #[arg(long)]
+    allow_host: Vec<String>,
+    /// UDP port of the RoCE traffic.
+    #[arg(long, default_value_t = 4791)]
+    roce_port: u16,
+}
+
+#[derive(Args, Debug)]
+struct HostArgs {
+    /// The target's address.
+    addr: IpAddr,
+    /// Local address of the RoCE device.
+    #[arg(long, default_value = "127.0.0.2")]
+    bind: IpAddr,
+    /// RDMA CM port.
+    #[arg(long, default_value_t = 4420)]
+    port: u16,
+    /// Subsystem NQN.
+    #[arg(long, default_value = "nqn.2026-01.org.roce:nvmf")]
+    nqn: String,
+    /// This host's NQN.
+    #[arg(long, default_value = "nqn.2026-01.org.roce:host")]
+    hostnqn: String,
+    /// Blocks to write and read back (check).
+    #[arg(long, default_value_t = 64)]
+    blocks: u16,
+    /// UDP port of the RoCE traffic.
+    #[arg(long, default_value_t = 4791)]
+    roce_port: u16,
+}
+
+fn open(bind: IpAddr, roce_port: u16) -> Result<Context, String> {
+    crate::device::tool_options(BackendKind::Udp, bind, roce_port)?
+        .open()
+        .map_err(|e| e.to_string())
+}
+
+/// Runs `roce nvmf`; returns the exit status.
+pub(crate) fn run(args: &NvmfArgs, stop: &Stop) -> i32 {
+    let r = match &args.cmd {
+        NvmfCmd::Target(a) => target(a, stop),
+        NvmfCmd::Check(a) => check(a),
+        NvmfCmd::Discover(a) => discover(a),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => crate::fail("nvmf", false, &e, 1),
+    }
+}
+
+fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
+    let storage: Box<dyn Namespace> = match &a.file {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map_err(|e| e.to_string())?;
+            let len = std::io::Seek::seek(&mut &f, std::io::SeekFrom::End(0))
+                .map_err(|e| e.to_string())?;
+            Box::new(FileNamespace::new(f, len, a.block_size))
+        }
+        None => Box::new(MemNamespace::new(a.mem, a.block_size)),
+    };
+    let mut sub = Subsystem::new(&a.nqn);
+    if !a.allow_host.is_empty() {
+        sub.allowed_hosts = Some(a.allow_host.clone());
+    }
+    sub.namespaces.push(NamespaceEntry {
+        nsid: Nsid(1),
+        nguid: [0x11; 16],
+        uuid: [0x22; 16],
+        storage,
+    });
+    let port = PortInfo {
+        traddr: a.bind.to_string(),
+        trsvcid: a.port.to_string(),
+        portid: 1,
+        adrfam: if a.bind.is_ipv4() { 1 } else { 2 },
+    };
+    let cfg = TargetConfig {
+        subsystems: vec![sub],
+        port,
+        limits: Limits::default(),
+    };
+    let ctx = open(a.bind, a.roce_port)?;
+    let mut server =
+        TargetServer::new(&ctx, a.port, Target::new(cfg)).map_err(|e| e.to_string())?;
+    eprintln!("roce nvmf: serving {} on {}:{}", a.nqn, a.bind, a.port);
+    while !stop.requested() {
+        if !server
+            .poll(Duration::from_millis(1))
+            .map_err(|e| e.to_string())?
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Ok(())
+}
+
+fn check(a: &HostArgs) -> Result<(), String> {
+    let ctx = open(a.bind, a.roce_port)?;
+    let mut host = connect(&ctx, a.addr, a.port, &HostOptions::new(&a.nqn, &a.hostnqn))
+        .map_err(|e| e.to_string())?;
+    let ns = host
+        .identify_namespace(Nsid(1))
+        .map_err(|e| e.to_string())?;
+    let bs = 1u32 << ns.lbaf0_lbads;
+    let blocks = (a.blocks as u64).min(ns.nsze) as u16;
+    let pattern: Vec<u8> = (0..blocks as usize * bs as usize)
+        .map(|i| (i * 131 + 17) as u8)
+        .collect();
+    host.write(Nsid(1), 0, &pattern, bs, false)
+        .map_err(|e| e.to_string())?;
+    let back = host
+        .read(Nsid(1), 0, blocks, bs)
+        .map_err(|e| e.to_string())?;
+    host.disconnect().map_err(|e| e.to_string())?;
+    if back != pattern {
+        return Err(format!(
+            "{} blocks read back differ from what was written",
+            blocks
+        ));
+    }
+    println!("{blocks} blocks of {bs} bytes written and read back identical");
+    Ok(())
+}
+
+fn discover(a: &HostArgs) -> Result<(), String> {
+    let ctx = open(a.bind, a.roce_port)?;
+    let mut host = connect(
+        &ctx,
+        a.addr,
+        a.port,
+        &HostOptions::new(DISCOVERY_NQN, &a.hostnqn),
+    )
+    .map_err(|e| e.to_string())?;
+    let len = 16 * DISCOVERY_RECORD_LEN;
+    let sqe = roce_nvmf::initiator::get_log_page(
+        Cid(0),
+        lid::DISCOVERY,
+        Nsid(0),
+        len as u32,
+        0,
+        false,
+        SglDesc::InCapsule { offset: 0, len: 0 },
+    );
+    let page = host.admin_data(sqe, len).map_err(|e| e.to_string())?;
+    let (genctr, numrec) = parse_discovery_header(&page).map_err(|e| e.to_string())?;
+    println!("Discovery Log Number of Records {numrec}, Generation counter {genctr}");
+    for i in 0..(numrec as usize).min(15) {
+        let at = DISCOVERY_RECORD_LEN * (i + 1);
+        let e = DiscoveryEntry::parse(&page[at..]).map_err(|e| e.to_string())?;
+        println!("=====Discovery Log Entry {i}======\ntrtype:  rdma\nsubnqn:  {}\ntraddr:  {}\ntrsvcid: {}\nportid:  {}", e.subnqn, e.traddr, e.trsvcid, e.portid);
+    }
+    host.disconnect().map_err(|e| e.to_string())
+}
