@@ -1,0 +1,54 @@
+//! `roce nvmf` end to end on loopback (UDP backend): our target in one
+//! process, our host in another; the host writes a pattern, reads it back
+//! and compares, then reads the discovery log; a host not on the
+//! allow-list is refused.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{roce, text, Guard};
+use roce_testkit::free_port;
+
+#[test]
+fn check_and_discover_against_our_target() {
+    let rp = free_port().to_string();
+    // Killed when the guard drops (the target serves until Ctrl-C).
+    let _target = Guard::spawn({
+        let mut c = roce();
+        c.args(["nvmf", "target", "--bind", "127.0.0.1", "--mem", "1024"])
+            .args(["--allow-host", "nqn.2026-01.test:host", "--roce-port", &rp]);
+        c
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let host = |args: &[&str]| {
+        let mut c = roce();
+        c.args(["nvmf"])
+            .args(args)
+            .args(["127.0.0.1", "--bind", "127.0.0.2", "--roce-port", &rp]);
+        Guard::spawn(c).wait(Duration::from_secs(30))
+    };
+    let c = host(&[
+        "check",
+        "--hostnqn",
+        "nqn.2026-01.test:host",
+        "--blocks",
+        "200",
+    ]);
+    let (o, e) = text(&c);
+    assert_eq!(c.status.code(), Some(0), "check: {o}{e}");
+    assert!(
+        o.contains("200 blocks of 512 bytes written and read back identical"),
+        "{o}"
+    );
+    let d = host(&["discover", "--hostnqn", "nqn.2026-01.test:host"]);
+    let (o, e) = text(&d);
+    assert_eq!(d.status.code(), Some(0), "discover: {o}{e}");
+    assert!(
+        o.contains("Number of Records 1") && o.contains("subnqn:  nqn.2026-01.org.roce:nvmf"),
+        "{o}"
+    );
+    let r = host(&["check", "--hostnqn", "nqn.2026-01.test:intruder"]);
+    let (o, e) = text(&r);
+    assert_eq!(r.status.code(), Some(1), "{o}{e}");
+}
