@@ -7,9 +7,11 @@
 //!   [`target::Action`]s for a driver (RDMA READ/WRITE of host buffers,
 //!   response capsules, disconnects) with keep-alive deadlines;
 //! * [`initiator`]: builders for the commands a host sends and a parser
-//!   for the responses.
+//!   for the responses;
+//! * `driver` (feature `verbs`, on by default): the target core served
+//!   and a host connected over `roce-verbs` RC queue pairs and RDMA CM.
 //!
-//! No function here touches a socket, a queue pair or a clock: time comes
+//! Outside `driver`, no function touches a socket, a queue pair or a clock: time comes
 //! in as a [`core::time::Duration`] since any fixed origin, and the bytes
 //! of capsules and host data come in and go out as slices and vectors.
 //! Namespace storage is behind [`target::Namespace`] (memory and file
