@@ -107,6 +107,25 @@ fn host_writes_and_reads_back_through_the_target() {
         assert_eq!(DiscoveryEntry::parse(&page[1024..]).unwrap().subnqn, SUBNQN);
         d.disconnect().map_err(|e| e.to_string())?;
 
+        // Keep-alive: KATO 400 ms; commands every 250 ms carry a Keep Alive
+        // before them when half the KATO has passed, so the controller
+        // lives well beyond 400 ms; idle past the KATO, it is torn down.
+        let mut o = HostOptions::new(SUBNQN, HOSTNQN);
+        o.kato_ms = 400;
+        o.timeout = Duration::from_secs(2);
+        let mut h = connect(&hctx, taddr, PORT, &o).map_err(|e| format!("connect: {e}"))?;
+        for _ in 0..4 {
+            thread::sleep(Duration::from_millis(250));
+            h.read(Nsid(1), 8, 1, 512)
+                .map_err(|e| format!("read while alive: {e}"))?;
+        }
+        thread::sleep(Duration::from_millis(700));
+        assert!(
+            h.read(Nsid(1), 8, 1, 512).is_err(),
+            "the controller outlived its KATO"
+        );
+        drop(h);
+
         // A host that is not allowed is refused with Connect Invalid Host.
         let e = connect(
             &hctx,

@@ -13,7 +13,7 @@ use roce_verbs::{
 };
 
 use super::DriverError;
-use crate::initiator::{self as ini, CidAllocator};
+use crate::initiator::{self as ini, CidAllocator, KeepAliveTimer};
 use crate::target::{ADMIN_QUEUE_DEPTH, DISCOVERY_NQN};
 use crate::wire::cm::{CmAccept, RECFMT_1_0};
 use crate::wire::cqe::{CqeRepr, CQE_LEN};
@@ -168,6 +168,8 @@ pub struct Host {
     cntlid: Cntlid,
     timeout: Duration,
     ident: IdentifyController,
+    epoch: Instant,
+    ka: KeepAliveTimer,
 }
 
 impl core::fmt::Debug for Host {
@@ -225,6 +227,8 @@ pub fn connect(
         timeout: o.timeout,
         ident: IdentifyController::parse(&[0; IDENTIFY_LEN])
             .map_err(|_| DriverError::Protocol("identify"))?,
+        epoch: start,
+        ka: KeepAliveTimer::new(o.kato_ms, start.elapsed()),
     };
     let b = host.admin_data(
         ini::identify(Cid(0), cns::CONTROLLER, Nsid(0), null_sgl()),
@@ -292,9 +296,24 @@ impl Host {
         &self.ident
     }
 
+    /// Sends Keep Alive if half the KATO has passed since the last one
+    /// (the driver has no thread of its own: every command calls this
+    /// first, and a caller idle for longer calls it itself). Returns
+    /// whether one was sent.
+    pub fn keep_alive_if_due(&mut self) -> Result<bool, DriverError> {
+        if !self.ka.on_timeout(self.epoch.elapsed()) {
+            return Ok(false);
+        }
+        ok(self
+            .admin
+            .exec(ini::keep_alive(Cid(0)).to_vec(), self.timeout)?)?;
+        Ok(true)
+    }
+
     /// Runs an admin command whose `len` bytes of data come back through a
     /// keyed buffer.
     pub fn admin_data(&mut self, sqe: [u8; SQE_LEN], len: usize) -> Result<Vec<u8>, DriverError> {
+        self.keep_alive_if_due()?;
         let (mr, sgl) = register(&self.pd, vec![0; len])?;
         let mut sqe = sqe;
         sgl.emit(&mut sqe[24..40]);
@@ -334,6 +353,7 @@ impl Host {
         nlb: u16,
         block_size: u32,
     ) -> Result<Vec<u8>, DriverError> {
+        self.keep_alive_if_due()?;
         let (mr, sgl) = register(&self.pd, vec![0; nlb as usize * block_size as usize])?;
         let t = self.timeout;
         ok(self
@@ -353,6 +373,7 @@ impl Host {
         block_size: u32,
         in_capsule: bool,
     ) -> Result<(), DriverError> {
+        self.keep_alive_if_due()?;
         let nlb = u16::try_from(data.len() / block_size.max(1) as usize)
             .map_err(|_| DriverError::Protocol("too many blocks"))?;
         let t = self.timeout;
@@ -368,6 +389,7 @@ impl Host {
 
     /// Flush.
     pub fn flush(&mut self, nsid: Nsid) -> Result<(), DriverError> {
+        self.keep_alive_if_due()?;
         let t = self.timeout;
         ok(self.io()?.exec(ini::flush(Cid(0), nsid).to_vec(), t)?).map(|_| ())
     }
