@@ -127,10 +127,13 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
     if !a.allow_host.is_empty() {
         sub.allowed_hosts = Some(a.allow_host.clone());
     }
+    let (nguid, uuid) = ns_ids(&a.nqn, 1);
+    // The serial number follows the subsystem too (20 ASCII characters).
+    sub.serial = nguid[..10].iter().map(|b| format!("{b:02x}")).collect();
     sub.namespaces.push(NamespaceEntry {
         nsid: Nsid(1),
-        nguid: [0x11; 16],
-        uuid: [0x22; 16],
+        nguid,
+        uuid,
         storage,
     });
     let port = PortInfo {
@@ -157,6 +160,30 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// NGUID and UUID of namespace `nsid` of subsystem `nqn`: derived from
+/// both, so that they stay the same across restarts (Linux's host drops a
+/// namespace whose identifiers changed on reconnect) and differ between
+/// subsystems (it refuses identifiers another subsystem already uses).
+fn ns_ids(nqn: &str, nsid: u32) -> ([u8; 16], [u8; 16]) {
+    use std::hash::{Hash, Hasher};
+    let h = |salt: u8| {
+        // SipHash with fixed keys: the same value on every run.
+        let mut s = std::hash::DefaultHasher::new();
+        (salt, nqn, nsid).hash(&mut s);
+        s.finish().to_be_bytes()
+    };
+    let mut nguid = [0u8; 16];
+    nguid[..8].copy_from_slice(&h(1));
+    nguid[8..].copy_from_slice(&h(2));
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&h(3));
+    uuid[8..].copy_from_slice(&h(4));
+    // RFC 9562 version 8 (custom), variant 10b.
+    uuid[6] = (uuid[6] & 0x0F) | 0x80;
+    uuid[8] = (uuid[8] & 0x3F) | 0x80;
+    (nguid, uuid)
 }
 
 fn check(a: &HostArgs) -> Result<(), String> {
