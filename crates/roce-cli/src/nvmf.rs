@@ -151,13 +151,14 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
     let mut server =
         TargetServer::new(&ctx, a.port, Target::new(cfg)).map_err(|e| e.to_string())?;
     eprintln!("roce nvmf: serving {} on {}:{}", a.nqn, a.bind, a.port);
+    let mut busy = false;
     while !stop.requested() {
-        if !server
-            .poll(Duration::from_millis(1))
-            .map_err(|e| e.to_string())?
-        {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        let wait = if busy {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        };
+        busy = server.poll(wait).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

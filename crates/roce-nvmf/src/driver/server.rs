@@ -280,10 +280,16 @@ pub fn serve(
     stop: &AtomicBool,
 ) -> Result<Target, DriverError> {
     let mut s = TargetServer::new(ctx, port, target)?;
+    let mut busy = false;
     while !stop.load(Ordering::Relaxed) {
-        if !s.poll(Duration::from_millis(1))? {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        // Waits for a connection request only when the last round had
+        // nothing to do.
+        let wait = if busy {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(1)
+        };
+        busy = s.poll(wait)?;
     }
     Ok(s.into_target())
 }
