@@ -253,6 +253,11 @@ impl CidAllocator {
         }
     }
 
+    /// How many CIDs it hands out at most.
+    pub fn capacity(&self) -> usize {
+        self.used.len()
+    }
+
     /// CIDs in use.
     pub fn in_use(&self) -> usize {
         self.used.iter().filter(|&&u| u).count()

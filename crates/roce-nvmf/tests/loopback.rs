@@ -82,6 +82,49 @@ fn host_writes_and_reads_back_through_the_target() {
         // Past the end: the status the specification names.
         let e = host.read(Nsid(1), 255, 2, 512).unwrap_err();
         assert_eq!(nvme_status(&e), Some(Status::LBA_OUT_OF_RANGE));
+        // Pipelined: a queue's depth of writes in flight at once, then
+        // as many reads, each checked against what was written.
+        let depth = host.io_depth();
+        assert_eq!(depth, 32);
+        let block =
+            |i: u64| -> Vec<u8> { (0..512).map(|j| (i as usize * 7 + j * 13) as u8).collect() };
+        for i in 0..depth as u64 {
+            host.submit_write(Nsid(1), 128 + i, &block(i), 512, i % 2 == 0, i)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut done = Vec::new();
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while done.len() < depth && std::time::Instant::now() < end {
+            host.poll_io(&mut done, Duration::from_millis(50))
+                .map_err(|e| e.to_string())?;
+        }
+        assert_eq!(done.len(), depth);
+        assert!(done
+            .iter()
+            .all(|d| d.status == Status::SUCCESS && d.data.is_none()));
+        for i in 0..depth as u64 {
+            host.submit_read(Nsid(1), 128 + i, 1, 512, 1000 + i)
+                .map_err(|e| e.to_string())?;
+        }
+        assert!(
+            host.submit_read(Nsid(1), 0, 1, 512, 5000).is_err(),
+            "more than the depth in flight"
+        );
+        done.clear();
+        while done.len() < depth && std::time::Instant::now() < end {
+            host.poll_io(&mut done, Duration::from_millis(50))
+                .map_err(|e| e.to_string())?;
+        }
+        assert_eq!(done.len(), depth);
+        for d in &done {
+            assert_eq!(
+                d.data.as_deref(),
+                Some(&block(d.tag - 1000)[..]),
+                "block {}",
+                d.tag - 1000
+            );
+        }
+        assert_eq!(host.io_in_flight(), 0);
         host.keep_alive().map_err(|e| e.to_string())?;
         host.disconnect().map_err(|e| e.to_string())?;
 

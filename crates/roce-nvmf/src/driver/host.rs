@@ -4,12 +4,13 @@
 //! on I/O queues), enables the controller and runs commands one at a time
 //! per queue.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, CmConnection, CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain,
-    QpInitAttr, QpType, QueuePair, SendWr, WcOpcode,
+    Access, CmConnection, CompletionQueue, ConnParam, ConnectOptions, Context, MemoryRegion,
+    ProtectionDomain, QpInitAttr, QpType, QueuePair, SendWr, WcOpcode,
 };
 
 use super::DriverError;
@@ -57,6 +58,28 @@ impl HostOptions {
     }
 }
 
+/// A command in flight: what comes back to the caller, and the data
+/// buffer the target reads or writes (registered until the response).
+struct InFlight {
+    tag: u64,
+    mr: Option<MemoryRegion>,
+    read_back: bool,
+}
+
+/// A finished command of [`Host::submit_read`] / [`Host::submit_write`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoDone {
+    /// The caller's tag.
+    pub tag: u64,
+    /// The completion status.
+    pub status: Status,
+    /// The data of a successful read.
+    pub data: Option<Vec<u8>>,
+}
+
+/// Work request IDs of receives have this bit set; sends do not.
+const RECV_BIT: u64 = 1 << 63;
+
 struct Queue {
     qid: Qid,
     qp: QueuePair,
@@ -65,6 +88,10 @@ struct Queue {
     cids: CidAllocator,
     next_wr: u64,
     in_capsule_max: usize,
+    inflight: BTreeMap<u16, InFlight>,
+    /// Responses to commands run with [`Queue::exec`] while others are
+    /// in flight, and the reverse, kept until asked for.
+    done: Vec<(InFlight, CqeRepr)>,
 }
 
 impl Queue {
@@ -78,6 +105,13 @@ impl Queue {
     ) -> Result<Queue, DriverError> {
         let cq = pd.context().create_cq(depth as usize * 4 + 8, None)?;
         let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+        // One receive per command that can be outstanding, posted before
+        // the REQ (the QP in INIT), as Linux's host posts its response
+        // ring.
+        qp.to_init(&ConnectOptions::default())?;
+        for i in 0..depth as u64 {
+            qp.post_recv_owned(RECV_BIT | i, vec![0; CQE_LEN])?;
+        }
         let param = ConnParam {
             private_data: ini::cm_request(qid, depth).to_vec(),
             ..ConnParam::default()
@@ -96,58 +130,82 @@ impl Queue {
             cids: CidAllocator::new(depth),
             next_wr: 1,
             in_capsule_max: 0,
+            inflight: BTreeMap::new(),
+            done: Vec::new(),
         })
     }
 
-    /// Sends one command capsule and waits for its response. `sqe`'s CID
-    /// is replaced by a free one.
-    fn exec(&mut self, mut capsule: Vec<u8>, timeout: Duration) -> Result<CqeRepr, DriverError> {
+    /// Sends a command capsule (its CID replaced by a free one) with
+    /// `f` to remember; the response comes from [`Queue::poll`].
+    fn submit(&mut self, mut capsule: Vec<u8>, f: InFlight) -> Result<Cid, DriverError> {
         let cid = self
             .cids
             .alloc()
-            .ok_or(DriverError::Protocol("no free command identifier"))?;
+            .ok_or(DriverError::Protocol("queue full"))?;
         capsule[2..4].copy_from_slice(&cid.0.to_le_bytes());
-        let r = self.exec_cid(capsule, cid, timeout);
-        self.cids.free(cid);
-        r
+        let id = self.next_wr;
+        self.next_wr = (self.next_wr + 1) & !RECV_BIT;
+        if let Err(e) = self.qp.post_send_owned(SendWr::send(id, vec![]), capsule) {
+            self.cids.free(cid);
+            return Err(e.into());
+        }
+        self.inflight.insert(cid.0, f);
+        Ok(cid)
     }
 
-    fn exec_cid(
-        &mut self,
-        capsule: Vec<u8>,
-        cid: Cid,
-        timeout: Duration,
-    ) -> Result<CqeRepr, DriverError> {
-        let (rid, sid) = (self.next_wr, self.next_wr + 1);
-        self.next_wr += 2;
-        self.qp.post_recv_owned(rid, vec![0; CQE_LEN])?;
-        self.qp
-            .post_send_owned(SendWr::send(sid, vec![]), capsule)?;
+    /// Collects responses for up to `wait`; each arrives with what
+    /// [`Queue::submit`] was given.
+    fn poll(&mut self, wait: Duration) -> Result<(), DriverError> {
+        for mut wc in self.cq.poll_until(1, wait)? {
+            if !wc.is_success() {
+                return Err(DriverError::Protocol("work completion in error"));
+            }
+            if wc.wr_id & RECV_BIT == 0 || wc.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let mut b = wc.take_buffer().unwrap_or_default();
+            let n = (wc.byte_len as usize).min(b.len());
+            let c = CqeRepr::parse(&b[..n]).map_err(|_| DriverError::Protocol("short response"))?;
+            b.fill(0);
+            self.qp.post_recv_owned(wc.wr_id, b)?;
+            if c.sqid != self.qid.0 {
+                return Err(DriverError::Protocol("response for another queue"));
+            }
+            let f = self
+                .inflight
+                .remove(&c.cid.0)
+                .ok_or(DriverError::Protocol("response for a command not sent"))?;
+            self.cids.free(c.cid);
+            self.done.push((f, c));
+        }
+        Ok(())
+    }
+
+    /// Sends one command and waits for its response.
+    fn exec(&mut self, capsule: Vec<u8>, timeout: Duration) -> Result<CqeRepr, DriverError> {
+        let tag = u64::MAX;
+        let cid = self.submit(
+            capsule,
+            InFlight {
+                tag,
+                mr: None,
+                read_back: false,
+            },
+        )?;
         let end = Instant::now() + timeout;
-        let (mut sent, mut resp) = (false, None);
-        while !(sent && resp.is_some()) {
+        loop {
+            if let Some(i) = self
+                .done
+                .iter()
+                .position(|(f, c)| f.tag == tag && c.cid == cid)
+            {
+                return Ok(self.done.swap_remove(i).1);
+            }
             let left = end
                 .checked_duration_since(Instant::now())
                 .ok_or(DriverError::TimedOut)?;
-            for mut wc in self.cq.poll_until(1, left.min(Duration::from_millis(50)))? {
-                if !wc.is_success() {
-                    return Err(DriverError::Protocol("work completion in error"));
-                }
-                if wc.wr_id == sid {
-                    sent = true;
-                } else if wc.wr_id == rid && wc.opcode == WcOpcode::Recv {
-                    let b = wc.take_buffer().unwrap_or_default();
-                    let n = (wc.byte_len as usize).min(b.len());
-                    let c = CqeRepr::parse(&b[..n])
-                        .map_err(|_| DriverError::Protocol("short response"))?;
-                    if c.cid != cid || c.sqid != self.qid.0 {
-                        return Err(DriverError::Protocol("response for another command"));
-                    }
-                    resp = Some(c);
-                }
-            }
+            self.poll(left.min(Duration::from_millis(50)))?;
         }
-        resp.ok_or(DriverError::TimedOut)
     }
 }
 
@@ -385,6 +443,113 @@ impl Host {
         let (_mr, sgl) = register(&self.pd, data.to_vec())?;
         let q = self.io()?;
         ok(q.exec(ini::write(Cid(0), nsid, slba, nlb, false, sgl).to_vec(), t)?).map(|_| ())
+    }
+
+    /// Starts a read of `nlb` blocks at `slba` without waiting; its
+    /// [`IoDone`] (with the data) comes from [`Host::poll_io`]. `tag` is
+    /// the caller's (any value but `u64::MAX`). Fails with a protocol
+    /// error when the queue is full.
+    pub fn submit_read(
+        &mut self,
+        nsid: Nsid,
+        slba: u64,
+        nlb: u16,
+        block_size: u32,
+        tag: u64,
+    ) -> Result<(), DriverError> {
+        self.keep_alive_if_due()?;
+        let (mr, sgl) = register(&self.pd, vec![0; nlb as usize * block_size as usize])?;
+        let f = InFlight {
+            tag,
+            mr: Some(mr),
+            read_back: true,
+        };
+        self.io()?
+            .submit(ini::read(Cid(0), nsid, slba, nlb, sgl).to_vec(), f)
+            .map(|_| ())
+    }
+
+    /// Starts a write of `data` at `slba` without waiting (in the capsule
+    /// when it fits and `in_capsule` is set, else from a registered
+    /// buffer kept until the response).
+    pub fn submit_write(
+        &mut self,
+        nsid: Nsid,
+        slba: u64,
+        data: &[u8],
+        block_size: u32,
+        in_capsule: bool,
+        tag: u64,
+    ) -> Result<(), DriverError> {
+        self.keep_alive_if_due()?;
+        let nlb = u16::try_from(data.len() / block_size.max(1) as usize)
+            .map_err(|_| DriverError::Protocol("too many blocks"))?;
+        let fits = self
+            .io
+            .as_ref()
+            .is_some_and(|q| data.len() <= q.in_capsule_max);
+        if in_capsule && fits {
+            let sqe = ini::write(Cid(0), nsid, slba, nlb, false, null_sgl());
+            let f = InFlight {
+                tag,
+                mr: None,
+                read_back: false,
+            };
+            return self
+                .io()?
+                .submit(ini::with_in_capsule_data(sqe, data), f)
+                .map(|_| ());
+        }
+        let (mr, sgl) = register(&self.pd, data.to_vec())?;
+        let f = InFlight {
+            tag,
+            mr: Some(mr),
+            read_back: false,
+        };
+        self.io()?
+            .submit(ini::write(Cid(0), nsid, slba, nlb, false, sgl).to_vec(), f)
+            .map(|_| ())
+    }
+
+    /// Commands started with `submit_*` and not yet returned by
+    /// [`Host::poll_io`].
+    pub fn io_in_flight(&self) -> usize {
+        self.io.as_ref().map_or(0, |q| {
+            q.inflight.len() + q.done.iter().filter(|(f, _)| f.tag != u64::MAX).count()
+        })
+    }
+
+    /// The I/O queue's depth (commands that may be in flight at once).
+    pub fn io_depth(&self) -> usize {
+        self.io.as_ref().map_or(0, |q| q.cids.capacity())
+    }
+
+    /// Waits up to `wait` for responses and appends the finished
+    /// commands to `out`; returns how many.
+    pub fn poll_io(&mut self, out: &mut Vec<IoDone>, wait: Duration) -> Result<usize, DriverError> {
+        let q = self.io()?;
+        if q.done.iter().all(|(f, _)| f.tag == u64::MAX) {
+            q.poll(wait)?;
+        }
+        let mut n = 0;
+        let done = core::mem::take(&mut q.done);
+        for (f, c) in done {
+            if f.tag == u64::MAX {
+                q.done.push((f, c));
+                continue;
+            }
+            let data = match (&f.mr, f.read_back && c.status.is_success()) {
+                (Some(mr), true) => Some(mr.to_vec()?),
+                _ => None,
+            };
+            out.push(IoDone {
+                tag: f.tag,
+                status: c.status,
+                data,
+            });
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Flush.

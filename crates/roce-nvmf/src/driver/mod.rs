@@ -14,7 +14,7 @@
 mod host;
 mod server;
 
-pub use host::{connect, nvme_status, Host, HostOptions};
+pub use host::{connect, nvme_status, Host, HostOptions, IoDone};
 pub use server::{serve, TargetServer};
 
 use crate::wire::status::Status;
