@@ -1,7 +1,7 @@
 //! `roce nvmf` end to end on loopback (UDP backend): our target in one
 //! process, our host in another; the host writes a pattern, reads it back
-//! and compares, then reads the discovery log; a host not on the
-//! allow-list is refused.
+//! and compares, reads the discovery log and runs `perf` for a second; a
+//! host not on the allow-list is refused.
 
 mod common;
 
@@ -46,6 +46,27 @@ fn check_and_discover_against_our_target() {
     assert_eq!(d.status.code(), Some(0), "discover: {o}{e}");
     assert!(
         o.contains("Number of Records 1") && o.contains("subnqn:  nqn.2026-01.org.roce:nvmf"),
+        "{o}"
+    );
+    let p = host(&[
+        "perf",
+        "--hostnqn",
+        "nqn.2026-01.test:host",
+        "--rw",
+        "randwrite",
+        "--time",
+        "1",
+        "--qd",
+        "8",
+        "--json",
+    ]);
+    let (o, e) = text(&p);
+    assert_eq!(p.status.code(), Some(0), "perf: {o}{e}");
+    let v: serde_json::Value = serde_json::from_str(o.trim()).unwrap();
+    assert_eq!(v["errors"], 0, "{o}");
+    assert!(v["ios"].as_u64().unwrap() > 0, "{o}");
+    assert!(
+        v["lat_us"]["p99"].as_u64().unwrap() >= v["lat_us"]["p50"].as_u64().unwrap(),
         "{o}"
     );
     let r = host(&["check", "--hostnqn", "nqn.2026-01.test:intruder"]);

@@ -5,7 +5,11 @@
 //!   serves one subsystem with one namespace on port 4420 until Ctrl-C;
 //! * `roce nvmf check ADDR --nqn NQN` connects as a host, writes a
 //!   pattern, reads it back and compares;
-//! * `roce nvmf discover ADDR` prints the discovery log page.
+//! * `roce nvmf discover ADDR` prints the discovery log page;
+//! * `roce nvmf perf ADDR` drives I/O at a queue depth and reports IOPS,
+//!   bandwidth and latency percentiles ([`perf`]).
+
+mod perf;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -36,6 +40,9 @@ enum NvmfCmd {
     Check(HostArgs),
     /// Print the discovery log page of a target.
     Discover(HostArgs),
+    /// Reads or writes at a queue depth for a time; IOPS, bandwidth and
+    /// latency percentiles (`--json` for a JSON object).
+    Perf(perf::PerfArgs),
 }
 
 #[derive(Args, Debug)]
@@ -90,7 +97,7 @@ struct HostArgs {
     roce_port: u16,
 }
 
-fn open(bind: IpAddr, roce_port: u16) -> Result<Context, String> {
+pub(super) fn open(bind: IpAddr, roce_port: u16) -> Result<Context, String> {
     crate::device::tool_options(BackendKind::Udp, bind, roce_port)?
         .open()
         .map_err(|e| e.to_string())
@@ -102,6 +109,7 @@ pub(crate) fn run(args: &NvmfArgs, stop: &Stop) -> i32 {
         NvmfCmd::Target(a) => target(a, stop),
         NvmfCmd::Check(a) => check(a),
         NvmfCmd::Discover(a) => discover(a),
+        NvmfCmd::Perf(a) => perf::run(a, stop),
     };
     match r {
         Ok(()) => 0,
