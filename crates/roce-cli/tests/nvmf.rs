@@ -41,6 +41,47 @@ fn check_and_discover_against_our_target() {
         o.contains("200 blocks of 512 bytes written and read back identical"),
         "{o}"
     );
+    // `roce inspect` decodes the capsules of a recorded check.
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("nvmf.pcap");
+    let pcap_s = pcap.to_str().unwrap();
+    let c = host(&[
+        "check",
+        "--hostnqn",
+        "nqn.2026-01.test:host",
+        "--blocks",
+        "8",
+        "--pcap",
+        pcap_s,
+    ]);
+    assert_eq!(c.status.code(), Some(0), "check --pcap: {}", text(&c).1);
+    let i = Guard::spawn({
+        let mut c = roce();
+        c.args(["inspect", "--json", pcap_s]);
+        c
+    })
+    .wait(Duration::from_secs(30));
+    let (o, e) = text(&i);
+    assert_eq!(i.status.code(), Some(0), "inspect: {e}");
+    let nvmf: Vec<String> = o
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["nvmf"].as_str().map(String::from))
+        .collect();
+    for want in [
+        "CM request qid=0 hrqsize=32 hsqsize=31",
+        "qid=0 Connect cid=0 qid=0 sqsize=31 kato=5000 sgl=keyed(",
+        "qid=0 Identify cid=",
+        "qid=1 Connect cid=0 qid=1 sqsize=31 kato=0 sgl=incapsule(off=0 len=1024) data=1024",
+        "qid=1 Write cid=1 nsid=1 slba=0 nlb=8 sgl=keyed(",
+        "qid=1 Read cid=2 nsid=1 slba=0 nlb=8 sgl=keyed(",
+        "qid=1 response cid=2 sqhd=3 success",
+    ] {
+        assert!(
+            nvmf.iter().any(|l| l.starts_with(want)),
+            "no {want:?} in {nvmf:#?}"
+        );
+    }
     let d = host(&["discover", "--hostnqn", "nqn.2026-01.test:host"]);
     let (o, e) = text(&d);
     assert_eq!(d.status.code(), Some(0), "discover: {o}{e}");

@@ -95,12 +95,27 @@ struct HostArgs {
     /// UDP port of the RoCE traffic.
     #[arg(long, default_value_t = 4791)]
     roce_port: u16,
+    /// Record this side's RoCE traffic to a pcap file (`roce inspect`
+    /// decodes the capsules).
+    #[arg(long)]
+    pcap: Option<std::path::PathBuf>,
 }
 
 pub(super) fn open(bind: IpAddr, roce_port: u16) -> Result<Context, String> {
-    crate::device::tool_options(BackendKind::Udp, bind, roce_port)?
-        .open()
-        .map_err(|e| e.to_string())
+    open_capturing(bind, roce_port, None)
+}
+
+/// Opens the device, recording what it sends and receives to `pcap`.
+fn open_capturing(
+    bind: IpAddr,
+    roce_port: u16,
+    pcap: Option<&std::path::Path>,
+) -> Result<Context, String> {
+    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)?;
+    if let Some(w) = crate::device::middleware(pcap, None)? {
+        o = o.wrap(w);
+    }
+    o.open().map_err(|e| e.to_string())
 }
 
 /// Runs `roce nvmf`; returns the exit status.
@@ -196,7 +211,7 @@ fn ns_ids(nqn: &str, nsid: u32) -> ([u8; 16], [u8; 16]) {
 }
 
 fn check(a: &HostArgs) -> Result<(), String> {
-    let ctx = open(a.bind, a.roce_port)?;
+    let ctx = open_capturing(a.bind, a.roce_port, a.pcap.as_deref())?;
     let mut host = connect(&ctx, a.addr, a.port, &HostOptions::new(&a.nqn, &a.hostnqn))
         .map_err(|e| e.to_string())?;
     let ns = host

@@ -7,6 +7,7 @@
 
 pub mod cm;
 pub mod cqe;
+pub mod describe;
 pub mod fabrics;
 pub mod features;
 pub mod identify;
