@@ -114,3 +114,59 @@ fn check_and_discover_against_our_target() {
     let (o, e) = text(&r);
     assert_eq!(r.status.code(), Some(1), "{o}{e}");
 }
+
+#[test]
+fn target_from_an_nvmetcli_json_file() {
+    let rp = free_port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("nvmet.json");
+    std::fs::write(
+        &cfg,
+        r#"{"ports": [{"addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4420",
+                             "trtype": "rdma"}, "portid": 1, "subsystems": ["nqn.2026-01.test:json"]}],
+           "subsystems": [{"nqn": "nqn.2026-01.test:json",
+                           "attr": {"allow_any_host": "0"},
+                           "allowed_hosts": ["nqn.2026-01.test:host"],
+                           "namespaces": [{"nsid": 1, "enable": 1,
+                                           "device": {"mem_blocks": 256, "block_size": 4096}}]}]}"#,
+    )
+    .unwrap();
+    let _target = Guard::spawn({
+        let mut c = roce();
+        c.args([
+            "nvmf",
+            "target",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--roce-port",
+            &rp,
+        ]);
+        c
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = roce();
+    c.args([
+        "nvmf",
+        "check",
+        "127.0.0.1",
+        "--bind",
+        "127.0.0.2",
+        "--roce-port",
+        &rp,
+    ])
+    .args([
+        "--nqn",
+        "nqn.2026-01.test:json",
+        "--hostnqn",
+        "nqn.2026-01.test:host",
+        "--blocks",
+        "32",
+    ]);
+    let o = Guard::spawn(c).wait(Duration::from_secs(30));
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("32 blocks of 4096 bytes written and read back identical"),
+        "{out}"
+    );
+}

@@ -9,6 +9,7 @@
 //! * `roce nvmf perf ADDR` drives I/O at a queue depth and reports IOPS,
 //!   bandwidth and latency percentiles ([`perf`]).
 
+mod config;
 mod perf;
 
 use std::net::IpAddr;
@@ -71,6 +72,11 @@ struct TargetArgs {
     /// UDP port of the RoCE traffic.
     #[arg(long, default_value_t = 4791)]
     roce_port: u16,
+    /// Serve what this nvmetcli-style JSON file describes (its RDMA port's
+    /// subsystems, allowed hosts and namespaces) instead of the flags
+    /// above; --bind and --port still choose where to listen.
+    #[arg(long, conflicts_with_all = ["file", "nqn", "allow_host"])]
+    config: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -132,7 +138,8 @@ pub(crate) fn run(args: &NvmfArgs, stop: &Stop) -> i32 {
     }
 }
 
-fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
+/// The configuration the flags describe: one subsystem, namespace 1.
+fn flags_config(a: &TargetArgs) -> Result<TargetConfig, String> {
     let storage: Box<dyn Namespace> = match &a.file {
         Some(p) => {
             let f = std::fs::OpenOptions::new()
@@ -170,10 +177,35 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
         port,
         limits: Limits::default(),
     };
-    let ctx = open(a.bind, a.roce_port)?;
-    let mut server =
-        TargetServer::new(&ctx, a.port, Target::new(cfg)).map_err(|e| e.to_string())?;
-    eprintln!("roce nvmf: serving {} on {}:{}", a.nqn, a.bind, a.port);
+    Ok(cfg)
+}
+
+fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
+    let (cfg, bind, port) = match &a.config {
+        // The file's RDMA port says where to listen, when it names one.
+        Some(path) => {
+            let mut cfg = config::load(path, ns_ids)?;
+            let at = cfg
+                .port
+                .traddr
+                .parse::<IpAddr>()
+                .ok()
+                .filter(|ip| !ip.is_unspecified());
+            let port = cfg.port.trsvcid.parse::<u16>().unwrap_or(a.port);
+            if at.is_none() {
+                // No RDMA port in the file: the flags', in discovery too.
+                cfg.port.traddr = a.bind.to_string();
+                cfg.port.trsvcid = port.to_string();
+            }
+            (cfg, at.unwrap_or(a.bind), port)
+        }
+        None => (flags_config(a)?, a.bind, a.port),
+    };
+    let ctx = open(bind, a.roce_port)?;
+    let names: Vec<&str> = cfg.subsystems.iter().map(|s| s.nqn.as_str()).collect();
+    let names = names.join(", ");
+    let mut server = TargetServer::new(&ctx, port, Target::new(cfg)).map_err(|e| e.to_string())?;
+    eprintln!("roce nvmf: serving {names} on {bind}:{port}");
     let mut busy = false;
     while !stop.requested() {
         let wait = if busy {
