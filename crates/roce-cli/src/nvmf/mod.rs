@@ -254,11 +254,19 @@ fn check(a: &HostArgs) -> Result<(), String> {
     let pattern: Vec<u8> = (0..blocks as usize * bs as usize)
         .map(|i| (i * 131 + 17) as u8)
         .collect();
-    host.write(Nsid(1), 0, &pattern, bs, false)
-        .map_err(|e| e.to_string())?;
-    let back = host
-        .read(Nsid(1), 0, blocks, bs)
-        .map_err(|e| e.to_string())?;
+    // Commands of at most MDTS (and 65536 blocks) each.
+    let per = (host.max_transfer().unwrap_or(1 << 20) / bs as usize).clamp(1, 65535);
+    let mut back = Vec::with_capacity(pattern.len());
+    for (i, chunk) in pattern.chunks(per * bs as usize).enumerate() {
+        let lba = (i * per) as u64;
+        host.write(Nsid(1), lba, chunk, bs, false)
+            .map_err(|e| e.to_string())?;
+    }
+    for (i, chunk) in pattern.chunks(per * bs as usize).enumerate() {
+        let lba = (i * per) as u64;
+        let n = (chunk.len() / bs as usize) as u16;
+        back.extend(host.read(Nsid(1), lba, n, bs).map_err(|e| e.to_string())?);
+    }
     host.disconnect().map_err(|e| e.to_string())?;
     if back != pattern {
         return Err(format!(

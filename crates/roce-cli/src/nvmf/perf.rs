@@ -86,6 +86,13 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
             a.bs
         ));
     }
+    if host.max_transfer().is_some_and(|m| a.bs as usize > m) {
+        let m = host.max_transfer().unwrap_or(0);
+        return Err(format!(
+            "--bs {} is larger than the controller's largest transfer ({m} bytes)",
+            a.bs
+        ));
+    }
     let nlb = (a.bs / bsz) as u64;
     let slots = ns.nsze / nlb;
     if slots == 0 {

@@ -349,6 +349,15 @@ impl Host {
         self.cntlid
     }
 
+    /// The largest data transfer of one command (MDTS, in units of the
+    /// 4 KiB minimum page size; `None` when the controller sets no limit).
+    pub fn max_transfer(&self) -> Option<usize> {
+        match self.ident.mdts {
+            0 => None,
+            m => Some(4096usize << m.min(20)),
+        }
+    }
+
     /// The Identify Controller data read at connect time.
     pub fn identify(&self) -> &IdentifyController {
         &self.ident
