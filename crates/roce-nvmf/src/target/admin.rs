@@ -161,6 +161,11 @@ impl Target {
                 Some(ns) => Completion::data(identify::ns_desc_list(ns.nguid, ns.uuid)),
                 None => Completion::status(Status::INVALID_NAMESPACE),
             },
+            // CSI (CDW11 bits 31:24) 0, the NVM command set: VSL, WZSL,
+            // WUSL, DMRL, DMRSL, DMSL all 0, "no limit beyond MDTS".
+            cns::CS_CONTROLLER if sqe.cdw(11) >> 24 == 0 => {
+                Completion::data(vec![0; identify::IDENTIFY_LEN])
+            }
             _ => Completion::status(Status::INVALID_FIELD),
         }
     }

@@ -21,6 +21,10 @@ pub mod cns {
     pub const ACTIVE_NS_LIST: u8 = 0x02;
     /// Namespace Identification Descriptor list.
     pub const NS_DESC_LIST: u8 = 0x03;
+    /// I/O Command Set specific Identify Controller (NVMe base 2.0; the
+    /// NVM Command Set 1.0 §4.1.5.2 structure). Linux's host asks for it
+    /// (CSI 0) on every I/O controller that reports version 1.1 or later.
+    pub const CS_CONTROLLER: u8 = 0x06;
 }
 
 /// Controller type (CNTRLTYPE, byte 111).

@@ -93,6 +93,17 @@ fn admin_flow_connect_properties_identify() {
     assert_eq!(&s.mem(d)[..5], &[2, 16, 0, 0, 1]);
     let r = s.cmd(admin, &ini::identify(Cid(12), 0x55, Nsid(0), d));
     assert_eq!(r.status, Status::INVALID_FIELD);
+    // CNS 06h for the NVM command set (what Linux asks): all limits 0.
+    let z = s.buf(vec![0xEE; 4096], false);
+    let r = s.cmd(
+        admin,
+        &ini::identify(Cid(12), cns::CS_CONTROLLER, Nsid(0), z),
+    );
+    assert_eq!(r.status, Status::SUCCESS);
+    assert!(s.mem(z).iter().all(|&b| b == 0));
+    let mut other_csi = ini::identify(Cid(12), cns::CS_CONTROLLER, Nsid(0), z);
+    other_csi[47] = 2;
+    assert_eq!(s.cmd(admin, &other_csi).status, Status::INVALID_FIELD);
 
     // Keep Alive and features.
     assert_eq!(
