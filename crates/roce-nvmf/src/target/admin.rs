@@ -97,6 +97,8 @@ impl Target {
                     .transition(QueueEvent::Disconnect)
                     .unwrap_or(QueueState::Closed);
                 q.outstanding.clear();
+                let pending: u64 = q.waiting.values().map(|w| w.len as u64).sum();
+                self.pending_host_data = self.pending_host_data.saturating_sub(pending);
                 q.waiting.clear();
                 self.actions.push_back(Action::Disconnect { conn });
             }

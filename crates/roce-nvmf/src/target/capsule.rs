@@ -197,7 +197,19 @@ impl Target {
                 let out = self.execute(conn, &sqe, data, now);
                 self.finish(conn, cid, sgl, dir, out, Some(&sqe));
             }
+            // Connect data (1 KiB a connection, bounded by the connection
+            // table) is exempt, so new hosts still connect under load.
+            (Dir::ToTarget(len), SglDesc::Keyed { .. }, None)
+                if len > 0
+                    && sqe.opcode() != admin_opc::FABRICS
+                    && self.pending_host_data + len as u64
+                        > self.cfg.limits.max_pending_host_data =>
+            {
+                let out = Outcome::Done(Completion::status(Status::COMMAND_INTERRUPTED));
+                self.finish(conn, cid, sgl, Dir::None, out, Some(&sqe));
+            }
             (Dir::ToTarget(len), SglDesc::Keyed { addr, key, .. }, None) if len > 0 => {
+                self.pending_host_data += len as u64;
                 let mut raw = [0u8; SQE_LEN];
                 raw.copy_from_slice(sqe.raw());
                 if let Some(q) = self.conns.get_mut(&conn) {
@@ -228,6 +240,7 @@ impl Target {
         else {
             return;
         };
+        self.pending_host_data = self.pending_host_data.saturating_sub(w.len as u64);
         let Ok(sqe) = Sqe::new_checked(&w.sqe[..]) else {
             return;
         };
@@ -250,6 +263,7 @@ impl Target {
         else {
             return;
         };
+        self.pending_host_data = self.pending_host_data.saturating_sub(w.len as u64);
         let Ok(sqe) = Sqe::new_checked(&w.sqe[..]) else {
             return;
         };

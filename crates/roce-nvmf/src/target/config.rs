@@ -119,6 +119,11 @@ pub struct Limits {
     pub aer_limit: u8,
     /// Error log entries kept per controller (ELPE + 1).
     pub error_log_entries: u8,
+    /// Bytes of host data all queues together may have asked the driver
+    /// to RDMA READ and not yet delivered; a write beyond it is answered
+    /// Command Interrupted, which the host retries (Connect data is not
+    /// counted).
+    pub max_pending_host_data: u64,
 }
 
 impl Default for Limits {
@@ -133,6 +138,7 @@ impl Default for Limits {
             mdts: 5,
             aer_limit: 4,
             error_log_entries: 16,
+            max_pending_host_data: 256 << 20,
         }
     }
 }

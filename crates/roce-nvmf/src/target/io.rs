@@ -66,7 +66,10 @@ impl Target {
         let opc = sqe.opcode();
         let slba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
         let nlb = (sqe.cdw(12) & 0xFFFF) as u64 + 1;
-        let fua = sqe.cdw(12) & (1 << 30) != 0;
+        // With the volatile write cache disabled (Set Features 06h) every
+        // write is durable before it completes (NVMe base 1.4 §5.21.1.6).
+        let vwc = self.ctrls.get(&cntlid).is_none_or(|c| c.vwc_enabled);
+        let fua = sqe.cdw(12) & (1 << 30) != 0 || !vwc;
         let ns = self
             .namespace_mut(si, sqe.nsid())
             .ok_or(Status::INVALID_NAMESPACE)?;

@@ -110,6 +110,8 @@ pub struct Target {
     next_conn: u64,
     next_cntlid: u16,
     genctr: u64,
+    /// Bytes of `ReadHost` actions not yet answered (all queues).
+    pending_host_data: u64,
 }
 
 impl Target {
@@ -133,6 +135,7 @@ impl Target {
             next_conn: 1,
             next_cntlid: 1,
             genctr: 1,
+            pending_host_data: 0,
         }
     }
 
@@ -172,6 +175,7 @@ impl Target {
         let Some(q) = self.conns.remove(&conn) else {
             return;
         };
+        self.forget_waiting(&q);
         let Some(cntlid) = q.cntlid() else { return };
         if q.qid.0 == 0 {
             self.destroy_controller(cntlid);
@@ -195,6 +199,12 @@ impl Target {
         self.conns.get(&conn).map(|q| q.state)
     }
 
+    /// Host data a queue's commands were waiting for is no longer pending.
+    fn forget_waiting(&mut self, q: &Queue) {
+        let pending: u64 = q.waiting.values().map(|w| w.len as u64).sum();
+        self.pending_host_data = self.pending_host_data.saturating_sub(pending);
+    }
+
     fn destroy_controller(&mut self, id: Cntlid) {
         let Some(c) = self.ctrls.remove(&id) else {
             return;
@@ -208,6 +218,8 @@ impl Target {
                     .transition(QueueEvent::Disconnect)
                     .unwrap_or(QueueState::Closed);
                 q.outstanding.clear();
+                let pending: u64 = q.waiting.values().map(|w| w.len as u64).sum();
+                self.pending_host_data = self.pending_host_data.saturating_sub(pending);
                 q.waiting.clear();
                 self.actions.push_back(Action::Disconnect { conn });
             }

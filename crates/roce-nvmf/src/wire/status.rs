@@ -106,6 +106,14 @@ impl Status {
     pub const SGL_OFFSET_INVALID: Status = Status::generic(0x16);
     /// Keep Alive Timer Expired (00h/19h).
     pub const KEEP_ALIVE_EXPIRED: Status = Status::generic(0x19);
+    /// Command Interrupted (00h/21h): resources ran short, the host may
+    /// retry (DNR clear).
+    pub const COMMAND_INTERRUPTED: Status = Status {
+        sct: Sct::Generic,
+        sc: 0x21,
+        more: false,
+        dnr: false,
+    };
     /// LBA Out of Range (00h/80h, NVM command set).
     pub const LBA_OUT_OF_RANGE: Status = Status::generic(0x80);
     /// Invalid Queue Identifier (01h/01h).

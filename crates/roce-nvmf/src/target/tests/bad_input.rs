@@ -232,3 +232,102 @@ fn queue_depth_and_cid_conflict() {
     s.drive();
     assert_eq!(s.disconnects, vec![io]);
 }
+
+#[test]
+fn pending_host_data_is_bounded() {
+    let mut cfg = config();
+    cfg.limits.max_pending_host_data = 1024;
+    let mut s = Sim::new(cfg);
+    let (_admin, io, _) = s.io_ready(8);
+    // A second controller with its own I/O queue, for the end.
+    let (admin2, cntlid2) = s.enabled_admin();
+    let r = s.cmd(admin2, &ini::set_features(Cid(2), 0x07, 0));
+    assert_eq!(r.status, Status::SUCCESS);
+    let (io2, c) = s.connect_io(cntlid2, 1, 8);
+    assert_eq!(c.status, Status::SUCCESS);
+
+    s.stall_reads = true;
+    let two = s.buf(vec![1; 1024], false);
+    let one = s.buf(vec![2; 512], false);
+    assert!(s
+        .send(io, &ini::write(Cid(1), Nsid(1), 0, 2, false, two))
+        .is_none());
+    // 1024 bytes already asked for: a further RDMA READ would pass the bound.
+    let r = s.cmd(io, &ini::write(Cid(2), Nsid(1), 4, 1, false, one));
+    assert_eq!(r.status, Status::COMMAND_INTERRUPTED);
+    assert!(!r.status.dnr, "the host may retry");
+    // In-capsule data needs no RDMA READ and is not held back.
+    let w = ini::write(Cid(3), Nsid(1), 5, 1, false, null());
+    assert_eq!(
+        s.cmd(io, &ini::with_in_capsule_data(w, &[3; 512])).status,
+        Status::SUCCESS
+    );
+    // Once the data arrives, the retry goes through.
+    s.stall_reads = false;
+    let (c, cid) = s.stalled.pop().unwrap();
+    s.t.on_host_data(c, cid, &[1; 1024], s.now);
+    s.drive();
+    assert_eq!(
+        s.cmd(io, &ini::write(Cid(2), Nsid(1), 4, 1, false, one))
+            .status,
+        Status::SUCCESS
+    );
+    // A queue that goes away with data pending gives its share back.
+    s.stall_reads = true;
+    assert!(s
+        .send(io, &ini::write(Cid(4), Nsid(1), 0, 2, false, two))
+        .is_none());
+    let r = s.cmd(io2, &ini::write(Cid(5), Nsid(1), 0, 1, false, one));
+    assert_eq!(r.status, Status::COMMAND_INTERRUPTED);
+    s.t.on_disconnect(io);
+    s.stalled.clear();
+    assert!(s
+        .send(io2, &ini::write(Cid(5), Nsid(1), 0, 2, false, two))
+        .is_none());
+    assert_eq!(s.stalled.len(), 1, "the bound was given back");
+}
+
+#[test]
+fn writes_are_durable_with_the_write_cache_off() {
+    use std::sync::{Arc, Mutex};
+    struct Fua(MemNamespace, Arc<Mutex<Vec<bool>>>);
+    impl Namespace for Fua {
+        fn block_size(&self) -> u32 {
+            self.0.block_size()
+        }
+        fn blocks(&self) -> u64 {
+            self.0.blocks()
+        }
+        fn read(&mut self, o: u64, b: &mut [u8]) -> Result<(), NsError> {
+            self.0.read(o, b)
+        }
+        fn write(&mut self, o: u64, d: &[u8], fua: bool) -> Result<(), NsError> {
+            self.1.lock().unwrap().push(fua);
+            self.0.write(o, d, fua)
+        }
+        fn flush(&mut self) -> Result<(), NsError> {
+            Ok(())
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut cfg = config();
+    cfg.subsystems[0].namespaces[0].storage =
+        Box::new(Fua(MemNamespace::new(BLOCKS, 512), seen.clone()));
+    let mut s = Sim::new(cfg);
+    let (admin, io, _) = s.io_ready(8);
+    let w = |cid| {
+        ini::with_in_capsule_data(
+            ini::write(Cid(cid), Nsid(1), 0, 1, false, null()),
+            &[1; 512],
+        )
+    };
+    assert_eq!(s.cmd(io, &w(1)).status, Status::SUCCESS);
+    // Volatile Write Cache feature (06h), WCE = 0.
+    assert_eq!(
+        s.cmd(admin, &ini::set_features(Cid(9), 0x06, 0)).status,
+        Status::SUCCESS
+    );
+    assert_eq!(s.cmd(admin, &ini::get_features(Cid(9), 0x06)).dw0, 0);
+    assert_eq!(s.cmd(io, &w(2)).status, Status::SUCCESS);
+    assert_eq!(*seen.lock().unwrap(), vec![false, true]);
+}
