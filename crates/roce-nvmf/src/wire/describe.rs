@@ -60,6 +60,7 @@ pub fn status_name(s: Status) -> String {
             "SGL Descriptor Type Invalid",
         ),
         (Status::SGL_OFFSET_INVALID, "SGL Offset Invalid"),
+        (Status::COMMAND_INTERRUPTED, "Command Interrupted"),
         (Status::LBA_OUT_OF_RANGE, "LBA Out of Range"),
         (Status::AER_LIMIT_EXCEEDED, "AER Limit Exceeded"),
         (Status::INVALID_LOG_PAGE, "Invalid Log Page"),

@@ -352,3 +352,53 @@ fn discovery_controller_lists_allowed_subsystems() {
     let r = s.cmd(admin, &ini::set_features(Cid(4), fid::NUMBER_OF_QUEUES, 0));
     assert_eq!(r.status, Status::INVALID_FIELD);
 }
+
+#[test]
+fn several_io_queues_up_to_the_granted_number() {
+    let mut s = Sim::new(config());
+    let (admin, cntlid) = s.enabled_admin();
+    // Ask for 8, get max_io_queues (8): then ask again before any I/O
+    // queue exists, for 2.
+    let r = s.cmd(
+        admin,
+        &ini::set_features(Cid(2), fid::NUMBER_OF_QUEUES, 0x0007_0007),
+    );
+    assert_eq!(r.dw0, 0x0007_0007);
+    let r = s.cmd(
+        admin,
+        &ini::set_features(Cid(2), fid::NUMBER_OF_QUEUES, 0x0001_0001),
+    );
+    assert_eq!(r.dw0, 0x0001_0001);
+    let (q1, c) = s.connect_io(cntlid, 1, 16);
+    assert_eq!(c.status, Status::SUCCESS);
+    let (q2, c) = s.connect_io(cntlid, 2, 16);
+    assert_eq!(c.status, Status::SUCCESS);
+    let (_, c) = s.connect_io(cntlid, 3, 16);
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAMETERS, 42));
+    // Number of Queues cannot change once I/O queues exist.
+    let r = s.cmd(
+        admin,
+        &ini::set_features(Cid(3), fid::NUMBER_OF_QUEUES, 0x0003_0003),
+    );
+    assert_eq!(r.status, Status::COMMAND_SEQUENCE_ERROR);
+    // Both queues reach the same namespace; responses name their queue.
+    let w = ini::with_in_capsule_data(
+        ini::write(
+            Cid(1),
+            Nsid(1),
+            9,
+            1,
+            false,
+            SglDesc::InCapsule { offset: 0, len: 0 },
+        ),
+        &[7; 512],
+    );
+    let r = s.cmd(q1, &w);
+    assert_eq!((r.status, r.sqid), (Status::SUCCESS, 1));
+    let d = s.buf(vec![0; 512], false);
+    let r = s.cmd(q2, &ini::read(Cid(1), Nsid(1), 9, 1, d));
+    assert_eq!((r.status, r.sqid), (Status::SUCCESS, 2));
+    assert_eq!(s.mem(d), &[7; 512][..]);
+    // The same CID on two queues is no conflict.
+    assert_eq!(r.cid, Cid(1));
+}
