@@ -64,12 +64,14 @@ fn host_and_target_in_two_namespaces() {
     assert!(o.contains(&format!("traddr:  {}", lab.ip_a)), "{o}");
     for rw in ["randread", "randwrite"] {
         let p = run(&[
-            "perf", "--rw", rw, "--time", "1", "--qd", "16", "--bs", "16384", "--json",
+            "perf", "--rw", rw, "--time", "1", "--qd", "8", "--queues", "2", "--bs", "16384",
+            "--json",
         ]);
         let (o, e) = text(&p);
         assert_eq!(p.status.code(), Some(0), "perf {rw}: {o}{e}");
         let v: serde_json::Value = serde_json::from_str(o.trim()).unwrap();
         assert_eq!(v["errors"], 0, "{o}");
         assert!(v["ios"].as_u64().unwrap() > 0, "{o}");
+        assert_eq!(v["queues"], 2, "{o}");
     }
 }

@@ -169,6 +169,33 @@ fn host_writes_and_reads_back_through_the_target() {
         );
         drop(h);
 
+        // Three I/O queues: commands spread by tag, all of them in flight.
+        let mut o = HostOptions::new(SUBNQN, HOSTNQN);
+        o.io_queues = 3;
+        o.queue_depth = 8;
+        let mut h = connect(&hctx, taddr, PORT, &o).map_err(|e| format!("connect: {e}"))?;
+        assert_eq!((h.io_queues(), h.io_depth()), (3, 24));
+        for t in 0..24u64 {
+            h.submit_write(Nsid(1), 200 + t, &[t as u8; 512], 512, t % 2 == 1, t)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut done = Vec::new();
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        while done.len() < 24 && std::time::Instant::now() < end {
+            h.poll_io(&mut done, Duration::from_millis(30))
+                .map_err(|e| e.to_string())?;
+        }
+        assert_eq!(done.len(), 24);
+        assert!(done.iter().all(|d| d.status == Status::SUCCESS));
+        let back = h.read(Nsid(1), 200, 24, 512).map_err(|e| e.to_string())?;
+        for t in 0..24usize {
+            assert!(
+                back[t * 512..(t + 1) * 512].iter().all(|&b| b == t as u8),
+                "block {t}"
+            );
+        }
+        h.disconnect().map_err(|e| e.to_string())?;
+
         // A host that is not allowed is refused with Connect Invalid Host.
         let e = connect(
             &hctx,

@@ -1,8 +1,9 @@
 //! `roce nvmf perf`: an I/O generator in the manner of fio or
 //! spdk_nvme_perf over `roce_nvmf`'s host driver: reads or writes of
-//! `--bs` bytes, sequential or random, `--qd` in flight on one I/O queue,
-//! for `--time` seconds; a progress line per second on stderr, then
-//! IOPS, MiB/s and latency percentiles (or a JSON object).
+//! `--bs` bytes, sequential or random, `--qd` in flight on each of
+//! `--queues` I/O queues, for `--time` seconds; a progress line per
+//! second on stderr, then IOPS, MiB/s and latency percentiles (or a JSON
+//! object).
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -44,9 +45,12 @@ pub(crate) struct PerfArgs {
     /// I/O size in bytes (a multiple of the block size).
     #[arg(long, default_value_t = 4096)]
     bs: u32,
-    /// Commands in flight (at most the I/O queue's depth).
+    /// Commands in flight per I/O queue (at most its depth).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=128))]
     qd: u16,
+    /// I/O queues (the controller may grant fewer).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    queues: u16,
     /// Seconds to run.
     #[arg(long, default_value_t = 5.0)]
     time: f64,
@@ -75,6 +79,7 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
     let ctx = super::open(a.bind, a.roce_port)?;
     let mut o = HostOptions::new(&a.nqn, &a.hostnqn);
     o.queue_depth = a.qd.max(2);
+    o.io_queues = a.queues;
     let mut host = connect(&ctx, a.addr, a.port, &o).map_err(|e| e.to_string())?;
     let ns = host
         .identify_namespace(Nsid(1))
@@ -98,7 +103,9 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
     if slots == 0 {
         return Err("the namespace is smaller than one I/O".into());
     }
-    let qd = (a.qd as usize).min(host.io_depth());
+    // Slot `s` goes to queue `s % queues`: qd slots per queue.
+    let queues = host.io_queues().max(1);
+    let qd = (a.qd as usize * queues).min(host.io_depth());
     let write = matches!(a.rw, Rw::Write | Rw::Randwrite);
     let random = matches!(a.rw, Rw::Randread | Rw::Randwrite);
     let payload: Vec<u8> = (0..a.bs as usize).map(|i| (i * 37 + 11) as u8).collect();
@@ -188,7 +195,7 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
     );
     if a.json {
         let v = serde_json::json!({
-            "rw": format!("{:?}", a.rw).to_lowercase(), "bs": a.bs, "qd": qd, "seconds": secs,
+            "rw": format!("{:?}", a.rw).to_lowercase(), "bs": a.bs, "qd": a.qd, "queues": queues, "seconds": secs,
             "ios": ios, "errors": errors, "iops": iops, "mib_per_s": mib,
             "lat_us": {"avg": avg, "p50": p50, "p99": p99, "p99_9": p999, "max": max},
         });
@@ -196,8 +203,8 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
     } else {
         eprintln!();
         println!(
-            "{:?} bs={} qd={qd}: {ios} I/Os in {secs:.2} s, {iops:.0} IOPS, {mib:.1} MiB/s, {errors} errors",
-            a.rw, a.bs
+            "{:?} bs={} qd={} queues={queues}: {ios} I/Os in {secs:.2} s, {iops:.0} IOPS, {mib:.1} MiB/s, {errors} errors",
+            a.rw, a.bs, a.qd
         );
         println!("latency (us): avg {avg:.1}, p50 {p50}, p99 {p99}, p99.9 {p999}, max {max}");
     }

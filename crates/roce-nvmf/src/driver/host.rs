@@ -37,6 +37,8 @@ pub struct HostOptions {
     pub hostid: [u8; 16],
     /// I/O queue depth (HSQSIZE + 1).
     pub queue_depth: u16,
+    /// I/O queues to ask for (at least 1; the controller may grant fewer).
+    pub io_queues: u16,
     /// Keep Alive Timeout in ms sent in the admin Connect.
     pub kato_ms: u32,
     /// How long to wait for the CM and for each response.
@@ -52,6 +54,7 @@ impl HostOptions {
             hostnqn: hostnqn.into(),
             hostid: [0x5A; 16],
             queue_depth: 32,
+            io_queues: 1,
             kato_ms: 5000,
             timeout: Duration::from_secs(5),
         }
@@ -217,12 +220,12 @@ fn ok(c: CqeRepr) -> Result<CqeRepr, DriverError> {
     }
 }
 
-/// A connected controller: its admin queue and one I/O queue (none for a
-/// discovery controller).
+/// A connected controller: its admin queue and its I/O queues (none for
+/// a discovery controller).
 pub struct Host {
     pd: ProtectionDomain,
     admin: Queue,
-    io: Option<Queue>,
+    io: Vec<Queue>,
     cntlid: Cntlid,
     timeout: Duration,
     ident: IdentifyController,
@@ -280,7 +283,7 @@ pub fn connect(
     let mut host = Host {
         pd,
         admin,
-        io: None,
+        io: Vec::new(),
         cntlid,
         timeout: o.timeout,
         ident: IdentifyController::parse(&[0; IDENTIFY_LEN])
@@ -302,20 +305,31 @@ pub fn connect(
             "controller without ICDOFF 0 and keyed SGLs",
         ));
     }
-    ok(host.admin.exec(
-        ini::set_features(Cid(0), fid::NUMBER_OF_QUEUES, 0).to_vec(),
+    // Number of Queues, 0's based both ways; the grant is the smaller
+    // half of DW0 (as Linux reads it).
+    let want = o.io_queues.clamp(1, 0xFFFE) - 1;
+    let r = ok(host.admin.exec(
+        ini::set_features(
+            Cid(0),
+            fid::NUMBER_OF_QUEUES,
+            (want as u32) << 16 | want as u32,
+        )
+        .to_vec(),
         o.timeout,
     )?)?;
+    let granted = ((r.dw0 & 0xFFFF).min(r.dw0 >> 16) as u16).min(want) + 1;
     let depth = o.queue_depth.clamp(2, host.ident.maxcmd.max(2));
-    let mut io = Queue::open(&host.pd, peer, port, Qid(1), depth, o.timeout)?;
-    let data = ini::connect_data(o.hostid, cntlid, &o.subnqn, &o.hostnqn);
-    let sqe = ini::connect(Cid(0), Qid(1), depth - 1, 0, null_sgl());
-    ok(io.exec(ini::with_in_capsule_data(sqe, &data), o.timeout)?)?;
-    io.in_capsule_max = (host.ident.ioccsz as usize * 16).saturating_sub(SQE_LEN);
-    if host.ident.sgls & (1 << 20) == 0 {
-        io.in_capsule_max = 0;
+    for qid in 1..=granted {
+        let mut io = Queue::open(&host.pd, peer, port, Qid(qid), depth, o.timeout)?;
+        let data = ini::connect_data(o.hostid, cntlid, &o.subnqn, &o.hostnqn);
+        let sqe = ini::connect(Cid(0), Qid(qid), depth - 1, 0, null_sgl());
+        ok(io.exec(ini::with_in_capsule_data(sqe, &data), o.timeout)?)?;
+        io.in_capsule_max = (host.ident.ioccsz as usize * 16).saturating_sub(SQE_LEN);
+        if host.ident.sgls & (1 << 20) == 0 {
+            io.in_capsule_max = 0;
+        }
+        host.io.push(io);
     }
-    host.io = Some(io);
     Ok(host)
 }
 
@@ -406,9 +420,21 @@ impl Host {
     }
 
     fn io(&mut self) -> Result<&mut Queue, DriverError> {
-        self.io
-            .as_mut()
-            .ok_or(DriverError::Protocol("no I/O queue"))
+        self.io_for(0)
+    }
+
+    /// The I/O queue of commands tagged `tag` (tag modulo the queues).
+    fn io_for(&mut self, tag: u64) -> Result<&mut Queue, DriverError> {
+        let n = self.io.len() as u64;
+        if n == 0 {
+            return Err(DriverError::Protocol("no I/O queue"));
+        }
+        Ok(&mut self.io[(tag % n) as usize])
+    }
+
+    /// How many I/O queues are connected.
+    pub fn io_queues(&self) -> usize {
+        self.io.len()
     }
 
     /// Reads `nlb` blocks of `block_size` bytes at `slba` into a keyed
@@ -456,8 +482,9 @@ impl Host {
 
     /// Starts a read of `nlb` blocks at `slba` without waiting; its
     /// [`IoDone`] (with the data) comes from [`Host::poll_io`]. `tag` is
-    /// the caller's (any value but `u64::MAX`). Fails with a protocol
-    /// error when the queue is full.
+    /// the caller's (any value but `u64::MAX`) and picks the I/O queue
+    /// (tag modulo their number). Fails with a protocol error when that
+    /// queue is full.
     pub fn submit_read(
         &mut self,
         nsid: Nsid,
@@ -473,7 +500,7 @@ impl Host {
             mr: Some(mr),
             read_back: true,
         };
-        self.io()?
+        self.io_for(tag)?
             .submit(ini::read(Cid(0), nsid, slba, nlb, sgl).to_vec(), f)
             .map(|_| ())
     }
@@ -495,7 +522,7 @@ impl Host {
             .map_err(|_| DriverError::Protocol("too many blocks"))?;
         let fits = self
             .io
-            .as_ref()
+            .first()
             .is_some_and(|q| data.len() <= q.in_capsule_max);
         if in_capsule && fits {
             let sqe = ini::write(Cid(0), nsid, slba, nlb, false, null_sgl());
@@ -505,7 +532,7 @@ impl Host {
                 read_back: false,
             };
             return self
-                .io()?
+                .io_for(tag)?
                 .submit(ini::with_in_capsule_data(sqe, data), f)
                 .map(|_| ());
         }
@@ -515,7 +542,7 @@ impl Host {
             mr: Some(mr),
             read_back: false,
         };
-        self.io()?
+        self.io_for(tag)?
             .submit(ini::write(Cid(0), nsid, slba, nlb, false, sgl).to_vec(), f)
             .map(|_| ())
     }
@@ -523,40 +550,46 @@ impl Host {
     /// Commands started with `submit_*` and not yet returned by
     /// [`Host::poll_io`].
     pub fn io_in_flight(&self) -> usize {
-        self.io.as_ref().map_or(0, |q| {
-            q.inflight.len() + q.done.iter().filter(|(f, _)| f.tag != u64::MAX).count()
-        })
+        self.io
+            .iter()
+            .map(|q| q.inflight.len() + q.done.iter().filter(|(f, _)| f.tag != u64::MAX).count())
+            .sum()
     }
 
-    /// The I/O queue's depth (commands that may be in flight at once).
+    /// Commands that may be in flight at once, all I/O queues together.
     pub fn io_depth(&self) -> usize {
-        self.io.as_ref().map_or(0, |q| q.cids.capacity())
+        self.io.iter().map(|q| q.cids.capacity()).sum()
     }
 
     /// Waits up to `wait` for responses and appends the finished
     /// commands to `out`; returns how many.
     pub fn poll_io(&mut self, out: &mut Vec<IoDone>, wait: Duration) -> Result<usize, DriverError> {
-        let q = self.io()?;
-        if q.done.iter().all(|(f, _)| f.tag == u64::MAX) {
-            q.poll(wait)?;
+        if self.io.is_empty() {
+            return Err(DriverError::Protocol("no I/O queue"));
         }
+        let per = wait / self.io.len() as u32;
         let mut n = 0;
-        let done = core::mem::take(&mut q.done);
-        for (f, c) in done {
-            if f.tag == u64::MAX {
-                q.done.push((f, c));
-                continue;
+        for q in &mut self.io {
+            if q.done.iter().all(|(f, _)| f.tag == u64::MAX) {
+                q.poll(per)?;
             }
-            let data = match (&f.mr, f.read_back && c.status.is_success()) {
-                (Some(mr), true) => Some(mr.to_vec()?),
-                _ => None,
-            };
-            out.push(IoDone {
-                tag: f.tag,
-                status: c.status,
-                data,
-            });
-            n += 1;
+            let done = core::mem::take(&mut q.done);
+            for (f, c) in done {
+                if f.tag == u64::MAX {
+                    q.done.push((f, c));
+                    continue;
+                }
+                let data = match (&f.mr, f.read_back && c.status.is_success()) {
+                    (Some(mr), true) => Some(mr.to_vec()?),
+                    _ => None,
+                };
+                out.push(IoDone {
+                    tag: f.tag,
+                    status: c.status,
+                    data,
+                });
+                n += 1;
+            }
         }
         Ok(n)
     }
@@ -568,11 +601,11 @@ impl Host {
         ok(self.io()?.exec(ini::flush(Cid(0), nsid).to_vec(), t)?).map(|_| ())
     }
 
-    /// Disconnects the I/O queue, then the admin queue (after CC.SHN, as a
+    /// Disconnects the I/O queues, then the admin queue (after CC.SHN, as a
     /// host shutting down does).
     pub fn disconnect(mut self) -> Result<(), DriverError> {
         let t = self.timeout;
-        if let Some(mut q) = self.io.take() {
+        for mut q in self.io.drain(..) {
             if let Some(cm) = q.cm.take() {
                 let _ = cm.disconnect(t);
             }
