@@ -29,6 +29,7 @@ mod devinfo;
 mod exec;
 mod inspect;
 mod notice;
+mod nvmf;
 mod perf;
 mod pin;
 mod pingpong;
@@ -102,6 +103,11 @@ enum Command {
     /// every second, or once with `--once` / `--json`
     /// (docs/debugging.md, "roce top").
     Top(top::TopArgs),
+    /// NVMe over Fabrics (RDMA) over this stack: `roce nvmf target` serves
+    /// a subsystem on port 4420, `roce nvmf check ADDR` writes and reads
+    /// back through it, `roce nvmf discover ADDR` prints its discovery log
+    /// (docs/nvmf.md).
+    Nvmf(nvmf::NvmfArgs),
 }
 
 /// Reports a failure of `roce TOOL`: one line on stderr and, with
@@ -180,6 +186,7 @@ fn main() {
         Command::Sim(args) => sim::run(args),
         Command::Exec(args) => exec::run(args),
         Command::Top(args) => top::run(args),
+        Command::Nvmf(args) => nvmf::run(args, &stop_at_ctrl_c()),
     };
     std::process::exit(code);
 }

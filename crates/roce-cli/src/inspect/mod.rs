@@ -5,6 +5,7 @@
 //! not be read or was truncated (reported in one line on stderr).
 
 mod fixup;
+mod nvmf;
 mod render;
 mod summary;
 
@@ -170,6 +171,7 @@ fn inspect_file(
     let mut matched = 0u64;
     let mut other_qps = std::collections::BTreeSet::new();
     let mut line = String::with_capacity(256);
+    let mut nvmf = nvmf::Tracker::default();
     let print = !args.summary;
     while let Some(next) = reader.next_packet() {
         let pkt = match next {
@@ -266,13 +268,21 @@ fn inspect_file(
                     }
                     let expected = p.computed_icrc();
                     let retx = summary.add(&p, expected == p.icrc);
+                    let nvmf_text = nvmf.observe(&p).or_else(|| nvmf.capsule(&p));
                     if print {
                         if args.json {
-                            let v = render::roce_json(pkt.index, time, &p, expected, retx);
+                            let mut v = render::roce_json(pkt.index, time, &p, expected, retx);
+                            if let (Some(d), Some(m)) = (&nvmf_text, v.as_object_mut()) {
+                                m.insert("nvmf".into(), serde_json::json!(d));
+                            }
                             writeln!(out, "{v}")?;
                         } else {
                             line.clear();
                             render::roce_line(&mut line, pkt.index, time, &p, expected, retx);
+                            if let Some(d) = &nvmf_text {
+                                line.push_str(" NVMe-oF ");
+                                line.push_str(d);
+                            }
                             line.push('\n');
                             out.write_all(line.as_bytes())?;
                         }
