@@ -150,6 +150,16 @@ pub(crate) fn value_or<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     })
 }
 
+/// A raw pointer kept in a table (the objects it names are owned by the
+/// program's handles; the table only maps engine ids back to them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Raw(pub(crate) *mut std::os::raw::c_void);
+// SAFETY: the pointer is only an address in a lookup table; it is
+// dereferenced by the thread that looks it up, under the rules of the
+// object it names (which a program must not destroy while events for it
+// may be delivered, as with rdma-core).
+unsafe impl Send for Raw {}
+
 /// Pointers a verb can return NULL as.
 pub(crate) trait Nullable {
     fn null() -> Self;

@@ -41,6 +41,7 @@ mod device;
 mod engine;
 mod eventfd;
 mod misc;
+mod open;
 mod pd;
 mod post;
 mod qp;

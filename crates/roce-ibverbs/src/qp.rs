@@ -8,9 +8,10 @@ use roce_verbs::{Access, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpInitAttr, QpSt
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::context::{gid_of, mtu_enum, same_context, Context, Raw};
+use crate::context::{gid_of, mtu_enum, same_context, Context};
 use crate::cq::Cq;
 use crate::ffi::value_or;
+use crate::ffi::Raw;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::{av_of, Pd};
 use crate::post::Builder;

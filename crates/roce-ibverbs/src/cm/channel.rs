@@ -12,8 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{lock, rc, Id};
 use crate::abi::*;
-use crate::context::wait_readable;
-use crate::eventfd::EventFd;
+use crate::eventfd::{wait_readable, EventFd};
 use crate::ffi::{arg, ptr_ret, Res};
 use crate::ffi::{value_or, void};
 

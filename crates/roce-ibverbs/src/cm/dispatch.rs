@@ -52,9 +52,12 @@ pub(crate) struct Table {
 // SAFETY: `ctx` is a context kept open for the process; ids as `IdRef`.
 unsafe impl Send for Table {}
 
-/// The table of a context, installing its sink the first time.
+/// The table of a context, installing its sink the first time (in the
+/// context's slot for librdmacm, `Context::cm`, which only this
+/// function fills).
 pub(crate) fn table(ctx: &Context) -> Arc<Mutex<Table>> {
-    ctx.cm
+    let any = ctx
+        .cm
         .get_or_init(|| {
             let t = Arc::new(Mutex::new(Table {
                 ctx: ctx.ibv(),
@@ -67,7 +70,16 @@ pub(crate) fn table(ctx: &Context) -> Arc<Mutex<Table>> {
                 .set_cm_sink(Box::new(move |e| lock(&sink).handle(e)));
             t
         })
-        .clone()
+        .clone();
+    match any.downcast::<Mutex<Table>>() {
+        Ok(t) => t,
+        Err(_) => unreachable!("the slot holds only a Mutex<Table>"),
+    }
+}
+
+/// The table of a context, if librdmacm has used it.
+pub(crate) fn existing(ctx: &Context) -> Option<Arc<Mutex<Table>>> {
+    ctx.cm.get()?.clone().downcast::<Mutex<Table>>().ok()
 }
 
 impl Table {

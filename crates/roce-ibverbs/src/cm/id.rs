@@ -13,10 +13,11 @@ use super::dispatch::table;
 use super::{lock, ports, rc, Channel, Id, IdState, State};
 use crate::abi::*;
 use crate::config::log;
-use crate::context::{gid_of, live, mtu_enum, new_context, owns, Context};
+use crate::context::{gid_of, live, mtu_enum, owns, Context};
 use crate::device;
 use crate::ffi::{arg_mut, ptr_ret, Res};
 use crate::ffi::{value_or, void};
+use crate::open::new_context;
 
 /// A new id (not yet in any table).
 pub(crate) fn new_id(

@@ -49,7 +49,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use roce_verbs::{CmId, ListenId};
 
 pub(crate) use channel::Channel;
-pub(crate) use dispatch::Table;
 
 use crate::abi::*;
 use crate::context::Context;

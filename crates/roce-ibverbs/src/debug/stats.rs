@@ -158,7 +158,7 @@ pub(super) fn seeded_summary() -> String {
         return String::new();
     };
     let mut all = done(d).backend.clone();
-    crate::engine::each_live(|e, _| {
+    crate::context::each_live(|e, _| {
         for (k, v) in e.verbs.backend_counters() {
             *all.entry(k).or_default() += v;
         }
@@ -181,7 +181,7 @@ pub(super) fn summary(d: &Debug, json: bool) -> String {
         let g = done(d);
         (g.qps.clone(), g.cqs.clone())
     };
-    crate::engine::each_live(|_, c| {
+    crate::context::each_live(|_, c| {
         let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
         for r in objs.qps.values() {
             // SAFETY: a QP on its context's table is alive (it leaves the

@@ -195,7 +195,7 @@ fn snapshot(prev: &mut Previous) -> String {
         PERIOD.as_millis()
     );
     let mut first_ctx = true;
-    crate::engine::each_live(|_, c| {
+    crate::context::each_live(|_, c| {
         let key = c as *const _ as usize;
         let _ = write!(
             s,
