@@ -144,3 +144,9 @@ macro_rules! log {
     };
 }
 pub(crate) use log;
+
+/// A file name of a setting (`ROCE_PCAP`, `ROCE_STATS`, `ROCE_TRACE`):
+/// `%p` becomes the process's ID.
+pub(crate) fn file_name(v: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(v.replace("%p", &std::process::id().to_string()))
+}

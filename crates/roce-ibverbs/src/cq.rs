@@ -408,9 +408,8 @@ export! {
             if q.users.load(Ordering::Acquire) != 0 {
                 return Err(libc::EBUSY);
             }
-            crate::debug::cq_destroyed(q);
-            // SAFETY: a CQ's context outlives it.
-            let c = unsafe { &*q.ctx };
+            let c = q.context();
+            crate::debug::cq_destroyed((&c.device.info.name(), c.local), q.cq.id().0, &q.by_status);
             c.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.remove(&key(q.cq.id()));
             c.children.fetch_sub(1, Ordering::Relaxed);
             // SAFETY: a CQ's channel outlives it (destroy refuses before).

@@ -282,23 +282,23 @@ macro_rules! entry {
 /// tracing off, one relaxed atomic load before the body.
 macro_rules! boundary {
     (@traced $name:ident, $entry:expr, ($($a:ident),*), ($($r:ty)?), $($conv:tt)*) => {{
-        let mut __call = if $crate::debug::trace::enabled() {
-            $crate::debug::trace::Call::begin(stringify!($name), $entry, boundary!(@conv $($conv)*))
+        let mut __call = if $crate::trace::enabled() {
+            $crate::trace::Call::begin(stringify!($name), $entry, boundary!(@conv $($conv)*))
         } else {
             None
         };
         #[allow(unused_imports)]
-        use $crate::debug::trace::{Decoded as _, DecodedRet as _, Plain as _, PlainRet as _};
+        use $crate::trace::{Decoded as _, DecodedRet as _, Plain as _, PlainRet as _};
         if let Some(__c) = &mut __call {
             __c.args(|__c| {
-                $((&&$crate::debug::trace::Arg(stringify!($a), &$a)).before(__c);)*
+                $((&&$crate::trace::Arg(stringify!($a), &$a)).before(__c);)*
             });
         }
         let __r: boundary!(@ty $($r)?) = boundary!(@body $($conv)*);
         if let Some(mut __c) = __call {
-            __c.returned(|__c| (&&$crate::debug::trace::Ret(&__r)).ret(__c));
+            __c.returned(|__c| (&&$crate::trace::Ret(&__r)).ret(__c));
             __c.args(|__c| {
-                $((&&$crate::debug::trace::Arg(stringify!($a), &$a)).after(__c);)*
+                $((&&$crate::trace::Arg(stringify!($a), &$a)).after(__c);)*
             });
             __c.end();
         }
@@ -512,8 +512,8 @@ mod tests {
             "eventfd.rs: on_signal",
             "cm/exit.rs: at_exit",
             "debug/mod.rs: at_exit",
-            "debug/trace/mod.rs: at_exit",
-            "debug/trace/mod.rs: at_fork_child",
+            "trace/mod.rs: at_exit",
+            "trace/mod.rs: at_fork_child",
         ];
         let mut found = Vec::new();
         let mut stack = vec![root.join("src")];

@@ -19,15 +19,19 @@ use crate::abi::consts::VERBS_ABI_IS_EXTENDED;
 use crate::abi::*;
 use crate::config::log;
 use crate::context::{self, Context, Objects};
+use crate::cq::Cq;
+use crate::debug;
 use crate::device::{self, Device};
 use crate::engine::{Engine, EventQueue};
 use crate::eventfd::EventFd;
 use crate::ffi::{errno_ret, ptr_ret, Res};
+use crate::qp::Qp;
 
 /// Opens a context of `dev` on `at` (librdmacm binding an address), or
 /// where `ibv_open_device` would: on the engine this process already
 /// has there, if any.
 pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
+    debug::watch(seen);
     let asked = context::asked_addr(dev, at)?;
     // The engine and the posting paths copy program memory through the
     // guard (docs/dropin.md, "Registered memory"): its handler goes in
@@ -125,4 +129,36 @@ export! {
             Ok(())
         })
     }
+}
+
+/// Every live context with its QPs and CQs, as the debugging aids see
+/// them (`debug::Seen`: the summary at exit, `roce top`).
+fn seen(f: &mut dyn FnMut(&debug::Seen<'_>)) {
+    context::each_live(|_, c| {
+        let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let qps = objs
+            .qps
+            .values()
+            // SAFETY: a QP on its context's table is alive (it leaves the
+            // table before it is freed, under this lock).
+            .filter_map(|r| unsafe { Qp::from_ptr(r.0.cast()) }.ok())
+            .map(|q| &q.qp)
+            .collect();
+        let cqs = objs
+            .cqs
+            .values()
+            // SAFETY: as for the QPs.
+            .filter_map(|r| unsafe { Cq::from_ptr(r.0.cast()) }.ok())
+            .map(|q| (q.cq.id().0, &q.by_status))
+            .collect();
+        let name = c.device.info.name();
+        f(&debug::Seen {
+            verbs: &c.verbs,
+            device: &name,
+            local: c.local,
+            key: c as *const Context as usize,
+            qps,
+            cqs,
+        });
+    });
 }

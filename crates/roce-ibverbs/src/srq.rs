@@ -12,7 +12,7 @@ use crate::ffi::posted;
 use crate::ffi::Raw;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::Pd;
-use crate::post::post_recv_list;
+use crate::wr::post_recv_list;
 
 /// The objects table's key of an SRQ.
 fn key(id: SrqId) -> u32 {

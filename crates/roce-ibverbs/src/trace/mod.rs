@@ -38,6 +38,7 @@ mod names;
 
 pub(crate) use decode::qp_attr;
 pub(crate) use decode::{Arg, Decoded, DecodedRet, Plain, PlainRet, Ret};
+pub(crate) use names::WC_STATUS;
 
 /// Not read yet, off, on.
 const UNSET: u8 = 0;
@@ -146,7 +147,7 @@ impl Tracer {
         let v = std::env::var("ROCE_TRACE")
             .ok()
             .filter(|v| !v.trim().is_empty() && v.trim() != "0")?;
-        let path = super::file_name(v.trim());
+        let path = crate::config::file_name(v.trim());
         let file = match File::create(&path) {
             Ok(f) => f,
             Err(e) => {

@@ -115,7 +115,7 @@ fn number(c: &mut Call, name: &str, v: i64) {
     match name.trim_start_matches('_') {
         "access" => names::flags(out, &names::ACCESS, n),
         "mask" | "attr_mask" if flags_of_qp => names::flags(out, &names::QP_ATTR_MASK, n),
-        "status" if status => names::named(out, &super::super::stats::STATUS, n),
+        "status" if status => names::named(out, &names::WC_STATUS, n),
         "event" if cm => names::named(out, &names::CM_EVENT, n),
         "e" if ev => names::named(out, &names::ASYNC_EVENT, n),
         _ => {
@@ -500,7 +500,7 @@ impl Decoded for &Arg<'_, *mut ibv_wc> {
                 if i > 0 { "," } else { "" },
                 w.wr_id
             );
-            names::named(out, &super::super::stats::STATUS, w.status);
+            names::named(out, &names::WC_STATUS, w.status);
             out.push_str(",\"opcode\":");
             names::wc_opcode(out, w.opcode);
             let _ = write!(out, ",\"byte_len\":{},\"qp_num\":{}", w.byte_len, w.qp_num);

@@ -1,5 +1,7 @@
 //! Queue pairs: create (`ibv_create_qp`, `ibv_create_qp_ex`), modify,
-//! query, destroy. Posting is in `post`.
+//! query, destroy. Posting (`ops.post_send`, `ops.post_recv`, the
+//! `ibv_wr_*` builder) is in `post`, over the work-request lists of
+//! `crate::wr`.
 
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -14,8 +16,10 @@ use crate::ffi::value_or;
 use crate::ffi::Raw;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::{av_of, Pd};
-use crate::post::Builder;
 use crate::srq::Srq;
+use post::Builder;
+
+mod post;
 
 /// A QP: the C view first (an `ibv_qp_ex`, whose prefix is the `ibv_qp`).
 #[repr(C)]
@@ -138,7 +142,7 @@ fn create(
     b.qp_type = qp_type;
     b.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     b.cond = libc::PTHREAD_COND_INITIALIZER;
-    crate::post::install_builder(&mut ibv);
+    post::install_builder(&mut ibv);
     let qpn = qp.qpn().value();
     crate::debug::qp_created(qpn);
     let q = Box::into_raw(Box::new(Qp {
@@ -228,7 +232,7 @@ entry! {
 /// Installs the QP entries of a context's ops tables.
 pub(crate) fn install(v: &mut verbs_context) {
     v.create_qp_ex = Some(create_qp_ex);
-    crate::post::install(v);
+    post::install(v);
 }
 
 export! {
@@ -288,7 +292,7 @@ export! {
         errno_ret(|| {
             // SAFETY: the program's QP and attributes.
             let (q, a) = unsafe { (Qp::from_ptr(qp)?, arg(attr)?) };
-            crate::debug::trace::note("ibv_modify_qp", |s| crate::debug::trace::qp_attr(s, a, mask as u32));
+            crate::trace::note("ibv_modify_qp", |s| crate::trace::qp_attr(s, a, mask as u32));
             let m = QpAttrMask(mask as u32);
             if m.contains(QpAttrMask::ALT_PATH) || m.contains(QpAttrMask::PATH_MIG_STATE) {
                 // No alternate path on this device (no APM).
@@ -385,8 +389,8 @@ export! {
             // SAFETY: the program's QP.
             let q = unsafe { Qp::from_ptr(qp)? };
             crate::config::log!("QP {:#08x} destroyed: {:?}", q.qp.qpn().value(), q.qp.counters());
-            crate::debug::qp_destroyed(q);
             let ctx: &Context = q.pd().ctx();
+            crate::debug::qp_destroyed((&ctx.device.info.name(), ctx.local), &q.qp);
             ctx.objects.lock().unwrap_or_else(|p| p.into_inner()).qps.remove(&q.qp.qpn().value());
             q.pd().users.fetch_sub(1, Ordering::AcqRel);
             // SAFETY: the CQs and SRQ outlive the QP (their destroy refuses
