@@ -29,23 +29,58 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod abi;
 #[macro_use]
-mod ffi;
+extern crate cabi;
+
+pub use cabi::abi;
+use cabi::{config, eventfd, ffi, trace};
+
 mod cm;
-mod config;
 mod context;
 mod cq;
 mod debug;
 mod device;
 mod engine;
-mod eventfd;
 mod misc;
 mod open;
 mod pd;
 mod qp;
 mod srq;
 mod strings;
-mod trace;
 mod unmap;
 mod wr;
+
+/// The C entry points of this crate, as `cabi::ffi::probe` checks them.
+#[cfg(test)]
+mod exports {
+    use cabi::ffi::probe;
+
+    /// Every C entry point, with its body made to panic, returns its
+    /// convention's error value (0 / errno, -errno, -1 and errno, NULL
+    /// and errno, nothing, or its fallback) without unwinding into C.
+    #[test]
+    fn every_entry_point_turns_a_panic_into_its_error_value() {
+        let (failed, probes) = probe::failures();
+        assert!(failed.is_empty(), "{failed:#?}");
+        assert!(probes > 140, "{probes} probes");
+    }
+
+    /// Every name `symbols.txt` exports is the `export!` of a function,
+    /// and no C function is defined outside the macros but the `munmap`
+    /// interposer, the one data symbol, and the `atexit` handlers (each
+    /// catches panics itself).
+    #[test]
+    fn every_export_goes_through_the_macro() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let symbols = std::fs::read_to_string(root.join("symbols.txt")).unwrap();
+        let allowed = [
+            "unmap.rs: #[no_mangle]",
+            "unmap.rs: munmap",
+            "misc.rs: #[export_name = \"roce_abi_verbs_allow_disassociate_destroy\"]",
+            "cm/exit.rs: at_exit",
+            "debug/mod.rs: at_exit",
+        ];
+        let n = probe::check_exports(&symbols, |_| true, &root.join("src"), &allowed);
+        assert!(n.as_ref().is_ok_and(|&n| n > 200), "{n:?}");
+    }
+}

@@ -1,30 +1,12 @@
-//! GIDs and addresses: every GID of this stack is RoCE v2, an IP address
-//! (IPv4 as `::ffff:a.b.c.d`, IBTA Annex A17, "RoCEv2"), and a context's
-//! GID table is its device's addresses with its own first.
+//! A context's GID table: its device's addresses with its own first
+//! (every GID is an address: `cabi::conv`).
 
 use std::net::IpAddr;
 
-use crate::abi::ibv_gid;
 use crate::device::Device;
 use crate::ffi::Errno;
 
-/// The GID of an address: IPv4 as `::ffff:a.b.c.d` (RoCE v2).
-pub(crate) fn gid_of(a: IpAddr) -> ibv_gid {
-    let v6 = match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    };
-    ibv_gid { raw: v6.octets() }
-}
-
-/// The address of a GID (`::ffff:a.b.c.d` is IPv4).
-pub(crate) fn addr_of(g: &ibv_gid) -> IpAddr {
-    let v6 = std::net::Ipv6Addr::from(g.raw);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
-}
+pub(crate) use cabi::conv::{addr_of, gid_of};
 
 /// The GID table of a context of `dev` opened on `local`: the device's
 /// addresses in `roce devinfo`'s order, with `local` at index 0 — moved

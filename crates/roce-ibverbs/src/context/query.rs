@@ -14,10 +14,7 @@ use crate::abi::consts::*;
 use crate::abi::*;
 use crate::ffi::{arg_mut, count_or_neg, errno_ret, errno_set, minus_one, value_or};
 
-/// `enum ibv_mtu` of a path MTU in bytes.
-pub(crate) fn mtu_enum(bytes: u32) -> u32 {
-    roce_verbs::roce_core::qp::mtu_to_enum(bytes).into()
-}
+pub(crate) use cabi::conv::mtu_enum;
 
 fn device_attr(ctx: &Context) -> ibv_device_attr {
     let l = roce_verbs::LIMITS;

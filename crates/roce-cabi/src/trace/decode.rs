@@ -21,38 +21,44 @@ use crate::abi::{
 };
 
 /// An argument: its name in the C prototype, and its value.
-pub(crate) struct Arg<'a, T>(pub(crate) &'static str, pub(crate) &'a T);
+pub struct Arg<'a, T>(pub &'static str, pub &'a T);
 
 /// A call's result.
-pub(crate) struct Ret<'a, T>(pub(crate) &'a T);
+pub struct Ret<'a, T>(pub &'a T);
 
 /// The most WRs, SGEs and completions a line shows of one call.
 const MAX_LIST: usize = 64;
 
 /// An argument of a type with no decoder: a number or an address.
-pub(crate) trait Plain {
+pub trait Plain {
+    /// Writes the argument as passed.
     fn before(&self, c: &mut Call);
+    /// Writes what the call left in it (for out arguments).
     fn after(&self, _c: &mut Call) {}
 }
 
 /// An argument whose type has a decoder.
-pub(crate) trait Decoded {
+pub trait Decoded {
+    /// Writes the argument as passed.
     fn before(&self, c: &mut Call);
+    /// Writes what the call left in it (for out arguments).
     fn after(&self, _c: &mut Call) {}
 }
 
 /// A result of a type with no decoder.
-pub(crate) trait PlainRet {
+pub trait PlainRet {
+    /// Writes the result.
     fn ret(&self, c: &mut Call);
 }
 
 /// A result whose type has a decoder.
-pub(crate) trait DecodedRet {
+pub trait DecodedRet {
+    /// Writes the result.
     fn ret(&self, c: &mut Call);
 }
 
 /// A value written as a number.
-pub(crate) trait Value {
+pub trait Value {
     fn num(&self) -> Option<i64>;
     fn is_ptr(&self) -> bool {
         false
@@ -405,7 +411,7 @@ impl Decoded for &Arg<'_, *mut ibv_qp_attr> {
 
 /// `ibv_modify_qp`'s attributes, the ones its mask names (noted by the
 /// verb's body, which has both).
-pub(crate) fn qp_attr(o: &mut String, a: &ibv_qp_attr, mask: u32) {
+pub fn qp_attr(o: &mut String, a: &ibv_qp_attr, mask: u32) {
     o.push_str("\"attr\":{");
     let mut first = true;
     let mut field = |o: &mut String, bit: u32, k: &str| -> bool {

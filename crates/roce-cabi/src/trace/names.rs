@@ -55,7 +55,7 @@ pub(super) fn flags(out: &mut String, table: &[(u32, &str)], v: u32) {
 
 /// `enum ibv_qp_state`.
 /// `ibv_wc_status` values 0 to 21 and rdma-core's names.
-pub(crate) const WC_STATUS: [&str; 22] = [
+pub const WC_STATUS: [&str; 22] = [
     "SUCCESS",
     "LOC_LEN_ERR",
     "LOC_QP_OP_ERR",

@@ -5,11 +5,11 @@
 use std::net::IpAddr;
 
 /// RoCE v2's UDP port.
-pub(crate) const ROCE_V2_PORT: u16 = 4791;
+pub const ROCE_V2_PORT: u16 = 4791;
 
 /// `ROCE_DEVICES`: a comma-separated list of device or interface names
 /// to show (`roce_lo,eth0`); unset shows every interface with an address.
-pub(crate) fn devices() -> Option<Vec<String>> {
+pub fn devices() -> Option<Vec<String>> {
     let v = std::env::var("ROCE_DEVICES").ok()?;
     let list: Vec<String> = v
         .split(',')
@@ -23,7 +23,7 @@ pub(crate) fn devices() -> Option<Vec<String>> {
 /// `ROCE_ADDR`: the address a context opens on (it must be one of the
 /// device's, or any loopback address for the loopback device). An
 /// unparsable value is reported once per open and ignored.
-pub(crate) fn addr() -> Result<Option<IpAddr>, String> {
+pub fn addr() -> Result<Option<IpAddr>, String> {
     match std::env::var("ROCE_ADDR") {
         Err(_) => Ok(None),
         Ok(s) => s
@@ -36,7 +36,7 @@ pub(crate) fn addr() -> Result<Option<IpAddr>, String> {
 
 /// `ROCE_BACKEND`: `udp` (the default: UDP sockets, no privilege) or
 /// `packet` (AF_PACKET on the interface; needs CAP_NET_RAW).
-pub(crate) fn backend() -> Result<roce_verbs::BackendKind, String> {
+pub fn backend() -> Result<roce_verbs::BackendKind, String> {
     match std::env::var("ROCE_BACKEND").as_deref() {
         Err(_) | Ok("udp") | Ok("") => Ok(roce_verbs::BackendKind::Udp),
         Ok("packet") => Ok(roce_verbs::BackendKind::Packet),
@@ -48,7 +48,7 @@ pub(crate) fn backend() -> Result<roce_verbs::BackendKind, String> {
 /// backend only); unset: 4791, RoCE v2's. For running beside a kernel
 /// RoCE device, which holds 4791 on every address of its host (Linux rxe
 /// in the lab VM): every process of the exchange must use the same port.
-pub(crate) fn port() -> Result<u16, String> {
+pub fn port() -> Result<u16, String> {
     match std::env::var("ROCE_PORT") {
         Err(_) => Ok(ROCE_V2_PORT),
         Ok(s) => match s.trim().parse::<u16>() {
@@ -62,7 +62,7 @@ pub(crate) fn port() -> Result<u16, String> {
 /// host (same network namespace, same user) through shared memory
 /// instead of the kernel's UDP stack (docs/shm.md): `1` (the default) or
 /// `0`, for a capture on the interface to see every packet.
-pub(crate) fn shm() -> Result<bool, String> {
+pub fn shm() -> Result<bool, String> {
     roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn shm() -> Result<bool, String> {
 /// carry-less multiply is slow: the library without the probe moved
 /// `ib_write_bw -s 65536` at a fraction of rxe's rate there. Only speed
 /// differs: every choice computes the same ICRCs.
-pub(crate) fn cpu() -> Result<roce_verbs::roce_io::CpuTuning, String> {
+pub fn cpu() -> Result<roce_verbs::roce_io::CpuTuning, String> {
     use roce_verbs::roce_io::CpuTuning;
     match std::env::var("ROCE_CPU").as_deref().map(str::trim) {
         Err(_) | Ok("") | Ok("auto") => Ok(CpuTuning::detect()),
@@ -101,7 +101,7 @@ pub(crate) fn cpu() -> Result<roce_verbs::roce_io::CpuTuning, String> {
 /// a machine with fewer CPUs than busy threads) often answers later than
 /// 25 µs, and each ACK that ran out its deadline cost that round trip a
 /// scheduler time slice (docs/performance.md).
-pub(crate) fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
+pub fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
     let us = match std::env::var("ROCE_ACK_DELAY") {
         Err(_) => 200,
         Ok(s) => s
@@ -122,20 +122,21 @@ pub(crate) fn ack_delay() -> Result<roce_verbs::AckDelay, String> {
 
 /// `ROCE_LOG`: when set (to anything but `0`), the library says on
 /// stderr which address each context took and why a verb failed.
-pub(crate) fn log_enabled() -> bool {
+pub fn log_enabled() -> bool {
     std::env::var("ROCE_LOG").is_ok_and(|v| v != "0")
 }
 
 /// `libibverbs (roce): MESSAGE` on stderr in one write: a line stays
 /// whole where processes share one stderr (the ranks of an MPI job,
 /// whose launcher tags their output by what each read returns).
-pub(crate) fn say(message: std::fmt::Arguments) {
+pub fn say(message: std::fmt::Arguments) {
     use std::io::Write;
     let line = format!("libibverbs (roce): {message}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// A line on stderr when `ROCE_LOG` is set.
+#[macro_export]
 macro_rules! log {
     ($($t:tt)*) => {
         if $crate::config::log_enabled() {
@@ -143,10 +144,10 @@ macro_rules! log {
         }
     };
 }
-pub(crate) use log;
+pub use crate::log;
 
 /// A file name of a setting (`ROCE_PCAP`, `ROCE_STATS`, `ROCE_TRACE`):
 /// `%p` becomes the process's ID.
-pub(crate) fn file_name(v: &str) -> std::path::PathBuf {
+pub fn file_name(v: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(v.replace("%p", &std::process::id().to_string()))
 }

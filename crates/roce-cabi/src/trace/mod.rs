@@ -36,9 +36,9 @@ use crate::config::say;
 mod decode;
 mod names;
 
-pub(crate) use decode::qp_attr;
-pub(crate) use decode::{Arg, Decoded, DecodedRet, Plain, PlainRet, Ret};
-pub(crate) use names::WC_STATUS;
+pub use decode::qp_attr;
+pub use decode::{Arg, Decoded, DecodedRet, Plain, PlainRet, Ret};
+pub use names::WC_STATUS;
 
 /// Not read yet, off, on.
 const UNSET: u8 = 0;
@@ -96,7 +96,7 @@ thread_local! {
 /// does not trace. One relaxed load: the cost of every C entry point
 /// when tracing is off.
 #[inline(always)]
-pub(crate) fn enabled() -> bool {
+pub fn enabled() -> bool {
     STATE.load(Ordering::Relaxed) != OFF
 }
 
@@ -256,7 +256,7 @@ fn prefix(name: &'static str, entry: bool) -> &'static str {
 /// its mask). A verb the library calls inside another traced call (the
 /// CM's `ibv_modify_qp` in `rdma_create_ep`) notes nothing: the line is
 /// the outer call's. Costs one relaxed load when tracing is off.
-pub(crate) fn note(verb: &str, f: impl FnOnce(&mut String)) {
+pub fn note(verb: &str, f: impl FnOnce(&mut String)) {
     if STATE.load(Ordering::Relaxed) != ON {
         return;
     }
@@ -274,7 +274,7 @@ pub(crate) fn note(verb: &str, f: impl FnOnce(&mut String)) {
 }
 
 /// One traced call, from its entry to its return.
-pub(crate) struct Call {
+pub struct Call {
     name: &'static str,
     entry: bool,
     conv: &'static str,
@@ -293,7 +293,7 @@ pub(crate) struct Call {
 impl Call {
     /// A call starting, or `None` when this one is not traced.
     #[inline(never)]
-    pub(crate) fn begin(name: &'static str, entry: bool, conv: &'static str) -> Option<Call> {
+    pub fn begin(name: &'static str, entry: bool, conv: &'static str) -> Option<Call> {
         tracer()?;
         let free = LOCAL
             .try_with(|l| {
@@ -320,12 +320,12 @@ impl Call {
 
     /// Runs a decoder (a panic in it is swallowed: the trace loses a
     /// field, the program nothing).
-    pub(crate) fn args(&mut self, f: impl FnOnce(&mut Call)) {
+    pub fn args(&mut self, f: impl FnOnce(&mut Call)) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
     }
 
     /// The body returned: `errno` as it left it, and the value.
-    pub(crate) fn returned(&mut self, f: impl FnOnce(&mut Call)) {
+    pub fn returned(&mut self, f: impl FnOnce(&mut Call)) {
         // SAFETY: the calling thread's errno slot.
         self.errno = unsafe { *libc::__errno_location() };
         self.after = true;
@@ -333,28 +333,28 @@ impl Call {
     }
 
     /// Whether this is the call the program knows as `full`.
-    pub(crate) fn is(&self, full: &str) -> bool {
+    pub fn is(&self, full: &str) -> bool {
         full.strip_prefix(prefix(self.name, self.entry)) == Some(self.name)
     }
 
     /// Whether this is an rdma_cm call.
-    pub(crate) fn is_cm(&self) -> bool {
+    pub fn is_cm(&self) -> bool {
         self.name.starts_with("rdma_")
     }
 
     /// The result as a number (a count, an errno value, an address).
-    pub(crate) fn ret_num(&self) -> Option<i64> {
+    pub fn ret_num(&self) -> Option<i64> {
         self.ret_num
     }
 
     /// Whether the call succeeded, by its convention.
-    pub(crate) fn ok(&self) -> bool {
+    pub fn ok(&self) -> bool {
         self.failed().is_none()
     }
 
     /// Starts `,"key":` among the arguments (before the call) or the
     /// results (after it); the value follows.
-    pub(crate) fn key(&mut self, key: &str) -> &mut String {
+    pub fn key(&mut self, key: &str) -> &mut String {
         let s = if self.after {
             &mut self.out
         } else {
@@ -367,7 +367,7 @@ impl Call {
     }
 
     /// Sets the result: its JSON and its number.
-    pub(crate) fn set_ret(&mut self, json: String, num: Option<i64>) {
+    pub fn set_ret(&mut self, json: String, num: Option<i64>) {
         self.ret = json;
         self.ret_num = num;
     }
@@ -394,7 +394,7 @@ impl Call {
 
     /// The call is over: its line written (or an empty poll counted),
     /// and `errno` left as the body left it.
-    pub(crate) fn end(self) {
+    pub fn end(self) {
         let errno = self.errno;
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write()));
         // SAFETY: the calling thread's errno slot.

@@ -16,7 +16,7 @@
 #![allow(non_camel_case_types, non_snake_case, missing_docs)]
 
 pub mod cm;
-pub(crate) mod consts;
+pub mod consts;
 mod context;
 pub mod layout;
 mod objects;

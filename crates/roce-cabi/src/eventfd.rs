@@ -29,7 +29,7 @@ const KCMP_FILE: c_int = 0;
 
 /// An event counter: the library's own descriptor and the number the
 /// program was given.
-pub(crate) struct EventFd {
+pub struct EventFd {
     /// Counts are written and taken here only.
     own: OwnedFd,
     /// The program's number; -1 once released.
@@ -38,13 +38,13 @@ pub(crate) struct EventFd {
 
 impl EventFd {
     /// A semaphore eventfd (one count per queued event), close-on-exec.
-    pub(crate) fn new() -> Res<Arc<EventFd>> {
+    pub fn new() -> Res<Arc<EventFd>> {
         Self::with_flags(libc::EFD_SEMAPHORE)
     }
 
     /// An eventfd readable while any count is left (one read takes
     /// them all): an rdma_cm event channel's.
-    pub(crate) fn level() -> Res<Arc<EventFd>> {
+    pub fn level() -> Res<Arc<EventFd>> {
         Self::with_flags(0)
     }
 
@@ -71,32 +71,32 @@ impl EventFd {
     }
 
     /// The number the program sees (`channel->fd`, `async_fd`).
-    pub(crate) fn shown(&self) -> c_int {
+    pub fn shown(&self) -> c_int {
         self.shown.load(Ordering::Acquire)
     }
 
     /// The library's own descriptor, for counting and taking (never the
     /// program's number).
-    pub(crate) fn own(&self) -> c_int {
+    pub fn own(&self) -> c_int {
         self.own.as_raw_fd()
     }
 
     /// Counts one event.
-    pub(crate) fn count(&self) {
+    pub fn count(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
         unsafe { libc::write(self.own.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
     /// A notifier that counts one event.
-    pub(crate) fn counting(self: &Arc<Self>) -> roce_verbs::Notifier {
+    pub fn counting(self: &Arc<Self>) -> roce_verbs::Notifier {
         let me = self.clone();
         Box::new(move || me.count())
     }
 
     /// `EBADF` when the program closed its number, or reused it for
     /// another file: its events are no longer to be waited for there.
-    pub(crate) fn check(&self) -> Res<()> {
+    pub fn check(&self) -> Res<()> {
         let shown = self.shown();
         // SAFETY: F_GETFD reads a descriptor's flags; any number is fine.
         if shown < 0 || unsafe { libc::fcntl(shown, libc::F_GETFD) } < 0 {
@@ -110,7 +110,7 @@ impl EventFd {
 
     /// Takes one count, waiting for it unless the program made the
     /// descriptor non-blocking (then `EAGAIN`).
-    pub(crate) fn take(&self) -> Res<()> {
+    pub fn take(&self) -> Res<()> {
         take_count(self.own.as_raw_fd())
     }
 
@@ -119,7 +119,7 @@ impl EventFd {
     /// closed, and maybe reused, is left alone. Without `kcmp` a number
     /// reused for another descriptor of an anonymous inode (an eventfd,
     /// an epoll, a timerfd) cannot be told from ours, and is closed.
-    pub(crate) fn release(&self) {
+    pub fn release(&self) {
         let shown = self.shown.swap(-1, Ordering::AcqRel);
         // SAFETY: as in `check`.
         if shown < 0 || unsafe { libc::fcntl(shown, libc::F_GETFD) } < 0 {
@@ -167,7 +167,7 @@ fn by_inode(a: c_int, b: c_int) -> Option<bool> {
 /// installed with `SA_RESTART`, and returns `EINTR`, passed on here,
 /// after one without (programs such as qperf end a blocking
 /// `ibv_get_cq_event` with `SIGALRM` so).
-pub(crate) fn take_count(fd: c_int) -> Res<()> {
+pub fn take_count(fd: c_int) -> Res<()> {
     let mut v: u64 = 0;
     // SAFETY: reads 8 bytes into a live u64.
     let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
@@ -185,7 +185,7 @@ pub(crate) fn take_count(fd: c_int) -> Res<()> {
 /// (`EAGAIN` when there is none) if the descriptor is non-blocking.
 /// `EBADF` for a descriptor that is not open (`POLLNVAL`), `EIO` for one
 /// in error: never a loop on a descriptor that can never be read.
-pub(crate) fn wait_readable(fd: c_int) -> Res<()> {
+pub fn wait_readable(fd: c_int) -> Res<()> {
     // SAFETY: F_GETFL on a descriptor the program may have changed.
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if fl < 0 {
