@@ -12,8 +12,10 @@
 use std::mem::offset_of;
 use std::net::IpAddr;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Mutex;
+
+use rdmacm_impl::verbs::CmContext;
 
 use crate::abi::consts::VERBS_ABI_IS_EXTENDED;
 use crate::abi::*;
@@ -69,6 +71,7 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
     c.num_comp_vectors = 1;
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut c_void;
+    let verbs_of_cm = verbs.clone();
     let ctx = Box::new(Context {
         vctx,
         verbs,
@@ -82,12 +85,11 @@ pub(crate) fn new_context(dev: &'static Device, at: Option<IpAddr>) -> Res<*mut 
         cmd_fd,
         objects: Mutex::new(Objects::default()),
         children: AtomicUsize::new(0),
-        cm: OnceLock::new(),
-        pinned: AtomicBool::new(false),
-        pid: std::process::id(),
+        cm: CmContext::new(verbs_of_cm, local, mtu),
     });
     let ctx = Box::leak(ctx);
     let p = ctx.ibv();
+    ctx.cm.attach(p);
     ctx.engine.join(p);
     context::register(p);
     Ok(p)
@@ -108,7 +110,7 @@ export! {
         errno_ret(|| {
             // SAFETY: the program passes a context it opened.
             let c = unsafe { Context::from_ptr(ctx)? };
-            if c.pinned.load(std::sync::atomic::Ordering::Acquire) {
+            if c.cm.pinned() {
                 // librdmacm's ids use it (see `pinned`).
                 c.verbs.flush();
                 return Ok(());

@@ -22,13 +22,13 @@
 //! `crate::open`, above them all (`docs/architecture.md`, "Inside
 //! libibverbs.so.1").
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::mem::offset_of;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 
+use rdmacm_impl::verbs::CmContext;
 use roce_verbs::{CqId, SrqId};
 
 use crate::abi::*;
@@ -103,17 +103,12 @@ pub(crate) struct Context {
     /// PDs, CQs, channels and QPs still alive: `ibv_close_device` does
     /// not check (rdma-core does not either), but `ibv_dealloc_pd` does.
     pub(crate) children: AtomicUsize,
-    /// librdmacm's map of this context's connections (`cm::dispatch`
-    /// keeps its `Table` here), made when librdmacm first uses the
-    /// context; the context only holds it, as the kernel's device holds
-    /// the CM's client data without knowing its type.
-    pub(crate) cm: OnceLock<Arc<dyn Any + Send + Sync>>,
-    /// librdmacm's ids use it: it stays open for the process (a
-    /// program's `ibv_close_device` only flushes it).
-    pub(crate) pinned: AtomicBool,
-    /// The process that opened it: a child made by `fork()` inherits the
-    /// memory but not the progress thread, and must not act for it.
-    pub(crate) pid: u32,
+    /// What librdmacm keeps with the context and reads of it (crate
+    /// `roce-rdmacm-impl`, reached through `crate::cm_side`): its
+    /// connections, and whether its ids use the context (then it stays
+    /// open for the process: a program's `ibv_close_device` only
+    /// flushes it).
+    pub(crate) cm: CmContext,
 }
 
 impl Context {

@@ -13,11 +13,13 @@ use super::id::{bind, destroy, sockaddr_in};
 use super::{rc, Id};
 use crate::abi::consts::{IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
 use crate::abi::*;
-use crate::cq::{ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq};
 use crate::ffi::{arg_mut, Res};
-use crate::pd::ibv_alloc_pd;
-use crate::qp::{ibv_create_qp, ibv_destroy_qp, ibv_modify_qp};
-use crate::srq::{ibv_create_srq, ibv_destroy_srq};
+use crate::verbs::ibv_alloc_pd;
+use crate::verbs::{
+    ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq,
+};
+use crate::verbs::{ibv_create_qp, ibv_destroy_qp, ibv_modify_qp};
+use crate::verbs::{ibv_create_srq, ibv_destroy_srq};
 
 /// `IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC`.
 const CONN_ACCESS: u32 = 0xf;

@@ -8,7 +8,7 @@ use std::os::raw::{c_int, c_void};
 
 use crate::abi::*;
 use crate::ffi::Res;
-use crate::pd::{ibv_dereg_mr, ibv_reg_mr};
+use crate::verbs::{ibv_dereg_mr, ibv_reg_mr};
 
 /// `IBV_ACCESS_LOCAL_WRITE`.
 const LOCAL_WRITE: c_int = 1;

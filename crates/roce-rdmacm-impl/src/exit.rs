@@ -15,13 +15,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::context::{live, Context};
+use crate::verbs::{self, live};
 
 extern "C" fn at_exit() {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         for p in live() {
             // SAFETY: the live contexts of this library.
-            let Ok(ctx) = (unsafe { Context::from_ptr(p) }) else {
+            let Ok(ctx) = (unsafe { verbs::context(p) }) else {
                 continue;
             };
             if ctx.pid != std::process::id() {
@@ -30,14 +30,12 @@ extern "C" fn at_exit() {
             // First, no more of the other processes' datagrams come here,
             // and those that came are handed on (docs/host.md).
             ctx.verbs.leave_shared_address();
-            let Some(table) = super::dispatch::existing(ctx) else {
-                continue;
-            };
+            let Some(table) = ctx.cm.get() else { continue };
             // Other threads still run during exit(3): the progress thread
             // may hold the table for a moment (taking a REP, whose RTU it
             // then sends), so wait a little for it, but never for long (a
             // thread blocked in the table would hold the exit).
-            if let Some(t) = try_lock_for(&table, std::time::Duration::from_millis(100)) {
+            if let Some(t) = try_lock_for(table, std::time::Duration::from_millis(100)) {
                 let conns = t.conn_ids();
                 drop(t);
                 crate::config::log!(

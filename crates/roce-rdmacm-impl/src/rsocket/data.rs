@@ -10,9 +10,7 @@ use roce_verbs::{Lkey, Payload, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge};
 use super::buf::Region;
 use super::*;
 use crate::abi::*;
-use crate::cq::Cq;
 use crate::ffi::{verr, Res};
-use crate::qp::Qp;
 
 /// Size of `struct rs_iomap` (offset, then an rs_sge).
 pub(super) const IOMAP_LEN: u32 = 24;
@@ -87,9 +85,9 @@ pub(super) struct Stream {
 unsafe impl Send for Stream {}
 
 impl Stream {
-    fn qp(&self) -> Res<&Qp> {
+    fn qp(&self) -> Res<&roce_verbs::QueuePair> {
         // SAFETY: the rsocket's QP, destroyed only with the stream.
-        unsafe { Qp::from_ptr(self.qp) }
+        unsafe { crate::verbs::engine_qp(self.qp) }
     }
 
     /// Posts one signaled WRITE with immediate `imm` (wr_id `imm`, as
@@ -120,7 +118,6 @@ impl Stream {
             SendFlags::SIGNALED
         };
         self.qp()?
-            .qp
             .post_send(SendWr {
                 wr_id,
                 op,
@@ -136,7 +133,6 @@ impl Stream {
     /// Posts one receive (no SGE: WRITEs with immediate consume it).
     pub(super) fn post_recv(&self) -> Res<()> {
         self.qp()?
-            .qp
             .post_recv(RecvWr {
                 wr_id: WR_RECV,
                 sgl: Vec::new(),
@@ -356,7 +352,7 @@ impl Stream {
     /// Updates `state`; `Err` when receives cannot be posted again.
     pub(super) fn poll_cq(&mut self, state: &mut u32, err: &mut c_int) -> Res<()> {
         // SAFETY: the rsocket's CQ, destroyed only with the stream.
-        let cq = unsafe { Cq::from_ptr(self.cq)? };
+        let cq = unsafe { crate::verbs::engine_cq(self.cq)? };
         let mut v = Vec::new();
         let mut rcnt = 0;
         // The peer's DISCONNECT ends the polling (rsocket.c returns at
@@ -364,7 +360,7 @@ impl Stream {
         let mut ended = false;
         while !ended {
             v.clear();
-            let _ = cq.cq.poll(&mut v, 32);
+            let _ = cq.poll(&mut v, 32);
             if v.is_empty() {
                 break;
             }

@@ -12,7 +12,7 @@ use roce_verbs::{Payload, SendOp};
 use super::data::{msg, IOMAP_LEN};
 use super::*;
 use crate::ffi::minus_one;
-use crate::pd::{ibv_dereg_mr, ibv_reg_mr};
+use crate::verbs::{ibv_dereg_mr, ibv_reg_mr};
 
 /// A buffer mapped with `riomap`.
 pub(super) struct Mapping {

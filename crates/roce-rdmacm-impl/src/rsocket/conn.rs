@@ -12,18 +12,18 @@ use super::data::{Stream, IOMAP_LEN};
 use super::*;
 use crate::abi::consts::IBV_QPT_RC;
 use crate::abi::*;
-use crate::cm::channel::Event;
-use crate::cm::conn::{rdma_accept, rdma_connect, rdma_reject};
-use crate::cm::id::{
+use crate::channel::Event;
+use crate::conn::{rdma_accept, rdma_connect, rdma_reject};
+use crate::ffi::Res;
+use crate::id::{
     rdma_create_id, rdma_destroy_id, rdma_migrate_id, rdma_resolve_addr, rdma_resolve_route,
 };
-use crate::cm::qp::{create_qp, rdma_destroy_qp};
-use crate::cm::Id;
-use crate::cq::{
+use crate::qp::{create_qp, rdma_destroy_qp};
+use crate::verbs::{
     ibv_ack_cq_events, ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel,
-    ibv_destroy_cq, ibv_get_cq_event, Cq,
+    ibv_destroy_cq, ibv_get_cq_event,
 };
-use crate::ffi::Res;
+use crate::Id;
 
 /// Size of `struct rs_conn_data`.
 pub(super) const CONN_DATA_LEN: usize = 40;
@@ -238,8 +238,8 @@ impl Stream {
     /// Asks for an event on the CQ's channel at the next completion.
     pub(super) fn arm(&mut self) {
         // SAFETY: the stream's CQ.
-        if let Ok(cq) = unsafe { Cq::from_ptr(self.cq) } {
-            let _ = cq.cq.req_notify(false);
+        if let Ok(cq) = unsafe { crate::verbs::engine_cq(self.cq) } {
+            let _ = cq.req_notify(false);
         }
         self.armed = true;
     }

@@ -20,7 +20,8 @@ use roce_verbs::{CmEvent, CmId, ConnRequest, ListenId, UdRequest};
 use super::channel::Event;
 use super::{lock, Channel, Id, State};
 use crate::abi::*;
-use crate::context::{gid_of, Context};
+use crate::verbs::CmContext;
+use cabi::conv::gid_of;
 
 /// Private data sizes the kernel reports for each message (after
 /// rdma_cm's 36-byte header where the message has one).
@@ -52,12 +53,9 @@ pub(crate) struct Table {
 // SAFETY: `ctx` is a context kept open for the process; ids as `IdRef`.
 unsafe impl Send for Table {}
 
-/// The table of a context, installing its sink the first time (in the
-/// context's slot for librdmacm, `Context::cm`, which only this
-/// function fills).
-pub(crate) fn table(ctx: &Context) -> Arc<Mutex<Table>> {
-    let any = ctx
-        .cm
+/// The table of a context, installing its sink the first time.
+pub(crate) fn table(ctx: &CmContext) -> Arc<Mutex<Table>> {
+    ctx.cm
         .get_or_init(|| {
             let t = Arc::new(Mutex::new(Table {
                 ctx: ctx.ibv(),
@@ -70,16 +68,7 @@ pub(crate) fn table(ctx: &Context) -> Arc<Mutex<Table>> {
                 .set_cm_sink(Box::new(move |e| lock(&sink).handle(e)));
             t
         })
-        .clone();
-    match any.downcast::<Mutex<Table>>() {
-        Ok(t) => t,
-        Err(_) => unreachable!("the slot holds only a Mutex<Table>"),
-    }
-}
-
-/// The table of a context, if librdmacm has used it.
-pub(crate) fn existing(ctx: &Context) -> Option<Arc<Mutex<Table>>> {
-    ctx.cm.get()?.clone().downcast::<Mutex<Table>>().ok()
+        .clone()
 }
 
 impl Table {

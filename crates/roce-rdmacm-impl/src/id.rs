@@ -13,11 +13,10 @@ use super::dispatch::table;
 use super::{lock, ports, rc, Channel, Id, IdState, State};
 use crate::abi::*;
 use crate::config::log;
-use crate::context::{gid_of, live, mtu_enum, owns, Context};
-use crate::device;
 use crate::ffi::{arg_mut, ptr_ret, Res};
 use crate::ffi::{value_or, void};
-use crate::open::new_context;
+use crate::verbs::{self, live, side};
+use cabi::conv::{gid_of, mtu_enum};
 
 /// A new id (not yet in any table).
 pub(crate) fn new_id(
@@ -179,33 +178,29 @@ fn is_local(a: IpAddr) -> bool {
 fn opened(f: impl Fn(IpAddr) -> bool) -> Option<*mut ibv_context> {
     live().into_iter().find_map(|p| {
         // SAFETY: the live contexts of this library.
-        let c = unsafe { Context::from_ptr(p) }.ok()?;
+        let c = unsafe { verbs::context(p) }.ok()?;
         f(c.local).then(|| {
-            pin(c);
+            c.pin();
             p
         })
     })
 }
 
-/// Keeps a context librdmacm uses open (see `Context::pinned`).
-fn pin(c: &Context) {
-    c.pinned.store(true, std::sync::atomic::Ordering::Release);
-}
-
 /// A new context of `dev` (on `at`, or where `ibv_open_device` would
 /// open it), kept open for librdmacm.
-fn open_pinned(dev: &'static device::Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
-    let ctx = new_context(dev, at)?;
-    // SAFETY: just opened by this library.
-    pin(unsafe { Context::from_ptr(ctx)? });
+fn open_pinned(dev: &roce_verbs::Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
+    let ctx = side()?.open(dev, at)?;
+    // SAFETY: just opened by the verbs library.
+    unsafe { verbs::context(ctx)? }.pin();
     Ok(ctx)
 }
 
 /// The device that owns `addr` (the loopback device for 127/8 and ::1).
-fn device_of(addr: IpAddr) -> Res<&'static device::Device> {
-    device::current()?
+fn device_of(addr: IpAddr) -> Res<&'static roce_verbs::Device> {
+    let side = side()?;
+    side.devices()?
         .into_iter()
-        .find(|d| owns(d, addr))
+        .find(|d| side.owns(d, addr))
         .ok_or(libc::EADDRNOTAVAIL)
 }
 
@@ -223,9 +218,10 @@ fn loopback_context(v6: bool) -> Res<*mut ibv_context> {
     if let Some(c) = opened(|a| is_loopback(a) && a.is_ipv6() == v6) {
         return Ok(c);
     }
-    let dev = device::current()?
+    let dev = side()?
+        .devices()?
         .into_iter()
-        .find(|d| d.info.interface().loopback)
+        .find(|d| d.interface().loopback)
         .ok_or(libc::ENODEV)?;
     open_pinned(dev, v6.then_some(IpAddr::V6(Ipv6Addr::LOCALHOST)))
 }
@@ -249,24 +245,18 @@ fn context_towards(dst: IpAddr) -> Res<*mut ibv_context> {
 /// A context for each device (loopback: the one the process uses).
 fn all_contexts() -> Res<Vec<*mut ibv_context>> {
     let mut out = Vec::new();
-    for d in device::current()? {
-        let c = if d.info.interface().loopback {
+    for d in side()?.devices()? {
+        let c = if d.interface().loopback {
             loopback_context(false)
         } else {
-            match d
-                .info
-                .gids()
-                .iter()
-                .find(|a| a.is_ipv4())
-                .or(d.info.gids().first())
-            {
+            match d.gids().iter().find(|a| a.is_ipv4()).or(d.gids().first()) {
                 Some(a) => context_at(*a),
                 None => continue,
             }
         };
         match c {
             Ok(c) => out.push(c),
-            Err(e) => log!("librdmacm: {} not used: errno {e}", d.info.name()),
+            Err(e) => log!("librdmacm: {} not used: errno {e}", d.name()),
         }
     }
     Ok(out)
@@ -292,7 +282,7 @@ pub(crate) fn listen_contexts(any: IpAddr) -> Res<Vec<*mut ibv_context>> {
     let all = all_contexts()?;
     // SAFETY: contexts this library opened and keeps open.
     let fits = |c: &*mut ibv_context| {
-        unsafe { Context::from_ptr(*c) }
+        unsafe { verbs::context(*c) }
             .is_ok_and(|c| c.local.is_ipv4() == any.is_ipv4() || any.is_ipv6())
     };
     let v: Vec<_> = all.into_iter().filter(fits).collect();
@@ -346,7 +336,7 @@ pub(crate) fn destroy(id: *mut rdma_cm_id) -> Res<()> {
     i.ack_held();
     for (c, l) in &listens {
         // SAFETY: contexts of this library, open for the process.
-        if let Ok(ctx) = unsafe { Context::from_ptr(*c) } {
+        if let Ok(ctx) = unsafe { verbs::context(*c) } {
             ctx.verbs.cm_unlisten(*l);
             lock(&table(ctx)).forget(i);
         }
@@ -376,7 +366,7 @@ pub(crate) fn destroy(id: *mut rdma_cm_id) -> Res<()> {
         // SAFETY: the id's C view; the PD is the library's.
         let pd = unsafe { (*i.c()).pd };
         // SAFETY: a PD of this library.
-        unsafe { crate::pd::ibv_dealloc_pd(pd) };
+        unsafe { crate::verbs::ibv_dealloc_pd(pd) };
     }
     // SAFETY: allocated by rdma_create_id or for a request; the program
     // gives it up.
@@ -547,7 +537,7 @@ fn expect_listen(i: &Id) {
     }
     for c in ctxs {
         // SAFETY: a context this library keeps open.
-        if let Ok(ctx) = unsafe { Context::from_ptr(c) } {
+        if let Ok(ctx) = unsafe { verbs::context(c) } {
             ctx.verbs
                 .cm_expect_listen(roce_verbs::PortSpace::Tcp, local.port());
         }
@@ -624,7 +614,7 @@ fn resolve(i: &Id, dst: SocketAddr) -> Res<()> {
         None => context_towards(dst.ip())?,
     };
     // SAFETY: a context this library keeps open.
-    let c = unsafe { Context::from_ptr(ctx)? };
+    let c = unsafe { verbs::context(ctx)? };
     if c.local.is_ipv4() != dst.ip().to_canonical().is_ipv4() {
         return Err(libc::EAFNOSUPPORT);
     }

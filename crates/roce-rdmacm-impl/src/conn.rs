@@ -17,9 +17,8 @@ use super::dispatch::table;
 use super::id::{bind, bound_context, complete, listen_contexts};
 use super::{lock, rc, Id, State};
 use crate::abi::*;
-use crate::context::Context;
 use crate::ffi::{arg_mut, Res};
-use crate::qp::Qp;
+use crate::verbs;
 
 /// The largest READ/atomic depth this device takes on a connection.
 const MAX_DEPTH: u8 = 16;
@@ -63,9 +62,9 @@ unsafe fn param_of(p: *const rdma_conn_param, ack_timeout: u8) -> ConnParam {
 }
 
 /// The id's QP, as the engine knows it.
-fn qp_of(i: &Id) -> Res<&Qp> {
-    // SAFETY: the id's C view; `qp` is NULL or a QP of this library.
-    unsafe { Qp::from_ptr((*i.c()).qp) }
+fn qp_of(i: &Id) -> Res<&roce_verbs::QueuePair> {
+    // SAFETY: the id's C view; `qp` is NULL or a QP of the verbs library.
+    unsafe { verbs::engine_qp((*i.c()).qp) }
 }
 
 /// For an RC id without a QP: the QP the program manages itself, as
@@ -122,7 +121,7 @@ export! {
             let mut done = Vec::new();
             for c in ctxs {
                 // SAFETY: a context this library keeps open.
-                let ctx = unsafe { Context::from_ptr(c)? };
+                let ctx = unsafe { verbs::context(c)? };
                 // In the table first: a request may come as soon as the
                 // engine listens.
                 lock(&table(ctx)).register_listener(l, i);
@@ -132,7 +131,7 @@ export! {
                         lock(&table(ctx)).forget(i);
                         for (c, l) in done {
                             // SAFETY: as above.
-                            let ctx = unsafe { Context::from_ptr(c)? };
+                            let ctx = unsafe { verbs::context(c)? };
                             ctx.verbs.cm_unlisten(l);
                             lock(&table(ctx)).forget(i);
                         }
@@ -232,7 +231,7 @@ export! {
                 let qp = qp_of(i)?;
                 i.st().depths = (p.initiator_depth, p.responder_resources);
                 ctx.verbs
-                    .cm_connect_nowait(&qp.qp, peer.ip(), peer.port(), &p)
+                    .cm_connect_nowait(qp, peer.ip(), peer.port(), &p)
                     .map_err(crate::ffi::verr)?
             };
             {
@@ -286,7 +285,7 @@ export! {
             let qp = qp_of(i)?;
             if is_ud(i) {
                 ctx.verbs
-                    .cm_answer_ud(conn, Some((&qp.qp, RDMA_UDP_QKEY)))
+                    .cm_answer_ud(conn, Some((qp, RDMA_UDP_QKEY)))
                     .map_err(crate::ffi::verr)?;
                 lock(&table(ctx)).forget_conn(conn);
                 let mut st = i.st();
@@ -300,7 +299,7 @@ export! {
             }
             i.st().depths = (p.initiator_depth, p.responder_resources);
             i.st().state = State::Connecting;
-            ctx.verbs.cm_accept_nowait(conn, &qp.qp, &p).map_err(|e| {
+            ctx.verbs.cm_accept_nowait(conn, qp, &p).map_err(|e| {
                 i.st().state = State::Requested;
                 crate::ffi::verr(e)
             })?;
@@ -521,14 +520,14 @@ export! {
 fn ibv_qp_attr_of(q: &roce_verbs::QpAttr) -> ibv_qp_attr {
     ibv_qp_attr {
         qp_state: q.qp_state as u32,
-        path_mtu: crate::context::mtu_enum(q.path_mtu),
+        path_mtu: cabi::conv::mtu_enum(q.path_mtu),
         rq_psn: q.rq_psn.value(),
         sq_psn: q.sq_psn.value(),
         dest_qp_num: q.dest_qp_num.value(),
         qp_access_flags: q.qp_access_flags.0,
         ah_attr: ibv_ah_attr {
             grh: ibv_global_route {
-                dgid: crate::context::gid_of(q.ah_attr.dest),
+                dgid: cabi::conv::gid_of(q.ah_attr.dest),
                 flow_label: q.ah_attr.flow_label,
                 sgid_index: q.ah_attr.sgid_index,
                 hop_limit: q.ah_attr.hop_limit,

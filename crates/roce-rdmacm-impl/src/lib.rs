@@ -33,6 +33,13 @@
 //! client and a server on one host each have their own). A listener
 //! bound to the wildcard address listens on a context of every device.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[macro_use]
+extern crate cabi;
+
+use cabi::{abi, config, eventfd, ffi};
+
 mod addrinfo;
 mod channel;
 mod conn;
@@ -42,6 +49,7 @@ mod id;
 pub(crate) mod ports;
 mod qp;
 mod rsocket;
+pub mod verbs;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -51,8 +59,8 @@ use roce_verbs::{CmId, ListenId};
 pub(crate) use channel::Channel;
 
 use crate::abi::*;
-use crate::context::Context;
 use crate::ffi::Res;
+use crate::verbs::CmContext;
 
 /// Locks a mutex, whatever a panicking holder left.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -185,10 +193,43 @@ impl Id {
     }
 
     /// The context the id is bound to, if any.
-    pub(crate) fn ctx(&self) -> Res<&Context> {
+    pub(crate) fn ctx(&self) -> Res<&CmContext> {
         // SAFETY: `verbs` is NULL or a context of this library, kept open
         // for the process (see `id::context_for`); the program does not
         // write it.
-        unsafe { Context::from_ptr((*self.c()).verbs) }
+        unsafe { verbs::context((*self.c()).verbs) }
+    }
+}
+
+/// The C entry points of this crate, as `cabi::ffi::probe` checks them.
+#[cfg(test)]
+mod exports {
+    use cabi::ffi::probe;
+
+    /// Every C entry point, with its body made to panic, returns its
+    /// convention's error value without unwinding into C.
+    #[test]
+    fn every_entry_point_turns_a_panic_into_its_error_value() {
+        let (failed, probes) = probe::failures();
+        assert!(failed.is_empty(), "{failed:#?}");
+        assert!(probes > 60, "{probes} probes");
+    }
+
+    /// Every name the library exports under librdmacm's nodes (listed
+    /// with the rest of `libibverbs.so.1`'s in `roce-ibverbs`'
+    /// `symbols.txt`) is the `export!` of a function of this crate, and
+    /// no C function is defined outside the macros but the `atexit`
+    /// handler (which catches panics itself).
+    #[test]
+    fn every_export_goes_through_the_macro() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let symbols = std::fs::read_to_string(root.join("../roce-ibverbs/symbols.txt")).unwrap();
+        let n = probe::check_exports(
+            &symbols,
+            |node| node.starts_with("RDMACM_"),
+            &root.join("src"),
+            &["exit.rs: at_exit"],
+        );
+        assert!(n.as_ref().is_ok_and(|&n| n > 60), "{n:?}");
     }
 }

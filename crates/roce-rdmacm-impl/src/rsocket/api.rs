@@ -5,9 +5,9 @@
 use std::os::raw::{c_int, c_long, c_void};
 
 use super::*;
-use crate::cm::conn::rdma_listen;
-use crate::cm::id::{rdma_bind_addr, rdma_set_option};
+use crate::conn::rdma_listen;
 use crate::ffi::minus_one;
+use crate::id::{rdma_bind_addr, rdma_set_option};
 
 /// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
 const SOL_RDMA: c_int = 0x10000;
