@@ -7,7 +7,9 @@ each path that names a module of the crate (`crate::a::b`, `super::x`,
 imports with modules cut to DEPTH path components (default 1: `cm`,
 `context`, `cq` ...; 2 also splits `cm::rsocket`, `debug::trace`), and
 prints each strongly connected component of more than one module.
-Exits 1 when there is one.
+Exits 1 when there is one. A parent's own `mod x;` and relative `x::`
+paths are not edges (a child always sees its parent), nor is the crate
+root a node.
 
     .ci/modcycles.py [--depth N] [--edges] [SRC]
 """

@@ -7,8 +7,8 @@ use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::raw::{c_char, c_int};
 
-use super::id::to_sockaddr;
 use super::rc;
+use super::route::to_sockaddr;
 use crate::abi::consts::{IBV_QPT_RC, IBV_QPT_UD};
 use crate::abi::*;
 use crate::ffi::void;
@@ -150,10 +150,10 @@ export! {
             let space = h.map_or(0, |h| h.ai_port_space);
             // SAFETY: NULL or the hints' addresses (of their lengths).
             let hint_src = h.filter(|h| !h.ai_src_addr.is_null() && h.ai_src_len > 0)
-                .and_then(|h| unsafe { super::id::sockaddr_in(h.ai_src_addr) }.ok());
+                .and_then(|h| unsafe { super::route::sockaddr_in(h.ai_src_addr) }.ok());
             // SAFETY: as above.
             let hint_dst = h.filter(|h| !h.ai_dst_addr.is_null() && h.ai_dst_len > 0)
-                .and_then(|h| unsafe { super::id::sockaddr_in(h.ai_dst_addr) }.ok());
+                .and_then(|h| unsafe { super::route::sockaddr_in(h.ai_dst_addr) }.ok());
             if node.is_none() && service.is_none() && hint_src.is_none() && hint_dst.is_none() {
                 return Err(libc::EINVAL);
             }

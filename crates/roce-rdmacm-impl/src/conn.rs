@@ -13,8 +13,8 @@ use std::os::raw::{c_int, c_void};
 
 use roce_verbs::{ConnParam, ListenId, PortSpace, QpState};
 
-use super::dispatch::table;
-use super::id::{bind, bound_context, complete, listen_contexts};
+use super::contexts::{bound_context, listen_contexts};
+use super::id::{bind, complete};
 use super::{lock, rc, Id, State};
 use crate::abi::*;
 use crate::ffi::{arg_mut, Res};
@@ -124,16 +124,16 @@ export! {
                 let ctx = unsafe { verbs::context(c)? };
                 // In the table first: a request may come as soon as the
                 // engine listens.
-                lock(&table(ctx)).register_listener(l, i);
+                lock(&ctx.table()).register_listener(l, i);
                 match ctx.verbs.cm_listen_nowait(space, local.port(), backlog) {
                     Ok(_) => done.push((c, l)),
                     Err(e) => {
-                        lock(&table(ctx)).forget(i);
+                        lock(&ctx.table()).forget(i);
                         for (c, l) in done {
                             // SAFETY: as above.
                             let ctx = unsafe { verbs::context(c)? };
                             ctx.verbs.cm_unlisten(l);
-                            lock(&table(ctx)).forget(i);
+                            lock(&ctx.table()).forget(i);
                         }
                         return Err(match e {
                             roce_verbs::Error::Verbs(roce_verbs::roce_core::VerbsError::Busy) => {
@@ -244,10 +244,10 @@ export! {
                 let l = st.local;
                 drop(st);
                 if let Some(l) = l {
-                    super::id::set_route(i, l, peer);
+                    super::route::set_route(i, l, peer);
                 }
             }
-            lock(&table(ctx)).register(conn, i);
+            lock(&ctx.table()).register(conn, i);
             complete(i)
         })
     }
@@ -287,7 +287,7 @@ export! {
                 ctx.verbs
                     .cm_answer_ud(conn, Some((qp, RDMA_UDP_QKEY)))
                     .map_err(crate::ffi::verr)?;
-                lock(&table(ctx)).forget_conn(conn);
+                lock(&ctx.table()).forget_conn(conn);
                 let mut st = i.st();
                 st.conn = None;
                 st.state = State::Connected;
@@ -346,7 +346,7 @@ fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> Res<()> {
         ctx.verbs.cm_reject_nowait(conn, pd)
     }
     .map_err(crate::ffi::verr)?;
-    lock(&table(ctx)).forget_conn(conn);
+    lock(&ctx.table()).forget_conn(conn);
     let mut st = i.st();
     st.conn = None;
     st.state = State::Closed;

@@ -13,14 +13,13 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use roce_verbs::{CmEvent, CmId, ConnRequest, ListenId, UdRequest};
 
 use super::channel::Event;
-use super::{lock, Channel, Id, State};
+use super::{Channel, Id, State};
 use crate::abi::*;
-use crate::verbs::CmContext;
 use cabi::conv::gid_of;
 
 /// Private data sizes the kernel reports for each message (after
@@ -53,25 +52,17 @@ pub(crate) struct Table {
 // SAFETY: `ctx` is a context kept open for the process; ids as `IdRef`.
 unsafe impl Send for Table {}
 
-/// The table of a context, installing its sink the first time.
-pub(crate) fn table(ctx: &CmContext) -> Arc<Mutex<Table>> {
-    ctx.cm
-        .get_or_init(|| {
-            let t = Arc::new(Mutex::new(Table {
-                ctx: ctx.ibv(),
-                conns: HashMap::new(),
-                listeners: HashMap::new(),
-                early: Vec::new(),
-            }));
-            let sink = t.clone();
-            ctx.verbs
-                .set_cm_sink(Box::new(move |e| lock(&sink).handle(e)));
-            t
-        })
-        .clone()
-}
-
 impl Table {
+    /// The empty table of the context `ctx`.
+    pub(crate) fn new(ctx: *mut ibv_context) -> Table {
+        Table {
+            ctx,
+            conns: HashMap::new(),
+            listeners: HashMap::new(),
+            early: Vec::new(),
+        }
+    }
+
     /// A connection of `id` (its engine id `conn`): events already
     /// waiting for it are delivered now.
     pub(crate) fn register(&mut self, conn: CmId, id: &Id) {
@@ -107,7 +98,7 @@ impl Table {
         self.conns.remove(&conn);
     }
 
-    fn handle(&mut self, e: CmEvent) {
+    pub(crate) fn handle(&mut self, e: CmEvent) {
         match e {
             CmEvent::ConnectRequest(r) => self.request(r),
             CmEvent::UdRequest(r) => self.ud_request(r),
@@ -173,7 +164,7 @@ impl Table {
             to.clone()
         };
         let local = SocketAddr::new(local, port);
-        let id = super::id::new_id(self.ctx, channel, sync, ps, qp_type, context);
+        let id = Id::new(self.ctx, channel, sync, ps, qp_type, context);
         {
             let mut st = id.st();
             st.state = State::Requested;
@@ -181,7 +172,7 @@ impl Table {
             st.peer = Some(peer);
             st.conn = Some(conn);
         }
-        super::id::set_route(&id, local, peer);
+        super::route::set_route(&id, local, peer);
         // SAFETY: a fresh id's C view.
         unsafe { (*id.c()).port_num = 1 };
         // The program frees it (rdma_destroy_id); until then the table

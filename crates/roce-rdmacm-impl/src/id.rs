@@ -1,296 +1,21 @@
 //! Ids and addresses: `rdma_create_id`, `rdma_destroy_id`,
 //! `rdma_migrate_id`, `rdma_set_option`, `rdma_bind_addr`,
 //! `rdma_resolve_addr`, `rdma_resolve_route`, the port getters and
-//! `rdma_get_devices`; and which context an address gets (module docs of
-//! `cm`).
+//! `rdma_get_devices`. Which context an address gets is `contexts`'s,
+//! the addresses and route an id holds `route`'s.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::raw::{c_int, c_void};
-use std::sync::{Arc, Mutex};
 
 use super::channel::{deliver, Event};
-use super::dispatch::table;
-use super::{lock, ports, rc, Channel, Id, IdState, State};
+use super::contexts::{all_contexts, bound_context, context_at, context_towards};
+use super::contexts::{is_loopback, listen_contexts};
+use super::route::{set_route, set_source, sockaddr_in};
+use super::{lock, ports, rc, Channel, Id, State};
 use crate::abi::*;
-use crate::config::log;
 use crate::ffi::{arg_mut, ptr_ret, Res};
 use crate::ffi::{value_or, void};
-use crate::verbs::{self, live, side};
-use cabi::conv::{gid_of, mtu_enum};
-
-/// A new id (not yet in any table).
-pub(crate) fn new_id(
-    verbs: *mut ibv_context,
-    channel: Arc<Channel>,
-    sync: bool,
-    ps: u32,
-    qp_type: u32,
-    context: *mut c_void,
-) -> Box<Id> {
-    // SAFETY: all-zero is a valid rdma_cm_id (NULL pointers, zeros, and
-    // zeroed socket addresses).
-    let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
-    c.verbs = verbs;
-    c.channel = channel.ptr();
-    c.context = context;
-    c.ps = ps;
-    c.qp_type = qp_type;
-    if !verbs.is_null() {
-        c.port_num = 1;
-    }
-    Box::new(Id {
-        cview: std::cell::UnsafeCell::new(c),
-        sync: sync.into(),
-        st: Mutex::new(IdState {
-            state: State::Idle,
-            channel,
-            local: None,
-            peer: None,
-            conn: None,
-            listens: Vec::new(),
-            path: Box::default(),
-            own_cqs: false,
-            own_pd: false,
-            ep_qp_attr: None,
-            tos: 0,
-            ack_timeout: 0,
-            reuse: false,
-            afonly: false,
-            depths: (0, 0),
-        }),
-    })
-}
-
-/// A socket address from a program's `struct sockaddr`.
-///
-/// # Safety
-/// `sa` must be NULL or point to a socket address of its family's size.
-pub(crate) unsafe fn sockaddr_in(sa: *const libc::sockaddr) -> Res<SocketAddr> {
-    // SAFETY: the caller's contract.
-    let fam = unsafe { sa.as_ref() }.ok_or(libc::EINVAL)?.sa_family as c_int;
-    match fam {
-        libc::AF_INET => {
-            // SAFETY: an AF_INET address is a sockaddr_in.
-            let s = unsafe { &*sa.cast::<libc::sockaddr_in>() };
-            Ok(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
-                u16::from_be(s.sin_port),
-            ))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: an AF_INET6 address is a sockaddr_in6.
-            let s = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
-            Ok(SocketAddr::new(
-                IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
-                u16::from_be(s.sin6_port),
-            ))
-        }
-        // AF_IB addresses need an InfiniBand fabric.
-        _ => Err(libc::EAFNOSUPPORT),
-    }
-}
-
-/// The C union of an address.
-pub(crate) fn to_sockaddr(a: SocketAddr) -> rdma_sockaddr {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut u: rdma_sockaddr = unsafe { std::mem::zeroed() };
-    match a {
-        SocketAddr::V4(v4) => {
-            u.sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v4.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            }
-        }
-        SocketAddr::V6(v6) => {
-            u.sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            }
-        }
-    }
-    u
-}
-
-/// Fills the id's route: both addresses, their GIDs, one path record.
-pub(crate) fn set_route(id: &Id, local: SocketAddr, peer: SocketAddr) {
-    let mut st = id.st();
-    st.path.sgid = gid_of(local.ip());
-    st.path.dgid = gid_of(peer.ip());
-    st.path.pkey = 0xffff_u16.to_be();
-    st.path.hop_limit = 64;
-    st.path.numb_path = 1;
-    st.path.reversible = 1;
-    st.path.mtu_selector = 2;
-    st.path.mtu = id
-        .ctx()
-        .map_or(mtu_enum(1024) as u8, |c| mtu_enum(c.mtu) as u8);
-    st.path.rate_selector = 2;
-    st.path.packet_life_time_selector = 2;
-    st.path.packet_life_time = 14;
-    let path: *mut ibv_sa_path_rec = &mut *st.path;
-    // SAFETY: the id's C view; the program only reads the route.
-    let c = unsafe { &mut *id.c() };
-    c.route.addr.src = to_sockaddr(local);
-    c.route.addr.dst = to_sockaddr(peer);
-    c.route.addr.ibaddr = rdma_ib_addr {
-        sgid: gid_of(local.ip()),
-        dgid: gid_of(peer.ip()),
-        pkey: 0xffff_u16.to_be(),
-    };
-    c.route.path_rec = path;
-    c.route.num_paths = 1;
-}
-
-/// Sets only the source address of the route (a bound id).
-fn set_source(id: &Id, local: SocketAddr) {
-    // SAFETY: the id's C view; the program only reads the route.
-    let c = unsafe { &mut *id.c() };
-    c.route.addr.src = to_sockaddr(local);
-    c.route.addr.ibaddr.sgid = gid_of(local.ip());
-    c.route.addr.ibaddr.pkey = 0xffff_u16.to_be();
-}
-
-fn is_loopback(a: IpAddr) -> bool {
-    a.to_canonical().is_loopback()
-}
-
-/// Whether `a` is an address of this host (any interface).
-fn is_local(a: IpAddr) -> bool {
-    is_loopback(a)
-        || roce_verbs::Device::list()
-            .map(|l| l.iter().any(|d| d.gids().contains(&a)))
-            .unwrap_or(false)
-}
-
-/// The open context (the program's or librdmacm's) whose address `f`
-/// accepts, pinned for librdmacm: ids share the one context of an
-/// address (as rdma-core's share one per device), and it stays open for
-/// the process's life (ids and the objects made on them point into it).
-fn opened(f: impl Fn(IpAddr) -> bool) -> Option<*mut ibv_context> {
-    live().into_iter().find_map(|p| {
-        // SAFETY: the live contexts of this library.
-        let c = unsafe { verbs::context(p) }.ok()?;
-        f(c.local).then(|| {
-            c.pin();
-            p
-        })
-    })
-}
-
-/// A new context of `dev` (on `at`, or where `ibv_open_device` would
-/// open it), kept open for librdmacm.
-fn open_pinned(dev: &roce_verbs::Device, at: Option<IpAddr>) -> Res<*mut ibv_context> {
-    let ctx = side()?.open(dev, at)?;
-    // SAFETY: just opened by the verbs library.
-    unsafe { verbs::context(ctx)? }.pin();
-    Ok(ctx)
-}
-
-/// The device that owns `addr` (the loopback device for 127/8 and ::1).
-fn device_of(addr: IpAddr) -> Res<&'static roce_verbs::Device> {
-    let side = side()?;
-    side.devices()?
-        .into_iter()
-        .find(|d| side.owns(d, addr))
-        .ok_or(libc::EADDRNOTAVAIL)
-}
-
-/// The context on exactly `addr` (opened the first time).
-pub(crate) fn context_at(addr: IpAddr) -> Res<*mut ibv_context> {
-    if let Some(c) = opened(|a| a == addr) {
-        return Ok(c);
-    }
-    open_pinned(device_of(addr)?, Some(addr))
-}
-
-/// A loopback context of the family of `v6`: one already open, or a new
-/// one on the first free loopback address.
-fn loopback_context(v6: bool) -> Res<*mut ibv_context> {
-    if let Some(c) = opened(|a| is_loopback(a) && a.is_ipv6() == v6) {
-        return Ok(c);
-    }
-    let dev = side()?
-        .devices()?
-        .into_iter()
-        .find(|d| d.interface().loopback)
-        .ok_or(libc::ENODEV)?;
-    open_pinned(dev, v6.then_some(IpAddr::V6(Ipv6Addr::LOCALHOST)))
-}
-
-/// The source address the kernel's routing picks towards `dst`, or the
-/// routing error.
-fn route_source(dst: IpAddr) -> Res<IpAddr> {
-    roce_verbs::loopback::route_source(dst)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENETUNREACH))
-}
-
-/// The context to reach `dst` from: a loopback one for this host's own
-/// addresses, else the one on the routed source address.
-fn context_towards(dst: IpAddr) -> Res<*mut ibv_context> {
-    if is_local(dst) {
-        return loopback_context(dst.is_ipv6() && dst.to_canonical().is_ipv6());
-    }
-    context_at(route_source(dst)?)
-}
-
-/// A context for each device (loopback: the one the process uses).
-fn all_contexts() -> Res<Vec<*mut ibv_context>> {
-    let mut out = Vec::new();
-    for d in side()?.devices()? {
-        let c = if d.interface().loopback {
-            loopback_context(false)
-        } else {
-            match d.gids().iter().find(|a| a.is_ipv4()).or(d.gids().first()) {
-                Some(a) => context_at(*a),
-                None => continue,
-            }
-        };
-        match c {
-            Ok(c) => out.push(c),
-            Err(e) => log!("librdmacm: {} not used: errno {e}", d.name()),
-        }
-    }
-    Ok(out)
-}
-
-/// The context an id is tied to: its `verbs`, or for an id bound to a
-/// loopback address (whose `verbs` stays NULL, see `bind`) the loopback
-/// context on that address; None for an unbound or wildcard id.
-pub(crate) fn bound_context(i: &Id) -> Res<Option<*mut ibv_context>> {
-    // SAFETY: the id's C view.
-    let verbs = unsafe { (*i.c()).verbs };
-    if !verbs.is_null() {
-        return Ok(Some(verbs));
-    }
-    match i.st().local {
-        Some(a) if is_loopback(a.ip()) => context_at(a.ip()).map(Some),
-        _ => Ok(None),
-    }
-}
-
-/// The contexts a wildcard listener listens on.
-pub(crate) fn listen_contexts(any: IpAddr) -> Res<Vec<*mut ibv_context>> {
-    let all = all_contexts()?;
-    // SAFETY: contexts this library opened and keeps open.
-    let fits = |c: &*mut ibv_context| {
-        unsafe { verbs::context(*c) }
-            .is_ok_and(|c| c.local.is_ipv4() == any.is_ipv4() || any.is_ipv6())
-    };
-    let v: Vec<_> = all.into_iter().filter(fits).collect();
-    if v.is_empty() {
-        return Err(libc::ENODEV);
-    }
-    Ok(v)
-}
+use crate::verbs;
 
 export! {
     /// `rdma_create_id`: without a channel the id is synchronous (its
@@ -311,7 +36,7 @@ export! {
                 // SAFETY: the program's channel.
                 unsafe { Channel::from_ptr(ch)? }
             };
-            let id = new_id(std::ptr::null_mut(), channel, sync, ps, qp_type, context);
+            let id = Id::new(std::ptr::null_mut(), channel, sync, ps, qp_type, context);
             *out = Box::into_raw(id).cast();
             Ok(())
         })
@@ -338,11 +63,11 @@ pub(crate) fn destroy(id: *mut rdma_cm_id) -> Res<()> {
         // SAFETY: contexts of this library, open for the process.
         if let Ok(ctx) = unsafe { verbs::context(*c) } {
             ctx.verbs.cm_unlisten(*l);
-            lock(&table(ctx)).forget(i);
+            lock(&ctx.table()).forget(i);
         }
     }
     if let Ok(ctx) = i.ctx() {
-        lock(&table(ctx)).forget(i);
+        lock(&ctx.table()).forget(i);
         if let Some(c) = conn {
             ctx.verbs.cm_release(c);
         }

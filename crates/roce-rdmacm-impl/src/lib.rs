@@ -43,15 +43,18 @@ use cabi::{abi, config, eventfd, ffi};
 mod addrinfo;
 mod channel;
 mod conn;
+mod contexts;
 mod dispatch;
 mod exit;
 mod id;
 pub(crate) mod ports;
 mod qp;
+mod route;
 mod rsocket;
 pub mod verbs;
 
 use std::net::SocketAddr;
+use std::os::raw::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use roce_verbs::{CmId, ListenId};
@@ -151,6 +154,49 @@ unsafe impl Send for Id {}
 unsafe impl Sync for Id {}
 
 impl Id {
+    /// A new id (not yet in any table).
+    pub(crate) fn new(
+        verbs: *mut ibv_context,
+        channel: Arc<Channel>,
+        sync: bool,
+        ps: u32,
+        qp_type: u32,
+        context: *mut c_void,
+    ) -> Box<Id> {
+        // SAFETY: all-zero is a valid rdma_cm_id (NULL pointers, zeros, and
+        // zeroed socket addresses).
+        let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
+        c.verbs = verbs;
+        c.channel = channel.ptr();
+        c.context = context;
+        c.ps = ps;
+        c.qp_type = qp_type;
+        if !verbs.is_null() {
+            c.port_num = 1;
+        }
+        Box::new(Id {
+            cview: std::cell::UnsafeCell::new(c),
+            sync: sync.into(),
+            st: Mutex::new(IdState {
+                state: State::Idle,
+                channel,
+                local: None,
+                peer: None,
+                conn: None,
+                listens: Vec::new(),
+                path: Box::default(),
+                own_cqs: false,
+                own_pd: false,
+                ep_qp_attr: None,
+                tos: 0,
+                ack_timeout: 0,
+                reuse: false,
+                afonly: false,
+                depths: (0, 0),
+            }),
+        })
+    }
+
     /// The id behind a program's pointer.
     ///
     /// # Safety

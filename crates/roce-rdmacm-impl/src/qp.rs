@@ -9,7 +9,8 @@
 
 use std::os::raw::c_int;
 
-use super::id::{bind, destroy, sockaddr_in};
+use super::id::{bind, destroy};
+use super::route::sockaddr_in;
 use super::{rc, Id};
 use crate::abi::consts::{IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
 use crate::abi::*;

@@ -146,6 +146,20 @@ impl CmContext {
         self.pinned.store(true, Ordering::Release);
     }
 
+    /// The map of the context's connections, made (and the engine's CM
+    /// events sent to it) the first time.
+    pub(crate) fn table(&self) -> Arc<Mutex<Table>> {
+        self.cm
+            .get_or_init(|| {
+                let t = Arc::new(Mutex::new(Table::new(self.ibv())));
+                let sink = t.clone();
+                self.verbs
+                    .set_cm_sink(Box::new(move |e| crate::lock(&sink).handle(e)));
+                t
+            })
+            .clone()
+    }
+
     /// Whether librdmacm uses the context (the verbs side's
     /// `ibv_close_device` then only flushes it).
     pub fn pinned(&self) -> bool {

@@ -170,7 +170,7 @@ fn shutdown(s: &Sock, how: c_int) -> Res<()> {
     if g.state & RS_CONNECTED != 0 {
         if let Some(st) = g.s.as_mut() {
             if st.ctrl_avail() {
-                st.post_msg(data::msg(RS_OP_CTRL, ctrl))?;
+                st.post_msg(msg(RS_OP_CTRL, ctrl))?;
             }
         }
     }

@@ -8,7 +8,7 @@ use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
 use super::buf::Region;
-use super::data::{Stream, IOMAP_LEN};
+use super::data::Stream;
 use super::*;
 use crate::abi::consts::IBV_QPT_RC;
 use crate::abi::*;

@@ -12,16 +12,8 @@ use super::*;
 use crate::abi::*;
 use crate::ffi::{verr, Res};
 
-/// Size of `struct rs_iomap` (offset, then an rs_sge).
-pub(super) const IOMAP_LEN: u32 = 24;
-
 /// `wr_id` bit of a receive (rsocket.c's `RS_WR_ID_FLAG_RECV`).
 const WR_RECV: u64 = 1 << 63;
-
-/// The message of an immediate: op in bits 31:29, data in 28:0.
-pub(super) fn msg(op: u32, data: u32) -> u32 {
-    (op << 29) | (data & 0x1fff_ffff)
-}
 
 /// A connection's buffers and the protocol state each side keeps.
 pub(super) struct Stream {

@@ -9,7 +9,6 @@ use std::sync::MutexGuard;
 
 use roce_verbs::{Payload, SendOp};
 
-use super::data::{msg, IOMAP_LEN};
 use super::*;
 use crate::ffi::minus_one;
 use crate::verbs::{ibv_dereg_mr, ibv_reg_mr};

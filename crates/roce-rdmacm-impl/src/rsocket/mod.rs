@@ -38,6 +38,14 @@ use crate::ffi::Res;
 use data::Stream;
 
 /// rsocket.c's constants (`docs/rsocket.md`, "Sizes").
+/// Size of `struct rs_iomap` (offset, then an rs_sge).
+pub(super) const IOMAP_LEN: u32 = 24;
+
+/// The message of an immediate: op in bits 31:29, data in 28:0.
+pub(super) fn msg(op: u32, data: u32) -> u32 {
+    (op << 29) | (data & 0x1fff_ffff)
+}
+
 const RS_OLAP_START_SIZE: u32 = 2048;
 const RS_MAX_TRANSFER: u32 = 65536;
 const RS_SNDLOWAT: u32 = 2048;
