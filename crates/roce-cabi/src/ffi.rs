@@ -254,7 +254,7 @@ pub fn copy_cstr(dst: &mut [std::os::raw::c_char], s: &str) {
 /// ..)` or `value_or(fallback, ..)` (imported where the macro is
 /// used). The macro accepts no other shape, so no export can leave out
 /// the panic boundary or its error value, and in tests each export is
-/// registered as a [`probe::Probe`] of its convention (there is no probe
+/// registered as a `probe::Probe` of its convention (there is no probe
 /// check for any other name), which checks that value with the body
 /// made to panic.
 #[macro_export]

@@ -4,17 +4,22 @@
 //! unmodified over RoCE v2 on UDP sockets, without an RDMA NIC, a kernel
 //! module or root; and, under librdmacm's version nodes, the RDMA CM and
 //! rsocket API that the `librdmacm.so.1` stub of `roce-rdmacm` points
-//! programs to (`cm`). `docs/dropin.md` is the guide: what is
+//! programs to: the functions of crate `roce-rdmacm-impl`, linked in,
+//! whose verbs side is `cm_side`.
+//! `docs/architecture.md` ("The drop-in libraries") has how the crates
+//! meet; `docs/dropin.md` is the guide: what is
 //! implemented, how devices and addresses are chosen, the environment
 //! variables, and the programs it is tested with; `docs/rsocket.md` has
 //! the rsocket protocol.
 //!
 //! Where it sits: a C program's calls enter through the exported
-//! functions (each behind `ffi`'s panic boundary), which work on the
-//! objects behind the pointers the program holds (`context`, `pd`,
-//! `cq`, `qp`, `srq`, `cm`), each wrapping a `roce-verbs` object.
+//! functions (each behind the panic boundary of `roce-cabi`'s `ffi`),
+//! which work on the objects behind the pointers the program holds
+//! (`context`, `pd`, `cq`, `qp`, `srq`), each wrapping a `roce-verbs`
+//! object; `open` opens and closes contexts and fills their ops tables
+//! from those modules, which import one another without cycles.
 //!
-//! [`abi`] is the headers' structures, field for field; its layout
+//! [`abi`] (`roce-cabi`'s) is the headers' structures, field for field; its layout
 //! table is what `tests/layout.rs` compares with the real headers:
 //!
 //! ```

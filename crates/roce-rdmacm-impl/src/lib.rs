@@ -3,17 +3,25 @@
 //! cm_connect_nowait` and its siblings), so that programs connect by IP
 //! address and port as they do over the kernel's rdma_cm.
 //!
-//! These functions live in this library, `libibverbs.so.1`, under
+//! This crate is an rlib linked into the drop-in `libibverbs.so.1`
+//! (crate `roce-ibverbs`), which exports its functions under
 //! librdmacm's version nodes (`RDMACM_1.0` ...); the `librdmacm.so.1`
 //! that programs load (crate `roce-rdmacm`) is a stub that defines those
-//! version nodes and needs this library, so the dynamic linker finds
-//! each `rdma_*@RDMACM_1.x` here. glibc moved libpthread into libc the
+//! version nodes and needs `libibverbs.so.1`, so the dynamic linker finds
+//! each `rdma_*@RDMACM_1.x` there. glibc moved libpthread into libc the
 //! same way. One library means one copy of the state: the contexts that
-//! `id->verbs` points to are the contexts of this library's verbs.
+//! `id->verbs` points to are the contexts of the library's verbs, which
+//! this crate reaches only through [`verbs::Verbs`], implemented by
+//! `roce-ibverbs` (`docs/architecture.md`, "The drop-in libraries").
+//! The C structures, the export boundary and the settings are
+//! `roce-cabi`'s.
 //!
 //! The pieces:
 //! * `channel`: event channels (an eventfd programs poll) and events;
-//! * `id`: `rdma_cm_id`s, addresses, routes, options, devices;
+//! * `id`: `rdma_cm_id`s, addresses, options, devices;
+//! * `route`: an id's socket addresses and route;
+//! * `contexts`: which context of the verbs library an id uses;
+//! * `verbs`: the interface to the verbs library;
 //! * `conn`: listen, connect, accept, reject, disconnect;
 //! * `qp`: the QPs, CQs and endpoints librdmacm makes for a program;
 //! * `dispatch`: the engine's CM events turned into `rdma_cm_event`s on
@@ -22,7 +30,7 @@
 //! * `exit`: connections given up when the process exits, as the
 //!   kernel does for a process's ids;
 //! * `rsocket`: the rsocket API (`rsocket`, `rsend`, `riomap` ...) for
-//!   stream sockets, over the calls above and this library's verbs
+//!   stream sockets, over the calls above and the library's verbs
 //!   (`docs/rsocket.md`).
 //!
 //! How an id finds a context (`docs/dropin.md`): binding to an address

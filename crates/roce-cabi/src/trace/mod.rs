@@ -6,7 +6,7 @@
 //! The hook is the C boundary itself: `export!` and `entry!` (`ffi.rs`)
 //! wrap every entry point in [`Call::begin`] .. [`Call::end`] when
 //! [`enabled`] says so, which with tracing off is one relaxed atomic load.
-//! The arguments are decoded by type and name ([`decode`]). A call made
+//! The arguments are decoded by type and name (`decode`). A call made
 //! while the same thread is inside a traced call (the library calling its
 //! own exports, or a signal handler calling a verb) is not traced, so the
 //! trace never re-enters itself.
