@@ -61,14 +61,19 @@ pub trait Verbs: Sync {
     fn calls(&self) -> &Calls;
 }
 
-/// The exported verbs functions librdmacm calls (`<infiniband/verbs.h>`
+/// The exported verbs functions librdmacm calls, each field the
+/// function of its name with `ibv_` before it (`<infiniband/verbs.h>`
 /// signatures).
-#[allow(missing_docs)]
 pub struct Calls {
+    /// `ibv_alloc_pd`.
     pub alloc_pd: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd,
+    /// `ibv_dealloc_pd`.
     pub dealloc_pd: unsafe extern "C" fn(*mut ibv_pd) -> c_int,
+    /// `ibv_create_comp_channel`.
     pub create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
+    /// `ibv_destroy_comp_channel`.
     pub destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
+    /// `ibv_create_cq`.
     pub create_cq: unsafe extern "C" fn(
         *mut ibv_context,
         c_int,
@@ -76,16 +81,26 @@ pub struct Calls {
         *mut ibv_comp_channel,
         c_int,
     ) -> *mut ibv_cq,
+    /// `ibv_destroy_cq`.
     pub destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
+    /// `ibv_get_cq_event`.
     pub get_cq_event:
         unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
+    /// `ibv_ack_cq_events`.
     pub ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, u32),
+    /// `ibv_create_qp`.
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
+    /// `ibv_modify_qp`.
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    /// `ibv_destroy_qp`.
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    /// `ibv_create_srq`.
     pub create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
+    /// `ibv_destroy_srq`.
     pub destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
+    /// `ibv_reg_mr`.
     pub reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
+    /// `ibv_dereg_mr`.
     pub dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
 }
 
