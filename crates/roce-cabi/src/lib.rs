@@ -40,3 +40,23 @@ pub mod config;
 pub mod conv;
 pub mod eventfd;
 pub mod trace;
+
+/// No C function is defined in this crate outside the macros but the
+/// trace's `atexit` and fork handlers and a unit test's signal handler,
+/// each of which catches panics itself or cannot panic.
+#[cfg(all(test, feature = "probe"))]
+mod exports {
+    #[test]
+    fn no_c_entry_point_outside_the_macros() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let allowed = [
+            "ffi.rs: #[export_name = concat!(\"roce_abi_\", stringify!($name))]",
+            "ffi.rs: $name",
+            "trace/mod.rs: at_exit",
+            "trace/mod.rs: at_fork_child",
+            "eventfd.rs: on_signal",
+        ];
+        let n = crate::ffi::probe::check_exports("", |_| false, &src, &allowed);
+        assert_eq!(n, Ok(0));
+    }
+}
