@@ -78,7 +78,9 @@ def main():
                 graph.setdefault(here, set()).add(there)
             graph.setdefault(there, set())
     sccs = tarjan(graph)
-    name = "::".join
+    def name(m):
+        return "::".join(m) or "(root)"
+
     if edges_too:
         for a in sorted(graph):
             print(f"{name(a)} -> {', '.join(sorted(map(name, graph[a])))}")
