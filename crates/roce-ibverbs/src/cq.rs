@@ -11,14 +11,15 @@ use std::time::Duration;
 use roce_verbs::{Completion, CqId, NetworkHdr, Wc, WcFlags};
 
 use crate::abi::*;
-use crate::context::{same_context, Context, Raw};
+use crate::context::{same_context, Context, Objects};
 use crate::eventfd::EventFd;
+use crate::ffi::Raw;
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
 use crate::ffi::{count_neg, value_or, void};
 
 /// The objects table's key of a CQ.
-pub(crate) fn key(id: CqId) -> u32 {
-    id.0
+fn key(id: CqId) -> u32 {
+    Objects::cq_key(id)
 }
 
 /// A completion channel: the C view first; `fd` is the program's number
@@ -407,9 +408,8 @@ export! {
             if q.users.load(Ordering::Acquire) != 0 {
                 return Err(libc::EBUSY);
             }
-            crate::debug::cq_destroyed(q);
-            // SAFETY: a CQ's context outlives it.
-            let c = unsafe { &*q.ctx };
+            let c = q.context();
+            crate::debug::cq_destroyed((&c.device.info.name(), c.local), q.cq.id().0, &q.by_status);
             c.objects.lock().unwrap_or_else(|p| p.into_inner()).cqs.remove(&key(q.cq.id()));
             c.children.fetch_sub(1, Ordering::Relaxed);
             // SAFETY: a CQ's channel outlives it (destroy refuses before).

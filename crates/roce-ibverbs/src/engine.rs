@@ -14,9 +14,8 @@ use std::sync::{Arc, Mutex, Weak};
 use roce_verbs::AsyncEvent;
 
 use crate::abi::ibv_context;
-use crate::context::{event_of, Context, Raw};
 use crate::device::Device;
-use crate::ffi::Res;
+use crate::ffi::{Raw, Res};
 
 /// An engine and the contexts opened on it.
 pub(crate) struct Engine {
@@ -52,12 +51,14 @@ impl Engine {
     /// The engine of `dev` on `asked`, or with no address asked, on the
     /// device's `default` address or where an earlier default open went
     /// (along 127/8): shared if this process has it, else opened by
-    /// `open`.
+    /// `open`. The engine's asynchronous events go to `route`, which
+    /// hands each to the context that owns its object.
     pub(crate) fn get(
         dev: &'static Device,
         asked: Option<IpAddr>,
         default: Option<IpAddr>,
         open: impl FnOnce() -> Res<(roce_verbs::Context, IpAddr)>,
+        route: fn(&Weak<Engine>, AsyncEvent),
     ) -> Res<Arc<Engine>> {
         let mut all = engines();
         let same = |e: &&Arc<Engine>| {
@@ -84,7 +85,8 @@ impl Engine {
         Ok(e)
     }
 
-    fn contexts(&self) -> std::sync::MutexGuard<'_, Vec<Raw>> {
+    /// The contexts on it.
+    pub(crate) fn contexts(&self) -> std::sync::MutexGuard<'_, Vec<Raw>> {
         self.contexts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -120,37 +122,7 @@ impl Engine {
     }
 }
 
-/// Calls `f` with every open engine and each of its contexts (for the
-/// summary at exit, `crate::debug`).
-pub(crate) fn each_live(mut f: impl FnMut(&Engine, &Context)) {
-    let all: Vec<Arc<Engine>> = engines().clone();
-    for e in &all {
-        for Raw(p) in e.contexts().iter() {
-            // SAFETY: a context on the list is alive (it leaves the list
-            // under this lock before it is freed).
-            if let Ok(c) = unsafe { Context::from_ptr(p.cast()) } {
-                f(e, c);
-            }
-        }
-    }
-}
-
-/// Hands an event to the context owning the object it names (every
-/// context for a device error). An event of an object already destroyed
-/// is dropped, as the kernel drops it with the object.
-fn route(engine: &Weak<Engine>, ev: AsyncEvent) {
-    let Some(e) = engine.upgrade() else { return };
-    for Raw(p) in e.contexts().iter() {
-        // SAFETY: a context on the list is alive (it leaves the list
-        // under this lock before it is freed).
-        let Ok(c) = (unsafe { Context::from_ptr(p.cast()) }) else {
-            continue;
-        };
-        if let Some((ty, element)) = event_of(c, ev) {
-            c.queue_event(Resolved(ty, element));
-            if !matches!(ev, AsyncEvent::DeviceFatal) {
-                return;
-            }
-        }
-    }
+/// The open engines.
+pub(crate) fn all() -> Vec<Arc<Engine>> {
+    engines().clone()
 }

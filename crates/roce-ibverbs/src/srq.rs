@@ -7,15 +7,16 @@ use roce_verbs::SrqId;
 
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::context::{same_context, Raw};
+use crate::context::{same_context, Objects};
 use crate::ffi::posted;
+use crate::ffi::Raw;
 use crate::ffi::{arg, arg_mut, errno_ret, ptr_ret, verr, Res};
 use crate::pd::Pd;
-use crate::post::post_recv_list;
+use crate::wr::post_recv_list;
 
 /// The objects table's key of an SRQ.
-pub(crate) fn key(id: SrqId) -> u32 {
-    id.0
+fn key(id: SrqId) -> u32 {
+    Objects::srq_key(id)
 }
 
 /// An SRQ: the C view first.

@@ -1,7 +1,7 @@
 //! `librdmacm.so.1` of the drop-in libraries: a stub. It defines
 //! librdmacm's version nodes (`RDMACM_1.0` … `RDMACM_1.3`) and needs
 //! this stack's `libibverbs.so.1`, which exports every `rdma_*@RDMACM_1.x`
-//! function (crate `roce-ibverbs`, module `cm`).
+//! function (crate `roce-rdmacm-impl`, linked into `roce-ibverbs`).
 //!
 //! A program linked against rdma-core's librdmacm asks the dynamic
 //! linker for, say, `rdma_connect@RDMACM_1.0` and requires that

@@ -1,6 +1,6 @@
 //! `roce exec --pcap/--faults/--stats/--trace` in the library
 //! (docs/debugging.md): `ROCE_PCAP`, `ROCE_FAULTS`, `ROCE_STATS` and
-//! `ROCE_STATS_JSON`, and `ROCE_TRACE` ([`trace`], read at the first call
+//! `ROCE_STATS_JSON`, and `ROCE_TRACE` (`crate::trace`, read at the first call
 //! rather than the first open, so that it sees `ibv_get_device_list`).
 //!
 //! Unlike the other settings (`config`), these are read once per process,
@@ -11,6 +11,7 @@
 //! stderr and the program runs without that aid (never a failed open).
 //! What it gathers is flushed and said by an `atexit` handler.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
@@ -24,9 +25,42 @@ use crate::config::say;
 
 mod stats;
 mod top;
-pub(crate) mod trace;
 
 pub(crate) use stats::{count_status, cq_destroyed, qp_destroyed, StatusCounts};
+
+/// A live context as the summary at exit and `roce top` see it: the
+/// engine handles of its QPs and its CQs' counts. The debugging aids
+/// know no object of the library; [`Walk`] hands them these.
+pub(crate) struct Seen<'a> {
+    /// The context's engine (its backend's counters).
+    pub(crate) verbs: &'a roce_verbs::Context,
+    /// The device's name and the context's address.
+    pub(crate) device: &'a str,
+    pub(crate) local: IpAddr,
+    /// Tells the contexts apart from one snapshot to the next.
+    pub(crate) key: usize,
+    pub(crate) qps: Vec<&'a roce_verbs::QueuePair>,
+    /// Each CQ's engine id and completions by status.
+    pub(crate) cqs: Vec<(u32, &'a StatusCounts)>,
+}
+
+/// Calls its argument with each live context (`crate::open::seen`,
+/// given at the first open: the module that knows the objects).
+pub(crate) type Walk = fn(&mut dyn FnMut(&Seen<'_>));
+
+static WALK: OnceLock<Walk> = OnceLock::new();
+
+/// Sets how the debugging aids find the live contexts (once per process).
+pub(crate) fn watch(walk: Walk) {
+    let _ = WALK.set(walk);
+}
+
+/// Calls `f` with each live context, once [`watch`] has been given a walk.
+fn each_seen(mut f: impl FnMut(&Seen<'_>)) {
+    if let Some(w) = WALK.get() {
+        w(&mut f);
+    }
+}
 
 /// Where the summary goes.
 enum StatsOut {
@@ -53,11 +87,6 @@ pub(crate) struct Debug {
 
 static DEBUG: OnceLock<Debug> = OnceLock::new();
 
-/// `%p` in a file name becomes the process's ID.
-fn file_name(v: &str) -> PathBuf {
-    PathBuf::from(v.replace("%p", &std::process::id().to_string()))
-}
-
 /// Live lines for the first injections of each rule.
 fn live_line(i: &Injection, r: &roce_io::FaultRule) {
     say(format_args!(
@@ -77,7 +106,7 @@ impl Debug {
     fn from_env() -> Debug {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let pcap = var("ROCE_PCAP").and_then(|v| {
-            let path = file_name(v.trim());
+            let path = crate::config::file_name(v.trim());
             match SharedPcap::create(&path) {
                 Ok(f) => Some((path, f)),
                 Err(e) => {
@@ -103,7 +132,7 @@ impl Debug {
         let stats = var("ROCE_STATS").map(|v| {
             let out = match v.trim() {
                 "1" | "-" | "stderr" => StatsOut::Stderr,
-                f => StatsOut::File(file_name(f)),
+                f => StatsOut::File(crate::config::file_name(f)),
             };
             (
                 out,

@@ -10,36 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use roce_verbs::roce_core::QpCounters;
 
-use super::{Debug, DEBUG};
-use crate::context::Context;
-use crate::cq::Cq;
-use crate::qp::Qp;
-
-/// `ibv_wc_status` values 0 to 21 and rdma-core's names.
-pub(super) const STATUS: [&str; 22] = [
-    "SUCCESS",
-    "LOC_LEN_ERR",
-    "LOC_QP_OP_ERR",
-    "LOC_EEC_OP_ERR",
-    "LOC_PROT_ERR",
-    "WR_FLUSH_ERR",
-    "MW_BIND_ERR",
-    "BAD_RESP_ERR",
-    "LOC_ACCESS_ERR",
-    "REM_INV_REQ_ERR",
-    "REM_ACCESS_ERR",
-    "REM_OP_ERR",
-    "RETRY_EXC_ERR",
-    "RNR_RETRY_EXC_ERR",
-    "LOC_RDD_VIOL_ERR",
-    "REM_INV_RD_REQ_ERR",
-    "REM_ABORT_ERR",
-    "INV_EECN_ERR",
-    "INV_EEC_STATE_ERR",
-    "FATAL_ERR",
-    "RESP_TIMEOUT_ERR",
-    "GENERAL_ERR",
-];
+use super::{each_seen, Debug, Seen, DEBUG};
+use crate::trace::WC_STATUS;
 
 /// Completions polled from one CQ, by status: one relaxed addition per
 /// completion, on the polling thread.
@@ -91,27 +63,23 @@ pub(super) struct Done {
     backend: BTreeMap<&'static str, u64>,
 }
 
-fn ctx_of(c: &Context) -> (String, IpAddr) {
-    (c.device.info.name().to_string(), c.local)
-}
-
-fn qp_rec(q: &Qp, destroyed: bool) -> QpRec {
-    let cc = q.qp.cc_counters();
+fn qp_rec(ctx: (&str, IpAddr), q: &roce_verbs::QueuePair, destroyed: bool) -> QpRec {
+    let cc = q.cc_counters();
     QpRec {
-        ctx: ctx_of(q.pd().ctx()),
-        qpn: q.qp.qpn().value(),
-        qp_type: format!("{:?}", q.qp.qp_type()).to_uppercase(),
-        c: q.qp.counters(),
+        ctx: (ctx.0.to_string(), ctx.1),
+        qpn: q.qpn().value(),
+        qp_type: format!("{:?}", q.qp_type()).to_uppercase(),
+        c: q.counters(),
         cnp: (cc.cnp_sent, cc.cnp_received),
         destroyed,
     }
 }
 
-fn cq_rec(c: &Cq, destroyed: bool) -> CqRec {
+fn cq_rec(ctx: (&str, IpAddr), id: u32, by_status: &StatusCounts, destroyed: bool) -> CqRec {
     CqRec {
-        ctx: ctx_of(c.context()),
-        id: c.cq.id().0,
-        by_status: c.by_status.snapshot(),
+        ctx: (ctx.0.to_string(), ctx.1),
+        id,
+        by_status: by_status.snapshot(),
         destroyed,
     }
 }
@@ -126,18 +94,19 @@ fn done(d: &Debug) -> std::sync::MutexGuard<'_, Done> {
     d.done.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A QP is being destroyed: its counters are kept for the summary.
-pub(crate) fn qp_destroyed(q: &Qp) {
+/// A QP of the context on `ctx` (device, address) is being destroyed:
+/// its counters are kept for the summary.
+pub(crate) fn qp_destroyed(ctx: (&str, IpAddr), q: &roce_verbs::QueuePair) {
     if let Some(d) = stats_on() {
-        let r = qp_rec(q, true);
+        let r = qp_rec(ctx, q, true);
         done(d).qps.push(r);
     }
 }
 
-/// A CQ is being destroyed.
-pub(crate) fn cq_destroyed(c: &Cq) {
+/// A CQ (engine id `id`) of the context on `ctx` is being destroyed.
+pub(crate) fn cq_destroyed(ctx: (&str, IpAddr), id: u32, by_status: &StatusCounts) {
     if let Some(d) = stats_on() {
-        let r = cq_rec(c, true);
+        let r = cq_rec(ctx, id, by_status, true);
         done(d).cqs.push(r);
     }
 }
@@ -158,8 +127,8 @@ pub(super) fn seeded_summary() -> String {
         return String::new();
     };
     let mut all = done(d).backend.clone();
-    crate::engine::each_live(|e, _| {
-        for (k, v) in e.verbs.backend_counters() {
+    each_seen(|c: &Seen<'_>| {
+        for (k, v) in c.verbs.backend_counters() {
             *all.entry(k).or_default() += v;
         }
     });
@@ -181,21 +150,13 @@ pub(super) fn summary(d: &Debug, json: bool) -> String {
         let g = done(d);
         (g.qps.clone(), g.cqs.clone())
     };
-    crate::engine::each_live(|_, c| {
-        let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
-        for r in objs.qps.values() {
-            // SAFETY: a QP on its context's table is alive (it leaves the
-            // table before it is freed).
-            if let Ok(q) = unsafe { Qp::from_ptr(r.0.cast()) } {
-                qps.push(qp_rec(q, false));
-            }
-        }
-        for r in objs.cqs.values() {
-            // SAFETY: as for the QPs.
-            if let Ok(q) = unsafe { Cq::from_ptr(r.0.cast()) } {
-                cqs.push(cq_rec(q, false));
-            }
-        }
+    each_seen(|c: &Seen<'_>| {
+        qps.extend(c.qps.iter().map(|q| qp_rec((c.device, c.local), q, false)));
+        cqs.extend(
+            c.cqs
+                .iter()
+                .map(|&(id, by)| cq_rec((c.device, c.local), id, by, false)),
+        );
     });
     let mut ctxs: Vec<(String, IpAddr)> = qps
         .iter()
@@ -287,5 +248,5 @@ fn statuses(by: &[u64; 22]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
     by.iter()
         .enumerate()
         .filter(|(_, v)| **v != 0)
-        .map(|(i, v)| (STATUS[i], *v))
+        .map(|(i, v)| (WC_STATUS[i], *v))
 }

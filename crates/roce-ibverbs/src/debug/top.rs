@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::roce_core::QpState;
 
+use super::{each_seen, Seen};
 use crate::config::say;
-use crate::cq::Cq;
-use crate::qp::Qp;
 
 /// How often the snapshot is written.
 const PERIOD: Duration = Duration::from_millis(500);
@@ -195,33 +194,27 @@ fn snapshot(prev: &mut Previous) -> String {
         PERIOD.as_millis()
     );
     let mut first_ctx = true;
-    crate::engine::each_live(|_, c| {
-        let key = c as *const _ as usize;
+    each_seen(|c: &Seen<'_>| {
+        let key = c.key;
         let _ = write!(
             s,
             "{}{{\"device\":\"{}\",\"addr\":\"{}\",\"qps\":[",
             if first_ctx { "" } else { "," },
-            c.device.info.name(),
+            c.device,
             c.local
         );
         first_ctx = false;
-        let objs = c.objects.lock().unwrap_or_else(|p| p.into_inner());
         let mut first = true;
-        for r in objs.qps.values() {
-            // SAFETY: a QP on its context's table is alive (it leaves the
-            // table before it is freed), as `stats::summary` relies on.
-            let Ok(q) = (unsafe { Qp::from_ptr(r.0.cast()) }) else {
-                continue;
-            };
-            let qpn = q.qp.qpn().value();
-            let k = q.qp.counters();
-            let cc = q.qp.cc_counters();
+        for q in &c.qps {
+            let qpn = q.qpn().value();
+            let k = q.counters();
+            let cc = q.cc_counters();
             let now4 = [k.tx_packets, k.tx_bytes, k.rx_packets, k.rx_bytes];
             let rate = |i: usize| match (secs, prev.qps.get(&(key, qpn))) {
                 (Some(dt), Some(p)) if dt > 0.0 => now4[i].saturating_sub(p[i]) as f64 / dt,
                 _ => 0.0,
             };
-            let (state, peer, peer_qpn) = match q.qp.query() {
+            let (state, peer, peer_qpn) = match q.query() {
                 Ok(a) => {
                     let connected = !matches!(a.qp_state, QpState::Reset | QpState::Init)
                         && a.dest_qp_num.value() != 0;
@@ -242,7 +235,7 @@ fn snapshot(prev: &mut Previous) -> String {
                  \"seq_naks_sent\":{},\"seq_naks_received\":{},\"error_naks_sent\":{},\"error_naks_received\":{},\
                  \"cnps_sent\":{},\"cnps_received\":{},\"duplicates\":{}}}",
                 if first { "" } else { "," },
-                format!("{:?}", q.qp.qp_type()).to_uppercase(),
+                format!("{:?}", q.qp_type()).to_uppercase(),
                 peer.as_ref().map_or("null".to_string(), |p| format!("\"{p}\"")),
                 if peer.is_some() { peer_qpn } else { 0 },
                 k.tx_packets, k.tx_bytes, k.rx_packets, k.rx_bytes,
@@ -256,18 +249,14 @@ fn snapshot(prev: &mut Previous) -> String {
         }
         s.push_str("],\"cqs\":[");
         let mut first = true;
-        for r in objs.cqs.values() {
-            // SAFETY: as for the QPs.
-            let Ok(q) = (unsafe { Cq::from_ptr(r.0.cast()) }) else {
-                continue;
-            };
-            let by = super::stats::status_snapshot(&q.by_status);
+        for &(id, by_status) in &c.cqs {
+            let by = super::stats::status_snapshot(by_status);
             let errors: u64 = by.iter().skip(1).sum();
             let _ = write!(
                 s,
                 "{}{{\"cq\":{},\"completions\":{},\"errors\":{errors}}}",
                 if first { "" } else { "," },
-                q.cq.id().0,
+                id,
                 by.iter().sum::<u64>()
             );
             first = false;

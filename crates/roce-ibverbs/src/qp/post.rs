@@ -1,0 +1,450 @@
+//! Posting: `ops.post_send` / `ops.post_recv` (what `verbs.h`'s inline
+//! `ibv_post_send` / `ibv_post_recv` call) and the extended QP's
+//! work-request builder (`ibv_wr_start` ... `ibv_wr_complete`).
+
+use std::os::raw::{c_int, c_void};
+
+use smallvec::SmallVec;
+
+use roce_verbs::{Lkey, Payload, Qkey, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge};
+
+use super::Qp;
+use crate::abi::consts::*;
+use crate::abi::*;
+use crate::ffi::{errno_of, errno_ret, posted, void, Res};
+use crate::pd::Ah;
+use crate::wr::{inline, nth, post_recv_list, sgl, Walk};
+
+/// The engine's work request of a C one.
+///
+/// # Safety
+/// `w` is the program's, with its pointers valid.
+unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
+    // SAFETY: the caller's contract.
+    let sges = unsafe { sgl(w.sg_list, w.num_sge, q.cap.max_send_sge)? };
+    // SAFETY: reading the union member the opcode selects.
+    let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
+    let op = match w.opcode {
+        IBV_WR_SEND => SendOp::Send,
+        IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_or_inv)),
+        IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(Rkey::new(w.imm_or_inv)),
+        IBV_WR_RDMA_WRITE => SendOp::Write,
+        IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm(u32::from_be(w.imm_or_inv)),
+        IBV_WR_RDMA_READ => SendOp::Read,
+        IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
+            compare: atomic.compare_add,
+            swap: atomic.swap,
+        },
+        IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
+            add: atomic.compare_add,
+        },
+        // Memory windows, local invalidate, TSO: not on this device.
+        _ => return Err(libc::EINVAL),
+    };
+    let (remote_addr, rkey) = if op.is_atomic() {
+        (atomic.remote_addr, atomic.rkey)
+    } else if op.is_rdma() {
+        (rdma.remote_addr, rdma.rkey)
+    } else {
+        (0, 0)
+    };
+    let payload = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
+        // More than the QP takes inline: EINVAL (as rxe) before a byte
+        // is copied.
+        let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        if len > u64::from(q.cap.max_inline_data) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: inline data is the program's memory.
+        Payload::Inline(unsafe { inline(sges.iter().map(|s| (s.addr, s.length as usize)))? })
+    } else {
+        Payload::Sgl(sges)
+    };
+    let ud = if q.qp.qp_type() == roce_verbs::QpType::Ud {
+        // SAFETY: the program's AH (an Ah: its first field) or NULL.
+        let ah = unsafe { ud.ah.cast::<Ah>().as_ref() }.ok_or(libc::EINVAL)?;
+        crate::context::same_context(&[ah.ibv.context, q.ibv.qp_base.context])?;
+        Some(ah.ah.ud_dest(
+            Qpn::new(ud.remote_qpn & 0xff_ffff),
+            Qkey::new(ud.remote_qkey),
+        ))
+    } else {
+        None
+    };
+    Ok(SendWr {
+        wr_id: w.wr_id,
+        op,
+        payload,
+        // FENCE, SIGNALED, SOLICITED, INLINE have the engine's values.
+        flags: SendFlags(w.send_flags & 0xf),
+        remote_addr,
+        rkey: Rkey::new(rkey),
+        ud,
+    })
+}
+
+/// Posts the WRs converted so far (the first of them is the list's
+/// head `wr`), then answers `e` at `at` if all went in, or the engine's
+/// refusal at the first it took not.
+///
+/// # Safety
+/// `wr` is the program's list, which `wrs` were converted from.
+unsafe fn post_then(
+    q: &Qp,
+    wr: *mut ibv_send_wr,
+    wrs: SmallVec<[SendWr; 8]>,
+    e: c_int,
+    at: *mut ibv_send_wr,
+) -> Result<(), (c_int, *mut ibv_send_wr)> {
+    match q.qp.post_send_list(wrs) {
+        Ok(()) => Err((e, at)),
+        // SAFETY: n is below the WRs walked.
+        Err((n, pe)) => Err((errno_of(&pe), unsafe { nth(wr, n) })),
+    }
+}
+
+entry! {
+    /// `ops.post_send`. On error `*bad` is the first WR not posted; the
+    /// ones before it are posted, as a provider posts them. The list is
+    /// converted first (no heap for up to eight WRs, as `post_send_list`
+    /// keeps them) and posted under one lock; at most `max_send_wr` WRs
+    /// are walked (see [`Walk`]).
+    fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+        posted(bad, wr, || {
+            // SAFETY: the program's QP.
+            let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
+            let mut wrs: SmallVec<[SendWr; 8]> = SmallVec::new();
+            let mut walk = Walk::new(wr, q.cap.max_send_wr as usize);
+            loop {
+                // SAFETY: the program's list.
+                let cur = match unsafe { walk.step() } {
+                    Ok(Some(p)) => p,
+                    Ok(None) => break,
+                    // SAFETY: as above.
+                    Err(over) => return unsafe { post_then(q, wr, wrs, libc::ENOMEM, over) },
+                };
+                // SAFETY: the program's WR.
+                match unsafe { send_wr_of(q, &*cur) } {
+                    Ok(s) => wrs.push(s),
+                    // SAFETY: as above.
+                    Err(e) => return unsafe { post_then(q, wr, wrs, e, cur) },
+                }
+            }
+            // SAFETY: as above.
+            q.qp.post_send_list(wrs)
+                .map_err(|(n, e)| (errno_of(&e), unsafe { nth(wr, n) }))
+        })
+    }
+}
+
+entry! {
+    /// `ops.post_recv`.
+    fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+        posted(bad, wr, || {
+            // SAFETY: the program's QP.
+            let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
+            if !q.srq.is_null() {
+                // Its receives come from the SRQ.
+                return Err((libc::EINVAL, wr));
+            }
+            let (depth, max_sge) = (q.cap.max_recv_wr, q.cap.max_recv_sge);
+            // SAFETY: the program's list.
+            unsafe { post_recv_list(wr, depth, max_sge, |r| q.qp.post_recv(r)) }
+        })
+    }
+}
+
+/// Installs the posting entries of a context's ops table.
+pub(crate) fn install(v: &mut verbs_context) {
+    v.context.ops.post_send = Some(post_send);
+    v.context.ops.post_recv = Some(post_recv);
+}
+
+// --- the work-request builder of ibv_qp_ex ------------------------------
+
+/// The WRs between `ibv_wr_start` and `ibv_wr_complete`, and the first
+/// error met (reported by `ibv_wr_complete`, as providers do).
+#[derive(Default)]
+pub(crate) struct Builder {
+    wrs: Vec<SendWr>,
+    error: Option<c_int>,
+}
+
+/// # Safety
+/// `q` is a QP of this library, used by one thread between `wr_start`
+/// and `wr_complete`/`wr_abort` (the verbs rule for the builder).
+unsafe fn builder<'a>(q: *mut ibv_qp_ex) -> (&'a Qp, &'a mut Builder, &'a ibv_qp_ex) {
+    // SAFETY: the caller's contract.
+    let qp = unsafe { &*q.cast::<Qp>() };
+    // SAFETY: as above: only the building thread touches the builder.
+    (qp, unsafe { &mut *qp.builder.get() }, &qp.ibv)
+}
+
+/// Starts a new WR of `op` with the QP's current `wr_id` and `wr_flags`.
+///
+/// # Safety
+/// As [`builder`].
+unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp, remote_addr: u64, rkey: u32) {
+    // SAFETY: the caller's contract.
+    let (qp, b, x) = unsafe { builder(q) };
+    // No more WRs than the send queue holds (rxe: ENOSPC once it is full).
+    if b.wrs.len() >= qp.cap.max_send_wr as usize {
+        b.error.get_or_insert(libc::ENOSPC);
+        return;
+    }
+    b.wrs.push(SendWr {
+        wr_id: x.wr_id,
+        op,
+        payload: Payload::Sgl(Vec::new()),
+        flags: SendFlags(x.wr_flags & 0xf),
+        remote_addr,
+        rkey: Rkey::new(rkey),
+        ud: None,
+    });
+}
+
+/// The WR being built, or the builder's error if there is none.
+///
+/// # Safety
+/// As [`builder`].
+unsafe fn last<'a>(q: *mut ibv_qp_ex) -> Option<&'a mut SendWr> {
+    // SAFETY: the caller's contract.
+    let (_, b, _) = unsafe { builder(q) };
+    if b.wrs.is_empty() {
+        b.error.get_or_insert(libc::EINVAL);
+    }
+    b.wrs.last_mut()
+}
+
+entry! {
+    /// `ibv_wr_start`.
+    fn wr_start(q: *mut ibv_qp_ex) {
+        void(|| {
+            // SAFETY: the program's QP.
+            let (_, b, _) = unsafe { builder(q) };
+            b.wrs.clear();
+            b.error = None;
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_complete`: posts the WRs built, or the first error met.
+    fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+        errno_ret(|| {
+            // SAFETY: the program's QP.
+            let (qp, b, _) = unsafe { builder(q) };
+            let wrs = std::mem::take(&mut b.wrs);
+            if let Some(e) = b.error.take() {
+                return Err(e);
+            }
+            qp.qp.post_send_list(wrs).map_err(|(_, e)| errno_of(&e))
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_abort`.
+    fn wr_abort(q: *mut ibv_qp_ex) {
+        void(|| {
+            // SAFETY: the program's QP.
+            let (_, b, _) = unsafe { builder(q) };
+            b.wrs.clear();
+            b.error = None;
+            Ok(())
+        })
+    }
+}
+
+/// The builder's operations: each starts a WR (see [`begin`]).
+macro_rules! builder_op {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) => ($op:expr, $addr:expr, $rkey:expr)) => {
+        entry! {
+            $(#[$m])*
+            fn $name(q: *mut ibv_qp_ex, $($a: $t),*) {
+                void(|| {
+                    // SAFETY: the program's QP, in a builder session.
+                    unsafe { begin(q, $op, $addr, $rkey) };
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+
+builder_op!(
+    /// `ibv_wr_send`.
+    fn wr_send() => (SendOp::Send, 0, 0)
+);
+builder_op!(
+    /// `ibv_wr_send_imm`.
+    fn wr_send_imm(imm: u32) => (SendOp::SendWithImm(u32::from_be(imm)), 0, 0)
+);
+builder_op!(
+    /// `ibv_wr_send_inv`.
+    fn wr_send_inv(rkey: u32) => (SendOp::SendWithInv(Rkey::new(rkey)), 0, 0)
+);
+builder_op!(
+    /// `ibv_wr_rdma_write`.
+    fn wr_rdma_write(rkey: u32, addr: u64) => (SendOp::Write, addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_rdma_write_imm`.
+    fn wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) =>
+        (SendOp::WriteWithImm(u32::from_be(imm)), addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_rdma_read`.
+    fn wr_rdma_read(rkey: u32, addr: u64) => (SendOp::Read, addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_atomic_cmp_swp`.
+    fn wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) =>
+        (SendOp::CompareSwap { compare, swap }, addr, rkey)
+);
+builder_op!(
+    /// `ibv_wr_atomic_fetch_add`.
+    fn wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => (SendOp::FetchAdd { add }, addr, rkey)
+);
+
+entry! {
+    /// `ibv_wr_set_sge`.
+    fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+        void(|| {
+            // SAFETY: the program's QP, in a builder session.
+            if let Some(w) = unsafe { last(q) } {
+                w.payload = Payload::Sgl(vec![Sge {
+                    addr,
+                    length,
+                    lkey: Lkey::new(lkey),
+                }]);
+            }
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_sge_list`: a list longer than the QP's `max_send_sge`
+    /// is `ENOSPC` (rxe's answer) from `ibv_wr_complete`, found before
+    /// the list is read.
+    fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+        void(|| {
+            // SAFETY: the program's QP and list of `n` entries.
+            unsafe {
+                let (qp, b, _) = builder(q);
+                let max = qp.cap.max_send_sge;
+                if n > max as usize {
+                    b.error.get_or_insert(libc::ENOSPC);
+                    return Ok(());
+                }
+                match (sgl(list, n as c_int, max), last(q)) {
+                    (Ok(s), Some(w)) => w.payload = Payload::Sgl(s),
+                    (Err(e), _) => {
+                        b.error.get_or_insert(e);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_inline_data`.
+    fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+        void(|| {
+            // SAFETY: the program's QP and buffer.
+            unsafe { set_inline(q, &[ibv_data_buf { addr, length }]) };
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_inline_data_list`.
+    fn wr_set_inline_data_list(q: *mut ibv_qp_ex, n: usize, bufs: *const ibv_data_buf) {
+        void(|| {
+            if n > 0 && bufs.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: the program's QP and `n` buffers.
+            unsafe { set_inline(q, std::slice::from_raw_parts(bufs, n)) };
+            Ok(())
+        })
+    }
+}
+
+/// The inline payload of the WR being built: more than the QP takes
+/// inline is `ENOSPC` from `ibv_wr_complete`, as rxe, found before
+/// anything is copied.
+///
+/// # Safety
+/// As [`builder`]; each buffer is the program's readable memory.
+unsafe fn set_inline(q: *mut ibv_qp_ex, bufs: &[ibv_data_buf]) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let max = builder(q).0.cap.max_inline_data as usize;
+        let Some(w) = last(q) else { return };
+        let total = bufs.iter().try_fold(0usize, |t, d| t.checked_add(d.length));
+        if total.is_none_or(|t| t > max) {
+            builder(q).1.error.get_or_insert(libc::ENOSPC);
+            return;
+        }
+        match inline(bufs.iter().map(|d| (d.addr as u64, d.length))) {
+            Ok(v) => w.payload = Payload::Inline(v),
+            Err(e) => {
+                builder(q).1.error.get_or_insert(e);
+                return;
+            }
+        }
+        w.flags = w.flags | SendFlags::INLINE;
+    }
+}
+
+entry! {
+    /// `ibv_wr_set_ud_addr`.
+    fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+        void(|| {
+            // SAFETY: the program's QP and AH.
+            unsafe {
+                let (qp, b, _) = builder(q);
+                let ah = ah.cast::<Ah>().as_ref();
+                // An AH of another context: EINVAL, as for ibv_post_send.
+                let ah = ah.filter(|a| a.ibv.context == qp.ibv.qp_base.context);
+                match (ah, last(q)) {
+                    (Some(a), Some(w)) => {
+                        w.ud = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
+                    }
+                    (None, _) => {
+                        b.error.get_or_insert(libc::EINVAL);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Fills the builder's entries of a new QP.
+pub(crate) fn install_builder(x: &mut ibv_qp_ex) {
+    x.wr_start = Some(wr_start);
+    x.wr_complete = Some(wr_complete);
+    x.wr_abort = Some(wr_abort);
+    x.wr_send = Some(wr_send);
+    x.wr_send_imm = Some(wr_send_imm);
+    x.wr_send_inv = Some(wr_send_inv);
+    x.wr_rdma_write = Some(wr_rdma_write);
+    x.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    x.wr_rdma_read = Some(wr_rdma_read);
+    x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    x.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    x.wr_set_sge = Some(wr_set_sge);
+    x.wr_set_sge_list = Some(wr_set_sge_list);
+    x.wr_set_inline_data = Some(wr_set_inline_data);
+    x.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    x.wr_set_ud_addr = Some(wr_set_ud_addr);
+}
