@@ -343,7 +343,7 @@ pub(crate) fn check_gid_index(args: &PerfArgs) -> Result<(), PerfError> {
         crate::rping::route_source(addr.ip())
     });
     crate::device::check_gid_index(usize::from(x), local, args.dev.as_deref())
-        .map_err(PerfError::Args)
+        .map_err(|e| PerfError::Args(e.to_string()))
 }
 
 /// The server's own flags the client's parameters override (the client

@@ -93,9 +93,7 @@ fn prepare(s: &mut Session, size: u64) -> Result<(), PerfError> {
                     wr_id: RECV | (q as u64) << 40 | j,
                     sgl: vec![sge],
                 };
-                s.qps[q]
-                    .post_recv(wr)
-                    .map_err(|e| format!("post_recv: {e}"))?;
+                s.qps[q].post_recv(wr).map_err(super::during("post_recv"))?;
             }
         }
     }
@@ -211,7 +209,7 @@ fn drive(
                         wr_id: c.wr_id,
                         sgl: vec![sge],
                     })
-                    .map_err(|e| format!("post_recv: {e}"))?;
+                    .map_err(super::during("post_recv"))?;
             } else {
                 let q = (c.wr_id >> 40) as usize;
                 done[q] = (c.wr_id & 0xff_ffff_ffff) + 1;

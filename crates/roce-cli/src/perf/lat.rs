@@ -56,7 +56,7 @@ impl<'a> Watchdog<'a> {
         }
         std::thread::yield_now();
         if self.int.stopping() {
-            return Err("interrupted".into());
+            return Err(PerfError::Interrupted("interrupted".into()));
         }
         self.alarm.check()?;
         if self.start.get_or_insert_with(Instant::now).elapsed() > STALL {
@@ -377,7 +377,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
             };
             let wr = SendWr::rdma(i, op, vec![sge], r.vaddr, Rkey::new(r.rkey));
             let t0 = Instant::now();
-            qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+            qp.post_send(wr).map_err(super::during("post_send"))?;
             match wait_one(s, &alarm) {
                 Ok(_) => samples.push(t0.elapsed().as_secs_f64() * 1e6),
                 Err(_) if s.stopping() => break,
@@ -401,7 +401,9 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
                     )));
                 }
             } else if got != s.peer_pattern(len as usize) {
-                return Err("READ data differs from the peer's memory".into());
+                return Err(PerfError::Data(
+                    "READ data differs from the peer's memory".into(),
+                ));
             }
         }
         ctl.send(&json!({"type": "done", "ops": i, "interrupted": interrupted}))?;
@@ -458,7 +460,7 @@ fn results(
                 ctl.send(&json!({"type": "result", "result": null}))?;
                 return Ok(Value::Null);
             }
-            return Err("no iteration completed".into());
+            return Err(PerfError::Failed("no iteration completed".into()));
         };
         let mut v = report::lat_json(&r);
         v["row"] = json!(report::lat_row(&r));

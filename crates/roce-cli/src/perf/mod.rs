@@ -37,3 +37,17 @@ impl From<roce_verbs::Error> for error::PerfError {
         error::PerfError::Verbs(Box::new(e))
     }
 }
+
+impl From<crate::device::DeviceError> for error::PerfError {
+    fn from(e: crate::device::DeviceError) -> error::PerfError {
+        error::PerfError::Device(Box::new(e))
+    }
+}
+
+/// A failed verbs (or rdma_cm) call, said with what was being done
+/// (`.map_err(during("post_send"))`).
+pub(crate) fn during<E: std::error::Error + Send + Sync + 'static>(
+    what: impl Into<String>,
+) -> impl FnOnce(E) -> error::PerfError {
+    move |e| error::PerfError::Call(what.into(), Box::new(e))
+}

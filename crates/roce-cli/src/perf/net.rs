@@ -50,7 +50,9 @@ pub(crate) fn first_byte(stream: &TcpStream) -> Result<u8, PerfError> {
     let _ = stream.set_read_timeout(None);
     match r {
         Ok(1) => Ok(b[0]),
-        Ok(_) => Err("the client closed the connection without a word".into()),
+        Ok(_) => Err(PerfError::Protocol(
+            "the client closed the connection without a word".into(),
+        )),
         Err(e)
             if matches!(
                 e.kind(),

@@ -57,7 +57,7 @@ impl DataQp {
             | Access::REMOTE_ATOMIC;
         let mr = pd
             .reg_mr(vec![0u8; (2 * area + ring_bytes) as usize], access)
-            .map_err(|e| format!("cannot register memory: {e}"))?;
+            .map_err(super::during("cannot register memory"))?;
         let cq = ctx.create_cq((p.tx_depth + slots) as usize * 2 + 64, None)?;
         let cap = QpCaps {
             max_send_wr: p.tx_depth as u32 + 16,
@@ -68,7 +68,7 @@ impl DataQp {
         };
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
-            .map_err(|e| format!("cannot create a QP: {e}"))?;
+            .map_err(super::during("cannot create a QP"))?;
         Ok(DataQp {
             mr,
             cq,
@@ -216,7 +216,7 @@ fn requester(t: &Traffic<'_>, recv: bool) -> Result<BwResult, PerfError> {
                 let list = (first..first + room).map(|j| t.send_wr(i, SEND_BIT | j));
                 let r = d.qp.post_send_list(list);
                 k.posted += room;
-                r.map_err(|(_, e)| format!("post_send: {e}"))?;
+                r.map_err(|(_, e)| super::during("post_send")(e))?;
             }
             d.poll(&mut comps)?;
             let now = Instant::now();
@@ -423,7 +423,7 @@ pub(crate) fn write_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>,
             addr,
             rkey,
         );
-        d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+        d.qp.post_send(wr).map_err(super::during("post_send"))?;
         posted = n;
         // perftest polls until the WRITE completed before it looks for
         // the peer's (the ACK is on the round trip).
@@ -466,7 +466,7 @@ pub(crate) fn one_sided(t: &Traffic<'_>) -> Result<Vec<f64>, PerfError> {
         }
         let t0 = Instant::now();
         let wr = SendWr::rdma(n, op, vec![d.mr.sge(d.area, t.size as u32)], addr, rkey);
-        d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+        d.qp.post_send(wr).map_err(super::during("post_send"))?;
         let mut spins = 0u32;
         loop {
             d.poll(&mut comps)?;
@@ -539,7 +539,7 @@ pub(crate) fn send_ping_pong(t: &Traffic<'_>, client: bool) -> Result<Vec<f64>, 
         if completed && (client && sent == 0 || received > sent - u64::from(client)) {
             stamps.push(Instant::now());
             let wr = SendWr::send(id(sent), vec![d.mr.sge(d.area, size as u32)]);
-            d.qp.post_send(wr).map_err(|e| format!("post_send: {e}"))?;
+            d.qp.post_send(wr).map_err(super::during("post_send"))?;
             sent += 1;
             completed = false;
             continue;

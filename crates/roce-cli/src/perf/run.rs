@@ -157,7 +157,7 @@ fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), PerfError> {
     // Refuse bad parameters before a server thread starts waiting.
     Params::from_args(args)?;
     let listener = TcpListener::bind((LOOP_SERVER, args.port))
-        .map_err(|e| format!("cannot listen on {LOOP_SERVER}:{}: {e}", args.port))?;
+        .map_err(|e| PerfError::Io(format!("cannot listen on {LOOP_SERVER}:{}", args.port), e))?;
     let fabric = (args.backend == BackendKind::Fabric).then(roce_io::Fabric::new);
     let mut server_args = args.clone();
     server_args.json = false;
@@ -241,7 +241,7 @@ fn run_server(
     }
     let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = TcpListener::bind((bind, args.port))
-        .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        .map_err(|e| PerfError::Io(format!("cannot listen on port {}", args.port), e))?;
     if !args.json {
         eprintln!(
             "roce perf: waiting for a client on port {} ({}: roce perf {} HOST, or perftest's {} HOST)",
@@ -272,7 +272,11 @@ fn serve(
             }
             return perftest::run_on(args, stream, false);
         }
-        _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
+        _ => {
+            return Err(PerfError::Protocol(
+                "the client speaks neither roce perf's exchange nor perftest's".into(),
+            ))
+        }
     }
     let mut ctl = Control::new(stream, int).map_err(|e| PerfError::Failed(e.to_string()))?;
     let hello = ctl.expect("hello")?;
@@ -313,7 +317,7 @@ fn serve(
         .bind
         .filter(|b| !b.is_unspecified())
         .or(ctl.local_ip())
-        .ok_or("no local address")?;
+        .ok_or_else(|| PerfError::Failed("no local address".into()))?;
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
         Err(e) => {
@@ -386,7 +390,10 @@ fn run_client(
     int: &Interrupts,
 ) -> Result<Vec<Value>, PerfError> {
     let params = Params::from_args(args)?;
-    let server = args.server.as_deref().ok_or("no server")?;
+    let server = args
+        .server
+        .as_deref()
+        .ok_or_else(|| PerfError::Args("no server".into()))?;
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
     args.say_moved();
@@ -394,7 +401,10 @@ fn run_client(
     let mut hello = params.to_json();
     hello["roce_port"] = json!(args.roce_port);
     ctl.send(&hello)?;
-    let local = args.bind.or(ctl.local_ip()).ok_or("no local address")?;
+    let local = args
+        .bind
+        .or(ctl.local_ip())
+        .ok_or_else(|| PerfError::Failed("no local address".into()))?;
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
         Err(e) => {

@@ -33,8 +33,7 @@ fn check_addresses(
     peer: Option<IpAddr>,
 ) -> Result<(), PerfError> {
     let remote = remote.iter().map(|r| (r.qpn, r.addr));
-    crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x")
-        .map_err(PerfError::Failed)
+    crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x").map_err(PerfError::from)
 }
 
 /// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
@@ -153,7 +152,7 @@ impl Session {
             | Access::REMOTE_ATOMIC;
         let mr = pd
             .reg_mr(mem, access)
-            .map_err(|e| format!("cannot register memory: {e}"))?;
+            .map_err(super::during("cannot register memory"))?;
         let cap = QpCaps {
             max_send_wr: params.tx_depth + 16,
             max_recv_wr: ring as u32 + 16,
@@ -166,7 +165,7 @@ impl Session {
             let attr = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap);
             qps.push(
                 pd.create_qp(&attr)
-                    .map_err(|e| format!("cannot create a QP: {e}"))?,
+                    .map_err(super::during("cannot create a QP"))?,
             );
         }
         // Starting PSNs from the operating system's randomness, not from
@@ -247,7 +246,7 @@ impl Session {
                 }),
             };
             qp.connect(Psn::new(m.psn), &ep, &opts)
-                .map_err(|e| format!("cannot connect QP {}: {e}", m.qpn))?;
+                .map_err(super::during(format!("cannot connect QP {}", m.qpn)))?;
         }
         ctl.barrier("connected")?;
         ctl.interrupts().set_up();
