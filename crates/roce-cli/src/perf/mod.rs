@@ -21,13 +21,14 @@ mod perftest_cm;
 mod perftest_peer;
 mod perftest_plan;
 mod perftest_session;
-mod perftest_traffic;
 pub(crate) mod perftest_wire;
 mod print;
 mod progress;
 mod report;
 mod run;
 mod setup;
+mod traffic;
+mod traffic_lat;
 
 pub(crate) use args::PerfArgs;
 pub(crate) use run::run;

@@ -37,10 +37,10 @@ use super::messages::Test;
 use super::net::resolve;
 use super::perftest_plan::{mtu_msg, Plan};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
-use super::perftest_traffic::DataQp;
 use super::perftest_wire::{
     agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
+use super::traffic::DataQp;
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
 const MSG: usize = CM_MSG_LEN;

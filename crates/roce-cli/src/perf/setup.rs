@@ -17,6 +17,7 @@ use super::interrupts::Interrupts;
 use super::messages::endpoints_from_json;
 use super::messages::layout;
 use super::messages::Params;
+use super::traffic::Lane;
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side
@@ -342,6 +343,23 @@ impl Session {
         let row = result.get("row").and_then(Value::as_str).unwrap_or("");
         // Not "roce perf: ...", which introduces errors.
         eprintln!("[size {} of {n} done] {}", k + 1, row.trim());
+    }
+
+    /// QP `q` as a traffic loop uses it: the peer's area, this side's
+    /// source after it, then the receive ring (the layout of
+    /// [`layout`]).
+    pub(crate) fn lane(&self, q: usize) -> Lane<'_> {
+        let base = self.slot_off(q);
+        Lane {
+            mr: &self.mr,
+            cq: &self.cq,
+            qp: &self.qps[q],
+            target: base,
+            source: base + self.max_size,
+            ring: base + 2 * self.max_size,
+            ring_bytes: self.ring * self.max_size,
+            slots: self.ring,
+        }
     }
 
     /// Offset in `mr` of QP `q`'s slot.
