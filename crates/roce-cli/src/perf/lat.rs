@@ -118,6 +118,7 @@ fn traffic<'a>(
             p.iters
         },
         depth: 1,
+        cq_mod: 1,
         test: p.test,
         until: p
             .duration
@@ -125,6 +126,7 @@ fn traffic<'a>(
         duration: p.duration,
         progress_every: s.progress_every,
         verify,
+        peer_says_sent: false,
     }
 }
 
@@ -207,7 +209,7 @@ fn one_sided(s: &mut Session, ctl: &mut Control, size: u64) -> Result<Vec<f64>, 
         // context switch on the round trip, ~100 us under an emulated CPU).
         let mut spins = 0u32;
         loop {
-            let _ = s.cq.poll_one()?;
+            let _ = s.cqs[0].poll_one()?;
             if let Some(m) = ctl.try_recv()? {
                 let ops = m.get("ops").and_then(Value::as_u64).unwrap_or(0);
                 let interrupted = m

@@ -110,6 +110,9 @@ pub(crate) fn run_session(
             plan.iters
         },
         depth: plan.tx_depth,
+        // Every send signaled: a stalled run (the two sides given
+        // different -n) says how many messages got through.
+        cq_mod: 1,
         test: plan.test,
         progress_every: plan.progress_every,
         until: plan
@@ -117,6 +120,7 @@ pub(crate) fn run_session(
             .map(|d| Instant::now() + Duration::from_secs_f64(d)),
         duration: plan.duration,
         verify: None,
+        peer_says_sent: false,
     };
     let mut rows = Vec::new();
     if plan.lat {
@@ -147,7 +151,8 @@ pub(crate) fn run_session(
                 client_traffic(&t, &mut watch())?
             } else {
                 server_receive(&t, &mut watch())?
-            };
+            }
+            .result(size);
             // Timed bidirectional SEND runs exchange no report (each side
             // prints its own figures), as perftest does.
             if plan.bidir && plan.duration.is_none() {
@@ -163,7 +168,7 @@ pub(crate) fn run_session(
         for &size in &plan.sizes {
             ctl.keys(mine)?;
             let t = traffic(size);
-            let row = client_traffic(&t, &mut watch())?;
+            let row = client_traffic(&t, &mut watch())?.result(size);
             if all {
                 ctl.keys(mine)?;
             }
@@ -172,7 +177,7 @@ pub(crate) fn run_session(
         }
     } else if client {
         for &size in &plan.sizes {
-            rows.push(client_traffic(&traffic(size), &mut watch())?);
+            rows.push(client_traffic(&traffic(size), &mut watch())?.result(size));
         }
         ctl.keys(mine)?;
         exchange_report(rows.last(), &traffic(plan.max_size()), ctl)?;

@@ -69,7 +69,8 @@ pub(crate) struct Session {
     pub(crate) params: Params,
     pub(crate) is_client: bool,
     pub(crate) ctx: Context,
-    pub(crate) cq: CompletionQueue,
+    /// One CQ per QP.
+    pub(crate) cqs: Vec<CompletionQueue>,
     pub(crate) qps: Vec<QueuePair>,
     pub(crate) mr: MemoryRegion,
     /// Bytes per QP in `mr`: [0, max) the area the peer accesses,
@@ -78,9 +79,6 @@ pub(crate) struct Session {
     pub(crate) max_size: u64,
     /// Receive buffers per QP (SEND tests).
     pub(crate) ring: u64,
-    /// The SEND tests' receives are posted (once for every size of a run,
-    /// each `max_size` long, so any size fits the ones still queued).
-    pub(crate) recvs_posted: std::sync::atomic::AtomicBool,
     /// The peer's endpoints, one per QP.
     pub(crate) remote: Vec<Endpoint>,
     /// This side's endpoints, one per QP (what the peer was sent).
@@ -133,7 +131,11 @@ impl Session {
         let depth = params.tx_depth as usize * 2 + ring as usize + 64;
         // Room for twice what can be outstanding, within the device's
         // largest CQ (-q 256 -t 4096 asks for more than it has).
-        let cq = ctx.create_cq((depth * params.qps as usize * 2).min(4 << 20), None)?;
+        // One CQ per QP, as perftest's: the loops count each QP's
+        // completions on its own CQ.
+        let cqs = (0..nq)
+            .map(|_| ctx.create_cq((depth * 2).min(4 << 20), None))
+            .collect::<Result<Vec<_>, _>>()?;
         // The area peers access holds this side's pattern (READ sources).
         let mut mem = vec![0u8; (slot * nq) as usize];
         let own = pattern(params.seed ^ is_client as u64, max_size as usize);
@@ -162,8 +164,8 @@ impl Session {
             max_inline_data: 256,
         };
         let mut qps = Vec::new();
-        for _ in 0..nq {
-            let attr = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap);
+        for cq in &cqs {
+            let attr = QpInitAttr::new(QpType::Rc, cq, cq).cap(cap);
             qps.push(
                 pd.create_qp(&attr)
                     .map_err(super::during("cannot create a QP"))?,
@@ -255,13 +257,12 @@ impl Session {
             params,
             is_client,
             ctx,
-            cq,
+            cqs,
             qps,
             mr,
             slot,
             max_size,
             ring,
-            recvs_posted: Default::default(),
             remote,
             local: mine,
             peer_salt: args.verify_salt,
@@ -352,7 +353,7 @@ impl Session {
         let base = self.slot_off(q);
         Lane {
             mr: &self.mr,
-            cq: &self.cq,
+            cq: &self.cqs[q],
             qp: &self.qps[q],
             target: base,
             source: base + self.max_size,
