@@ -13,6 +13,7 @@ mod bw;
 mod control;
 mod error;
 mod interrupts;
+mod lane;
 mod lat;
 pub(crate) mod messages;
 mod net;
