@@ -426,3 +426,45 @@ fn peak(line: &[(f64, u64)], window: u64, size: u64) -> f64 {
     }
     best
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The peak is the best span of at least `window` messages, never
+    /// below the whole run's average, and a burst shorter than the
+    /// window does not count.
+    #[test]
+    fn peak_spans_a_window_of_messages() {
+        // 100 messages a second for 10 s, with a burst of 50 in 0.01 s.
+        let mut line: Vec<(f64, u64)> = (0..=10).map(|s| (s as f64, s * 100)).collect();
+        line.insert(6, (5.01, 550));
+        let size = 1000;
+        let avg = 1000.0 * 100.0;
+        let p = peak(&line, 200, size);
+        assert!(p >= avg, "{p}");
+        // The burst alone (50 messages) is shorter than the window.
+        assert!(p < 50.0 * 1000.0 / 0.01, "{p}");
+        // Windows wider than the run: the average.
+        assert_eq!(peak(&line, 10_000, size), avg);
+        assert_eq!(peak(&[], 1, size), 0.0);
+        assert_eq!(peak(&[(0.0, 0)], 1, size), 0.0);
+    }
+
+    /// Half of each interval between consecutive stamps, in µs.
+    #[test]
+    fn latency_is_half_the_interval_between_sends() {
+        let t0 = Instant::now();
+        let stamps = [
+            t0,
+            t0 + Duration::from_micros(4),
+            t0 + Duration::from_micros(10),
+        ];
+        let h = half_intervals(&stamps);
+        assert_eq!(h.len(), 2);
+        assert!(
+            (h[0] - 2.0).abs() < 1e-6 && (h[1] - 3.0).abs() < 1e-6,
+            "{h:?}"
+        );
+    }
+}

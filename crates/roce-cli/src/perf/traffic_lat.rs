@@ -334,3 +334,30 @@ pub(crate) fn send_ping_pong(
     shown.finish();
     Ok(half_intervals(&stamps))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message is checked against the peer's pattern, its last byte
+    /// (the WRITE ping-pong's count) aside when tagged; nothing is
+    /// checked with `--no-verify`.
+    #[test]
+    fn messages_are_checked_against_the_peers_pattern() {
+        let want = [1u8, 2, 3, 4];
+        assert!(check(&[1, 2, 3, 4], Some(&want), false, 1).is_ok());
+        assert!(check(&[1, 2, 3, 9], Some(&want), true, 1).is_ok());
+        let e = check(&[1, 2, 3, 9], Some(&want), false, 7).unwrap_err();
+        assert!(matches!(e, PerfError::Data(_)), "{e:?}");
+        assert!(e.to_string().contains("iteration 7"), "{e}");
+        assert!(check(&[0, 0, 0, 0], None, false, 1).is_ok());
+    }
+
+    /// The idle checks come every 256th empty spin.
+    #[test]
+    fn idle_checks_every_256_spins() {
+        let mut spins = 0;
+        let n = (0..1024).filter(|_| spun(&mut spins)).count();
+        assert_eq!(n, 4);
+    }
+}
