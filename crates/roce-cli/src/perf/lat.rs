@@ -102,7 +102,7 @@ pub(super) fn run(s: &mut Session, ctl: &mut Control) -> Result<Vec<Value>, Perf
 /// The loop of one side of a run: `iters` (or `-D`) from now, on QP 0.
 fn traffic<'a>(
     s: &Session,
-    lanes: &'a [super::traffic::Lane<'a>],
+    lanes: &'a [super::lane::Lane<'a>],
     remotes: &'a [(u64, Rkey)],
     size: u64,
     verify: Option<&'a [u8]>,

@@ -32,12 +32,12 @@ use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::error::PerfError;
+use super::lane::DataQp;
 use super::messages::Test;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
 use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_wire::{agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN};
-use super::traffic::DataQp;
 use crate::stop::Stop;
 
 /// The TCP side of the exchange.

@@ -33,6 +33,7 @@ use roce_verbs::{
 use super::args::PerfArgs;
 use super::backend::{link_path_mtu, open_context};
 use super::error::PerfError;
+use super::lane::DataQp;
 use super::messages::Test;
 use super::net::resolve;
 use super::perftest_plan::{mtu_msg, Plan};
@@ -40,7 +41,6 @@ use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
 use super::perftest_wire::{
     agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
-use super::traffic::DataQp;
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
 const MSG: usize = CM_MSG_LEN;

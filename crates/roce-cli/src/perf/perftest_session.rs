@@ -25,12 +25,13 @@ use roce_verbs::Rkey;
 
 use super::args::PerfArgs;
 use super::error::PerfError;
+use super::lane::{DataQp, Lane};
 use super::messages::Test;
 use super::perftest_peer::PeerWatch;
 use super::perftest_plan::{print_dest, Plan};
 use super::perftest_wire::{report_msgs, report_value, Dest, VERSION};
 use super::report::{self, BwResult, LatResult};
-use super::traffic::{client_traffic, send_duplex, server_receive, DataQp, Lane, Traffic};
+use super::traffic::{client_traffic, send_duplex, server_receive, Traffic};
 use super::traffic_lat::{one_sided, send_ping_pong, write_ping_pong};
 
 /// A perftest control channel: key-string rounds and 8-byte report

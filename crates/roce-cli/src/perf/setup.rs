@@ -14,10 +14,10 @@ use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
 use super::error::PerfError;
 use super::interrupts::Interrupts;
+use super::lane::Lane;
 use super::messages::endpoints_from_json;
 use super::messages::layout;
 use super::messages::Params;
-use super::traffic::Lane;
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use roce_verbs::{Rkey, SendOp, SendWr};
 
 use super::error::PerfError;
-pub(crate) use super::lane::{DataQp, Lane};
+use super::lane::Lane;
 use super::messages::Test;
 use super::progress::Progress;
 use super::report::BwResult;
