@@ -2,8 +2,63 @@
 //! `--pcap` middleware over the backend that roce-verbs opens
 //! ([`roce_verbs::OpenOptions`]).
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
+
+/// Why a helper of this module refused: a flag or setting it cannot take,
+/// or addresses that do not go together. The text is what the user sees.
+#[derive(Debug)]
+pub(crate) enum DeviceError {
+    /// A `--faults` specification refused (roce-io's reason).
+    Faults(String),
+    /// `ROCE_SHM` has a value other than 0 or 1 (roce-verbs' reason).
+    Sharing(String),
+    /// A device named by `--dev` or holding the address cannot be read.
+    Device(String),
+    /// No loopback address is free for the RoCE UDP port.
+    NoFreeLoopback { port: u16 },
+    /// A GID index beyond every device's table.
+    GidIndex { index: usize, most: usize },
+    /// The peer put a QP away from its own address (docs/security.md §2).
+    PeerQpElsewhere {
+        qpn: u32,
+        addr: IpAddr,
+        peer: IpAddr,
+        flag: String,
+    },
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceError::Faults(m) | DeviceError::Sharing(m) | DeviceError::Device(m) => {
+                f.write_str(m)
+            }
+            DeviceError::NoFreeLoopback { port } => write!(
+                f,
+                "UDP port {port} is taken on every loopback address tried (a kernel rxe device, or \
+                 another RoCE stack, holds it?): give this side an address with --bind"
+            ),
+            DeviceError::GidIndex { index, most } => write!(
+                f,
+                "GID index {index} is not in the GID table of any device (the largest has {most} entries; \
+                 roce devinfo lists them)"
+            ),
+            DeviceError::PeerQpElsewhere {
+                qpn,
+                addr,
+                peer,
+                flag,
+            } => write!(
+                f,
+                "the peer's QP {qpn:#x} is at {addr}, not at the peer's address {peer} (with {flag} on both sides the addresses may differ)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DeviceError {}
 
 /// The middleware the flags ask for: `--faults` outermost, so that a
 /// `--pcap` tap under it records what goes on the wire (as `tc netem`
@@ -11,7 +66,7 @@ use std::path::Path;
 pub(crate) fn middleware(
     pcap: Option<&Path>,
     faults: Option<&str>,
-) -> Result<Option<roce_verbs::Wrap>, String> {
+) -> Result<Option<roce_verbs::Wrap>, DeviceError> {
     if pcap.is_none() && faults.is_none() {
         return Ok(None);
     }
@@ -43,7 +98,7 @@ fn unix_nanos() -> u64 {
 }
 
 /// Checks a `--faults` specification (kept as text: the flags stay small).
-pub(crate) fn check_faults(spec: &str) -> Result<String, String> {
+pub(crate) fn check_faults(spec: &str) -> Result<String, DeviceError> {
     parse_faults(spec).map(|_| spec.to_string())
 }
 
@@ -68,8 +123,9 @@ pub(crate) fn loss_warning(spec: &str) -> Option<String> {
 }
 
 /// Parses a `--faults` specification.
-fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, String> {
+fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, DeviceError> {
     roce_io::FaultConfig::parse(spec, 0x0fa1_7000 ^ u64::from(std::process::id()))
+        .map_err(DeviceError::Faults)
 }
 
 /// Whether this process shares its addresses with the other processes
@@ -98,7 +154,7 @@ pub(crate) fn loopback_client_local(
     server: IpAddr,
     local: IpAddr,
     port: u16,
-) -> Result<Option<(IpAddr, String)>, String> {
+) -> Result<Option<(IpAddr, String)>, DeviceError> {
     if sharing() {
         return Ok(None);
     }
@@ -119,10 +175,7 @@ pub(crate) fn loopback_client_local(
     let Some(a) =
         roce_verbs::loopback::free_loopback_v4_avoiding(port, Ipv4Addr::new(127, 0, 0, 2), &avoid)
     else {
-        return Err(format!(
-            "UDP port {port} is taken on every loopback address tried (a kernel rxe device, or \
-             another RoCE stack, holds it?): give this side an address with --bind"
-        ));
+        return Err(DeviceError::NoFreeLoopback { port });
     };
     let note = if servers {
         format!("roce {tool}: {local}:{port} is the server's (both ends on this host); using {a}")
@@ -251,8 +304,9 @@ pub(crate) fn tool_options(
     kind: roce_verbs::BackendKind,
     local: IpAddr,
     port: u16,
-) -> Result<roce_verbs::OpenOptions, String> {
-    let shm = roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())?;
+) -> Result<roce_verbs::OpenOptions, DeviceError> {
+    let shm = roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())
+        .map_err(DeviceError::Sharing)?;
     Ok(roce_verbs::OpenOptions::new(kind, local)
         .cpu(roce_io::CpuTuning::detect())
         .roce_port(port, port)
@@ -269,9 +323,11 @@ pub(crate) fn check_gid_index(
     x: usize,
     local: Option<IpAddr>,
     dev: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), DeviceError> {
     let device = match (dev, local) {
-        (Some(d), _) => Some(roce_verbs::Device::by_name(d).map_err(|e| e.to_string())?),
+        (Some(d), _) => {
+            Some(roce_verbs::Device::by_name(d).map_err(|e| DeviceError::Device(e.to_string()))?)
+        }
         (None, Some(l)) => roce_verbs::OpenOptions::new(roce_verbs::BackendKind::Udp, l)
             .device()
             .ok()
@@ -279,17 +335,17 @@ pub(crate) fn check_gid_index(
         (None, None) => None,
     };
     if let Some(d) = device {
-        return d.gid(x).map(|_| ()).map_err(|e| e.to_string());
+        return d
+            .gid(x)
+            .map(|_| ())
+            .map_err(|e| DeviceError::Device(e.to_string()));
     }
-    let devs = roce_verbs::Device::list().map_err(|e| e.to_string())?;
+    let devs = roce_verbs::Device::list().map_err(|e| DeviceError::Device(e.to_string()))?;
     let most = devs.iter().map(|d| d.gids().len()).max().unwrap_or(0);
     if x < most {
         return Ok(());
     }
-    Err(format!(
-        "GID index {x} is not in the GID table of any device (the largest has {most} entries; \
-         roce devinfo lists them)"
-    ))
+    Err(DeviceError::GidIndex { index: x, most })
 }
 
 /// An address as a GID (an IPv4 one as `::ffff:a.b.c.d`).
@@ -385,7 +441,7 @@ pub(crate) fn check_peer_qps(
     mut remote: impl Iterator<Item = (u32, IpAddr)>,
     peer: Option<IpAddr>,
     flag: &str,
-) -> Result<(), String> {
+) -> Result<(), DeviceError> {
     let Some(peer) = peer.filter(|_| !gid_index) else {
         return Ok(());
     };
@@ -393,8 +449,11 @@ pub(crate) fn check_peer_qps(
     let ok = |a: IpAddr| a.to_canonical() == peer.to_canonical() || (loopback(peer) && loopback(a));
     match remote.find(|&(_, a)| !ok(a)) {
         None => Ok(()),
-        Some((qpn, addr)) => Err(format!(
-            "the peer's QP {qpn:#x} is at {addr}, not at the peer's address {peer} (with {flag} on both sides the addresses may differ)"
-        )),
+        Some((qpn, addr)) => Err(DeviceError::PeerQpElsewhere {
+            qpn,
+            addr,
+            peer,
+            flag: flag.to_string(),
+        }),
     }
 }

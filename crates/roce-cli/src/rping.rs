@@ -160,9 +160,11 @@ impl Rig {
             // whose IPv4 identification a UDP socket cannot see: its ICRC
             // cannot be verified, only counted (docs/security.md).
             let mut o = crate::device::tool_options(BackendKind::Udp, at, port)
-                .map_err(|e| (false, e))?
+                .map_err(|e| (false, e.to_string()))?
                 .icrc_check(roce_io::IcrcCheck::Count);
-            if let Some(w) = crate::device::middleware(None, faults).map_err(|e| (false, e))? {
+            if let Some(w) =
+                crate::device::middleware(None, faults).map_err(|e| (false, e.to_string()))?
+            {
                 o = o.wrap(w);
             }
             o.open().map_err(|e| {
@@ -441,7 +443,8 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
     // Otherwise both share it, as two processes share a NIC's port.
     let (local, moved) = match args.bind {
         Some(_) => (local, None),
-        None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)?
+        None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)
+            .map_err(|e| e.to_string())?
         {
             Some((a, note)) => (a, Some(note)),
             None => (local, None),

@@ -77,7 +77,7 @@ impl Ud {
             // identification a UDP socket cannot see: its ICRC cannot be
             // verified, only counted (docs/security.md).
             let o = crate::device::tool_options(BackendKind::Udp, at, args.roce_port)
-                .map_err(|e| (false, e))?
+                .map_err(|e| (false, e.to_string()))?
                 .icrc_check(roce_io::IcrcCheck::Count);
             let mtu = o.link_mtu().map_err(|e| (false, e.to_string()))?;
             if args.size > mtu {
@@ -237,7 +237,8 @@ fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
         // moves off the server's address (as perf, pingpong and rping
         // do). Otherwise both share it, as processes share a NIC's port.
         if let Some((a, note)) =
-            crate::device::loopback_client_local("udaddy", server, local, args.roce_port)?
+            crate::device::loopback_client_local("udaddy", server, local, args.roce_port)
+                .map_err(|e| e.to_string())?
         {
             eprintln!("{note}");
             local = a;

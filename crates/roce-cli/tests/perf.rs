@@ -368,6 +368,72 @@ fn loopback_moves_off_a_port_a_non_sharing_stack_holds() {
     assert!(client.0.starts_with("127."), "{v}");
 }
 
+/// `--loopback` takes free addresses as the drop-in does: with its
+/// control port held on 127.0.0.1 it listens on the next loopback
+/// address, where its server's RoCE address follows; with the port held
+/// on every address (a listener on the wildcard address) on a port the
+/// kernel picks. Either way the run passes, data verified, and says the
+/// move in one line.
+#[test]
+fn loopback_moves_off_a_taken_control_port() {
+    for wildcard in [false, true] {
+        let (port, rport) = port_args();
+        let at = if wildcard { "0.0.0.0" } else { "127.0.0.1" };
+        let _held = std::net::TcpListener::bind(format!("{at}:{port}")).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_roce"));
+        c.args(["perf", "write-bw", "--loopback", "-n", "100"])
+            .args(["-p", &port, "--roce-port", &rport])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let o = wait_bounded(c, Duration::from_secs(60));
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert_eq!(o.status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+        assert!(out.contains("Data verified  : yes"), "{out}");
+        let moved = err
+            .lines()
+            .find(|l| l.contains(&format!("127.0.0.1:{port} (TCP) is taken")))
+            .unwrap_or_else(|| panic!("no move said: {err}"));
+        if wildcard {
+            assert!(moved.contains("on every loopback address"), "{moved}");
+        } else {
+            let v = loopback_json_at(&port, &rport);
+            let [_, server] = loopback_ends(&v);
+            assert_ne!(server.0, "127.0.0.1", "{v}");
+            assert!(server.0.starts_with("127."), "{v}");
+        }
+    }
+}
+
+/// The `--json` report of a `--loopback` run on control port `port`.
+fn loopback_json_at(port: &str, rport: &str) -> Value {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_roce"));
+    c.args(["perf", "write-bw", "--loopback", "-n", "100", "--json"])
+        .args(["-p", port, "--roce-port", rport])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let o = wait_bounded(c, Duration::from_secs(60));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap()
+}
+
+/// Runs `c`, killed after `limit`.
+fn wait_bounded(mut c: Command, limit: Duration) -> Output {
+    let mut child = c.spawn().expect("run roce");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// With `ROCE_SHM=0` each context holds its address alone: the client
 /// takes a free loopback address of its own, and the datagrams go by UDP.
 #[test]

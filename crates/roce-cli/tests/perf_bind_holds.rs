@@ -122,3 +122,44 @@ fn a_sharing_server_with_bind_joins_its_address() {
         assert_eq!(s.status.code(), Some(0), "server: {}", text_of(&s));
     }
 }
+
+/// Sharing (the default): a second server given the same `--bind` and
+/// the same control port fails at once, exit 1, naming the port, while
+/// the first, whose listener holds the address from its start, still
+/// serves its client.
+#[test]
+fn a_second_server_on_the_same_address_and_port_fails_at_once() {
+    let addr = "127.0.62.6";
+    let (tcp, rport) = (free_port().to_string(), free_port().to_string());
+    let spawn = |args: &[&str]| {
+        let mut c = roce();
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Guard::spawn(c)
+    };
+    let common = [
+        "--bind",
+        addr,
+        "-p",
+        &tcp,
+        "--roce-port",
+        &rport,
+        "-n",
+        "200",
+    ];
+    let first = spawn(&[&["perf", "send-bw"][..], &common].concat());
+    std::thread::sleep(Duration::from_millis(400));
+    let start = std::time::Instant::now();
+    let second = spawn(&[&["perf", "send-bw"][..], &common].concat()).wait(Duration::from_secs(10));
+    let text = text_of(&second);
+    assert_eq!(second.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("cannot listen on port {tcp}")),
+        "{text}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5), "{text}");
+    let flags = ["-p", &tcp, "--roce-port", &rport, "-n", "200"];
+    let c = spawn(&[&["perf", "send-bw", addr][..], &flags].concat()).wait(Duration::from_secs(60));
+    assert_eq!(c.status.code(), Some(0), "client: {}", text_of(&c));
+    let s = first.wait(Duration::from_secs(30));
+    assert_eq!(s.status.code(), Some(0), "server: {}", text_of(&s));
+}

@@ -72,8 +72,8 @@ pub(crate) enum BackendKind {
 }
 
 /// The UDP socket with which a server given `--bind` holds its RoCE
-/// address until its device opens there (see
-/// [`super::backend::hold_address`]).
+/// address until its device opens there (taken by `hold_address` in
+/// backend.rs, which depends on this module, not the other way round).
 pub(crate) type Held = Arc<Mutex<Option<UdpSocket>>>;
 
 /// Options of `roce perf`.
@@ -216,7 +216,7 @@ pub(crate) struct PerfArgs {
     pub(crate) local_moves: bool,
     /// A server given `--bind` holds its RoCE address (the UDP port on
     /// it) from its start with this socket, until its device opens there
-    /// ([`super::backend::hold_address`]).
+    /// ([`Held`]).
     #[arg(skip)]
     pub(crate) held: Option<Held>,
 }
@@ -343,7 +343,7 @@ pub(crate) fn check_gid_index(args: &PerfArgs) -> Result<(), PerfError> {
         crate::rping::route_source(addr.ip())
     });
     crate::device::check_gid_index(usize::from(x), local, args.dev.as_deref())
-        .map_err(PerfError::Args)
+        .map_err(|e| PerfError::Args(e.to_string()))
 }
 
 /// The server's own flags the client's parameters override (the client

@@ -116,7 +116,7 @@ pub(crate) fn open_context(
     mtu: u32,
     fabric: Option<&roce_io::Fabric>,
 ) -> Result<Context, OpenFailure> {
-    let other = |e: &str| OpenFailure::Other(e.to_string());
+    let other = |e: &str| OpenFailure::Other(PerfError::Args(e.to_string()));
     // From 1 Mbit/s: DCQCN's rates are whole bits per second.
     if !(args.link_gbps >= 0.001 && args.link_gbps <= 10_000.0) {
         return Err(other("--link-gbps must be between 0.001 and 10000"));
@@ -133,7 +133,7 @@ pub(crate) fn open_context(
         BackendKind::Packet => roce_verbs::BackendKind::Packet,
     };
     let mut o = crate::device::tool_options(kind, local, args.roce_port)
-        .map_err(OpenFailure::Other)?
+        .map_err(|e| OpenFailure::Other(e.into()))?
         .interface(args.dev.as_deref())
         .vlan(args.vlan);
     if args.perftest {
@@ -144,7 +144,7 @@ pub(crate) fn open_context(
         o = o.icrc_check(roce_io::IcrcCheck::Count);
     }
     if let Some(w) = crate::device::middleware(args.pcap.as_deref(), args.faults.as_deref())
-        .map_err(OpenFailure::Other)?
+        .map_err(|e| OpenFailure::Other(e.into()))?
     {
         o = o.wrap(w);
     }
@@ -164,25 +164,29 @@ pub(crate) fn open_context(
         drop(h.lock().unwrap_or_else(PoisonError::into_inner).take());
     }
     o.open().map_err(|e| match e {
-        OpenError::Open(_) | OpenError::Io(..) => {
-            OpenFailure::Other(format!("cannot open a device on {local}: {e}"))
-        }
-        OpenError::PortInUse { .. } => OpenFailure::PortInUse(e.to_string()),
-        e => OpenFailure::Other(e.to_string()),
+        OpenError::Open(_) | OpenError::Io(..) => OpenFailure::Other(PerfError::Call(
+            format!("cannot open a device on {local}"),
+            Box::new(e),
+        )),
+        OpenError::PortInUse { .. } => OpenFailure::PortInUse(e),
+        e => OpenFailure::Other(PerfError::Verbs(Box::new(e))),
     })
 }
 
 /// Why [`open_context`] failed: the UDP port taken on the address (a
 /// side that chose its loopback address itself moves on), or anything else.
 pub(crate) enum OpenFailure {
-    PortInUse(String),
-    Other(String),
+    /// The RoCE UDP port is held on the address.
+    PortInUse(OpenError),
+    /// Anything else.
+    Other(PerfError),
 }
 
 impl From<OpenFailure> for PerfError {
     fn from(f: OpenFailure) -> PerfError {
         match f {
-            OpenFailure::PortInUse(e) | OpenFailure::Other(e) => PerfError::Failed(e),
+            OpenFailure::PortInUse(e) => PerfError::Verbs(Box::new(e)),
+            OpenFailure::Other(e) => e,
         }
     }
 }

@@ -46,9 +46,7 @@ impl PeerAlarm {
     pub(crate) fn check(&self) -> Result<(), PerfError> {
         match self.0.get() {
             Some(m) => Err(PerfError::Peer(m.clone())),
-            None if self.2 && self.1.load(Ordering::SeqCst) => {
-                Err("the peer finished and sent its result".into())
-            }
+            None if self.2 && self.1.load(Ordering::SeqCst) => Err(PerfError::PeerFinished),
             None => Ok(()),
         }
     }
@@ -77,7 +75,7 @@ impl Control {
                 // A perftest server (ib_write_bw, roce perf --perftest)
                 // answers with its version string, not a JSON line.
                 if let Some(e) = reader.fill_buf().ok().and_then(foreign_peer) {
-                    let _ = tx.send(Err(e.into()));
+                    let _ = tx.send(Err(PerfError::Protocol(e)));
                     return;
                 }
                 loop {
@@ -170,7 +168,7 @@ impl Control {
                         ));
                     }
                 }
-                Err(_) => return Err("the peer closed the control connection".into()),
+                Err(_) => return Err(PerfError::PeerClosed),
             }
         }
     }
@@ -180,7 +178,7 @@ impl Control {
         match self.rx.recv_timeout(timeout) {
             Ok(v) => Self::check(v).map(Some),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(None),
-            Err(_) => Err("the peer closed the control connection".into()),
+            Err(_) => Err(PerfError::PeerClosed),
         }
     }
 
@@ -189,7 +187,7 @@ impl Control {
         match self.rx.try_recv() {
             Ok(v) => Self::check(v).map(Some),
             Err(std::sync::mpsc::TryRecvError::Empty) => Ok(None),
-            Err(_) => Err("the peer closed the control connection".into()),
+            Err(_) => Err(PerfError::PeerClosed),
         }
     }
 

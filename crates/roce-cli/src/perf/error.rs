@@ -17,9 +17,26 @@ pub(crate) enum PerfError {
     /// A verbs call failed (a `roce_verbs::Error`, boxed so that this
     /// file names no crate: the fuzz targets compile it in by path).
     Verbs(Box<dyn std::error::Error + Send + Sync>),
+    /// A verbs call failed: what was being done, and the error (boxed,
+    /// as [`PerfError::Verbs`]).
+    Call(String, Box<dyn std::error::Error + Send + Sync>),
+    /// A helper shared with the other commands refused (a
+    /// `crate::device::DeviceError`, boxed so that this file names no
+    /// crate module).
+    Device(Box<dyn std::error::Error + Send + Sync>),
+    /// The peer sent what its exchange does not allow (a malformed or
+    /// unexpected message).
+    Protocol(String),
+    /// The peer closed the control connection.
+    PeerClosed,
+    /// The peer finished its run and sent its result while this side
+    /// still waited for it.
+    PeerFinished,
+    /// The data received (or read back) is not what was sent.
+    Data(String),
     /// The peer was silent for too long.
     Timeout(String),
-    /// Ctrl-C before there was anything to report.
+    /// Ctrl-C (here or at the peer): what was cut short.
     Interrupted(String),
     /// Both sides of `--loopback`: the client's error (if it failed too)
     /// and the server's.
@@ -48,7 +65,11 @@ impl fmt::Display for PerfError {
             | PerfError::Failed(m) => f.write_str(m),
             PerfError::Peer(m) => write!(f, "peer: {m}"),
             PerfError::Io(what, e) => write!(f, "{what}: {e}"),
-            PerfError::Verbs(e) => write!(f, "{e}"),
+            PerfError::Verbs(e) | PerfError::Device(e) => write!(f, "{e}"),
+            PerfError::Call(what, e) => write!(f, "{what}: {e}"),
+            PerfError::Protocol(m) | PerfError::Data(m) => f.write_str(m),
+            PerfError::PeerClosed => f.write_str("the peer closed the control connection"),
+            PerfError::PeerFinished => f.write_str("the peer finished and sent its result"),
             PerfError::Loopback {
                 client: None,
                 server,
@@ -62,21 +83,6 @@ impl fmt::Display for PerfError {
 }
 
 impl std::error::Error for PerfError {}
-
-/// Text from the helpers outside perf/ (crate::device, crate::rping) and
-/// from the perf helpers that still build their errors as text: said as
-/// it is.
-impl From<String> for PerfError {
-    fn from(m: String) -> PerfError {
-        PerfError::Failed(m)
-    }
-}
-
-impl From<&str> for PerfError {
-    fn from(m: &str) -> PerfError {
-        PerfError::Failed(m.to_string())
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -248,23 +248,23 @@ impl Endpoint {
         let num = |k: &str| {
             v.get(k)
                 .and_then(Value::as_u64)
-                .ok_or(format!("endpoint lacks '{k}'"))
+                .ok_or_else(|| PerfError::Protocol(format!("endpoint lacks '{k}'")))
         };
         let addr: IpAddr = v
             .get("addr")
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok())
-            .ok_or("endpoint lacks a valid 'addr'")?;
+            .ok_or_else(|| PerfError::Protocol("endpoint lacks a valid 'addr'".into()))?;
         let bits = |k: &str, max: u64| {
             num(k).and_then(|n| {
                 u32::try_from(n)
                     .ok()
                     .filter(|&n| u64::from(n) <= max)
-                    .ok_or(format!("endpoint has a bad '{k}' ({n})"))
+                    .ok_or_else(|| PerfError::Protocol(format!("endpoint has a bad '{k}' ({n})")))
             })
         };
         if addr.is_unspecified() || addr.is_multicast() || addr == IpAddr::from([255u8; 4]) {
-            return Err(PerfError::Failed(format!(
+            return Err(PerfError::Protocol(format!(
                 "endpoint has a bad 'addr' ({addr})"
             )));
         }
@@ -286,7 +286,7 @@ pub(crate) fn endpoints_from_json(v: &Value) -> Result<(Vec<Endpoint>, u32), Per
     let qps: Vec<Endpoint> = v
         .get("qps")
         .and_then(Value::as_array)
-        .ok_or("the peer sent no endpoints")?
+        .ok_or_else(|| PerfError::Protocol("the peer sent no endpoints".into()))?
         .iter()
         .map(Endpoint::from_json)
         .collect::<Result<_, _>>()?;

@@ -13,6 +13,7 @@ mod bw;
 mod control;
 mod error;
 mod interrupts;
+mod lane;
 mod lat;
 pub(crate) mod messages;
 mod net;
@@ -21,13 +22,14 @@ mod perftest_cm;
 mod perftest_peer;
 mod perftest_plan;
 mod perftest_session;
-mod perftest_traffic;
 pub(crate) mod perftest_wire;
 mod print;
 mod progress;
 mod report;
 mod run;
 mod setup;
+mod traffic;
+mod traffic_lat;
 
 pub(crate) use args::PerfArgs;
 pub(crate) use run::run;
@@ -36,4 +38,18 @@ impl From<roce_verbs::Error> for error::PerfError {
     fn from(e: roce_verbs::Error) -> error::PerfError {
         error::PerfError::Verbs(Box::new(e))
     }
+}
+
+impl From<crate::device::DeviceError> for error::PerfError {
+    fn from(e: crate::device::DeviceError) -> error::PerfError {
+        error::PerfError::Device(Box::new(e))
+    }
+}
+
+/// A failed verbs (or rdma_cm) call, said with what was being done
+/// (`.map_err(during("post_send"))`).
+pub(crate) fn during<E: std::error::Error + Send + Sync + 'static>(
+    what: impl Into<String>,
+) -> impl FnOnce(E) -> error::PerfError {
+    move |e| error::PerfError::Call(what.into(), Box::new(e))
 }

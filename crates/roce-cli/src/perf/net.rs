@@ -1,11 +1,51 @@
 //! The TCP control connection's set-up: resolving, connecting,
 //! accepting, and telling roce perf's exchange from perftest's.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use super::error::PerfError;
 use crate::stop::Stop;
+
+/// The control listener of `--loopback`, whose two ends are in this
+/// process: on `first`:`port`, or, when that is taken, on the next
+/// address of 127.0.0.0/8 where it is free (never one in `avoid`), as a
+/// RoCE address moves ([`crate::device::open_moving`], the drop-in's
+/// rule); when the port is taken on every address tried (a listener on
+/// the wildcard address holds it), on a port the kernel picks on
+/// `first`. Returns the listener and the line that says a move, if any.
+pub(crate) fn listen_loopback(
+    first: Ipv4Addr,
+    port: u16,
+    avoid: &[IpAddr],
+) -> Result<(TcpListener, Option<String>), PerfError> {
+    let taken = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
+    let was = format!("{first}:{port} (TCP) is taken");
+    match crate::device::open_moving(
+        "perf",
+        (IpAddr::V4(first), port),
+        true,
+        avoid,
+        true,
+        |at| TcpListener::bind((at, port)),
+        taken,
+    ) {
+        Ok((l, at)) if at == IpAddr::V4(first) => Ok((l, None)),
+        Ok((l, at)) => Ok((l, Some(format!("{was}; using {at}")))),
+        Err(e) if taken(&e) => {
+            let l = TcpListener::bind((first, 0))
+                .map_err(|e| PerfError::Io(format!("cannot listen on {first}"), e))?;
+            let at = l
+                .local_addr()
+                .map_err(|e| PerfError::Io("listen".into(), e))?;
+            Ok((
+                l,
+                Some(format!("{was} on every loopback address; using {at}")),
+            ))
+        }
+        Err(e) => Err(PerfError::Io(format!("cannot listen on {first}:{port}"), e)),
+    }
+}
 
 /// Waits for a client, ending at `stop` (Ctrl-C: "interrupted before a
 /// client came").
@@ -50,7 +90,9 @@ pub(crate) fn first_byte(stream: &TcpStream) -> Result<u8, PerfError> {
     let _ = stream.set_read_timeout(None);
     match r {
         Ok(1) => Ok(b[0]),
-        Ok(_) => Err("the client closed the connection without a word".into()),
+        Ok(_) => Err(PerfError::Protocol(
+            "the client closed the connection without a word".into(),
+        )),
         Err(e)
             if matches!(
                 e.kind(),

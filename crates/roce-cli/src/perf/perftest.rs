@@ -32,11 +32,11 @@ use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::error::PerfError;
+use super::lane::DataQp;
 use super::messages::Test;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
 use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
-use super::perftest_traffic::DataQp;
 use super::perftest_wire::{agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN};
 use crate::stop::Stop;
 
@@ -49,13 +49,17 @@ struct Oob {
 impl Oob {
     fn xchg(&mut self, mine: &[u8], n: usize) -> Result<Vec<u8>, PerfError> {
         let mut theirs = vec![0u8; n];
-        let e = |e: std::io::Error| match e.kind() {
+        let e = |e: std::io::Error| {
+            match e.kind() {
             // The peer stopped (an error of its own: see its output).
             std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
-                "perftest exchange: the peer closed the connection (it stopped: see its output)"
-                    .to_string()
+                PerfError::Failed(
+                    "perftest exchange: the peer closed the connection (it stopped: see its output)"
+                        .into(),
+                )
             }
-            _ => format!("perftest exchange: {e}"),
+            _ => PerfError::Io("perftest exchange".into(), e),
+        }
         };
         if self.client {
             self.s.write_all(mine).map_err(e)?;
@@ -76,7 +80,7 @@ impl Oob {
         self.hand_shake(mine)?;
         self.s
             .write_all(b"done\0")
-            .map_err(|e| format!("perftest exchange: {e}"))?;
+            .map_err(|e| PerfError::Io("perftest exchange".into(), e))?;
         let mut d = [0u8; 5];
         let _ = self.s.set_read_timeout(Some(Duration::from_secs(5)));
         let _ = self.s.read_exact(&mut d);
@@ -132,7 +136,7 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), PerfError> {
     } else {
         let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let l = TcpListener::bind((bind, args.port))
-            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+            .map_err(|e| PerfError::Io(format!("cannot listen on port {}", args.port), e))?;
         eprintln!(
             "roce perf: waiting for a perftest client on port {}",
             args.port
@@ -155,11 +159,11 @@ pub(crate) fn run(args: &PerfArgs, stop: &Stop) -> Result<(), PerfError> {
             let _ = s.shutdown(std::net::Shutdown::Write);
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
             let _ = std::io::copy(&mut (&s).take(64 << 10), &mut std::io::sink());
-            return Err(
+            return Err(PerfError::Protocol(
                 "the client speaks roce perf's own exchange, not perftest's \
                  (a server without --perftest serves both)"
                     .into(),
-            );
+            ));
         }
         s
     };
@@ -247,7 +251,7 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
             }),
         };
         q.qp.connect(Psn::new(m.psn), &ep, &opts)
-            .map_err(|e| format!("cannot connect the QP: {e}"))?;
+            .map_err(super::during("cannot connect the QP"))?;
     }
     let remotes = confirm_keys(&mut oob, &plan, &mine, &rem, args)?;
     let rows = run_session(&mut oob, &plan, &qps, &remotes, &mine[0], client)?;

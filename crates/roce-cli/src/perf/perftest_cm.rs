@@ -33,11 +33,11 @@ use roce_verbs::{
 use super::args::PerfArgs;
 use super::backend::{link_path_mtu, open_context};
 use super::error::PerfError;
+use super::lane::DataQp;
 use super::messages::Test;
 use super::net::resolve;
 use super::perftest_plan::{mtu_msg, Plan};
 use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
-use super::perftest_traffic::DataQp;
 use super::perftest_wire::{
     agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
@@ -103,12 +103,12 @@ impl Channel {
                 SEND,
                 vec![self.send.sge(0, mine.len() as u32)],
             ))
-            .map_err(|e| format!("control send: {e}"))?;
+            .map_err(super::during("control send"))?;
         let c = self.scq.poll_until(1, self.wait)?;
         match c.first() {
             Some(c) if c.is_success() => Ok(()),
             Some(c) => Err(PerfError::Failed(format!("control send: {:?}", c.status))),
-            None => Err("control send: no completion".into()),
+            None => Err(PerfError::Timeout("control send: no completion".into())),
         }
     }
 
@@ -122,7 +122,11 @@ impl Channel {
                     c.status
                 )))
             }
-            None => return Err("the peer sent nothing on the control channel".into()),
+            None => {
+                return Err(PerfError::Timeout(
+                    "the peer sent nothing on the control channel".into(),
+                ))
+            }
         }
         let mut b = vec![0u8; n.min(MSG)];
         self.recv.read(0, &mut b)?;
@@ -220,7 +224,7 @@ fn request_from(l: &CmListener, peer: IpAddr, timeout: Duration) -> Result<CmReq
         let left = end.saturating_duration_since(Instant::now());
         let req = l
             .get_request(left)
-            .map_err(|e| format!("waiting for a data connection: {e}"))?;
+            .map_err(super::during("waiting for a data connection"))?;
         let from = req.info().peer;
         if from.to_canonical() == peer.to_canonical() {
             return Ok(req);
@@ -244,8 +248,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     let client = server.is_some();
     let local = match (args.bind, server) {
         (Some(b), _) => b,
-        (None, Some(s)) => crate::rping::route_source(s).ok_or(format!("no route to {s}"))?,
-        (None, None) => return Err("the -R server needs its RoCE address: --bind ADDR".into()),
+        (None, Some(s)) => crate::rping::route_source(s)
+            .ok_or_else(|| PerfError::Failed(format!("no route to {s}")))?,
+        (None, None) => {
+            return Err(PerfError::Args(
+                "the -R server needs its RoCE address: --bind ADDR".into(),
+            ))
+        }
     };
     let mtu = args.mtu.min(link_path_mtu(args, local)?);
     let ctx = open_context(args, local, mtu, None)?;
@@ -263,9 +272,10 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
         ch = Channel::new(&ctx, client)?;
         ch.conn = Some(connect_retrying(&ch.qp, s, args.port, &control)?);
     } else {
-        let l = ctx
-            .cm_listen(args.port)
-            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        let l = ctx.cm_listen(args.port).map_err(super::during(format!(
+            "cannot listen on port {}",
+            args.port
+        )))?;
         eprintln!(
             "roce perf: waiting for a perftest -R client on port {}",
             args.port
@@ -283,7 +293,8 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
                     .accept_nowait(&c.qp, &control)
                     .ok()
                     .map(|a| (a, (c, peer))))
-            })?;
+            })
+            .map_err(PerfError::Failed)?;
         ch = c;
         ch.conn = Some(conn);
         client_addr = Some(peer);
@@ -309,16 +320,17 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
         }
     } else {
         ch.recv(MSG)?;
-        let l = ctx
-            .cm_listen(args.port)
-            .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        let l = ctx.cm_listen(args.port).map_err(super::during(format!(
+            "cannot listen on port {}",
+            args.port
+        )))?;
         ch.send(&zeros)?;
-        let peer = client_addr.ok_or("no control connection")?;
+        let peer = client_addr.ok_or_else(|| PerfError::Failed("no control connection".into()))?;
         for dq in &dqs {
             let req = request_from(&l, peer, Duration::from_secs(60))?;
             data.push(
                 req.accept(&dq.qp, &param(test), Duration::from_secs(30))
-                    .map_err(|e| format!("accept a data connection: {e}"))?,
+                    .map_err(super::during("accept a data connection"))?,
             );
         }
     }
@@ -355,12 +367,14 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
             .iter()
             .all(|c| c.wait_disconnect(Duration::from_secs(30)))
         {
-            return Err("the server did not disconnect the data connections".into());
+            return Err(PerfError::Timeout(
+                "the server did not disconnect the data connections".into(),
+            ));
         }
     } else {
         for conn in data {
             conn.disconnect(Duration::from_secs(30))
-                .map_err(|e| format!("disconnect: {e}"))?;
+                .map_err(super::during("disconnect"))?;
         }
     }
     print_rows(&plan, mtu, &their_version, &rows, args);

@@ -56,24 +56,6 @@ impl<'a> PeerWatch<'a> {
         }
     }
 
-    /// After one round of the loop: `progress` when it completed
-    /// something; otherwise the CPU is yielded, and the loop ends with an
-    /// error once the peer has moved on (`look` set: in loops that wait
-    /// for the peer's own messages) or nothing completed for [`STALL`].
-    /// `what` says how far this side got ("after 100 of the 200 messages").
-    pub(crate) fn round(
-        &mut self,
-        progress: bool,
-        look: bool,
-        what: impl FnOnce() -> String,
-    ) -> Result<(), PerfError> {
-        if progress {
-            self.progressed = true;
-            return Ok(());
-        }
-        self.check(look, what)
-    }
-
     /// Something completed: noted without reading the clock (latency
     /// loops call this on every completion, [`PeerWatch::check`] only
     /// every so many idle spins).
@@ -81,7 +63,7 @@ impl<'a> PeerWatch<'a> {
         self.progressed = true;
     }
 
-    /// The checks of an idle round (see [`PeerWatch::round`]).
+    /// The checks of an idle round (see [`super::traffic::Watch::idle`]).
     pub(crate) fn check(
         &mut self,
         look: bool,
@@ -135,5 +117,17 @@ fn look_at(s: &TcpStream) -> Option<MovedOn> {
         Ok(_) => Some(MovedOn::Finished),
         Err(e) if e.kind() == ErrorKind::WouldBlock => None,
         Err(_) => Some(MovedOn::Closed),
+    }
+}
+
+/// perftest's control planes never cut a loop short (Ctrl-C ends the
+/// process); the watch only fails a loop whose peer moved on or stalled.
+impl super::traffic::Watch for PeerWatch<'_> {
+    fn progressed(&mut self) {
+        PeerWatch::progressed(self);
+    }
+
+    fn idle(&mut self, look: bool, what: &dyn Fn() -> String) -> Result<bool, PerfError> {
+        self.check(look, what).map(|()| true)
     }
 }

@@ -50,17 +50,21 @@ impl Plan {
         );
         let atomic = matches!(test, Test::AtomicBw | Test::AtomicLat);
         if args.duration.is_some() && args.all {
-            return Err("-D and -a cannot be combined".into());
+            return Err(PerfError::Args("-D and -a cannot be combined".into()));
         }
         // perftest's own rules (force_dependecies).
         if lat && args.qps != 1 {
-            return Err("multiple QPs are only available in BW tests".into());
+            return Err(PerfError::Args(
+                "multiple QPs are only available in BW tests".into(),
+            ));
         }
         if lat && args.bidir {
-            return Err("-b is only available in BW tests".into());
+            return Err(PerfError::Args("-b is only available in BW tests".into()));
         }
         if atomic && (args.all || args.size.is_some_and(|s| s != 8)) {
-            return Err("atomic tests move 8 bytes (no -a, no -s)".into());
+            return Err(PerfError::Args(
+                "atomic tests move 8 bytes (no -a, no -s)".into(),
+            ));
         }
         let sizes = if args.all {
             (1..24).map(|i| 1u64 << i).collect()

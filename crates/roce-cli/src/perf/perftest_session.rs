@@ -25,12 +25,14 @@ use roce_verbs::Rkey;
 
 use super::args::PerfArgs;
 use super::error::PerfError;
+use super::lane::{DataQp, Lane};
+use super::messages::Test;
+use super::perftest_peer::PeerWatch;
 use super::perftest_plan::{print_dest, Plan};
-use super::perftest_traffic::{
-    client_traffic, run_lat, send_duplex, server_receive, DataQp, Traffic,
-};
 use super::perftest_wire::{report_msgs, report_value, Dest, VERSION};
 use super::report::{self, BwResult, LatResult};
+use super::traffic::{client_traffic, send_duplex, server_receive, Traffic};
+use super::traffic_lat::{one_sided, send_ping_pong, write_ping_pong};
 
 /// A perftest control channel: key-string rounds and 8-byte report
 /// exchanges, client first.
@@ -95,11 +97,12 @@ pub(crate) fn run_session(
     client: bool,
 ) -> Result<Rows, PerfError> {
     let all = plan.sizes.len() > 1;
-    let watch = ctl.watch();
+    let stream = ctl.watch();
+    let watch = || PeerWatch::new(stream.as_ref());
+    let lanes: Vec<Lane<'_>> = qps.iter().map(DataQp::lane).collect();
     // A timed run (-D) starts its clock as its traffic starts.
     let traffic = |size| Traffic {
-        peer: watch.as_ref(),
-        qps,
+        lanes: &lanes,
         remotes,
         size,
         iters: if plan.duration.is_some() {
@@ -108,42 +111,49 @@ pub(crate) fn run_session(
             plan.iters
         },
         depth: plan.tx_depth,
+        // Every send signaled: a stalled run (the two sides given
+        // different -n) says how many messages got through.
+        cq_mod: 1,
         test: plan.test,
         progress_every: plan.progress_every,
         until: plan
             .duration
             .map(|d| Instant::now() + Duration::from_secs_f64(d)),
+        duration: plan.duration,
+        verify: None,
+        peer_says_sent: false,
     };
     let mut rows = Vec::new();
     if plan.lat {
         let mut lat = Vec::new();
         for (k, &size) in plan.sizes.iter().enumerate() {
             if plan.is_send {
-                qps[0].post_ring(size, plan.iters)?;
+                lanes[0].post_ring(size, plan.iters)?;
             }
             if k == 0 || plan.is_send {
                 ctl.keys(mine)?;
             }
-            lat.extend(run_lat(&traffic(size), client)?);
+            lat.extend(run_lat(&traffic(size), client, &mut watch())?);
         }
         return Ok(Rows::Lat(lat));
     }
     if plan.is_send {
         for &size in &plan.sizes {
             if plan.bidir || !client {
-                for q in qps {
-                    q.post_ring(size, plan.iters)?;
+                for l in &lanes {
+                    l.post_ring(size, plan.iters)?;
                 }
             }
             ctl.keys(mine)?;
             let t = traffic(size);
             let mut row = if plan.bidir {
-                send_duplex(&t)?
+                send_duplex(&t, &mut watch())?
             } else if client {
-                client_traffic(&t)?
+                client_traffic(&t, &mut watch())?
             } else {
-                server_receive(&t)?
-            };
+                server_receive(&t, &mut watch())?
+            }
+            .result(size);
             // Timed bidirectional SEND runs exchange no report (each side
             // prints its own figures), as perftest does.
             if plan.bidir && plan.duration.is_none() {
@@ -159,7 +169,7 @@ pub(crate) fn run_session(
         for &size in &plan.sizes {
             ctl.keys(mine)?;
             let t = traffic(size);
-            let row = client_traffic(&t)?;
+            let row = client_traffic(&t, &mut watch())?.result(size);
             if all {
                 ctl.keys(mine)?;
             }
@@ -168,7 +178,7 @@ pub(crate) fn run_session(
         }
     } else if client {
         for &size in &plan.sizes {
-            rows.push(client_traffic(&traffic(size))?);
+            rows.push(client_traffic(&traffic(size), &mut watch())?.result(size));
         }
         ctl.keys(mine)?;
         exchange_report(rows.last(), &traffic(plan.max_size()), ctl)?;
@@ -178,6 +188,29 @@ pub(crate) fn run_session(
         rows.push(exchange_report(None, &traffic(plan.max_size()), ctl)?);
     }
     Ok(Rows::Bw(rows))
+}
+
+/// Runs a latency test's traffic on the first QP (the server of a
+/// READ/atomic test only waits); the statistics, or `None` where this side
+/// measures nothing. SEND tests need the ring posted first.
+fn run_lat(
+    t: &Traffic<'_>,
+    client: bool,
+    watch: &mut PeerWatch<'_>,
+) -> Result<Option<LatResult>, PerfError> {
+    let mut samples = match t.test {
+        Test::SendLat => send_ping_pong(t, client, watch)?,
+        Test::WriteLat => write_ping_pong(t, client, watch)?,
+        _ if client => one_sided(t, watch)?,
+        _ => Vec::new(),
+    };
+    // perftest prints the iterations asked for (n sends make n - 1
+    // intervals).
+    let n = samples.len() as u64 + 1;
+    Ok(LatResult::from_samples(t.size, &mut samples).map(|mut r| {
+        r.iterations = if t.until.is_some() { n } else { t.iters };
+        r
+    }))
 }
 
 /// A bidirectional row: this side's size and iterations, both sides'

@@ -60,15 +60,17 @@ impl Dest {
     /// cut to its field's width); the QPN and PSN to 24 bits.
     pub(crate) fn parse(b: &[u8]) -> Result<Dest, PerfError> {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        let s = std::str::from_utf8(&b[..end]).map_err(|_| "key string is not ASCII")?;
+        let s = std::str::from_utf8(&b[..end])
+            .map_err(|_| PerfError::Protocol("key string is not ASCII".into()))?;
         let f: Vec<&str> = s.split(':').collect();
         if f.len() < 23 {
-            return Err(PerfError::Failed(format!(
+            return Err(PerfError::Protocol(format!(
                 "short perftest key string '{s}'"
             )));
         }
         let h = |i: usize| {
-            u64::from_str_radix(f[i], 16).map_err(|_| format!("bad field {i} in key string '{s}'"))
+            u64::from_str_radix(f[i], 16)
+                .map_err(|_| PerfError::Protocol(format!("bad field {i} in key string '{s}'")))
         };
         let mut gid = [0u8; 16];
         for (k, g) in gid.iter_mut().enumerate() {
@@ -165,15 +167,15 @@ pub(crate) fn version_text(v: &[u8]) -> String {
 /// negotiation this side does not speak). The version string.
 pub(crate) fn check_version(v: &[u8]) -> Result<String, PerfError> {
     if v.first() == Some(&b'{') {
-        return Err(
+        return Err(PerfError::Protocol(
             "the peer speaks roce perf's own exchange, not perftest's: run both sides without --perftest"
                 .into(),
-        );
+        ));
     }
     let text = version_text(v);
     let ver: f64 = text.parse().unwrap_or(0.0);
     if (ver * 100.0).round() >= 628.0 {
-        return Err(PerfError::Failed(format!(
+        return Err(PerfError::Protocol(format!(
             "the peer is perftest version {text}; only the 4.5 exchange (6.06) is implemented"
         )));
     }

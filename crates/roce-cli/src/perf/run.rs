@@ -11,7 +11,7 @@ use super::control::{self, Control};
 use super::error::PerfError;
 use super::interrupts::Interrupts;
 use super::messages::Params;
-use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
+use super::net::{accept_interruptibly, connect_tcp, first_byte, listen_loopback, resolve};
 use super::print::{pcap_problem, print_results};
 use super::{backend, bw, lat, perftest, perftest_cm, setup};
 use crate::stop::Stop;
@@ -132,9 +132,11 @@ fn client_on_loopback(args: &PerfArgs) -> Result<Option<PerfArgs>, PerfError> {
     }))
 }
 
-/// Where the loopback server listens, and the address both sides use
-/// (two contexts of one device, as a NIC allows; with `ROCE_SHM=0` the
-/// client moves to a free one: [`crate::device::loopback_client_local`]).
+/// Where the loopback server listens (or, when its control port is
+/// taken there, on the next free loopback address: [`listen_loopback`]),
+/// and the address both sides use (two contexts of one device, as a NIC
+/// allows; with `ROCE_SHM=0` the client moves to a free one:
+/// [`crate::device::loopback_client_local`]).
 const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 /// The client's address on the in-memory fabric, a wire between two
 /// hosts with one address each (the control connection uses it too).
@@ -156,8 +158,15 @@ fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), PerfError> {
     }
     // Refuse bad parameters before a server thread starts waiting.
     Params::from_args(args)?;
-    let listener = TcpListener::bind((LOOP_SERVER, args.port))
-        .map_err(|e| format!("cannot listen on {LOOP_SERVER}:{}: {e}", args.port))?;
+    // The fabric's client address is not the server's to take.
+    let (listener, moved) = listen_loopback(LOOP_SERVER, args.port, &[IpAddr::V4(FABRIC_CLIENT)])?;
+    if let Some(line) = moved.filter(|_| !args.json) {
+        eprintln!("roce perf: {line}");
+    }
+    // Both ends' RoCE addresses follow the listener's.
+    let server_at = listener
+        .local_addr()
+        .map_err(|e| PerfError::Io("listen".into(), e))?;
     let fabric = (args.backend == BackendKind::Fabric).then(roce_io::Fabric::new);
     let mut server_args = args.clone();
     server_args.json = false;
@@ -184,8 +193,9 @@ fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), PerfError> {
         let _ = crate::pin::pin_current_thread(cpu);
     }
     let mut client_args = args.clone();
-    client_args.server = Some(LOOP_SERVER.to_string());
-    let lo = IpAddr::V4(LOOP_SERVER);
+    client_args.server = Some(server_at.ip().to_string());
+    client_args.port = server_at.port();
+    let lo = server_at.ip();
     match args.backend {
         BackendKind::Fabric => client_args.bind = Some(IpAddr::V4(FABRIC_CLIENT)),
         _ => {
@@ -241,7 +251,7 @@ fn run_server(
     }
     let bind = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = TcpListener::bind((bind, args.port))
-        .map_err(|e| format!("cannot listen on port {}: {e}", args.port))?;
+        .map_err(|e| PerfError::Io(format!("cannot listen on port {}", args.port), e))?;
     if !args.json {
         eprintln!(
             "roce perf: waiting for a client on port {} ({}: roce perf {} HOST, or perftest's {} HOST)",
@@ -272,7 +282,11 @@ fn serve(
             }
             return perftest::run_on(args, stream, false);
         }
-        _ => return Err("the client speaks neither roce perf's exchange nor perftest's".into()),
+        _ => {
+            return Err(PerfError::Protocol(
+                "the client speaks neither roce perf's exchange nor perftest's".into(),
+            ))
+        }
     }
     let mut ctl = Control::new(stream, int).map_err(|e| PerfError::Failed(e.to_string()))?;
     let hello = ctl.expect("hello")?;
@@ -313,7 +327,7 @@ fn serve(
         .bind
         .filter(|b| !b.is_unspecified())
         .or(ctl.local_ip())
-        .ok_or("no local address")?;
+        .ok_or_else(|| PerfError::Failed("no local address".into()))?;
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
         Err(e) => {
@@ -386,7 +400,10 @@ fn run_client(
     int: &Interrupts,
 ) -> Result<Vec<Value>, PerfError> {
     let params = Params::from_args(args)?;
-    let server = args.server.as_deref().ok_or("no server")?;
+    let server = args
+        .server
+        .as_deref()
+        .ok_or_else(|| PerfError::Args("no server".into()))?;
     let addr = resolve(server, args.port)?;
     let stream = connect_tcp(addr, args.bind)?;
     args.say_moved();
@@ -394,7 +411,10 @@ fn run_client(
     let mut hello = params.to_json();
     hello["roce_port"] = json!(args.roce_port);
     ctl.send(&hello)?;
-    let local = args.bind.or(ctl.local_ip()).ok_or("no local address")?;
+    let local = args
+        .bind
+        .or(ctl.local_ip())
+        .ok_or_else(|| PerfError::Failed("no local address".into()))?;
     let local = match backend::gid_address(args, local) {
         Ok(a) => a,
         Err(e) => {

@@ -14,6 +14,7 @@ use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
 use super::error::PerfError;
 use super::interrupts::Interrupts;
+use super::lane::Lane;
 use super::messages::endpoints_from_json;
 use super::messages::layout;
 use super::messages::Params;
@@ -33,8 +34,7 @@ fn check_addresses(
     peer: Option<IpAddr>,
 ) -> Result<(), PerfError> {
     let remote = remote.iter().map(|r| (r.qpn, r.addr));
-    crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x")
-        .map_err(PerfError::Failed)
+    crate::device::check_peer_qps(gid_index.is_some(), remote, peer, "-x").map_err(PerfError::from)
 }
 
 /// Both ends' GIDs in one IP family ([`crate::device::family_mismatch`]).
@@ -69,7 +69,8 @@ pub(crate) struct Session {
     pub(crate) params: Params,
     pub(crate) is_client: bool,
     pub(crate) ctx: Context,
-    pub(crate) cq: CompletionQueue,
+    /// One CQ per QP.
+    pub(crate) cqs: Vec<CompletionQueue>,
     pub(crate) qps: Vec<QueuePair>,
     pub(crate) mr: MemoryRegion,
     /// Bytes per QP in `mr`: [0, max) the area the peer accesses,
@@ -78,9 +79,6 @@ pub(crate) struct Session {
     pub(crate) max_size: u64,
     /// Receive buffers per QP (SEND tests).
     pub(crate) ring: u64,
-    /// The SEND tests' receives are posted (once for every size of a run,
-    /// each `max_size` long, so any size fits the ones still queued).
-    pub(crate) recvs_posted: std::sync::atomic::AtomicBool,
     /// The peer's endpoints, one per QP.
     pub(crate) remote: Vec<Endpoint>,
     /// This side's endpoints, one per QP (what the peer was sent).
@@ -133,7 +131,11 @@ impl Session {
         let depth = params.tx_depth as usize * 2 + ring as usize + 64;
         // Room for twice what can be outstanding, within the device's
         // largest CQ (-q 256 -t 4096 asks for more than it has).
-        let cq = ctx.create_cq((depth * params.qps as usize * 2).min(4 << 20), None)?;
+        // One CQ per QP, as perftest's: the loops count each QP's
+        // completions on its own CQ.
+        let cqs = (0..nq)
+            .map(|_| ctx.create_cq((depth * 2).min(4 << 20), None))
+            .collect::<Result<Vec<_>, _>>()?;
         // The area peers access holds this side's pattern (READ sources).
         let mut mem = vec![0u8; (slot * nq) as usize];
         let own = pattern(params.seed ^ is_client as u64, max_size as usize);
@@ -153,7 +155,7 @@ impl Session {
             | Access::REMOTE_ATOMIC;
         let mr = pd
             .reg_mr(mem, access)
-            .map_err(|e| format!("cannot register memory: {e}"))?;
+            .map_err(super::during("cannot register memory"))?;
         let cap = QpCaps {
             max_send_wr: params.tx_depth + 16,
             max_recv_wr: ring as u32 + 16,
@@ -162,11 +164,11 @@ impl Session {
             max_inline_data: 256,
         };
         let mut qps = Vec::new();
-        for _ in 0..nq {
-            let attr = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap);
+        for cq in &cqs {
+            let attr = QpInitAttr::new(QpType::Rc, cq, cq).cap(cap);
             qps.push(
                 pd.create_qp(&attr)
-                    .map_err(|e| format!("cannot create a QP: {e}"))?,
+                    .map_err(super::during("cannot create a QP"))?,
             );
         }
         // Starting PSNs from the operating system's randomness, not from
@@ -247,7 +249,7 @@ impl Session {
                 }),
             };
             qp.connect(Psn::new(m.psn), &ep, &opts)
-                .map_err(|e| format!("cannot connect QP {}: {e}", m.qpn))?;
+                .map_err(super::during(format!("cannot connect QP {}", m.qpn)))?;
         }
         ctl.barrier("connected")?;
         ctl.interrupts().set_up();
@@ -255,13 +257,12 @@ impl Session {
             params,
             is_client,
             ctx,
-            cq,
+            cqs,
             qps,
             mr,
             slot,
             max_size,
             ring,
-            recvs_posted: Default::default(),
             remote,
             local: mine,
             peer_salt: args.verify_salt,
@@ -343,6 +344,23 @@ impl Session {
         let row = result.get("row").and_then(Value::as_str).unwrap_or("");
         // Not "roce perf: ...", which introduces errors.
         eprintln!("[size {} of {n} done] {}", k + 1, row.trim());
+    }
+
+    /// QP `q` as a traffic loop uses it: the peer's area, this side's
+    /// source after it, then the receive ring (the layout of
+    /// [`layout`]).
+    pub(crate) fn lane(&self, q: usize) -> Lane<'_> {
+        let base = self.slot_off(q);
+        Lane {
+            mr: &self.mr,
+            cq: &self.cqs[q],
+            qp: &self.qps[q],
+            target: base,
+            source: base + self.max_size,
+            ring: base + 2 * self.max_size,
+            ring_bytes: self.ring * self.max_size,
+            slots: self.ring,
+        }
     }
 
     /// Offset in `mr` of QP `q`'s slot.

@@ -206,7 +206,8 @@ impl PingpongArgs {
         // at start-up, not once a peer connects.
         if let Some(g) = self.gid_idx {
             let bind = self.bind.filter(|b| !b.is_unspecified());
-            crate::device::check_gid_index(usize::from(g), bind, None)?;
+            crate::device::check_gid_index(usize::from(g), bind, None)
+                .map_err(|e| e.to_string())?;
         }
         let gid_idx = self.gid_idx;
         let slot = u64::from(size) + 40;

@@ -152,7 +152,7 @@ fn open_context(
         // identification a UDP socket cannot see: its ICRC cannot be
         // verified, only counted (docs/security.md).
         let mut o = crate::device::tool_options(BackendKind::Udp, at, p.roce_port)
-            .map_err(|e| (false, e))?
+            .map_err(|e| (false, e.to_string()))?
             .icrc_check(roce_io::IcrcCheck::Count);
         o.config.active_mtu = p.mtu;
         o.open().map_err(|e| match e {
@@ -407,7 +407,8 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
     if let (Some(server), false) = (&p.server, chosen) {
         if let Some((addr, local)) = route_source(server, p.port) {
             if let Some((a, note)) =
-                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port)?
+                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port)
+                    .map_err(|e| e.to_string())?
             {
                 bind = Some(a);
                 moved = Some(note);
@@ -573,6 +574,7 @@ fn check_family(
 fn check_peer(p: &Params, remote: &[Dest], peer: IpAddr) -> Result<(), String> {
     let at = remote.iter().map(|d| (d.qpn, remote_addr(d, peer)));
     crate::device::check_peer_qps(p.gid_idx.is_some(), at, Some(peer), "-g")
+        .map_err(|e| e.to_string())
 }
 
 fn check_remote(p: &Params, theirs: Vec<Dest>) -> Result<Vec<Dest>, String> {
