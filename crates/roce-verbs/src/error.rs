@@ -5,8 +5,6 @@ use std::fmt;
 use roce_core::{Lkey, PostError, VerbsError};
 use roce_io::FabricError;
 
-use crate::mr::MemoryRegion;
-
 /// Why a verbs call was refused. Every failure on user input is one of
 /// these; nothing in this crate panics on bad arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,24 +93,6 @@ impl From<FabricError> for Error {
         Error::Fabric(e)
     }
 }
-
-/// A refused [`MemoryRegion::into_inner`] / [`MemoryRegion::dereg`]: the
-/// region comes back unchanged with the reason.
-#[derive(Debug)]
-pub struct DeregError {
-    /// The region, still registered.
-    pub mr: MemoryRegion,
-    /// Why: [`Error::MrInUse`] or [`Error::NotOwned`].
-    pub error: Error,
-}
-
-impl fmt::Display for DeregError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot deregister: {}", self.error)
-    }
-}
-
-impl std::error::Error for DeregError {}
 
 /// A refused owned-buffer post: the buffer comes back with the reason.
 #[derive(Debug)]

@@ -118,6 +118,7 @@
 
 mod cm;
 mod cm_sink;
+mod completion;
 mod config;
 mod connect;
 mod context;
@@ -133,34 +134,35 @@ pub mod loopback;
 mod limits;
 #[allow(unsafe_code)]
 mod mr;
-mod owners;
 // `reg_mr_raw`, the unsafe entry to raw regions.
 #[allow(unsafe_code)]
 mod pd;
 mod progress;
 mod qp;
 mod random;
+mod recv;
 mod schedule;
-mod shared;
 mod srq;
+mod state;
 
 pub use cm::{CmAccepting, CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use cm_sink::{CmSink, PortSpace};
+pub use completion::Completion;
 pub use config::ProgressConfig;
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
-pub use cq::{Completion, CompletionChannel, CompletionQueue};
+pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{node_guid, shm_setting, BackendKind, Device, OpenError, OpenOptions, Wrap};
-pub use error::{DeregError, Error, OwnedPostError};
+pub use error::{Error, OwnedPostError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
-pub use mr::{MemoryRegion, RemoteMr, Revoker};
+pub use mr::{DeregError, MemoryRegion, RemoteMr, Revoker};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
-pub use shared::{clock_nanos, EventSink, Notifier};
 pub use srq::SharedReceiveQueue;
+pub use state::{clock_nanos, EventSink, Notifier};
 
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos,

@@ -10,9 +10,9 @@ use roce_core::Nanos;
 use roce_io::{Backend, FabricPort};
 
 pub(crate) use crate::config::ProgressConfig;
-use crate::owners;
 use crate::schedule::{self, Post, Rest, Stepped, ThreadRules, RUNNING};
-use crate::shared::{lock, Io, Shared};
+use crate::state::owners;
+use crate::state::{lock, Io, Shared};
 
 /// What one progress step did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -283,13 +283,13 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
 /// engine lock and delivered after it.
 #[derive(Default)]
 struct Raised {
-    channels: Vec<Arc<crate::cq::ChannelInner>>,
+    channels: Vec<Arc<crate::state::ChannelQueue>>,
     events: Vec<roce_core::AsyncEvent>,
     cm_queued: bool,
 }
 
 impl Raised {
-    fn collect(&mut self, core: &mut crate::shared::Core, shared: &Shared) {
+    fn collect(&mut self, core: &mut crate::state::Core, shared: &Shared) {
         collect_events(core, &mut self.channels, &mut self.events);
         self.cm_queued |= collect_cm_events(core, shared);
     }
@@ -302,7 +302,7 @@ impl Raised {
             shared.queue_events(self.events);
         }
         if self.cm_queued {
-            shared.cm_cv.notify_all();
+            shared.events.cm_cv.notify_all();
         }
     }
 }
@@ -311,25 +311,25 @@ impl Raised {
 /// let go of; true when it queued any. Under the engine lock, so that an
 /// application letting go of a connection (also under it) either finds
 /// its events queued, to remove them, or has them filtered here.
-pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared) -> bool {
-    let crate::shared::Core {
+pub(crate) fn collect_cm_events(core: &mut crate::state::Core, shared: &Shared) -> bool {
+    let crate::state::Core {
         dev, cm_dropped, ..
     } = core;
     let mut queued = false;
     while let Some(e) = dev.poll_cm_event() {
-        if let Some(sink) = shared.cm_sink.get() {
+        if let Some(sink) = shared.events.cm_sink.get() {
             sink(e);
             continue;
         }
         if !cm_dropped.contains(&e.id()) {
-            let mut q = lock(&shared.cm_events);
-            if q.len() >= crate::shared::MAX_CM_EVENTS {
+            let mut q = lock(&shared.events.cm);
+            if q.len() >= crate::state::MAX_CM_EVENTS {
                 // Nobody takes them: requests the engine has since
                 // dropped (timed out) go first; past that, new events
                 // are lost rather than queued without bound.
                 q.retain(|e| !e.is_request() || dev.cm_state(e.id()).is_some());
             }
-            if q.len() < crate::shared::MAX_CM_EVENTS {
+            if q.len() < crate::state::MAX_CM_EVENTS {
                 q.push_back(e);
                 queued = true;
             }
@@ -342,21 +342,16 @@ pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared)
 }
 
 fn collect_events(
-    core: &mut crate::shared::Core,
-    channels: &mut Vec<Arc<crate::cq::ChannelInner>>,
+    core: &mut crate::state::Core,
+    channels: &mut Vec<Arc<crate::state::ChannelQueue>>,
     events: &mut Vec<roce_core::AsyncEvent>,
 ) {
-    let crate::shared::Core { dev, notify, .. } = core;
+    let crate::state::Core { dev, notify, .. } = core;
     for reg in notify.iter() {
         let fired = dev.cq(reg.cq).is_some_and(|c| c.take_notification());
         if fired {
             if let Some(ch) = reg.channel.upgrade() {
-                let mut q = lock(&ch.queue);
-                q.push_back(reg.handle.clone());
-                if let Some(n) = ch.notifier.get() {
-                    n();
-                }
-                drop(q);
+                ch.raise(reg.handle.clone());
                 channels.push(ch);
             }
         }

@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use roce_core::{Nanos, Owner, OwnerChange, RxOutcome};
 use roce_io::{Backend, Forwarded};
 
-use crate::shared::{Core, Io, Shared};
+use super::{Core, Io, Shared};
 
 /// QPNs of destroyed QPs this process keeps claimed, so that another
 /// process does not take one while datagrams for the old QP may still
