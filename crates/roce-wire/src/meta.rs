@@ -169,23 +169,108 @@ impl Transmit {
     }
 }
 
-/// What a receiving backend knows about a datagram beside its bytes.
+/// The IP and UDP header of a datagram received as its UDP payload alone
+/// (a UDP socket's, a same-host ring's), as the receiver knows it: what
+/// the engine needs of the header it never sees, to check the ICRC over
+/// it (the covered fields, docs/protocol.md §4) and to read its addresses
+/// and ECN. The UDP destination port is 4791 and the lengths follow from
+/// the payload; the IPv4 don't-fragment flag is taken as set, as every
+/// RoCE v2 sender sets it (and the sockets of this stack do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RxHeader {
+    /// IP source address and UDP source port.
+    pub src: SocketAddr,
+    /// IP destination address (of the same family as `src`).
+    pub dst: IpAddr,
+    /// The TOS / traffic class byte: DSCP and ECN (0 when the receiver
+    /// was not told). The ICRC masks it.
+    pub tos: u8,
+    /// The IPv4 identification, which the ICRC covers, when the receiver
+    /// knows it (a ring's record of an engine's datagram); `None` when it
+    /// cannot (a UDP socket never shows it): the engine then tries the
+    /// values a sender writes (0, and the segment numbers of a UDP GSO
+    /// send) as its ICRC policy says. Unused for IPv6, whose covered
+    /// fields are all known.
+    pub ipv4_id: Option<u16>,
+}
+
+impl RxHeader {
+    /// The header of a datagram from `src` to `dst` with TOS `tos`, its
+    /// IPv4 identification unknown.
+    pub const fn new(src: SocketAddr, dst: IpAddr, tos: u8) -> RxHeader {
+        RxHeader {
+            src,
+            dst,
+            tos,
+            ipv4_id: None,
+        }
+    }
+
+    /// Sets [`ipv4_id`](Self::ipv4_id).
+    pub const fn with_ipv4_id(mut self, id: Option<u16>) -> RxHeader {
+        self.ipv4_id = id;
+        self
+    }
+
+    /// The ECN codepoint (the TOS byte's two low bits).
+    pub fn ecn(&self) -> Ecn {
+        Ecn::from_bits(self.tos)
+    }
+
+    /// True when every header field the ICRC covers is known: IPv6, or
+    /// IPv4 with its identification.
+    pub fn exact(&self) -> bool {
+        self.src.is_ipv6() || self.ipv4_id.is_some()
+    }
+
+    /// The IP header it stands for, as a repr (IPv4 identification 0 when
+    /// unknown, DF set, TTL / hop limit 64, flow label 0, payload length
+    /// 0: [`crate::RocePacket::parse_udp_payload`] sets it); `None` when
+    /// the addresses are of two families.
+    pub fn ip_repr(&self) -> Option<crate::IpRepr> {
+        let (dscp, ecn) = (self.tos >> 2, self.ecn());
+        match (self.src.ip(), self.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(crate::IpRepr::V4(crate::Ipv4Repr {
+                src,
+                dst,
+                dscp,
+                ecn,
+                ident: self.ipv4_id.unwrap_or(0),
+                dont_frag: true,
+                ttl: 64,
+                payload_len: 0,
+            })),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Some(crate::IpRepr::V6(crate::Ipv6Repr {
+                src,
+                dst,
+                dscp,
+                ecn,
+                flow_label: 0,
+                hop_limit: 64,
+                payload_len: 0,
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// What a receiving backend knows about a datagram beside its bytes (and
+/// beside its [`RxHeader`], for one received as its UDP payload).
 ///
 /// Small and `Copy`; new fields may be added, so build one with
 /// [`RxMeta::exact`] / [`RxMeta::inexact`] or the `with_*` setters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct RxMeta {
-    /// Every header field the ICRC covers holds the value it had on the
-    /// wire, so the datagram's ICRC is checked against exactly what was
-    /// sent and a mismatch means damage: the engine checks it (protocol
-    /// reference §4). True when the backend saw the whole datagram (a
-    /// fabric, `AF_PACKET`) or rebuilt its header from values it knows
-    /// exactly (IPv6 over a UDP socket, whose flow label and traffic class
-    /// the ICRC masks); false when it had to guess a covered field (the
-    /// IPv4 identification a UDP socket never shows), so that a mismatch
-    /// may be its guess and the ICRC cannot be checked. The default is
-    /// true.
+    /// For a whole IP datagram: every header field the ICRC covers holds
+    /// the value it had on the wire, so the datagram's ICRC is checked
+    /// against exactly what was sent and a mismatch means damage: the
+    /// engine checks it (docs/protocol.md §4). True (the default) for
+    /// what a backend saw whole (a fabric, `AF_PACKET`, a capture); false
+    /// for a datagram built by hand whose ICRC is not to be checked (a
+    /// test's, a fuzzer's): the engine counts it unverified. A datagram
+    /// received as its UDP payload says what it knows of its header in
+    /// its [`RxHeader`] instead.
     pub header_exact: bool,
     /// Another process sharing this address received the datagram and
     /// handed it on (docs/host.md): if it is not this process's either,
