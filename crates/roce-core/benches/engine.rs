@@ -92,7 +92,10 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
     for x in s.iter_mut() {
         loop {
             let dev = &mut x.dev;
-            if !x.tx.push_transmit_with(|slot| dev.poll_transmit(0, slot)) {
+            if !x
+                .tx
+                .push_transmit_with(|slot| dev.poll_transmit(0, slot).datagram())
+            {
                 break;
             }
             if x.tx.is_full() {
@@ -132,7 +135,7 @@ fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
         } else {
             (&mut b[0], &mut a[0])
         };
-        while let Some(n) = from.dev.poll_transmit(0, buf).map(|t| t.size) {
+        while let Some(n) = from.dev.poll_transmit(0, buf).datagram().map(|t| t.size) {
             to.dev.handle_datagram(0, &buf[..n], RxMeta::default());
             moved += 1;
         }

@@ -335,7 +335,9 @@ pub enum Owner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BthRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, Psn, Qpn};
+    use crate::{
+        BthRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, Psn, Qpn, RocePacket,
+    };
     use crate::{UdpChecksum, UdpRepr};
 
     fn emit(ip: IpRepr) -> std::vec::Vec<u8> {
@@ -355,6 +357,103 @@ mod tests {
         let n = repr.emit(&mut buf).unwrap();
         buf.truncate(n);
         buf
+    }
+
+    /// The ICRC computed from a payload's header fields equals the one
+    /// computed over the whole datagram roce-wire emitted, whatever the
+    /// masked fields (TOS, TTL; traffic class, flow label, hop limit), and
+    /// follows the covered ones (the IPv4 identification).
+    #[test]
+    fn the_icrc_from_header_fields_is_the_whole_datagrams() {
+        use crate::crc32::Code;
+        let mut ips = std::vec::Vec::new();
+        for (dscp, ecn, ttl, ident) in [
+            (0, Ecn::NotEct, 64, 0),
+            (46, Ecn::Ce, 1, 0),
+            (26, Ecn::Ect0, 255, 1),
+            (63, Ecn::Ect1, 17, 127),
+            (10, Ecn::Ce, 64, 0x4321),
+        ] {
+            ips.push(IpRepr::V4(Ipv4Repr {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                dscp,
+                ecn,
+                ident,
+                dont_frag: true,
+                ttl,
+                payload_len: 0,
+            }));
+        }
+        for (dscp, ecn, flow_label, hop_limit) in [
+            (0, Ecn::NotEct, 0, 64),
+            (46, Ecn::Ce, 0xabcde, 1),
+            (26, Ecn::Ect0, 1, 255),
+        ] {
+            ips.push(IpRepr::V6(Ipv6Repr {
+                src: "fd00::1".parse().unwrap(),
+                dst: "fd00::2".parse().unwrap(),
+                dscp,
+                ecn,
+                flow_label,
+                hop_limit,
+                payload_len: 0,
+            }));
+        }
+        for ip in ips {
+            let d = emit(ip);
+            let t = Transmit::of_datagram(&d).unwrap();
+            let payload = &d[t.header_len()..d.len() - icrc::LEN];
+            let whole = icrc::compute(&d[..d.len() - icrc::LEN]).unwrap();
+            let mut wire = [0u8; 4];
+            wire.copy_from_slice(&d[d.len() - icrc::LEN..]);
+            assert_eq!(whole, icrc::read(wire));
+            let fields = icrc::HeaderFields {
+                src: t.src.ip(),
+                dst: t.destination.ip(),
+                src_port: t.src.port(),
+                ipv4_id: t.ipv4_id,
+                dont_frag: t.dont_frag,
+            };
+            for code in [Code::Fast, Code::Table] {
+                let got = icrc::compute_udp(code, &fields, payload).unwrap();
+                assert_eq!(got, whole, "{ip:?} {code:?}");
+            }
+            // Parsed from its UDP payload with a header that knows none of
+            // the masked fields (TOS, TTL, flow label left at defaults),
+            // the packet's ICRC still checks.
+            let h = RxHeader::new(t.src, t.destination.ip(), 0).with_ipv4_id(Some(t.ipv4_id));
+            let p = RocePacket::parse_udp_payload(
+                h.ip_repr().unwrap(),
+                t.src.port(),
+                &d[t.header_len()..],
+            )
+            .unwrap();
+            assert!(p.check_icrc().is_ok(), "{ip:?}");
+            assert_eq!(p.ip_len(), d.len());
+            // A covered field the header gets wrong breaks it.
+            if t.is_ipv6() {
+                let moved = SocketAddr::new(t.src.ip(), t.src.port() ^ 1);
+                let bad = RocePacket::parse_udp_payload(
+                    RxHeader::new(moved, t.destination.ip(), 0)
+                        .ip_repr()
+                        .unwrap(),
+                    moved.port(),
+                    &d[t.header_len()..],
+                )
+                .unwrap();
+                assert!(bad.check_icrc().is_err());
+            } else {
+                let other = h.with_ipv4_id(Some(t.ipv4_id ^ 0x100));
+                let bad = RocePacket::parse_udp_payload(
+                    other.ip_repr().unwrap(),
+                    t.src.port(),
+                    &d[t.header_len()..],
+                )
+                .unwrap();
+                assert!(bad.check_icrc().is_err());
+            }
+        }
     }
 
     #[test]
