@@ -13,7 +13,7 @@ mod pipeline;
 mod spec;
 mod targeted;
 
-use pipeline::{recycle, Path};
+use pipeline::{recycle, Beside, Path};
 pub use spec::{
     parse_duration, FaultAction, FaultPlan, FaultRule, OpFilter, QpSelector, DEFAULT_SEED,
 };
@@ -386,9 +386,13 @@ impl<B: Backend> Backend for FaultInjector<B> {
             return Ok(0);
         }
         for i in 0..batch.len() {
-            let (d, meta, t) = (batch.get(i), batch.meta(i), batch.transmit(i));
+            let beside = Beside {
+                meta: batch.meta(i),
+                header: None,
+                transmit: batch.transmit(i),
+            };
             self.tx
-                .ingest(&self.cfg, &mut self.pool, now, d, meta, None, t);
+                .ingest(&self.cfg, &mut self.pool, now, batch.get(i), beside);
         }
         if self.flush_tx(now).is_err() {
             self.tx.stats.errors += 1;
@@ -414,9 +418,13 @@ impl<B: Backend> Backend for FaultInjector<B> {
             }
             self.inner.recv(now, &mut self.rx_in)?;
             for i in 0..self.rx_in.len() {
-                let (d, meta, h) = (self.rx_in.get(i), self.rx_in.meta(i), self.rx_in.header(i));
+                let beside = Beside {
+                    meta: self.rx_in.meta(i),
+                    header: self.rx_in.header(i),
+                    transmit: None,
+                };
                 self.rx
-                    .ingest(&self.cfg, &mut self.pool, now, d, meta, h, None);
+                    .ingest(&self.cfg, &mut self.pool, now, self.rx_in.get(i), beside);
             }
         }
         while !batch.is_full() {

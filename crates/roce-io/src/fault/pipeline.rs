@@ -27,6 +27,16 @@ pub(super) struct Pkt {
     pub(super) transmit: Option<Transmit>,
 }
 
+/// What comes with a datagram's bytes into [`Path::ingest`]: its
+/// metadata, and its header when it is a received UDP payload, or how to
+/// send it (the send path).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Beside {
+    pub(super) meta: RxMeta,
+    pub(super) header: Option<RxHeader>,
+    pub(super) transmit: Option<Transmit>,
+}
+
 /// A datagram waiting out its delay; ordered by release time, then by the
 /// order it was taken in.
 #[derive(Debug)]
@@ -142,10 +152,13 @@ impl Path {
         pool: &mut Vec<Vec<u8>>,
         now: Nanos,
         d: &[u8],
-        meta: RxMeta,
-        header: Option<RxHeader>,
-        transmit: Option<Transmit>,
+        beside: Beside,
     ) {
+        let Beside {
+            meta,
+            header,
+            transmit,
+        } = beside;
         let mut r = [0u64; 7];
         for x in &mut r {
             *x = self.rng.next_u64();

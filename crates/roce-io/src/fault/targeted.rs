@@ -360,15 +360,13 @@ impl<B: Backend> Backend for TargetedFaults<B> {
         let t = now.saturating_sub(self.start);
         for i in 0..self.rx_in.len() {
             let (d, h) = (self.rx_in.get(i), self.rx_in.header(i));
-            if self
+            let kept = self
                 .log
                 .decide(&self.qps, t, false, d, h.is_some())
-                .is_none()
-            {
-                if batch.push_with_meta(d, self.rx_in.meta(i)) {
-                    let last = batch.len() - 1;
-                    batch.set_header(last, h);
-                }
+                .is_none();
+            if kept && batch.push_with_meta(d, self.rx_in.meta(i)) {
+                let last = batch.len() - 1;
+                batch.set_header(last, h);
             }
         }
         Ok(batch.len())
