@@ -26,9 +26,9 @@ pub fn compute(covered: &[u8]) -> Result<u32> {
 }
 
 /// [`compute`] over a datagram held in two pieces, `head` then `rest`
-/// (a receive path that rebuilt the IP and UDP header in front of a
-/// payload it did not copy, say): the ICRC of `head ++ rest`, where the
-/// concatenation runs from the IP header to the last pad byte.
+/// (its headers and its payload, say, held apart): the ICRC of
+/// `head ++ rest`, where the concatenation runs from the IP header to the
+/// last pad byte.
 pub fn compute_split(head: &[u8], rest: &[u8]) -> Result<u32> {
     compute_with(Code::Fast, head, rest)
 }
