@@ -661,6 +661,35 @@ mod tests {
     }
 
     #[test]
+    fn payloads_keep_their_headers() {
+        let h = RxHeader::new(
+            "10.0.0.1:49152".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            2,
+        )
+        .with_ipv4_id(Some(0));
+        let mut b = PacketBatch::new(3, 8);
+        assert!(b.push(&[1]));
+        let fwd = RxMeta::default().with_forwarded(true);
+        assert!(b.push_payload_with(h, fwd, |slot| {
+            slot[..2].copy_from_slice(&[2, 2]);
+            2
+        }));
+        assert!(!b.push_payload_with(h, fwd, |_| 9), "longer than a slot");
+        assert_eq!(b.len(), 2);
+        assert_eq!((b.header(0), b.header(1)), (None, Some(h)));
+        assert_eq!((b.get(1), b.meta(1).forwarded), (&[2u8, 2][..], true));
+        // Moved to the front with their datagrams; a reused slot does not
+        // inherit a header.
+        b.drain_front(1);
+        assert_eq!((b.len(), b.header(0)), (1, Some(h)));
+        assert!(b.push(&[3]));
+        assert_eq!(b.header(1), None);
+        b.set_header(1, Some(h));
+        assert_eq!(b.header(1), Some(h));
+    }
+
+    #[test]
     fn drain_front_keeps_order() {
         let mut b = PacketBatch::new(4, 4);
         for i in 0..4u8 {
