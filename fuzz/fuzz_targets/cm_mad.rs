@@ -91,7 +91,7 @@ impl Host {
     /// Collects what it transmits and what its application is told.
     fn poll(&mut self, now: u64) {
         let mut buf = vec![0u8; 4400];
-        while let Some(t) = self.dev.poll_transmit(now, &mut buf) {
+        while let Some(t) = self.dev.poll_transmit(now, &mut buf).datagram() {
             if self.out.len() < 256 {
                 self.out.push(buf[..t.size].to_vec());
             }

@@ -3,14 +3,20 @@
 //! and UD QPs are in RTS with receives posted. The first 40 bytes of every
 //! datagram are rewritten into a valid IPv4/UDP header to this device, and
 //! the ICRC check is skipped, and most datagrams are steered to a live QP's
-//! (random) QPN, so the fuzzer reaches the transport logic.
+//! (random) QPN, so the fuzzer reaches the transport logic. A datagram
+//! whose first byte is odd goes in as a UDP socket's receiver hands it
+//! over (`Device::handle_udp`: its UDP payload, and the header's facts
+//! with the IPv4 ID unknown, which `IcrcCheck::Off` leaves unchecked);
+//! the others whole (`Device::handle_datagram`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use roce_core::*;
 
 fn device() -> (Device, Vec<Qpn>) {
-    let mut dev = Device::new(DeviceConfig::new("10.0.0.2".parse().unwrap()));
+    let mut cfg = DeviceConfig::new("10.0.0.2".parse().unwrap());
+    cfg.icrc_check = IcrcCheck::Off;
+    let mut dev = Device::new(cfg);
     let pd = dev.alloc_pd();
     let cq = dev.create_cq(256);
     let access =
@@ -77,6 +83,9 @@ fuzz_target!(|data: &[u8]| {
         let n = (u16::from_be_bytes([rest[0], rest[1]]) as usize).min(rest.len() - 2);
         let mut d = rest[2..2 + n].to_vec();
         rest = &rest[2 + n..];
+        let via_udp = d.first().is_some_and(|b| b & 1 == 1);
+        let tos = d.get(1).copied().unwrap_or(0);
+        let sport = d.get(20..22).map_or(0, |p| u16::from_be_bytes([p[0], p[1]]));
         if d.len() >= 28 {
             // A valid IPv4 + UDP header from the peer to this device.
             let total = d.len() as u16;
@@ -105,11 +114,17 @@ fuzz_target!(|data: &[u8]| {
                 d[33..36].copy_from_slice(&q.value().to_be_bytes()[1..]);
             }
         }
-        dev.handle_datagram(now, &d, RxMeta::inexact());
+        if via_udp && d.len() >= 28 {
+            let src = std::net::SocketAddr::new("10.0.0.1".parse().unwrap(), sport);
+            let h = RxHeader::new(src, "10.0.0.2".parse().unwrap(), tos);
+            dev.handle_udp(now, h, &d[28..], RxMeta::default());
+        } else {
+            dev.handle_datagram(now, &d, RxMeta::inexact());
+        }
         now += 1000;
         if dev.poll_timeout().is_some_and(|t| t <= now) {
             dev.handle_timeout(now);
         }
-        while dev.poll_transmit(now, &mut buf).is_some() {}
+        while dev.poll_transmit(now, &mut buf) != Tx::Idle {}
     }
 });

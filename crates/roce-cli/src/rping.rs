@@ -161,7 +161,7 @@ impl Rig {
             // cannot be verified, only counted (docs/security.md).
             let mut o = crate::device::tool_options(BackendKind::Udp, at, port)
                 .map_err(|e| (false, e.to_string()))?
-                .icrc_check(roce_io::IcrcCheck::Count);
+                .icrc_check(roce_verbs::IcrcCheck::Count);
             if let Some(w) =
                 crate::device::middleware(None, faults).map_err(|e| (false, e.to_string()))?
             {

@@ -78,7 +78,7 @@ impl Ud {
             // verified, only counted (docs/security.md).
             let o = crate::device::tool_options(BackendKind::Udp, at, args.roce_port)
                 .map_err(|e| (false, e.to_string()))?
-                .icrc_check(roce_io::IcrcCheck::Count);
+                .icrc_check(roce_verbs::IcrcCheck::Count);
             let mtu = o.link_mtu().map_err(|e| (false, e.to_string()))?;
             if args.size > mtu {
                 return Err((

@@ -193,10 +193,9 @@ fn damaged_datagrams_are_dropped_and_resent() {
     assert_eq!(o.status.code(), Some(0), "{out} {err}");
     let v: Value = serde_json::from_str(out.lines().last().unwrap_or("")).unwrap();
     assert_eq!(v["verified"], true, "{v}");
-    let b = &v["counters"]["backend"];
-    let dropped = b["udp_rx_icrc_dropped"].as_u64().unwrap_or(0);
-    let bad = b["udp_rx_icrc_bad"].as_u64().unwrap_or(0);
-    assert_eq!(dropped, bad, "{b}");
+    let d = &v["counters"]["device"];
+    let dropped = d["rx_bad_icrc"].as_u64().unwrap_or(0);
+    assert_eq!(v["counters"]["icrc"]["failed"], dropped, "{d}");
     let resent = v["counters"]["qps"][0]["retransmitted"]
         .as_u64()
         .unwrap_or(0);

@@ -92,7 +92,10 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
     for x in s.iter_mut() {
         loop {
             let dev = &mut x.dev;
-            if !x.tx.push_transmit_with(|slot| dev.poll_transmit(0, slot)) {
+            if !x
+                .tx
+                .push_transmit_with(|slot| dev.poll_transmit(0, slot).datagram())
+            {
                 break;
             }
             if x.tx.is_full() {
@@ -121,9 +124,23 @@ fn pump(s: &mut [Side; 2], rx: &mut PacketBatch) -> u64 {
     moved
 }
 
+/// How datagrams go from one device to the other.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    /// Through the in-memory fabric.
+    Fabric,
+    /// Straight, whole (`handle_datagram`).
+    Direct,
+    /// Straight, as a UDP socket's receiver hands them over: the UDP
+    /// payload and its header facts (`handle_udp`).
+    DirectUdp,
+}
+
 /// Hands datagrams straight from one device to the other (no fabric
-/// queue copies): the engine's own cost.
-fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
+/// queue copies): the engine's own cost. `udp`: as their UDP payloads
+/// with their header facts (the IPv4 ID known, as a same-host ring's
+/// record gives it).
+fn pump_direct(s: &mut [Side; 2], buf: &mut [u8], udp: bool) -> u64 {
     let mut moved = 0;
     for i in 0..2 {
         let (a, b) = s.split_at_mut(1);
@@ -132,8 +149,15 @@ fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
         } else {
             (&mut b[0], &mut a[0])
         };
-        while let Some(n) = from.dev.poll_transmit(0, buf).map(|t| t.size) {
-            to.dev.handle_datagram(0, &buf[..n], RxMeta::default());
+        while let Some(t) = from.dev.poll_transmit(0, buf).datagram() {
+            if udp {
+                let h =
+                    RxHeader::new(t.src, t.destination.ip(), t.tos()).with_ipv4_id(Some(t.ipv4_id));
+                let payload = &buf[t.header_len()..t.size];
+                to.dev.handle_udp(0, h, payload, RxMeta::default());
+            } else {
+                to.dev.handle_datagram(0, &buf[..t.size], RxMeta::default());
+            }
             moved += 1;
         }
     }
@@ -142,10 +166,10 @@ fn pump_direct(s: &mut [Side; 2], buf: &mut [u8]) -> u64 {
 
 /// Runs `msgs` operations keeping `depth` in flight; returns datagrams moved.
 fn run(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool) -> u64 {
-    run_with(s, msgs, depth, len, write, false)
+    run_with(s, msgs, depth, len, write, Via::Fabric)
 }
 
-fn run_with(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool, direct: bool) -> u64 {
+fn run_with(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool, via: Via) -> u64 {
     let mut buf = vec![0u8; 4400];
     let mut rx = PacketBatch::new(64, 4400);
     let mut wc = [Wc::new(0, WcStatus::Success, WcOpcode::Send, Qpn::new(0)); 256];
@@ -186,10 +210,10 @@ fn run_with(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool, dir
             s[0].dev.post_send(s[0].qp, wr).unwrap();
             posted += 1;
         }
-        moved += if direct {
-            pump_direct(s, &mut buf)
-        } else {
-            pump(s, &mut rx)
+        moved += match via {
+            Via::Fabric => pump(s, &mut rx),
+            Via::Direct => pump_direct(s, &mut buf, false),
+            Via::DirectUdp => pump_direct(s, &mut buf, true),
         };
         let n = s[0].dev.poll_cq(s[0].cq, &mut wc).unwrap();
         for c in &wc[..n] {
@@ -217,7 +241,15 @@ fn send_rate(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut s = pair(4096);
             let t = Instant::now();
-            run_with(&mut s, iters, 256, 8, false, true);
+            run_with(&mut s, iters, 256, 8, false, Via::Direct);
+            t.elapsed()
+        })
+    });
+    g.bench_function("messages_direct_udp", |b| {
+        b.iter_custom(|iters| {
+            let mut s = pair(4096);
+            let t = Instant::now();
+            run_with(&mut s, iters, 256, 8, false, Via::DirectUdp);
             t.elapsed()
         })
     });
@@ -240,7 +272,7 @@ fn write_bw(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut s = pair(4096);
             let t = Instant::now();
-            run_with(&mut s, iters, 64, LEN, true, true);
+            run_with(&mut s, iters, 64, LEN, true, Via::Direct);
             t.elapsed()
         })
     });

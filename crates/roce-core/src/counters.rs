@@ -66,15 +66,29 @@ pub struct QpCounters {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
     /// Datagrams handed to the device (every call of
-    /// [`Device::handle_datagram`](crate::Device::handle_datagram)).
+    /// [`Device::handle_datagram`](crate::Device::handle_datagram) and
+    /// [`Device::handle_udp`](crate::Device::handle_udp)).
     pub rx_datagrams: u64,
     /// Datagrams that did not parse as RoCE v2.
     pub rx_malformed: u64,
-    /// Datagrams whose ICRC failed.
+    /// Datagrams dropped for their ICRC: it did not match the one computed
+    /// over what arrived (with [`IcrcCheck::Require`](crate::IcrcCheck),
+    /// for an IPv4 datagram without its identification: under none it may
+    /// have had). The ICRC is the engine's alone to check
+    /// (docs/protocol.md §4); these counters are its only record.
     pub rx_bad_icrc: u64,
-    /// Datagrams whose ICRC could not be checked (the backend lacked the
-    /// real IP header).
-    pub rx_icrc_unchecked: u64,
+    /// Datagrams taken without a verified ICRC: a whole datagram given as
+    /// not exact ([`RxMeta::header_exact`](crate::RxMeta::header_exact)
+    /// false), or an IPv4 one without its identification under
+    /// [`IcrcCheck::Off`](crate::IcrcCheck::Off), or under
+    /// [`IcrcCheck::Count`](crate::IcrcCheck::Count) matching none.
+    pub rx_icrc_unverified: u64,
+    /// IPv4 datagrams received without their identification whose ICRC
+    /// was verified by assuming it (0, or a UDP GSO segment number): a
+    /// part of the verified ones, as against a damage-free header the
+    /// ICRC cannot tell apart from another identification with
+    /// probability 2^-25.
+    pub rx_icrc_assumed_ipv4_id: u64,
     /// Datagrams for a QP that does not exist (and, on a shared device,
     /// that no other process owns: handed back forwarded).
     pub rx_unknown_qp: u64,

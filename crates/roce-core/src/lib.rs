@@ -67,7 +67,7 @@
 //! loop {
 //!     let mut moved = false;
 //!     for i in 0..2 {
-//!         while let Some(t) = hosts[i].0.poll_transmit(now, &mut buf) {
+//!         while let Tx::Datagram(t) = hosts[i].0.poll_transmit(now, &mut buf) {
 //!             hosts[1 - i].0.handle_datagram(now, &buf[..t.size], RxMeta::default());
 //!             (moved, packets) = (true, packets + 1);
 //!         }
@@ -101,11 +101,13 @@ mod wr;
 pub use cc::{CcAlgorithm, CcConfig, CcCounters, DcqcnParams, Mlx5Params};
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, CqId, CqOverflow};
-pub use device::{CmCounters, Device, DeviceConfig, OwnerChange, RxOutcome, VerbsError};
+pub use device::{
+    CmCounters, Device, DeviceConfig, IcrcCheck, OwnerChange, RxOutcome, Tx, VerbsError,
+};
 pub use mr::{Access, AccessError, MemFault, MrKeys, MrTable, PdId, RegionMemory};
 pub use qp::state::{ModifyError, QpAttrMask, QpState, QpType};
 pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr};
-pub use roce_wire::{Lkey, Msn, Owner, Psn, Qkey, Qpn, Rkey, RxMeta, Transmit};
+pub use roce_wire::{Lkey, Msn, Owner, Psn, Qkey, Qpn, Rkey, RxHeader, RxMeta, Transmit};
 pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
 pub use wc::{NetworkHdr, Wc, WcFlags, WcOpcode, WcStatus};
 pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};

@@ -209,10 +209,17 @@ fn ack_first_keeps_the_ack_behind_a_write_answer() {
 }
 
 /// The ACK an answer released: in a send call of its own after the
-/// answer (`poll_transmit` ends the batch once), but in the answer's own
-/// call with `ack_first`, whose peers wait for it.
+/// answer (`poll_transmit` says [`Tx::EndOfBatch`] once between them), but
+/// in the answer's own call with `ack_first`, whose peers wait for it;
+/// then [`Tx::Idle`]: nothing more is due.
 #[test]
 fn the_ack_shares_the_answers_send_call_only_with_ack_first() {
+    #[derive(Debug, PartialEq)]
+    enum Out {
+        Op(Operation),
+        EndOfBatch,
+        Idle,
+    }
     for ack_first in [false, true] {
         let mut w = deferring_with(ack_first);
         let (qa, qb) = w.connect(QpType::Rc, 1024);
@@ -223,28 +230,30 @@ fn the_ack_shares_the_answers_send_call_only_with_ack_first() {
         let sge = w.hosts[1].sge(256, 16);
         let wr = SendWr::rdma(2, SendOp::Write, vec![sge], va, rkey);
         w.hosts[1].dev.post_send(qb, wr).unwrap();
-        // B's datagrams, taken by hand: None marks the end of a batch.
+        // B's datagrams, taken by hand.
         let now = w.now;
         let mut buf = vec![0u8; 4200];
         let mut got = Vec::new();
-        for _ in 0..3 {
-            let op = w.hosts[1]
-                .dev
-                .poll_transmit(now, &mut buf)
-                .map(|t| op_of(&buf[..t.size]));
-            got.push(op);
+        for _ in 0..4 {
+            got.push(match w.hosts[1].dev.poll_transmit(now, &mut buf) {
+                Tx::Datagram(t) => Out::Op(op_of(&buf[..t.size])),
+                Tx::EndOfBatch => Out::EndOfBatch,
+                Tx::Idle => Out::Idle,
+            });
         }
         let want = if ack_first {
             vec![
-                Some(Operation::WriteOnly),
-                Some(Operation::Acknowledge),
-                None,
+                Out::Op(Operation::WriteOnly),
+                Out::Op(Operation::Acknowledge),
+                Out::Idle,
+                Out::Idle,
             ]
         } else {
             vec![
-                Some(Operation::WriteOnly),
-                None,
-                Some(Operation::Acknowledge),
+                Out::Op(Operation::WriteOnly),
+                Out::EndOfBatch,
+                Out::Op(Operation::Acknowledge),
+                Out::Idle,
             ]
         };
         assert_eq!(got, want, "ack_first {ack_first}");
@@ -349,17 +358,26 @@ fn the_deadline_is_a_timer_of_the_engine() {
     recv(&mut w, 1, qb, 7, 0, 64);
     send(&mut w, 0, qa, 1, 16);
     let mut buf = vec![0u8; 4400];
-    let n = w.hosts[0].dev.poll_transmit(0, &mut buf).unwrap().size;
+    let n = w.hosts[0]
+        .dev
+        .poll_transmit(0, &mut buf)
+        .datagram()
+        .unwrap()
+        .size;
     let b = &mut w.hosts[1].dev;
     b.handle_datagram(1_000, &buf[..n], RxMeta::default());
-    assert_eq!(b.poll_transmit(1_000, &mut buf), None, "not held");
+    assert_eq!(b.poll_transmit(1_000, &mut buf), Tx::Idle, "held");
     assert_eq!(b.poll_timeout(), Some(1_000 + DELAY));
-    assert_eq!(b.poll_transmit(1_000 + DELAY - 1, &mut buf), None);
+    assert_eq!(
+        b.poll_transmit(1_000 + DELAY - 1, &mut buf).datagram(),
+        None
+    );
     b.handle_timeout(1_000 + DELAY);
     let n = b
         .poll_transmit(1_000 + DELAY, &mut buf)
+        .datagram()
         .expect("the ACK")
         .size;
     assert_eq!(op_of(&buf[..n]), Operation::Acknowledge);
-    assert_eq!(b.poll_transmit(1_000 + DELAY, &mut buf), None);
+    assert_eq!(b.poll_transmit(1_000 + DELAY, &mut buf).datagram(), None);
 }

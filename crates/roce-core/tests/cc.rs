@@ -171,7 +171,7 @@ fn paced_packets_leave_at_the_set_rate() {
     let dev = &mut w.hosts[0].dev;
     let mut buf = vec![0u8; 4400];
     // The first packet goes out; turn it into a CNP from the peer.
-    let n = dev.poll_transmit(0, &mut buf).unwrap().size;
+    let n = dev.poll_transmit(0, &mut buf).datagram().unwrap().size;
     let cnp = rewrite(&buf[..n], |r| {
         let ip = ipv4_mut(r);
         std::mem::swap(&mut ip.src, &mut ip.dst);
@@ -187,7 +187,7 @@ fn paced_packets_leave_at_the_set_rate() {
     // 120 packets: within the requester's 128-PSN window (nothing is
     // acknowledged here).
     while sent.len() < 120 {
-        if let Some(n) = dev.poll_transmit(now, &mut buf).map(|t| t.size) {
+        if let Some(n) = dev.poll_transmit(now, &mut buf).datagram().map(|t| t.size) {
             sent.push((now, n));
             continue;
         }

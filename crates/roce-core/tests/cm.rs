@@ -189,7 +189,12 @@ fn the_req_on_the_wire_is_what_rdma_cm_sends() {
     };
     w.hosts[0].dev.cm_connect(0, q0, peer, PORT, &p).unwrap();
     let mut buf = [0u8; 512];
-    let n = w.hosts[0].dev.poll_transmit(0, &mut buf).unwrap().size;
+    let n = w.hosts[0]
+        .dev
+        .poll_transmit(0, &mut buf)
+        .datagram()
+        .unwrap()
+        .size;
     let pkt = RocePacket::parse_ip(&buf[..n]).unwrap();
     pkt.check_icrc().unwrap();
     assert_eq!(pkt.bth.dest_qp, roce_wire::mad::GSI_QPN);
@@ -436,7 +441,12 @@ fn ud_service_resolution_answers_qpn_and_qkey() {
         .dev
         .cm_resolve_ud(w.now, peer, 7174, &[])
         .unwrap();
-    let n = w.hosts[0].dev.poll_transmit(w.now, &mut buf).unwrap().size;
+    let n = w.hosts[0]
+        .dev
+        .poll_transmit(w.now, &mut buf)
+        .datagram()
+        .unwrap()
+        .size;
     let p = RocePacket::parse_ip(&buf[..n]).unwrap();
     let (_, m) = CmMessage::parse_mad(p.payload).unwrap();
     let CmMessage::SidrReq(r) = m else { panic!() };

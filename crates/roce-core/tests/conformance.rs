@@ -258,7 +258,12 @@ fn duplicate_read_responses_restart_the_timer() {
         if host.dev.poll_timeout().is_some_and(|t| t <= now) {
             host.dev.handle_timeout(now);
         }
-        while let Some(n) = host.dev.poll_transmit(now, &mut buf).map(|t| t.size) {
+        while let Some(n) = host
+            .dev
+            .poll_transmit(now, &mut buf)
+            .datagram()
+            .map(|t| t.size)
+        {
             if kind(&buf[..n]) == MessageKind::ReadRequest {
                 requests.push(now - t0);
             }
@@ -296,7 +301,12 @@ fn requester_window_limits_unacknowledged_packets() {
     // Alone, host 0 sends 129 packets and stops.
     let mut buf = vec![0u8; 4400];
     let mut first = Vec::new();
-    while let Some(n) = w.hosts[0].dev.poll_transmit(0, &mut buf).map(|t| t.size) {
+    while let Some(n) = w.hosts[0]
+        .dev
+        .poll_transmit(0, &mut buf)
+        .datagram()
+        .map(|t| t.size)
+    {
         first.push(buf[..n].to_vec());
     }
     assert_eq!(first.len(), 129);

@@ -735,6 +735,7 @@ fn new_message_while_one_is_in_progress_is_an_invalid_request() {
     let n = w.hosts[1]
         .dev
         .poll_transmit(0, &mut buf)
+        .datagram()
         .expect("a NAK")
         .size;
     let nak = roce_wire::RocePacket::parse_ip(&buf[..n]).unwrap();

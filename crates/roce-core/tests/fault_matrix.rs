@@ -349,7 +349,8 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
         for s in sides.iter_mut() {
             loop {
                 let dev = &mut s.dev;
-                let pushed = s.tx.push_transmit_with(|slot| dev.poll_transmit(now, slot));
+                let pushed =
+                    s.tx.push_transmit_with(|slot| dev.poll_transmit(now, slot).datagram());
                 if !pushed {
                     break;
                 }

@@ -129,7 +129,7 @@ proptest! {
                 w.hosts[1].dev.handle_timeout(w.now);
             }
             let mut buf = vec![0u8; 4400];
-            while w.hosts[1].dev.poll_transmit(w.now, &mut buf).is_some() {}
+            while w.hosts[1].dev.poll_transmit(w.now, &mut buf).datagram().is_some() {}
         }
         // No datagram was counted twice (whether the QPs see them is
         // checked by hostile_packets_reach_the_qps).
@@ -155,7 +155,7 @@ proptest! {
         w.hosts[1].dev.handle_datagram(0, &data, RxMeta::default());
         w.hosts[1].dev.handle_datagram(0, &data, RxMeta::inexact());
         let mut buf = vec![0u8; 4400];
-        while w.hosts[1].dev.poll_transmit(0, &mut buf).is_some() {}
+        while w.hosts[1].dev.poll_transmit(0, &mut buf).datagram().is_some() {}
     }
 }
 

@@ -165,6 +165,7 @@ fn turns(tx_burst: u32) -> Vec<u32> {
             let n = w.hosts[0]
                 .dev
                 .poll_transmit(0, &mut buf)
+                .datagram()
                 .expect("a packet")
                 .size;
             // BTH destination QP after IPv4 (20) and UDP (8) headers.

@@ -179,7 +179,12 @@ fn the_responders_output_is_bounded() {
     }
     let mut buf = vec![0u8; 4400];
     let mut out = 0;
-    while w.hosts[1].dev.poll_transmit(w.now, &mut buf).is_some() {
+    while w.hosts[1]
+        .dev
+        .poll_transmit(w.now, &mut buf)
+        .datagram()
+        .is_some()
+    {
         out += 1;
     }
     assert!(out <= 512, "{out} responses queued");

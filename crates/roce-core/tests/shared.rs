@@ -61,7 +61,7 @@ fn init_qp(h: &mut Host) -> Qpn {
 fn sent(h: &mut Host) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; 4400];
     let mut out = Vec::new();
-    while let Some(t) = h.dev.poll_transmit(0, &mut buf) {
+    while let Some(t) = h.dev.poll_transmit(0, &mut buf).datagram() {
         let d = buf[..t.size].to_vec();
         let p = RocePacket::parse_ip(&d).unwrap();
         assert_eq!(t.dest_qpn, p.bth.dest_qp.value());

@@ -278,7 +278,7 @@ fn ud_grh_exchange(from: &str, to: &str) -> (Wc, Vec<u8>, Vec<u8>) {
     wr.ud = Some(UdDest::new(ba, qb, Qkey::new(0x1111_1111)));
     a.dev.post_send(qa, wr).unwrap();
     let mut buf = vec![0u8; 4400];
-    let n = a.dev.poll_transmit(0, &mut buf).unwrap().size;
+    let n = a.dev.poll_transmit(0, &mut buf).datagram().unwrap().size;
     b.dev.handle_datagram(10, &buf[..n], RxMeta::default());
     let c = b.poll();
     assert_eq!(

@@ -1,10 +1,10 @@
 //! A peer that numbers its IPv4 identifications, as Linux rxe does (and
 //! the kernel's stack under most RoCE NICs): the ICRC covers the ID,
 //! which a UDP socket never shows, so the library cannot verify such a
-//! datagram and must take it anyway. It used to drop them (the UDP
-//! backend's default `IcrcCheck::Require`), so an unmodified program on
-//! the library never heard from rxe: `ibv_rc_pingpong` against rxe in the
-//! lab sent its first SEND for ever while rxe's ACKs and SENDs arrived.
+//! datagram and must take it anyway: the drop-in sets the engine's
+//! `IcrcCheck::Count`. Under the default, `Require`, an unmodified program
+//! on the library never hears from rxe: `ibv_rc_pingpong` against rxe in
+//! the lab sent its first SEND for ever while rxe's ACKs and SENDs arrived.
 //!
 //! Here Debian's `ibv_ud_pingpong` is the server, on the library on
 //! loopback, and the test is its client: it exchanges addresses over TCP

@@ -4,7 +4,7 @@
 use std::io;
 use std::net::IpAddr;
 
-use roce_wire::{Owner, Transmit};
+use roce_wire::{Owner, RxHeader, Transmit};
 
 /// Time in nanoseconds.
 ///
@@ -15,7 +15,8 @@ use roce_wire::{Owner, Transmit};
 pub type Nanos = u64;
 
 /// Per-datagram metadata that a receiving backend attaches: the type the
-/// engine takes too (`roce_core::Device::handle_datagram`).
+/// engine takes too (`roce_core::Device::handle_udp` and
+/// `handle_datagram`).
 pub use roce_wire::RxMeta;
 
 /// What [`Backend::forward`] did with a received datagram that is not this
@@ -50,7 +51,11 @@ pub enum Forwarded {
 ///
 /// Senders fill it with [`push`](Self::push) or, to emit headers straight
 /// into the arena, [`push_with`](Self::push_with); receivers clear it and
-/// push what arrived, with [`push_with_meta`](Self::push_with_meta).
+/// push what arrived: a whole IP datagram with
+/// [`push_with_meta`](Self::push_with_meta), or the UDP payload of one
+/// whose header the receiver did not see (a UDP socket's, a same-host
+/// ring's) with [`push_payload_with`](Self::push_payload_with), beside
+/// what it knows of that header ([`RxHeader`], [`header`](Self::header)).
 ///
 /// ```
 /// use roce_io::PacketBatch;
@@ -69,6 +74,9 @@ pub struct PacketBatch {
     arena: Box<[u8]>,
     lens: Box<[usize]>,
     metas: Box<[RxMeta]>,
+    /// The IP and UDP header of each received UDP payload (`None`: the
+    /// slot holds a whole IP datagram).
+    headers: Box<[Option<RxHeader>]>,
     /// How to send each datagram, when pushed with it.
     transmits: Box<[Option<Transmit>]>,
     slot_size: usize,
@@ -92,6 +100,7 @@ impl PacketBatch {
             arena: vec![0u8; bytes].into_boxed_slice(),
             lens: vec![0usize; capacity].into_boxed_slice(),
             metas: vec![RxMeta::default(); capacity].into_boxed_slice(),
+            headers: vec![None; capacity].into_boxed_slice(),
             transmits: vec![None; capacity].into_boxed_slice(),
             slot_size,
             len: 0,
@@ -167,16 +176,37 @@ impl PacketBatch {
         }
         self.lens[self.len] = n;
         self.metas[self.len] = RxMeta::default();
+        self.headers[self.len] = None;
         self.transmits[self.len] = None;
         self.len += 1;
         true
     }
 
+    /// Fills the next free slot in place with a received datagram's UDP
+    /// payload (BTH to ICRC), as [`push_with`](Self::push_with) does, and
+    /// keeps `header`, what the receiver knows of the IP and UDP header it
+    /// came with, and `meta` beside it: no header is written in front of
+    /// the payload (the engine takes the two apart,
+    /// `roce_core::Device::handle_udp`). Returns as `push_with`.
+    pub fn push_payload_with(
+        &mut self,
+        header: RxHeader,
+        meta: RxMeta,
+        f: impl FnOnce(&mut [u8]) -> usize,
+    ) -> bool {
+        let pushed = self.push_with(f);
+        if pushed {
+            self.metas[self.len - 1] = meta;
+            self.headers[self.len - 1] = Some(header);
+        }
+        pushed
+    }
+
     /// Fills the next free slot in place with an outgoing datagram and how
     /// to send it: `f` gets the whole slot, as for
     /// [`push_with`](Self::push_with), and returns the datagram's
-    /// [`Transmit`] (`Device::poll_transmit` of roce-core is such an `f`),
-    /// or `None` to push nothing. Returns true when a datagram was pushed;
+    /// [`Transmit`] (`Device::poll_transmit` of roce-core gives one in its
+    /// `Tx::Datagram`), or `None` to push nothing. Returns true when a datagram was pushed;
     /// false when the batch is full (then `f` is not called), `f` returned
     /// `None`, or its size is 0 or more than the slot.
     pub fn push_transmit_with(&mut self, f: impl FnOnce(&mut [u8]) -> Option<Transmit>) -> bool {
@@ -260,6 +290,30 @@ impl PacketBatch {
         self.metas[i]
     }
 
+    /// The IP and UDP header of the `i`-th datagram when it is a UDP
+    /// payload ([`push_payload_with`](Self::push_payload_with)); `None`
+    /// when it is a whole IP datagram.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn header(&self, i: usize) -> Option<RxHeader> {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.headers[i]
+    }
+
+    /// Sets what [`header`](Self::header) gives for the `i`-th datagram
+    /// (middleware that moves received datagrams from one batch to
+    /// another keeps it this way).
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn set_header(&mut self, i: usize, header: Option<RxHeader>) {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.headers[i] = header;
+    }
+
     /// Sets the metadata of the `i`-th datagram.
     ///
     /// # Panics
@@ -284,6 +338,7 @@ impl PacketBatch {
             self.arena.copy_within(src..src + l, dst);
             self.lens[i - n] = l;
             self.metas[i - n] = self.metas[i];
+            self.headers[i - n] = self.headers[i];
             self.transmits[i - n] = self.transmits[i];
         }
         self.len -= n;
@@ -301,9 +356,11 @@ impl std::fmt::Debug for PacketBatch {
     }
 }
 
-/// Something that moves whole IP datagrams (IPv4 or IPv6 header, UDP, BTH,
-/// ..., ICRC; no Ethernet header) to and from the network, a batch at a
-/// time.
+/// Something that moves RoCE v2 datagrams to and from the network, a
+/// batch at a time: whole IP datagrams (IPv4 or IPv6 header, UDP, BTH,
+/// ..., ICRC; no Ethernet header) out, and in either whole or, from a
+/// receiver that does not see the IP header (a UDP socket), as UDP
+/// payloads beside an [`RxHeader`] ([`PacketBatch::header`]).
 ///
 /// Backends are driven: they never block on a timer or read a clock; every
 /// call gets the current time. Middleware ([`FaultInjector`],
@@ -401,14 +458,22 @@ pub trait Backend {
     /// Hands a received datagram that is not this process's (the engine
     /// found no object for it and named its [`Owner`]) to the live
     /// process that owns `owner` on the datagram's destination address.
-    /// `datagram` and `meta` are as [`recv`](Self::recv) gave them: the
-    /// whole IP datagram with its rebuilt header, whose source (address,
-    /// port, TOS) the owner receives as the original sender's, with
+    /// `header`, `payload` and `meta` are as [`recv`](Self::recv) gave
+    /// them: the UDP payload and what was known of its header, whose
+    /// source (address, port, TOS, IPv4 identification when known) the
+    /// owner receives as the original sender's, with
     /// [`RxMeta::forwarded`] set. Never hands a datagram back to this
     /// process, nor one that was forwarded already
     /// ([`Forwarded::NoOwner`]). The default: [`Forwarded::Unshared`].
-    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
-        let _ = (now, datagram, meta, owner);
+    fn forward(
+        &mut self,
+        now: Nanos,
+        header: RxHeader,
+        payload: &[u8],
+        meta: RxMeta,
+        owner: Owner,
+    ) -> Forwarded {
+        let _ = (now, header, payload, meta, owner);
         Forwarded::Unshared
     }
 
@@ -456,8 +521,15 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn release(&mut self, local: IpAddr, owner: Owner) {
         (**self).release(local, owner)
     }
-    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
-        (**self).forward(now, datagram, meta, owner)
+    fn forward(
+        &mut self,
+        now: Nanos,
+        header: RxHeader,
+        payload: &[u8],
+        meta: RxMeta,
+        owner: Owner,
+    ) -> Forwarded {
+        (**self).forward(now, header, payload, meta, owner)
     }
     fn leave(&mut self) -> bool {
         (**self).leave()
@@ -496,8 +568,15 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     fn release(&mut self, local: IpAddr, owner: Owner) {
         (**self).release(local, owner)
     }
-    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
-        (**self).forward(now, datagram, meta, owner)
+    fn forward(
+        &mut self,
+        now: Nanos,
+        header: RxHeader,
+        payload: &[u8],
+        meta: RxMeta,
+        owner: Owner,
+    ) -> Forwarded {
+        (**self).forward(now, header, payload, meta, owner)
     }
     fn leave(&mut self) -> bool {
         (**self).leave()
@@ -579,6 +658,35 @@ mod tests {
         b.clear();
         assert!(b.push(&[3]));
         assert!(b.meta(0).header_exact);
+    }
+
+    #[test]
+    fn payloads_keep_their_headers() {
+        let h = RxHeader::new(
+            "10.0.0.1:49152".parse().unwrap(),
+            "10.0.0.2".parse().unwrap(),
+            2,
+        )
+        .with_ipv4_id(Some(0));
+        let mut b = PacketBatch::new(3, 8);
+        assert!(b.push(&[1]));
+        let fwd = RxMeta::default().with_forwarded(true);
+        assert!(b.push_payload_with(h, fwd, |slot| {
+            slot[..2].copy_from_slice(&[2, 2]);
+            2
+        }));
+        assert!(!b.push_payload_with(h, fwd, |_| 9), "longer than a slot");
+        assert_eq!(b.len(), 2);
+        assert_eq!((b.header(0), b.header(1)), (None, Some(h)));
+        assert_eq!((b.get(1), b.meta(1).forwarded), (&[2u8, 2][..], true));
+        // Moved to the front with their datagrams; a reused slot does not
+        // inherit a header.
+        b.drain_front(1);
+        assert_eq!((b.len(), b.header(0)), (1, Some(h)));
+        assert!(b.push(&[3]));
+        assert_eq!(b.header(1), None);
+        b.set_header(1, Some(h));
+        assert_eq!(b.header(1), Some(h));
     }
 
     #[test]

@@ -88,7 +88,17 @@ pub(crate) fn mark_ce(d: &mut [u8]) -> bool {
 /// byte to skip, and the number of candidate bits. `None` when the datagram
 /// is too short to hold an IP, UDP and BT header and an ICRC.
 pub(crate) fn icrc_covered_bits(d: &[u8]) -> Option<(usize, usize, usize)> {
-    let start = ip_header_len(d)? + udp::HEADER_LEN;
+    covered_bits_from(d, ip_header_len(d)? + udp::HEADER_LEN)
+}
+
+/// [`icrc_covered_bits`] of a datagram held as its UDP payload (BTH to
+/// ICRC, without the IP and UDP header).
+pub(crate) fn payload_covered_bits(p: &[u8]) -> Option<(usize, usize, usize)> {
+    covered_bits_from(p, 0)
+}
+
+/// The candidate bits of `d` whose BTH starts at `start`.
+fn covered_bits_from(d: &[u8], start: usize) -> Option<(usize, usize, usize)> {
     let end = d.len().checked_sub(icrc::LEN)?;
     if end < start + bth::HEADER_LEN {
         return None;

@@ -13,7 +13,7 @@ mod pipeline;
 mod spec;
 mod targeted;
 
-use pipeline::{recycle, Path};
+use pipeline::{recycle, Beside, Path};
 pub use spec::{
     parse_duration, FaultAction, FaultPlan, FaultRule, OpFilter, QpSelector, DEFAULT_SEED,
 };
@@ -386,8 +386,13 @@ impl<B: Backend> Backend for FaultInjector<B> {
             return Ok(0);
         }
         for i in 0..batch.len() {
-            let (d, meta, t) = (batch.get(i), batch.meta(i), batch.transmit(i));
-            self.tx.ingest(&self.cfg, &mut self.pool, now, d, meta, t);
+            let beside = Beside {
+                meta: batch.meta(i),
+                header: None,
+                transmit: batch.transmit(i),
+            };
+            self.tx
+                .ingest(&self.cfg, &mut self.pool, now, batch.get(i), beside);
         }
         if self.flush_tx(now).is_err() {
             self.tx.stats.errors += 1;
@@ -413,16 +418,30 @@ impl<B: Backend> Backend for FaultInjector<B> {
             }
             self.inner.recv(now, &mut self.rx_in)?;
             for i in 0..self.rx_in.len() {
-                let (d, meta) = (self.rx_in.get(i), self.rx_in.meta(i));
+                let beside = Beside {
+                    meta: self.rx_in.meta(i),
+                    header: self.rx_in.header(i),
+                    transmit: None,
+                };
                 self.rx
-                    .ingest(&self.cfg, &mut self.pool, now, d, meta, None);
+                    .ingest(&self.cfg, &mut self.pool, now, self.rx_in.get(i), beside);
             }
         }
         while !batch.is_full() {
             let Some(p) = self.rx.ready.pop_front() else {
                 break;
             };
-            if !batch.push_with_meta(&p.data, p.meta) {
+            let pushed = match p.header {
+                Some(h) => batch.push_payload_with(h, p.meta, |slot| {
+                    let Some(out) = slot.get_mut(..p.data.len()) else {
+                        return 0;
+                    };
+                    out.copy_from_slice(&p.data);
+                    p.data.len()
+                }),
+                None => batch.push_with_meta(&p.data, p.meta),
+            };
+            if !pushed {
                 self.rx.stats.errors += 1;
             }
             recycle(&mut self.pool, p.data);
@@ -476,11 +495,12 @@ impl<B: Backend> Backend for FaultInjector<B> {
     fn forward(
         &mut self,
         now: Nanos,
-        datagram: &[u8],
+        header: roce_wire::RxHeader,
+        payload: &[u8],
         meta: crate::RxMeta,
         owner: roce_wire::Owner,
     ) -> crate::Forwarded {
-        self.inner.forward(now, datagram, meta, owner)
+        self.inner.forward(now, header, payload, meta, owner)
     }
     fn leave(&mut self) -> bool {
         self.inner.leave()

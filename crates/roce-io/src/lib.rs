@@ -5,7 +5,8 @@
 //! Where it sits: between the sans-IO engine (`roce-core`) and the
 //! operating system. `roce-verbs`' progress engine moves the engine's
 //! datagrams through a backend; the backend never parses what the engine
-//! built beyond fixing the ICRC for the header the kernel writes. See the
+//! built beyond fixing the ICRC for the header the kernel writes, and
+//! reads no byte of what it receives. See the
 //! repository's `docs/architecture.md`.
 //!
 //! On Linux, two real backends:
@@ -13,8 +14,10 @@
 //! * [`UdpBackend`] — unprivileged UDP sockets on port 4791, per-QP
 //!   source ports, per-packet DSCP/ECN, `sendmmsg`/`recvmmsg` with UDP
 //!   GSO/GRO. The kernel writes the IP header, so the backend keeps the
-//!   ICRC consistent with what goes on the wire and says what it cannot
-//!   verify on receive (IPv4 identification); see its module docs.
+//!   ICRC consistent with what goes on the wire, and on receive hands on
+//!   each UDP payload with what the socket showed of its header
+//!   ([`RxHeader`](roce_wire::RxHeader)): the engine checks the ICRC from
+//!   that; see its module docs.
 //! * [`PacketBackend`] — whole Ethernet frames through `AF_PACKET` on one
 //!   interface (`CAP_NET_RAW`): 802.1Q PCP from the DSCP, neighbour
 //!   resolution through the kernel, a kernel BPF filter for RoCE, the
@@ -38,7 +41,9 @@
 //! The transport engine (`roce-core`) is sans-IO: it emits complete IP
 //! datagrams — IPv4 or IPv6 header, UDP, BTH, extended headers, payload,
 //! ICRC, exactly what `roce_wire::FrameRepr::emit` writes with `eth: None` —
-//! and consumes the same. A backend carries those datagrams. Nothing here
+//! and consumes the same, or a UDP payload with its
+//! [`RxHeader`](roce_wire::RxHeader) from a backend that does not see the
+//! IP header. A backend carries those datagrams. Nothing here
 //! reads a clock: every call takes `now` ([`Nanos`]), virtual time on the
 //! fabric, a monotonic clock in real use.
 //!
@@ -54,7 +59,9 @@
 //!    the front, and the rest are offered again later
 //!    ([`PacketBatch::drain_front`]);
 //! 2. call [`Backend::recv`] with a receive batch and hand each datagram
-//!    (and its [`RxMeta`]) to the engine;
+//!    (and its [`RxMeta`]) to the engine: a UDP payload with its
+//!    [`PacketBatch::header`] to `Device::handle_udp`, a whole datagram to
+//!    `Device::handle_datagram`;
 //! 3. sleep — in virtual time, jump — until the earliest of the engine's
 //!    timeout and [`Backend::poll_at`], then repeat. `poll_at` changes after
 //!    every `send` / `recv`, so ask again each time round.
@@ -176,4 +183,4 @@ pub use pcap::{mac_for, PcapStats, PcapTap, SharedPcap, ETHERTYPE_UNKNOWN};
 #[cfg(target_os = "linux")]
 pub use sleeper::{Sleeper, Wake};
 #[cfg(target_os = "linux")]
-pub use udp::{IcrcCheck, SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpSet, UdpStats};
+pub use udp::{SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpSet, UdpStats};

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use roce_capture::PcapWriter;
 use roce_wire::ethernet::{ethertype, EthernetFrame};
+use roce_wire::{udp, RxHeader, UdpChecksum, UdpRepr, ROCE_V2_PORT};
 
 use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::datagram;
@@ -92,6 +93,8 @@ pub struct PcapTap<B, W: Write = BufWriter<File>> {
     inner: B,
     rec: Recorder<W>,
     frame: Vec<u8>,
+    /// A received UDP payload with its header, for the capture.
+    whole: Vec<u8>,
     ts_offset: Nanos,
     stats: PcapStats,
     /// Records go to this file, shared with other taps, instead.
@@ -115,6 +118,7 @@ impl<B: Backend> PcapTap<B, BufWriter<File>> {
                 error: None,
             },
             frame: Vec::new(),
+            whole: Vec::new(),
             ts_offset: 0,
             stats: PcapStats::default(),
             shared: Some(file.clone()),
@@ -133,6 +137,7 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
                 error: None,
             },
             frame: Vec::new(),
+            whole: Vec::new(),
             ts_offset: 0,
             stats: PcapStats::default(),
             shared: None,
@@ -189,6 +194,40 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
         Ok((inner, w))
     }
 
+    /// Records a UDP payload received without its header (a UDP
+    /// socket's): a capture needs one, so it gets the header its
+    /// [`RxHeader`] tells (roce-wire's emitters; the IPv4 identification,
+    /// when unknown, written 0, so that a UDP GSO segment's ICRC may not
+    /// match in the capture).
+    fn record_payload(&mut self, now: Nanos, h: &RxHeader, payload: &[u8]) {
+        if self.rec.error.is_some() || (self.rec.writer.is_none() && self.shared.is_none()) {
+            return;
+        }
+        let Some(mut ip) = h.ip_repr() else {
+            self.stats.skipped += 1;
+            return;
+        };
+        let udp_len = udp::HEADER_LEN + payload.len();
+        ip.set_payload_len(udp_len);
+        let udp = UdpRepr {
+            src_port: h.src.port(),
+            dst_port: ROCE_V2_PORT,
+            checksum: UdpChecksum::Zero,
+        };
+        let at = ip.header_len();
+        let mut head = [0u8; 48];
+        if ip.emit(&mut head[..at]).is_err() || udp.emit(&mut head[at..], udp_len).is_err() {
+            self.stats.skipped += 1;
+            return;
+        }
+        let mut whole = std::mem::take(&mut self.whole);
+        whole.clear();
+        whole.extend_from_slice(&head[..at + udp::HEADER_LEN]);
+        whole.extend_from_slice(payload);
+        self.record(now, &whole);
+        self.whole = whole;
+    }
+
     fn record(&mut self, now: Nanos, d: &[u8]) {
         if self.rec.error.is_some() || (self.rec.writer.is_none() && self.shared.is_none()) {
             return;
@@ -240,8 +279,11 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
 
     fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
         let n = self.inner.recv(now, batch)?;
-        for d in batch.iter() {
-            self.record(now, d);
+        for i in 0..batch.len() {
+            match batch.header(i) {
+                Some(h) => self.record_payload(now, &h, batch.get(i)),
+                None => self.record(now, batch.get(i)),
+            }
         }
         Ok(n)
     }
@@ -286,11 +328,12 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
     fn forward(
         &mut self,
         now: Nanos,
-        datagram: &[u8],
+        header: roce_wire::RxHeader,
+        payload: &[u8],
         meta: crate::RxMeta,
         owner: roce_wire::Owner,
     ) -> crate::Forwarded {
-        self.inner.forward(now, datagram, meta, owner)
+        self.inner.forward(now, header, payload, meta, owner)
     }
     fn leave(&mut self) -> bool {
         self.inner.leave()

@@ -12,7 +12,7 @@ mod share;
 mod shm;
 mod tx;
 
-pub use config::{IcrcCheck, SourcePorts, UdpConfig, UdpOffloads, UdpStats};
+pub use config::{SourcePorts, UdpConfig, UdpOffloads, UdpStats};
 pub use set::UdpSet;
 
 use std::io;
@@ -31,7 +31,7 @@ use crate::backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
 use forward::Hop;
 use ports::PortSockets;
-use roce_wire::Owner;
+use roce_wire::{Owner, RxHeader};
 use rx::FollowUp;
 use tx::{Planned, Seg, Sent, Via};
 
@@ -66,8 +66,9 @@ enum RxSocket {
 /// [`Transmit`](roce_wire::Transmit) (source, destination, DSCP / ECN);
 /// the kernel builds the IP and UDP headers itself, so the backend sends
 /// each datagram's UDP payload (BTH ... ICRC) as its `Transmit` says,
-/// reading no header, and on receive rebuilds a whole datagram around the
-/// payload the socket returns. The ICRC covers header fields that the
+/// reading no header, and on receive hands on the payload the socket
+/// returns with what the socket said of its header
+/// ([`PacketBatch::header`]). The ICRC covers header fields that the
 /// backend does not write itself, so the rules below keep what goes on the
 /// wire consistent with its ICRC ([`roce_wire::icrc::rebase`]).
 ///
@@ -103,26 +104,15 @@ enum RxSocket {
 /// (`udp_tx_icrc_recomputed`); IPv6 has no identification. The DSCP and ECN
 /// of each datagram go out per packet as an `IP_TOS` / `IPV6_TCLASS` cmsg.
 ///
-/// # What the receiver can verify
+/// # What the receiver knows
 ///
 /// A UDP socket shows the payload, the peer's address and port, the local
-/// address and (asked with `IP_RECVTOS` / `IPV6_RECVTCLASS`) the TOS byte.
-/// The rebuilt datagram has those, the lengths, TTL / hop limit 64, UDP
-/// checksum 0 (the kernel checked the real one) and, for IPv4, DF and ID 0.
-///
-/// * IPv6: every field the ICRC covers is known exactly (the flow label,
-///   traffic class and hop limit are masked), so the datagram is handed on
-///   with [`RxMeta::header_exact`](crate::RxMeta::header_exact) set and the engine checks the ICRC.
-/// * IPv4: the ICRC covers the identification, which the socket never
-///   shows; a peer that sends non-zero IDs (Linux rxe uses the kernel's
-///   hashed IDs) cannot be verified. Those datagrams are handed on with
-///   `header_exact` false and counted (`udp_rx_icrc_unverified`). With
-///   [`IcrcCheck::Count`] (the default) the backend also recomputes the
-///   ICRC assuming ID 0 and counts matches (`udp_rx_icrc_id0_ok`: the
-///   datagram is intact and the peer used ID 0, as this stack does) and
-///   mismatches (`udp_rx_icrc_id0_bad`: corrupt, or a peer with other IDs —
-///   indistinguishable); [`IcrcCheck::Require`] drops the mismatches,
-///   for links whose peers are known to send ID 0.
+/// address and (asked with `IP_RECVTOS` / `IPV6_RECVTCLASS`) the TOS byte:
+/// the [`RxHeader`] each payload comes with, without the IPv4
+/// identification, which the socket never shows. The backend reads no
+/// payload byte; the engine checks the ICRC from those facts and owns the
+/// policy for the identification it cannot see (roce-core's `IcrcCheck`,
+/// docs/protocol.md §4).
 ///
 /// # Batching and offloads
 ///
@@ -155,7 +145,7 @@ enum RxSocket {
 /// The receive port is [`UdpConfig::port`] (4791 by default) and datagrams
 /// addressed to port 4791 are sent to [`UdpConfig::remote_port`], so two
 /// backends can talk on other ports (4791 may be held by the kernel's rxe).
-/// Received datagrams are rebuilt with destination port 4791. The ICRC
+/// The engine takes a received payload as sent to port 4791. The ICRC
 /// keeps covering 4791, so on another port the wire's ICRC does not match
 /// the wire's header; only use other ports between two of these backends.
 ///
@@ -642,11 +632,6 @@ impl Backend for UdpBackend {
             ("udp_rx_follow_ups_skipped", s.rx_follow_ups_skipped),
             ("udp_rx_gro_batches", s.rx_gro_batches),
             ("udp_rx_too_big", s.rx_too_big),
-            ("udp_rx_icrc_unverified", s.rx_icrc_unverified),
-            ("udp_rx_icrc_ok_id0", s.rx_icrc_ok_id0),
-            ("udp_rx_icrc_ok_gso_id", s.rx_icrc_ok_gso_id),
-            ("udp_rx_icrc_bad", s.rx_icrc_bad),
-            ("udp_rx_icrc_dropped", s.rx_icrc_dropped),
             ("udp_shm_tx_datagrams", s.shm_tx_datagrams),
             ("udp_shm_tx_bytes", s.shm_tx_bytes),
             ("udp_shm_tx_full_drops", s.shm_tx_full_drops),
@@ -679,9 +664,16 @@ impl Backend for UdpBackend {
         self.release_owner(local, owner)
     }
 
-    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
+    fn forward(
+        &mut self,
+        now: Nanos,
+        header: RxHeader,
+        payload: &[u8],
+        meta: RxMeta,
+        owner: Owner,
+    ) -> Forwarded {
         self.last_now = now;
-        self.forward_datagram(now, datagram, meta, owner)
+        self.forward_payload(now, header, payload, meta, owner)
     }
 
     /// Connects the receive socket to the discard port of its own

@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 
 use roce_io::{Backend, Forwarded, Nanos, PacketBatch, RxMeta, UdpBackend, UdpConfig};
 use roce_testkit::frames;
-use roce_wire::{BthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Owner, Psn, Qpn, RocePacket};
+use roce_wire::{
+    icrc, BthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Owner, Psn, Qpn, RocePacket, RxHeader,
+    Transmit,
+};
 
 const ROLE: &str = "ROCE_SHARE_TEST_ROLE";
 const DIR: &str = "ROCE_SHARE_TEST_DIR";
@@ -79,6 +82,27 @@ fn datagram(src: Ipv4Addr, sport: u16, qpn: u32, psn: u32) -> Vec<u8> {
         payload: &data,
     };
     frames::try_emit(&repr).expect("emit")
+}
+
+/// A hand-made datagram `d` as a UDP socket receiver has it: its header
+/// as the socket shows it (no IPv4 ID) and its UDP payload.
+fn as_received(d: &[u8]) -> (RxHeader, &[u8]) {
+    let t = Transmit::of_datagram(d).expect("a RoCE datagram");
+    let h = RxHeader::new(t.src, t.destination.ip(), t.tos());
+    (h, &d[t.header_len()..])
+}
+
+/// The `i`-th datagram of `rx` (a UDP payload) parsed as the engine
+/// parses it, with its header, and whether its ICRC holds as the engine
+/// checks it (an unknown IPv4 ID assumed 0 or a GSO segment's).
+fn parsed(rx: &PacketBatch, i: usize) -> (RocePacket<'_>, RxHeader, bool) {
+    let h = rx.header(i).expect("a UDP payload");
+    let ip = h.ip_repr().expect("one address family");
+    let p = RocePacket::parse_udp_payload(ip, h.src.port(), rx.get(i)).expect("a RoCE datagram");
+    let c = p.computed_icrc();
+    let ok = c == p.icrc
+        || (!h.exact() && icrc::solve_ipv4_id(c, p.icrc, p.ip_len() - icrc::LEN, 127).is_some());
+    (p, h, ok)
 }
 
 fn send(b: &mut UdpBackend, d: &[u8]) {
@@ -207,12 +231,12 @@ fn child_role() {
     while t.elapsed() < Duration::from_secs(30) {
         let n = b.recv(now(), &mut rx).expect("recv");
         for i in 0..n {
-            let (d, meta) = (rx.get(i), rx.meta(i));
-            let p = RocePacket::parse_ip(d).expect("a RoCE datagram");
+            let meta = rx.meta(i);
+            let (p, h, icrc_ok) = parsed(&rx, i);
             let dest = p.bth.dest_qp.value();
             if dest != qpn {
                 // The driver's part: the engine has no such QP.
-                b.forward(now(), d, meta, Owner::Qp(dest));
+                b.forward(now(), h, rx.get(i), meta, Owner::Qp(dest));
                 continue;
             }
             log.push_str(&format!(
@@ -221,8 +245,8 @@ fn child_role() {
                 p.ip.src(),
                 p.udp.src_port,
                 u8::from(meta.forwarded),
-                u8::from(meta.header_exact),
-                u8::from(p.check_icrc().is_ok()),
+                u8::from(h.exact()),
+                u8::from(icrc_ok),
             ));
         }
         if n > 0 {
@@ -240,17 +264,17 @@ fn child_role() {
 
 /// The parent's receive pump, as a driver: what is not QPN `mine`
 /// is forwarded; its own datagrams are returned.
-fn pump(a: &mut UdpBackend, mine: u32) -> Vec<(Vec<u8>, RxMeta)> {
+fn pump(a: &mut UdpBackend, mine: u32) -> Vec<(u32, RxHeader, bool)> {
     let mut rx = PacketBatch::new(64, 9216);
     let mut own = Vec::new();
     let n = a.recv(now(), &mut rx).expect("recv");
     for i in 0..n {
-        let (d, meta) = (rx.get(i), rx.meta(i));
-        let dest = RocePacket::parse_ip(d).unwrap().bth.dest_qp.value();
+        let (p, h, icrc_ok) = parsed(&rx, i);
+        let dest = p.bth.dest_qp.value();
         if dest == mine {
-            own.push((d.to_vec(), meta));
+            own.push((p.bth.psn.value(), h, icrc_ok));
         } else {
-            a.forward(now(), d, meta, Owner::Qp(dest));
+            a.forward(now(), h, rx.get(i), rx.meta(i), Owner::Qp(dest));
         }
     }
     own
@@ -315,9 +339,10 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     assert_eq!(s.tx_datagrams + s.shm_qpn_routes, u64::from(sent), "{s:?}");
 
     // A datagram handed to forward: the original source, flagged.
-    let d = datagram(Ipv4Addr::new(127, 0, 0, 9), 0xD00D, QB, 9000);
+    let whole = datagram(Ipv4Addr::new(127, 0, 0, 9), 0xD00D, QB, 9000);
+    let (h, d) = as_received(&whole);
     assert_eq!(
-        a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)),
+        a.forward(now(), h, d, RxMeta::default(), Owner::Qp(QB)),
         Forwarded::Sent
     );
     let got = wait_for(
@@ -339,19 +364,22 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     assert_eq!(g, want);
     assert!(a.stats().shm_forwarded >= 1);
     // Never twice, never back to itself, never to nobody.
-    let fwd = RxMeta::exact().with_forwarded(true);
+    let fwd = RxMeta::default().with_forwarded(true);
     let no = a.stats().shm_forward_no_owner;
-    assert_eq!(a.forward(now(), &d, fwd, Owner::Qp(QB)), Forwarded::NoOwner);
     assert_eq!(
-        a.forward(now(), &d, RxMeta::exact(), Owner::Qp(QA)),
+        a.forward(now(), h, d, fwd, Owner::Qp(QB)),
         Forwarded::NoOwner
     );
     assert_eq!(
-        a.forward(now(), &d, RxMeta::exact(), Owner::Qp(0x333)),
+        a.forward(now(), h, d, RxMeta::default(), Owner::Qp(QA)),
         Forwarded::NoOwner
     );
     assert_eq!(
-        a.forward(now(), &d, RxMeta::exact(), Owner::Service(7)),
+        a.forward(now(), h, d, RxMeta::default(), Owner::Qp(0x333)),
+        Forwarded::NoOwner
+    );
+    assert_eq!(
+        a.forward(now(), h, d, RxMeta::default(), Owner::Service(7)),
         Forwarded::NoOwner
     );
     assert_eq!(a.stats().shm_forward_no_owner, no + 4);
@@ -360,9 +388,9 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     send(&mut a, &datagram(src, 0xC000, QA, 77));
     let own = pump(&mut a, QA);
     assert_eq!(own.len(), 1, "delivered at once, without the kernel");
-    let p = RocePacket::parse_ip(&own[0].0).unwrap();
-    assert_eq!(p.bth.psn.value(), 77);
-    assert!(own[0].1.header_exact && p.check_icrc().is_ok());
+    let (psn, h, icrc_ok) = own[0];
+    assert_eq!(psn, 77);
+    assert!(h.exact() && icrc_ok, "the engine's own header, exact");
     assert_eq!(a.stats().shm_local, 1);
 
     // The child killed: its slot is found gone and reaped, its QPN free.
@@ -378,7 +406,7 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let t = Instant::now();
-    while a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)) != Forwarded::NoOwner {
+    while a.forward(now(), h, d, RxMeta::default(), Owner::Qp(QB)) != Forwarded::NoOwner {
         assert!(
             t.elapsed() < Duration::from_secs(3),
             "the dead child still owns"
@@ -407,7 +435,7 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     let t = Instant::now();
     let unreachable = a.stats().shm_forward_unreachable;
     loop {
-        let f = a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB));
+        let f = a.forward(now(), h, d, RxMeta::default(), Owner::Qp(QB));
         assert_ne!(f, Forwarded::NoOwner, "a live owner is nobody's");
         if f == Forwarded::Unreachable {
             break;
@@ -421,7 +449,7 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     // has passed.
     kid2.signal(nix::sys::signal::Signal::SIGCONT);
     let t = Instant::now();
-    while a.forward(now(), &d, RxMeta::inexact(), Owner::Qp(QB)) != Forwarded::Sent {
+    while a.forward(now(), h, d, RxMeta::default(), Owner::Qp(QB)) != Forwarded::Sent {
         assert!(t.elapsed() < Duration::from_secs(4), "not reached again");
         std::thread::sleep(Duration::from_millis(20));
     }

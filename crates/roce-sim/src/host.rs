@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use roce_core::{
     Access, AddressVector, CqId, Device, DeviceConfig, MemFault, MrKeys, PdId, Psn, QpAttr,
     QpAttrMask, QpCaps, QpInitAttr, QpState, QpType, Qpn, RegionMemory, RxMeta, SendOp, SendWr,
-    Sge, Wc, WcOpcode, WcStatus,
+    Sge, Tx, Wc, WcOpcode, WcStatus,
 };
 
 use crate::config::HostConfig;
@@ -238,12 +238,14 @@ impl Host {
         let pkt = match self.held.take() {
             Some(p) => p,
             None => {
-                let Some(n) = self
-                    .dev
-                    .poll_transmit(sh.now / NS, &mut sh.scratch)
-                    .map(|t| t.size)
-                else {
-                    return;
+                // A NIC has no send calls to split: an end of batch is
+                // passed over.
+                let n = loop {
+                    match self.dev.poll_transmit(sh.now / NS, &mut sh.scratch) {
+                        Tx::Datagram(t) => break t.size,
+                        Tx::EndOfBatch => continue,
+                        Tx::Idle => return,
+                    }
                 };
                 let d = &sh.scratch[..n];
                 let prio = sh.t.dscp_prio[ipv4::dscp(d) as usize & 63];

@@ -13,8 +13,9 @@ use std::fmt;
 use std::io;
 use std::net::IpAddr;
 
+use roce_core::IcrcCheck;
 use roce_core::{AckDelay, DeviceConfig};
-use roce_io::{Backend, CpuTuning, Fabric, IcrcCheck, InterfaceInfo};
+use roce_io::{Backend, CpuTuning, Fabric, InterfaceInfo};
 
 use crate::context::Context;
 use crate::progress::ProgressConfig;
@@ -156,7 +157,6 @@ pub struct OpenOptions {
     ifname: Option<String>,
     roce_port: u16,
     remote_port: u16,
-    icrc: Option<IcrcCheck>,
     vlan: Option<u16>,
     gids: Option<Vec<IpAddr>>,
     wrap: Option<Wrap>,
@@ -191,7 +191,6 @@ impl OpenOptions {
             ifname: None,
             roce_port: roce_wire::ROCE_V2_PORT,
             remote_port: roce_wire::ROCE_V2_PORT,
-            icrc: None,
             vlan: None,
             gids: None,
             wrap: None,
@@ -220,10 +219,13 @@ impl OpenOptions {
         self
     }
 
-    /// What the UDP backend does with datagrams whose ICRC it cannot
-    /// vouch for (its default unless set).
+    /// What the engine does with IPv4 datagrams received over UDP
+    /// sockets, whose identification (covered by the ICRC) a socket never
+    /// shows ([`IcrcCheck`]; the engine's default,
+    /// [`IcrcCheck::Require`], unless set; the same as setting
+    /// `config.icrc_check`).
     pub fn icrc_check(mut self, check: IcrcCheck) -> OpenOptions {
-        self.icrc = Some(check);
+        self.config.icrc_check = check;
         self
     }
 
@@ -337,7 +339,7 @@ impl OpenOptions {
                     .map_err(|e| OpenError::Open(e.to_string()));
             }
             BackendKind::Udp => {
-                let mut ucfg = roce_io::UdpConfig::new(local)
+                let ucfg = roce_io::UdpConfig::new(local)
                     .port(self.roce_port)
                     .remote_port(self.remote_port)
                     .cpu(self.cpu)
@@ -346,9 +348,6 @@ impl OpenOptions {
                     // share the address (docs/host.md).
                     .share(self.shm);
                 self.config.shared = self.shm;
-                if let Some(c) = self.icrc {
-                    ucfg = ucfg.icrc_check(c);
-                }
                 let port = self.roce_port;
                 let refused = |e: io::Error| match e.kind() {
                     io::ErrorKind::AddrInUse => OpenError::PortInUse { addr: local, port },

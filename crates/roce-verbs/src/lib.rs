@@ -165,9 +165,9 @@ pub use srq::SharedReceiveQueue;
 pub use state::{clock_nanos, EventSink, Notifier};
 
 pub use roce_core::{
-    Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, Lkey, Nanos,
-    NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType,
-    Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags, WcOpcode,
-    WcStatus,
+    Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, IcrcCheck,
+    Lkey, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters,
+    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags,
+    WcOpcode, WcStatus,
 };
 pub use {roce_core, roce_io};

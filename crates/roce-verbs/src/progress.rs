@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 
-use roce_core::Nanos;
-use roce_io::{Backend, FabricPort};
+use roce_core::{Nanos, Tx};
+use roce_io::{Backend, FabricPort, PacketBatch};
 
 pub(crate) use crate::config::ProgressConfig;
 use crate::schedule::{self, Post, Rest, Stepped, ThreadRules, RUNNING};
@@ -181,9 +181,7 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
         clock.refresh(shared, &mut io.stale_polls);
         let mut core = shared.core_quiet();
         for i in 0..n {
-            let outcome = core
-                .dev
-                .handle_datagram(clock.now, io.rx.get(i), io.rx.meta(i));
+            let outcome = hand_to_engine(&mut core.dev, clock.now, &io.rx, i, io.rx.meta(i));
             io.owners.note(i, outcome);
         }
         io.owners.take_changes(&mut core);
@@ -207,6 +205,25 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
     // The rounds ran out with more to take: a full step follows.
     r.due = r.got;
     r
+}
+
+/// Hands the `i`-th received datagram of `rx` to the engine, with `meta`:
+/// a UDP payload with its header ([`Device::handle_udp`]), or a whole IP
+/// datagram ([`Device::handle_datagram`]).
+///
+/// [`Device::handle_udp`]: roce_core::Device::handle_udp
+/// [`Device::handle_datagram`]: roce_core::Device::handle_datagram
+pub(crate) fn hand_to_engine(
+    dev: &mut roce_core::Device,
+    now: Nanos,
+    rx: &PacketBatch,
+    i: usize,
+    meta: roce_core::RxMeta,
+) -> roce_core::RxOutcome {
+    match rx.header(i) {
+        Some(h) => dev.handle_udp(now, h, rx.get(i), meta),
+        None => dev.handle_datagram(now, rx.get(i), meta),
+    }
 }
 
 /// What a step's transmit phase did.
@@ -243,14 +260,22 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
                 t.work = true;
             }
         }
+        let mut ended = Tx::Idle;
         while !io.tx.is_full() {
             let pushed = io
                 .tx
-                .push_transmit_with(|buf| core.dev.poll_transmit(now, buf));
+                .push_transmit_with(|buf| match core.dev.poll_transmit(now, buf) {
+                    Tx::Datagram(t) => Some(t),
+                    end => {
+                        ended = end;
+                        None
+                    }
+                });
             if !pushed {
-                // The engine may end a batch early (an answer before the
-                // ACK it released): what it still has goes next round.
-                t.drained = !core.dev.transmit_due(now);
+                // At an end of batch (an answer before the ACK it
+                // released) what the engine still has goes in the next
+                // round's send call; at idle it has nothing more.
+                t.drained = ended == Tx::Idle;
                 break;
             }
         }
@@ -436,15 +461,12 @@ pub(crate) fn kick_post(shared: &Shared) {
 /// and for tests that need the wire to have seen a change.
 pub(crate) fn flush(shared: &Shared) {
     let mut io = lock(&shared.io);
-    // A step can stop short of what is due (a batch boundary, a full
-    // batch): a few more, while the engine says something is waiting.
-    for _ in 0..8 {
-        let out = step(shared, &mut io, Driver::Post);
-        let now = shared.now();
-        if !out.more && !shared.core_quiet().dev.transmit_due(now) {
-            break;
-        }
-    }
+    // A step stops short of what is due only when its rounds run out or
+    // the backend pushes back (`more`; an end of batch only ends a
+    // round). Steps follow until the engine is idle (without input its
+    // output is finite: windows, credits) or the backend pushes back,
+    // leaving datagrams queued, which later steps offer again.
+    while step(shared, &mut io, Driver::Post).more && io.tx.is_empty() {}
 }
 
 /// Leaves the addresses this context shares with other processes

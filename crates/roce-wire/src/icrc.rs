@@ -26,9 +26,9 @@ pub fn compute(covered: &[u8]) -> Result<u32> {
 }
 
 /// [`compute`] over a datagram held in two pieces, `head` then `rest`
-/// (a receive path that rebuilt the IP and UDP header in front of a
-/// payload it did not copy, say): the ICRC of `head ++ rest`, where the
-/// concatenation runs from the IP header to the last pad byte.
+/// (its headers and its payload, say, held apart): the ICRC of
+/// `head ++ rest`, where the concatenation runs from the IP header to the
+/// last pad byte.
 pub fn compute_split(head: &[u8], rest: &[u8]) -> Result<u32> {
     compute_with(Code::Fast, head, rest)
 }
@@ -63,6 +63,74 @@ pub fn compute_with(code: Code, head: &[u8], rest: &[u8]) -> Result<u32> {
     h.update(&head[from_head..]);
     h.update(&rest[masked_len - from_head..]);
     Ok(h.finalize())
+}
+
+/// The IP and UDP header fields the ICRC covers and does not mask, for a
+/// datagram held as its UDP payload alone (a UDP socket's, a same-host
+/// ring's): the rest of the covered header follows from them and the
+/// payload's length (IPv4 without options: version and IHL, total
+/// length, protocol UDP; IPv6: payload length, next header UDP; UDP:
+/// destination port 4791 and length), and the masked fields (IPv4 TOS,
+/// TTL and header checksum; IPv6 traffic class, flow label and hop limit;
+/// the UDP checksum) do not count (IBTA Annex A17 §A17.4.4,
+/// docs/protocol.md §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HeaderFields {
+    /// IP source address.
+    pub src: IpAddr,
+    /// IP destination address (of the same family as `src`).
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// IPv4 identification (ignored for IPv6).
+    pub ipv4_id: u16,
+    /// IPv4 don't-fragment flag (ignored for IPv6).
+    pub dont_frag: bool,
+}
+
+/// The ICRC of a datagram given as its header fields `h` and its UDP
+/// payload from the BTH to the last pad byte (`covered`, the ICRC
+/// excluded), as [`compute`] gives it over the whole datagram, computed
+/// by `code`. Only the covered header's bytes are written (on the stack,
+/// with the masked fields already ones): no datagram is rebuilt.
+pub fn compute_udp(code: Code, h: &HeaderFields, covered: &[u8]) -> Result<u32> {
+    let udp_len = udp::HEADER_LEN + covered.len() + LEN;
+    let mut hdr = [0xffu8; crate::ipv6::HEADER_LEN + udp::HEADER_LEN];
+    let ip_len = match (h.src, h.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = u16::try_from(crate::ipv4::HEADER_LEN + udp_len)
+                .map_err(|_| Error::InvalidField("IPv4 total length above 65535"))?;
+            hdr[0] = 0x45;
+            hdr[2..4].copy_from_slice(&total.to_be_bytes());
+            hdr[4..6].copy_from_slice(&h.ipv4_id.to_be_bytes());
+            hdr[6] = if h.dont_frag { 0x40 } else { 0 };
+            hdr[7] = 0;
+            hdr[9] = crate::ip::PROTO_UDP;
+            hdr[12..16].copy_from_slice(&s.octets());
+            hdr[16..20].copy_from_slice(&d.octets());
+            crate::ipv4::HEADER_LEN
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let plen = u16::try_from(udp_len)
+                .map_err(|_| Error::InvalidField("IPv6 payload length above 65535"))?;
+            hdr[0] = 0x6f;
+            hdr[4..6].copy_from_slice(&plen.to_be_bytes());
+            hdr[6] = crate::ip::PROTO_UDP;
+            hdr[8..24].copy_from_slice(&s.octets());
+            hdr[24..40].copy_from_slice(&d.octets());
+            crate::ipv6::HEADER_LEN
+        }
+        _ => {
+            return Err(Error::InvalidField(
+                "IP source and destination of two families",
+            ))
+        }
+    };
+    let u = &mut hdr[ip_len..ip_len + udp::HEADER_LEN];
+    u[0..2].copy_from_slice(&h.src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&udp::ROCE_V2_PORT.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    compute_with(code, &hdr[..ip_len + udp::HEADER_LEN], covered)
 }
 
 /// The CRC-32 of the 8 bytes of 0xFF that stand in for the LRH, where

@@ -104,7 +104,7 @@ pub use frame::Frame;
 pub use ip::{Ecn, IpRepr};
 pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
-pub use meta::{Owner, RxMeta, Transmit};
+pub use meta::{Owner, RxHeader, RxMeta, Transmit};
 pub use opcode::{Headers, MessageKind, Opcode, Operation, PayloadRule, Position, Transport};
 pub use packet::RocePacket;
 pub use pfc::MacControl;

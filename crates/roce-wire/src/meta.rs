@@ -169,23 +169,108 @@ impl Transmit {
     }
 }
 
-/// What a receiving backend knows about a datagram beside its bytes.
+/// The IP and UDP header of a datagram received as its UDP payload alone
+/// (a UDP socket's, a same-host ring's), as the receiver knows it: what
+/// the engine needs of the header it never sees, to check the ICRC over
+/// it (the covered fields, docs/protocol.md §4) and to read its addresses
+/// and ECN. The UDP destination port is 4791 and the lengths follow from
+/// the payload; the IPv4 don't-fragment flag is taken as set, as every
+/// RoCE v2 sender sets it (and the sockets of this stack do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RxHeader {
+    /// IP source address and UDP source port.
+    pub src: SocketAddr,
+    /// IP destination address (of the same family as `src`).
+    pub dst: IpAddr,
+    /// The TOS / traffic class byte: DSCP and ECN (0 when the receiver
+    /// was not told). The ICRC masks it.
+    pub tos: u8,
+    /// The IPv4 identification, which the ICRC covers, when the receiver
+    /// knows it (a ring's record of an engine's datagram); `None` when it
+    /// cannot (a UDP socket never shows it): the engine then tries the
+    /// values a sender writes (0, and the segment numbers of a UDP GSO
+    /// send) as its ICRC policy says. Unused for IPv6, whose covered
+    /// fields are all known.
+    pub ipv4_id: Option<u16>,
+}
+
+impl RxHeader {
+    /// The header of a datagram from `src` to `dst` with TOS `tos`, its
+    /// IPv4 identification unknown.
+    pub const fn new(src: SocketAddr, dst: IpAddr, tos: u8) -> RxHeader {
+        RxHeader {
+            src,
+            dst,
+            tos,
+            ipv4_id: None,
+        }
+    }
+
+    /// Sets [`ipv4_id`](Self::ipv4_id).
+    pub const fn with_ipv4_id(mut self, id: Option<u16>) -> RxHeader {
+        self.ipv4_id = id;
+        self
+    }
+
+    /// The ECN codepoint (the TOS byte's two low bits).
+    pub fn ecn(&self) -> Ecn {
+        Ecn::from_bits(self.tos)
+    }
+
+    /// True when every header field the ICRC covers is known: IPv6, or
+    /// IPv4 with its identification.
+    pub fn exact(&self) -> bool {
+        self.src.is_ipv6() || self.ipv4_id.is_some()
+    }
+
+    /// The IP header it stands for, as a repr (IPv4 identification 0 when
+    /// unknown, DF set, TTL / hop limit 64, flow label 0, payload length
+    /// 0: [`crate::RocePacket::parse_udp_payload`] sets it); `None` when
+    /// the addresses are of two families.
+    pub fn ip_repr(&self) -> Option<crate::IpRepr> {
+        let (dscp, ecn) = (self.tos >> 2, self.ecn());
+        match (self.src.ip(), self.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => Some(crate::IpRepr::V4(crate::Ipv4Repr {
+                src,
+                dst,
+                dscp,
+                ecn,
+                ident: self.ipv4_id.unwrap_or(0),
+                dont_frag: true,
+                ttl: 64,
+                payload_len: 0,
+            })),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => Some(crate::IpRepr::V6(crate::Ipv6Repr {
+                src,
+                dst,
+                dscp,
+                ecn,
+                flow_label: 0,
+                hop_limit: 64,
+                payload_len: 0,
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// What a receiving backend knows about a datagram beside its bytes (and
+/// beside its [`RxHeader`], for one received as its UDP payload).
 ///
 /// Small and `Copy`; new fields may be added, so build one with
 /// [`RxMeta::exact`] / [`RxMeta::inexact`] or the `with_*` setters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct RxMeta {
-    /// Every header field the ICRC covers holds the value it had on the
-    /// wire, so the datagram's ICRC is checked against exactly what was
-    /// sent and a mismatch means damage: the engine checks it (protocol
-    /// reference §4). True when the backend saw the whole datagram (a
-    /// fabric, `AF_PACKET`) or rebuilt its header from values it knows
-    /// exactly (IPv6 over a UDP socket, whose flow label and traffic class
-    /// the ICRC masks); false when it had to guess a covered field (the
-    /// IPv4 identification a UDP socket never shows), so that a mismatch
-    /// may be its guess and the ICRC cannot be checked. The default is
-    /// true.
+    /// For a whole IP datagram: every header field the ICRC covers holds
+    /// the value it had on the wire, so the datagram's ICRC is checked
+    /// against exactly what was sent and a mismatch means damage: the
+    /// engine checks it (docs/protocol.md §4). True (the default) for
+    /// what a backend saw whole (a fabric, `AF_PACKET`, a capture); false
+    /// for a datagram built by hand whose ICRC is not to be checked (a
+    /// test's, a fuzzer's): the engine counts it unverified. A datagram
+    /// received as its UDP payload says what it knows of its header in
+    /// its [`RxHeader`] instead.
     pub header_exact: bool,
     /// Another process sharing this address received the datagram and
     /// handed it on (docs/host.md): if it is not this process's either,
@@ -250,7 +335,9 @@ pub enum Owner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BthRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, Psn, Qpn};
+    use crate::{
+        BthRepr, ExtHeaders, FrameRepr, IpRepr, Ipv4Repr, Ipv6Repr, Opcode, Psn, Qpn, RocePacket,
+    };
     use crate::{UdpChecksum, UdpRepr};
 
     fn emit(ip: IpRepr) -> std::vec::Vec<u8> {
@@ -270,6 +357,103 @@ mod tests {
         let n = repr.emit(&mut buf).unwrap();
         buf.truncate(n);
         buf
+    }
+
+    /// The ICRC computed from a payload's header fields equals the one
+    /// computed over the whole datagram roce-wire emitted, whatever the
+    /// masked fields (TOS, TTL; traffic class, flow label, hop limit), and
+    /// follows the covered ones (the IPv4 identification).
+    #[test]
+    fn the_icrc_from_header_fields_is_the_whole_datagrams() {
+        use crate::crc32::Code;
+        let mut ips = std::vec::Vec::new();
+        for (dscp, ecn, ttl, ident) in [
+            (0, Ecn::NotEct, 64, 0),
+            (46, Ecn::Ce, 1, 0),
+            (26, Ecn::Ect0, 255, 1),
+            (63, Ecn::Ect1, 17, 127),
+            (10, Ecn::Ce, 64, 0x4321),
+        ] {
+            ips.push(IpRepr::V4(Ipv4Repr {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                dscp,
+                ecn,
+                ident,
+                dont_frag: true,
+                ttl,
+                payload_len: 0,
+            }));
+        }
+        for (dscp, ecn, flow_label, hop_limit) in [
+            (0, Ecn::NotEct, 0, 64),
+            (46, Ecn::Ce, 0xabcde, 1),
+            (26, Ecn::Ect0, 1, 255),
+        ] {
+            ips.push(IpRepr::V6(Ipv6Repr {
+                src: "fd00::1".parse().unwrap(),
+                dst: "fd00::2".parse().unwrap(),
+                dscp,
+                ecn,
+                flow_label,
+                hop_limit,
+                payload_len: 0,
+            }));
+        }
+        for ip in ips {
+            let d = emit(ip);
+            let t = Transmit::of_datagram(&d).unwrap();
+            let payload = &d[t.header_len()..d.len() - icrc::LEN];
+            let whole = icrc::compute(&d[..d.len() - icrc::LEN]).unwrap();
+            let mut wire = [0u8; 4];
+            wire.copy_from_slice(&d[d.len() - icrc::LEN..]);
+            assert_eq!(whole, icrc::read(wire));
+            let fields = icrc::HeaderFields {
+                src: t.src.ip(),
+                dst: t.destination.ip(),
+                src_port: t.src.port(),
+                ipv4_id: t.ipv4_id,
+                dont_frag: t.dont_frag,
+            };
+            for code in [Code::Fast, Code::Table] {
+                let got = icrc::compute_udp(code, &fields, payload).unwrap();
+                assert_eq!(got, whole, "{ip:?} {code:?}");
+            }
+            // Parsed from its UDP payload with a header that knows none of
+            // the masked fields (TOS, TTL, flow label left at defaults),
+            // the packet's ICRC still checks.
+            let h = RxHeader::new(t.src, t.destination.ip(), 0).with_ipv4_id(Some(t.ipv4_id));
+            let p = RocePacket::parse_udp_payload(
+                h.ip_repr().unwrap(),
+                t.src.port(),
+                &d[t.header_len()..],
+            )
+            .unwrap();
+            assert!(p.check_icrc().is_ok(), "{ip:?}");
+            assert_eq!(p.ip_len(), d.len());
+            // A covered field the header gets wrong breaks it.
+            if t.is_ipv6() {
+                let moved = SocketAddr::new(t.src.ip(), t.src.port() ^ 1);
+                let bad = RocePacket::parse_udp_payload(
+                    RxHeader::new(moved, t.destination.ip(), 0)
+                        .ip_repr()
+                        .unwrap(),
+                    moved.port(),
+                    &d[t.header_len()..],
+                )
+                .unwrap();
+                assert!(bad.check_icrc().is_err());
+            } else {
+                let other = h.with_ipv4_id(Some(t.ipv4_id ^ 0x100));
+                let bad = RocePacket::parse_udp_payload(
+                    other.ip_repr().unwrap(),
+                    t.src.port(),
+                    &d[t.header_len()..],
+                )
+                .unwrap();
+                assert!(bad.check_icrc().is_err());
+            }
+        }
     }
 
     #[test]

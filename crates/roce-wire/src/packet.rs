@@ -38,6 +38,9 @@ pub struct RocePacket<'a> {
     /// ICRC found on the wire.
     pub icrc: u32,
     covered: &'a [u8],
+    /// `covered` starts at the IP header (else at the BTH: the packet was
+    /// parsed from its UDP payload).
+    with_headers: bool,
 }
 
 impl<'a> RocePacket<'a> {
@@ -87,6 +90,43 @@ impl<'a> RocePacket<'a> {
         }
         let (udp, udp_len) = UdpRepr::parse(udp_bytes, |len| ip.pseudo_header_sum(len))?;
         let roce = &udp_bytes[crate::udp::HEADER_LEN..udp_len];
+        let covered_len = ip_hlen + udp_len - icrc::LEN.min(udp_len);
+        RocePacket::parse_transport(ip, udp, roce, &dgram[..covered_len.min(total)], true)
+    }
+
+    /// Parses a RoCE v2 datagram held as its UDP payload alone (BTH to
+    /// ICRC), with the IP and UDP header it arrived with given as reprs
+    /// (what a UDP socket or a same-host ring says of it, with
+    /// `ip.payload_len` and the UDP destination port free: they follow
+    /// from `payload`). Nothing is copied; the ICRC, checked by
+    /// [`check_icrc`](Self::check_icrc) as for [`parse_ip`](Self::parse_ip),
+    /// is computed from the reprs' covered fields
+    /// ([`icrc::compute_udp`]).
+    pub fn parse_udp_payload(
+        mut ip: IpRepr,
+        src_port: u16,
+        payload: &'a [u8],
+    ) -> Result<RocePacket<'a>> {
+        let udp = UdpRepr {
+            src_port,
+            dst_port: ROCE_V2_PORT,
+            checksum: crate::UdpChecksum::Zero,
+        };
+        ip.set_payload_len(crate::udp::HEADER_LEN + payload.len());
+        let covered = &payload[..payload.len().saturating_sub(icrc::LEN)];
+        RocePacket::parse_transport(ip, udp, payload, covered, false)
+    }
+
+    /// The layers from the BTH on (`roce`: BTH to ICRC); `covered` is what
+    /// the ICRC covers of the bytes held: from the IP header when
+    /// `with_headers`, else from the BTH.
+    fn parse_transport(
+        ip: IpRepr,
+        udp: UdpRepr,
+        roce: &'a [u8],
+        covered: &'a [u8],
+        with_headers: bool,
+    ) -> Result<RocePacket<'a>> {
         let bth = BthRepr::parse(roce)?;
         let (ext, ext_len) = ExtHeaders::parse(bth.opcode, &roce[bth::HEADER_LEN..])?;
         let rest = &roce[bth::HEADER_LEN + ext_len..];
@@ -116,7 +156,6 @@ impl<'a> RocePacket<'a> {
         }
         let mut wire = [0u8; icrc::LEN];
         wire.copy_from_slice(icrc_bytes);
-        let covered_len = ip_hlen + udp_len - icrc::LEN;
         Ok(RocePacket {
             eth: None,
             ip,
@@ -125,7 +164,8 @@ impl<'a> RocePacket<'a> {
             ext,
             payload,
             icrc: icrc::read(wire),
-            covered: &dgram[..covered_len],
+            covered,
+            with_headers,
         })
     }
 
@@ -137,8 +177,30 @@ impl<'a> RocePacket<'a> {
     /// [`computed_icrc`](Self::computed_icrc) by `code` (see
     /// [`crate::crc32`]).
     pub fn computed_icrc_with(&self, code: Code) -> u32 {
-        // `covered` was validated to hold the IP, UDP and BTH headers.
-        icrc::compute_with(code, self.covered, &[]).unwrap_or(!self.icrc)
+        // `covered` was validated to hold the BTH, and the IP and UDP
+        // headers when they were parsed.
+        let icrc = if self.with_headers {
+            icrc::compute_with(code, self.covered, &[])
+        } else {
+            icrc::compute_udp(code, &self.header_fields(), self.covered)
+        };
+        icrc.unwrap_or(!self.icrc)
+    }
+
+    /// The covered IP and UDP header fields the ICRC does not mask, as
+    /// the packet's reprs hold them.
+    pub fn header_fields(&self) -> icrc::HeaderFields {
+        let (ipv4_id, dont_frag) = match self.ip {
+            IpRepr::V4(r) => (r.ident, r.dont_frag),
+            IpRepr::V6(_) => (0, true),
+        };
+        icrc::HeaderFields {
+            src: self.ip.src(),
+            dst: self.ip.dst(),
+            src_port: self.udp.src_port,
+            ipv4_id,
+            dont_frag,
+        }
     }
 
     /// Verifies the ICRC.
@@ -159,14 +221,22 @@ impl<'a> RocePacket<'a> {
         }
     }
 
-    /// The IP datagram bytes the ICRC covers (IP header through pad).
+    /// The bytes held that the ICRC covers: the IP datagram from its IP
+    /// header through the pad, or, for a packet parsed from its UDP
+    /// payload ([`parse_udp_payload`](Self::parse_udp_payload)), from the
+    /// BTH through the pad.
     pub fn icrc_covered(&self) -> &'a [u8] {
         self.covered
     }
 
     /// Length of the IP datagram (with the ICRC).
     pub fn ip_len(&self) -> usize {
-        self.covered.len() + icrc::LEN
+        let headers = if self.with_headers {
+            0
+        } else {
+            self.ip.header_len() + crate::udp::HEADER_LEN
+        };
+        headers + self.covered.len() + icrc::LEN
     }
 
     /// The reprs that [`FrameRepr::emit`] turns back into this packet.

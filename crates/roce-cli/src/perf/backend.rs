@@ -141,7 +141,7 @@ pub(crate) fn open_context(
         // can work out (the backend's default: a datagram whose ICRC
         // matches none is dropped). A perftest peer may be rxe, whose
         // kernel numbers IDs as it likes: there they are only counted.
-        o = o.icrc_check(roce_io::IcrcCheck::Count);
+        o = o.icrc_check(roce_verbs::IcrcCheck::Count);
     }
     if let Some(w) = crate::device::middleware(args.pcap.as_deref(), args.faults.as_deref())
         .map_err(|e| OpenFailure::Other(e.into()))?

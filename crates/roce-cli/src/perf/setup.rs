@@ -300,32 +300,29 @@ impl Session {
                        "ack_deadlines": c.ack_deadlines, "duplicates": c.duplicates})
             })
             .collect();
-        // Who checked each received ICRC, in one place: the engine (full
-        // headers: IPv6, the packet backend, the fabric), the UDP backend
-        // (IPv4 sockets hide the IP ID the ICRC covers: it recomputes the
-        // ICRC assuming ID 0, or a GSO segment's ID, and the engine then
-        // counts the datagram rx_icrc_unchecked), or nobody. Datagrams
-        // through the same-host path (docs/shm.md) have exact headers:
-        // the engine checks them, and `same_host` says how many.
+        // Every received ICRC is the engine's to check (docs/protocol.md
+        // §4): verified (over the whole header, or, for IPv4 from a UDP
+        // socket, which never shows the IP ID the ICRC covers, assuming
+        // the ID 0 or a GSO segment's: a part of `verified`), failed
+        // (dropped), or taken unverified. `same_host` says how many came
+        // through the same-host path (docs/shm.md).
         let b = |k: &str| backend.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let by_backend = b("udp_rx_icrc_ok_id0") + b("udp_rx_icrc_ok_gso_id");
-        let backend_bad = b("udp_rx_icrc_bad");
         let same_host = b("udp_shm_rx_datagrams");
-        let by_engine = d
+        let verified = d
             .rx_datagrams
-            .saturating_sub(d.rx_malformed + d.rx_icrc_unchecked + d.rx_bad_icrc);
+            .saturating_sub(d.rx_malformed + d.rx_icrc_unverified + d.rx_bad_icrc);
         let icrc = json!({
-            "verified": by_engine + by_backend,
-            "verified_by_engine": by_engine,
-            "verified_by_backend_assuming_ip_id": by_backend,
-            "failed": d.rx_bad_icrc + backend_bad,
+            "verified": verified,
+            "verified_assuming_ip_id": d.rx_icrc_assumed_ipv4_id,
+            "failed": d.rx_bad_icrc,
             "same_host": same_host,
-            "not_verified": d.rx_icrc_unchecked.saturating_sub(by_backend + backend_bad),
+            "not_verified": d.rx_icrc_unverified,
         });
         json!({
             "icrc": icrc,
             "device": {"rx_datagrams": d.rx_datagrams, "rx_malformed": d.rx_malformed,
-                       "rx_bad_icrc": d.rx_bad_icrc, "rx_icrc_unchecked": d.rx_icrc_unchecked,
+                       "rx_bad_icrc": d.rx_bad_icrc, "rx_icrc_unverified": d.rx_icrc_unverified,
+                       "rx_icrc_assumed_ipv4_id": d.rx_icrc_assumed_ipv4_id,
                        "rx_unknown_qp": d.rx_unknown_qp, "rx_cnp": d.rx_cnp,
                        "tx_datagrams": d.tx_datagrams},
             "backend": backend,

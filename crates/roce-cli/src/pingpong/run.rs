@@ -153,7 +153,7 @@ fn open_context(
         // verified, only counted (docs/security.md).
         let mut o = crate::device::tool_options(BackendKind::Udp, at, p.roce_port)
             .map_err(|e| (false, e.to_string()))?
-            .icrc_check(roce_io::IcrcCheck::Count);
+            .icrc_check(roce_verbs::IcrcCheck::Count);
         o.config.active_mtu = p.mtu;
         o.open().map_err(|e| match e {
             OpenError::PortInUse { .. } => (true, e.to_string()),

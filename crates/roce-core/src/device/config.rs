@@ -8,6 +8,33 @@ use crate::cc::CcConfig;
 use crate::qp::AckDelay;
 use crate::Nanos;
 
+/// The engine's ICRC policy for the one datagram whose ICRC it cannot
+/// always check: an IPv4 datagram received as its UDP payload without its
+/// identification, which the ICRC covers and a UDP socket never shows
+/// ([`RxHeader::ipv4_id`](roce_wire::RxHeader::ipv4_id) `None`;
+/// docs/protocol.md §4). Every other datagram's ICRC is checked and a
+/// mismatch dropped: a whole datagram's, an IPv6 one's (the ICRC masks
+/// the fields a socket does not show), an IPv4 one's whose
+/// identification the receiver knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum IcrcCheck {
+    /// Not checked: taken, and counted unverified
+    /// ([`rx_icrc_unverified`](crate::DeviceCounters::rx_icrc_unverified)).
+    Off,
+    /// Checked assuming identification 0, else one of 1..=127 (the
+    /// segment numbers a UDP GSO send gives its datagrams); one that
+    /// matches none is taken all the same and counted unverified: for
+    /// peers whose identifications cannot be known (Linux rxe numbers them
+    /// as the kernel likes).
+    Count,
+    /// As `Count`, and one that matches no identification is dropped as
+    /// damaged ([`rx_bad_icrc`](crate::DeviceCounters::rx_bad_icrc)): for
+    /// peers that send 0 or GSO segment numbers, as this stack does. The
+    /// default.
+    #[default]
+    Require,
+}
+
 /// The seed of a device configured without one (tests, the simulator):
 /// a fixed string with the first address folded in, so that two such
 /// devices draw different identifiers, the same on every run.
@@ -70,6 +97,10 @@ pub struct DeviceConfig {
     /// where it is faster ([`roce_wire::crc32`]; roce-io's
     /// `CpuTuning::detect` says which suits the CPU). Only speed differs.
     pub icrc_code: roce_wire::crc32::Code,
+    /// What to do with an IPv4 datagram received as its UDP payload whose
+    /// identification the receiver could not see ([`IcrcCheck`]; the
+    /// default: [`IcrcCheck::Require`]).
+    pub icrc_check: IcrcCheck,
     /// Other processes share this device's addresses (docs/host.md): each
     /// binds UDP 4791 with `SO_REUSEPORT`, so the kernel may hand this
     /// process a datagram that is another's. When true,
@@ -102,6 +133,7 @@ impl DeviceConfig {
             tx_burst: 16,
             ack_delay: AckDelay::OFF,
             icrc_code: roce_wire::crc32::Code::Fast,
+            icrc_check: IcrcCheck::Require,
             shared: false,
             force_rnr: None,
         }

@@ -2,8 +2,10 @@
 //! RoCE v2 device and runs their transport.
 //!
 //! Call order (as quinn-proto's `Connection`): feed received datagrams to
-//! [`Device::handle_datagram`]; drain packets to send with
-//! [`Device::poll_transmit`] until it returns `None`; ask
+//! [`Device::handle_udp`] (a UDP payload with what the receiver knows of
+//! its header) or [`Device::handle_datagram`] (a whole IP datagram);
+//! drain packets to send with [`Device::poll_transmit`] until it returns
+//! [`Tx::Idle`], sending what was gathered at each [`Tx::EndOfBatch`]; ask
 //! [`Device::poll_timeout`] when to call [`Device::handle_timeout`]; read
 //! completions with [`Device::poll_cq`] and events with
 //! [`Device::poll_event`]. Time is always passed in; the device has no
@@ -30,8 +32,9 @@ mod config;
 mod share;
 pub use cm::CmCounters;
 use config::default_seed;
-pub use config::DeviceConfig;
+pub use config::{DeviceConfig, IcrcCheck};
 pub use share::{OwnerChange, RxOutcome};
+pub use tx::Tx;
 
 /// Destroyed QPNs kept out of use (a peer may still address them).
 const RETIRED_QPNS: usize = 4096;
@@ -57,13 +60,16 @@ pub struct Device {
     /// Deferred ACKs of QPs destroyed or reset, to send first.
     farewell: VecDeque<(Vec<u8>, roce_wire::Transmit)>,
     /// The last datagram was an answer that released a held ACK: the next
-    /// [`Device::poll_transmit`] ends the batch (see there).
+    /// [`Device::poll_transmit`] is [`Tx::EndOfBatch`] (see there).
     boundary: bool,
     /// Timer deadlines as (time, QPN), earliest first. Entries go stale when
     /// a QP's deadline moves; a stale entry (not the QP's `armed` time) is
     /// dropped when it reaches the top.
     timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     counters: DeviceCounters,
+    /// Cached shifts for recovering the IPv4 identification of datagrams
+    /// received without it (the receive side's ICRC policy, `rx.rs`).
+    rebaser: roce_wire::icrc::Rebaser,
     /// The communication manager (QP1).
     cm: cm::CmTable,
 }
@@ -166,6 +172,7 @@ impl Device {
             boundary: false,
             timers: BinaryHeap::new(),
             counters: DeviceCounters::default(),
+            rebaser: roce_wire::icrc::Rebaser::default(),
             cm,
         }
     }

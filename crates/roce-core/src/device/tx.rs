@@ -1,9 +1,34 @@
 //! The transmit side: [`Device::poll_transmit`], the ready queue that
 //! serves QPs round robin in bursts, and the farewell ACKs sent first.
 
+use roce_wire::Transmit;
+
 use super::Device;
 use crate::qp::Ctx;
 use crate::Nanos;
+
+/// What [`Device::poll_transmit`] gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use]
+pub enum Tx {
+    /// A datagram, written into the caller's buffer, and how to send it.
+    Datagram(Transmit),
+    /// The end of a batch: send what was gathered before asking again
+    /// (there may be more at once; see [`Device::poll_transmit`]).
+    EndOfBatch,
+    /// Nothing is due: [`Device::poll_timeout`] says when to look again.
+    Idle,
+}
+
+impl Tx {
+    /// The datagram's [`Transmit`], if this is one.
+    pub fn datagram(self) -> Option<Transmit> {
+        match self {
+            Tx::Datagram(t) => Some(t),
+            _ => None,
+        }
+    }
+}
 
 impl Device {
     pub(super) fn mark_ready(&mut self, qpn: u32) {
@@ -16,39 +41,41 @@ impl Device {
     }
 
     /// Writes the next datagram to send into `buf` (which should hold at
-    /// least 4200 bytes); returns how to send it (its length, addresses,
-    /// DSCP / ECN: a backend sends from these without parsing it), or
-    /// `None` when nothing is due.
-    ///
-    /// `None` also ends a batch early, once, after an answer that released
-    /// a deferred ACK (qp/responder/ack.rs; not with `AckDelay::ack_first`,
-    /// whose peers wait for the ACK): a driver that sends what it
-    /// has at `None` puts the answer, which the peer waits for, in a send
-    /// call of its own, and the ACK in the next (its system call then runs
-    /// while the peer works on the answer). [`Device::transmit_due`] says
-    /// that more is waiting; a driver that only polls again later loses
-    /// nothing either.
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+    /// least 4200 bytes) and returns [`Tx::Datagram`] with how to send it
+    /// (its length, addresses, DSCP / ECN: a backend sends from these
+    /// without parsing it); [`Tx::Idle`] when nothing is due; or
+    /// [`Tx::EndOfBatch`], once, after an answer that released a deferred
+    /// ACK (qp/responder/ack.rs; not with `AckDelay::ack_first`, whose
+    /// peers wait for the ACK): a driver sends what it has gathered at
+    /// `EndOfBatch`, so that the answer, which the peer waits for, goes in
+    /// a send call of its own, and then calls again for the ACK, which
+    /// goes in the next (its system call then runs while the peer works
+    /// on the answer). A driver that only polls again later loses nothing
+    /// either.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Tx {
         self.next_datagram(now, buf)
     }
 
     /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
-    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Option<roce_wire::Transmit> {
+    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Tx {
         // A QP's last ACK before the CM message that may end it (a DREQ),
-        // and before the boundary: a driver flushing a closing device
-        // calls again only while something is due, and the boundary (a
-        // send-call split for latency) must not strand it.
+        // and before an end of batch (a send-call split for latency),
+        // which must not hold it back from the batch a closing device's
+        // driver sends last.
         if let Some((p, t)) = self.farewell.pop_front() {
-            buf.get_mut(..p.len())?.copy_from_slice(&p);
+            let Some(out) = buf.get_mut(..p.len()) else {
+                return Tx::Idle;
+            };
+            out.copy_from_slice(&p);
             self.counters.tx_datagrams += 1;
-            return Some(t);
+            return Tx::Datagram(t);
         }
         if std::mem::take(&mut self.boundary) {
-            return None;
+            return Tx::EndOfBatch;
         }
         if let Some(n) = self.cm_poll_transmit(buf) {
             self.counters.tx_datagrams += 1;
-            return Some(n);
+            return Tx::Datagram(n);
         }
         let rounds = self.ready.len();
         for _ in 0..rounds {
@@ -80,7 +107,7 @@ impl Device {
                 }
                 self.counters.tx_datagrams += 1;
                 self.note_timer(qpn);
-                return Some(n);
+                return Tx::Datagram(n);
             }
             self.note_timer(qpn);
             self.burst = 0;
@@ -88,7 +115,7 @@ impl Device {
             // timers or incoming packets will make it ready again.
         }
         self.prune_timers();
-        None
+        Tx::Idle
     }
 
     /// Whether [`Device::poll_transmit`] would give a datagram at `now`
@@ -96,7 +123,9 @@ impl Device {
     /// window or pacing holds it back, may still say yes). A driver that
     /// has just handed the engine datagrams can skip its transmit phase
     /// when this is false and no timer is due: nothing is lost, since the
-    /// engine's deadlines say when to look again.
+    /// engine's deadlines say when to look again. (Whether a transmit
+    /// phase has drained the engine, `poll_transmit` says itself:
+    /// [`Tx::Idle`].)
     pub fn transmit_due(&self, now: Nanos) -> bool {
         !self.farewell.is_empty()
             || self.cm.has_output()

@@ -383,15 +383,8 @@ impl Qp {
     /// A request packet addressed to this QP (the responder's). Returns
     /// whether it was taken as the next in sequence (its ECN mark may
     /// then count).
-    pub(crate) fn handle_request(
-        &mut self,
-        p: &RocePacket<'_>,
-        raw_ip_header: &[u8],
-        ctx: &mut Ctx<'_>,
-    ) -> bool {
-        let taken = self
-            .resp
-            .handle_request(&mut self.common, p, raw_ip_header, ctx);
+    pub(crate) fn handle_request(&mut self, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
+        let taken = self.resp.handle_request(&mut self.common, p, ctx);
         self.settle(ctx);
         taken
     }

@@ -406,7 +406,6 @@ impl Responder {
         &mut self,
         qp: &mut QpCommon,
         p: &RocePacket<'_>,
-        raw_ip_header: &[u8],
         ctx: &mut Ctx<'_>,
     ) -> bool {
         if !matches!(
@@ -419,7 +418,7 @@ impl Responder {
         match qp.init.qp_type {
             QpType::Rc => self.rc_request(qp, p, ctx),
             QpType::Uc => self.uc_request(qp, p, ctx),
-            QpType::Ud => self.ud_request(qp, p, raw_ip_header, ctx),
+            QpType::Ud => self.ud_request(qp, p, ctx),
         }
     }
 
@@ -674,13 +673,7 @@ impl Responder {
         true
     }
 
-    fn ud_request(
-        &mut self,
-        qp: &mut QpCommon,
-        p: &RocePacket<'_>,
-        raw_ip_header: &[u8],
-        ctx: &mut Ctx<'_>,
-    ) -> bool {
+    fn ud_request(&mut self, qp: &mut QpCommon, p: &RocePacket<'_>, ctx: &mut Ctx<'_>) -> bool {
         let Some(deth) = p.ext.deth else {
             qp.counters.drop_invalid += 1;
             return false;
@@ -700,18 +693,17 @@ impl Responder {
         qp.counters.rx_packets += 1;
         qp.counters.rx_bytes += p.payload.len() as u64;
         // The first 40 bytes of the buffer receive the GRH: for IPv4, 20
-        // zero bytes and then the IPv4 header (IBTA A17.4.5.1).
+        // zero bytes and then the IPv4 header (IBTA A17.4.5.1), written
+        // from the parsed header's repr (the datagram may have come
+        // without its header bytes, as a UDP payload).
         let mut grh = [0u8; 40];
-        match p.ip.src() {
-            IpAddr::V4(_) => {
-                let n = raw_ip_header.len().min(20);
-                grh[20..20 + n].copy_from_slice(&raw_ip_header[..n]);
-            }
-            IpAddr::V6(_) => {
-                let n = raw_ip_header.len().min(40);
-                grh[..n].copy_from_slice(&raw_ip_header[..n]);
-            }
-        }
+        let at = match p.ip.src() {
+            IpAddr::V4(_) => 20,
+            IpAddr::V6(_) => 0,
+        };
+        // A repr that parsed (or was built from a receiver's header)
+        // emits; should it not, the GRH stays zero.
+        let _ = p.ip.emit(&mut grh[at..]);
         let pd = qp.init.pd;
         let res = sgl::scatter(ctx.mrs, pd, &wr.sgl, 0, &grh)
             .and_then(|_| sgl::scatter(ctx.mrs, pd, &wr.sgl, 40, p.payload));

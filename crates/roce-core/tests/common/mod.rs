@@ -221,7 +221,11 @@ impl World {
         let mut buf = vec![0u8; 4400];
         let mut moved = false;
         for i in 0..2 {
-            while let Some(t) = self.hosts[i].dev.poll_transmit(self.now, &mut buf) {
+            while let Some(t) = self.hosts[i]
+                .dev
+                .poll_transmit(self.now, &mut buf)
+                .datagram()
+            {
                 let n = t.size;
                 // The engine tells a backend the destination QP without
                 // its reading the BTH (docs/host.md).

@@ -59,12 +59,12 @@ fn open_on(
     };
     // Peers that number their IPv4 identifications (Linux rxe, and the
     // kernel's stack under most RoCE NICs) send datagrams whose ICRC a
-    // UDP socket cannot verify, since it never sees the ID: hand them on
-    // and count them, as the `roce` tools do. The UDP backend's default
-    // (`Require`) dropped every one of rxe's packets.
+    // UDP socket cannot verify, since it never sees the ID: the engine
+    // takes them and counts them, as the `roce` tools do. Its default
+    // (`Require`) drops every one of rxe's packets.
     let mut o = OpenOptions::new(backend.clone(), addr)
         .gids(gid_table(dev, addr))
-        .icrc_check(roce_verbs::roce_io::IcrcCheck::Count)
+        .icrc_check(roce_verbs::IcrcCheck::Count)
         .roce_port(port, port)
         .progress(progress)
         .cpu(cpu)

@@ -6,7 +6,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use rand_core::RngCore;
 use rand_xoshiro::Xoshiro256PlusPlus;
-use roce_wire::{Ecn, Transmit};
+use roce_wire::{Ecn, RxHeader, Transmit};
 
 use super::{FaultConfig, FaultStats};
 use crate::backend::{min_deadline, Nanos, RxMeta};
@@ -20,7 +20,20 @@ const POOL_MAX: usize = 1024;
 pub(super) struct Pkt {
     pub(super) data: Vec<u8>,
     pub(super) meta: RxMeta,
+    /// Its IP and UDP header when it is a received UDP payload (the
+    /// receive path of a backend that does not see the header).
+    pub(super) header: Option<RxHeader>,
     /// How to send it (the send path; kept in step with a CE mark).
+    pub(super) transmit: Option<Transmit>,
+}
+
+/// What comes with a datagram's bytes into [`Path::ingest`]: its
+/// metadata, and its header when it is a received UDP payload, or how to
+/// send it (the send path).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Beside {
+    pub(super) meta: RxMeta,
+    pub(super) header: Option<RxHeader>,
     pub(super) transmit: Option<Transmit>,
 }
 
@@ -94,9 +107,15 @@ pub(super) fn recycle(pool: &mut Vec<Vec<u8>>, v: Vec<u8>) {
     }
 }
 
-/// Flips one random bit: in the ICRC-covered bytes when there are any.
-fn flip_bit(d: &mut [u8], r: u64) {
-    if let Some((start, masked, bits)) = datagram::icrc_covered_bits(d) {
+/// Flips one random bit: in the ICRC-covered bytes when there are any
+/// (`payload`: `d` is a UDP payload, from the BTH).
+fn flip_bit(d: &mut [u8], payload: bool, r: u64) {
+    let covered = if payload {
+        datagram::payload_covered_bits(d)
+    } else {
+        datagram::icrc_covered_bits(d)
+    };
+    if let Some((start, masked, bits)) = covered {
         if bits > 0 {
             let (byte, mask) =
                 datagram::covered_bit(start, masked, below(r, bits as u128) as usize);
@@ -133,9 +152,13 @@ impl Path {
         pool: &mut Vec<Vec<u8>>,
         now: Nanos,
         d: &[u8],
-        meta: RxMeta,
-        transmit: Option<Transmit>,
+        beside: Beside,
     ) {
+        let Beside {
+            meta,
+            header,
+            transmit,
+        } = beside;
         let mut r = [0u64; 7];
         for x in &mut r {
             *x = self.rng.next_u64();
@@ -148,19 +171,31 @@ impl Path {
         let mut data = take_buf(pool, d);
         let mut meta = meta;
         if unit(r[1]) < cfg.corrupt {
-            flip_bit(&mut data, r[2]);
+            flip_bit(&mut data, header.is_some(), r[2]);
             self.stats.corrupted += 1;
-            // Received: the backend below checked the ICRC before the
-            // damage (or could not), so the engine must check it now (the
-            // header the backend passed on is the one the ICRC covers, or
-            // the check fails, as it should for a damaged datagram).
+            // A whole datagram the caller did not vouch for is checked
+            // now: the engine must see the damage (its header is the one
+            // the ICRC covers, or the check fails, as it should for a
+            // damaged datagram). A UDP payload's is checked by its header.
             meta = meta.with_header_exact(true);
         }
         let mut transmit = transmit;
-        if unit(r[3]) < cfg.ce_mark && datagram::mark_ce(&mut data) {
-            self.stats.ce_marked += 1;
-            if let Some(t) = &mut transmit {
-                t.ecn = Ecn::Ce;
+        let mut header = header;
+        if unit(r[3]) < cfg.ce_mark {
+            // A UDP payload's ECN is in its header (the ICRC masks it).
+            let marked = match &mut header {
+                Some(h) if matches!(h.ecn(), Ecn::Ect0 | Ecn::Ect1) => {
+                    h.tos |= Ecn::Ce.bits();
+                    true
+                }
+                Some(_) => false,
+                None => datagram::mark_ce(&mut data),
+            };
+            if marked {
+                self.stats.ce_marked += 1;
+                if let Some(t) = &mut transmit {
+                    t.ecn = Ecn::Ce;
+                }
             }
         }
         let dup = (unit(r[4]) < cfg.duplicate).then(|| take_buf(pool, &data));
@@ -179,6 +214,7 @@ impl Path {
             Pkt {
                 data,
                 meta,
+                header,
                 transmit,
             },
         );
@@ -192,6 +228,7 @@ impl Path {
                 Pkt {
                     data: copy,
                     meta,
+                    header,
                     transmit,
                 },
             );

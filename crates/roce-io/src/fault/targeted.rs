@@ -143,8 +143,17 @@ impl FaultLog {
 
     /// What the first rule that takes datagram `d` (sent if `tx`) at `t`
     /// does to it, logged; `None` lets it pass.
-    fn decide(&self, qps: &QpIndex, t: Nanos, tx: bool, d: &[u8]) -> Option<(FaultAction, Nanos)> {
-        let bth = bth_of(d);
+    /// `payload`: `d` is a UDP payload (from the BTH), not a whole IP
+    /// datagram.
+    fn decide(
+        &self,
+        qps: &QpIndex,
+        t: Nanos,
+        tx: bool,
+        d: &[u8],
+        payload: bool,
+    ) -> Option<(FaultAction, Nanos)> {
+        let bth = bth_of(d, payload);
         let mut g = self.lock();
         let g = &mut *g;
         for (i, r) in g.rules.iter().enumerate() {
@@ -196,8 +205,13 @@ fn matches_qp(sel: QpSelector, qps: &QpIndex, tx: bool, dest: Option<u32>) -> bo
 }
 
 /// The BTH's opcode, destination QPN and PSN of an IP/UDP datagram.
-fn bth_of(d: &[u8]) -> Option<(u8, u32, u32)> {
-    let b = d.get(datagram::ip_header_len(d)? + 8..)?;
+fn bth_of(d: &[u8], payload: bool) -> Option<(u8, u32, u32)> {
+    let at = if payload {
+        0
+    } else {
+        datagram::ip_header_len(d)? + 8
+    };
+    let b = d.get(at..)?;
     if b.len() < 12 {
         return None;
     }
@@ -316,7 +330,7 @@ impl<B: Backend> Backend for TargetedFaults<B> {
         let t = now.saturating_sub(self.start);
         for i in 0..batch.len() {
             let d = batch.get(i);
-            let verdict = self.log.decide(&self.qps, t, true, d);
+            let verdict = self.log.decide(&self.qps, t, true, d, false);
             let pkt = || Pkt {
                 data: d.to_vec(),
                 meta: batch.meta(i),
@@ -345,9 +359,14 @@ impl<B: Backend> Backend for TargetedFaults<B> {
         batch.clear();
         let t = now.saturating_sub(self.start);
         for i in 0..self.rx_in.len() {
-            let d = self.rx_in.get(i);
-            if self.log.decide(&self.qps, t, false, d).is_none() {
-                batch.push_with_meta(d, self.rx_in.meta(i));
+            let (d, h) = (self.rx_in.get(i), self.rx_in.header(i));
+            let kept = self
+                .log
+                .decide(&self.qps, t, false, d, h.is_some())
+                .is_none();
+            if kept && batch.push_with_meta(d, self.rx_in.meta(i)) {
+                let last = batch.len() - 1;
+                batch.set_header(last, h);
             }
         }
         Ok(batch.len())
@@ -402,11 +421,12 @@ impl<B: Backend> Backend for TargetedFaults<B> {
     fn forward(
         &mut self,
         now: Nanos,
-        datagram: &[u8],
+        header: roce_wire::RxHeader,
+        payload: &[u8],
         meta: RxMeta,
         owner: roce_wire::Owner,
     ) -> crate::Forwarded {
-        self.inner.forward(now, datagram, meta, owner)
+        self.inner.forward(now, header, payload, meta, owner)
     }
 
     fn leave(&mut self) -> bool {

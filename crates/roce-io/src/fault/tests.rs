@@ -469,3 +469,70 @@ fn targeted_rules_drop_freeze_and_link_down() {
     assert_eq!((inj[0].psn, inj[0].tx, inj[0].opcode), (2, true, 0x04));
     assert!(!inj[4].tx && inj[4].action == FaultAction::LinkDown);
 }
+
+/// A backend that receives UDP payloads with their headers, as the UDP
+/// backend does.
+struct Payloads {
+    addrs: Vec<IpAddr>,
+    queue: VecDeque<(roce_wire::RxHeader, Vec<u8>)>,
+}
+
+impl Backend for Payloads {
+    fn local_addrs(&self) -> &[IpAddr] {
+        &self.addrs
+    }
+    fn send(&mut self, _now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+        Ok(batch.len())
+    }
+    fn recv(&mut self, _now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+        batch.clear();
+        while let Some((h, p)) = self.queue.pop_front() {
+            batch.push_payload_with(h, crate::RxMeta::default(), |slot| {
+                slot[..p.len()].copy_from_slice(&p);
+                p.len()
+            });
+        }
+        Ok(batch.len())
+    }
+}
+
+/// On the receive path a UDP payload keeps its header: a CE mark goes
+/// into the header's TOS (an ECT one's only), and corruption flips a bit
+/// the ICRC covers in the payload, never the header.
+#[test]
+fn received_payloads_are_marked_in_their_header_and_corrupted_in_their_bytes() {
+    let d = v4_frame("10.0.0.1", "10.0.0.2", 1, 64, Ecn::Ect0);
+    let t = roce_wire::Transmit::of_datagram(&d).unwrap();
+    let payload = d[t.header_len()..].to_vec();
+    let h = roce_wire::RxHeader::new(t.src, t.destination.ip(), t.tos()).with_ipv4_id(Some(0));
+    let not_ect = roce_wire::RxHeader { tos: 26 << 2, ..h };
+    let fake = Payloads {
+        addrs: vec!["10.0.0.2".parse().unwrap()],
+        queue: VecDeque::from([(h, payload.clone()), (not_ect, payload.clone())]),
+    };
+    let cfg = FaultConfig::new(5)
+        .ce_mark(1.0)
+        .corrupt(1.0)
+        .paths(false, true);
+    let mut f = FaultInjector::new(fake, cfg);
+    let mut rx = PacketBatch::new(4, 4400);
+    assert_eq!(f.recv(0, &mut rx).unwrap(), 2);
+    let (h0, h1) = (rx.header(0).unwrap(), rx.header(1).unwrap());
+    assert_eq!(h0.ecn(), Ecn::Ce);
+    assert_eq!(h0.src, h.src);
+    assert_eq!(h1, not_ect, "not ECN-capable: not marked");
+    for i in 0..2 {
+        let got = rx.get(i);
+        assert_eq!(got.len(), payload.len());
+        let diff: Vec<usize> = (0..got.len()).filter(|&k| got[k] != payload[k]).collect();
+        assert_eq!(diff.len(), 1, "one byte flipped");
+        assert!(
+            diff[0] != 4 && diff[0] < payload.len() - 4,
+            "covered: {diff:?}"
+        );
+        let ip = rx.header(i).unwrap().ip_repr().unwrap();
+        let p = RocePacket::parse_udp_payload(ip, h.src.port(), got);
+        assert!(p.is_err() || p.unwrap().check_icrc().is_err());
+    }
+    assert_eq!((f.recv_stats().ce_marked, f.recv_stats().corrupted), (1, 2));
+}

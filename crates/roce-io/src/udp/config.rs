@@ -21,27 +21,6 @@ pub enum SourcePorts {
     Rewrite,
 }
 
-/// What the receive path does about the ICRC of IPv4 datagrams, whose
-/// identification field it cannot see (IPv6 is always fully verifiable and
-/// left to the engine).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum IcrcCheck {
-    /// Nothing: hand every datagram on unverified.
-    Off,
-    /// Recompute the ICRC assuming ID 0, else find whether one of the IDs
-    /// 1..=127 of a GSO sender's segments matches, and count matches and
-    /// mismatches, handing mismatches on: for peers whose IPv4 IDs are
-    /// unknown (Linux rxe numbers them as the kernel likes), whose ICRC
-    /// a UDP socket can never verify.
-    Count,
-    /// As `Count`, and drop mismatches (the default): for peers that send
-    /// ID 0 or GSO segment numbers, such as this backend. A datagram whose
-    /// ICRC matches no ID is damaged (or forged by someone who did not
-    /// bother) and is not handed on.
-    #[default]
-    Require,
-}
-
 /// Settings of a [`UdpBackend`](super::UdpBackend). Start from [`UdpConfig::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UdpConfig {
@@ -53,7 +32,6 @@ pub struct UdpConfig {
     pub(super) reuse_port: bool,
     pub(super) gso: bool,
     pub(super) gro: bool,
-    pub(super) icrc_check: IcrcCheck,
     pub(super) max_datagram: usize,
     pub(super) recv_buffer: usize,
     pub(super) send_buffer: usize,
@@ -67,8 +45,7 @@ pub struct UdpConfig {
 impl UdpConfig {
     /// Defaults for the local address `local`: port 4791 both ways,
     /// per-QP source ports with a 1024-socket cache, GSO and GRO when the
-    /// kernel has them, the IPv4 ICRC required (ID 0 or a GSO segment's),
-    /// datagrams up to 9216 bytes,
+    /// kernel has them, datagrams up to 9216 bytes,
     /// 8 MiB socket buffers (forced past the sysctl limit when privileged).
     pub fn new(local: IpAddr) -> Self {
         UdpConfig {
@@ -80,7 +57,6 @@ impl UdpConfig {
             reuse_port: false,
             gso: true,
             gro: true,
-            icrc_check: IcrcCheck::Require,
             max_datagram: 9216,
             recv_buffer: 8 << 20,
             send_buffer: 8 << 20,
@@ -135,12 +111,6 @@ impl UdpConfig {
     /// Use UDP GRO when the kernel has it (default true).
     pub fn gro(mut self, yes: bool) -> Self {
         self.gro = yes;
-        self
-    }
-
-    /// IPv4 receive-side ICRC policy (default [`IcrcCheck::Require`]).
-    pub fn icrc_check(mut self, check: IcrcCheck) -> Self {
-        self.icrc_check = check;
         self
     }
 
@@ -271,18 +241,6 @@ pub struct UdpStats {
     pub rx_gro_batches: u64,
     /// Datagrams too big for the receive buffers or the batch; dropped.
     pub rx_too_big: u64,
-    /// IPv4 datagrams handed on without ICRC verification.
-    pub rx_icrc_unverified: u64,
-    /// IPv4 datagrams whose ICRC matches with ID 0.
-    pub rx_icrc_ok_id0: u64,
-    /// IPv4 datagrams whose ICRC matches with an ID in 1..=127 (segments
-    /// of a GSO send); the rebuilt header carries that ID.
-    pub rx_icrc_ok_gso_id: u64,
-    /// IPv4 datagrams whose ICRC matches none of those IDs: corrupt, or a
-    /// peer that uses other IDs (indistinguishable).
-    pub rx_icrc_bad: u64,
-    /// Datagrams dropped by [`IcrcCheck::Require`].
-    pub rx_icrc_dropped: u64,
     /// Datagrams written into same-host rings (docs/shm.md).
     pub shm_tx_datagrams: u64,
     /// Their UDP payload bytes.

@@ -295,8 +295,8 @@ impl super::UdpBackend {
             if !batch.meta(i).forwarded {
                 continue;
             }
-            if let Some(t) = roce_wire::Transmit::of_datagram(batch.get(i)) {
-                flows.forwarded_here(now, t.src, &mut self.stats);
+            if let Some(h) = batch.header(i) {
+                flows.forwarded_here(now, h.src, &mut self.stats);
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use roce_wire::{Owner, Transmit};
+use roce_wire::{Owner, RxHeader, Transmit};
 
 use super::share::Lookup;
 use super::shm::{ProcRoute, RecMeta};
@@ -144,7 +144,10 @@ impl UdpBackend {
                 let Some(share) = self.share.as_mut() else {
                     return;
                 };
-                if share.push_local(d) {
+                // The engine's own header, exact.
+                let h =
+                    RxHeader::new(t.src, t.destination.ip(), t.tos()).with_ipv4_id(Some(t.ipv4_id));
+                if share.push_local(h, &d[t.header_len()..]) {
                     self.stats.shm_local += 1;
                 } else {
                     self.stats.shm_tx_full_drops += 1;
@@ -154,10 +157,11 @@ impl UdpBackend {
     }
 
     /// [`Backend::forward`](crate::Backend::forward) of the UDP backend.
-    pub(super) fn forward_datagram(
+    pub(super) fn forward_payload(
         &mut self,
         now: Nanos,
-        d: &[u8],
+        header: RxHeader,
+        payload: &[u8],
         meta: RxMeta,
         owner: Owner,
     ) -> Forwarded {
@@ -167,28 +171,26 @@ impl UdpBackend {
         };
         let mut sent = false;
         let mut unreachable = false;
-        // Read from the rebuilt header: the original sender, and that it
-        // was sent to this address.
-        let t = Transmit::of_datagram(d)
-            .filter(|t| !meta.forwarded && t.destination.ip() == self.cfg.local);
-        if let (Some(t), Some(flows)) = (&t, self.flows.as_mut()) {
+        // The original sender, and that it was sent to this address.
+        let h = Some(header).filter(|h| !meta.forwarded && h.dst == self.cfg.local);
+        if let (Some(h), Some(flows)) = (&h, self.flows.as_mut()) {
             // Another process owns what comes from this source: it is
             // not to be steered here (docs/host.md, "Steering").
-            flows.forwarded_onward(t.src, &mut self.stats);
+            flows.forwarded_onward(h.src, &mut self.stats);
         }
-        if let Some(t) = t {
+        if let Some(h) = h {
             if let Lookup::Slot { slot, name } = share.lookup(now, at, owner) {
                 let route = shm.route_proc(now, &name, &mut self.stats);
                 if let ProcRoute::Link(link) | ProcRoute::Pending(link) = route {
                     let rec = RecMeta {
-                        src: t.src.ip(),
-                        sport: t.src.port(),
-                        tos: t.tos(),
-                        ipv4_id: t.ipv4_id,
+                        src: h.src.ip(),
+                        sport: h.src.port(),
+                        tos: h.tos,
+                        ipv4_id: h.ipv4_id.unwrap_or(0),
                         forwarded: true,
-                        exact: meta.header_exact,
+                        exact: h.exact(),
                     };
-                    sent = shm.push(now, link, &rec, &d[t.header_len()..], &mut self.stats);
+                    sent = shm.push(now, link, &rec, payload, &mut self.stats);
                     shm.flush(&mut self.stats);
                     unreachable = !sent;
                 } else if route == ProcRoute::Gone {

@@ -1,12 +1,12 @@
 //! The receive half of [`UdpBackend`]: splitting what `recvmmsg` returned
-//! (GRO-coalesced runs included) into datagrams with rebuilt IP and UDP
-//! headers, and checking IPv4 ICRCs.
+//! (GRO-coalesced runs included) into UDP payloads, each with what the
+//! socket said of its header (source, TOS; [`RxHeader`]). The engine
+//! checks the ICRC from those (`roce_core::Device::handle_udp`): nothing
+//! here reads a payload byte.
 
-use roce_wire::crc32::Code;
-use roce_wire::{bth, icrc};
+use roce_wire::RxHeader;
 
-use super::hdr::{self, RxHdr};
-use super::{IcrcCheck, UdpBackend, UdpStats};
+use super::UdpBackend;
 use crate::backend::{PacketBatch, RxMeta};
 
 /// Whether to receive again right after a one-slot probe (the first look
@@ -57,7 +57,6 @@ impl FollowUp {
 
 impl UdpBackend {
     pub(super) fn push_rx(&mut self, batch: &mut PacketBatch) {
-        let hl = hdr::rebuilt_header_len(self.v6);
         while self.rx_cur < self.rx_info.len() {
             let info = self.rx_info[self.rx_cur];
             let base = self.rx_cur * self.rx_slot;
@@ -82,63 +81,18 @@ impl UdpBackend {
                 let Some(peer) = info.peer else {
                     continue;
                 };
-                let h = RxHdr {
-                    src: peer.ip(),
-                    sport: peer.port(),
-                    dst: self.cfg.local,
-                    tos: info.tos.unwrap_or(0),
-                };
-                let mut head = [0u8; 48];
-                if !hdr::rebuild(&mut head[..hl], &h, payload.len(), 0) {
-                    self.stats.rx_too_big += 1;
-                    continue;
-                }
-                if !self.v6 {
-                    if self.cfg.icrc_check != IcrcCheck::Off {
-                        let found = check_v4(
-                            &mut self.stats,
-                            &mut self.rebaser,
-                            self.cfg.cpu.icrc_code,
-                            &head[..hl],
-                            payload,
-                        );
-                        match found {
-                            Some(0) => {}
-                            // A GSO segment's number: the header says it.
-                            Some(id) => {
-                                hdr::rebuild(&mut head[..hl], &h, payload.len(), id);
-                            }
-                            None => {
-                                self.stats.rx_icrc_bad += 1;
-                                if self.cfg.icrc_check == IcrcCheck::Require {
-                                    self.stats.rx_icrc_dropped += 1;
-                                    continue;
-                                }
-                            }
-                        }
-                    }
-                    // Handed on: the engine cannot verify it (a dropped
-                    // one is not counted here).
-                    self.stats.rx_icrc_unverified += 1;
-                }
-                // IPv6: every covered field is known, the engine verifies.
-                let meta = if self.v6 {
-                    RxMeta::exact()
-                } else {
-                    RxMeta::inexact()
-                };
+                // A UDP socket never shows the IPv4 identification.
+                let h = RxHeader::new(peer, self.cfg.local, info.tos.unwrap_or(0));
                 let piece = self.cfg.cpu.copy_piece;
-                let pushed = batch.push_with(|slot| {
-                    let total = hl + payload.len();
-                    if total > slot.len() {
+                let pushed = batch.push_payload_with(h, RxMeta::default(), |slot| {
+                    let n = payload.len();
+                    if n > slot.len() {
                         return 0;
                     }
-                    slot[..hl].copy_from_slice(&head[..hl]);
-                    crate::emu::copy_payload(&mut slot[hl..total], payload, piece);
-                    total
+                    crate::emu::copy_payload(&mut slot[..n], payload, piece);
+                    n
                 });
                 if pushed {
-                    batch.set_meta(batch.len() - 1, meta);
                     self.stats.rx_datagrams += 1;
                     self.stats.flow_rx_datagrams += u64::from(self.rx_from_flow);
                     self.stats.rx_bytes += payload.len() as u64;
@@ -150,33 +104,4 @@ impl UdpBackend {
             self.rx_off = 0;
         }
     }
-}
-
-/// Checks an IPv4 datagram's ICRC assuming ID 0 (`head` is its rebuilt
-/// header), then the IDs of GSO segments
-/// ([`icrc::Rebaser::solve_ipv4_id`]); returns the ID that matches, and
-/// counts it, or `None`.
-fn check_v4(
-    stats: &mut UdpStats,
-    rebaser: &mut icrc::Rebaser,
-    code: Code,
-    head: &[u8],
-    payload: &[u8],
-) -> Option<u16> {
-    let hl = head.len();
-    let n = payload.len();
-    if n < bth::HEADER_LEN + icrc::LEN {
-        return None;
-    }
-    let c0 = icrc::compute_with(code, head, &payload[..n - icrc::LEN]).ok()?;
-    let mut got = [0u8; 4];
-    got.copy_from_slice(&payload[n - 4..]);
-    let got = icrc::read(got);
-    if c0 == got {
-        stats.rx_icrc_ok_id0 += 1;
-        return Some(0);
-    }
-    let id = rebaser.solve_ipv4_id(c0, got, hl + n - icrc::LEN, hdr::MAX_SOLVED_ID)?;
-    stats.rx_icrc_ok_gso_id += 1;
-    Some(id)
 }

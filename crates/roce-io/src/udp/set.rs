@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
-use roce_wire::{Owner, Transmit};
+use roce_wire::{Owner, RxHeader};
 
 use super::{UdpBackend, UdpConfig};
 use crate::backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
@@ -203,10 +203,16 @@ impl Backend for UdpSet {
     }
 
     /// By the member whose address the datagram was sent to.
-    fn forward(&mut self, now: Nanos, datagram: &[u8], meta: RxMeta, owner: Owner) -> Forwarded {
-        let dst = Transmit::of_datagram(datagram).map(|t| t.destination.ip());
-        match dst.and_then(|a| self.part_of(a)) {
-            Some(k) => self.parts[k].forward(now, datagram, meta, owner),
+    fn forward(
+        &mut self,
+        now: Nanos,
+        header: RxHeader,
+        payload: &[u8],
+        meta: RxMeta,
+        owner: Owner,
+    ) -> Forwarded {
+        match self.part_of(header.dst) {
+            Some(k) => self.parts[k].forward(now, header, payload, meta, owner),
             None if self.parts.iter().any(|p| p.share.is_some()) => Forwarded::NoOwner,
             None => Forwarded::Unshared,
         }

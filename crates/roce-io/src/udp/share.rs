@@ -16,7 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use roce_wire::Owner;
+use roce_wire::{Owner, RxHeader};
 use rustc_hash::FxHashMap;
 
 use crate::backend::{Nanos, PacketBatch, RxMeta};
@@ -94,7 +94,9 @@ pub(super) struct Share {
     table: HostTable,
     cache: Cache,
     peers: FxHashMap<SocketAddr, Peer>,
-    local: VecDeque<Vec<u8>>,
+    /// UDP payloads for this backend's own receive path, with their
+    /// headers.
+    local: VecDeque<(RxHeader, Vec<u8>)>,
     spare: Vec<Vec<u8>>,
 }
 
@@ -266,16 +268,17 @@ impl Share {
         };
     }
 
-    /// Queues a datagram for this backend's own receive path; false when
-    /// the queue is full (dropped, as a full socket buffer drops).
-    pub(super) fn push_local(&mut self, d: &[u8]) -> bool {
+    /// Queues a datagram's UDP payload and header for this backend's own
+    /// receive path; false when the queue is full (dropped, as a full
+    /// socket buffer drops).
+    pub(super) fn push_local(&mut self, h: RxHeader, payload: &[u8]) -> bool {
         if self.local.len() >= LOCAL_MAX {
             return false;
         }
         let mut v = self.spare.pop().unwrap_or_default();
         v.clear();
-        v.extend_from_slice(d);
-        self.local.push_back(v);
+        v.extend_from_slice(payload);
+        self.local.push_back((h, v));
         true
     }
 
@@ -289,11 +292,18 @@ impl Share {
     pub(super) fn drain_local(&mut self, batch: &mut PacketBatch) -> usize {
         let mut n = 0;
         while !batch.is_full() {
-            let Some(v) = self.local.pop_front() else {
+            let Some((h, v)) = self.local.pop_front() else {
                 break;
             };
             // A datagram too big for the batch's slots is dropped.
-            if batch.push_with_meta(&v, RxMeta::exact()) {
+            let pushed = batch.push_payload_with(h, RxMeta::default(), |slot| {
+                let Some(out) = slot.get_mut(..v.len()) else {
+                    return 0;
+                };
+                out.copy_from_slice(&v);
+                v.len()
+            });
+            if pushed {
                 n += 1;
             }
             if self.spare.len() < LOCAL_MAX {

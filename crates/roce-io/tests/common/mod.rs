@@ -109,13 +109,67 @@ pub(crate) fn send_all(b: &mut impl Backend, tx: &mut PacketBatch) {
 
 /// Receives until `want` datagrams or two idle seconds; returns copies
 /// with their metadata.
-pub(crate) fn recv_n(b: &mut UdpBackend, want: usize) -> Vec<(Vec<u8>, roce_io::RxMeta)> {
+/// A received datagram as a receive batch held it: its bytes (a UDP
+/// payload when `header` is there, else a whole IP datagram), metadata
+/// and header.
+#[derive(Clone, Debug)]
+pub(crate) struct Got {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) meta: roce_io::RxMeta,
+    pub(crate) header: Option<roce_wire::RxHeader>,
+}
+
+impl Got {
+    /// The `i`-th datagram of `rx`.
+    pub(crate) fn of(rx: &PacketBatch, i: usize) -> Got {
+        Got {
+            bytes: rx.get(i).to_vec(),
+            meta: rx.meta(i),
+            header: rx.header(i),
+        }
+    }
+
+    /// The datagram parsed as the engine parses it.
+    pub(crate) fn packet(&self) -> roce_wire::Result<roce_wire::RocePacket<'_>> {
+        match self.header {
+            Some(h) => {
+                let ip = h
+                    .ip_repr()
+                    .ok_or(roce_wire::Error::InvalidField("address families"))?;
+                roce_wire::RocePacket::parse_udp_payload(ip, h.src.port(), &self.bytes)
+            }
+            None => roce_wire::RocePacket::parse_ip(&self.bytes),
+        }
+    }
+
+    /// Every covered header field is known (the engine checks the ICRC
+    /// as it is).
+    pub(crate) fn exact(&self) -> bool {
+        self.header.map_or(self.meta.header_exact, |h| h.exact())
+    }
+
+    /// The ICRC matches as the engine's default policy finds it: over the
+    /// header as known, or, for an IPv4 payload without its
+    /// identification, assuming 0 or a UDP GSO segment's (1..=127).
+    pub(crate) fn icrc_ok(&self) -> bool {
+        let Ok(p) = self.packet() else {
+            return false;
+        };
+        let c = p.computed_icrc();
+        if c == p.icrc || self.exact() {
+            return c == p.icrc;
+        }
+        roce_wire::icrc::solve_ipv4_id(c, p.icrc, p.ip_len() - roce_wire::icrc::LEN, 127).is_some()
+    }
+}
+
+pub(crate) fn recv_n(b: &mut UdpBackend, want: usize) -> Vec<Got> {
     let mut rx = PacketBatch::new(64, 9216);
     let mut out = Vec::new();
     while out.len() < want {
         let n = b.recv(0, &mut rx).expect("recv");
         for i in 0..n {
-            out.push((rx.get(i).to_vec(), rx.meta(i)));
+            out.push(Got::of(&rx, i));
         }
         if n == 0
             && !b

@@ -100,19 +100,27 @@ pub(crate) fn hand_on(shared: &Shared, io: &mut Io, now: Nanos) -> bool {
     // What nobody else owns is answered here as an unshared device would;
     // what a live owner could not be handed now is dropped unanswered,
     // as a lost datagram (its sender retransmits).
-    again.retain(
-        |&(i, owner)| match io.backend.forward(now, io.rx.get(i), io.rx.meta(i), owner) {
+    // (Only a UDP payload can be handed on: a whole datagram came from
+    // a backend that shares no address.)
+    again.retain(|&(i, owner)| {
+        let Some(h) = io.rx.header(i) else {
+            return true;
+        };
+        match io
+            .backend
+            .forward(now, h, io.rx.get(i), io.rx.meta(i), owner)
+        {
             Forwarded::Sent | Forwarded::Unreachable => false,
             Forwarded::NoOwner | Forwarded::Unshared => true,
-        },
-    );
+        }
+    });
     let took = !again.is_empty();
     if took {
         let mut core = shared.core_quiet();
         for &(i, _) in &again {
             let meta = io.rx.meta(i).with_forwarded(true);
             // Answered as an unshared device would: never foreign again.
-            core.dev.handle_datagram(now, io.rx.get(i), meta);
+            crate::progress::hand_to_engine(&mut core.dev, now, &io.rx, i, meta);
         }
         io.owners.take_changes(&mut core);
         drop(core);

@@ -153,6 +153,7 @@ mod fair_share {
         let mut buf = vec![0u8; 4400];
         std::iter::from_fn(|| {
             dev.poll_transmit(now, &mut buf)
+                .datagram()
                 .map(|t| buf[..t.size].to_vec())
         })
         .collect()

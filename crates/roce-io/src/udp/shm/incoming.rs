@@ -167,17 +167,17 @@ impl Shm {
         }
     }
 
-    /// Fills `batch` from the rings, the header of each datagram rebuilt
-    /// for `local` (`v6`: IPv6) from its record (source address, port,
-    /// TOS, IPv4 identification) and its metadata from the record's
-    /// flags, taking the rings in turn. A record whose source is not of
-    /// this backend's family breaks its link.
+    /// Fills `batch` from the rings with UDP payloads, each with the
+    /// header its record tells (source address, port, TOS, the IPv4
+    /// identification when the record's header is exact; [`RxHeader`],
+    /// destination `local`) and its metadata from the record's flags,
+    /// taking the rings in turn. A record whose source is not of this
+    /// backend's family (`v6`: IPv6) breaks its link.
     pub(in crate::udp) fn recv(&mut self, batch: &mut PacketBatch, v6: bool, stats: &mut UdpStats) {
         let n = self.incoming.len();
         if n == 0 {
             return;
         }
-        let hl = hdr::rebuilt_header_len(v6);
         let dst = self.local.ip();
         let piece = self.piece;
         let start = self.rx_next % n;
@@ -210,36 +210,26 @@ impl Shm {
                     drop_link = true;
                     break;
                 }
-                let h = RxHdr {
-                    src: r.meta.src,
-                    sport: r.meta.sport,
-                    dst,
-                    tos: r.meta.tos,
-                };
+                // The header is the sender's engine's to the bit (IPv4 ID
+                // and DF, the record's port and TOS): the engine checks
+                // the ICRC, and damage done between the two engines (a
+                // fault injector's, a bug) is caught as on a wire. A
+                // forwarded datagram's is as exact as its first
+                // receiver's was (an IPv4 one from a UDP socket has no
+                // identification).
+                let h = RxHeader::new(SocketAddr::new(r.meta.src, r.meta.sport), dst, r.meta.tos)
+                    .with_ipv4_id(r.meta.exact.then_some(r.meta.ipv4_id));
+                let meta = RxMeta::default().with_forwarded(r.meta.forwarded);
                 let mut took = false;
-                let pushed = batch.push_with(|slot| {
-                    let total = hl + r.len;
-                    if total > slot.len()
-                        || !hdr::rebuild(&mut slot[..hl], &h, r.len, r.meta.ipv4_id)
-                    {
+                let pushed = batch.push_payload_with(h, meta, |slot| {
+                    if r.len > slot.len() {
                         return 0;
                     }
-                    ring.take(&r, &mut slot[hl..total], piece);
+                    ring.take(&r, &mut slot[..r.len], piece);
                     took = true;
-                    total
+                    r.len
                 });
                 if pushed {
-                    // The rebuilt header is the sender's engine's to the
-                    // bit (IPv4 ID 0 and DF, the record's port and TOS):
-                    // the engine checks the ICRC, and damage done between
-                    // the two engines (a fault injector's, a bug) is
-                    // caught as on a wire. A forwarded datagram's is as
-                    // exact as its first receiver's was (an IPv4 one
-                    // from a UDP socket is not).
-                    let meta = RxMeta::exact()
-                        .with_header_exact(r.meta.exact)
-                        .with_forwarded(r.meta.forwarded);
-                    batch.set_meta(batch.len() - 1, meta);
                     stats.shm_rx_datagrams += 1;
                     stats.shm_rx_bytes += r.len as u64;
                     stats.shm_rx_forwarded += u64::from(r.meta.forwarded);

@@ -15,12 +15,13 @@
 //! again after [`RETRY`]. A full ring drops the datagram, as a full
 //! socket buffer does, and RC's retransmission recovers it.
 //!
-//! The receiver reads its rings after its UDP socket in every receive,
-//! rebuilds each datagram's IP and UDP header as for a socket's datagram
-//! from the record (source address, port, TOS, IPv4 identification: the
-//! original sender's, for a datagram another process forwarded) and hands
-//! it on with the record's flags: header exact (the sender's engine's to
-//! the bit, so the receiving engine checks the ICRC) and forwarded.
+//! The receiver reads its rings after its UDP socket in every receive and
+//! hands on each datagram's UDP payload, as for a socket's datagram, with
+//! the header its record tells (source address, port, TOS, and the IPv4
+//! identification when the record's header is exact: the sender's
+//! engine's to the bit, so the receiving engine checks the ICRC; the
+//! original sender's, for a datagram another process forwarded) and the
+//! record's forwarded flag.
 //! Before a thread sleeps on the backend's descriptor, which is an
 //! epoll set over the socket, the listener, the connections and the
 //! peers' eventfds, it calls `Backend::prepare_wait`, which asks every
@@ -40,7 +41,8 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use rustc_hash::FxHashMap;
 
-use super::hdr::{self, RxHdr};
+use roce_wire::RxHeader;
+
 use super::UdpStats;
 use crate::backend::{Nanos, PacketBatch, RxMeta};
 use crate::host::SlotName;

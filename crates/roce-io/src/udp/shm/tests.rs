@@ -64,8 +64,13 @@ fn a_ring_broken_by_its_writer_is_dropped_and_the_rest_goes_on() {
     let mut batch = PacketBatch::new(4, 9216);
     shm.recv(&mut batch, false, &mut stats);
     assert_eq!(batch.len(), 1);
-    assert_eq!(&batch.get(0)[28..], b"hello");
-    assert!(batch.meta(0).header_exact, "the engine checks the ICRC");
+    assert_eq!(batch.get(0), b"hello", "the payload alone");
+    let h = batch.header(0).expect("with its header");
+    assert_eq!(
+        (h.src, h.tos, h.ipv4_id),
+        ("127.0.0.34:49153".parse().unwrap(), 0x02, Some(0))
+    );
+    assert!(h.exact(), "the engine checks the ICRC");
     // Then the writer forges its tail two laps ahead.
     let forged =
         mem::SharedMem::open(p.mem().fd().try_clone().unwrap(), ring::CONTROL + (1 << 16)).unwrap();

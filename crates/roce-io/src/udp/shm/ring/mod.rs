@@ -130,12 +130,14 @@ pub(crate) struct RecMeta {
     pub(crate) src: IpAddr,
     pub(crate) sport: u16,
     pub(crate) tos: u8,
-    /// The IPv4 identification of the header to rebuild (0 as the engine
-    /// writes it; a GSO segment's number for a forwarded datagram).
+    /// The IPv4 identification of the datagram's header (0 as the engine
+    /// writes it), when `exact`.
     pub(crate) ipv4_id: u16,
     /// Handed on by another process.
     pub(crate) forwarded: bool,
-    /// The rebuilt header holds every covered field as sent.
+    /// The header the record tells holds every covered field as sent
+    /// (the IPv4 identification known: not so for a forwarded datagram
+    /// its first receiver had from a UDP socket).
     pub(crate) exact: bool,
 }
 
