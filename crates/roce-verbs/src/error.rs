@@ -110,3 +110,30 @@ impl fmt::Display for OwnedPostError {
 }
 
 impl std::error::Error for OwnedPostError {}
+
+/// A refused [`QueuePair::post_send_list`](crate::QueuePair::post_send_list):
+/// the WRs before the refused one were posted (`ibv_post_send`'s
+/// `bad_wr`), the refused one and those after it were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostListError {
+    /// How many WRs of the list were posted, in order, before the refused one.
+    pub posted: usize,
+    /// Why the next one was refused.
+    pub error: Error,
+}
+
+impl fmt::Display for PostListError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "work request {} of the list refused: {}",
+            self.posted, self.error
+        )
+    }
+}
+
+impl std::error::Error for PostListError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}

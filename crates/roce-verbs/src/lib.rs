@@ -152,8 +152,8 @@ pub use config::ProgressConfig;
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
-pub use device::{node_guid, shm_setting, BackendKind, Device, OpenError, OpenOptions, Wrap};
-pub use error::{Error, OwnedPostError};
+pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
+pub use error::{Error, OwnedPostError, PostListError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
 pub use mr::{DeregError, MemoryRegion, RemoteMr, Revoker};
@@ -170,4 +170,3 @@ pub use roce_core::{
     QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags,
     WcOpcode, WcStatus,
 };
-pub use {roce_core, roce_io};

@@ -8,7 +8,7 @@ use roce_core::{
 };
 
 use crate::cq::CompletionQueue;
-use crate::error::{Error, OwnedPostError};
+use crate::error::{Error, OwnedPostError, PostListError};
 use crate::pd::{AddressHandle, ProtectionDomain};
 use crate::progress;
 use crate::recv::{post_recv, post_recv_owned};
@@ -264,18 +264,19 @@ impl QueuePair {
     /// registered until the WR completes (see the crate docs). Unsignaled WRs release their
     /// regions when a later signaled WR of the QP completes.
     pub fn post_send(&self, wr: SendWr) -> Result<(), Error> {
-        self.post_send_list(std::iter::once(wr)).map_err(|(_, e)| e)
+        self.post_send_list(std::iter::once(wr))
+            .map_err(|e| e.error)
     }
 
     /// `ibv_post_send` with a list: posts `wrs` in order under one lock
     /// and transmits once, so a burst of small messages leaves in a few
-    /// system calls instead of one each. Stops at the first WR refused and
-    /// returns how many were posted before it with the error (as
-    /// `bad_wr`); the WRs after it are not posted.
+    /// system calls instead of one each. Stops at the first WR refused:
+    /// [`PostListError`] says how many were posted before it (as
+    /// `bad_wr`) and why it was refused; the WRs after it are not posted.
     pub fn post_send_list(
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
-    ) -> Result<(), (usize, Error)> {
+    ) -> Result<(), PostListError> {
         let shared = self.shared();
         let mut posted = 0;
         let mut refused = None;
@@ -303,7 +304,7 @@ impl QueuePair {
         }
         match refused {
             None => Ok(()),
-            Some(e) => Err((posted, e)),
+            Some(error) => Err(PostListError { posted, error }),
         }
     }
 

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use roce_core::cc::CcConfig;
 use roce_io::{UdpBackend, UdpConfig};
 use roce_testkit::frames;
-use roce_verbs::roce_core::cc::CcConfig;
 use roce_verbs::*;
 use roce_wire::cm::{self as wcm, port_space, CmMessage, PathRepr, ReqRepr};
 use roce_wire::{

@@ -363,9 +363,9 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
         lkey: roce_core::Lkey::new(0xdead),
     }]);
     let list = vec![write(0), write(1), bad, write(3)];
-    let (posted, err) = a.qp.post_send_list(list).unwrap_err();
-    assert_eq!(posted, 2);
-    assert!(matches!(err, Error::UnknownLkey(_)), "{err:?}");
+    let err = a.qp.post_send_list(list).unwrap_err();
+    assert_eq!(err.posted, 2);
+    assert!(matches!(err.error, Error::UnknownLkey(_)), "{err:?}");
     let ids: Vec<u64> =
         a.cq.poll_until(2, WAIT)
             .unwrap()

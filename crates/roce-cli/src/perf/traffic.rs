@@ -248,7 +248,7 @@ fn requester(t: &Traffic<'_>, recv: bool, watch: &mut impl Watch) -> Result<Coun
                 });
                 let r = d.qp.post_send_list(list);
                 k.posted += room;
-                r.map_err(|(_, e)| super::during("post_send")(e))?;
+                r.map_err(|e| super::during("post_send")(e.error))?;
             }
             d.poll(&mut comps)?;
             for cmp in &comps {

@@ -99,7 +99,7 @@ unsafe fn post_then(
     match q.qp.post_send_list(wrs) {
         Ok(()) => Err((e, at)),
         // SAFETY: n is below the WRs walked.
-        Err((n, pe)) => Err((errno_of(&pe), unsafe { nth(wr, n) })),
+        Err(pe) => Err((errno_of(&pe.error), unsafe { nth(wr, pe.posted) })),
     }
 }
 
@@ -132,7 +132,7 @@ entry! {
             }
             // SAFETY: as above.
             q.qp.post_send_list(wrs)
-                .map_err(|(n, e)| (errno_of(&e), unsafe { nth(wr, n) }))
+                .map_err(|e| (errno_of(&e.error), unsafe { nth(wr, e.posted) }))
         })
     }
 }
@@ -239,7 +239,7 @@ entry! {
             if let Some(e) = b.error.take() {
                 return Err(e);
             }
-            qp.qp.post_send_list(wrs).map_err(|(_, e)| errno_of(&e))
+            qp.qp.post_send_list(wrs).map_err(|e| errno_of(&e.error))
         })
     }
 }

@@ -363,11 +363,7 @@ impl Stream {
                         continue;
                     }
                     rcnt += 1;
-                    if !c
-                        .wc
-                        .wc_flags
-                        .contains(roce_verbs::roce_core::WcFlags::WITH_IMM)
-                    {
+                    if !c.wc.wc_flags.contains(roce_core::WcFlags::WITH_IMM) {
                         continue;
                     }
                     let m = c.wc.imm_data;
