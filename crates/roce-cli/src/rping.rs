@@ -236,19 +236,20 @@ impl Rig {
                     self.silence.as_secs()
                 ));
             };
-            if c.status == WcStatus::WrFlushErr {
+            if c.status() == WcStatus::WrFlushErr {
                 return Ok(false);
             }
             if !c.is_success() {
                 return Err(format!(
                     "completion error: {:?} (wr_id {})",
-                    c.status, c.wr_id
+                    c.status(),
+                    c.wr_id()
                 ));
             }
-            if c.wr_id == id {
+            if c.wr_id() == id {
                 return Ok(true);
             }
-            self.early.borrow_mut().push(c.wr_id);
+            self.early.borrow_mut().push(c.wr_id());
         }
     }
 }

@@ -179,9 +179,9 @@ impl Ud {
         let mut out = Vec::new();
         for c in got {
             if !c.is_success() {
-                return Err(format!("receive completion {:?}", c.status));
+                return Err(format!("receive completion {:?}", c.status()));
             }
-            let off = c.wr_id as usize * (self.size + GRH);
+            let off = c.wr_id() as usize * (self.size + GRH);
             let mut grh = [0u8; GRH];
             self.recv
                 .read(off as u64, &mut grh)

@@ -36,7 +36,7 @@ fn wait_one(cq: &CompletionQueue) -> Result<Completion, Box<dyn std::error::Erro
     for spins in 0u64.. {
         if let Some(c) = cq.poll_one()? {
             if !c.is_success() {
-                return Err(format!("work request {} failed: {:?}", c.wr_id, c.status).into());
+                return Err(format!("work request {} failed: {:?}", c.wr_id(), c.status()).into());
             }
             return Ok(c);
         }
@@ -113,12 +113,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut received, mut sends_done) = (0, 0);
         while received < iters || sends_done < received {
             let c = wait_one(&s.cq).map_err(|e| e.to_string())?;
-            match c.opcode {
+            match c.opcode() {
                 WcOpcode::Send => {
                     sends_done += 1;
                     continue;
                 }
-                WcOpcode::Recv if c.byte_len == len && received < iters => {}
+                WcOpcode::Recv if c.byte_len() == len && received < iters => {}
                 _ => return Err(format!("server: unexpected completion {c:?}")),
             }
             s.rx.read(0, &mut buf).map_err(|e| e.to_string())?;
@@ -168,7 +168,7 @@ fn run_client(c: &Side, iters: usize, size: usize) -> Result<(), Box<dyn std::er
         let mut got_echo = false;
         for _ in 0..2 {
             let done = wait_one(&c.cq)?;
-            if done.opcode == WcOpcode::Recv {
+            if done.opcode() == WcOpcode::Recv {
                 got_echo = true;
             }
         }

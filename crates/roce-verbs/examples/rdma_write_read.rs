@@ -30,7 +30,7 @@ fn wait(cq: &CompletionQueue, n: usize) -> Result<(), Box<dyn std::error::Error>
         return Err(format!("{} of {n} completions", got.len()).into());
     }
     if let Some(bad) = got.iter().find(|c| !c.is_success()) {
-        return Err(format!("work request {} failed: {:?}", bad.wr_id, bad.status).into());
+        return Err(format!("work request {} failed: {:?}", bad.wr_id(), bad.status()).into());
     }
     Ok(())
 }
@@ -64,7 +64,7 @@ fn stream(
         out.clear();
         cq.poll(&mut out, depth)?;
         if let Some(bad) = out.iter().find(|c| !c.is_success()) {
-            return Err(format!("work request {} failed: {:?}", bad.wr_id, bad.status).into());
+            return Err(format!("work request {} failed: {:?}", bad.wr_id(), bad.status()).into());
         }
         done += out.len();
         if start.elapsed() > Duration::from_secs(60) {

@@ -31,8 +31,8 @@
 //! qb.post_recv(RecvWr { wr_id: 1, sgl: vec![rx.sge(0, 64)] })?;
 //! qa.post_send_owned(SendWr::send(7, vec![]), b"hello".to_vec())?;
 //!
-//! assert_eq!(ca.poll_until(1, Duration::from_secs(5))?[0].wr_id, 7);
-//! assert_eq!(cb.poll_until(1, Duration::from_secs(5))?[0].byte_len, 5);
+//! assert_eq!(ca.poll_until(1, Duration::from_secs(5))?[0].wr_id(), 7);
+//! assert_eq!(cb.poll_until(1, Duration::from_secs(5))?[0].byte_len(), 5);
 //! let mut got = [0u8; 5];
 //! rx.read(0, &mut got)?;
 //! assert_eq!(&got, b"hello");

@@ -645,7 +645,7 @@ mod tests {
         drop(io);
         let got = p.cq_a.poll_until(1, Duration::from_secs(5)).unwrap();
         assert_eq!(got.len(), 1, "A received nothing");
-        assert_eq!((got[0].wr_id, got[0].byte_len), (9, 16), "{:?}", got[0]);
+        assert_eq!((got[0].wr_id(), got[0].byte_len()), (9, 16), "{:?}", got[0]);
     }
 
     /// Panics with `what` once `limit` has passed since it was made.

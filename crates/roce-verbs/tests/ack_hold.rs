@@ -139,12 +139,12 @@ fn a_ping_pong_answer_goes_before_its_ack() {
     for i in 0..ROUNDS as u64 {
         a.qp.post_send(SendWr::send(i, vec![ma.sge(0, 8)])).unwrap();
         let r = one(&b.cq);
-        assert_eq!((r.wr_id, r.byte_len), (RECV, 8), "{r:?}");
+        assert_eq!((r.wr_id(), r.byte_len()), (RECV, 8), "{r:?}");
         post_recv(&b, &mb);
         b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 8)])).unwrap();
         let answered = std::time::Instant::now();
         // A: its SEND's completion and B's answer, in either order.
-        let mut got: Vec<u64> = (0..2).map(|_| one(&a.cq).wr_id).collect();
+        let mut got: Vec<u64> = (0..2).map(|_| one(&a.cq).wr_id()).collect();
         if answered.elapsed() >= HOLD {
             waited += 1;
         }
@@ -152,7 +152,7 @@ fn a_ping_pong_answer_goes_before_its_ack() {
         assert_eq!(got, [i, RECV]);
         post_recv(&a, &ma);
         // B's SEND completes (A's ACK) before the next round.
-        assert_eq!(one(&b.cq).wr_id, i);
+        assert_eq!(one(&b.cq).wr_id(), i);
     }
     assert!(
         waited <= ROUNDS / 10,
@@ -203,7 +203,7 @@ fn a_held_ack_leaves_before_the_qp_goes_to_error() {
         assert!(
             c.is_success(),
             "round {round}: A's SEND ended {:?}; B sent {:?}; A {:?}; B {:?}",
-            c.status,
+            c.status(),
             log.lock().unwrap(),
             a.qp.counters(),
             b.qp.counters()
@@ -273,7 +273,7 @@ fn a_held_ack_leaves_when_the_whole_context_goes() {
         assert!(
             c.is_success(),
             "round {round}: A's SEND ended {:?}",
-            c.status
+            c.status()
         );
     }
 }

@@ -193,9 +193,12 @@ fn session_works(a: &Side, b: &Side) {
         .unwrap();
     let got = a.cq.poll_until(2, WAIT).unwrap();
     assert_eq!(got.len(), 2, "the session's own work did not complete");
-    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert!(
+        got.iter().all(|c| c.status() == WcStatus::Success),
+        "{got:?}"
+    );
     let got = b.cq.poll_until(1, WAIT).unwrap();
-    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(got[0].status(), WcStatus::Success);
     let mut out = [0u8; 12];
     b.mr.read(100, &mut out).unwrap();
     assert_eq!(&out, b"a real write");
@@ -392,10 +395,10 @@ fn forged_naks_and_acks_do_not_end_or_complete_a_stream() {
         a.cq.poll(&mut got, 64).unwrap();
         for c in &got {
             assert_eq!(
-                c.status,
+                c.status(),
                 WcStatus::Success,
                 "WR {} ended by a forgery",
-                c.wr_id
+                c.wr_id()
             );
         }
         done += got.len() as u64;
@@ -441,9 +444,9 @@ fn send_with_invalidate_cannot_reach_a_local_region() {
     };
     a.qp.post_send(wr).unwrap();
     let ca = a.cq.poll_until(1, WAIT).unwrap();
-    assert_eq!(ca[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(ca[0].status(), WcStatus::RemInvReqErr);
     let cb = b.cq.poll_until(1, WAIT).unwrap();
-    assert_eq!(cb[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(cb[0].status(), WcStatus::RemInvReqErr);
     // The region is valid and whole.
     let mut out = [0u8; 256];
     local.read(0, &mut out).unwrap();

@@ -64,7 +64,10 @@ fn accept_connect_send_write_and_disconnect() {
         let conn = req.accept(&qp, &param, WAIT).unwrap();
         assert_eq!(conn.qp().state(), QpState::Rts);
         let c = one(&cq);
-        assert_eq!((c.wr_id, c.status, c.byte_len), (5, WcStatus::Success, 16));
+        assert_eq!(
+            (c.wr_id(), c.status(), c.byte_len()),
+            (5, WcStatus::Success, 16)
+        );
         assert_eq!(&inbox.to_vec().unwrap()[..16], b"a SEND via RC CM");
         seen_tx.send(()).unwrap();
         // The client WRITEs, then disconnects; we see it.

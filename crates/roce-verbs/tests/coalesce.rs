@@ -172,7 +172,7 @@ fn coalesced_posts_leave_without_a_poll() {
     let got = a.cq.poll_until(3, WAIT).unwrap();
     assert_eq!(got.len(), 3, "the coalesced posts never left");
     assert!(
-        got.iter().all(|c| c.is_success() && c.byte_len == 64),
+        got.iter().all(|c| c.is_success() && c.byte_len() == 64),
         "{got:?}"
     );
     assert!(start.elapsed() < WAIT, "took {:?}", start.elapsed());
@@ -242,7 +242,7 @@ fn a_burst_after_the_last_poll_still_leaves() {
     let got = a.cq.poll_until(3, WAIT).unwrap();
     assert_eq!(got.len(), 3, "the burst never left");
     assert!(
-        got.iter().all(|c| c.is_success() && c.byte_len == 64),
+        got.iter().all(|c| c.is_success() && c.byte_len() == 64),
         "{got:?}"
     );
     assert_eq!(ma.to_vec().unwrap(), pattern(64, 8));
@@ -279,7 +279,7 @@ fn a_post_after_a_poll_leaves_at_once() {
         let got = a.cq.poll_until(n as usize, WAIT).unwrap();
         assert_eq!(got.len(), n as usize);
         assert!(
-            got.iter().all(|c| c.is_success() && c.byte_len == 64),
+            got.iter().all(|c| c.is_success() && c.byte_len() == 64),
             "{got:?}"
         );
         let rest = n as usize - completed;

@@ -79,7 +79,7 @@ fn qp_errors_raise_async_events_and_flush() {
     ))
     .unwrap();
     let c = one(&a.cq);
-    assert_eq!(c.status, WcStatus::RemAccessErr);
+    assert_eq!(c.status(), WcStatus::RemAccessErr);
     assert_eq!(
         a.ctx.get_async_event(Some(WAIT)),
         Some(AsyncEvent::QpFatal(a.qp.qpn()))
@@ -89,6 +89,6 @@ fn qp_errors_raise_async_events_and_flush() {
     a.qp.post_send(SendWr::send(2, vec![src.sge_all()]))
         .unwrap();
     let c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushErr));
+    assert_eq!((c.wr_id(), c.status()), (2, WcStatus::WrFlushErr));
     assert!(src.into_inner().is_ok());
 }

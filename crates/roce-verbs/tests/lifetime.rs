@@ -71,7 +71,7 @@ fn dropping_a_region_under_an_outstanding_wr_keeps_it_registered() {
     // The response data lands 30 ms later: into a region that must still be
     // registered, or the READ would fail with a local protection error.
     let c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (7, WcStatus::Success), "{c:?}");
+    assert_eq!((c.wr_id(), c.status()), (7, WcStatus::Success), "{c:?}");
     assert!(
         t.elapsed() >= Duration::from_millis(25),
         "the READ was in flight"
@@ -95,7 +95,7 @@ fn owned_buffers_come_back_with_their_completions() {
     assert!(c.is_success());
     assert_eq!(c.take_buffer().unwrap(), pattern(700, 2));
     let mut r = one(&b.cq);
-    assert_eq!((r.wr_id, r.byte_len), (5, 700));
+    assert_eq!((r.wr_id(), r.byte_len()), (5, 700));
     let got = r.take_buffer().unwrap();
     assert_eq!(got.len(), 1000);
     assert_eq!(&got[..700], &pattern(700, 2)[..]);
@@ -106,7 +106,7 @@ fn owned_buffers_come_back_with_their_completions() {
     let wr = SendWr::rdma(2, SendOp::Read, vec![], rm.addr, rm.rkey);
     a.qp.post_send_owned(wr, vec![0u8; 5000]).unwrap();
     let mut c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (2, WcStatus::Success));
+    assert_eq!((c.wr_id(), c.status()), (2, WcStatus::Success));
     assert_eq!(c.take_buffer().unwrap(), pattern(5000, 6));
 
     // A refused post hands the buffer back.

@@ -143,7 +143,7 @@ fn expect(e: &End, sends: usize, recvs: usize) -> Vec<Completion> {
     let (mut s, mut r) = (0, Vec::new());
     while s < sends || r.len() < recvs {
         let c = e.next();
-        if c.wr_id == RECV {
+        if c.wr_id() == RECV {
             r.push(c);
         } else {
             s += 1;
@@ -169,7 +169,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 s.spawn(|| {
                     for i in 0..iters {
                         let got = expect(b, usize::from(i > 0), 1);
-                        assert_eq!(got[0].byte_len, 8);
+                        assert_eq!(got[0].byte_len(), 8);
                         assert_eq!(b.mr.to_vec().unwrap()[..8], stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(i)).unwrap();
@@ -193,7 +193,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 s.spawn(|| {
                     for i in 0..iters {
                         let got = expect(b, usize::from(i > 0), 1);
-                        assert_eq!(got[0].imm_data, i as u32, "{:?}", got[0]);
+                        assert_eq!(got[0].imm_data(), i as u32, "{:?}", got[0]);
                         assert_eq!(b.mr.to_vec().unwrap()[..8], stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(i)).unwrap();
@@ -220,7 +220,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                     );
                     a.post(signaled(wr));
                     let got = expect(a, 1, 1);
-                    assert_eq!(got[0].imm_data, i as u32);
+                    assert_eq!(got[0].imm_data(), i as u32);
                     assert_eq!(a.mr.to_vec().unwrap()[..8], stamp(i));
                     a.recv(0);
                 }
@@ -307,7 +307,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         // A's request; answered by a WRITE of the data and
                         // a SEND saying it is there.
                         let got = expect(b, if i > 0 { 2 } else { 0 }, 1);
-                        assert_eq!(got[0].byte_len, 8);
+                        assert_eq!(got[0].byte_len(), 8);
                         let req = b.mr.to_vec().unwrap()[..8].to_vec();
                         assert_eq!(req, stamp(i));
                         b.recv(0);

@@ -81,7 +81,7 @@ fn a_ping_pong_on_one_cpu_completes() {
                 .unwrap();
             let got = to.cq.poll_until(1, wait).unwrap();
             assert_eq!(got.len(), 1, "round {i}: nothing arrived");
-            assert!(got[0].is_success() && got[0].wr_id == i, "{got:?}");
+            assert!(got[0].is_success() && got[0].wr_id() == i, "{got:?}");
             assert_eq!(mt.to_vec().unwrap(), pattern(64, i as u8), "round {i}");
             let sent = from.cq.poll_until(1, wait).unwrap();
             assert!(sent.len() == 1 && sent[0].is_success(), "{sent:?}");

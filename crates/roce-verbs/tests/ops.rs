@@ -33,16 +33,19 @@ fn send_and_send_with_imm() {
     for want in [1, 2] {
         let c = one(&a.cq);
         assert!(c.is_success(), "{c:?}");
-        assert_eq!((c.wr_id, c.opcode), (want, WcOpcode::Send));
+        assert_eq!((c.wr_id(), c.opcode()), (want, WcOpcode::Send));
     }
     let r = one(&b.cq);
     assert_eq!(
-        (r.wr_id, r.opcode, r.byte_len),
+        (r.wr_id(), r.opcode(), r.byte_len()),
         (10, WcOpcode::Recv, 10_000)
     );
     let r = one(&b.cq);
-    assert_eq!((r.wr_id, r.byte_len, r.imm_data), (11, 100, 0xdead_beef));
-    assert!(r.wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(
+        (r.wr_id(), r.byte_len(), r.imm_data()),
+        (11, 100, 0xdead_beef)
+    );
+    assert!(r.wc_flags().contains(WcFlags::WITH_IMM));
     let got = dst.to_vec().unwrap();
     assert_eq!(&got[..10_000], &pattern(10_000, 1)[..]);
     assert_eq!(&got[10_000..10_100], &pattern(100, 1)[..]);
@@ -83,12 +86,12 @@ fn write_write_with_imm_and_read() {
     a.qp.post_send(wr).unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.wr_id, c.opcode, c.status),
+        (c.wr_id(), c.opcode(), c.status()),
         (2, WcOpcode::RdmaWrite, WcStatus::Success)
     );
     let rc = one(&b.cq);
     assert_eq!(
-        (rc.wr_id, rc.opcode, rc.imm_data),
+        (rc.wr_id(), rc.opcode(), rc.imm_data()),
         (50, WcOpcode::RecvRdmaWithImm, 42)
     );
 
@@ -105,7 +108,7 @@ fn write_write_with_imm_and_read() {
     .unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.wr_id, c.opcode, c.byte_len),
+        (c.wr_id(), c.opcode(), c.byte_len()),
         (3, WcOpcode::RdmaRead, len as u32)
     );
     assert_eq!(local.to_vec().unwrap(), pattern(len, 9));
@@ -127,7 +130,7 @@ fn atomics() {
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.opcode, c.status),
+        (c.opcode(), c.status()),
         (WcOpcode::CompSwap, WcStatus::Success)
     );
     let faa = SendOp::FetchAdd { add: 5 };
@@ -135,7 +138,7 @@ fn atomics() {
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.opcode, c.status),
+        (c.opcode(), c.status()),
         (WcOpcode::FetchAdd, WcStatus::Success)
     );
 
@@ -174,8 +177,11 @@ fn ud_through_an_address_handle() {
         .unwrap();
     assert!(one(&a.cq).is_success());
     let c = one(&b.cq);
-    assert_eq!((c.wr_id, c.byte_len, c.src_qp), (9, 40 + 512, a.qp.qpn()));
-    assert!(c.wc_flags.contains(WcFlags::GRH));
+    assert_eq!(
+        (c.wr_id(), c.byte_len(), c.src_qp()),
+        (9, 40 + 512, a.qp.qpn())
+    );
+    assert!(c.wc_flags().contains(WcFlags::GRH));
     let got = rx.to_vec().unwrap();
     assert_eq!(&got[40..], &pattern(512, 3)[..]);
 
@@ -245,12 +251,12 @@ fn srq_feeds_two_qps_and_raises_its_limit() {
         assert!(one(&ca).is_success());
     }
     let mut got = cb.poll_until(2, WAIT).unwrap();
-    got.sort_by_key(|c| c.wr_id);
+    got.sort_by_key(|c| c.wr_id());
     assert_eq!(
-        got.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        got.iter().map(|c| c.wr_id()).collect::<Vec<_>>(),
         vec![100, 101]
     );
-    let qpns: Vec<Qpn> = got.iter().map(|c| c.qp_num).collect();
+    let qpns: Vec<Qpn> = got.iter().map(|c| c.qp_num()).collect();
     assert!(qpns.contains(&pairs[0].1.qpn()) && qpns.contains(&pairs[1].1.qpn()));
     let bytes = rx.to_vec().unwrap();
     let mut firsts = [bytes[0], bytes[256]];
@@ -281,7 +287,7 @@ fn unsignaled_sends_complete_silently_and_release_their_regions() {
         a.qp.post_send(wr).unwrap();
     }
     let c = one(&a.cq);
-    assert_eq!(c.wr_id, 3, "only the signaled WR completes");
+    assert_eq!(c.wr_id(), 3, "only the signaled WR completes");
     assert!(a.cq.poll_one().unwrap().is_none());
     assert_eq!(dst.to_vec().unwrap(), pattern(4096, 5));
     // Every WR released the source region.
@@ -350,7 +356,7 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
     };
     a.qp.post_send_list((0..100).map(write)).unwrap();
     let done = a.cq.poll_until(100, WAIT).unwrap();
-    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id()).collect();
     assert_eq!(ids, (0..100).collect::<Vec<_>>());
     assert!(done.iter().all(|c| c.is_success()));
     assert_eq!(remote.to_vec().unwrap(), pattern(64 * 100, 3));
@@ -370,7 +376,7 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
         a.cq.poll_until(2, WAIT)
             .unwrap()
             .iter()
-            .map(|c| c.wr_id)
+            .map(|c| c.wr_id())
             .collect();
     assert_eq!(ids, [0, 1]);
     std::thread::sleep(std::time::Duration::from_millis(50));

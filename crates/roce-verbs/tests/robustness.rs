@@ -514,7 +514,7 @@ fn an_srq_receive_in_progress_goes_back_to_the_srq_on_destroy() {
     .unwrap();
     let c = one(&ca);
     assert_eq!(
-        c.status,
+        c.status(),
         WcStatus::RemAccessErr,
         "the region was still registered"
     );

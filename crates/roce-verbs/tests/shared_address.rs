@@ -108,7 +108,7 @@ fn rc_between_two_contexts_on_one_address() {
     assert!(one(&a.cq).is_success());
     let r = one(&b.cq);
     assert_eq!(
-        (r.wr_id, r.byte_len, r.status),
+        (r.wr_id(), r.byte_len(), r.status()),
         (7, 50_000, WcStatus::Success)
     );
     assert_eq!(&dst.to_vec().unwrap()[..50_000], &pattern(50_000, 3)[..]);
@@ -203,7 +203,7 @@ fn ud_between_two_contexts_on_one_address() {
             .unwrap();
         assert!(one(&a.cq).is_success());
         let r = one(&b.cq);
-        assert_eq!((r.wr_id, r.byte_len, r.src_qp), (i, 1040, a.qp.qpn()));
+        assert_eq!((r.wr_id(), r.byte_len(), r.src_qp()), (i, 1040, a.qp.qpn()));
         assert_eq!(&rx.to_vec().unwrap()[40..], &pattern(1000, 5)[..]);
     }
 }
@@ -232,7 +232,7 @@ fn cm_connects_to_a_listener_of_the_other_context() {
         assert_eq!(req.info().peer, addr);
         let _conn = req.accept(&b.qp, &ConnParam::default(), WAIT).unwrap();
         let r = one(&b.cq);
-        assert_eq!((r.byte_len, r.status), (11, WcStatus::Success));
+        assert_eq!((r.byte_len(), r.status()), (11, WcStatus::Success));
         assert_eq!(&inbox.to_vec().unwrap()[..11], b"via the CM.");
         b
     });

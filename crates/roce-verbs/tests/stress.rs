@@ -61,7 +61,7 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
                 );
                 qa.post_send(wr).unwrap();
                 let c = one_starved(&ca);
-                assert_eq!((c.wr_id, c.status), (i, WcStatus::Success));
+                assert_eq!((c.wr_id(), c.status()), (i, WcStatus::Success));
                 qa.post_send(SendWr::send(1000 + i, vec![src.sge(0, 8)]))
                     .unwrap();
                 assert!(one_starved(&ca).is_success());
@@ -89,7 +89,7 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             assert!(got
                 .iter()
                 .enumerate()
-                .all(|(i, c)| c.is_success() && c.wr_id == i as u64));
+                .all(|(i, c)| c.is_success() && c.wr_id() == i as u64));
         }));
     }
     for h in handles {
@@ -164,12 +164,16 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
             .unwrap();
     assert_eq!(done.len(), N as usize, "completions: {}", done.len());
     for (i, c) in done.iter().enumerate() {
-        assert_eq!((c.wr_id, c.status), (i as u64, WcStatus::Success), "{c:?}");
+        assert_eq!(
+            (c.wr_id(), c.status()),
+            (i as u64, WcStatus::Success),
+            "{c:?}"
+        );
     }
     let recvs = b.cq.poll_until((N / 4) as usize, WAIT).unwrap();
     assert!(recvs
         .iter()
-        .all(|c| c.is_success() && c.byte_len == SZ as u32));
+        .all(|c| c.is_success() && c.byte_len() == SZ as u32));
     let mut v = [0u8; 8];
     counter.read(0, &mut v).unwrap();
     assert_eq!(
@@ -200,7 +204,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
     ))
     .unwrap();
     let c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (9999, WcStatus::Success));
+    assert_eq!((c.wr_id(), c.status()), (9999, WcStatus::Success));
     assert_eq!(back.to_vec().unwrap(), all);
     assert!(
         a.qp.counters().retransmitted + b.qp.counters().retransmitted > 0,

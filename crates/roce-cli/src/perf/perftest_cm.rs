@@ -107,7 +107,7 @@ impl Channel {
         let c = self.scq.poll_until(1, self.wait)?;
         match c.first() {
             Some(c) if c.is_success() => Ok(()),
-            Some(c) => Err(PerfError::Failed(format!("control send: {:?}", c.status))),
+            Some(c) => Err(PerfError::Failed(format!("control send: {:?}", c.status()))),
             None => Err(PerfError::Timeout("control send: no completion".into())),
         }
     }
@@ -119,7 +119,7 @@ impl Channel {
             Some(c) => {
                 return Err(PerfError::Failed(format!(
                     "control receive: {:?}",
-                    c.status
+                    c.status()
                 )))
             }
             None => {

@@ -253,13 +253,13 @@ fn requester(t: &Traffic<'_>, recv: bool, watch: &mut impl Watch) -> Result<Coun
             d.poll(&mut comps)?;
             for cmp in &comps {
                 progress = true;
-                if cmp.wr_id & SEND_BIT != 0 {
+                if cmp.wr_id() & SEND_BIT != 0 {
                     // Sends complete in order: this one and all before it.
-                    k.sent = (cmp.wr_id & !SEND_BIT) + 1;
+                    k.sent = (cmp.wr_id() & !SEND_BIT) + 1;
                 } else {
                     k.received += 1;
                     received_all += 1;
-                    took(t, d, cmp.wr_id, received_all, &mut k.reposted)?;
+                    took(t, d, cmp.wr_id(), received_all, &mut k.reposted)?;
                 }
             }
             if !(k.sent == iters || over && k.sent == k.posted) {
@@ -367,7 +367,7 @@ pub(crate) fn server_receive(
                 progress = true;
                 got[i] += 1;
                 total += 1;
-                took(t, d, c.wr_id, total, &mut reposted[i])?;
+                took(t, d, c.wr_id(), total, &mut reposted[i])?;
             }
         }
         if progress {

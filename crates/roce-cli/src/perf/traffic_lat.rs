@@ -265,18 +265,18 @@ pub(crate) fn send_ping_pong(
                     completed: &mut bool,
                     got: &mut [u8]| {
         for c in comps {
-            if c.wr_id & SEND_BIT != 0 {
-                *completed |= sent > 0 && c.wr_id == id(sent - 1);
+            if c.wr_id() & SEND_BIT != 0 {
+                *completed |= sent > 0 && c.wr_id() == id(sent - 1);
                 continue;
             }
             *received += 1;
             if t.verify.is_some() {
-                d.mr.read(d.slot_at(c.wr_id, size), got)?;
+                d.mr.read(d.slot_at(c.wr_id(), size), got)?;
                 check(got, t.verify, false, *received)?;
             }
             if reposted < iters {
                 reposted += 1;
-                d.repost(c.wr_id, size)?;
+                d.repost(c.wr_id(), size)?;
             }
         }
         Ok::<(), PerfError>(())

@@ -712,30 +712,30 @@ fn pingpong(s: &Side) -> Result<(), String> {
             if !wc.is_success() {
                 return Err(format!(
                     "Failed status {} ({}) for wr_id {}",
-                    wc.status.as_str(),
-                    wc.status as u32,
-                    wc.wr_id & 0xff
+                    wc.status().as_str(),
+                    wc.status() as u32,
+                    wc.wr_id() & 0xff
                 ));
             }
-            let Some(q) = qpn_index(wc.qp_num) else {
-                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num.value()));
+            let Some(q) = qpn_index(wc.qp_num()) else {
+                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num().value()));
             };
-            let kind = wc.wr_id & 0xff;
+            let kind = wc.wr_id() & 0xff;
             match kind {
                 SEND => scnt += 1,
                 RECV => {
-                    let slot = (wc.wr_id >> 8) as u32;
+                    let slot = (wc.wr_id() >> 8) as u32;
                     let off = if p.transport == Transport::Ud {
                         GRH as usize
                     } else {
                         0
                     };
                     let want = off + size;
-                    if p.chk && wc.byte_len as usize != want {
+                    if p.chk && wc.byte_len() as usize != want {
                         return Err(format!(
                             "received {} bytes on QPN {:06x}, expected {want}",
-                            wc.byte_len,
-                            wc.qp_num.value()
+                            wc.byte_len(),
+                            wc.qp_num().value()
                         ));
                     }
                     s.mr.read(s.recv_off(slot), &mut buf)
@@ -763,7 +763,7 @@ fn pingpong(s: &Side) -> Result<(), String> {
                             return Err(format!(
                                 "invalid data in message {} on QPN {:06x}{bad}",
                                 k + 1,
-                                wc.qp_num.value()
+                                wc.qp_num().value()
                             ));
                         }
                     }
@@ -782,7 +782,7 @@ fn pingpong(s: &Side) -> Result<(), String> {
                     }
                     rcnt += 1;
                 }
-                _ => return Err(format!("Completion for unknown wr_id {}", wc.wr_id)),
+                _ => return Err(format!("Completion for unknown wr_id {}", wc.wr_id())),
             }
             pending[q] &= !kind;
             if scnt < iters && pending[q] == 0 {

@@ -120,13 +120,13 @@ impl TargetServer {
             c.cq.poll(&mut wcs, 64)?;
             for mut wc in wcs {
                 busy = true;
-                let Some(op) = self.ops.remove(&wc.wr_id) else {
+                let Some(op) = self.ops.remove(&wc.wr_id()) else {
                     continue;
                 };
                 let buf = wc.take_buffer().unwrap_or_default();
                 match op {
                     Op::Recv(conn) if wc.is_success() => {
-                        let n = (wc.byte_len as usize).min(buf.len());
+                        let n = (wc.byte_len() as usize).min(buf.len());
                         self.target.on_capsule(conn, &buf[..n], now);
                         self.post_recv(conn, buf)?;
                     }
