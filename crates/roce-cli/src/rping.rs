@@ -272,7 +272,7 @@ fn endpoint(ctx: &Context, pd: &ProtectionDomain) -> Result<(CompletionQueue, Qu
 fn post_recv_on(qp: &QueuePair, recv: &MemoryRegion) -> Result<(), String> {
     qp.post_recv(RecvWr {
         wr_id: RECV_ID,
-        sgl: vec![recv.sge(0, 16)],
+        sgl: [recv.sge(0, 16)].into_iter().collect(),
     })
     .map_err(|e| format!("post recv: {e}"))
 }

@@ -125,7 +125,9 @@ impl Ud {
         for i in 0..n {
             qp.post_recv(RecvWr {
                 wr_id: i as u64,
-                sgl: vec![recv.sge((i * (size + GRH)) as u64, (size + GRH) as u32)],
+                sgl: [recv.sge((i * (size + GRH)) as u64, (size + GRH) as u32)]
+                    .into_iter()
+                    .collect(),
             })
             .map_err(|e| format!("post recv: {e}"))?;
         }

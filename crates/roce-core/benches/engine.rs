@@ -198,7 +198,7 @@ fn run_with(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool, via
                         s[1].qp,
                         RecvWr {
                             wr_id: posted,
-                            sgl: vec![rsge],
+                            sgl: vec![rsge].into(),
                         },
                     )
                     .unwrap();

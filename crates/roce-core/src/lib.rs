@@ -110,7 +110,7 @@ pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr}
 pub use roce_wire::{Lkey, Msn, Owner, Psn, Qkey, Qpn, Rkey, RxHeader, RxMeta, Transmit};
 pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
 pub use wc::{NetworkHdr, Wc, WcFlags, WcOpcode, WcStatus};
-pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, UdDest, SGL_INLINE};
 
 /// Time in nanoseconds, from any fixed origin the caller chooses.
 pub type Nanos = u64;

@@ -351,7 +351,7 @@ fn inline_and_sge_limits() {
             qb,
             RecvWr {
                 wr_id: 5,
-                sgl: vec![r; 2]
+                sgl: vec![r; 2].into()
             }
         )
         .is_ok());
@@ -360,7 +360,7 @@ fn inline_and_sge_limits() {
             qb,
             RecvWr {
                 wr_id: 6,
-                sgl: vec![r; 3]
+                sgl: vec![r; 3].into()
             }
         ),
         Err(PostError::TooManySge)

@@ -134,7 +134,7 @@ fn connect_send_write_and_disconnect() {
     w.hosts[0].write(0, b"over rdma_cm");
     let recv = RecvWr {
         wr_id: 9,
-        sgl: vec![w.hosts[1].sge(0x100, 64)],
+        sgl: vec![w.hosts[1].sge(0x100, 64)].into(),
     };
     w.hosts[1].dev.post_recv(q1, recv).unwrap();
     let mut send = SendWr::send(1, vec![w.hosts[0].sge(0, 12)]);

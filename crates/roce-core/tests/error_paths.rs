@@ -124,7 +124,7 @@ fn flush_after_error_completes_every_outstanding_wr() {
             qb,
             RecvWr {
                 wr_id: 70,
-                sgl: vec![w.hosts[1].sge(0, 64)],
+                sgl: vec![w.hosts[1].sge(0, 64)].into(),
             },
         )
         .unwrap();
@@ -134,7 +134,7 @@ fn flush_after_error_completes_every_outstanding_wr() {
             qb,
             RecvWr {
                 wr_id: 71,
-                sgl: vec![w.hosts[1].sge(0, 64)],
+                sgl: vec![w.hosts[1].sge(0, 64)].into(),
             },
         )
         .unwrap();
@@ -268,7 +268,7 @@ fn rnr_with_no_retries_fails_and_with_retries_succeeds() {
             qb,
             RecvWr {
                 wr_id: 20,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
@@ -345,7 +345,7 @@ fn posting_in_the_wrong_state_and_wrong_masks_are_refused() {
             qpn,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![sge]
+                sgl: vec![sge].into()
             }
         ),
         Err(PostError::BadState(QpState::Reset))
@@ -412,7 +412,7 @@ fn posting_in_the_wrong_state_and_wrong_masks_are_refused() {
             qpn,
             RecvWr {
                 wr_id: 2,
-                sgl: vec![sge]
+                sgl: vec![sge].into()
             }
         ),
         Ok(())
@@ -540,7 +540,7 @@ fn psn_wraps_around_2_pow_24() {
                 qb,
                 RecvWr {
                     wr_id: 100 + i,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();
@@ -593,7 +593,7 @@ fn receive_buffer_too_small() {
             qb,
             RecvWr {
                 wr_id: 5,
-                sgl: vec![w.hosts[1].sge(0, 100)],
+                sgl: vec![w.hosts[1].sge(0, 100)].into(),
             },
         )
         .unwrap();
@@ -650,7 +650,7 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
                 srq,
                 RecvWr {
                     wr_id: 100 + i,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();
@@ -662,7 +662,7 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
             qps[0].1,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![]
+                sgl: vec![].into()
             }
         )
         .is_err());
@@ -709,7 +709,7 @@ fn new_message_while_one_is_in_progress_is_an_invalid_request() {
                 qb,
                 RecvWr {
                     wr_id: id,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();

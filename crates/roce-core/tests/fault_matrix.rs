@@ -238,7 +238,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                         qps[peer],
                         RecvWr {
                             wr_id: (peer as u64) << 32 | 0x8000_0000 | n,
-                            sgl: vec![rsge],
+                            sgl: vec![rsge].into(),
                         },
                     )
                     .unwrap();

@@ -141,7 +141,7 @@ fn a_send_into_a_faulting_receive_is_a_local_protection_error_and_a_nak() {
             qb,
             RecvWr {
                 wr_id: 70,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();

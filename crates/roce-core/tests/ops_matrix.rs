@@ -62,7 +62,7 @@ fn run_case(w: &mut World, qa: Qpn, qb: Qpn, op: Op, len: usize, case: u64) {
                 qb,
                 RecvWr {
                     wr_id: 1000 + case,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();
@@ -314,7 +314,7 @@ fn ud_send_every_mtu_with_grh() {
                     qb,
                     RecvWr {
                         wr_id: 50 + i as u64,
-                        sgl: vec![sge],
+                        sgl: vec![sge].into(),
                     },
                 )
                 .unwrap();
@@ -381,7 +381,7 @@ fn ud_send_follows_its_address_vector() {
             qb,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();

@@ -24,7 +24,7 @@ fn rc_send_write_read_atomics() {
             qb,
             RecvWr {
                 wr_id: 9,
-                sgl: vec![w.hosts[1].sge(0, 8192)],
+                sgl: vec![w.hosts[1].sge(0, 8192)].into(),
             },
         )
         .unwrap();
@@ -226,7 +226,7 @@ fn max_outstanding_is_the_deepest_window() {
                 qd,
                 RecvWr {
                     wr_id: i,
-                    sgl: vec![w.hosts[1].sge(0, 64)],
+                    sgl: vec![w.hosts[1].sge(0, 64)].into(),
                 },
             )
             .unwrap();

@@ -91,7 +91,7 @@ fn srq_limit_rearm() {
         srq,
         RecvWr {
             wr_id: 300,
-            sgl: vec![],
+            sgl: vec![].into(),
         },
     );
     assert_eq!(r, Err(PostError::QueueFull));
@@ -108,7 +108,7 @@ fn srq_post_checks_the_sge_limit() {
         srq,
         RecvWr {
             wr_id: 1,
-            sgl: vec![sge; 100_000],
+            sgl: vec![sge; 100_000].into(),
         },
     );
     assert_eq!(r, Err(PostError::TooManySge));

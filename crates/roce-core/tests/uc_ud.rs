@@ -269,7 +269,7 @@ fn ud_grh_exchange(from: &str, to: &str) -> (Wc, Vec<u8>, Vec<u8>) {
             qb,
             RecvWr {
                 wr_id: 5,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();

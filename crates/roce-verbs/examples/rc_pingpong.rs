@@ -96,11 +96,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let len = size as u32;
     server.qp.post_recv(RecvWr {
         wr_id: 0,
-        sgl: vec![server.rx.sge(0, len)],
+        sgl: vec![server.rx.sge(0, len)].into(),
     })?;
     client.qp.post_recv(RecvWr {
         wr_id: 0,
-        sgl: vec![client.rx.sge(0, len)],
+        sgl: vec![client.rx.sge(0, len)].into(),
     })?;
 
     // The server echoes every message. Its SEND's completion and the next
@@ -128,7 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             received += 1;
             s.qp.post_recv(RecvWr {
                 wr_id: 0,
-                sgl: vec![s.rx.sge(0, len)],
+                sgl: vec![s.rx.sge(0, len)].into(),
             })
             .map_err(|e| e.to_string())?;
             s.tx.write(0, &buf).map_err(|e| e.to_string())?;
@@ -181,7 +181,7 @@ fn run_client(c: &Side, iters: usize, size: usize) -> Result<(), Box<dyn std::er
         }
         c.qp.post_recv(RecvWr {
             wr_id: 0,
-            sgl: vec![c.rx.sge(0, len)],
+            sgl: vec![c.rx.sge(0, len)].into(),
         })?;
     }
     Ok(())

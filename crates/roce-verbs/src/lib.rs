@@ -167,6 +167,6 @@ pub use state::{clock_nanos, EventSink, Notifier};
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, IcrcCheck,
     Lkey, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters,
-    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags,
-    WcOpcode, WcStatus,
+    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList, SrqId, UdDest, Wc,
+    WcFlags, WcOpcode, WcStatus,
 };

@@ -619,7 +619,7 @@ mod tests {
         let p = pair(QpType::Rc, 4, 64);
         p.qa.post_recv(RecvWr {
             wr_id: 9,
-            sgl: vec![p.ma.sge(0, 64)],
+            sgl: [p.ma.sge(0, 64)].into_iter().collect(),
         })
         .unwrap();
         let shared = p.b.shared().clone();

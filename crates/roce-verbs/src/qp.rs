@@ -346,11 +346,15 @@ impl QueuePair {
             match core.register_owned(self.pd().id(), buf, Access::LOCAL_WRITE) {
                 Err((error, buffer)) => Err(OwnedPostError { buffer, error }),
                 Ok((keys, va, home)) => {
-                    wr.payload = Payload::Sgl(vec![Sge {
-                        addr: va,
-                        length: len,
-                        lkey: keys.lkey,
-                    }]);
+                    wr.payload = Payload::Sgl(
+                        [Sge {
+                            addr: va,
+                            length: len,
+                            lkey: keys.lkey,
+                        }]
+                        .into_iter()
+                        .collect(),
+                    );
                     wr.flags = wr.flags | SendFlags::SIGNALED;
                     let owned = OwnedBuf { keys, home };
                     self.post_send_locked(&mut core, wr, &mut refs, Some(owned))

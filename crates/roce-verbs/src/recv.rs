@@ -92,11 +92,13 @@ pub(crate) fn post_recv_owned(
     let (keys, va, home) = reg.map_err(|(error, buffer)| OwnedPostError { buffer, error })?;
     let wr = RecvWr {
         wr_id,
-        sgl: vec![Sge {
+        sgl: [Sge {
             addr: va,
             length: len,
             lkey: keys.lkey,
-        }],
+        }]
+        .into_iter()
+        .collect(),
     };
     let mut refs = Refs::new();
     let r = post_recv_locked(

@@ -116,7 +116,7 @@ fn recorded_pair(opts: &ConnectOptions) -> (Side, Side, SendLog) {
 fn post_recv(s: &Side, mr: &MemoryRegion) {
     s.qp.post_recv(RecvWr {
         wr_id: RECV,
-        sgl: vec![mr.sge(0, 64)],
+        sgl: vec![mr.sge(0, 64)].into(),
     })
     .unwrap();
 }
@@ -258,7 +258,7 @@ fn a_held_ack_leaves_when_the_whole_context_goes() {
         let mb = bpd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
         bqp.post_recv(RecvWr {
             wr_id: RECV,
-            sgl: vec![mb.sge(0, 64)],
+            sgl: vec![mb.sge(0, 64)].into(),
         })
         .unwrap();
         bcq.req_notify(false).unwrap();

@@ -176,7 +176,7 @@ fn session_works(a: &Side, b: &Side) {
     let inbox = b.pd.reg_mr(vec![0u8; 64], ALL).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 900,
-        sgl: vec![inbox.sge(0, 64)],
+        sgl: vec![inbox.sge(0, 64)].into(),
     })
     .unwrap();
     a.mr.write(0, b"a real write").unwrap();
@@ -435,7 +435,7 @@ fn send_with_invalidate_cannot_reach_a_local_region() {
     let inbox = b.pd.reg_mr(vec![0u8; 64], ALL).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![inbox.sge(0, 64)],
+        sgl: vec![inbox.sge(0, 64)].into(),
     })
     .unwrap();
     let wr = SendWr {

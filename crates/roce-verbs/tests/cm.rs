@@ -58,7 +58,7 @@ fn accept_connect_send_write_and_disconnect() {
         qp.to_init(&ConnectOptions::default()).unwrap();
         qp.post_recv(RecvWr {
             wr_id: 5,
-            sgl: vec![inbox.sge(0, 64)],
+            sgl: vec![inbox.sge(0, 64)].into(),
         })
         .unwrap();
         let conn = req.accept(&qp, &param, WAIT).unwrap();

@@ -97,7 +97,7 @@ fn post_recvs(side: &Side, mr: &MemoryRegion, n: u64, step: u64) {
         side.qp
             .post_recv(RecvWr {
                 wr_id: i,
-                sgl: vec![mr.sge(i * step, 64)],
+                sgl: vec![mr.sge(i * step, 64)].into(),
             })
             .unwrap();
     }

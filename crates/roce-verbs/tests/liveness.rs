@@ -114,7 +114,7 @@ impl End {
         self.qp
             .post_recv(RecvWr {
                 wr_id: RECV,
-                sgl: vec![self.mr.sge(off, LEN as u32)],
+                sgl: vec![self.mr.sge(off, LEN as u32)].into(),
             })
             .unwrap();
     }

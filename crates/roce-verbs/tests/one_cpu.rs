@@ -72,7 +72,7 @@ fn a_ping_pong_on_one_cpu_completes() {
             to.qp
                 .post_recv(RecvWr {
                     wr_id: i,
-                    sgl: vec![mt.sge(0, 64)],
+                    sgl: vec![mt.sge(0, 64)].into(),
                 })
                 .unwrap();
             mf.write(0, &pattern(64, i as u8)).unwrap();

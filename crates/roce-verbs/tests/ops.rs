@@ -15,12 +15,12 @@ fn send_and_send_with_imm() {
             .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 10,
-        sgl: vec![dst.sge(0, 10_000)],
+        sgl: vec![dst.sge(0, 10_000)].into(),
     })
     .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 11,
-        sgl: vec![dst.sge(10_000, 10_000)],
+        sgl: vec![dst.sge(10_000, 10_000)].into(),
     })
     .unwrap();
 
@@ -73,7 +73,7 @@ fn write_write_with_imm_and_read() {
     // WRITE with immediate consumes a receive at the responder.
     b.qp.post_recv(RecvWr {
         wr_id: 50,
-        sgl: vec![],
+        sgl: vec![].into(),
     })
     .unwrap();
     let wr = SendWr::rdma(
@@ -168,7 +168,7 @@ fn ud_through_an_address_handle() {
             .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 9,
-        sgl: vec![rx.sge_all()],
+        sgl: vec![rx.sge_all()].into(),
     })
     .unwrap();
     let ah = a.pd.create_ah(AhAttr::new(b.ctx.addrs()[0])).unwrap();
@@ -219,7 +219,7 @@ fn srq_feeds_two_qps_and_raises_its_limit() {
     for i in 0..4u64 {
         srq.post_recv(RecvWr {
             wr_id: 100 + i,
-            sgl: vec![rx.sge(i * 256, 256)],
+            sgl: vec![rx.sge(i * 256, 256)].into(),
         })
         .unwrap();
     }
@@ -240,7 +240,7 @@ fn srq_feeds_two_qps_and_raises_its_limit() {
         assert!(qb
             .post_recv(RecvWr {
                 wr_id: 0,
-                sgl: vec![]
+                sgl: vec![].into()
             })
             .is_err());
         pairs.push((qa, qb));
@@ -363,11 +363,14 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
 
     // WR 2 of 4 names an lkey that does not exist: 0 and 1 are posted.
     let mut bad = write(101);
-    bad.payload = roce_core::Payload::Sgl(vec![Sge {
-        addr: 0,
-        length: 8,
-        lkey: roce_core::Lkey::new(0xdead),
-    }]);
+    bad.payload = roce_core::Payload::Sgl(
+        vec![Sge {
+            addr: 0,
+            length: 8,
+            lkey: roce_core::Lkey::new(0xdead),
+        }]
+        .into(),
+    );
     let list = vec![write(0), write(1), bad, write(3)];
     let err = a.qp.post_send_list(list).unwrap_err();
     assert_eq!(err.posted, 2);

@@ -204,7 +204,7 @@ fn post_send_list_runs_the_callers_iterator_outside_the_engine_lock() {
     for i in 0..4u64 {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sgl: vec![rx.sge(i * 64, 64)],
+            sgl: vec![rx.sge(i * 64, 64)].into(),
         })
         .unwrap();
     }
@@ -389,7 +389,7 @@ fn a_dropped_srq_releases_its_receives() {
     let srq = pd.create_srq(4).unwrap();
     srq.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mr.sge_all()],
+        sgl: vec![mr.sge_all()].into(),
     })
     .unwrap();
     drop(srq);
@@ -484,7 +484,7 @@ fn an_srq_receive_in_progress_goes_back_to_the_srq_on_destroy() {
     let remote = rx.remote();
     srq.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![rx.sge_all()],
+        sgl: vec![rx.sge_all()].into(),
     })
     .unwrap();
     // A 4 KiB SEND: 4 packets at the 1024-byte MTU; only the first arrives.

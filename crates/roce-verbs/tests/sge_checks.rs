@@ -54,7 +54,7 @@ fn a_receive_into_another_pds_region_fails_when_a_send_meets_it() {
         .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 5,
-        sgl: vec![other.sge(0, 64)],
+        sgl: vec![other.sge(0, 64)].into(),
     })
     .unwrap();
     let src = a.pd.reg_mr(pattern(64, 1), Access::NONE).unwrap();

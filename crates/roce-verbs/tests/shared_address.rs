@@ -100,7 +100,7 @@ fn rc_between_two_contexts_on_one_address() {
     let dst = b.pd.reg_mr(vec![0u8; 200_000], ALL).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 7,
-        sgl: vec![dst.sge(0, 50_000)],
+        sgl: vec![dst.sge(0, 50_000)].into(),
     })
     .unwrap();
     a.qp.post_send(SendWr::send(1, vec![src.sge_all()]))
@@ -196,7 +196,7 @@ fn ud_between_two_contexts_on_one_address() {
     for i in 0..20u64 {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sgl: vec![rx.sge_all()],
+            sgl: vec![rx.sge_all()].into(),
         })
         .unwrap();
         a.qp.post_send_ud(SendWr::send(i, vec![tx.sge_all()]), &ah, b.qp.qpn(), qkey)
@@ -225,7 +225,7 @@ fn cm_connects_to_a_listener_of_the_other_context() {
         b.qp.to_init(&ConnectOptions::default()).unwrap();
         b.qp.post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![inbox.sge_all()],
+            sgl: vec![inbox.sge_all()].into(),
         })
         .unwrap();
         let req = listener.get_request(WAIT).unwrap();

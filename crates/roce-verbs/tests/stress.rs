@@ -80,7 +80,7 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             for i in 0..100u64 {
                 qb.post_recv(RecvWr {
                     wr_id: i,
-                    sgl: vec![rx.sge(0, 8)],
+                    sgl: vec![rx.sge(0, 8)].into(),
                 })
                 .unwrap();
             }
@@ -140,7 +140,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                 local.write(off, &pattern(SZ as usize, i as u8)).unwrap();
                 b.qp.post_recv(RecvWr {
                     wr_id: i,
-                    sgl: vec![inbox.sge(off, SZ as u32)],
+                    sgl: vec![inbox.sge(off, SZ as u32)].into(),
                 })
                 .unwrap();
                 a.qp.post_send(SendWr::send(i, vec![local.sge(off, SZ as u32)]))

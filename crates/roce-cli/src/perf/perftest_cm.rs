@@ -91,7 +91,7 @@ impl Channel {
         self.qp
             .post_recv(RecvWr {
                 wr_id: RECV,
-                sgl: vec![self.recv.sge(0, MSG as u32)],
+                sgl: [self.recv.sge(0, MSG as u32)].into_iter().collect(),
             })
             .map_err(|e| PerfError::Failed(format!("control receive: {e}")))
     }

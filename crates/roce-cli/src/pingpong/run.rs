@@ -207,7 +207,9 @@ impl Side {
     fn post_recv(&self, slot: u32) -> Result<(), String> {
         let wr = RecvWr {
             wr_id: RECV | u64::from(slot) << 8,
-            sgl: vec![self.mr.sge(self.recv_off(slot), self.rslot)],
+            sgl: [self.mr.sge(self.recv_off(slot), self.rslot)]
+                .into_iter()
+                .collect(),
         };
         match &self.srq {
             Some(s) => s.post_recv(wr),

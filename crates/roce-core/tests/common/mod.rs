@@ -351,7 +351,7 @@ pub fn recv(w: &mut World, h: usize, qp: Qpn, wr_id: u64, off: u64, len: u32) {
             qp,
             RecvWr {
                 wr_id,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
@@ -404,7 +404,7 @@ pub fn srq_recv(w: &mut World, srq: SrqId, wr_id: u64, off: u64, len: u32) {
             srq,
             RecvWr {
                 wr_id,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();

@@ -195,7 +195,7 @@ unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp, remote_addr: u64, rkey: u32) {
     b.wrs.push(SendWr {
         wr_id: x.wr_id,
         op,
-        payload: Payload::Sgl(Vec::new()),
+        payload: Payload::Sgl(Default::default()),
         flags: SendFlags(x.wr_flags & 0xf),
         remote_addr,
         rkey: Rkey::new(rkey),
@@ -314,11 +314,11 @@ entry! {
         void(|| {
             // SAFETY: the program's QP, in a builder session.
             if let Some(w) = unsafe { last(q) } {
-                w.payload = Payload::Sgl(vec![Sge {
+                w.payload = Payload::Sgl([Sge {
                     addr,
                     length,
                     lkey: Lkey::new(lkey),
-                }]);
+                }].into_iter().collect());
             }
             Ok(())
         })
