@@ -117,8 +117,9 @@ fn open_capturing(
     roce_port: u16,
     pcap: Option<&std::path::Path>,
 ) -> Result<Context, String> {
-    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)?;
-    if let Some(w) = crate::device::middleware(pcap, None)? {
+    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)
+        .map_err(|e| e.to_string())?;
+    if let Some(w) = crate::device::middleware(pcap, None).map_err(|e| e.to_string())? {
         o = o.wrap(w);
     }
     o.open().map_err(|e| e.to_string())
