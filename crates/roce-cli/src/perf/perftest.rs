@@ -16,7 +16,7 @@
 //!    QPs reach RTR/RTS; SEND tests do that single round before the
 //!    printing pass (captured with `-q 4`);
 //! 6. the sync rounds, traffic and reports of each size
-//!    ([`super::perftest_session`]): a key-string exchange per sync, the
+//!    ([`super::perftest_plane`]): a key-string exchange per sync, the
 //!    bandwidth report as five 8-byte big-endian exchanges (size,
 //!    iterations, peak, average MB/s, Mpps);
 //! 7. close: a key-string exchange, then each side writes "done\0" (5
@@ -36,8 +36,9 @@ use super::lane::DataQp;
 use super::messages::Test;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
 use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
-use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
+use super::perftest_plane::{confirm_keys, print_rows, PerftestChannel, PerftestPlane};
 use super::perftest_wire::{agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN};
+use super::session;
 use crate::stop::Stop;
 
 /// The TCP side of the exchange.
@@ -111,7 +112,7 @@ pub(crate) fn local_dests(
         .collect()
 }
 
-impl Control for Oob {
+impl PerftestChannel for Oob {
     fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         self.hand_shake(mine)
     }
@@ -254,7 +255,12 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
             .map_err(super::during("cannot connect the QP"))?;
     }
     let remotes = confirm_keys(&mut oob, &plan, &mine, &rem, args)?;
-    let rows = run_session(&mut oob, &plan, &qps, &remotes, &mine[0], client)?;
+    let lanes: Vec<_> = qps.iter().map(DataQp::lane).collect();
+    let run = plan.run(&lanes, &remotes, client);
+    let rows = session::run(
+        &mut PerftestPlane::new(&mut oob, &plan, mine[0], client),
+        &run,
+    )?;
     if test != Test::WriteLat {
         oob.close(&mine[0])?;
     }

@@ -37,10 +37,11 @@ use super::lane::DataQp;
 use super::messages::Test;
 use super::net::resolve;
 use super::perftest_plan::{mtu_msg, Plan};
-use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
+use super::perftest_plane::{confirm_keys, print_rows, PerftestChannel, PerftestPlane};
 use super::perftest_wire::{
     agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
+use super::session;
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
 const MSG: usize = CM_MSG_LEN;
@@ -356,7 +357,12 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
         .map(|d| ch.keys(d))
         .collect::<Result<Vec<_>, _>>()?;
     let remotes = confirm_keys(&mut ch, &plan, &mine, &rem, args)?;
-    let rows = run_session(&mut ch, &plan, &dqs, &remotes, &mine[0], client)?;
+    let lanes: Vec<_> = dqs.iter().map(DataQp::lane).collect();
+    let run = plan.run(&lanes, &remotes, client);
+    let rows = session::run(
+        &mut PerftestPlane::new(&mut ch, &plan, mine[0], client),
+        &run,
+    )?;
     // ib_write_lat has no closing round (over TCP it just closes).
     if test != Test::WriteLat {
         ch.keys(&mine[0])?;
@@ -381,7 +387,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     Ok(())
 }
 
-impl Control for Channel {
+impl PerftestChannel for Channel {
     fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         Channel::keys(self, mine)
     }

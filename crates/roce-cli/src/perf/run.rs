@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::time::Duration;
 
+use roce_verbs::Rkey;
 use serde_json::{json, Value};
 
 use super::args::{adopted_note, check_gid_index, check_modes, BackendKind, PerfArgs};
@@ -11,9 +12,11 @@ use super::control::{self, Control};
 use super::error::PerfError;
 use super::interrupts::Interrupts;
 use super::messages::Params;
+use super::native::NativePlane;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, listen_loopback, resolve};
+use super::plane::{Data, Run};
 use super::print::{pcap_problem, print_results};
-use super::{backend, bw, lat, perftest, perftest_cm, setup};
+use super::{backend, perftest, perftest_cm, session, setup};
 use crate::stop::Stop;
 
 /// Runs `roce perf`; returns the exit status. `stop` (Ctrl-C) cuts the
@@ -141,6 +144,10 @@ const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 /// The client's address on the in-memory fabric, a wire between two
 /// hosts with one address each (the control connection uses it too).
 const FABRIC_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// Bytes in flight per side across all QPs over roce perf's exchange
+/// (the UDP backend's receive buffer is 8 MiB): UDP has no flow control,
+/// and what overflows the peer's socket buffer starts go-back-N.
+const INFLIGHT_BUDGET: u64 = 4 << 20;
 
 fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), PerfError> {
     if args.server.is_some() {
@@ -367,18 +374,43 @@ fn serve(
     }
 }
 
-/// Runs the session's tests. A failure is reported to the peer before the
-/// session is torn down (closing the context can take a while, and the
-/// peer would go on sending meanwhile).
+/// Runs the session's tests through the one driver over roce perf's
+/// exchange. A failure is reported to the peer before the session is
+/// torn down (closing the context can take a while, and the peer would
+/// go on sending meanwhile).
 fn run_session(
     s: &mut setup::Session,
     ctl: &mut Control,
 ) -> Result<(Vec<Value>, Params, Value), PerfError> {
-    let results = if s.params.test.is_bw() {
-        bw::run(s, ctl)
-    } else {
-        lat::run(s, ctl)
+    let lanes: Vec<_> = (0..s.qps.len()).map(|q| s.lane(q)).collect();
+    let remotes: Vec<(u64, Rkey)> = s
+        .remote
+        .iter()
+        .map(|r| (r.vaddr, Rkey::new(r.rkey)))
+        .collect();
+    let p = &s.params;
+    let run = Run {
+        lanes: &lanes,
+        remotes: &remotes,
+        test: p.test,
+        client: s.is_client,
+        bidir: p.bidir,
+        sizes: &p.sizes,
+        iters: p.iters,
+        duration: p.duration,
+        tx_depth: u64::from(p.tx_depth),
+        inflight_budget: Some(INFLIGHT_BUDGET),
+        // One signaled send in 64 (perftest's default moderation is 100).
+        cq_mod: 64,
+        progress_every: s.progress_every,
+        data: Some(Data {
+            own: s.own_pattern(s.max_size as usize),
+            peer: s.peer_pattern(s.max_size as usize),
+            verify: p.verify,
+        }),
+        peer_says_sent: true,
     };
+    let results = session::run(&mut NativePlane::new(ctl, p, s.is_client), &run);
     match results {
         Ok(results) => {
             let mut counters = s.counters_json();

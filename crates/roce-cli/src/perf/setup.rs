@@ -13,7 +13,6 @@ use super::args::{BackendKind, PerfArgs};
 use super::backend::{link_path_mtu, open_moving, prime_neighbours};
 use super::control::{Control, Endpoint};
 use super::error::PerfError;
-use super::interrupts::Interrupts;
 use super::lane::Lane;
 use super::messages::endpoints_from_json;
 use super::messages::layout;
@@ -86,8 +85,6 @@ pub(crate) struct Session {
     /// Mixed into the pattern expected from the peer: 0, except in the
     /// tests that prove a wrong payload fails the run (`--verify-salt`).
     peer_salt: u64,
-    /// How the run is cut short (Ctrl-C here or at the peer).
-    pub(crate) int: Interrupts,
     /// Progress lines while a size runs ([`super::progress::interval`]).
     pub(crate) progress_every: Option<std::time::Duration>,
     _pd: ProtectionDomain,
@@ -266,15 +263,9 @@ impl Session {
             remote,
             local: mine,
             peer_salt: args.verify_salt,
-            int: ctl.interrupts().clone(),
             progress_every: super::progress::interval(args),
             _pd: pd,
         })
-    }
-
-    /// Whether the run is being cut short, here or by the peer.
-    pub(crate) fn stopping(&self) -> bool {
-        self.int.stopping()
     }
 
     /// This side's counters for `--json`: the engine's device counters,
@@ -331,19 +322,6 @@ impl Session {
             "backend": backend,
             "qps": qps,
         })
-    }
-
-    /// Progress of `-a` on stderr, one line per size as it ends (the
-    /// table comes at the end; 23 sizes of 5,000 iterations take about a
-    /// minute, and a progress bar shows only on a terminal).
-    pub(crate) fn size_done(&self, k: usize, result: &Value) {
-        let n = self.params.sizes.len();
-        if n < 2 || !self.is_client {
-            return;
-        }
-        let row = result.get("row").and_then(Value::as_str).unwrap_or("");
-        // Not "roce perf: ...", which introduces errors.
-        eprintln!("[size {} of {n} done] {}", k + 1, row.trim());
     }
 
     /// QP `q` as a traffic loop uses it: the peer's area, this side's
