@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use super::control::{expect_type, Control, PeerAlarm};
 use super::error::PerfError;
 use super::interrupts::Interrupts;
+use super::messages::endpoints_from_json;
 use super::messages::{Params, Test};
-use super::plane::{After, ControlPlane, Measured, Run};
+use super::plane::{After, CheckPeer, ControlPlane, Endpoints, Measured, Run};
 use super::traffic::Watch;
 
 /// Give up on the peer after this long without progress.
@@ -165,6 +166,26 @@ impl ControlPlane for NativePlane<'_> {
         = NativeWatch<'w>
     where
         Self: 'w;
+
+    /// The `endpoints` messages, the server's first: the client checks
+    /// the server's before it answers.
+    fn exchange(&mut self, mine: &Endpoints, check: CheckPeer<'_>) -> Result<Endpoints, PerfError> {
+        let msg = json!({"type": "endpoints", "mtu": mine.mtu,
+                         "qps": mine.qps.iter().map(|e| e.to_json()).collect::<Vec<_>>()});
+        let received = |v: &Value| -> Result<Endpoints, PerfError> {
+            let (qps, mtu) = endpoints_from_json(v)?;
+            check(&qps)?;
+            Ok(Endpoints { qps, mtu })
+        };
+        if self.client {
+            let theirs = received(&self.ctl.expect("endpoints")?)?;
+            self.ctl.send(&msg)?;
+            Ok(theirs)
+        } else {
+            self.ctl.send(&msg)?;
+            received(&self.ctl.expect("endpoints")?)
+        }
+    }
 
     /// The barrier before each size, where both sides agree whether to
     /// stop, then the one before its traffic.

@@ -26,10 +26,11 @@ use roce_verbs::Rkey;
 
 use super::args::PerfArgs;
 use super::error::PerfError;
+use super::messages::Endpoint;
 use super::perftest_peer::PeerWatch;
 use super::perftest_plan::{print_dest, Plan};
-use super::perftest_wire::{report_msgs, report_value, Dest, VERSION};
-use super::plane::{After, ControlPlane, Measured, Run};
+use super::perftest_wire::{gid_of, report_msgs, report_value, Dest, VERSION};
+use super::plane::{After, CheckPeer, ControlPlane, Endpoints, Measured, Run};
 use super::report::{self, BwResult, LatResult};
 
 /// A perftest control channel: key-string rounds and 8-byte report
@@ -46,38 +47,6 @@ pub(crate) trait PerftestChannel {
     }
 }
 
-/// The key rounds after the QPs are connected, the same over TCP and
-/// over the rdma_cm channel: each QP's keys again (perftest's printing
-/// pass) and one round with QP 0's keys after RTR, SEND tests doing that
-/// single round first (captured with `-q 4`); then the keys are printed
-/// (not with `--json`). Returns the peer's buffer for each QP.
-pub(crate) fn confirm_keys(
-    ctl: &mut impl PerftestChannel,
-    plan: &Plan,
-    mine: &[Dest],
-    rem: &[Dest],
-    args: &PerfArgs,
-) -> Result<Vec<(u64, Rkey)>, PerfError> {
-    if plan.is_send {
-        ctl.keys(&mine[0])?;
-    }
-    for d in mine {
-        ctl.keys(d)?;
-    }
-    if !plan.is_send {
-        ctl.keys(&mine[0])?;
-    }
-    if !args.json {
-        for d in mine {
-            print_dest(" local address", d, plan.test);
-        }
-        for d in rem {
-            print_dest(" remote address", d, plan.test);
-        }
-    }
-    Ok(rem.iter().map(|r| (r.vaddr, Rkey::new(r.rkey))).collect())
-}
-
 /// A row of perftest's tables.
 pub(crate) enum Row {
     Bw(BwResult),
@@ -85,28 +54,79 @@ pub(crate) enum Row {
 }
 
 /// perftest's exchange as a [`ControlPlane`], over either of its
-/// channels: sync rounds with QP 0's keys `mine` where perftest's tools
-/// have them, the report exchanges, nothing while the loops run but a
-/// look at the TCP connection (a peer that moved on).
+/// channels: the keys of every QP, sync rounds with QP 0's keys where
+/// perftest's tools have them, the report exchanges, and nothing while
+/// the loops run but a look at the TCP connection (a peer that moved on).
 pub(crate) struct PerftestPlane<'a, C: PerftestChannel> {
-    pub(crate) ch: &'a mut C,
-    pub(crate) plan: &'a Plan,
-    pub(crate) mine: Dest,
-    pub(crate) client: bool,
+    ch: &'a mut C,
+    plan: &'a Plan,
+    client: bool,
+    /// What this side's keys advertise as outstanding READs/atomics.
+    out_reads: u16,
+    /// This side's keys and the peer's, one per QP (once exchanged).
+    mine: Vec<Dest>,
+    rem: Vec<Dest>,
     /// The TCP connection the loops look at (`None` over rdma_cm).
     stream: Option<std::net::TcpStream>,
 }
 
 impl<'a, C: PerftestChannel> PerftestPlane<'a, C> {
-    pub(crate) fn new(ch: &'a mut C, plan: &'a Plan, mine: Dest, client: bool) -> Self {
+    pub(crate) fn new(ch: &'a mut C, plan: &'a Plan, client: bool, out_reads: u16) -> Self {
         let stream = ch.watch();
         PerftestPlane {
             ch,
             plan,
-            mine,
             client,
+            out_reads,
+            mine: Vec::new(),
+            rem: Vec::new(),
             stream,
         }
+    }
+
+    /// The outstanding READs/atomics the peer's keys advertise.
+    pub(crate) fn peer_out_reads(&self) -> u16 {
+        self.rem.first().map_or(0, |d| d.out_reads)
+    }
+
+    /// The key rounds after the QPs are connected, the same over TCP and
+    /// over the rdma_cm channel: each QP's keys again (perftest's
+    /// printing pass) and one round with QP 0's keys after RTR, SEND
+    /// tests doing that single round first (captured with `-q 4`); then
+    /// the keys are printed (not with `--json`). Returns the peer's
+    /// buffer for each QP.
+    pub(crate) fn confirm_keys(&mut self, args: &PerfArgs) -> Result<Vec<(u64, Rkey)>, PerfError> {
+        let plan = self.plan;
+        if plan.is_send {
+            self.ch.keys(&self.first_keys()?)?;
+        }
+        for d in &self.mine {
+            self.ch.keys(d)?;
+        }
+        if !plan.is_send {
+            self.ch.keys(&self.first_keys()?)?;
+        }
+        if !args.json {
+            for d in &self.mine {
+                print_dest(" local address", d, plan.test);
+            }
+            for d in &self.rem {
+                print_dest(" remote address", d, plan.test);
+            }
+        }
+        Ok(self
+            .rem
+            .iter()
+            .map(|r| (r.vaddr, Rkey::new(r.rkey)))
+            .collect())
+    }
+
+    /// This side's QP 0 keys (the closing round's).
+    pub(crate) fn first_keys(&self) -> Result<Dest, PerfError> {
+        self.mine
+            .first()
+            .copied()
+            .ok_or_else(|| PerfError::Failed("no keys exchanged".into()))
     }
 }
 
@@ -116,6 +136,45 @@ impl<C: PerftestChannel> ControlPlane for PerftestPlane<'_, C> {
         = PeerWatch<'w>
     where
         Self: 'w;
+
+    /// One key string per QP each way (the client's first), checked once
+    /// all have come; perftest's keys carry no MTU (its preamble agreed
+    /// on one).
+    fn exchange(&mut self, mine: &Endpoints, check: CheckPeer<'_>) -> Result<Endpoints, PerfError> {
+        self.mine = mine
+            .qps
+            .iter()
+            .map(|e| Dest {
+                lid: 0,
+                out_reads: self.out_reads,
+                qpn: e.qpn,
+                psn: e.psn,
+                rkey: e.rkey,
+                vaddr: e.vaddr,
+                gid: gid_of(e.addr),
+                srqn: 0,
+            })
+            .collect();
+        self.rem = Vec::with_capacity(self.mine.len());
+        for d in &self.mine {
+            self.rem.push(self.ch.keys(d)?);
+        }
+        let len = self.plan.max_size();
+        let qps: Vec<Endpoint> = self
+            .rem
+            .iter()
+            .map(|d| Endpoint {
+                qpn: d.qpn,
+                psn: d.psn,
+                addr: d.addr(),
+                rkey: d.rkey,
+                vaddr: d.vaddr,
+                len,
+            })
+            .collect();
+        check(&qps)?;
+        Ok(Endpoints { qps, mtu: mine.mtu })
+    }
 
     /// A key round before the traffic: latency tests before the first
     /// size (SEND latency before each), SEND BW and `-b` before each.
@@ -127,7 +186,7 @@ impl<C: PerftestChannel> ControlPlane for PerftestPlane<'_, C> {
             p.is_send || p.bidir
         };
         if round {
-            self.ch.keys(&self.mine)?;
+            self.ch.keys(&self.first_keys()?)?;
         }
         Ok(true)
     }
@@ -168,11 +227,11 @@ impl<C: PerftestChannel> ControlPlane for PerftestPlane<'_, C> {
                 row = sum(&row, &theirs);
             }
             if all {
-                self.ch.keys(&self.mine)?;
+                self.ch.keys(&self.first_keys()?)?;
             }
         } else if p.bidir {
             if all {
-                self.ch.keys(&self.mine)?;
+                self.ch.keys(&self.first_keys()?)?;
             }
             let theirs = exchange_report(Some(&row), size, run.per_size(), self.ch)?;
             row = sum(&row, &theirs);
@@ -191,7 +250,7 @@ impl<C: PerftestChannel> ControlPlane for PerftestPlane<'_, C> {
         if p.lat || p.is_send || p.bidir {
             return Ok(());
         }
-        self.ch.keys(&self.mine)?;
+        self.ch.keys(&self.first_keys()?)?;
         let max = p.max_size();
         if self.client {
             let last = match rows.last() {

@@ -13,7 +13,7 @@ use roce_verbs::Rkey;
 
 use super::error::PerfError;
 use super::lane::Lane;
-use super::messages::Test;
+use super::messages::{Endpoint, Test};
 use super::traffic::{Counted, Watch};
 
 /// What this side's traffic loop measured in one size.
@@ -38,8 +38,19 @@ pub(crate) enum After<R> {
     End,
 }
 
-/// A control plane: the exchange between the two sides of a run around
-/// its traffic loops.
+/// One side's QPs as the planes exchange them (one [`Endpoint`] each:
+/// the address, QPN and first PSN, the buffer the peer may access), and
+/// the path MTU that side can carry.
+pub(crate) struct Endpoints {
+    pub(crate) qps: Vec<Endpoint>,
+    pub(crate) mtu: u32,
+}
+
+/// A check of the peer's endpoints (their addresses, their family).
+pub(crate) type CheckPeer<'c> = &'c dyn Fn(&[Endpoint]) -> Result<(), PerfError>;
+
+/// A control plane: the exchange between the two sides of a run that
+/// connects their QPs, and the one around its traffic loops.
 pub(crate) trait ControlPlane {
     /// A row of this plane's result table.
     type Row;
@@ -47,6 +58,12 @@ pub(crate) trait ControlPlane {
     type Watch<'w>: Watch
     where
         Self: 'w;
+
+    /// Exchanges this side's endpoints for the peer's. `check` sees the
+    /// peer's before this side answers where the plane's order allows
+    /// (the mismatch is then said once, by the side that sees it first).
+    /// A plane whose messages do not carry the MTU returns this side's.
+    fn exchange(&mut self, mine: &Endpoints, check: CheckPeer<'_>) -> Result<Endpoints, PerfError>;
 
     /// Synchronises both sides before the traffic of size `k` (this
     /// side's buffers are ready, its receives posted). `Ok(false)`: the

@@ -358,8 +358,11 @@ fn serve(
     } else {
         local
     };
-    let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
-        .and_then(|mut s| run_session(&mut s, &mut ctl));
+    let r = {
+        let mut plane = NativePlane::new(&mut ctl, &params, false);
+        setup::Session::open(args, &params, local, fabric, &mut plane, false)
+            .and_then(|mut s| run_session(&mut s, &mut plane))
+    };
     match r {
         Ok((results, params, counters)) => {
             if !quiet {
@@ -380,7 +383,7 @@ fn serve(
 /// go on sending meanwhile).
 fn run_session(
     s: &mut setup::Session,
-    ctl: &mut Control,
+    plane: &mut NativePlane<'_>,
 ) -> Result<(Vec<Value>, Params, Value), PerfError> {
     let lanes: Vec<_> = (0..s.qps.len()).map(|q| s.lane(q)).collect();
     let remotes: Vec<(u64, Rkey)> = s
@@ -410,7 +413,7 @@ fn run_session(
         }),
         peer_says_sent: true,
     };
-    let results = session::run(&mut NativePlane::new(ctl, p, s.is_client), &run);
+    let results = session::run(plane, &run);
     match results {
         Ok(results) => {
             let mut counters = s.counters_json();
@@ -420,7 +423,7 @@ fn run_session(
             Ok((results, s.params.clone(), counters))
         }
         Err(e) => {
-            ctl.send_error(&e.to_string());
+            plane.ctl.send_error(&e.to_string());
             Err(e)
         }
     }
@@ -454,8 +457,11 @@ fn run_client(
             return Err(e);
         }
     };
-    let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
-        .and_then(|mut s| run_session(&mut s, &mut ctl));
+    let r = {
+        let mut plane = NativePlane::new(&mut ctl, &params, true);
+        setup::Session::open(args, &params, local, fabric, &mut plane, true)
+            .and_then(|mut s| run_session(&mut s, &mut plane))
+    };
     match r {
         Ok((results, params, counters)) => {
             print_results(args, &params, &results, &counters, int);

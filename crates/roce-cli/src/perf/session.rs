@@ -162,3 +162,257 @@ fn lat_size<P: ControlPlane>(
     };
     plane.report(run, k, size, Measured::Lat(samples))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::sync::mpsc::{channel, Receiver, Sender};
+
+    use roce_verbs::{ConnectOptions, Context, Psn, QpEndpoint, Qpn, RemoteMr, Rkey};
+
+    use super::*;
+    use crate::perf::lane::DataQp;
+    use crate::perf::messages::Endpoint;
+    use crate::perf::perftest_plan::Plan;
+    use crate::perf::plane::{CheckPeer, Endpoints};
+
+    enum Msg {
+        Endpoints(Vec<Endpoint>),
+        Sync(usize),
+        Count(u64),
+    }
+
+    /// A plane over two in-process channels that logs the driver's calls;
+    /// its row is (size, this side's count, the peer's).
+    struct Fake {
+        tx: Sender<Msg>,
+        rx: Receiver<Msg>,
+        calls: Vec<String>,
+    }
+
+    type Row = (u64, u64, u64);
+
+    impl Fake {
+        fn recv(&self) -> Msg {
+            self.rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the peer's message")
+        }
+    }
+
+    /// Fails a loop that has run for 20 s (every test is bounded).
+    struct Patience(Instant);
+
+    impl Watch for Patience {
+        fn progressed(&mut self) {}
+
+        fn idle(&mut self, _look: bool, what: &dyn Fn() -> String) -> Result<bool, PerfError> {
+            if self.0.elapsed() > Duration::from_secs(20) {
+                return Err(PerfError::Timeout(what()));
+            }
+            std::thread::yield_now();
+            Ok(true)
+        }
+    }
+
+    impl ControlPlane for Fake {
+        type Row = Row;
+        type Watch<'w> = Patience;
+
+        fn exchange(
+            &mut self,
+            mine: &Endpoints,
+            check: CheckPeer<'_>,
+        ) -> Result<Endpoints, PerfError> {
+            self.calls.push("exchange".into());
+            let _ = self.tx.send(Msg::Endpoints(mine.qps.clone()));
+            let Msg::Endpoints(qps) = self.recv() else {
+                return Err(PerfError::Protocol("not endpoints".into()));
+            };
+            check(&qps)?;
+            Ok(Endpoints { qps, mtu: mine.mtu })
+        }
+
+        fn sync(&mut self, k: usize, _size: u64) -> Result<bool, PerfError> {
+            self.calls.push(format!("sync {k}"));
+            let _ = self.tx.send(Msg::Sync(k));
+            match self.recv() {
+                Msg::Sync(j) if j == k => Ok(true),
+                _ => Err(PerfError::Protocol("not this size's sync".into())),
+            }
+        }
+
+        fn watch(&mut self) -> Patience {
+            Patience(Instant::now())
+        }
+
+        fn report(
+            &mut self,
+            _run: &Run<'_>,
+            k: usize,
+            size: u64,
+            mine: Measured,
+        ) -> Result<After<Row>, PerfError> {
+            self.calls.push(format!("report {k}"));
+            let n = match mine {
+                Measured::Bw(c) => c.ops(),
+                Measured::Lat(s) => s.len() as u64,
+            };
+            let _ = self.tx.send(Msg::Count(n));
+            match self.recv() {
+                Msg::Count(theirs) => Ok(After::Row((size, n, theirs))),
+                _ => Err(PerfError::Protocol("not a count".into())),
+            }
+        }
+
+        fn finish(&mut self, _run: &Run<'_>, _rows: &mut Vec<Row>) -> Result<(), PerfError> {
+            self.calls.push("finish".into());
+            Ok(())
+        }
+    }
+
+    fn plan(test: Test, sizes: &[u64], qps: usize) -> Plan {
+        Plan {
+            test,
+            is_send: matches!(test, Test::SendBw | Test::SendLat),
+            lat: !test.is_bw(),
+            sizes: sizes.to_vec(),
+            iters: 64,
+            tx_depth: 16,
+            qps,
+            bidir: false,
+            duration: None,
+            progress_every: None,
+        }
+    }
+
+    /// One side on `fabric` at `addr`: its QPs, connected to the peer's
+    /// through the plane's exchange, then the driver.
+    fn side(
+        fabric: roce_io::Fabric,
+        addr: &str,
+        plan: Plan,
+        client: bool,
+        mut plane: Fake,
+    ) -> (Vec<Row>, Vec<String>) {
+        let a: IpAddr = addr.parse().unwrap();
+        let ctx = Context::open_fabric(&fabric, a).unwrap();
+        let qps: Vec<DataQp> = (0..plan.qps)
+            .map(|_| DataQp::create(&ctx, &plan).unwrap())
+            .collect();
+        let mine: Vec<Endpoint> = qps
+            .iter()
+            .enumerate()
+            .map(|(i, q)| Endpoint {
+                qpn: q.qp.qpn().value(),
+                psn: 100 + i as u32,
+                addr: a,
+                rkey: q.mr.rkey().value(),
+                vaddr: q.mr.addr(),
+                len: plan.max_size(),
+            })
+            .collect();
+        let n = mine.len();
+        let same = move |r: &[Endpoint]| {
+            (r.len() == n)
+                .then_some(())
+                .ok_or_else(|| PerfError::Failed("another number of QPs".into()))
+        };
+        let mine = Endpoints {
+            qps: mine,
+            mtu: 4096,
+        };
+        let theirs = plane.exchange(&mine, &same).unwrap();
+        for ((q, m), r) in qps.iter().zip(&mine.qps).zip(&theirs.qps) {
+            let ep = QpEndpoint {
+                qpn: Qpn::new(r.qpn),
+                psn: Psn::new(r.psn),
+                addr: r.addr,
+                mr: Some(RemoteMr {
+                    addr: r.vaddr,
+                    rkey: Rkey::new(r.rkey),
+                    len: r.len,
+                }),
+            };
+            q.qp.connect(Psn::new(m.psn), &ep, &ConnectOptions::default())
+                .unwrap();
+        }
+        let lanes: Vec<_> = qps.iter().map(DataQp::lane).collect();
+        let remotes: Vec<(u64, Rkey)> = theirs
+            .qps
+            .iter()
+            .map(|r| (r.vaddr, Rkey::new(r.rkey)))
+            .collect();
+        let rows = run(&mut plane, &plan.run(&lanes, &remotes, client)).unwrap();
+        (rows, plane.calls)
+    }
+
+    /// Both sides of a run over the fake plane: (client's, server's).
+    fn pair(plan: Plan) -> [(Vec<Row>, Vec<String>); 2] {
+        let fabric = roce_io::Fabric::new();
+        let (to_client, from_server) = channel();
+        let (to_server, from_client) = channel();
+        let server = {
+            let (fabric, plan) = (fabric.clone(), plan.clone());
+            let plane = Fake {
+                tx: to_client,
+                rx: from_client,
+                calls: Vec::new(),
+            };
+            std::thread::spawn(move || side(fabric, "10.0.0.1", plan, false, plane))
+        };
+        let plane = Fake {
+            tx: to_server,
+            rx: from_server,
+            calls: Vec::new(),
+        };
+        let client = side(fabric, "10.0.0.2", plan, true, plane);
+        [client, server.join().unwrap()]
+    }
+
+    /// The calls a plane sees for `sizes` sizes.
+    fn calls(sizes: usize) -> Vec<String> {
+        let mut c = vec!["exchange".to_string()];
+        for k in 0..sizes {
+            c.extend([format!("sync {k}"), format!("report {k}")]);
+        }
+        c.push("finish".into());
+        c
+    }
+
+    /// WRITE BW on two QPs, two sizes: each size synced and reported in
+    /// order; the client counts its 64 WRITEs per QP, the server none.
+    #[test]
+    fn a_write_bw_run_over_any_plane() {
+        let [client, server] = pair(plan(Test::WriteBw, &[1024, 4096], 2));
+        assert_eq!(client.0, [(1024, 128, 0), (4096, 128, 0)]);
+        assert_eq!(server.0, [(1024, 0, 128), (4096, 0, 128)]);
+        assert_eq!(client.1, calls(2));
+        assert_eq!(server.1, calls(2));
+    }
+
+    /// SEND BW: the server's loop counts what it received.
+    #[test]
+    fn a_send_bw_run_counts_both_ends() {
+        let [client, server] = pair(plan(Test::SendBw, &[512], 2));
+        assert_eq!(client.0, [(512, 128, 128)]);
+        assert_eq!(server.0, [(512, 128, 128)]);
+    }
+
+    /// SEND latency: 64 sends on each side make 63 intervals per size.
+    #[test]
+    fn a_send_lat_run_has_a_sample_per_interval() {
+        let [client, server] = pair(plan(Test::SendLat, &[2, 64], 1));
+        assert_eq!(client.0, [(2, 63, 63), (64, 63, 63)]);
+        assert_eq!(server.0, [(2, 63, 63), (64, 63, 63)]);
+        assert_eq!(client.1, calls(2));
+    }
+
+    /// READ latency: the client measures every READ, the server serves.
+    #[test]
+    fn a_read_lat_run_is_measured_by_the_client() {
+        let [client, server] = pair(plan(Test::ReadLat, &[8], 1));
+        assert_eq!(client.0, [(8, 64, 0)]);
+        assert_eq!(server.0, [(8, 0, 64)]);
+    }
+}
