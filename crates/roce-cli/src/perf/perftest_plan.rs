@@ -3,14 +3,10 @@
 //! (TCP: [`super::perftest`], rdma_cm: [`super::perftest_cm`]) and its
 //! session share.
 
-use roce_verbs::Rkey;
-
 use super::args::PerfArgs;
 use super::error::PerfError;
-use super::lane::Lane;
 use super::messages::Test;
 use super::perftest_wire::Dest;
-use super::plane::Run;
 
 /// Outstanding RDMA READs / atomics this side accepts as responder.
 pub(crate) const OUT_READS: u16 = 16;
@@ -108,36 +104,6 @@ impl Plan {
             OUT_READS
         } else {
             1
-        }
-    }
-}
-
-impl Plan {
-    /// The run of this plan on the connected lanes (the peer's buffers
-    /// in `remotes`) as the session driver takes it.
-    pub(crate) fn run<'r>(
-        &'r self,
-        lanes: &'r [Lane<'r>],
-        remotes: &'r [(u64, Rkey)],
-        client: bool,
-    ) -> Run<'r> {
-        Run {
-            lanes,
-            remotes,
-            test: self.test,
-            client,
-            bidir: self.bidir,
-            sizes: &self.sizes,
-            iters: self.iters,
-            duration: self.duration,
-            tx_depth: self.tx_depth,
-            inflight_budget: None,
-            // Every send signaled: a stalled run (the two sides given
-            // different -n) says how many messages got through.
-            cq_mod: 1,
-            progress_every: self.progress_every,
-            data: None,
-            peer_says_sent: false,
         }
     }
 }

@@ -26,6 +26,7 @@ use roce_verbs::Rkey;
 
 use super::args::PerfArgs;
 use super::error::PerfError;
+use super::lane::Lane;
 use super::messages::Endpoint;
 use super::perftest_peer::PeerWatch;
 use super::perftest_plan::{print_dest, Plan};
@@ -44,6 +45,36 @@ pub(crate) trait PerftestChannel {
     /// the peer (`None` over rdma_cm).
     fn watch(&self) -> Option<std::net::TcpStream> {
         None
+    }
+}
+
+impl Plan {
+    /// The run of this plan on the connected lanes (the peer's buffers
+    /// in `remotes`) as the session driver takes it.
+    pub(crate) fn run<'r>(
+        &'r self,
+        lanes: &'r [Lane<'r>],
+        remotes: &'r [(u64, Rkey)],
+        client: bool,
+    ) -> Run<'r> {
+        Run {
+            lanes,
+            remotes,
+            test: self.test,
+            client,
+            bidir: self.bidir,
+            sizes: &self.sizes,
+            iters: self.iters,
+            duration: self.duration,
+            tx_depth: self.tx_depth,
+            inflight_budget: None,
+            // Every send signaled: a stalled run (the two sides given
+            // different -n) says how many messages got through.
+            cq_mod: 1,
+            progress_every: self.progress_every,
+            data: None,
+            peer_says_sent: false,
+        }
     }
 }
 
