@@ -6,6 +6,15 @@
 //! the parameters and sends them to the server over the TCP control
 //! connection ([`control`]); both sides print the result table. Every run
 //! verifies the transferred data unless `--no-verify`.
+//!
+//! One session driver ([`session`]) runs every test: per size, the
+//! buffers made ready, a sync, perftest's traffic loop for the side's role
+//! ([`traffic`], [`traffic_lat`]) and a report. It talks to the peer
+//! through one trait, [`plane::ControlPlane`] (exchange the endpoints,
+//! sync, report), with three implementations: roce perf's own exchange
+//! ([`native`]), perftest's over TCP ([`perftest`]) and over rdma_cm
+//! ([`perftest_cm`]), the two perftest ones one plane
+//! ([`perftest_plane`]) over two channels.
 
 mod args;
 pub(crate) mod backend;
