@@ -398,8 +398,13 @@ fn fio(lab: &VethPair, verb: &str, server_depth: u32) {
     // header and a CRC32C of the whole block, and the server, a read
     // job with `verify`, checks each block it receives (its magic,
     // length, seed, offset and CRC). fio cannot check RDMA WRITE or
-    // READ: docs/dropin.md "qperf, fio, rsockets".
-    let verify = (verb == "send").then_some("--verify=crc32c");
+    // READ: docs/dropin.md "qperf, fio, rsockets". fio would write its
+    // verify state into the working directory (the crate's) at exit.
+    let verify: &[&str] = if verb == "send" {
+        &["--verify=crc32c", "--verify_state_save=0"]
+    } else {
+        &[]
+    };
     let mut sargs = common.to_vec();
     sargs.extend(["--name=server", "--rw=read", &depth]);
     sargs.extend(verify);
