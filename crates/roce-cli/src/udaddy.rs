@@ -147,10 +147,7 @@ impl Ud {
     /// `n` SENDs with immediate = our QPN to `qpn` at `ah`.
     fn send_to(&self, ah: &AddressHandle, qpn: Qpn, n: u32) -> Result<(), String> {
         for i in 0..n {
-            let mut wr = SendWr::send(
-                1_000_000 + i as u64,
-                vec![self.send.sge(0, self.size as u32)],
-            );
+            let mut wr = SendWr::send(1_000_000 + i as u64, [self.send.sge(0, self.size as u32)]);
             wr.op = SendOp::SendWithImm(self.qp.qpn().value());
             self.qp
                 .post_send_ud(wr, ah, qpn, Qkey::new(UDP_QKEY))

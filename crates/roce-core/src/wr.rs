@@ -173,12 +173,13 @@ pub struct SendWr {
 }
 
 impl SendWr {
-    /// A signaled SEND of `sgl`.
-    pub fn send(wr_id: u64, sgl: impl Into<SgeList>) -> SendWr {
+    /// A signaled SEND of `sgl` (an array of SGEs is taken without an
+    /// allocation).
+    pub fn send(wr_id: u64, sgl: impl IntoIterator<Item = Sge>) -> SendWr {
         SendWr {
             wr_id,
             op: SendOp::Send,
-            payload: Payload::Sgl(sgl.into()),
+            payload: Payload::Sgl(sgl.into_iter().collect()),
             flags: SendFlags::SIGNALED,
             remote_addr: 0,
             rkey: Rkey::new(0),
@@ -190,7 +191,7 @@ impl SendWr {
     pub fn rdma(
         wr_id: u64,
         op: SendOp,
-        sgl: impl Into<SgeList>,
+        sgl: impl IntoIterator<Item = Sge>,
         remote_addr: u64,
         rkey: Rkey,
     ) -> SendWr {
@@ -210,4 +211,15 @@ pub struct RecvWr {
     pub wr_id: u64,
     /// Where incoming data lands.
     pub sgl: SgeList,
+}
+
+impl RecvWr {
+    /// A receive into `sgl` (an array of SGEs is taken without an
+    /// allocation).
+    pub fn new(wr_id: u64, sgl: impl IntoIterator<Item = Sge>) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sgl: sgl.into_iter().collect(),
+        }
+    }
 }

@@ -132,7 +132,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .map_err(|e| e.to_string())?;
             s.tx.write(0, &buf).map_err(|e| e.to_string())?;
-            s.qp.post_send(SendWr::send(1, vec![s.tx.sge(0, len)]))
+            s.qp.post_send(SendWr::send(1, [s.tx.sge(0, len)]))
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -163,7 +163,7 @@ fn run_client(c: &Side, iters: usize, size: usize) -> Result<(), Box<dyn std::er
     for i in 0..iters {
         let data = payload(i, size);
         c.tx.write(0, &data)?;
-        c.qp.post_send(SendWr::send(1, vec![c.tx.sge(0, len)]))?;
+        c.qp.post_send(SendWr::send(1, [c.tx.sge(0, len)]))?;
         // The SEND's completion and the echo, in either order.
         let mut got_echo = false;
         for _ in 0..2 {

@@ -54,7 +54,7 @@ fn stream(
             let wr = SendWr::rdma(
                 posted as u64,
                 op,
-                vec![local.sge(0, MIB as u32)],
+                [local.sge(0, MIB as u32)],
                 remote.addr,
                 remote.rkey,
             );
@@ -123,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     qa.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![src.sge_all()],
+        [src.sge_all()],
         remote.addr,
         remote.rkey,
     ))?;
@@ -136,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     qa.post_send(SendWr::rdma(
         2,
         SendOp::Read,
-        vec![back.sge_all()],
+        [back.sge_all()],
         remote.addr,
         remote.rkey,
     ))?;

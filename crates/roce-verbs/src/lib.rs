@@ -28,8 +28,8 @@
 //! qb.connect(eb.psn, &ea, &ConnectOptions::default())?;
 //!
 //! let rx = pb.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE)?;
-//! qb.post_recv(RecvWr { wr_id: 1, sgl: vec![rx.sge(0, 64)] })?;
-//! qa.post_send_owned(SendWr::send(7, vec![]), b"hello".to_vec())?;
+//! qb.post_recv(RecvWr::new(1, [rx.sge(0, 64)]))?;
+//! qa.post_send_owned(SendWr::send(7, []), b"hello".to_vec())?;
 //!
 //! assert_eq!(ca.poll_until(1, Duration::from_secs(5))?[0].wr_id(), 7);
 //! assert_eq!(cb.poll_until(1, Duration::from_secs(5))?[0].byte_len(), 5);
@@ -164,6 +164,9 @@ pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId
 pub use srq::SharedReceiveQueue;
 pub use state::{clock_nanos, EventSink, Notifier};
 
+// The protocol's vocabulary, named one by one (docs/architecture.md, "The
+// Rust API of roce-verbs"): the crates `roce_core` and `roce_io` are not
+// re-exported.
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, IcrcCheck,
     Lkey, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters,

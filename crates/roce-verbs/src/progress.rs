@@ -635,8 +635,7 @@ mod tests {
         assert!(!touched.idle, "{touched:?}");
         assert!(step(&shared, &mut io, Driver::Poll).idle);
         // This thread holds B's I/O: the post's own step cannot run.
-        p.qb.post_send(SendWr::send(1, vec![p.mb.sge(0, 16)]))
-            .unwrap();
+        p.qb.post_send(SendWr::send(1, [p.mb.sge(0, 16)])).unwrap();
         let sent = step(&shared, &mut io, Driver::Poll);
         assert!(!sent.idle && sent.work, "{sent:?}");
         assert!(io.tx.is_empty());
@@ -726,13 +725,7 @@ mod tests {
         let mut io = lock(&shared.io);
         step(&shared, &mut io, Driver::Poll);
         let r = p.ma.remote();
-        let wr = SendWr::rdma(
-            1,
-            crate::SendOp::Write,
-            vec![p.mb.sge_all()],
-            r.addr,
-            r.rkey,
-        );
+        let wr = SendWr::rdma(1, crate::SendOp::Write, [p.mb.sge_all()], r.addr, r.rkey);
         // This thread holds B's I/O: the post leaves the sending to steps.
         p.qb.post_send(wr).unwrap();
         let first = step(&shared, &mut io, Driver::Post);

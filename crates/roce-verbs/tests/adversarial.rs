@@ -184,12 +184,12 @@ fn session_works(a: &Side, b: &Side) {
     a.qp.post_send(SendWr::rdma(
         901,
         SendOp::Write,
-        vec![a.mr.sge(0, 12)],
+        [a.mr.sge(0, 12)],
         r.addr + 100,
         r.rkey,
     ))
     .unwrap();
-    a.qp.post_send(SendWr::send(902, vec![a.mr.sge(0, 12)]))
+    a.qp.post_send(SendWr::send(902, [a.mr.sge(0, 12)]))
         .unwrap();
     let got = a.cq.poll_until(2, WAIT).unwrap();
     assert_eq!(got.len(), 2, "the session's own work did not complete");
@@ -384,7 +384,7 @@ fn forged_naks_and_acks_do_not_end_or_complete_a_stream() {
             a.qp.post_send(SendWr::rdma(
                 posted,
                 SendOp::Write,
-                vec![a.mr.sge(off, 4096)],
+                [a.mr.sge(off, 4096)],
                 r.addr + off,
                 r.rkey,
             ))
@@ -440,7 +440,7 @@ fn send_with_invalidate_cannot_reach_a_local_region() {
     .unwrap();
     let wr = SendWr {
         op: SendOp::SendWithInv(local.rkey()),
-        ..SendWr::send(2, vec![a.mr.sge(0, 16)])
+        ..SendWr::send(2, [a.mr.sge(0, 16)])
     };
     a.qp.post_send(wr).unwrap();
     let ca = a.cq.poll_until(1, WAIT).unwrap();

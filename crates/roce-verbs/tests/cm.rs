@@ -97,9 +97,9 @@ fn accept_connect_send_write_and_disconnect() {
     let src = pd
         .reg_mr(b"a SEND via RC CMwritten".to_vec(), Access::NONE)
         .unwrap();
-    qp.post_send(SendWr::send(1, vec![src.sge(0, 16)])).unwrap();
+    qp.post_send(SendWr::send(1, [src.sge(0, 16)])).unwrap();
     assert!(one(&cq).is_success());
-    let wr = SendWr::rdma(2, SendOp::Write, vec![src.sge(16, 7)], addr, rkey);
+    let wr = SendWr::rdma(2, SendOp::Write, [src.sge(16, 7)], addr, rkey);
     qp.post_send(wr).unwrap();
     assert!(one(&cq).is_success());
     if seen_rx.recv_timeout(WAIT).is_err() {

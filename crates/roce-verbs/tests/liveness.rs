@@ -173,13 +173,13 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         assert_eq!(b.mr.to_vec().unwrap()[..8], stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(i)).unwrap();
-                        b.post(signaled(SendWr::send(i, vec![b.mr.sge(LEN as u64, 8)])));
+                        b.post(signaled(SendWr::send(i, [b.mr.sge(LEN as u64, 8)])));
                     }
                     expect(b, 1, 0);
                 });
                 for i in 0..iters {
                     a.mr.write(LEN as u64, &stamp(i)).unwrap();
-                    a.post(signaled(SendWr::send(i, vec![a.mr.sge(LEN as u64, 8)])));
+                    a.post(signaled(SendWr::send(i, [a.mr.sge(LEN as u64, 8)])));
                     expect(a, 1, 1);
                     assert_eq!(a.mr.to_vec().unwrap()[..8], stamp(i));
                     a.recv(0);
@@ -200,7 +200,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         let mut wr = SendWr::rdma(
                             i,
                             SendOp::WriteWithImm(i as u32),
-                            vec![b.mr.sge(LEN as u64, 8)],
+                            [b.mr.sge(LEN as u64, 8)],
                             ra.addr,
                             ra.rkey,
                         );
@@ -214,7 +214,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                     let wr = SendWr::rdma(
                         i,
                         SendOp::WriteWithImm(i as u32),
-                        vec![a.mr.sge(LEN as u64, 8)],
+                        [a.mr.sge(LEN as u64, 8)],
                         rb.addr,
                         rb.rkey,
                     );
@@ -231,13 +231,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
             // writes between them: A reads what B last stamped.
             for i in 0..iters {
                 b.mr.write(0, &stamp(i)).unwrap();
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::Read,
-                    vec![a.mr.sge(LEN as u64, 8)],
-                    rb.addr,
-                    rb.rkey,
-                );
+                let wr = SendWr::rdma(i, SendOp::Read, [a.mr.sge(LEN as u64, 8)], rb.addr, rb.rkey);
                 a.post(signaled(wr));
                 expect(a, 1, 0);
                 assert_eq!(a.mr.to_vec().unwrap()[LEN..LEN + 8], stamp(i));
@@ -249,7 +243,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 let wr = SendWr::rdma(
                     i,
                     SendOp::FetchAdd { add: 3 },
-                    vec![a.mr.sge(LEN as u64, 8)],
+                    [a.mr.sge(LEN as u64, 8)],
                     rb.addr,
                     rb.rkey,
                 );
@@ -269,13 +263,8 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                     let i = w * 16 + k;
                     let off = (i % 32) * 8;
                     a.mr.write(off, &stamp(i)).unwrap();
-                    let mut wr = SendWr::rdma(
-                        i,
-                        SendOp::Write,
-                        vec![a.mr.sge(off, 8)],
-                        rb.addr + off,
-                        rb.rkey,
-                    );
+                    let mut wr =
+                        SendWr::rdma(i, SendOp::Write, [a.mr.sge(off, 8)], rb.addr + off, rb.rkey);
                     // Unsignaled but the last: its completion retires
                     // the window.
                     wr.flags = if k == 15 {
@@ -288,7 +277,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 expect(a, 1, 0);
             }
             a.mr.write(LEN as u64, b"done").unwrap();
-            a.post(signaled(SendWr::send(0, vec![a.mr.sge(LEN as u64, 4)])));
+            a.post(signaled(SendWr::send(0, [a.mr.sge(LEN as u64, 4)])));
             expect(a, 1, 0);
             expect(b, 0, 1);
             let last = iters / 16 * 16;
@@ -315,18 +304,18 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         let wr = SendWr::rdma(
                             i,
                             SendOp::Write,
-                            vec![b.mr.sge(LEN as u64, 8)],
+                            [b.mr.sge(LEN as u64, 8)],
                             ra.addr + 64,
                             ra.rkey,
                         );
                         b.post(signaled(wr));
-                        b.post(signaled(SendWr::send(i, vec![b.mr.sge(LEN as u64, 8)])));
+                        b.post(signaled(SendWr::send(i, [b.mr.sge(LEN as u64, 8)])));
                     }
                     expect(b, 2, 0);
                 });
                 for i in 0..iters {
                     a.mr.write(LEN as u64, &stamp(i)).unwrap();
-                    a.post(signaled(SendWr::send(i, vec![a.mr.sge(LEN as u64, 8)])));
+                    a.post(signaled(SendWr::send(i, [a.mr.sge(LEN as u64, 8)])));
                     expect(a, 1, 1);
                     let mem = a.mr.to_vec().unwrap();
                     assert_eq!(mem[64..72], stamp(!i), "the answer's WRITE");

@@ -76,9 +76,7 @@ fn a_ping_pong_on_one_cpu_completes() {
                 })
                 .unwrap();
             mf.write(0, &pattern(64, i as u8)).unwrap();
-            from.qp
-                .post_send(SendWr::send(i, vec![mf.sge(0, 64)]))
-                .unwrap();
+            from.qp.post_send(SendWr::send(i, [mf.sge(0, 64)])).unwrap();
             let got = to.cq.poll_until(1, wait).unwrap();
             assert_eq!(got.len(), 1, "round {i}: nothing arrived");
             assert!(got[0].is_success() && got[0].wr_id() == i, "{got:?}");

@@ -24,9 +24,8 @@ fn send_and_send_with_imm() {
     })
     .unwrap();
 
-    a.qp.post_send(SendWr::send(1, vec![src.sge_all()]))
-        .unwrap();
-    let mut imm = SendWr::send(2, vec![src.sge(0, 100)]);
+    a.qp.post_send(SendWr::send(1, [src.sge_all()])).unwrap();
+    let mut imm = SendWr::send(2, [src.sge(0, 100)]);
     imm.op = SendOp::SendWithImm(0xdead_beef);
     a.qp.post_send(imm).unwrap();
 
@@ -62,7 +61,7 @@ fn write_write_with_imm_and_read() {
     a.qp.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![local.sge_all()],
+        [local.sge_all()],
         r.addr,
         r.rkey,
     ))
@@ -79,7 +78,7 @@ fn write_write_with_imm_and_read() {
     let wr = SendWr::rdma(
         2,
         SendOp::WriteWithImm(42),
-        vec![local.sge(0, 64)],
+        [local.sge(0, 64)],
         r.addr + 1000,
         r.rkey,
     );
@@ -101,7 +100,7 @@ fn write_write_with_imm_and_read() {
     a.qp.post_send(SendWr::rdma(
         3,
         SendOp::Read,
-        vec![local.sge_all()],
+        [local.sge_all()],
         r.addr,
         r.rkey,
     ))
@@ -126,7 +125,7 @@ fn atomics() {
         compare: 100,
         swap: 7,
     };
-    a.qp.post_send(SendWr::rdma(1, cas, vec![result.sge(0, 8)], r.addr, r.rkey))
+    a.qp.post_send(SendWr::rdma(1, cas, [result.sge(0, 8)], r.addr, r.rkey))
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
@@ -134,7 +133,7 @@ fn atomics() {
         (WcOpcode::CompSwap, WcStatus::Success)
     );
     let faa = SendOp::FetchAdd { add: 5 };
-    a.qp.post_send(SendWr::rdma(2, faa, vec![result.sge(8, 8)], r.addr, r.rkey))
+    a.qp.post_send(SendWr::rdma(2, faa, [result.sge(8, 8)], r.addr, r.rkey))
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
@@ -173,7 +172,7 @@ fn ud_through_an_address_handle() {
     .unwrap();
     let ah = a.pd.create_ah(AhAttr::new(b.ctx.addrs()[0])).unwrap();
     let tx = a.pd.reg_mr(pattern(512, 3), Access::NONE).unwrap();
-    a.qp.post_send_ud(SendWr::send(1, vec![tx.sge_all()]), &ah, b.qp.qpn(), qkey)
+    a.qp.post_send_ud(SendWr::send(1, [tx.sge_all()]), &ah, b.qp.qpn(), qkey)
         .unwrap();
     assert!(one(&a.cq).is_success());
     let c = one(&b.cq);
@@ -192,7 +191,7 @@ fn ud_through_an_address_handle() {
         .create_ah(AhAttr::new(b.ctx.addrs()[0]))
         .unwrap();
     let err =
-        a.qp.post_send_ud(SendWr::send(2, vec![]), &other, b.qp.qpn(), qkey);
+        a.qp.post_send_ud(SendWr::send(2, []), &other, b.qp.qpn(), qkey);
     assert_eq!(err, Err(Error::WrongPd));
     let bad = AhAttr {
         sgid_index: 3,
@@ -246,7 +245,7 @@ fn srq_feeds_two_qps_and_raises_its_limit() {
         pairs.push((qa, qb));
     }
     for (i, (qa, _)) in pairs.iter().enumerate() {
-        qa.post_send_owned(SendWr::send(i as u64, vec![]), vec![i as u8 + 1; 200])
+        qa.post_send_owned(SendWr::send(i as u64, []), vec![i as u8 + 1; 200])
             .unwrap();
         assert!(one(&ca).is_success());
     }
@@ -277,7 +276,7 @@ fn unsignaled_sends_complete_silently_and_release_their_regions() {
         let mut wr = SendWr::rdma(
             i,
             SendOp::Write,
-            vec![src.sge(i * 1024, 1024)],
+            [src.sge(i * 1024, 1024)],
             r.addr + i * 1024,
             r.rkey,
         );
@@ -304,16 +303,16 @@ fn post_errors_are_values() {
         lkey: Lkey::new(0x7777),
     };
     assert_eq!(
-        a.qp.post_send(SendWr::send(1, vec![bad])),
+        a.qp.post_send(SendWr::send(1, [bad])),
         Err(Error::UnknownLkey(Lkey::new(0x7777)))
     );
     assert_eq!(
-        a.qp.post_send(SendWr::send(1, vec![mr.sge(32, 64)])),
+        a.qp.post_send(SendWr::send(1, [mr.sge(32, 64)])),
         Err(Error::SgeOutOfBounds(mr.lkey()))
     );
     let same_ctx_other_pd = a.ctx.alloc_pd().reg_mr(vec![0u8; 8], Access::NONE).unwrap();
     assert_eq!(
-        a.qp.post_send(SendWr::send(1, vec![same_ctx_other_pd.sge(0, 8)])),
+        a.qp.post_send(SendWr::send(1, [same_ctx_other_pd.sge(0, 8)])),
         Err(Error::WrongPd)
     );
     assert!(matches!(
@@ -349,7 +348,7 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
         SendWr::rdma(
             i,
             SendOp::Write,
-            vec![local.sge(64 * i, 64)],
+            [local.sge(64 * i, 64)],
             r.addr + 64 * i,
             r.rkey,
         )

@@ -103,8 +103,7 @@ fn rc_between_two_contexts_on_one_address() {
         sgl: vec![dst.sge(0, 50_000)].into(),
     })
     .unwrap();
-    a.qp.post_send(SendWr::send(1, vec![src.sge_all()]))
-        .unwrap();
+    a.qp.post_send(SendWr::send(1, [src.sge_all()])).unwrap();
     assert!(one(&a.cq).is_success());
     let r = one(&b.cq);
     assert_eq!(
@@ -118,7 +117,7 @@ fn rc_between_two_contexts_on_one_address() {
     let w = SendWr::rdma(
         2,
         SendOp::Write,
-        vec![src.sge_all()],
+        [src.sge_all()],
         rb.addr + 100_000,
         rb.rkey,
     );
@@ -132,7 +131,7 @@ fn rc_between_two_contexts_on_one_address() {
     let rd = SendWr::rdma(
         3,
         SendOp::Read,
-        vec![back.sge_all()],
+        [back.sge_all()],
         rb.addr + 100_000,
         rb.rkey,
     );
@@ -148,7 +147,7 @@ fn rc_between_two_contexts_on_one_address() {
     let faa = SendWr::rdma(
         4,
         SendOp::FetchAdd { add: 2 },
-        vec![result.sge(0, 8)],
+        [result.sge(0, 8)],
         t.addr,
         t.rkey,
     );
@@ -158,7 +157,7 @@ fn rc_between_two_contexts_on_one_address() {
         compare: 42,
         swap: 9,
     };
-    a.qp.post_send(SendWr::rdma(5, cas, vec![result.sge(8, 8)], t.addr, t.rkey))
+    a.qp.post_send(SendWr::rdma(5, cas, [result.sge(8, 8)], t.addr, t.rkey))
         .unwrap();
     assert!(one(&a.cq).is_success());
     let mut v = [0u8; 16];
@@ -199,7 +198,7 @@ fn ud_between_two_contexts_on_one_address() {
             sgl: vec![rx.sge_all()].into(),
         })
         .unwrap();
-        a.qp.post_send_ud(SendWr::send(i, vec![tx.sge_all()]), &ah, b.qp.qpn(), qkey)
+        a.qp.post_send_ud(SendWr::send(i, [tx.sge_all()]), &ah, b.qp.qpn(), qkey)
             .unwrap();
         assert!(one(&a.cq).is_success());
         let r = one(&b.cq);
@@ -241,8 +240,7 @@ fn cm_connects_to_a_listener_of_the_other_context() {
         a.qp.cm_connect(addr, 9000, &ConnParam::default(), WAIT)
             .unwrap();
     let msg = a.pd.reg_mr(b"via the CM.".to_vec(), ALL).unwrap();
-    a.qp.post_send(SendWr::send(1, vec![msg.sge_all()]))
-        .unwrap();
+    a.qp.post_send(SendWr::send(1, [msg.sge_all()])).unwrap();
     let c = one(&a.cq);
     assert!(
         c.is_success(),

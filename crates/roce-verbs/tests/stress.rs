@@ -52,17 +52,11 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             for i in 0..100u64 {
                 let data = pattern(256, t.wrapping_add(i as u8));
                 src.write(0, &data).unwrap();
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::Write,
-                    vec![src.sge_all()],
-                    r.addr + i * 256,
-                    r.rkey,
-                );
+                let wr = SendWr::rdma(i, SendOp::Write, [src.sge_all()], r.addr + i * 256, r.rkey);
                 qa.post_send(wr).unwrap();
                 let c = one_starved(&ca);
                 assert_eq!((c.wr_id(), c.status()), (i, WcStatus::Success));
-                qa.post_send(SendWr::send(1000 + i, vec![src.sge(0, 8)]))
+                qa.post_send(SendWr::send(1000 + i, [src.sge(0, 8)]))
                     .unwrap();
                 assert!(one_starved(&ca).is_success());
             }
@@ -130,7 +124,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                 let wr = SendWr::rdma(
                     i,
                     SendOp::Write,
-                    vec![local.sge(off, SZ as u32)],
+                    [local.sge(off, SZ as u32)],
                     r.addr + off,
                     r.rkey,
                 );
@@ -143,7 +137,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                     sgl: vec![inbox.sge(off, SZ as u32)].into(),
                 })
                 .unwrap();
-                a.qp.post_send(SendWr::send(i, vec![local.sge(off, SZ as u32)]))
+                a.qp.post_send(SendWr::send(i, [local.sge(off, SZ as u32)]))
                     .unwrap();
             }
             _ => {
@@ -151,7 +145,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                 let wr = SendWr::rdma(
                     i,
                     SendOp::FetchAdd { add: 1 },
-                    vec![local.sge(off, 8)],
+                    [local.sge(off, 8)],
                     c.addr,
                     c.rkey,
                 );
@@ -198,7 +192,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
     a.qp.post_send(SendWr::rdma(
         9999,
         SendOp::Read,
-        vec![back.sge_all()],
+        [back.sge_all()],
         r.addr,
         r.rkey,
     ))
@@ -261,7 +255,7 @@ fn any_backend_works_without_doorbells() {
     let target = pb.reg_mr(vec![0u8; 50_000], ALL).unwrap();
     let r = target.remote();
     for i in 0..20u64 {
-        let wr = SendWr::rdma(i, SendOp::Write, vec![], r.addr, r.rkey);
+        let wr = SendWr::rdma(i, SendOp::Write, [], r.addr, r.rkey);
         qa.post_send_owned(wr, pattern(50_000, i as u8)).unwrap();
         let mut c = one(&ca);
         assert!(c.is_success());

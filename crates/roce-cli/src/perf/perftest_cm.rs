@@ -102,10 +102,7 @@ impl Channel {
     fn send(&self, mine: &[u8]) -> Result<(), PerfError> {
         self.send.write(0, mine)?;
         self.qp
-            .post_send(SendWr::send(
-                SEND,
-                vec![self.send.sge(0, mine.len() as u32)],
-            ))
+            .post_send(SendWr::send(SEND, [self.send.sge(0, mine.len() as u32)]))
             .map_err(super::during("control send"))?;
         let c = self.scq.poll_until(1, self.wait)?;
         match c.first() {

@@ -116,12 +116,10 @@ impl Traffic<'_> {
         let local = d.mr.sge(d.source, self.len());
         let (addr, rkey) = self.remotes[q];
         match self.test {
-            Test::WriteBw => SendWr::rdma(wr_id, SendOp::Write, vec![local], addr, rkey),
-            Test::ReadBw => SendWr::rdma(wr_id, SendOp::Read, vec![local], addr, rkey),
-            Test::AtomicBw => {
-                SendWr::rdma(wr_id, SendOp::FetchAdd { add: 1 }, vec![local], addr, rkey)
-            }
-            _ => SendWr::send(wr_id, vec![local]),
+            Test::WriteBw => SendWr::rdma(wr_id, SendOp::Write, [local], addr, rkey),
+            Test::ReadBw => SendWr::rdma(wr_id, SendOp::Read, [local], addr, rkey),
+            Test::AtomicBw => SendWr::rdma(wr_id, SendOp::FetchAdd { add: 1 }, [local], addr, rkey),
+            _ => SendWr::send(wr_id, [local]),
         }
     }
 }

@@ -224,7 +224,7 @@ impl Side {
             .map_err(|e| e.to_string())?;
         let wr = SendWr::send(
             SEND | (q as u64) << 8,
-            vec![self.mr.sge(self.send_off(q), self.p.size)],
+            [self.mr.sge(self.send_off(q), self.p.size)],
         );
         let r = match &self.ah {
             Some(ah) => {

@@ -148,7 +148,7 @@ impl Queue {
         capsule[2..4].copy_from_slice(&cid.0.to_le_bytes());
         let id = self.next_wr;
         self.next_wr = (self.next_wr + 1) & !RECV_BIT;
-        if let Err(e) = self.qp.post_send_owned(SendWr::send(id, vec![]), capsule) {
+        if let Err(e) = self.qp.post_send_owned(SendWr::send(id, []), capsule) {
             self.cids.free(cid);
             return Err(e.into());
         }
