@@ -20,6 +20,8 @@
 
 use std::net::IpAddr;
 
+#[cfg(doc)]
+use roce_core::cm::CmEvent;
 use roce_core::cm::{CmId, CmState, ConnParam, ListenId};
 use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
