@@ -117,7 +117,14 @@ fn open_capturing(
     roce_port: u16,
     pcap: Option<&std::path::Path>,
 ) -> Result<Context, String> {
-    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)?;
+    // The peer is usually Linux (nvme-rdma or nvmet-rdma over rxe), whose
+    // IPv4 identification a UDP socket cannot see: its ICRC cannot be
+    // verified, only counted (docs/security.md), as rping and pingpong do.
+    // With the backend's default every datagram from rxe is dropped and
+    // no connection request is ever seen (docs/interop.md, "NVMe-oF
+    // against Linux").
+    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)?
+        .icrc_check(roce_io::IcrcCheck::Count);
     if let Some(w) = crate::device::middleware(pcap, None)? {
         o = o.wrap(w);
     }
