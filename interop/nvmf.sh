@@ -34,7 +34,7 @@
 #   LAB_DIR [interop/lab]  PEER [vmA]  NS [rxelab]  HOST_IP [10.77.0.1]  PEER_IP [10.77.0.11]
 #   CAP_IF [tap0]  ROCE [target/release/roce]  OUT [/tmp/nvmf-DATE]
 #   KERNELS [default]: kernels to boot the VM with, in turn (peer.sh KERNEL=; "default" is
-#               the image's own); a VM already running is used as it is for "default"
+#               the image's own); a VM already running the kernel wanted is used as it is
 #   DIRECTIONS [linux-host linux-target]  NQN [nqn.2026-12.org.example:roce-target]
 #   THEIR_NQN [nqn.2026-12.org.example.roce-lab:ram0]  NS_MB [256]  THEIR_MB [64]
 #   FILES [4]  FILE_MB [4]  FIO_MB [8]  FIO_TIME [120] s at most per fio run  LOSS [1] %
@@ -250,14 +250,17 @@ linux_target() {
 row kernel direction case result "notes"
 bash "$LAB_DIR/net.sh" up >/dev/null 2>&1
 for k in $KERNELS; do
-    # A VM already running serves "default"; any other kernel gets a boot of its own.
-    if [ "$k" != default ] || ! TIMEOUT=30 bash "$LAB_DIR/peer.sh" exec "$PEER" true >/dev/null 2>&1; then
+    # The kernel wanted (the image's default, or the newest whose version starts with $k); a VM
+    # already running it is used as it is, else it is booted.
+    if [ "$k" = default ]; then want=$(cat "${LAB:-/var/tmp/roce-lab}/images/kernel-version" 2>/dev/null); kv=
+    else want=$k; kv=$k; fi
+    running=$(TIMEOUT=30 bash "$LAB_DIR/peer.sh" exec "$PEER" 'uname -r' 2>/dev/null)
+    if [ -z "$running" ] || [ "${running#"$want"}" = "$running" ]; then
         bash "$LAB_DIR/peer.sh" stop "$PEER" >/dev/null 2>&1
-        kv=; [ "$k" = default ] || kv=$k
         echo "starting $PEER (kernel $k)..." >&2
+        STARTED_PEER=1
         KERNEL=$kv bash "$LAB_DIR/peer.sh" start "$PEER" >"$OUT/peer-start-$k.log" 2>&1 \
             || { result "$k" - boot 1 "see $OUT/peer-start-$k.log"; continue; }
-        STARTED_PEER=1
     fi
     uname_r=$(peer_run 'uname -r' 30 2>/dev/null)
     echo "peer ($k): $uname_r" | tee -a "$OUT/setup.txt"
