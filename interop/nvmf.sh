@@ -130,6 +130,7 @@ capture_check() {
     for w in "$@"; do grep -qE "$w" "$dir/inspect.txt" || missing="$missing [$w]"; done
     cap_note="$pkts packets, $bad bad ICRC, $(grep -c 'NVMe-oF' "$dir/inspect.txt") capsules decoded$([ -n "$missing" ] && echo ", missing:$missing")"
     [ "$pkts" -gt 0 ] && [ "$bad" -eq 0 ] && [ -z "$missing" ] || cap_rc=1
+    if [ "$cap_rc" -ne 0 ]; then cap_note="$cap_note; $(grep -m1 -oE 'roce inspect: .*' "$dir/summary.txt")"; fi
 }
 
 # In the guest: the block device of the namespace of subsystem $1 (waits 30 s at most).
@@ -191,7 +192,7 @@ linux_host() {
     grep -qE 'verify|err= *[1-9]' "$d/fio.log" && grep -qE 'verify: bad|err= *[1-9]' "$d/fio.log" && rc=1
     result "$k" linux-host fio-verify "$rc" "$(grep -m2 -oE '(read|write): IOPS=[^,]+' "$d/fio.log" | tr '\n' ' ')"
 
-    peer_run "$GUEST_LOSS; $GUEST_NSDEV; loss_on $LOSS; set -e; $connect; dev=\$(nsdev $NQN)
+    peer_run "$GUEST_LOSS; $GUEST_NSDEV; dmesg -C; loss_on $LOSS; set -e; $connect; dev=\$(nsdev $NQN)
         $FIO --filename=\$dev; nvme disconnect -n $NQN; tc -s qdisc show dev eth0; tc -s qdisc show dev ifb0; loss_off" \
         $((FIO_TIME + 180)) >"$d/loss.log" 2>&1; rc=$?
     grep -qE 'verify: bad|err= *[1-9]' "$d/loss.log" && rc=1
@@ -200,7 +201,7 @@ linux_host() {
     # fails the case too.
     peer_run 'dmesg -c' 60 >"$d/dmesg-loss.log" 2>&1
     local tmo recov
-    tmo=$(grep -cE 'I/O [0-9]+ QID [0-9]+ timeout' "$d/dmesg-loss.log")
+    tmo=$(grep -cE 'QID [0-9]+ timeout' "$d/dmesg-loss.log")
     recov=$(grep -c 'starting error recovery' "$d/dmesg-loss.log")
     [ "$tmo" -eq 0 ] && [ "$recov" -eq 0 ] || rc=1
     result "$k" linux-host "loss-fio" "$rc" "$LOSS % both ways ($(grep -oE 'dropped [0-9]+' "$d/loss.log" | awk '{s += $2} END {print s + 0}') dropped); $(grep -m2 -oE '(read|write): IOPS=[^,]+' "$d/loss.log" | tr '\n' ' ')in $(grep -m1 -oE 'run=[0-9]+' "$d/loss.log" | cut -d= -f2) ms; $tmo I/O timeouts, $recov error recoveries"
