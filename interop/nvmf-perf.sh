@@ -83,7 +83,7 @@ sleep 2
 NSDEV='nsdev() { for b in /sys/block/nvme*n*; do
     if [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$1" ] || [ "$(cat "$b/device/device/subsysnqn" 2>/dev/null)" = "$1" ]; then
         echo "/dev/${b##*/}"; return 0; fi; done; return 1; }'
-peer vmA "$NSDEV; set -e; nvme connect -t rdma -n $OURS_NQN -a $HOST_IP -s 4420
+peer vmA "$NSDEV; set -e; modprobe nvme-rdma; nvme connect -t rdma -n $OURS_NQN -a $HOST_IP -s 4420
     nvme connect -t rdma -n $KERNEL_NQN -a $VMB_IP -s 4420; sleep 2; nsdev $OURS_NQN; nsdev $KERNEL_NQN; nvme list" \
     >"$OUT/connect.log" 2>&1 || { echo "connect failed; see $OUT/connect.log" >&2; exit 1; }
 echo "vmA: $(peer vmA 'uname -r'), fio $(peer vmA 'fio --version')" | tee -a "$OUT/setup.txt"
