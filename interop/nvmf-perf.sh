@@ -80,7 +80,9 @@ peer vmB "bash /lab/nvmet.sh up $KERNEL_NQN $NS_MB" >"$OUT/nvmet.log" 2>&1 || { 
 bg_start "$OUT/target.log" timeout 3600 "$ROCE" nvmf target --bind "$HOST_IP" --nqn "$OURS_NQN" \
     --mem $((NS_MB * 256)) --block-size 4096
 sleep 2
+# (nvmeXcYnZ: a path of a multipath namespace, hidden, no block device of its own)
 NSDEV='nsdev() { for b in /sys/block/nvme*n*; do
+    case ${b##*/} in nvme*c*n*) continue ;; esac
     if [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$1" ] || [ "$(cat "$b/device/device/subsysnqn" 2>/dev/null)" = "$1" ]; then
         echo "/dev/${b##*/}"; return 0; fi; done; return 1; }'
 peer vmA "$NSDEV; set -e; modprobe nvme-rdma; nvme connect -t rdma -n $OURS_NQN -a $HOST_IP -s 4420
