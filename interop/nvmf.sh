@@ -1,5 +1,5 @@
 #!/bin/bash
-# shellcheck disable=SC2016 # guest commands: their $variables expand in the guest
+# shellcheck disable=SC2016,SC2086 # guest commands expand in the guest; $TARGET_OPTS is words
 # NVMe over Fabrics (RDMA) against Linux in the lab (interop/lab): the kernel's nvme-rdma host
 # in the VM against `roce nvmf target` on the host side, and `roce nvmf` as the host against
 # the kernel's nvmet-rdma in the VM. One row per case; exit 0 only when every case passed.
@@ -39,6 +39,7 @@
 #   THEIR_NQN [nqn.2026-12.org.example.roce-lab:ram0]  NS_MB [256]  THEIR_MB [64]
 #   FILES [4]  FILE_MB [4]  FIO_MB [8]  FIO_TIME [120] s at most per fio run  LOSS [1] %
 #   CHECK_BLOCKS [256]  PERF_TIME [5]  STEP_TIMEOUT [300] s per step  CAPTURE_PACKETS [400000]
+#   TARGET_OPTS ['']: more flags for `roce nvmf target` (e.g. --no-remote-invalidate)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -65,6 +66,7 @@ CHECK_BLOCKS=${CHECK_BLOCKS:-256}
 PERF_TIME=${PERF_TIME:-5}
 STEP_TIMEOUT=${STEP_TIMEOUT:-300}
 CAPTURE_PACKETS=${CAPTURE_PACKETS:-400000}
+TARGET_OPTS=${TARGET_OPTS:-}
 
 mkdir -p "$OUT"
 ROCE=$(readlink -f "$ROCE")
@@ -165,7 +167,7 @@ linux_host() {
     local connect="nvme connect -t rdma -n $NQN -a $HOST_IP -s 4420"
     capture_start "$d"
     bg_start "$d/target.log" timeout $((STEP_TIMEOUT * 8)) "$ROCE" nvmf target --bind "$HOST_IP" \
-        --nqn "$NQN" --mem $((NS_MB * 256)) --block-size 4096
+        --nqn "$NQN" --mem $((NS_MB * 256)) --block-size 4096 $TARGET_OPTS
     local tgt=$bg
     sleep 2
 
