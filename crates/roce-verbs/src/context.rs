@@ -28,7 +28,7 @@ impl Drop for ContextInner {
             .is_some_and(|t| t.thread().id() == std::thread::current().id())
         {
             // The last handle went away inside the progress thread's own
-            // step (a completion channel it was notifying held it). That
+            // step (a notifier or sink it ran held it). That
             // thread holds the I/O lock, so it can neither flush nor join
             // itself: it stops at its next look at `shutdown`, detached,
             // and what it owns (the shared state) goes with it.
