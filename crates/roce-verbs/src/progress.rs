@@ -502,9 +502,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         let polls = shared.sig.polls.load(Ordering::Relaxed);
-        if let Some(nap) = rules.watch(&t, now, last_inline, polls) {
-            // An application polls: its steps do the work; this thread
-            // only looks again later, unless work was handed to it.
+        let waiting = shared.sig.waiting();
+        if let Some(nap) = rules.watch_beside(&t, now, last_inline, polls, waiting) {
+            // An application polls, or waits on the descriptor: its steps
+            // do the work; this thread only looks again later, unless
+            // work was handed to it.
             if !shared.sig.kicked.swap(false, Ordering::SeqCst) {
                 shared.sig.wake_at.store(now + nap, Ordering::Release);
                 if !shared.shutdown.load(Ordering::Acquire) {
@@ -526,6 +528,10 @@ pub(crate) fn run(shared: Arc<Shared>) {
                 ..Stepped::default()
             },
             Err(TryLockError::Poisoned(p)) => thread_step(&shared, &mut p.into_inner()),
+        };
+        let stepped = Stepped {
+            beside_waiter: shared.sig.waiting(),
+            ..stepped
         };
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
@@ -566,7 +572,7 @@ fn thread_step(shared: &Shared, io: &mut Io) -> Stepped {
         work: out.work,
         more: out.more,
         deadline: out.deadline,
-        driven: false,
+        ..Stepped::default()
     }
 }
 

@@ -57,6 +57,14 @@ pub(crate) struct Signals {
     pub(crate) cq_polls_at_post: AtomicU64,
     /// Posts whose packets wait for the end of their burst.
     pub(crate) posts_waiting: AtomicUsize,
+    /// Application threads blocked for a completion event on the
+    /// backend's descriptor ([`CompletionChannel::wait_io`](crate::CompletionChannel::wait_io)):
+    /// while there is one, it takes what arrives ([`Waiter`]).
+    pub(crate) waiters: AtomicUsize,
+    /// Waits of `wait_io` ended by an event the waiting thread's own
+    /// step raised, and by one another thread raised.
+    pub(crate) events_own_step: AtomicU64,
+    pub(crate) events_woken: AtomicU64,
 }
 
 impl Default for Signals {
@@ -72,6 +80,9 @@ impl Default for Signals {
             cq_polls: AtomicU64::new(0),
             cq_polls_at_post: AtomicU64::new(0),
             posts_waiting: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            events_own_step: AtomicU64::new(0),
+            events_woken: AtomicU64::new(0),
         }
     }
 }
@@ -85,6 +96,21 @@ fn bump(c: &AtomicU64) -> u64 {
 }
 
 impl Signals {
+    /// Whether an application thread waits on the backend's descriptor.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+    }
+
+    /// A wait for a completion event ended: by the waiting thread's own
+    /// step (`own`) or by another thread's.
+    pub(crate) fn wait_ended(&self, own: bool) {
+        if own {
+            self.events_own_step.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.events_woken.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// An application thread polls a CQ.
     pub(crate) fn cq_polled(&self) {
         bump(&self.cq_polls);
@@ -267,6 +293,9 @@ pub(crate) struct Stepped {
     pub(crate) deadline: Option<Nanos>,
     /// An application thread held the I/O: no step ran.
     pub(crate) driven: bool,
+    /// An application thread waits on the backend's descriptor
+    /// ([`Signals::waiters`]): it takes what arrives.
+    pub(crate) beside_waiter: bool,
 }
 
 impl ThreadRules {
@@ -298,6 +327,30 @@ impl ThreadRules {
             && polls.wrapping_sub(self.polls_seen) >= 2;
         self.polls_seen = polls;
         polling.then_some(self.watch)
+    }
+
+    /// [`watch`](Self::watch), and beside an application thread blocked
+    /// for a completion event on the backend's descriptor (`waiting`):
+    /// that thread takes what arrives and runs the timers due while it
+    /// waits ([`Waiter`]), so this one neither steps nor sleeps on the
+    /// descriptor (both would wake for the same datagram): it looks
+    /// again after the nap, as at a poller, unless work was handed to it
+    /// (a kick: a post's timer earlier than the nap's end, or a post
+    /// that could not send its packets itself).
+    pub(crate) fn watch_beside(
+        &mut self,
+        t: &Tuning,
+        now: Nanos,
+        last_inline: Nanos,
+        polls: u64,
+        waiting: bool,
+    ) -> Option<Nanos> {
+        let polling = self.watch(t, now, last_inline, polls);
+        if waiting {
+            Some(self.watch)
+        } else {
+            polling
+        }
     }
 
     /// The look of [`watch`](Self::watch) slept: the next comes twice as
@@ -340,7 +393,8 @@ impl ThreadRules {
         // taken to be still polling (one round of its loop can take longer
         // than the spin, e.g. under an emulated CPU where every system
         // call is slow).
-        let inline_active = s.driven || now.saturating_sub(last_inline) < t.max_park;
+        let inline_active =
+            s.driven || s.beside_waiter || now.saturating_sub(last_inline) < t.max_park;
         if !inline_active && now.saturating_sub(self.last_work) < t.spin {
             return Rest::Yield;
         }
@@ -364,6 +418,54 @@ impl ThreadRules {
     /// A sleep of [`rest`](Self::rest) ended: the next nap is longer.
     pub(crate) fn slept(&mut self, t: &Tuning) {
         self.park = (self.park * 2).min(t.max_park);
+    }
+}
+
+/// Consecutive steps of a [`Waiter`] that find nothing before it hands
+/// the I/O back to the progress thread: the descriptor woke it for
+/// nothing it can take, and a wait must never turn into a spin.
+pub(crate) const WAITER_FRUITLESS: u32 = 16;
+
+/// What an application thread blocked for a completion event does after
+/// each of its own steps ([`CompletionChannel::wait_io`](crate::CompletionChannel::wait_io)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Waiter {
+    fruitless: u32,
+}
+
+/// A [`Waiter`]'s next move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitNext {
+    /// Step again now.
+    Step,
+    /// Block on the event and the backend's descriptor until `until`
+    /// (the engine's next timer; `None`: none).
+    Sleep { until: Option<Nanos> },
+    /// Hand the I/O to the progress thread and wait on the event alone.
+    HandOver,
+}
+
+impl Waiter {
+    /// After a step that did `work` (received, sent, or ran a timer) and
+    /// left packets to send (`more`), before blocking: `ready` when the
+    /// backend has something already ([`Backend::prepare_wait`](roce_io::Backend::prepare_wait)),
+    /// `deadline` the engine's next timer, which this thread runs: the
+    /// progress thread does not step beside it.
+    pub(crate) fn next(
+        &mut self,
+        work: bool,
+        more: bool,
+        ready: bool,
+        deadline: Option<Nanos>,
+    ) -> WaitNext {
+        self.fruitless = if work { 0 } else { self.fruitless + 1 };
+        if self.fruitless > WAITER_FRUITLESS {
+            return WaitNext::HandOver;
+        }
+        if more || ready {
+            return WaitNext::Step;
+        }
+        WaitNext::Sleep { until: deadline }
     }
 }
 

@@ -324,3 +324,98 @@ fn the_signals_feed_the_rules() {
     s.handed_over();
     assert_eq!(s.last_inline.load(Ordering::Relaxed), 0);
 }
+
+/// Beside an application thread blocked for a completion event on the
+/// descriptor, the progress thread neither steps nor sleeps on it: it
+/// looks again after a nap that doubles up to poller_park, and a step
+/// it was kicked to run ends in a nap off the descriptor, with no spin,
+/// bounded by the next timer.
+#[test]
+fn beside_a_waiter_the_thread_keeps_off_the_descriptor() {
+    let t = tuning();
+    let mut r = ThreadRules::new(&t, 0);
+    let now = 10 * MS;
+    // Nobody polls (the waiter handed over): without a waiter, a step.
+    assert_eq!(r.watch_beside(&t, now, 0, 0, false), None);
+    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(t.max_park));
+    r.watched(&t);
+    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(2 * t.max_park));
+    for _ in 0..10 {
+        r.watched(&t);
+    }
+    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(t.poller_park));
+    // The waiter left: the thread steps again, and its looks start short.
+    assert_eq!(r.watch_beside(&t, now, 0, 0, false), None);
+    r.stepping(&t);
+    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(t.max_park));
+    // A kicked step right after work: no spin, no sleep on the descriptor.
+    let beside = |deadline| Stepped {
+        deadline,
+        beside_waiter: true,
+        ..Stepped::default()
+    };
+    let mut r = ThreadRules::new(&t, now);
+    assert_eq!(
+        r.rest(&t, now + US, beside(None), 0, true),
+        Rest::Sleep {
+            until: now + US + t.max_park,
+            on_io: false
+        }
+    );
+    assert_eq!(
+        r.rest(&t, now + US, beside(Some(now + 300 * US)), 0, true),
+        Rest::Sleep {
+            until: now + 300 * US,
+            on_io: false
+        }
+    );
+    // Without the waiter the same step spins, then sleeps on the descriptor.
+    assert_eq!(
+        r.rest(&t, now + US, stepped(false, None), 0, true),
+        Rest::Yield
+    );
+}
+
+/// The waiting thread steps while there is something to take, blocks
+/// until the engine's next timer otherwise, and hands the I/O back after
+/// WAITER_FRUITLESS steps in a row that found nothing (a descriptor that
+/// stays readable must not make the wait a spin).
+#[test]
+fn a_waiter_steps_sleeps_until_the_timer_or_hands_over() {
+    let mut w = Waiter::default();
+    assert_eq!(w.next(true, true, false, None), WaitNext::Step);
+    assert_eq!(w.next(true, false, true, None), WaitNext::Step);
+    assert_eq!(
+        w.next(false, false, false, Some(7 * MS)),
+        WaitNext::Sleep {
+            until: Some(7 * MS)
+        }
+    );
+    assert_eq!(
+        w.next(true, false, false, None),
+        WaitNext::Sleep { until: None }
+    );
+    for _ in 0..WAITER_FRUITLESS {
+        assert_ne!(w.next(false, false, true, None), WaitNext::HandOver);
+    }
+    assert_eq!(w.next(false, false, true, None), WaitNext::HandOver);
+    // Work resets the count.
+    let mut w = Waiter::default();
+    for i in 0..3 * WAITER_FRUITLESS {
+        let work = i % WAITER_FRUITLESS == 0;
+        assert_ne!(w.next(work, false, true, None), WaitNext::HandOver);
+    }
+}
+
+#[test]
+fn the_waiter_signals() {
+    let s = Signals::default();
+    assert!(!s.waiting());
+    s.waiters.fetch_add(1, Ordering::SeqCst);
+    assert!(s.waiting());
+    s.wait_ended(true);
+    s.wait_ended(false);
+    s.wait_ended(false);
+    assert_eq!(s.events_own_step.load(Ordering::Relaxed), 1);
+    assert_eq!(s.events_woken.load(Ordering::Relaxed), 2);
+}
