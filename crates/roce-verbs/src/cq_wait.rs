@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::schedule;
 use crate::shared::{lock, Shared};
 
 /// How [`CompletionChannel::wait_io`] ended.
@@ -35,6 +36,7 @@ struct Waiting<'a>(&'a Shared);
 
 impl<'a> Waiting<'a> {
     fn enter(shared: &'a Shared) -> Waiting<'a> {
+        shared.sig.waits.fetch_add(1, Ordering::Relaxed);
         shared.sig.waiters.fetch_add(1, Ordering::SeqCst);
         Waiting(shared)
     }
@@ -42,7 +44,14 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.sig.waiters.fetch_sub(1, Ordering::SeqCst);
+        let s = self.0;
+        s.sig.waiters.fetch_sub(1, Ordering::SeqCst);
+        // After a long wait the progress thread naps long: the I/O is
+        // its again now (`schedule::waiter_left_wakes`).
+        let wake_at = s.sig.wake_at.load(Ordering::Acquire);
+        if schedule::waiter_left_wakes(&s.tuning, s.recent(), wake_at) {
+            s.unpark();
+        }
     }
 }
 

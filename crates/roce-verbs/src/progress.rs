@@ -502,8 +502,8 @@ pub(crate) fn run(shared: Arc<Shared>) {
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         let polls = shared.sig.polls.load(Ordering::Relaxed);
-        let waiting = shared.sig.waiting();
-        if let Some(nap) = rules.watch_beside(&t, now, last_inline, polls, waiting) {
+        let waits = shared.sig.waits();
+        if let Some(nap) = rules.watch_beside(&t, now, last_inline, polls, waits) {
             // An application polls, or waits on the descriptor: its steps
             // do the work; this thread only looks again later, unless
             // work was handed to it.

@@ -61,6 +61,9 @@ pub(crate) struct Signals {
     /// backend's descriptor ([`CompletionChannel::wait_io`](crate::CompletionChannel::wait_io)):
     /// while there is one, it takes what arrives ([`Waiter`]).
     pub(crate) waiters: AtomicUsize,
+    /// Waits begun: unchanged between two looks of the progress thread
+    /// while a thread waits, the same wait went on all along (idle).
+    pub(crate) waits: AtomicU64,
     /// Waits of `wait_io` ended by an event the waiting thread's own
     /// step raised, and by one another thread raised.
     pub(crate) events_own_step: AtomicU64,
@@ -81,6 +84,7 @@ impl Default for Signals {
             cq_polls_at_post: AtomicU64::new(0),
             posts_waiting: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
             events_own_step: AtomicU64::new(0),
             events_woken: AtomicU64::new(0),
         }
@@ -99,6 +103,12 @@ impl Signals {
     /// Whether an application thread waits on the backend's descriptor.
     pub(crate) fn waiting(&self) -> bool {
         self.waiters.load(Ordering::SeqCst) > 0
+    }
+
+    /// The count of waits begun while a thread waits on the backend's
+    /// descriptor, `None` while none does.
+    pub(crate) fn waits(&self) -> Option<u64> {
+        self.waiting().then(|| self.waits.load(Ordering::Relaxed))
     }
 
     /// A wait for a completion event ended: by the waiting thread's own
@@ -259,6 +269,13 @@ pub(crate) fn doorbell_wakes(t: &Tuning, now: Nanos, last_inline: Nanos, wake_at
     !polling && wake_at != RUNNING
 }
 
+/// Whether a thread ending its wait on the backend's descriptor wakes
+/// the progress thread: when the thread's nap ends later than a look at
+/// a poller would (it grew beside an idle wait), the I/O is its again now.
+pub(crate) fn waiter_left_wakes(t: &Tuning, now: Nanos, wake_at: Nanos) -> bool {
+    wake_at != RUNNING && wake_at > now.saturating_add(t.poller_park)
+}
+
 /// The progress thread's own state between its steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ThreadRules {
@@ -270,6 +287,10 @@ pub(crate) struct ThreadRules {
     watch: Nanos,
     polls_seen: u64,
     last_work: Nanos,
+    /// Its next look beside a waiting thread, and the count of waits at
+    /// the last look ([`watch_beside`](Self::watch_beside)).
+    beside: Nanos,
+    waits_seen: u64,
 }
 
 /// What the progress thread does after a step.
@@ -305,6 +326,8 @@ impl ThreadRules {
             watch: t.first_look(),
             polls_seen: 0,
             last_work: now,
+            beside: 0,
+            waits_seen: 0,
         }
     }
 
@@ -330,27 +353,38 @@ impl ThreadRules {
     }
 
     /// [`watch`](Self::watch), and beside an application thread blocked
-    /// for a completion event on the backend's descriptor (`waiting`):
-    /// that thread takes what arrives and runs the timers due while it
-    /// waits ([`Waiter`]), so this one neither steps nor sleeps on the
+    /// for a completion event on the backend's descriptor (`waits`: the
+    /// count of waits begun, `None` while no thread waits): that thread
+    /// takes what arrives and runs the timers due while it waits
+    /// ([`Waiter`]), so this one neither steps nor sleeps on the
     /// descriptor (both would wake for the same datagram): it looks
-    /// again after the nap, as at a poller, unless work was handed to it
-    /// (a kick: a post's timer earlier than the nap's end, or a post
-    /// that could not send its packets itself).
+    /// again after the nap, unless work was handed to it (a kick: a
+    /// post's timer earlier than the nap's end, or a post that could not
+    /// send its packets itself). While waits end and begin (a ping-pong)
+    /// it looks as at a poller; while one wait goes on from look to look
+    /// (an idle program) the nap doubles up to [`IDLE_ON_IO`], and the
+    /// wait's end wakes it ([`waiter_left_wakes`]).
     pub(crate) fn watch_beside(
         &mut self,
         t: &Tuning,
         now: Nanos,
         last_inline: Nanos,
         polls: u64,
-        waiting: bool,
+        waits: Option<u64>,
     ) -> Option<Nanos> {
         let polling = self.watch(t, now, last_inline, polls);
-        if waiting {
-            Some(self.watch)
+        let Some(waits) = waits else {
+            self.beside = 0;
+            return polling;
+        };
+        let idle = self.beside > 0 && waits == self.waits_seen;
+        self.waits_seen = waits;
+        self.beside = if idle {
+            (self.beside * 2).min(IDLE_ON_IO.max(t.poller_park))
         } else {
-            polling
-        }
+            self.watch
+        };
+        Some(self.beside)
     }
 
     /// The look of [`watch`](Self::watch) slept: the next comes twice as

@@ -336,18 +336,30 @@ fn beside_a_waiter_the_thread_keeps_off_the_descriptor() {
     let mut r = ThreadRules::new(&t, 0);
     let now = 10 * MS;
     // Nobody polls (the waiter handed over): without a waiter, a step.
-    assert_eq!(r.watch_beside(&t, now, 0, 0, false), None);
-    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(t.max_park));
+    assert_eq!(r.watch_beside(&t, now, 0, 0, None), None);
+    // Waits that end and begin between looks: looks as at a poller.
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(1)), Some(t.max_park));
     r.watched(&t);
-    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(2 * t.max_park));
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(2)), Some(2 * t.max_park));
     for _ in 0..10 {
         r.watched(&t);
     }
-    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(t.poller_park));
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(3)), Some(t.poller_park));
+    // One wait from look to look (idle): the nap doubles up to IDLE_ON_IO.
+    let mut nap = t.poller_park;
+    for _ in 0..10 {
+        nap = (nap * 2).min(IDLE_ON_IO);
+        assert_eq!(r.watch_beside(&t, now, 0, 0, Some(3)), Some(nap));
+    }
+    assert_eq!(nap, IDLE_ON_IO);
+    // Its end wakes the thread; in a ping-pong (naps of a poller's) not.
+    assert!(waiter_left_wakes(&t, now, now + IDLE_ON_IO));
+    assert!(!waiter_left_wakes(&t, now, now + t.poller_park));
+    assert!(!waiter_left_wakes(&t, now, RUNNING));
     // The waiter left: the thread steps again, and its looks start short.
-    assert_eq!(r.watch_beside(&t, now, 0, 0, false), None);
+    assert_eq!(r.watch_beside(&t, now, 0, 0, None), None);
     r.stepping(&t);
-    assert_eq!(r.watch_beside(&t, now, 0, 0, true), Some(t.max_park));
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(3)), Some(t.max_park));
     // A kicked step right after work: no spin, no sleep on the descriptor.
     let beside = |deadline| Stepped {
         deadline,
