@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cq::{CompletionChannel, CompletionQueue};
-use crate::schedule;
+use crate::schedule::{self, RUNNING};
 use crate::shared::{lock, Shared};
 
 /// How [`CompletionChannel::wait_io`] ended.
@@ -150,7 +150,14 @@ impl CompletionChannel {
                 WaitNext::Sleep { until } => {
                     let timeout =
                         until.map(|u| std::time::Duration::from_nanos(u.saturating_sub(now)));
-                    match sleeper.wait_with(event, timeout) {
+                    // Timers other threads' steps leave before this one's
+                    // are the progress thread's (`timer_beside_waiter_wakes`).
+                    let sig = &shared.sig;
+                    sig.waiter_until
+                        .store(until.unwrap_or(RUNNING), Ordering::Release);
+                    let woke = sleeper.wait_with(event, timeout);
+                    sig.waiter_until.store(RUNNING, Ordering::Release);
+                    match woke {
                         Ok(Either::Other) => {
                             shared.sig.wait_ended(false);
                             return ChannelWait::Event;

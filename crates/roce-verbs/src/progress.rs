@@ -403,6 +403,7 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
     // The rules of when a step wakes the progress thread:
     // `schedule::wake_after_step`.
     let wake_at = shared.sig.wake_at.load(Ordering::Acquire);
+    let waiter_until = shared.sig.waiter_until.load(Ordering::Acquire);
     if schedule::wake_after_step(
         &shared.tuning,
         driver == Driver::Poll,
@@ -410,7 +411,9 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         out.deadline,
         wake_at,
         shared.recent(),
-    ) {
+    ) || (shared.sig.waiting()
+        && schedule::timer_beside_waiter_wakes(out.deadline, waiter_until, wake_at))
+    {
         shared.unpark();
     }
     Some(out)
@@ -533,6 +536,10 @@ pub(crate) fn run(shared: Arc<Shared>) {
             beside_waiter: shared.sig.waiting(),
             ..stepped
         };
+        rules.note_step(
+            stepped.deadline,
+            shared.sig.waiter_until.load(Ordering::Acquire),
+        );
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         match rules.rest(&t, now, stepped, last_inline, shared.has_sleeper()) {

@@ -64,6 +64,10 @@ pub(crate) struct Signals {
     /// Waits begun: unchanged between two looks of the progress thread
     /// while a thread waits, the same wait went on all along (idle).
     pub(crate) waits: AtomicU64,
+    /// When a thread blocked on the descriptor wakes by itself for its
+    /// engine timer ([`RUNNING`]: never, or it is awake): a timer another
+    /// thread's step leaves before that is not the waiter's to run.
+    pub(crate) waiter_until: AtomicU64,
     /// Waits of `wait_io` ended by an event the waiting thread's own
     /// step raised, and by one another thread raised.
     pub(crate) events_own_step: AtomicU64,
@@ -85,6 +89,7 @@ impl Default for Signals {
             posts_waiting: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
             waits: AtomicU64::new(0),
+            waiter_until: AtomicU64::new(RUNNING),
             events_own_step: AtomicU64::new(0),
             events_woken: AtomicU64::new(0),
         }
@@ -269,6 +274,19 @@ pub(crate) fn doorbell_wakes(t: &Tuning, now: Nanos, last_inline: Nanos, wake_at
     !polling && wake_at != RUNNING
 }
 
+/// Whether an application thread's step that left the engine's next
+/// timer at `deadline` wakes the progress thread beside a thread blocked
+/// on the descriptor (which wakes by itself at `waiter_until` and knows
+/// only the timers of its own steps): the timer comes before both the
+/// waiter and the progress thread (`wake_at`) would look.
+pub(crate) fn timer_beside_waiter_wakes(
+    deadline: Option<Nanos>,
+    waiter_until: Nanos,
+    wake_at: Nanos,
+) -> bool {
+    deadline.is_some_and(|d| d < waiter_until && d < wake_at)
+}
+
 /// Whether a thread ending its wait on the backend's descriptor wakes
 /// the progress thread: when the thread's nap ends later than a look at
 /// a poller would (it grew beside an idle wait), the I/O is its again now.
@@ -291,6 +309,9 @@ pub(crate) struct ThreadRules {
     /// the last look ([`watch_beside`](Self::watch_beside)).
     beside: Nanos,
     waits_seen: u64,
+    /// The engine timer its last step saw that no waiting thread would
+    /// run ([`note_step`](Self::note_step)).
+    due: Option<Nanos>,
 }
 
 /// What the progress thread does after a step.
@@ -328,6 +349,7 @@ impl ThreadRules {
             last_work: now,
             beside: 0,
             waits_seen: 0,
+            due: None,
         }
     }
 
@@ -384,7 +406,20 @@ impl ThreadRules {
         } else {
             self.watch
         };
-        Some(self.beside)
+        // A timer the waiter does not know of (another thread's post left
+        // it while the waiter slept) is this thread's: step when it is due.
+        match self.due {
+            Some(d) if d <= now => None,
+            Some(d) => Some(self.beside.min(d - now)),
+            None => Some(self.beside),
+        }
+    }
+
+    /// After this thread's step, which left the engine's next timer at
+    /// `deadline`: a timer before `waiter_until` (when a waiting thread
+    /// wakes by itself) is this thread's to run, beside the waiter too.
+    pub(crate) fn note_step(&mut self, deadline: Option<Nanos>, waiter_until: Nanos) {
+        self.due = deadline.filter(|&d| d < waiter_until);
     }
 
     /// The look of [`watch`](Self::watch) slept: the next comes twice as

@@ -431,3 +431,55 @@ fn the_waiter_signals() {
     assert_eq!(s.events_own_step.load(Ordering::Relaxed), 1);
     assert_eq!(s.events_woken.load(Ordering::Relaxed), 2);
 }
+
+/// A timer another thread's step leaves while a thread waits on the
+/// descriptor, before the waiter would wake by itself, wakes the progress
+/// thread, which then steps when it is due; the waiter's own timers stay
+/// the waiter's.
+#[test]
+fn a_timer_the_waiter_does_not_know_is_the_threads() {
+    let t = tuning();
+    let now = 10 * MS;
+    // The waiter sleeps until now + 5 ms; the progress thread until + 16 ms.
+    let (waiter_until, wake_at) = (now + 5 * MS, now + 16 * MS);
+    assert!(timer_beside_waiter_wakes(
+        Some(now + 2 * MS),
+        waiter_until,
+        wake_at
+    ));
+    assert!(!timer_beside_waiter_wakes(
+        Some(now + 6 * MS),
+        waiter_until,
+        wake_at
+    ));
+    assert!(!timer_beside_waiter_wakes(
+        Some(now + 2 * MS),
+        waiter_until,
+        now + MS
+    ));
+    assert!(!timer_beside_waiter_wakes(None, RUNNING, wake_at));
+    assert!(timer_beside_waiter_wakes(
+        Some(now + 2 * MS),
+        RUNNING,
+        wake_at
+    ));
+    // Kicked, the thread stepped and saw the timer at now + 2 ms: beside
+    // the waiter its naps end there, and then it steps.
+    let mut r = ThreadRules::new(&t, now);
+    r.note_step(Some(now + 2 * MS), waiter_until);
+    assert_eq!(
+        r.watch_beside(&t, now + 1_500 * US, 0, 0, Some(1)),
+        Some(500 * US)
+    );
+    assert_eq!(r.watch_beside(&t, now + 2 * MS, 0, 0, Some(1)), None);
+    // A timer after the waiter's own wake is the waiter's (it steps by
+    // then): it does not make this thread step.
+    r.note_step(Some(now + 6 * MS), waiter_until);
+    assert_eq!(
+        r.watch_beside(&t, now + 6 * MS, 0, 0, Some(2)),
+        Some(t.max_park)
+    );
+    // Nobody waits: every timer is this thread's.
+    r.note_step(Some(now + 7 * MS), RUNNING);
+    assert_eq!(r.watch_beside(&t, now + 8 * MS, 0, 0, Some(3)), None);
+}
