@@ -198,17 +198,31 @@ pub fn take_count(fd: c_int) -> Res<()> {
 /// kernel restarts a read after a handler installed with `SA_RESTART`,
 /// but never a `poll()`, and which signal came is not known there. So:
 /// when every handler the program installed has `SA_RESTART` (or there
-/// is none), the wait goes on; when one lacks it, the wait ends.
+/// is none), the wait goes on; when one lacks it, the wait ends (a
+/// program with handlers of both kinds may see `EINTR` where the
+/// kernel's read would have gone on).
 pub fn interrupt_ends_wait() -> bool {
-    (1..=libc::SIGRTMAX()).any(|sig| {
-        // SAFETY: all-zero is a valid sigaction; sigaction only reads
-        // the handler of `sig` into it (an invalid number fails).
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let ok = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0;
-        let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
-        ok && handled && old.sa_flags & libc::SA_RESTART == 0
-    })
+    // Faults (the handlers of a runtime or of this library) come from
+    // the faulting instruction, never during a wait.
+    const FAULTS: [c_int; 6] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    (1..=libc::SIGRTMAX())
+        .filter(|s| !FAULTS.contains(s))
+        .any(|sig| {
+            // SAFETY: all-zero is a valid sigaction; sigaction only reads
+            // the handler of `sig` into it (an invalid number fails).
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let ok = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0;
+            let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+            ok && handled && old.sa_flags & libc::SA_RESTART == 0
+        })
 }
 
 /// Waits until `fd` has a count to take, without taking it: at once

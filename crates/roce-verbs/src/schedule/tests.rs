@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::waiter::WAITER_FRUITLESS;
 use super::*;
 
 const US: Nanos = 1_000;
