@@ -28,7 +28,7 @@ pub(crate) struct CqInner {
     pub(crate) id: CqId,
     pub(crate) ctx: Context,
     channel: Option<CompletionChannel>,
-    unacked: AtomicU64,
+    pub(crate) unacked: AtomicU64,
 }
 
 impl Drop for CqInner {
@@ -253,8 +253,8 @@ impl CompletionQueue {
 /// events, for a thread to block on instead of polling.
 #[derive(Clone, Debug)]
 pub struct CompletionChannel {
-    queue: Arc<ChannelQueue>,
-    ctx: Context,
+    pub(crate) queue: Arc<ChannelQueue>,
+    pub(crate) ctx: Context,
 }
 
 impl CompletionChannel {

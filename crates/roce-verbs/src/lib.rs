@@ -123,6 +123,7 @@ mod config;
 mod connect;
 mod context;
 mod cq;
+mod cq_wait;
 mod device;
 mod error;
 // Guarded copies of program memory: assembly, a signal handler, and
@@ -152,6 +153,7 @@ pub use config::ProgressConfig;
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
+pub use cq_wait::{ChannelWait, WaitCounters};
 pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{Error, OwnedPostError, PostListError};
 pub use limits::{DeviceLimits, LIMITS};

@@ -7,12 +7,12 @@ use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 
 use roce_core::{Nanos, Tx};
-use roce_io::{Backend, FabricPort, PacketBatch};
+use roce_io::{Backend, FabricPort};
 
 pub(crate) use crate::config::ProgressConfig;
 use crate::schedule::{self, Post, Rest, Stepped, ThreadRules, RUNNING};
 use crate::state::owners;
-use crate::state::{lock, Io, Shared};
+use crate::state::{hand_to_engine, lock, Io, Shared};
 
 /// What one progress step did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,25 +207,6 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
     r
 }
 
-/// Hands the `i`-th received datagram of `rx` to the engine, with `meta`:
-/// a UDP payload with its header ([`Device::handle_udp`]), or a whole IP
-/// datagram ([`Device::handle_datagram`]).
-///
-/// [`Device::handle_udp`]: roce_core::Device::handle_udp
-/// [`Device::handle_datagram`]: roce_core::Device::handle_datagram
-pub(crate) fn hand_to_engine(
-    dev: &mut roce_core::Device,
-    now: Nanos,
-    rx: &PacketBatch,
-    i: usize,
-    meta: roce_core::RxMeta,
-) -> roce_core::RxOutcome {
-    match rx.header(i) {
-        Some(h) => dev.handle_udp(now, h, rx.get(i), meta),
-        None => dev.handle_datagram(now, rx.get(i), meta),
-    }
-}
-
 /// What a step's transmit phase did.
 struct Transmitted {
     work: bool,
@@ -398,6 +379,7 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
     // The rules of when a step wakes the progress thread:
     // `schedule::wake_after_step`.
     let wake_at = shared.sig.wake_at.load(Ordering::Acquire);
+    let waiter_until = shared.sig.waiter_until.load(Ordering::Acquire);
     if schedule::wake_after_step(
         &shared.tuning,
         driver == Driver::Poll,
@@ -405,7 +387,9 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         out.deadline,
         wake_at,
         shared.recent(),
-    ) {
+    ) || (shared.sig.waiting()
+        && schedule::timer_beside_waiter_wakes(out.deadline, waiter_until, wake_at))
+    {
         shared.unpark();
     }
     Some(out)
@@ -497,9 +481,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         let polls = shared.sig.polls.load(Ordering::Relaxed);
-        if let Some(nap) = rules.watch(&t, now, last_inline, polls) {
-            // An application polls: its steps do the work; this thread
-            // only looks again later, unless work was handed to it.
+        let waits = shared.sig.waits();
+        if let Some(nap) = rules.watch_beside(&t, now, last_inline, polls, waits) {
+            // An application polls, or waits on the descriptor: its steps
+            // do the work; this thread only looks again later, unless
+            // work was handed to it.
             if !shared.sig.kicked.swap(false, Ordering::SeqCst) {
                 shared.sig.wake_at.store(now + nap, Ordering::Release);
                 if !shared.shutdown.load(Ordering::Acquire) {
@@ -522,6 +508,14 @@ pub(crate) fn run(shared: Arc<Shared>) {
             },
             Err(TryLockError::Poisoned(p)) => thread_step(&shared, &mut p.into_inner()),
         };
+        let stepped = Stepped {
+            beside_waiter: shared.sig.waiting(),
+            ..stepped
+        };
+        rules.note_step(
+            stepped.deadline,
+            shared.sig.waiter_until.load(Ordering::Acquire),
+        );
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         match rules.rest(&t, now, stepped, last_inline, shared.has_sleeper()) {
@@ -561,7 +555,7 @@ fn thread_step(shared: &Shared, io: &mut Io) -> Stepped {
         work: out.work,
         more: out.more,
         deadline: out.deadline,
-        driven: false,
+        ..Stepped::default()
     }
 }
 

@@ -60,6 +60,25 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where an owned buffer goes when the engine hands its region back.
 pub(crate) type Home = Arc<Mutex<Option<Vec<u8>>>>;
 
+/// Hands the `i`-th received datagram of `rx` to the engine, with `meta`:
+/// a UDP payload with its header ([`Device::handle_udp`]), or a whole IP
+/// datagram ([`Device::handle_datagram`]).
+///
+/// [`Device::handle_udp`]: roce_core::Device::handle_udp
+/// [`Device::handle_datagram`]: roce_core::Device::handle_datagram
+pub(crate) fn hand_to_engine(
+    dev: &mut roce_core::Device,
+    now: Nanos,
+    rx: &PacketBatch,
+    i: usize,
+    meta: roce_core::RxMeta,
+) -> roce_core::RxOutcome {
+    match rx.header(i) {
+        Some(h) => dev.handle_udp(now, h, rx.get(i), meta),
+        None => dev.handle_datagram(now, rx.get(i), meta),
+    }
+}
+
 /// Everything a context's handles and its progress thread share.
 pub(crate) struct Shared {
     /// The engine and its bookkeeping.

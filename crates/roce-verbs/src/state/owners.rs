@@ -120,7 +120,7 @@ pub(crate) fn hand_on(shared: &Shared, io: &mut Io, now: Nanos) -> bool {
         for &(i, _) in &again {
             let meta = io.rx.meta(i).with_forwarded(true);
             // Answered as an unshared device would: never foreign again.
-            crate::progress::hand_to_engine(&mut core.dev, now, &io.rx, i, meta);
+            super::hand_to_engine(&mut core.dev, now, &io.rx, i, meta);
         }
         io.owners.take_changes(&mut core);
         drop(core);
