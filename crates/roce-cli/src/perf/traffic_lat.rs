@@ -281,6 +281,25 @@ pub(crate) fn send_ping_pong(
         }
         Ok::<(), PerfError>(())
     };
+    // One look at the CQ: true when the peer has gone quiet for good.
+    let mut wait = |comps: &mut Vec<Completion>,
+                    spins: &mut u32,
+                    sent: u64,
+                    received: &mut u64,
+                    completed: &mut bool,
+                    got: &mut [u8]| {
+        d.poll(comps)?;
+        take(comps, sent, received, completed, got)?;
+        if !comps.is_empty() {
+            watch.progressed();
+            return Ok::<bool, PerfError>(false);
+        }
+        let received = *received;
+        Ok(spun(spins)
+            && !watch.idle(true, &|| {
+                format!("after {sent} sends and {received} receives of the {iters} iterations")
+            })?)
+    };
     'run: {
         while sent < iters && !t.over() {
             // The server (and the client after its first send) waits for
@@ -297,17 +316,16 @@ pub(crate) fn send_ping_pong(
                 shown.tick(sent);
                 continue;
             }
-            d.poll(&mut comps)?;
-            take(&comps, sent, &mut received, &mut completed, &mut got)?;
-            if !comps.is_empty() {
-                watch.progressed();
-            } else if spun(&mut spins)
-                && !watch.idle(true, &|| {
-                    format!("after {sent} sends and {received} receives of the {iters} iterations")
-                })?
-            {
-                // The peer's messages are what this side waits for: a
-                // peer that finished (or left) sends no more.
+            // The peer's messages are what this side waits for: a peer
+            // that finished (or left) sends no more.
+            if wait(
+                &mut comps,
+                &mut spins,
+                sent,
+                &mut received,
+                &mut completed,
+                &mut got,
+            )? {
                 break 'run;
             }
         }
@@ -316,17 +334,16 @@ pub(crate) fn send_ping_pong(
         // gone by then (its last ACK can be lost, and nobody would answer
         // a resend).
         while client && (received < iters || !completed) && !t.over() {
-            d.poll(&mut comps)?;
-            take(&comps, sent, &mut received, &mut completed, &mut got)?;
-            if !comps.is_empty() {
-                watch.progressed();
-            } else if spun(&mut spins)
-                && !watch.idle(true, &|| {
-                    format!("after {sent} sends and {received} receives of the {iters} iterations")
-                })?
-            {
-                // The peer's messages are what this side waits for: a
-                // peer that finished (or left) sends no more.
+            // The peer's messages are what this side waits for: a peer
+            // that finished (or left) sends no more.
+            if wait(
+                &mut comps,
+                &mut spins,
+                sent,
+                &mut received,
+                &mut completed,
+                &mut got,
+            )? {
                 break 'run;
             }
         }

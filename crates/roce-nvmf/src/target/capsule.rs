@@ -233,15 +233,7 @@ impl Target {
     /// The data of an [`Action::ReadHost`] arrived. Data of another length
     /// than asked for completes the command with Data Transfer Error.
     pub fn on_host_data(&mut self, conn: ConnId, cid: Cid, data: &[u8], now: Duration) {
-        let Some(w) = self
-            .conns
-            .get_mut(&conn)
-            .and_then(|q| q.waiting.remove(&cid))
-        else {
-            return;
-        };
-        self.pending_host_data = self.pending_host_data.saturating_sub(w.len as u64);
-        let Ok(sqe) = Sqe::new_checked(&w.sqe[..]) else {
+        let Some((w, sqe)) = self.take_waiting(conn, cid) else {
             return;
         };
         let sgl = sqe.sgl1();
@@ -256,19 +248,20 @@ impl Target {
     /// The RDMA READ of an [`Action::ReadHost`] failed: the command
     /// completes with Data Transfer Error (NVMe base 1.4 Figure 128).
     pub fn on_transfer_error(&mut self, conn: ConnId, cid: Cid) {
-        let Some(w) = self
-            .conns
-            .get_mut(&conn)
-            .and_then(|q| q.waiting.remove(&cid))
-        else {
-            return;
-        };
-        self.pending_host_data = self.pending_host_data.saturating_sub(w.len as u64);
-        let Ok(sqe) = Sqe::new_checked(&w.sqe[..]) else {
+        let Some((_, sqe)) = self.take_waiting(conn, cid) else {
             return;
         };
         let out = Outcome::Done(Completion::status(Status::DATA_TRANSFER_ERROR));
         self.finish(conn, cid, sqe.sgl1(), Dir::None, out, Some(&sqe));
+    }
+
+    /// The command `cid` of `conn` that waited for host data, no longer
+    /// waiting, with its SQE (none for an unknown command).
+    fn take_waiting(&mut self, conn: ConnId, cid: Cid) -> Option<(Waiting, Sqe<[u8; 64]>)> {
+        let w = self.conns.get_mut(&conn)?.waiting.remove(&cid)?;
+        self.pending_host_data = self.pending_host_data.saturating_sub(w.len as u64);
+        let sqe = Sqe::new_checked(w.sqe).ok()?;
+        Some((w, sqe))
     }
 
     /// Which way data moves and how much, after the queue-state checks.
