@@ -7,7 +7,9 @@
 //!
 //! Instruction counts per step, steadier than a clock on a shared host:
 //! `ROCE_BENCH_STEPS=100000 valgrind --tool=callgrind <bench binary>` runs
-//! the steps that many times and no criterion; `callgrind_annotate
+//! the steps that many times and no criterion (`ROCE_BENCH_STEPS_LEN`:
+//! the WRITE's length, 8 by default; `ROCE_BENCH_STEPS_INTACT=1`: received
+//! as a same-host ring hands an engine's untouched datagram over); `callgrind_annotate
 //! --inclusive=yes` then gives each `step_*` function's instructions,
 //! which divided by the count are one step's.
 
@@ -332,12 +334,12 @@ fn step_build_write(s: &mut Side, dst: u64, rkey: Rkey, len: u32, buf: &mut [u8]
 }
 
 /// One datagram `t` in `buf` handed to `to` as a same-host ring gives it:
-/// its UDP payload and header facts, the IPv4 identification known.
+/// its UDP payload and header facts, the IPv4 identification known, and
+/// `meta` (marked intact or not).
 #[inline(never)]
-fn step_receive(to: &mut Side, t: &Transmit, buf: &[u8]) {
+fn step_receive(to: &mut Side, t: &Transmit, buf: &[u8], meta: RxMeta) {
     let h = RxHeader::new(t.src, t.destination.ip(), t.tos()).with_ipv4_id(Some(t.ipv4_id));
-    to.dev
-        .handle_udp(0, h, &buf[t.header_len()..t.size], RxMeta::default());
+    to.dev.handle_udp(0, h, &buf[t.header_len()..t.size], meta);
 }
 
 /// The responder's ACK built into `buf`.
@@ -356,9 +358,9 @@ enum Step {
 }
 
 /// Runs `n` rounds of one WRITE of `len` bytes and its ACK (one in
-/// flight, so every WRITE is ACKed at once); returns the time spent in
-/// `step` alone.
-fn rounds(s: &mut [Side; 2], n: u64, len: u32, step: Step) -> Duration {
+/// flight, so every WRITE is ACKed at once), each datagram received with
+/// `meta`; returns the time spent in `step` alone.
+fn rounds(s: &mut [Side; 2], n: u64, len: u32, step: Step, meta: RxMeta) -> Duration {
     let mut buf = vec![0u8; 4400];
     let mut ack = vec![0u8; 256];
     let (rkey, dst) = (s[1].mr.rkey, s[1].base + (4 << 20));
@@ -369,11 +371,11 @@ fn rounds(s: &mut [Side; 2], n: u64, len: u32, step: Step) -> Duration {
         let t0 = Instant::now();
         let w = step_build_write(a, dst, rkey, len, &mut buf);
         let t1 = Instant::now();
-        step_receive(b, &w, &buf);
+        step_receive(b, &w, &buf, meta);
         let t2 = Instant::now();
         let k = step_build_ack(b, &mut ack);
         let t3 = Instant::now();
-        step_receive(a, &k, &ack);
+        step_receive(a, &k, &ack, meta);
         let t4 = Instant::now();
         total += match step {
             Step::BuildWrite => t1 - t0,
@@ -396,7 +398,19 @@ fn steps(c: &mut Criterion) {
             ("receive_ack", Step::ReceiveAck),
         ] {
             g.bench_function(name, |b| {
-                b.iter_custom(|iters| rounds(&mut pair(4096), iters, len, step))
+                let meta = RxMeta::default();
+                b.iter_custom(|iters| rounds(&mut pair(4096), iters, len, step, meta))
+            });
+        }
+        // As a same-host ring hands over an engine's untouched datagram:
+        // the receiver takes its ICRC as the sender computed it.
+        for (name, step) in [
+            ("receive_write_host_intact", Step::ReceiveWrite),
+            ("receive_ack_host_intact", Step::ReceiveAck),
+        ] {
+            g.bench_function(name, |b| {
+                let meta = RxMeta::default().with_host_intact(true);
+                b.iter_custom(|iters| rounds(&mut pair(4096), iters, len, step, meta))
             });
         }
         g.finish();
@@ -407,12 +421,14 @@ criterion_group!(benches, send_rate, write_bw, per_packet, steps);
 
 fn main() {
     // Under callgrind: the steps alone, `ROCE_BENCH_STEPS` rounds of a
-    // WRITE of `ROCE_BENCH_STEPS_LEN` bytes (8 unless given; see the
+    // WRITE of `ROCE_BENCH_STEPS_LEN` bytes (8 unless given), received
+    // marked intact when `ROCE_BENCH_STEPS_INTACT` is 1 (see the
     // module's documentation).
     let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
     if let Some(n) = var("ROCE_BENCH_STEPS") {
         let len = var("ROCE_BENCH_STEPS_LEN").unwrap_or(8);
-        rounds(&mut pair(4096), n, len as u32, Step::BuildWrite);
+        let meta = RxMeta::default().with_host_intact(var("ROCE_BENCH_STEPS_INTACT") == Some(1));
+        rounds(&mut pair(4096), n, len as u32, Step::BuildWrite, meta);
         return;
     }
     benches();
