@@ -11,7 +11,12 @@
 #
 # Variables: LAB, SUITE (bookworm), MIRROR (default: this host's first
 # Debian mirror, else deb.debian.org), IMAGE_SIZE (3G), EXTRA_PACKAGES
-# (more Debian packages for the guest, e.g. linux-perf to profile in it).
+# (more Debian packages for the guest, e.g. linux-perf to profile in it),
+# EXTRA_KERNEL (a second kernel beside the suite's: "backports" installs
+# $SUITE-backports' linux-image-amd64, 6.12 for bookworm). Every kernel of
+# the tree is copied as vmlinuz-VERSION / initrd.img-VERSION; vmlinuz and
+# initrd.img stay the suite's own (the oldest), and peer.sh boots another
+# with KERNEL=VERSION (or a prefix of it: KERNEL=6.12).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lab.env"
@@ -46,6 +51,12 @@ trap 'umount "$ROOT/proc" 2>/dev/null || true' EXIT
 # shellcheck disable=SC2086 # word splitting of the package lists is meant
 chroot "$ROOT" sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends $TOOLS $APPS && apt-get clean"
+if [ "${EXTRA_KERNEL:-}" = backports ]; then
+    step "installing linux-image-amd64 from $SUITE-backports"
+    echo "deb $MIRROR $SUITE-backports main" > "$ROOT/etc/apt/sources.list.d/backports.list"
+    chroot "$ROOT" sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends -t $SUITE-backports linux-image-amd64 && apt-get clean"
+fi
 umount "$ROOT/proc"
 trap - EXIT
 rm -f "$ROOT/usr/sbin/policy-rc.d"
@@ -59,12 +70,18 @@ mkdir -p "$ROOT/etc/security/limits.d"
 echo '* - memlock unlimited' > "$ROOT/etc/security/limits.d/rdma.conf"
 
 step "kernel and image"
-kernel=$(find "$ROOT/boot" -name 'vmlinuz-*' | sort -V | tail -n 1)
-[ -n "$kernel" ] || die "no kernel in $ROOT/boot"
-version=${kernel##*/vmlinuz-}
-cp -f "$kernel" "$LAB/images/vmlinuz"
-cp -f "$ROOT/boot/initrd.img-$version" "$LAB/images/initrd.img"
+kernels=$(find "$ROOT/boot" -name 'vmlinuz-*' | sort -V)
+[ -n "$kernels" ] || die "no kernel in $ROOT/boot"
+for kernel in $kernels; do
+    v=${kernel##*/vmlinuz-}
+    cp -f "$kernel" "$LAB/images/vmlinuz-$v"
+    cp -f "$ROOT/boot/initrd.img-$v" "$LAB/images/initrd.img-$v"
+done
+# The default: the suite's own kernel, the oldest of the tree.
+version=$(echo "$kernels" | head -n 1); version=${version##*/vmlinuz-}
+cp -f "$LAB/images/vmlinuz-$version" "$LAB/images/vmlinuz"
+cp -f "$LAB/images/initrd.img-$version" "$LAB/images/initrd.img"
 echo "$version" > "$LAB/images/kernel-version"
 rm -f "$LAB/images/rootfs.img"
 mkfs.ext4 -q -F -L rxelab -d "$ROOT" "$LAB/images/rootfs.img" "$IMAGE_SIZE"
-step "done: kernel $version, $(du -h "$LAB/images/rootfs.img" | cut -f1) image in $LAB/images"
+step "done: kernels $(echo "$kernels" | sed 's|.*/vmlinuz-||' | tr '\n' ' ')(default $version), $(du -h "$LAB/images/rootfs.img" | cut -f1) image in $LAB/images"

@@ -13,6 +13,10 @@
 #   peer.sh selftest [NAME]     ibv_rc_pingpong and rping over the guest's own rxe
 #   peer.sh status [NAME]       running or not
 #
+# KERNEL=VERSION (or a prefix: KERNEL=6.12) boots $LAB/images/vmlinuz-VERSION
+# instead of the default kernel (build-image.sh EXTRA_KERNEL=backports adds
+# one); the guest's `uname -r` says which one runs.
+#
 # In CMD, $DEV is the guest's rxe device (rxe0) and $GIDX the index of its
 # RoCE v2 GID for its IPv4 address (for -g / -x). The host's side of the lab
 # is 10.77.0.1 in netns rxelab (net.sh): run the program under test there.
@@ -72,6 +76,12 @@ start)
     [ -f "$LAB/images/rootfs.img" ] || die "no image: run build-image.sh first"
     if running; then cat "$RUN/ready"; exit 0; fi
     bash "$HERE/net.sh" up
+    kernel=$LAB/images/vmlinuz initrd=$LAB/images/initrd.img
+    if [ -n "${KERNEL:-}" ]; then
+        kernel=$(find "$LAB/images" -name "vmlinuz-$KERNEL*" | sort -V | tail -n 1)
+        [ -n "$kernel" ] || die "no kernel $KERNEL in $LAB/images (build-image.sh EXTRA_KERNEL=backports)"
+        initrd=$LAB/images/initrd.img-${kernel##*/vmlinuz-}
+    fi
     rm -rf "$RUN"
     mkdir -p "$JOBS"
     # shellcheck disable=SC2054 # qemu's option values contain commas
@@ -81,7 +91,7 @@ start)
     ip netns exec "$NS" setsid qemu-system-x86_64 "${accel[@]}" -m "$MEM" -smp "$SMP" \
         -nodefaults -display none -no-reboot -monitor none \
         -serial "file:$RUN/console.log" \
-        -kernel "$LAB/images/vmlinuz" -initrd "$LAB/images/initrd.img" \
+        -kernel "$kernel" -initrd "$initrd" \
         -append "root=/dev/vda rw console=ttyS0 quiet init=/sbin/lab-init net.ifnames=0 lab.name=$NAME lab.ip=$(vm_ip "$NAME")/24" \
         -drive "file=$LAB/images/rootfs.img,format=raw,if=virtio,snapshot=on" \
         -virtfs "local,path=$RUN,mount_tag=lab,security_model=none,id=lab" \
@@ -134,7 +144,7 @@ status)
     if running; then echo "$NAME running (pid $(qemu_pid))"; else echo "$NAME stopped"; exit 1; fi
     ;;
 *)
-    sed -n '2,26p' "$0"
+    sed -n '2,30p' "$0"
     exit 2
     ;;
 esac

@@ -14,6 +14,9 @@ SIZE_MB=${3:-64}
 IP=${IP:-$(ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)}
 CFG=/sys/kernel/config/nvmet
 modprobe nvmet-rdma
+# The guest has no udev: loading the module makes /dev/loop-control and the
+# first loop devices (losetup --find finds none otherwise).
+modprobe loop
 mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config
 SUB=$CFG/subsystems/$NQN
 PORT=$CFG/ports/1

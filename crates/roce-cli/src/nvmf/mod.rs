@@ -72,6 +72,11 @@ struct TargetArgs {
     /// UDP port of the RoCE traffic.
     #[arg(long, default_value_t = 4791)]
     roce_port: u16,
+    /// Answer every command with a plain SEND, even when its keyed SGL
+    /// asks for remote invalidation (subtype Fh): the host then
+    /// invalidates its key itself (NVMe-oF 1.1 §7.3.2; docs/nvmf.md).
+    #[arg(long)]
+    no_remote_invalidate: bool,
     /// Serve what this nvmetcli-style JSON file describes (its RDMA port's
     /// subsystems, allowed hosts and namespaces) instead of the flags
     /// above; --bind and --port still choose where to listen.
@@ -117,8 +122,15 @@ fn open_capturing(
     roce_port: u16,
     pcap: Option<&std::path::Path>,
 ) -> Result<Context, String> {
+    // The peer is usually Linux (nvme-rdma or nvmet-rdma over rxe), whose
+    // IPv4 identification a UDP socket cannot see: its ICRC cannot be
+    // verified, only counted (docs/security.md), as rping and pingpong do.
+    // With the engine's default every datagram from rxe is dropped and
+    // no connection request is ever seen (docs/interop.md, "NVMe-oF
+    // against Linux").
     let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .icrc_check(roce_verbs::IcrcCheck::Count);
     if let Some(w) = crate::device::middleware(pcap, None).map_err(|e| e.to_string())? {
         o = o.wrap(w);
     }
@@ -202,6 +214,8 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
         }
         None => (flags_config(a)?, a.bind, a.port),
     };
+    let mut cfg = cfg;
+    cfg.limits.remote_invalidate = !a.no_remote_invalidate;
     let ctx = open(bind, a.roce_port)?;
     let names: Vec<&str> = cfg.subsystems.iter().map(|s| s.nqn.as_str()).collect();
     let names = names.join(", ");

@@ -6,27 +6,38 @@
 //! the parameters and sends them to the server over the TCP control
 //! connection ([`control`]); both sides print the result table. Every run
 //! verifies the transferred data unless `--no-verify`.
+//!
+//! One session driver ([`session`]) runs every test: per size, the
+//! buffers made ready, a sync, perftest's traffic loop for the side's role
+//! ([`traffic`], [`traffic_lat`]) and a report. It talks to the peer
+//! through one trait, [`plane::ControlPlane`] (exchange the endpoints,
+//! sync, report), with three implementations: roce perf's own exchange
+//! ([`native`]), perftest's over TCP ([`perftest`]) and over rdma_cm
+//! ([`perftest_cm`]), the two perftest ones one plane
+//! ([`perftest_plane`]) over two channels.
 
 mod args;
 pub(crate) mod backend;
-mod bw;
 mod control;
 mod error;
 mod interrupts;
 mod lane;
-mod lat;
 pub(crate) mod messages;
+mod native;
+mod native_report;
 mod net;
 mod perftest;
 mod perftest_cm;
 mod perftest_peer;
 mod perftest_plan;
-mod perftest_session;
+mod perftest_plane;
 pub(crate) mod perftest_wire;
+mod plane;
 mod print;
 mod progress;
 mod report;
 mod run;
+mod session;
 mod setup;
 mod traffic;
 mod traffic_lat;

@@ -16,7 +16,7 @@
 //!    QPs reach RTR/RTS; SEND tests do that single round before the
 //!    printing pass (captured with `-q 4`);
 //! 6. the sync rounds, traffic and reports of each size
-//!    ([`super::perftest_session`]): a key-string exchange per sync, the
+//!    ([`super::perftest_plane`]): a key-string exchange per sync, the
 //!    bandwidth report as five 8-byte big-endian exchanges (size,
 //!    iterations, peak, average MB/s, Mpps);
 //! 7. close: a key-string exchange, then each side writes "done\0" (5
@@ -33,11 +33,14 @@ use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::error::PerfError;
 use super::lane::DataQp;
+use super::messages::Endpoint;
 use super::messages::Test;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
 use super::perftest_plan::{mtu_msg, Plan, OUT_READS};
-use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
-use super::perftest_wire::{agreed_mtu, check_version, gid_of, version_msg, Dest, KEY_LEN};
+use super::perftest_plane::{print_rows, PerftestChannel, PerftestPlane};
+use super::perftest_wire::{agreed_mtu, check_version, version_msg, Dest, KEY_LEN};
+use super::plane::{ControlPlane, Endpoints};
+use super::session;
 use crate::stop::Stop;
 
 /// The TCP side of the exchange.
@@ -88,30 +91,24 @@ impl Oob {
     }
 }
 
-/// The keys of every QP: QPN, a starting PSN from the operating
+/// The endpoints of every QP: QPN, a starting PSN from the operating
 /// system's randomness (not the clock or the pid), the region.
-pub(crate) fn local_dests(
-    qps: &[DataQp],
-    plan: &Plan,
-    local: IpAddr,
-) -> Result<Vec<Dest>, PerfError> {
+fn local_endpoints(qps: &[DataQp], plan: &Plan, local: IpAddr) -> Result<Vec<Endpoint>, PerfError> {
     qps.iter()
         .map(|q| {
-            Ok(Dest {
-                lid: 0,
-                out_reads: plan.out_reads(),
+            Ok(Endpoint {
                 qpn: q.qp.qpn().value(),
                 psn: roce_verbs::random_psn()?.value(),
+                addr: local,
                 rkey: q.mr.rkey().value(),
                 vaddr: q.mr.addr(),
-                gid: gid_of(local),
-                srqn: 0,
+                len: plan.max_size(),
             })
         })
         .collect()
 }
 
-impl Control for Oob {
+impl PerftestChannel for Oob {
     fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         self.hand_shake(mine)
     }
@@ -216,23 +213,32 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
     let qps = (0..plan.qps)
         .map(|_| DataQp::create(&ctx, &plan))
         .collect::<Result<Vec<_>, _>>()?;
-    let mine = local_dests(&qps, &plan, local)?;
-    let rem = mine
-        .iter()
-        .map(|d| oob.hand_shake(d))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mine = local_endpoints(&qps, &plan, local)?;
+    let mut plane = PerftestPlane::new(&mut oob, &plan, client, plan.out_reads());
     // As in roce perf's own exchange: the GIDs the keys name are where
     // this side sends, so they must be the TCP peer's (unless -x), or a
     // stranger's keys could aim this side's traffic at a third host.
-    crate::device::check_peer_qps(
-        args.gid_index.is_some(),
-        rem.iter().map(|r| (r.qpn, r.addr())),
-        peer.first().copied(),
-        "-x",
-    )?;
+    let check = |rem: &[Endpoint]| {
+        crate::device::check_peer_qps(
+            args.gid_index.is_some(),
+            rem.iter().map(|r| (r.qpn, r.addr)),
+            peer.first().copied(),
+            "-x",
+        )
+        .map_err(PerfError::from)
+    };
+    let rem = plane
+        .exchange(
+            &Endpoints {
+                qps: mine.clone(),
+                mtu,
+            },
+            &check,
+        )?
+        .qps;
     let opts = ConnectOptions {
         path_mtu: Some(mtu),
-        max_rd_atomic: rem[0].out_reads.clamp(1, OUT_READS) as u8,
+        max_rd_atomic: plane.peer_out_reads().clamp(1, OUT_READS) as u8,
         timeout: 14,
         retry_cnt: 7,
         rnr_retry: 7,
@@ -243,20 +249,22 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
         let ep = QpEndpoint {
             qpn: roce_verbs::Qpn::new(r.qpn),
             psn: Psn::new(r.psn),
-            addr: r.addr(),
+            addr: r.addr,
             mr: Some(RemoteMr {
                 addr: r.vaddr,
                 rkey: Rkey::new(r.rkey),
-                len: plan.max_size(),
+                len: r.len,
             }),
         };
         q.qp.connect(Psn::new(m.psn), &ep, &opts)
             .map_err(super::during("cannot connect the QP"))?;
     }
-    let remotes = confirm_keys(&mut oob, &plan, &mine, &rem, args)?;
-    let rows = run_session(&mut oob, &plan, &qps, &remotes, &mine[0], client)?;
+    let remotes = plane.confirm_keys(args)?;
+    let lanes: Vec<_> = qps.iter().map(DataQp::lane).collect();
+    let rows = session::run(&mut plane, &plan.run(&lanes, &remotes, client))?;
+    let last = plane.first_keys()?;
     if test != Test::WriteLat {
-        oob.close(&mine[0])?;
+        oob.close(&last)?;
     }
     print_rows(&plan, mtu, &their_version, &rows, args);
     drop(qps);

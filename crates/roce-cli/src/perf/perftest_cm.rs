@@ -34,13 +34,16 @@ use super::args::PerfArgs;
 use super::backend::{link_path_mtu, open_context};
 use super::error::PerfError;
 use super::lane::DataQp;
+use super::messages::Endpoint;
 use super::messages::Test;
 use super::net::resolve;
 use super::perftest_plan::{mtu_msg, Plan};
-use super::perftest_session::{confirm_keys, print_rows, run_session, Control};
+use super::perftest_plane::{print_rows, PerftestChannel, PerftestPlane};
 use super::perftest_wire::{
-    agreed_mtu, dest_bytes, gid_of, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
+    agreed_mtu, dest_bytes, parse_dest, version_msg, version_text, Dest, CM_MSG_LEN,
 };
+use super::plane::{ControlPlane, Endpoints};
+use super::session;
 
 /// Size of a control message buffer (`sizeof(struct pingpong_dest)`).
 const MSG: usize = CM_MSG_LEN;
@@ -336,30 +339,30 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     }
     ch.xchg(&zeros, MSG)?;
 
-    // The keys, as over TCP: per QP, then the confirming rounds.
+    // The keys, as over TCP: per QP, then the confirming rounds. The
+    // CM connected the QPs: the keys tell each side the peer's buffers.
     let mut mine = Vec::with_capacity(dqs.len());
     for dq in &dqs {
         let attr = dq.qp.query()?;
-        mine.push(Dest {
-            lid: 0,
-            out_reads: if one_sided_reads(test) { 16 } else { 0 },
+        mine.push(Endpoint {
             qpn: dq.qp.qpn().value(),
             psn: attr.sq_psn.value(),
+            addr: local,
             rkey: dq.mr.rkey().value(),
             vaddr: dq.mr.addr(),
-            gid: gid_of(local),
-            srqn: 0,
+            len: plan.max_size(),
         });
     }
-    let rem = mine
-        .iter()
-        .map(|d| ch.keys(d))
-        .collect::<Result<Vec<_>, _>>()?;
-    let remotes = confirm_keys(&mut ch, &plan, &mine, &rem, args)?;
-    let rows = run_session(&mut ch, &plan, &dqs, &remotes, &mine[0], client)?;
+    let out_reads = if one_sided_reads(test) { 16 } else { 0 };
+    let mut plane = PerftestPlane::new(&mut ch, &plan, client, out_reads);
+    plane.exchange(&Endpoints { qps: mine, mtu }, &|_| Ok(()))?;
+    let remotes = plane.confirm_keys(args)?;
+    let lanes: Vec<_> = dqs.iter().map(DataQp::lane).collect();
+    let rows = session::run(&mut plane, &plan.run(&lanes, &remotes, client))?;
+    let last = plane.first_keys()?;
     // ib_write_lat has no closing round (over TCP it just closes).
     if test != Test::WriteLat {
-        ch.keys(&mine[0])?;
+        ch.keys(&last)?;
     }
     // perftest's server closes the data connections; its client waits.
     if client {
@@ -381,7 +384,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     Ok(())
 }
 
-impl Control for Channel {
+impl PerftestChannel for Channel {
     fn keys(&mut self, mine: &Dest) -> Result<Dest, PerfError> {
         Channel::keys(self, mine)
     }

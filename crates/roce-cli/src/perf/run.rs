@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::time::Duration;
 
+use roce_verbs::Rkey;
 use serde_json::{json, Value};
 
 use super::args::{adopted_note, check_gid_index, check_modes, BackendKind, PerfArgs};
@@ -11,9 +12,11 @@ use super::control::{self, Control};
 use super::error::PerfError;
 use super::interrupts::Interrupts;
 use super::messages::Params;
+use super::native::NativePlane;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, listen_loopback, resolve};
+use super::plane::{Data, Run};
 use super::print::{pcap_problem, print_results};
-use super::{backend, bw, lat, perftest, perftest_cm, setup};
+use super::{backend, perftest, perftest_cm, session, setup};
 use crate::stop::Stop;
 
 /// Runs `roce perf`; returns the exit status. `stop` (Ctrl-C) cuts the
@@ -141,6 +144,10 @@ const LOOP_SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 /// The client's address on the in-memory fabric, a wire between two
 /// hosts with one address each (the control connection uses it too).
 const FABRIC_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// Bytes in flight per side across all QPs over roce perf's exchange
+/// (the UDP backend's receive buffer is 8 MiB): UDP has no flow control,
+/// and what overflows the peer's socket buffer starts go-back-N.
+const INFLIGHT_BUDGET: u64 = 4 << 20;
 
 fn run_loopback(args: &PerfArgs, int: &Interrupts) -> Result<(), PerfError> {
     if args.server.is_some() {
@@ -351,8 +358,11 @@ fn serve(
     } else {
         local
     };
-    let r = setup::Session::open(args, &params, local, fabric, &mut ctl, false)
-        .and_then(|mut s| run_session(&mut s, &mut ctl));
+    let r = {
+        let mut plane = NativePlane::new(&mut ctl, &params, false);
+        setup::Session::open(args, &params, local, fabric, &mut plane, false)
+            .and_then(|mut s| run_session(&mut s, &mut plane))
+    };
     match r {
         Ok((results, params, counters)) => {
             if !quiet {
@@ -367,18 +377,43 @@ fn serve(
     }
 }
 
-/// Runs the session's tests. A failure is reported to the peer before the
-/// session is torn down (closing the context can take a while, and the
-/// peer would go on sending meanwhile).
+/// Runs the session's tests through the one driver over roce perf's
+/// exchange. A failure is reported to the peer before the session is
+/// torn down (closing the context can take a while, and the peer would
+/// go on sending meanwhile).
 fn run_session(
     s: &mut setup::Session,
-    ctl: &mut Control,
+    plane: &mut NativePlane<'_>,
 ) -> Result<(Vec<Value>, Params, Value), PerfError> {
-    let results = if s.params.test.is_bw() {
-        bw::run(s, ctl)
-    } else {
-        lat::run(s, ctl)
+    let lanes: Vec<_> = (0..s.qps.len()).map(|q| s.lane(q)).collect();
+    let remotes: Vec<(u64, Rkey)> = s
+        .remote
+        .iter()
+        .map(|r| (r.vaddr, Rkey::new(r.rkey)))
+        .collect();
+    let p = &s.params;
+    let run = Run {
+        lanes: &lanes,
+        remotes: &remotes,
+        test: p.test,
+        client: s.is_client,
+        bidir: p.bidir,
+        sizes: &p.sizes,
+        iters: p.iters,
+        duration: p.duration,
+        tx_depth: u64::from(p.tx_depth),
+        inflight_budget: Some(INFLIGHT_BUDGET),
+        // One signaled send in 64 (perftest's default moderation is 100).
+        cq_mod: 64,
+        progress_every: s.progress_every,
+        data: Some(Data {
+            own: s.own_pattern(s.max_size as usize),
+            peer: s.peer_pattern(s.max_size as usize),
+            verify: p.verify,
+        }),
+        peer_says_sent: true,
     };
+    let results = session::run(plane, &run);
     match results {
         Ok(results) => {
             let mut counters = s.counters_json();
@@ -388,7 +423,7 @@ fn run_session(
             Ok((results, s.params.clone(), counters))
         }
         Err(e) => {
-            ctl.send_error(&e.to_string());
+            plane.ctl.send_error(&e.to_string());
             Err(e)
         }
     }
@@ -422,8 +457,11 @@ fn run_client(
             return Err(e);
         }
     };
-    let r = setup::Session::open(args, &params, local, fabric, &mut ctl, true)
-        .and_then(|mut s| run_session(&mut s, &mut ctl));
+    let r = {
+        let mut plane = NativePlane::new(&mut ctl, &params, true);
+        setup::Session::open(args, &params, local, fabric, &mut plane, true)
+            .and_then(|mut s| run_session(&mut s, &mut plane))
+    };
     match r {
         Ok((results, params, counters)) => {
             print_results(args, &params, &results, &counters, int);

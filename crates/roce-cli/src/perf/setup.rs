@@ -11,13 +11,13 @@ use serde_json::{json, Value};
 
 use super::args::{BackendKind, PerfArgs};
 use super::backend::{link_path_mtu, open_moving, prime_neighbours};
-use super::control::{Control, Endpoint};
+use super::control::Endpoint;
 use super::error::PerfError;
-use super::interrupts::Interrupts;
 use super::lane::Lane;
-use super::messages::endpoints_from_json;
 use super::messages::layout;
 use super::messages::Params;
+use super::native::NativePlane;
+use super::plane::{ControlPlane, Endpoints};
 
 /// The peer's QPs are where this side sends: they must be at the peer's
 /// own address (the one on the control connection), unless this side
@@ -86,8 +86,6 @@ pub(crate) struct Session {
     /// Mixed into the pattern expected from the peer: 0, except in the
     /// tests that prove a wrong payload fails the run (`--verify-salt`).
     peer_salt: u64,
-    /// How the run is cut short (Ctrl-C here or at the peer).
-    pub(crate) int: Interrupts,
     /// Progress lines while a size runs ([`super::progress::interval`]).
     pub(crate) progress_every: Option<std::time::Duration>,
     _pd: ProtectionDomain,
@@ -111,7 +109,7 @@ impl Session {
         params: &Params,
         local: IpAddr,
         fabric: Option<&roce_io::Fabric>,
-        ctl: &mut Control,
+        plane: &mut NativePlane<'_>,
         is_client: bool,
     ) -> Result<Session, PerfError> {
         // perftest's rule: a path MTU above what the link carries is
@@ -123,7 +121,7 @@ impl Session {
         // endpoints say where it is.
         let moves = args.local_moves
             || (args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
-        let avoid: Vec<IpAddr> = ctl.peer_ip().into_iter().collect();
+        let avoid: Vec<IpAddr> = plane.ctl.peer_ip().into_iter().collect();
         let (ctx, local) = open_moving(args, local, mtu, fabric, moves, &avoid, args.json)?;
         let pd = ctx.alloc_pd();
         let nq = params.qps as u64;
@@ -191,25 +189,16 @@ impl Session {
                 len: slot,
             })
             .collect();
-        let msg = json!({"type": "endpoints", "mtu": mtu,
-                         "qps": mine.iter().map(|e| e.to_json()).collect::<Vec<_>>()});
         // The client checks the server's endpoints before it answers, so
         // that a mismatch is said once, by the side that sees it first.
-        let peer = ctl.peer_ip();
-        let received = |v: &Value| -> Result<(Vec<Endpoint>, u32), PerfError> {
-            let (remote, mtu) = endpoints_from_json(v)?;
-            check_family(args, local, &remote, is_client)?;
-            check_addresses(args.gid_index, &remote, peer)?;
-            Ok((remote, mtu))
+        let peer = plane.ctl.peer_ip();
+        let check = |remote: &[Endpoint]| {
+            check_family(args, local, remote, is_client)?;
+            check_addresses(args.gid_index, remote, peer)
         };
-        let (remote, theirs_mtu) = if is_client {
-            let theirs = received(&ctl.expect("endpoints")?)?;
-            ctl.send(&msg)?;
-            theirs
-        } else {
-            ctl.send(&msg)?;
-            received(&ctl.expect("endpoints")?)?
-        };
+        let mine = Endpoints { qps: mine, mtu };
+        let theirs = plane.exchange(&mine, &check)?;
+        let (mine, remote, theirs_mtu) = (mine.qps, theirs.qps, theirs.mtu);
         if remote.len() != qps.len() {
             return Err(PerfError::Failed(format!(
                 "the peer has {} QPs, this side {}",
@@ -251,8 +240,8 @@ impl Session {
             qp.connect(Psn::new(m.psn), &ep, &opts)
                 .map_err(super::during(format!("cannot connect QP {}", m.qpn)))?;
         }
-        ctl.barrier("connected")?;
-        ctl.interrupts().set_up();
+        plane.ctl.barrier("connected")?;
+        plane.int.set_up();
         Ok(Session {
             params,
             is_client,
@@ -266,15 +255,9 @@ impl Session {
             remote,
             local: mine,
             peer_salt: args.verify_salt,
-            int: ctl.interrupts().clone(),
             progress_every: super::progress::interval(args),
             _pd: pd,
         })
-    }
-
-    /// Whether the run is being cut short, here or by the peer.
-    pub(crate) fn stopping(&self) -> bool {
-        self.int.stopping()
     }
 
     /// This side's counters for `--json`: the engine's device counters,
@@ -328,19 +311,6 @@ impl Session {
             "backend": backend,
             "qps": qps,
         })
-    }
-
-    /// Progress of `-a` on stderr, one line per size as it ends (the
-    /// table comes at the end; 23 sizes of 5,000 iterations take about a
-    /// minute, and a progress bar shows only on a terminal).
-    pub(crate) fn size_done(&self, k: usize, result: &Value) {
-        let n = self.params.sizes.len();
-        if n < 2 || !self.is_client {
-            return;
-        }
-        let row = result.get("row").and_then(Value::as_str).unwrap_or("");
-        // Not "roce perf: ...", which introduces errors.
-        eprintln!("[size {} of {n} done] {}", k + 1, row.trim());
     }
 
     /// QP `q` as a traffic loop uses it: the peer's area, this side's

@@ -10,9 +10,9 @@
 //!
 //! A loop sees its control plane only through [`Watch`]: while it waits
 //! it asks whether the peer failed, stalled, moved on or was stopped.
-//! What the control planes exchange around the loops (endpoints, sync
-//! rounds, reports) is theirs: `bw.rs`/`lat.rs` for roce perf's exchange,
-//! `perftest_session.rs` for perftest's.
+//! The session driver ([`super::session`]) runs them; what the control
+//! planes exchange around them (endpoints, sync rounds, reports) is the
+//! planes' ([`super::plane::ControlPlane`]).
 
 use std::time::{Duration, Instant};
 

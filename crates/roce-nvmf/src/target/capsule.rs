@@ -446,7 +446,7 @@ impl Target {
         if let Some(q) = self.conns.get_mut(&conn) {
             q.outstanding.remove(&cid);
         }
-        let invalidate = invalidate.then_some(key);
+        let invalidate = (invalidate && self.cfg.limits.remote_invalidate).then_some(key);
         self.actions.push_back(Action::Respond {
             conn,
             cqe,

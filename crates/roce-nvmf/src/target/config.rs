@@ -124,6 +124,12 @@ pub struct Limits {
     /// Command Interrupted, which the host retries (Connect data is not
     /// counted).
     pub max_pending_host_data: u64,
+    /// Answer a command whose keyed SGL descriptor has the invalidate
+    /// subtype (Fh) with a SEND with Invalidate of its key (NVMe-oF 1.1
+    /// §7.3.2: the target may); off, every response is a plain SEND and
+    /// the host invalidates its key itself, as Linux's host does when a
+    /// response does not (docs/nvmf.md, "What Linux's host does").
+    pub remote_invalidate: bool,
 }
 
 impl Default for Limits {
@@ -139,6 +145,7 @@ impl Default for Limits {
             aer_limit: 4,
             error_log_entries: 16,
             max_pending_host_data: 256 << 20,
+            remote_invalidate: true,
         }
     }
 }

@@ -402,3 +402,26 @@ fn several_io_queues_up_to_the_granted_number() {
     // The same CID on two queues is no conflict.
     assert_eq!(r.cid, Cid(1));
 }
+
+/// With `Limits::remote_invalidate` off, a command whose keyed SGL asks
+/// for invalidation (subtype Fh, as Linux's host sends every one with
+/// data) is answered by a plain SEND: the host invalidates the key
+/// itself. Its data still moves (docs/interop.md, "NVMe-oF against
+/// Linux": the loss case).
+#[test]
+fn responses_without_remote_invalidate_when_turned_off() {
+    let mut cfg = config();
+    cfg.limits.remote_invalidate = false;
+    let mut s = Sim::new(cfg);
+    let (_admin, io, _) = s.io_ready(16);
+    let data: Vec<u8> = (0..1024).map(|i| (i * 5 + 1) as u8).collect();
+    let src = s.buf(data.clone(), true);
+    let r = s.cmd(io, &ini::write(Cid(1), Nsid(1), 0, 2, false, src));
+    assert_eq!(r.status, Status::SUCCESS);
+    assert_eq!(s.responses.last().unwrap().2, None);
+    let dst = s.buf(vec![0; 1024], true);
+    let r = s.cmd(io, &ini::read(Cid(2), Nsid(1), 0, 2, dst));
+    assert_eq!(r.status, Status::SUCCESS);
+    assert_eq!(s.responses.last().unwrap().2, None);
+    assert_eq!(s.mem(dst), &data[..]);
+}
