@@ -81,6 +81,18 @@ impl EventFd {
         self.own.as_raw_fd()
     }
 
+    /// The library's own descriptor, borrowed (to wait on).
+    pub fn own_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.own)
+    }
+
+    /// Whether a take waits (the program left the descriptor blocking).
+    pub fn blocking(&self) -> bool {
+        // SAFETY: F_GETFL reads the flags of our own descriptor.
+        let fl = unsafe { libc::fcntl(self.own.as_raw_fd(), libc::F_GETFL) };
+        fl >= 0 && fl & libc::O_NONBLOCK == 0
+    }
+
     /// Counts one event.
     pub fn count(&self) {
         let one: u64 = 1;
@@ -179,6 +191,38 @@ pub fn take_count(fd: c_int) -> Res<()> {
     } else {
         Err(last_errno())
     }
+}
+
+/// Whether a wait in `poll()` that a signal handler interrupted ends
+/// with `EINTR`, as the kernel's `read()` of the descriptor would: the
+/// kernel restarts a read after a handler installed with `SA_RESTART`,
+/// but never a `poll()`, and which signal came is not known there. So:
+/// when every handler the program installed has `SA_RESTART` (or there
+/// is none), the wait goes on; when one lacks it, the wait ends (a
+/// program with handlers of both kinds may see `EINTR` where the
+/// kernel's read would have gone on).
+pub fn interrupt_ends_wait() -> bool {
+    // Faults (the handlers of a runtime or of this library) come from
+    // the faulting instruction, never during a wait.
+    const FAULTS: [c_int; 6] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ];
+    (1..=libc::SIGRTMAX())
+        .filter(|s| !FAULTS.contains(s))
+        .any(|sig| {
+            // SAFETY: all-zero is a valid sigaction; sigaction only reads
+            // the handler of `sig` into it (an invalid number fails).
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let ok = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0;
+            let handled = old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN;
+            ok && handled && old.sa_flags & libc::SA_RESTART == 0
+        })
 }
 
 /// Waits until `fd` has a count to take, without taking it: at once
@@ -295,6 +339,17 @@ mod tests {
         (e.counting())();
         assert_eq!(wait_readable(e.own()), Ok(()));
         assert_eq!(e.take(), Ok(()));
+        e.release();
+    }
+
+    #[test]
+    fn blocking_follows_the_programs_flags() {
+        let e = EventFd::new().unwrap();
+        assert!(e.blocking());
+        // SAFETY: the test plays the program making its number
+        // non-blocking.
+        unsafe { libc::fcntl(e.shown(), libc::F_SETFL, libc::O_NONBLOCK) };
+        assert!(!e.blocking());
         e.release();
     }
 

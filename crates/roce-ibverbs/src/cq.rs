@@ -6,13 +6,12 @@ use std::cell::{Cell, UnsafeCell};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use roce_verbs::{Completion, CqId, NetworkHdr, Wc, WcFlags};
+use roce_verbs::{ChannelWait, Completion, CqId, NetworkHdr, Wc, WcFlags};
 
 use crate::abi::*;
 use crate::context::{same_context, Context, Objects};
-use crate::eventfd::EventFd;
+use crate::eventfd::{self, EventFd};
 use crate::ffi::Raw;
 use crate::ffi::{arg, errno_ret, minus_one, ptr_ret, verr, Res};
 use crate::ffi::{count_neg, value_or, void};
@@ -509,7 +508,7 @@ export! {
                 // runs under the queue's lock): an event taken here has
                 // its count on the eventfd already. A count left with no
                 // event (a destroyed CQ's) is dropped.
-                if let Some(q) = h.ch.get_event(Some(Duration::ZERO)) {
+                if let Some(q) = h.ch.take_event() {
                     if !counted {
                         h.efd.take()?;
                     }
@@ -524,10 +523,26 @@ export! {
                     }
                     return Ok(0);
                 }
-                // Waits in read(), as the kernel's ibv_get_cq_event does:
-                // a signal whose handler was installed without SA_RESTART
-                // ends the wait with EINTR (qperf's SIGALRM ends its
-                // tests that way), one with SA_RESTART does not.
+                // A blocking wait takes the context's datagrams on this
+                // thread meanwhile (`wait_io`): woken by the one that
+                // completes the CQ, it raises the event itself, with no
+                // progress thread between (docs/performance.md,
+                // "Completion events"). A signal ends it as it ends the
+                // kernel's read of the channel: EINTR after a handler
+                // installed without SA_RESTART (qperf's SIGALRM ends its
+                // tests that way), not after one with it.
+                if h.efd.blocking() {
+                    match h.ch.wait_io(h.efd.own_fd()) {
+                        ChannelWait::Interrupted if eventfd::interrupt_ends_wait() => {
+                            return Err(libc::EINTR)
+                        }
+                        ChannelWait::Interrupted => continue,
+                        ChannelWait::Event | ChannelWait::HandedOver => {}
+                    }
+                } else {
+                    h.ch.hand_over();
+                }
+                // Waits in read() (at once after an event): the count.
                 h.efd.take()?;
                 counted = true;
             }

@@ -98,25 +98,31 @@ impl Engine {
     /// A context closing: it gets no more events; the last one takes the
     /// engine out of the process's table (it stops when its last object
     /// goes) and says (`ROCE_LOG`) what its backend counted, such as the
-    /// datagrams it forwarded to other processes of a shared address.
+    /// datagrams it forwarded to other processes of a shared address, and
+    /// how completion events reached the threads that waited for them.
     pub(crate) fn leave(self: &Arc<Self>, ctx: *mut ibv_context) {
         let mut c = self.contexts();
         c.retain(|Raw(p)| *p != ctx.cast());
         if c.is_empty() {
             drop(c);
+            // With how completion events reached threads blocked in
+            // ibv_get_cq_event (roce_verbs::WaitCounters).
+            let w = self.verbs.wait_counters();
+            let mut counted = self.verbs.backend_counters();
+            counted.push(("cq_events_own_step", w.events_own_step));
+            counted.push(("cq_events_woken", w.events_woken));
             crate::config::log!(
                 "{} on {} closed: {}",
                 self.device.info.name(),
                 self.local,
-                self.verbs
-                    .backend_counters()
+                counted
                     .iter()
                     .filter(|(_, v)| *v != 0)
                     .map(|(k, v)| format!("{k} {v}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            crate::debug::engine_closed(self.verbs.backend_counters());
+            crate::debug::engine_closed(counted);
             engines().retain(|e| !Arc::ptr_eq(e, self));
         }
     }

@@ -251,6 +251,37 @@ fn ibv_rc_pingpong_with_completion_events() {
     pingpong("ibv_rc_pingpong", &["-e"], 200);
 }
 
+/// A thread blocked in `ibv_get_cq_event` takes the datagrams itself
+/// (`CompletionChannel::wait_io`): some of its events come from its own
+/// step, with no progress thread between (counted by each process at
+/// close, `ROCE_LOG`). By counters, not timing: any one event may still
+/// come from the progress thread (a kicked step on a loaded host).
+#[test]
+fn ibv_rc_pingpong_events_come_from_the_waiting_threads_own_step() {
+    if !have("ibv_rc_pingpong") {
+        return;
+    }
+    let args = ["-d", "roce_lo", "-g", "0", "-n", "200", "-e"];
+    let env = [("ROCE_LOG", "1")];
+    let (s, c) = pair_env(
+        "ibv_rc_pingpong",
+        "-p",
+        &args,
+        Duration::from_secs(60),
+        &env,
+    );
+    for out in [&s, &c] {
+        assert!(out.contains("200 iters in"), "{out}");
+        let own: u64 = out
+            .split("cq_events_own_step ")
+            .nth(1)
+            .and_then(|r| r.split(|ch: char| !ch.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no cq_events_own_step count: {out}"));
+        assert!(own > 0, "{out}");
+    }
+}
+
 #[test]
 fn ibv_rc_pingpong_large_messages() {
     pingpong("ibv_rc_pingpong", &["-s", "65536", "-m", "1024"], 50);

@@ -181,6 +181,6 @@ pub use neigh::neighbor;
 pub use packet::{PacketBackend, PacketConfig, PacketStats};
 pub use pcap::{mac_for, PcapStats, PcapTap, SharedPcap, ETHERTYPE_UNKNOWN};
 #[cfg(target_os = "linux")]
-pub use sleeper::{Sleeper, Wake};
+pub use sleeper::{Either, Sleeper, Wake};
 #[cfg(target_os = "linux")]
 pub use udp::{SourcePorts, UdpBackend, UdpConfig, UdpOffloads, UdpSet, UdpStats};

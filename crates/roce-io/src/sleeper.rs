@@ -70,6 +70,48 @@ impl Sleeper {
     pub fn wake(&self) {
         let _ = self.event.write(1);
     }
+
+    /// Blocks until `other` or the backend's descriptor is readable, or
+    /// `timeout` passes (`None`: no timeout), without taking anything
+    /// from either and without the wakes of [`wake`](Self::wake) (those
+    /// are the progress thread's): for an application thread that waits
+    /// for a completion event on `other` and takes arriving datagrams
+    /// itself meanwhile.
+    pub fn wait_with(
+        &self,
+        other: BorrowedFd<'_>,
+        timeout: Option<Duration>,
+    ) -> io::Result<Either> {
+        let mut fds = [
+            PollFd::new(other, PollFlags::POLLIN),
+            PollFd::new(self.fd.as_fd(), PollFlags::POLLIN),
+        ];
+        match nix::poll::ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
+            Ok(0) => return Ok(Either::Timeout),
+            Err(Errno::EINTR) => return Ok(Either::Interrupted),
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+        Ok(if ready(&fds[0]) {
+            Either::Other
+        } else {
+            Either::Readable
+        })
+    }
+}
+
+/// Why [`Sleeper::wait_with`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Either {
+    /// The other descriptor is readable (or in error: its reader finds out).
+    Other,
+    /// The backend's descriptor is readable.
+    Readable,
+    /// The timeout passed.
+    Timeout,
+    /// A signal handler ran.
+    Interrupted,
 }
 
 #[cfg(test)]
@@ -78,6 +120,24 @@ mod tests {
     use std::net::UdpSocket;
     use std::sync::Arc;
     use std::time::Instant;
+
+    #[test]
+    fn waits_with_another_descriptor_but_not_for_wakes() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = Sleeper::new(rx.as_fd()).unwrap();
+        let other = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).unwrap();
+        // A wake is the progress thread's: it does not end this wait.
+        s.wake();
+        let short = Some(Duration::from_millis(20));
+        assert_eq!(s.wait_with(other.as_fd(), short).unwrap(), Either::Timeout);
+        other.write(1).unwrap();
+        assert_eq!(s.wait_with(other.as_fd(), None).unwrap(), Either::Other);
+        other.read().unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        let long = Some(Duration::from_secs(5));
+        assert_eq!(s.wait_with(other.as_fd(), long).unwrap(), Either::Readable);
+    }
 
     #[test]
     fn wakes_on_a_datagram_a_wake_or_the_timeout() {

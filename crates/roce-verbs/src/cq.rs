@@ -60,7 +60,7 @@ pub(crate) struct CqInner {
     pub(crate) id: CqId,
     pub(crate) ctx: Context,
     channel: Option<CompletionChannel>,
-    unacked: AtomicU64,
+    pub(crate) unacked: AtomicU64,
 }
 
 impl Drop for CqInner {
@@ -266,7 +266,7 @@ pub(crate) struct ChannelInner {
     pub(crate) cv: Condvar,
     /// [`CompletionChannel::set_notifier`].
     pub(crate) notifier: OnceLock<Notifier>,
-    ctx: Context,
+    pub(crate) ctx: Context,
 }
 
 impl std::fmt::Debug for ChannelInner {
@@ -282,7 +282,7 @@ impl std::fmt::Debug for ChannelInner {
 /// events, for a thread to block on instead of polling.
 #[derive(Clone, Debug)]
 pub struct CompletionChannel {
-    inner: Arc<ChannelInner>,
+    pub(crate) inner: Arc<ChannelInner>,
 }
 
 impl CompletionChannel {

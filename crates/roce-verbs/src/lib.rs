@@ -122,6 +122,7 @@ mod config;
 mod connect;
 mod context;
 mod cq;
+mod cq_wait;
 mod device;
 mod error;
 // Guarded copies of program memory: assembly, a signal handler, and
@@ -150,6 +151,7 @@ pub use config::ProgressConfig;
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
 pub use cq::{Completion, CompletionChannel, CompletionQueue};
+pub use cq_wait::{ChannelWait, WaitCounters};
 pub use device::{node_guid, shm_setting, BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{DeregError, Error, OwnedPostError};
 pub use limits::{DeviceLimits, LIMITS};

@@ -403,6 +403,7 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
     // The rules of when a step wakes the progress thread:
     // `schedule::wake_after_step`.
     let wake_at = shared.sig.wake_at.load(Ordering::Acquire);
+    let waiter_until = shared.sig.waiter_until.load(Ordering::Acquire);
     if schedule::wake_after_step(
         &shared.tuning,
         driver == Driver::Poll,
@@ -410,7 +411,9 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         out.deadline,
         wake_at,
         shared.recent(),
-    ) {
+    ) || (shared.sig.waiting()
+        && schedule::timer_beside_waiter_wakes(out.deadline, waiter_until, wake_at))
+    {
         shared.unpark();
     }
     Some(out)
@@ -502,9 +505,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         let polls = shared.sig.polls.load(Ordering::Relaxed);
-        if let Some(nap) = rules.watch(&t, now, last_inline, polls) {
-            // An application polls: its steps do the work; this thread
-            // only looks again later, unless work was handed to it.
+        let waits = shared.sig.waits();
+        if let Some(nap) = rules.watch_beside(&t, now, last_inline, polls, waits) {
+            // An application polls, or waits on the descriptor: its steps
+            // do the work; this thread only looks again later, unless
+            // work was handed to it.
             if !shared.sig.kicked.swap(false, Ordering::SeqCst) {
                 shared.sig.wake_at.store(now + nap, Ordering::Release);
                 if !shared.shutdown.load(Ordering::Acquire) {
@@ -527,6 +532,14 @@ pub(crate) fn run(shared: Arc<Shared>) {
             },
             Err(TryLockError::Poisoned(p)) => thread_step(&shared, &mut p.into_inner()),
         };
+        let stepped = Stepped {
+            beside_waiter: shared.sig.waiting(),
+            ..stepped
+        };
+        rules.note_step(
+            stepped.deadline,
+            shared.sig.waiter_until.load(Ordering::Acquire),
+        );
         let now = shared.now();
         let last_inline = shared.sig.last_inline.load(Ordering::Relaxed);
         match rules.rest(&t, now, stepped, last_inline, shared.has_sleeper()) {
@@ -566,7 +579,7 @@ fn thread_step(shared: &Shared, io: &mut Io) -> Stepped {
         work: out.work,
         more: out.more,
         deadline: out.deadline,
-        driven: false,
+        ..Stepped::default()
     }
 }
 

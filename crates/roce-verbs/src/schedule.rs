@@ -57,6 +57,21 @@ pub(crate) struct Signals {
     pub(crate) cq_polls_at_post: AtomicU64,
     /// Posts whose packets wait for the end of their burst.
     pub(crate) posts_waiting: AtomicUsize,
+    /// Application threads blocked for a completion event on the
+    /// backend's descriptor ([`CompletionChannel::wait_io`](crate::CompletionChannel::wait_io)):
+    /// while there is one, it takes what arrives ([`Waiter`]).
+    pub(crate) waiters: AtomicUsize,
+    /// Waits begun: unchanged between two looks of the progress thread
+    /// while a thread waits, the same wait went on all along (idle).
+    pub(crate) waits: AtomicU64,
+    /// When a thread blocked on the descriptor wakes by itself for its
+    /// engine timer ([`RUNNING`]: never, or it is awake): a timer another
+    /// thread's step leaves before that is not the waiter's to run.
+    pub(crate) waiter_until: AtomicU64,
+    /// Waits of `wait_io` ended by an event the waiting thread's own
+    /// step raised, and by one another thread raised.
+    pub(crate) events_own_step: AtomicU64,
+    pub(crate) events_woken: AtomicU64,
 }
 
 impl Default for Signals {
@@ -72,6 +87,11 @@ impl Default for Signals {
             cq_polls: AtomicU64::new(0),
             cq_polls_at_post: AtomicU64::new(0),
             posts_waiting: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
+            waiter_until: AtomicU64::new(RUNNING),
+            events_own_step: AtomicU64::new(0),
+            events_woken: AtomicU64::new(0),
         }
     }
 }
@@ -85,6 +105,27 @@ fn bump(c: &AtomicU64) -> u64 {
 }
 
 impl Signals {
+    /// Whether an application thread waits on the backend's descriptor.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+    }
+
+    /// The count of waits begun while a thread waits on the backend's
+    /// descriptor, `None` while none does.
+    pub(crate) fn waits(&self) -> Option<u64> {
+        self.waiting().then(|| self.waits.load(Ordering::Relaxed))
+    }
+
+    /// A wait for a completion event ended: by the waiting thread's own
+    /// step (`own`) or by another thread's.
+    pub(crate) fn wait_ended(&self, own: bool) {
+        if own {
+            self.events_own_step.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.events_woken.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// An application thread polls a CQ.
     pub(crate) fn cq_polled(&self) {
         bump(&self.cq_polls);
@@ -244,6 +285,13 @@ pub(crate) struct ThreadRules {
     watch: Nanos,
     polls_seen: u64,
     last_work: Nanos,
+    /// Its next look beside a waiting thread, and the count of waits at
+    /// the last look ([`watch_beside`](Self::watch_beside)).
+    beside: Nanos,
+    waits_seen: u64,
+    /// The engine timer its last step saw that no waiting thread would
+    /// run ([`note_step`](Self::note_step)).
+    due: Option<Nanos>,
 }
 
 /// What the progress thread does after a step.
@@ -267,6 +315,9 @@ pub(crate) struct Stepped {
     pub(crate) deadline: Option<Nanos>,
     /// An application thread held the I/O: no step ran.
     pub(crate) driven: bool,
+    /// An application thread waits on the backend's descriptor
+    /// ([`Signals::waiters`]): it takes what arrives.
+    pub(crate) beside_waiter: bool,
 }
 
 impl ThreadRules {
@@ -276,6 +327,9 @@ impl ThreadRules {
             watch: t.first_look(),
             polls_seen: 0,
             last_work: now,
+            beside: 0,
+            waits_seen: 0,
+            due: None,
         }
     }
 
@@ -298,6 +352,54 @@ impl ThreadRules {
             && polls.wrapping_sub(self.polls_seen) >= 2;
         self.polls_seen = polls;
         polling.then_some(self.watch)
+    }
+
+    /// [`watch`](Self::watch), and beside an application thread blocked
+    /// for a completion event on the backend's descriptor (`waits`: the
+    /// count of waits begun, `None` while no thread waits): that thread
+    /// takes what arrives and runs the timers due while it waits
+    /// ([`Waiter`]), so this one neither steps nor sleeps on the
+    /// descriptor (both would wake for the same datagram): it looks
+    /// again after the nap, unless work was handed to it (a kick: a
+    /// post's timer earlier than the nap's end, or a post that could not
+    /// send its packets itself). While waits end and begin (a ping-pong)
+    /// it looks as at a poller; while one wait goes on from look to look
+    /// (an idle program) the nap doubles up to [`IDLE_ON_IO`], and the
+    /// wait's end wakes it ([`waiter_left_wakes`]).
+    pub(crate) fn watch_beside(
+        &mut self,
+        t: &Tuning,
+        now: Nanos,
+        last_inline: Nanos,
+        polls: u64,
+        waits: Option<u64>,
+    ) -> Option<Nanos> {
+        let polling = self.watch(t, now, last_inline, polls);
+        let Some(waits) = waits else {
+            self.beside = 0;
+            return polling;
+        };
+        let idle = self.beside > 0 && waits == self.waits_seen;
+        self.waits_seen = waits;
+        self.beside = if idle {
+            (self.beside * 2).min(IDLE_ON_IO.max(t.poller_park))
+        } else {
+            self.watch
+        };
+        // A timer the waiter does not know of (another thread's post left
+        // it while the waiter slept) is this thread's: step when it is due.
+        match self.due {
+            Some(d) if d <= now => None,
+            Some(d) => Some(self.beside.min(d - now)),
+            None => Some(self.beside),
+        }
+    }
+
+    /// After this thread's step, which left the engine's next timer at
+    /// `deadline`: a timer before `waiter_until` (when a waiting thread
+    /// wakes by itself) is this thread's to run, beside the waiter too.
+    pub(crate) fn note_step(&mut self, deadline: Option<Nanos>, waiter_until: Nanos) {
+        self.due = deadline.filter(|&d| d < waiter_until);
     }
 
     /// The look of [`watch`](Self::watch) slept: the next comes twice as
@@ -340,7 +442,8 @@ impl ThreadRules {
         // taken to be still polling (one round of its loop can take longer
         // than the spin, e.g. under an emulated CPU where every system
         // call is slow).
-        let inline_active = s.driven || now.saturating_sub(last_inline) < t.max_park;
+        let inline_active =
+            s.driven || s.beside_waiter || now.saturating_sub(last_inline) < t.max_park;
         if !inline_active && now.saturating_sub(self.last_work) < t.spin {
             return Rest::Yield;
         }
@@ -366,6 +469,9 @@ impl ThreadRules {
         self.park = (self.park * 2).min(t.max_park);
     }
 }
+
+mod waiter;
+pub(crate) use waiter::{timer_beside_waiter_wakes, waiter_left_wakes, WaitNext, Waiter};
 
 #[cfg(test)]
 mod tests;

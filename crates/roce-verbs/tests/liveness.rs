@@ -40,6 +40,13 @@ enum Wait {
     ThreadOnly,
     Channel,
     TwoThreads,
+    /// Blocking in `CompletionChannel::wait_io` on an eventfd the
+    /// channel's notifier counts on (the drop-in's `ibv_get_cq_event`):
+    /// the waiting thread takes the datagrams itself.
+    ChannelIo,
+    /// Two application threads on one context, each waiting so on its
+    /// own channel: one thread's wait goes on while the other posts.
+    TwoThreadsIo,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +67,8 @@ const LEN: usize = 256;
 struct End {
     cq: CompletionQueue,
     ch: Option<CompletionChannel>,
+    /// The channel's eventfd (`ChannelIo`, `TwoThreadsIo`).
+    efd: Option<std::sync::Arc<nix::sys::eventfd::EventFd>>,
     qp: QueuePair,
     mr: MemoryRegion,
     wait: Wait,
@@ -91,6 +100,16 @@ impl End {
                     assert!(got.is_some(), "no completion event within {ONE:?}");
                     self.cq.ack_events(1);
                 }
+                Wait::ChannelIo | Wait::TwoThreadsIo => {
+                    if let Some(c) = self.cq.poll_one().unwrap() {
+                        return ok(c);
+                    }
+                    self.cq.req_notify(false).unwrap();
+                    if let Some(c) = self.cq.poll_one().unwrap() {
+                        return ok(c);
+                    }
+                    self.wait_io(end);
+                }
                 _ => {
                     for spin in 0..64 {
                         if let Some(c) = self.cq.poll_one().unwrap() {
@@ -106,6 +125,31 @@ impl End {
                     }
                     assert!(Instant::now() < end, "no completion within {ONE:?}");
                 }
+            }
+        }
+    }
+
+    /// Waits as the drop-in's `ibv_get_cq_event` does: `wait_io`, then
+    /// the event with its count (or, handed over, the count first).
+    fn wait_io(&self, end: Instant) {
+        use std::os::fd::AsFd;
+        let (ch, efd) = (self.ch.as_ref().unwrap(), self.efd.as_ref().unwrap());
+        loop {
+            assert!(Instant::now() < end, "no completion event within {ONE:?}");
+            if ch.take_event().is_some() {
+                // Counted under the channel's lock before it was queued.
+                efd.read().unwrap();
+                self.cq.ack_events(1);
+                return;
+            }
+            if ch.wait_io(efd.as_fd()) == ChannelWait::HandedOver {
+                // Waits on the eventfd alone (bounded; the count is taken
+                // with the event above).
+                let mut fds = [nix::poll::PollFd::new(
+                    efd.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(100u16));
             }
         }
     }
@@ -377,7 +421,19 @@ fn open(
 
 fn end(ctx: &Context, wait: Wait, deadline: Instant) -> End {
     let pd = ctx.alloc_pd();
-    let ch = (wait == Wait::Channel).then(|| ctx.create_comp_channel());
+    let io = matches!(wait, Wait::ChannelIo | Wait::TwoThreadsIo);
+    let ch = (wait == Wait::Channel || io).then(|| ctx.create_comp_channel());
+    let efd = io.then(|| {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let flags = EfdFlags::EFD_SEMAPHORE | EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC;
+        let e = std::sync::Arc::new(EventFd::from_flags(flags).unwrap());
+        let counter = e.clone();
+        let notifier: Notifier = Box::new(move || {
+            let _ = counter.write(1);
+        });
+        assert!(ch.as_ref().unwrap().set_notifier(notifier));
+        e
+    });
     let cq = ctx.create_cq(256, ch.as_ref()).unwrap();
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
     init.cap.max_send_wr = 64;
@@ -386,6 +442,7 @@ fn end(ctx: &Context, wait: Wait, deadline: Instant) -> End {
     End {
         cq,
         ch,
+        efd,
         qp,
         mr,
         wait,
@@ -420,7 +477,11 @@ fn cell(work: Work, io: Io, wait: Wait, defer: bool) {
     };
     let ca = open(io, &fabric, aa, port, wait, defer);
     let cb = open(io, &fabric, ab, port, wait, defer);
-    let pairs = if wait == Wait::TwoThreads { 2 } else { 1 };
+    let pairs = if matches!(wait, Wait::TwoThreads | Wait::TwoThreadsIo) {
+        2
+    } else {
+        1
+    };
     let ends: Vec<(End, End)> = (0..pairs)
         .map(|_| {
             let (a, b) = (end(&ca, wait, deadline), end(&cb, wait, deadline));
@@ -442,6 +503,15 @@ fn cell(work: Work, io: Io, wait: Wait, defer: bool) {
         assert!(
             (ca.timeouts + cb.timeouts) * 100 <= ITERS,
             "{work:?} {io:?} {wait:?}: A {ca:?}\nB {cb:?}"
+        );
+    }
+    if io == Io::Udp && matches!(wait, Wait::ChannelIo | Wait::TwoThreadsIo) {
+        // The waiting threads took datagrams themselves (a count, not a
+        // share: on a loaded host the progress thread may raise many).
+        let (wa, wb) = (ca.wait_counters(), cb.wait_counters());
+        assert!(
+            wa.events_own_step + wb.events_own_step > 0,
+            "{work:?} {wait:?}: {wa:?} {wb:?}"
         );
     }
     eprintln!(
@@ -471,6 +541,12 @@ macro_rules! matrix {
                 fn udp_channel() { cell(Work::$work, Io::Udp, Wait::Channel, true) }
                 #[test]
                 fn udp_two_threads() { cell(Work::$work, Io::Udp, Wait::TwoThreads, true) }
+                #[test]
+                fn fabric_channel_io() { cell(Work::$work, Io::Fabric, Wait::ChannelIo, true) }
+                #[test]
+                fn udp_channel_io() { cell(Work::$work, Io::Udp, Wait::ChannelIo, true) }
+                #[test]
+                fn udp_two_threads_io() { cell(Work::$work, Io::Udp, Wait::TwoThreadsIo, true) }
                 #[test]
                 fn udp_busy_poll_no_ack_delay() { cell(Work::$work, Io::Udp, Wait::BusyPoll, false) }
             }

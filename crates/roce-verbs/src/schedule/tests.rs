@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::waiter::WAITER_FRUITLESS;
 use super::*;
 
 const US: Nanos = 1_000;
@@ -323,4 +324,163 @@ fn the_signals_feed_the_rules() {
     assert_eq!(s.polls.load(Ordering::Relaxed), 1);
     s.handed_over();
     assert_eq!(s.last_inline.load(Ordering::Relaxed), 0);
+}
+
+/// Beside an application thread blocked for a completion event on the
+/// descriptor, the progress thread neither steps nor sleeps on it: it
+/// looks again after a nap that doubles up to poller_park, and a step
+/// it was kicked to run ends in a nap off the descriptor, with no spin,
+/// bounded by the next timer.
+#[test]
+fn beside_a_waiter_the_thread_keeps_off_the_descriptor() {
+    let t = tuning();
+    let mut r = ThreadRules::new(&t, 0);
+    let now = 10 * MS;
+    // Nobody polls (the waiter handed over): without a waiter, a step.
+    assert_eq!(r.watch_beside(&t, now, 0, 0, None), None);
+    // Waits that end and begin between looks: looks as at a poller.
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(1)), Some(t.max_park));
+    r.watched(&t);
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(2)), Some(2 * t.max_park));
+    for _ in 0..10 {
+        r.watched(&t);
+    }
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(3)), Some(t.poller_park));
+    // One wait from look to look (idle): the nap doubles up to IDLE_ON_IO.
+    let mut nap = t.poller_park;
+    for _ in 0..10 {
+        nap = (nap * 2).min(IDLE_ON_IO);
+        assert_eq!(r.watch_beside(&t, now, 0, 0, Some(3)), Some(nap));
+    }
+    assert_eq!(nap, IDLE_ON_IO);
+    // Its end wakes the thread; in a ping-pong (naps of a poller's) not.
+    assert!(waiter_left_wakes(&t, now, now + IDLE_ON_IO));
+    assert!(!waiter_left_wakes(&t, now, now + t.poller_park));
+    assert!(!waiter_left_wakes(&t, now, RUNNING));
+    // The waiter left: the thread steps again, and its looks start short.
+    assert_eq!(r.watch_beside(&t, now, 0, 0, None), None);
+    r.stepping(&t);
+    assert_eq!(r.watch_beside(&t, now, 0, 0, Some(3)), Some(t.max_park));
+    // A kicked step right after work: no spin, no sleep on the descriptor.
+    let beside = |deadline| Stepped {
+        deadline,
+        beside_waiter: true,
+        ..Stepped::default()
+    };
+    let mut r = ThreadRules::new(&t, now);
+    assert_eq!(
+        r.rest(&t, now + US, beside(None), 0, true),
+        Rest::Sleep {
+            until: now + US + t.max_park,
+            on_io: false
+        }
+    );
+    assert_eq!(
+        r.rest(&t, now + US, beside(Some(now + 300 * US)), 0, true),
+        Rest::Sleep {
+            until: now + 300 * US,
+            on_io: false
+        }
+    );
+    // Without the waiter the same step spins, then sleeps on the descriptor.
+    assert_eq!(
+        r.rest(&t, now + US, stepped(false, None), 0, true),
+        Rest::Yield
+    );
+}
+
+/// The waiting thread steps while there is something to take, blocks
+/// until the engine's next timer otherwise, and hands the I/O back after
+/// WAITER_FRUITLESS steps in a row that found nothing (a descriptor that
+/// stays readable must not make the wait a spin).
+#[test]
+fn a_waiter_steps_sleeps_until_the_timer_or_hands_over() {
+    let mut w = Waiter::default();
+    assert_eq!(w.next(true, true, false, None), WaitNext::Step);
+    assert_eq!(w.next(true, false, true, None), WaitNext::Step);
+    assert_eq!(
+        w.next(false, false, false, Some(7 * MS)),
+        WaitNext::Sleep {
+            until: Some(7 * MS)
+        }
+    );
+    assert_eq!(
+        w.next(true, false, false, None),
+        WaitNext::Sleep { until: None }
+    );
+    for _ in 0..WAITER_FRUITLESS {
+        assert_ne!(w.next(false, false, true, None), WaitNext::HandOver);
+    }
+    assert_eq!(w.next(false, false, true, None), WaitNext::HandOver);
+    // Work resets the count.
+    let mut w = Waiter::default();
+    for i in 0..3 * WAITER_FRUITLESS {
+        let work = i % WAITER_FRUITLESS == 0;
+        assert_ne!(w.next(work, false, true, None), WaitNext::HandOver);
+    }
+}
+
+#[test]
+fn the_waiter_signals() {
+    let s = Signals::default();
+    assert!(!s.waiting());
+    s.waiters.fetch_add(1, Ordering::SeqCst);
+    assert!(s.waiting());
+    s.wait_ended(true);
+    s.wait_ended(false);
+    s.wait_ended(false);
+    assert_eq!(s.events_own_step.load(Ordering::Relaxed), 1);
+    assert_eq!(s.events_woken.load(Ordering::Relaxed), 2);
+}
+
+/// A timer another thread's step leaves while a thread waits on the
+/// descriptor, before the waiter would wake by itself, wakes the progress
+/// thread, which then steps when it is due; the waiter's own timers stay
+/// the waiter's.
+#[test]
+fn a_timer_the_waiter_does_not_know_is_the_threads() {
+    let t = tuning();
+    let now = 10 * MS;
+    // The waiter sleeps until now + 5 ms; the progress thread until + 16 ms.
+    let (waiter_until, wake_at) = (now + 5 * MS, now + 16 * MS);
+    assert!(timer_beside_waiter_wakes(
+        Some(now + 2 * MS),
+        waiter_until,
+        wake_at
+    ));
+    assert!(!timer_beside_waiter_wakes(
+        Some(now + 6 * MS),
+        waiter_until,
+        wake_at
+    ));
+    assert!(!timer_beside_waiter_wakes(
+        Some(now + 2 * MS),
+        waiter_until,
+        now + MS
+    ));
+    assert!(!timer_beside_waiter_wakes(None, RUNNING, wake_at));
+    assert!(timer_beside_waiter_wakes(
+        Some(now + 2 * MS),
+        RUNNING,
+        wake_at
+    ));
+    // Kicked, the thread stepped and saw the timer at now + 2 ms: beside
+    // the waiter its naps end there, and then it steps.
+    let mut r = ThreadRules::new(&t, now);
+    r.note_step(Some(now + 2 * MS), waiter_until);
+    assert_eq!(
+        r.watch_beside(&t, now + 1_500 * US, 0, 0, Some(1)),
+        Some(500 * US)
+    );
+    assert_eq!(r.watch_beside(&t, now + 2 * MS, 0, 0, Some(1)), None);
+    // A timer after the waiter's own wake is the waiter's (it steps by
+    // then): it does not make this thread step.
+    r.note_step(Some(now + 6 * MS), waiter_until);
+    assert_eq!(
+        r.watch_beside(&t, now + 6 * MS, 0, 0, Some(2)),
+        Some(t.max_park)
+    );
+    // Nobody waits: every timer is this thread's.
+    r.note_step(Some(now + 7 * MS), RUNNING);
+    assert_eq!(r.watch_beside(&t, now + 8 * MS, 0, 0, Some(3)), None);
 }
