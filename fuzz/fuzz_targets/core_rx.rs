@@ -65,7 +65,7 @@ fn device() -> (Device, Vec<Qpn>) {
                 qpn,
                 RecvWr {
                     wr_id: k,
-                    sgl: vec![sge],
+                    sgl: [sge].into_iter().collect(),
                 },
             );
         }

@@ -63,7 +63,18 @@ pub fn port() -> Result<u16, String> {
 /// instead of the kernel's UDP stack (docs/shm.md): `1` (the default) or
 /// `0`, for a capture on the interface to see every packet.
 pub fn shm() -> Result<bool, String> {
-    roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())
+    shm_setting(std::env::var("ROCE_SHM").ok().as_deref())
+}
+
+/// A `ROCE_SHM` value: unset, empty or `1` turn the same-host path on
+/// (`roce_verbs::OpenOptions::shm`), `0` off; anything else is an error
+/// naming the value. The `roce` tools read the variable the same way.
+pub fn shm_setting(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("") | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(other) => Err(format!("ROCE_SHM={other}: use 1 or 0")),
+    }
 }
 
 /// `ROCE_CPU`: the code choices for the CPU (the ICRC's CRC-32 code,
@@ -74,8 +85,8 @@ pub fn shm() -> Result<bool, String> {
 /// carry-less multiply is slow: the library without the probe moved
 /// `ib_write_bw -s 65536` at a fraction of rxe's rate there. Only speed
 /// differs: every choice computes the same ICRCs.
-pub fn cpu() -> Result<roce_verbs::roce_io::CpuTuning, String> {
-    use roce_verbs::roce_io::CpuTuning;
+pub fn cpu() -> Result<roce_io::CpuTuning, String> {
+    use roce_io::CpuTuning;
     match std::env::var("ROCE_CPU").as_deref().map(str::trim) {
         Err(_) | Ok("") | Ok("auto") => Ok(CpuTuning::detect()),
         Ok("native") => Ok(CpuTuning::NATIVE),

@@ -26,5 +26,5 @@ pub fn addr_of(g: &ibv_gid) -> IpAddr {
 
 /// `enum ibv_mtu` of a path MTU in bytes.
 pub fn mtu_enum(bytes: u32) -> u32 {
-    roce_verbs::roce_core::qp::mtu_to_enum(bytes).into()
+    roce_core::qp::mtu_to_enum(bytes).into()
 }

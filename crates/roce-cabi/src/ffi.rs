@@ -208,7 +208,7 @@ pub unsafe fn arg_mut<'a, T>(p: *mut T) -> Res<&'a mut T> {
 
 /// The errno rdma-core's kernel path gives for each engine error.
 pub fn errno_of(e: &roce_verbs::Error) -> Errno {
-    use roce_verbs::roce_core::{PostError, VerbsError};
+    use roce_core::{PostError, VerbsError};
     use roce_verbs::Error as E;
     match e {
         E::Verbs(VerbsError::NotFound) => libc::ENOENT,

@@ -134,7 +134,18 @@ fn parse_faults(spec: &str) -> Result<roce_io::FaultConfig, DeviceError> {
 /// the server's address, as two processes share a NIC's port. A bad
 /// value counts as on here; the open reports it.
 pub(crate) fn sharing() -> bool {
-    roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref()).unwrap_or(true)
+    shm_setting().unwrap_or(true)
+}
+
+/// `ROCE_SHM`, read as the drop-in library reads it (docs/shm.md): unset,
+/// empty or `1` turn the same-host path on, `0` off; anything else is an
+/// error naming the value.
+fn shm_setting() -> Result<bool, String> {
+    match std::env::var("ROCE_SHM").ok().as_deref().map(str::trim) {
+        None | Some("") | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(other) => Err(format!("ROCE_SHM={other}: use 1 or 0")),
+    }
 }
 
 /// A client's RoCE address when it was given none (no `--bind`, no GID
@@ -305,8 +316,7 @@ pub(crate) fn tool_options(
     local: IpAddr,
     port: u16,
 ) -> Result<roce_verbs::OpenOptions, DeviceError> {
-    let shm = roce_verbs::shm_setting(std::env::var("ROCE_SHM").ok().as_deref())
-        .map_err(DeviceError::Sharing)?;
+    let shm = shm_setting().map_err(DeviceError::Sharing)?;
     Ok(roce_verbs::OpenOptions::new(kind, local)
         .cpu(roce_io::CpuTuning::detect())
         .roce_port(port, port)

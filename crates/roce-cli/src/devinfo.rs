@@ -9,8 +9,8 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use roce_core::qp::path_mtu_for_link;
 use roce_io::InterfaceInfo;
-use roce_verbs::roce_core::qp::path_mtu_for_link;
 use serde_json::{json, Value};
 
 /// Options of `roce devinfo`.
@@ -195,7 +195,7 @@ fn speed_text(mbps: Option<u64>) -> String {
 
 /// `IBV_MTU_*` of a path MTU in bytes.
 fn mtu_enum(mtu: u32) -> u32 {
-    roce_verbs::roce_core::qp::mtu_to_enum(mtu).into()
+    roce_core::qp::mtu_to_enum(mtu).into()
 }
 
 fn port_state(i: &InterfaceInfo) -> (&'static str, u32) {

@@ -207,7 +207,7 @@ impl Rig {
     fn send_bytes(&self, b: &[u8; 16]) -> Result<(), String> {
         self.send.write(0, b).map_err(|e| e.to_string())?;
         self.qp
-            .post_send(SendWr::send(SEND_ID, vec![self.send.sge(0, 16)]))
+            .post_send(SendWr::send(SEND_ID, [self.send.sge(0, 16)]))
             .map_err(|e| format!("post send: {e}"))
     }
 
@@ -236,19 +236,20 @@ impl Rig {
                     self.silence.as_secs()
                 ));
             };
-            if c.status == WcStatus::WrFlushErr {
+            if c.status() == WcStatus::WrFlushErr {
                 return Ok(false);
             }
             if !c.is_success() {
                 return Err(format!(
                     "completion error: {:?} (wr_id {})",
-                    c.status, c.wr_id
+                    c.status(),
+                    c.wr_id()
                 ));
             }
-            if c.wr_id == id {
+            if c.wr_id() == id {
                 return Ok(true);
             }
-            self.early.borrow_mut().push(c.wr_id);
+            self.early.borrow_mut().push(c.wr_id());
         }
     }
 }
@@ -271,7 +272,7 @@ fn endpoint(ctx: &Context, pd: &ProtectionDomain) -> Result<(CompletionQueue, Qu
 fn post_recv_on(qp: &QueuePair, recv: &MemoryRegion) -> Result<(), String> {
     qp.post_recv(RecvWr {
         wr_id: RECV_ID,
-        sgl: vec![recv.sge(0, 16)],
+        sgl: [recv.sge(0, 16)].into_iter().collect(),
     })
     .map_err(|e| format!("post recv: {e}"))
 }
@@ -592,13 +593,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
         }
         let len = len.min(size as u32);
-        let read = SendWr::rdma(
-            RDMA_ID,
-            SendOp::Read,
-            vec![rdma_buf.sge(0, len)],
-            addr,
-            rkey,
-        );
+        let read = SendWr::rdma(RDMA_ID, SendOp::Read, [rdma_buf.sge(0, len)], addr, rkey);
         rig.qp
             .post_send(read)
             .map_err(|e| format!("post read: {e}"))?;
@@ -616,7 +611,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         let (addr, rkey, _) = parse_info(&rig.recv.to_vec().map_err(|e| e.to_string())?);
         rig.post_recv()?;
         let n = (c_str(&data).len() + 1).min(size) as u32;
-        let write = SendWr::rdma(RDMA_ID, SendOp::Write, vec![rdma_buf.sge(0, n)], addr, rkey);
+        let write = SendWr::rdma(RDMA_ID, SendOp::Write, [rdma_buf.sge(0, n)], addr, rkey);
         rig.qp
             .post_send(write)
             .map_err(|e| format!("post write: {e}"))?;

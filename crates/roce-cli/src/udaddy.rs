@@ -125,7 +125,9 @@ impl Ud {
         for i in 0..n {
             qp.post_recv(RecvWr {
                 wr_id: i as u64,
-                sgl: vec![recv.sge((i * (size + GRH)) as u64, (size + GRH) as u32)],
+                sgl: [recv.sge((i * (size + GRH)) as u64, (size + GRH) as u32)]
+                    .into_iter()
+                    .collect(),
             })
             .map_err(|e| format!("post recv: {e}"))?;
         }
@@ -145,10 +147,7 @@ impl Ud {
     /// `n` SENDs with immediate = our QPN to `qpn` at `ah`.
     fn send_to(&self, ah: &AddressHandle, qpn: Qpn, n: u32) -> Result<(), String> {
         for i in 0..n {
-            let mut wr = SendWr::send(
-                1_000_000 + i as u64,
-                vec![self.send.sge(0, self.size as u32)],
-            );
+            let mut wr = SendWr::send(1_000_000 + i as u64, [self.send.sge(0, self.size as u32)]);
             wr.op = SendOp::SendWithImm(self.qp.qpn().value());
             self.qp
                 .post_send_ud(wr, ah, qpn, Qkey::new(UDP_QKEY))
@@ -179,9 +178,9 @@ impl Ud {
         let mut out = Vec::new();
         for c in got {
             if !c.is_success() {
-                return Err(format!("receive completion {:?}", c.status));
+                return Err(format!("receive completion {:?}", c.status()));
             }
-            let off = c.wr_id as usize * (self.size + GRH);
+            let off = c.wr_id() as usize * (self.size + GRH);
             let mut grh = [0u8; GRH];
             self.recv
                 .read(off as u64, &mut grh)

@@ -196,7 +196,7 @@ fn run_with(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool, via
             // Signal every 16th WR (and the last), as benchmarks do.
             let signaled = posted % 16 == 15 || posted + 1 == msgs;
             let mut wr = if write {
-                SendWr::rdma(posted, SendOp::Write, vec![sge], dst, rkey)
+                SendWr::rdma(posted, SendOp::Write, [sge], dst, rkey)
             } else {
                 let rsge = Sge {
                     addr: s[1].base + 8 * (posted % 4096),
@@ -208,11 +208,11 @@ fn run_with(s: &mut [Side; 2], msgs: u64, depth: u64, len: u32, write: bool, via
                         s[1].qp,
                         RecvWr {
                             wr_id: posted,
-                            sgl: vec![rsge],
+                            sgl: vec![rsge].into(),
                         },
                     )
                     .unwrap();
-                SendWr::send(posted, vec![sge])
+                SendWr::send(posted, [sge])
             };
             if !signaled {
                 wr.flags = SendFlags::default();

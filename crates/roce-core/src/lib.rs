@@ -59,7 +59,7 @@
 //! let (dev_a, pd_a, cq_a, mr_a, qpn_a) = &mut hosts[0];
 //! dev_a.mr_write(*mr_a, *pd_a, 0x1000, &data).unwrap();
 //! let sge = Sge { addr: 0x1000, length: 10240, lkey: mr_a.lkey };
-//! dev_a.post_send(*qpn_a, SendWr::rdma(1, SendOp::Write, vec![sge], 0x1000, rkey_b)).unwrap();
+//! dev_a.post_send(*qpn_a, SendWr::rdma(1, SendOp::Write, [sge], 0x1000, rkey_b)).unwrap();
 //! let cq_a = *cq_a;
 //!
 //! // The caller's loop: drain each device's transmit side into the other.
@@ -110,7 +110,7 @@ pub use qp::{AckDelay, AddressVector, PostError, Qp, QpAttr, QpCaps, QpInitAttr}
 pub use roce_wire::{Lkey, Msn, Owner, Psn, Qkey, Qpn, Rkey, RxHeader, RxMeta, Transmit};
 pub use srq::{Srq, SrqId, MAX_SRQ_SGE};
 pub use wc::{NetworkHdr, Wc, WcFlags, WcOpcode, WcStatus};
-pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest};
+pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge, SgeList, UdDest, SGL_INLINE};
 
 /// Time in nanoseconds, from any fixed origin the caller chooses.
 pub type Nanos = u64;

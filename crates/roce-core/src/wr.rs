@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 
 use roce_wire::{Lkey, Qkey, Qpn, Rkey};
+use smallvec::SmallVec;
 
 use crate::qp::AddressVector;
 
@@ -17,6 +18,13 @@ pub struct Sge {
     /// Local key of the region.
     pub lkey: Lkey,
 }
+
+/// A work request's scatter/gather list: up to [`SGL_INLINE`] entries
+/// (nearly every work request) held without an allocation.
+pub type SgeList = SmallVec<[Sge; SGL_INLINE]>;
+
+/// The scatter/gather entries a [`SgeList`] holds inline.
+pub const SGL_INLINE: usize = 2;
 
 /// The operation of a send work request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +134,7 @@ impl UdDest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload {
     /// Gathered from registered memory when each packet is sent.
-    Sgl(Vec<Sge>),
+    Sgl(SgeList),
     /// Copied at post time.
     Inline(Vec<u8>),
 }
@@ -165,12 +173,13 @@ pub struct SendWr {
 }
 
 impl SendWr {
-    /// A signaled SEND of `sgl`.
-    pub fn send(wr_id: u64, sgl: Vec<Sge>) -> SendWr {
+    /// A signaled SEND of `sgl` (an array of SGEs is taken without an
+    /// allocation).
+    pub fn send(wr_id: u64, sgl: impl IntoIterator<Item = Sge>) -> SendWr {
         SendWr {
             wr_id,
             op: SendOp::Send,
-            payload: Payload::Sgl(sgl),
+            payload: Payload::Sgl(sgl.into_iter().collect()),
             flags: SendFlags::SIGNALED,
             remote_addr: 0,
             rkey: Rkey::new(0),
@@ -179,7 +188,13 @@ impl SendWr {
     }
 
     /// A signaled RDMA operation (`op`) between `sgl` and `remote_addr`/`rkey`.
-    pub fn rdma(wr_id: u64, op: SendOp, sgl: Vec<Sge>, remote_addr: u64, rkey: Rkey) -> SendWr {
+    pub fn rdma(
+        wr_id: u64,
+        op: SendOp,
+        sgl: impl IntoIterator<Item = Sge>,
+        remote_addr: u64,
+        rkey: Rkey,
+    ) -> SendWr {
         SendWr {
             op,
             remote_addr,
@@ -195,5 +210,16 @@ pub struct RecvWr {
     /// Caller's identifier.
     pub wr_id: u64,
     /// Where incoming data lands.
-    pub sgl: Vec<Sge>,
+    pub sgl: SgeList,
+}
+
+impl RecvWr {
+    /// A receive into `sgl` (an array of SGEs is taken without an
+    /// allocation).
+    pub fn new(wr_id: u64, sgl: impl IntoIterator<Item = Sge>) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sgl: sgl.into_iter().collect(),
+        }
+    }
 }

@@ -45,7 +45,7 @@ fn record(w: &mut World) -> Log {
 
 fn send(w: &mut World, h: usize, qp: Qpn, wr_id: u64, len: u32) {
     let sge = w.hosts[h].sge(0, len);
-    let mut wr = SendWr::send(wr_id, vec![sge]);
+    let mut wr = SendWr::send(wr_id, [sge]);
     wr.flags = SendFlags::SIGNALED;
     w.hosts[h].dev.post_send(qp, wr).unwrap();
 }
@@ -184,7 +184,7 @@ fn ack_first_keeps_the_ack_behind_a_write_answer() {
     let answered_at = w.now;
     let (va, rkey) = (w.hosts[0].base + 4096, w.hosts[0].mr.rkey);
     let sge = w.hosts[1].sge(256, 16);
-    let wr = SendWr::rdma(2, SendOp::Write, vec![sge], va, rkey);
+    let wr = SendWr::rdma(2, SendOp::Write, [sge], va, rkey);
     w.hosts[1].dev.post_send(qb, wr).unwrap();
     let mut seen = None;
     assert!(w.run_until(100_000, |w| {
@@ -228,7 +228,7 @@ fn the_ack_shares_the_answers_send_call_only_with_ack_first() {
         assert!(w.run_until(10_000, |w| !w.hosts[1].poll().is_empty()));
         let (va, rkey) = (w.hosts[0].base + 4096, w.hosts[0].mr.rkey);
         let sge = w.hosts[1].sge(256, 16);
-        let wr = SendWr::rdma(2, SendOp::Write, vec![sge], va, rkey);
+        let wr = SendWr::rdma(2, SendOp::Write, [sge], va, rkey);
         w.hosts[1].dev.post_send(qb, wr).unwrap();
         // B's datagrams, taken by hand.
         let now = w.now;
@@ -278,7 +278,7 @@ fn a_stream_is_acked_every_max_psns() {
     for i in 0..64u64 {
         let (va, rkey) = (w.hosts[1].base + i * 64, w.hosts[1].mr.rkey);
         let sge = w.hosts[0].sge(i * 64, 64);
-        let mut wr = SendWr::rdma(i, SendOp::Write, vec![sge], va, rkey);
+        let mut wr = SendWr::rdma(i, SendOp::Write, [sge], va, rkey);
         wr.flags = if i == 63 {
             SendFlags::SIGNALED
         } else {

@@ -114,7 +114,7 @@ fn atomic_access_rights() {
     let wr = SendWr::rdma(
         1,
         SendOp::FetchAdd { add: 1 },
-        vec![w.hosts[0].sge(0, 8)],
+        [w.hosts[0].sge(0, 8)],
         0x5000_0000,
         no_atomic.rkey,
     );
@@ -136,7 +136,7 @@ fn atomic_with_inline_payload_is_refused_at_post() {
     let mut wr = SendWr::rdma(
         1,
         SendOp::FetchAdd { add: 1 },
-        vec![],
+        [],
         w.hosts[1].base + 64,
         w.hosts[1].mr.rkey,
     );
@@ -209,14 +209,11 @@ fn zero_length_operations() {
         }
         for (i, op) in ops.into_iter().enumerate() {
             recv(&mut w, 1, qb, 100 + i as u64, 0, 64);
-            let wr = SendWr::rdma(i as u64, op, vec![], 0x42, bogus);
+            let wr = SendWr::rdma(i as u64, op, [], 0x42, bogus);
             w.hosts[0].dev.post_send(qa, wr).unwrap();
         }
         recv(&mut w, 1, qb, 200, 0, 64);
-        w.hosts[0]
-            .dev
-            .post_send(qa, SendWr::send(10, vec![]))
-            .unwrap();
+        w.hosts[0].dev.post_send(qa, SendWr::send(10, [])).unwrap();
         w.settle(100_000);
         let ca = w.hosts[0].poll();
         assert!(
@@ -261,7 +258,7 @@ fn mr_dereg_while_in_use() {
     };
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![sge]))
+        .post_send(qa, SendWr::send(1, [sge]))
         .unwrap();
     w.hosts[0].dev.dereg_mr(mr2).unwrap();
     // Re-register: the stale key must not reach the new region.
@@ -296,13 +293,7 @@ fn read_into_a_buffer_without_local_write() {
         length: 64,
         lkey: ro.lkey,
     };
-    let wr = SendWr::rdma(
-        1,
-        SendOp::Read,
-        vec![sge],
-        w.hosts[1].base,
-        w.hosts[1].mr.rkey,
-    );
+    let wr = SendWr::rdma(1, SendOp::Read, [sge], w.hosts[1].base, w.hosts[1].mr.rkey);
     w.hosts[0].dev.post_send(qa, wr).unwrap();
     w.settle(100_000);
     assert_eq!(
@@ -323,13 +314,13 @@ fn inline_and_sge_limits() {
     });
     recv(&mut w, 1, qb, 100, 0, 256);
     w.hosts[0].write(0, &[7u8; 65]);
-    let mut wr = SendWr::send(1, vec![w.hosts[0].sge(0, 64)]);
+    let mut wr = SendWr::send(1, [w.hosts[0].sge(0, 64)]);
     wr.flags = wr.flags | SendFlags::INLINE;
     w.hosts[0].dev.post_send(qa, wr.clone()).unwrap();
     w.hosts[0].write(0, &[9u8; 64]);
     w.settle(10_000);
     assert_eq!(w.hosts[1].read(0, 64), vec![7u8; 64]);
-    let mut big = SendWr::send(2, vec![w.hosts[0].sge(0, 65)]);
+    let mut big = SendWr::send(2, [w.hosts[0].sge(0, 65)]);
     big.flags = big.flags | SendFlags::INLINE;
     assert_eq!(
         w.hosts[0].dev.post_send(qa, big),
@@ -338,10 +329,10 @@ fn inline_and_sge_limits() {
     let s = w.hosts[0].sge(0, 1);
     assert!(w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(3, vec![s; 2]))
+        .post_send(qa, SendWr::send(3, [s; 2]))
         .is_ok());
     assert_eq!(
-        w.hosts[0].dev.post_send(qa, SendWr::send(4, vec![s; 3])),
+        w.hosts[0].dev.post_send(qa, SendWr::send(4, [s; 3])),
         Err(PostError::TooManySge)
     );
     let r = w.hosts[1].sge(0, 1);
@@ -351,7 +342,7 @@ fn inline_and_sge_limits() {
             qb,
             RecvWr {
                 wr_id: 5,
-                sgl: vec![r; 2]
+                sgl: vec![r; 2].into()
             }
         )
         .is_ok());
@@ -360,13 +351,13 @@ fn inline_and_sge_limits() {
             qb,
             RecvWr {
                 wr_id: 6,
-                sgl: vec![r; 3]
+                sgl: vec![r; 3].into()
             }
         ),
         Err(PostError::TooManySge)
     );
     // An inline payload given directly, longer than max_inline_data.
-    let mut direct = SendWr::send(7, vec![]);
+    let mut direct = SendWr::send(7, []);
     direct.payload = Payload::Inline(vec![1; 1000]);
     assert_eq!(
         w.hosts[0].dev.post_send(qa, direct),
@@ -395,7 +386,7 @@ fn atomic_ack_lost_then_later_ack() {
     w.post_rdma(qa, SendOp::FetchAdd { add: 2 }, 0, 8, 64);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(2, vec![w.hosts[0].sge(100, 10)]))
+        .post_send(qa, SendWr::send(2, [w.hosts[0].sge(100, 10)]))
         .unwrap();
     w.settle(100_000);
     assert_eq!(

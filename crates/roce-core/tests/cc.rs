@@ -41,7 +41,7 @@ fn write(w: &mut World, qp: Qpn, len: u32) {
     let peer_rkey = w.hosts[1].mr.rkey;
     let base = w.hosts[1].base;
     let sge = w.hosts[0].sge(0, len);
-    let wr = SendWr::rdma(1, SendOp::Write, vec![sge], base, peer_rkey);
+    let wr = SendWr::rdma(1, SendOp::Write, [sge], base, peer_rkey);
     w.hosts[0].dev.post_send(qp, wr).unwrap();
 }
 

@@ -134,10 +134,10 @@ fn connect_send_write_and_disconnect() {
     w.hosts[0].write(0, b"over rdma_cm");
     let recv = RecvWr {
         wr_id: 9,
-        sgl: vec![w.hosts[1].sge(0x100, 64)],
+        sgl: vec![w.hosts[1].sge(0x100, 64)].into(),
     };
     w.hosts[1].dev.post_recv(q1, recv).unwrap();
-    let mut send = SendWr::send(1, vec![w.hosts[0].sge(0, 12)]);
+    let mut send = SendWr::send(1, [w.hosts[0].sge(0, 12)]);
     send.flags = SendFlags::SIGNALED;
     w.hosts[0].dev.post_send(q0, send).unwrap();
     let base1 = w.hosts[1].base;
@@ -145,7 +145,7 @@ fn connect_send_write_and_disconnect() {
     let mut write = SendWr::rdma(
         2,
         SendOp::Write,
-        vec![w.hosts[0].sge(0, 12)],
+        [w.hosts[0].sge(0, 12)],
         base1 + 0x800,
         rkey,
     );

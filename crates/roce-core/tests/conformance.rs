@@ -138,7 +138,7 @@ fn rnr_nak_retry_limit_exceeded() {
     w.hosts[0].write(0, &[0xff]);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 1)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 1)]))
         .unwrap();
     w.settle(100_000);
     let ca = w.hosts[0].poll();

@@ -9,7 +9,7 @@ use common::*;
 use roce_core::*;
 
 fn write_wr(w: &World, id: u64, len: u32, va: u64, rkey: Rkey) -> SendWr {
-    SendWr::rdma(id, SendOp::Write, vec![w.hosts[0].sge(0, len)], va, rkey)
+    SendWr::rdma(id, SendOp::Write, [w.hosts[0].sge(0, len)], va, rkey)
 }
 
 /// Posts `wr` on A, runs to quiescence, returns A's and B's completions.
@@ -50,7 +50,7 @@ fn bad_rkey_out_of_bounds_and_missing_rights_are_remote_access_errors() {
     let rkey = w.hosts[1].mr.rkey;
     let below = w.hosts[1].base - 8;
     let (ca, _) = run(&mut w, qa, |w| {
-        SendWr::rdma(3, SendOp::Read, vec![w.hosts[0].sge(0, 16)], below, rkey)
+        SendWr::rdma(3, SendOp::Read, [w.hosts[0].sge(0, 16)], below, rkey)
     });
     assert_eq!(ca[0].status, WcStatus::RemAccessErr);
 
@@ -81,7 +81,7 @@ fn bad_rkey_out_of_bounds_and_missing_rights_are_remote_access_errors() {
     let wr = SendWr::rdma(
         5,
         SendOp::FetchAdd { add: 1 },
-        vec![w.hosts[0].sge(0, 8)],
+        [w.hosts[0].sge(0, 8)],
         0x5000_0000,
         ro.rkey,
     );
@@ -106,7 +106,7 @@ fn misaligned_atomic_is_an_invalid_request() {
             compare: 0,
             swap: 1,
         },
-        vec![w.hosts[0].sge(0, 8)],
+        [w.hosts[0].sge(0, 8)],
         va,
         rkey,
     );
@@ -124,7 +124,7 @@ fn flush_after_error_completes_every_outstanding_wr() {
             qb,
             RecvWr {
                 wr_id: 70,
-                sgl: vec![w.hosts[1].sge(0, 64)],
+                sgl: vec![w.hosts[1].sge(0, 64)].into(),
             },
         )
         .unwrap();
@@ -134,7 +134,7 @@ fn flush_after_error_completes_every_outstanding_wr() {
             qb,
             RecvWr {
                 wr_id: 71,
-                sgl: vec![w.hosts[1].sge(0, 64)],
+                sgl: vec![w.hosts[1].sge(0, 64)].into(),
             },
         )
         .unwrap();
@@ -144,12 +144,12 @@ fn flush_after_error_completes_every_outstanding_wr() {
         .dev
         .post_send(qa, write_wr(&w, 1, 8, va, bad))
         .unwrap();
-    let mut unsignaled = SendWr::send(2, vec![w.hosts[0].sge(0, 8)]);
+    let mut unsignaled = SendWr::send(2, [w.hosts[0].sge(0, 8)]);
     unsignaled.flags = SendFlags::default();
     w.hosts[0].dev.post_send(qa, unsignaled).unwrap();
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(3, vec![w.hosts[0].sge(0, 8)]))
+        .post_send(qa, SendWr::send(3, [w.hosts[0].sge(0, 8)]))
         .unwrap();
     w.settle(1_000_000);
     let ca = w.hosts[0].poll();
@@ -170,10 +170,7 @@ fn flush_after_error_completes_every_outstanding_wr() {
         vec![(70, WcStatus::WrFlushErr), (71, WcStatus::WrFlushErr)]
     );
     // Posting in ERR flushes at once.
-    w.hosts[0]
-        .dev
-        .post_send(qa, SendWr::send(4, vec![]))
-        .unwrap();
+    w.hosts[0].dev.post_send(qa, SendWr::send(4, [])).unwrap();
     assert_eq!(w.hosts[0].poll()[0].status, WcStatus::WrFlushErr);
     // An async event says so.
     assert_eq!(w.hosts[0].dev.poll_event(), Some(AsyncEvent::QpFatal(qa)));
@@ -207,7 +204,7 @@ fn a_failing_responder_flushes_its_send_queue_too() {
     recv(&mut w, 1, qb, 70, 0, 64);
     w.hosts[1]
         .dev
-        .post_send(qb, SendWr::send(9, vec![w.hosts[1].sge(0, 8)]))
+        .post_send(qb, SendWr::send(9, [w.hosts[1].sge(0, 8)]))
         .unwrap();
     let waiting = w.run_until(10_000, |w| {
         w.hosts[1].dev.qp_counters(qb).unwrap().rnr_naks_received >= 2
@@ -238,9 +235,7 @@ fn rnr_with_no_retries_fails_and_with_retries_succeeds() {
     // rnr_retry 0: the first RNR NAK ends the WR.
     let mut w = World::new(1 << 16);
     let (qa, qb) = w.connect_with(QpType::Rc, 1024, |_, a| a.rnr_retry = 0);
-    let (ca, _) = run(&mut w, qa, |w| {
-        SendWr::send(1, vec![w.hosts[0].sge(0, 100)])
-    });
+    let (ca, _) = run(&mut w, qa, |w| SendWr::send(1, [w.hosts[0].sge(0, 100)]));
     assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RnrRetryExcErr));
     assert_eq!(w.hosts[1].dev.qp_counters(qb).unwrap().rnr_naks_sent, 1);
     assert_eq!(w.hosts[0].dev.qp_counters(qa).unwrap().rnr_naks_received, 1);
@@ -255,7 +250,7 @@ fn rnr_with_no_retries_fails_and_with_retries_succeeds() {
     w.hosts[0].write(0, b"hello rnr");
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(2, vec![w.hosts[0].sge(0, 9)]))
+        .post_send(qa, SendWr::send(2, [w.hosts[0].sge(0, 9)]))
         .unwrap();
     let done = w.run_until(100_000, |w| {
         w.hosts[1].dev.qp_counters(qb).unwrap().rnr_naks_sent >= 2
@@ -268,7 +263,7 @@ fn rnr_with_no_retries_fails_and_with_retries_succeeds() {
             qb,
             RecvWr {
                 wr_id: 20,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
@@ -283,7 +278,7 @@ fn rnr_with_no_retries_fails_and_with_retries_succeeds() {
     let (qa, qb) = w.connect_with(QpType::Rc, 1024, |_, a| a.rnr_retry = 7);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(3, vec![w.hosts[0].sge(0, 9)]))
+        .post_send(qa, SendWr::send(3, [w.hosts[0].sge(0, 9)]))
         .unwrap();
     assert!(w.run_until(1_000_000, |w| w.hosts[1]
         .dev
@@ -308,7 +303,7 @@ fn dead_peer_exhausts_retries_after_the_expected_time() {
     let start = w.now;
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 3000)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 3000)]))
         .unwrap();
     w.settle(1_000_000);
     let ca = w.hosts[0].poll();
@@ -337,7 +332,7 @@ fn posting_in_the_wrong_state_and_wrong_masks_are_refused() {
     let qpn = h.dev.create_qp(init).unwrap();
     let sge = h.sge(0, 8);
     assert_eq!(
-        h.dev.post_send(qpn, SendWr::send(1, vec![sge])),
+        h.dev.post_send(qpn, SendWr::send(1, [sge])),
         Err(PostError::BadState(QpState::Reset))
     );
     assert_eq!(
@@ -345,7 +340,7 @@ fn posting_in_the_wrong_state_and_wrong_masks_are_refused() {
             qpn,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![sge]
+                sgl: vec![sge].into()
             }
         ),
         Err(PostError::BadState(QpState::Reset))
@@ -412,13 +407,13 @@ fn posting_in_the_wrong_state_and_wrong_masks_are_refused() {
             qpn,
             RecvWr {
                 wr_id: 2,
-                sgl: vec![sge]
+                sgl: vec![sge].into()
             }
         ),
         Ok(())
     );
     assert_eq!(
-        h.dev.post_send(qpn, SendWr::send(3, vec![sge])),
+        h.dev.post_send(qpn, SendWr::send(3, [sge])),
         Err(PostError::BadState(QpState::Init))
     );
     // A bad value is refused: path MTU 1000.
@@ -453,14 +448,14 @@ fn send_queue_limits_and_unsupported_operations() {
     let rkey = w.hosts[1].mr.rkey;
     let r = w.hosts[0]
         .dev
-        .post_send(qa, SendWr::rdma(1, SendOp::Read, vec![sge], 0, rkey));
+        .post_send(qa, SendWr::rdma(1, SendOp::Read, [sge], 0, rkey));
     assert_eq!(r, Err(PostError::UnsupportedOp), "UC has no READ");
     let many = vec![sge; 17];
     assert_eq!(
         w.hosts[0].dev.post_send(qa, SendWr::send(2, many)),
         Err(PostError::TooManySge)
     );
-    let mut inline = SendWr::send(3, vec![w.hosts[0].sge(0, 300)]);
+    let mut inline = SendWr::send(3, [w.hosts[0].sge(0, 300)]);
     inline.flags = SendFlags::SIGNALED | SendFlags::INLINE;
     assert_eq!(
         w.hosts[0].dev.post_send(qa, inline),
@@ -469,11 +464,11 @@ fn send_queue_limits_and_unsupported_operations() {
     for i in 0..1024 {
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(i, vec![sge]))
+            .post_send(qa, SendWr::send(i, [sge]))
             .unwrap();
     }
     assert_eq!(
-        w.hosts[0].dev.post_send(qa, SendWr::send(9999, vec![sge])),
+        w.hosts[0].dev.post_send(qa, SendWr::send(9999, [sge])),
         Err(PostError::QueueFull)
     );
 }
@@ -505,7 +500,7 @@ fn cq_overflow_is_an_error_not_a_silent_loss() {
     w.link(QpType::Rc, 1024, [qpn, b_qpn], [1, 2], |_, _| {});
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
     for i in 0..3 {
-        let wr = SendWr::rdma(i, SendOp::Write, vec![w.hosts[0].sge(0, 8)], va, rkey);
+        let wr = SendWr::rdma(i, SendOp::Write, [w.hosts[0].sge(0, 8)], va, rkey);
         w.hosts[0].dev.post_send(qpn, wr).unwrap();
     }
     w.settle(100_000);
@@ -540,13 +535,13 @@ fn psn_wraps_around_2_pow_24() {
                 qb,
                 RecvWr {
                     wr_id: 100 + i,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(i, vec![w.hosts[0].sge(0, 2560)]))
+            .post_send(qa, SendWr::send(i, [w.hosts[0].sge(0, 2560)]))
             .unwrap();
     }
     let (va, rkey) = (w.hosts[1].base + 20_000, w.hosts[1].mr.rkey);
@@ -557,7 +552,7 @@ fn psn_wraps_around_2_pow_24() {
             SendWr::rdma(
                 9,
                 SendOp::Read,
-                vec![w.hosts[0].sge(40_000, 2560)],
+                [w.hosts[0].sge(40_000, 2560)],
                 va - 20_000,
                 rkey,
             ),
@@ -593,13 +588,11 @@ fn receive_buffer_too_small() {
             qb,
             RecvWr {
                 wr_id: 5,
-                sgl: vec![w.hosts[1].sge(0, 100)],
+                sgl: vec![w.hosts[1].sge(0, 100)].into(),
             },
         )
         .unwrap();
-    let (ca, cb) = run(&mut w, qa, |w| {
-        SendWr::send(1, vec![w.hosts[0].sge(0, 2000)])
-    });
+    let (ca, cb) = run(&mut w, qa, |w| SendWr::send(1, [w.hosts[0].sge(0, 2000)]));
     assert_eq!((cb[0].wr_id, cb[0].status), (5, WcStatus::LocLenErr));
     assert_eq!((ca[0].wr_id, ca[0].status), (1, WcStatus::RemInvReqErr));
 }
@@ -650,7 +643,7 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
                 srq,
                 RecvWr {
                     wr_id: 100 + i,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();
@@ -662,7 +655,7 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
             qps[0].1,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![]
+                sgl: vec![].into()
             }
         )
         .is_err());
@@ -671,7 +664,7 @@ fn srq_feeds_two_qps_and_fires_its_limit_once() {
         let qa = qps[(i % 2) as usize].0;
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(i, vec![w.hosts[0].sge(0, 100)]))
+            .post_send(qa, SendWr::send(i, [w.hosts[0].sge(0, 100)]))
             .unwrap();
     }
     w.settle(100_000);
@@ -709,7 +702,7 @@ fn new_message_while_one_is_in_progress_is_an_invalid_request() {
                 qb,
                 RecvWr {
                     wr_id: id,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();

@@ -238,13 +238,13 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                         qps[peer],
                         RecvWr {
                             wr_id: (peer as u64) << 32 | 0x8000_0000 | n,
-                            sgl: vec![rsge],
+                            sgl: vec![rsge].into(),
                         },
                     )
                     .unwrap();
                 sends[peer].push((recv_off, data));
                 recv_off += len as u64 + 1;
-                let wr = SendWr::send(wr_id, vec![sge(src_off, len)]);
+                let wr = SendWr::send(wr_id, [sge(src_off, len)]);
                 src_off += len as u64;
                 (wr, Expect::Send)
             } else if choice < 55 {
@@ -256,7 +256,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                 let wr = SendWr::rdma(
                     wr_id,
                     SendOp::Write,
-                    vec![sge(src_off, len)],
+                    [sge(src_off, len)],
                     BASE[peer] + write_off,
                     peer_rkey,
                 );
@@ -272,7 +272,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                 let wr = SendWr::rdma(
                     wr_id,
                     SendOp::Read,
-                    vec![sge(result_off, len)],
+                    [sge(result_off, len)],
                     BASE[peer] + READ_AREA + off,
                     peer_rkey,
                 );
@@ -288,7 +288,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                 let wr = SendWr::rdma(
                     wr_id,
                     SendOp::FetchAdd { add },
-                    vec![sge(result_off, 8)],
+                    [sge(result_off, 8)],
                     BASE[peer] + COUNTER,
                     peer_rkey,
                 );
@@ -307,7 +307,7 @@ fn run_case(seed: u64, f: Faults, wrs_per_side: usize) {
                         compare: cas_expect,
                         swap,
                     },
-                    vec![sge(result_off, 8)],
+                    [sge(result_off, 8)],
                     BASE[peer] + CAS_WORD,
                     peer_rkey,
                 );

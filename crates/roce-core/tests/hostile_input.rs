@@ -91,7 +91,7 @@ fn target() -> (World, Vec<u32>) {
                     q,
                     RecvWr {
                         wr_id: k,
-                        sgl: vec![sge],
+                        sgl: vec![sge].into(),
                     },
                 )
                 .unwrap();
@@ -142,8 +142,8 @@ proptest! {
         let (qa, qb) = w.connect(QpType::Rc, 1024);
         w.hosts[0].write(0, b"still alive");
         let sge = w.hosts[1].sge(60_000, 64);
-        w.hosts[1].dev.post_recv(qb, RecvWr { wr_id: 99, sgl: vec![sge] }).unwrap();
-        w.hosts[0].dev.post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 11)])).unwrap();
+        w.hosts[1].dev.post_recv(qb, RecvWr { wr_id: 99, sgl: vec![sge].into() }).unwrap();
+        w.hosts[0].dev.post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 11)])).unwrap();
         w.settle(100_000);
         prop_assert!(w.hosts[1].poll().iter().any(|c| c.wr_id == 99 && c.status == WcStatus::Success));
         prop_assert_eq!(w.hosts[1].read(60_000, 11), b"still alive".to_vec());

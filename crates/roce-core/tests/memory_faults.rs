@@ -75,7 +75,7 @@ fn remote_operations_on_faulting_memory_get_a_remote_access_error() {
             8
         };
         let sge = w.hosts[0].sge(0, len);
-        let wr = SendWr::rdma(1, op, vec![sge], GONE_VA, k.rkey);
+        let wr = SendWr::rdma(1, op, [sge], GONE_VA, k.rkey);
         w.hosts[0].dev.post_send(qa, wr).unwrap();
         w.settle(10_000);
         assert_eq!(
@@ -100,7 +100,7 @@ fn a_send_gathering_from_faulting_memory_completes_with_a_local_protection_error
     };
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(7, vec![sge]))
+        .post_send(qa, SendWr::send(7, [sge]))
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[0].poll())[0], (7, WcStatus::LocProtErr));
@@ -118,7 +118,7 @@ fn read_responses_landing_in_faulting_memory_are_a_local_protection_error() {
         lkey: k.lkey,
     };
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    let wr = SendWr::rdma(1, SendOp::Read, vec![sge], va, rkey);
+    let wr = SendWr::rdma(1, SendOp::Read, [sge], va, rkey);
     w.hosts[0].dev.post_send(qa, wr).unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[0].poll())[0], (1, WcStatus::LocProtErr));
@@ -141,14 +141,14 @@ fn a_send_into_a_faulting_receive_is_a_local_protection_error_and_a_nak() {
             qb,
             RecvWr {
                 wr_id: 70,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
     let src = w.hosts[0].sge(0, 64);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(7, vec![src]))
+        .post_send(qa, SendWr::send(7, [src]))
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[1].poll())[0], (70, WcStatus::LocProtErr));

@@ -62,7 +62,7 @@ fn run_case(w: &mut World, qa: Qpn, qb: Qpn, op: Op, len: usize, case: u64) {
                 qb,
                 RecvWr {
                     wr_id: 1000 + case,
-                    sgl: vec![sge],
+                    sgl: vec![sge].into(),
                 },
             )
             .unwrap();
@@ -70,10 +70,10 @@ fn run_case(w: &mut World, qa: Qpn, qb: Qpn, op: Op, len: usize, case: u64) {
     let rkey_b = w.hosts[1].mr.rkey;
     let va_b = w.hosts[1].base + dst_off;
     let wr = match op {
-        Op::Send => SendWr::send(case, vec![w.hosts[0].sge(src_off, len as u32)]),
+        Op::Send => SendWr::send(case, [w.hosts[0].sge(src_off, len as u32)]),
         Op::SendImm => SendWr {
             op: SendOp::SendWithImm(0xdead_0000 | case as u32),
-            ..SendWr::send(case, vec![w.hosts[0].sge(src_off, len as u32)])
+            ..SendWr::send(case, [w.hosts[0].sge(src_off, len as u32)])
         },
         Op::SendInv => {
             // Register a scratch region on B whose rkey the SEND invalidates.
@@ -88,27 +88,27 @@ fn run_case(w: &mut World, qa: Qpn, qb: Qpn, op: Op, len: usize, case: u64) {
                 .unwrap();
             SendWr {
                 op: SendOp::SendWithInv(mr.rkey),
-                ..SendWr::send(case, vec![w.hosts[0].sge(src_off, len as u32)])
+                ..SendWr::send(case, [w.hosts[0].sge(src_off, len as u32)])
             }
         }
         Op::Write => SendWr::rdma(
             case,
             SendOp::Write,
-            vec![w.hosts[0].sge(src_off, len as u32)],
+            [w.hosts[0].sge(src_off, len as u32)],
             va_b,
             rkey_b,
         ),
         Op::WriteImm => SendWr::rdma(
             case,
             SendOp::WriteWithImm(0xbeef_0000 | case as u32),
-            vec![w.hosts[0].sge(src_off, len as u32)],
+            [w.hosts[0].sge(src_off, len as u32)],
             va_b,
             rkey_b,
         ),
         Op::Read => SendWr::rdma(
             case,
             SendOp::Read,
-            vec![w.hosts[0].sge(4 * MIB as u64, len as u32)],
+            [w.hosts[0].sge(4 * MIB as u64, len as u32)],
             va_b,
             rkey_b,
         ),
@@ -240,7 +240,7 @@ fn rc_atomics_every_mtu() {
             let wr = SendWr::rdma(
                 i,
                 SendOp::FetchAdd { add: i },
-                vec![w.hosts[0].sge(8 * i, 8)],
+                [w.hosts[0].sge(8 * i, 8)],
                 va,
                 rkey,
             );
@@ -252,7 +252,7 @@ fn rc_atomics_every_mtu() {
                 compare: 1045,
                 swap: 5,
             },
-            vec![w.hosts[0].sge(80, 8)],
+            [w.hosts[0].sge(80, 8)],
             va,
             rkey,
         );
@@ -263,7 +263,7 @@ fn rc_atomics_every_mtu() {
                 compare: 1045,
                 swap: 9,
             },
-            vec![w.hosts[0].sge(88, 8)],
+            [w.hosts[0].sge(88, 8)],
             va,
             rkey,
         );
@@ -314,12 +314,12 @@ fn ud_send_every_mtu_with_grh() {
                     qb,
                     RecvWr {
                         wr_id: 50 + i as u64,
-                        sgl: vec![sge],
+                        sgl: vec![sge].into(),
                     },
                 )
                 .unwrap();
             let dest = UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111));
-            let mut wr = SendWr::send(i as u64, vec![w.hosts[0].sge(0, len as u32)]);
+            let mut wr = SendWr::send(i as u64, [w.hosts[0].sge(0, len as u32)]);
             wr.ud = Some(dest);
             if i == 1 {
                 wr.op = SendOp::SendWithImm(77);
@@ -347,7 +347,7 @@ fn ud_send_every_mtu_with_grh() {
             assert_eq!(w.hosts[1].read(8192 + 40, len), data);
         }
         // A UD message longer than the path MTU is refused at post time.
-        let mut wr = SendWr::send(99, vec![w.hosts[0].sge(0, pmtu as u32 + 1)]);
+        let mut wr = SendWr::send(99, [w.hosts[0].sge(0, pmtu as u32 + 1)]);
         wr.ud = Some(UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111)));
         assert!(matches!(
             w.hosts[0].dev.post_send(qa, wr),
@@ -381,14 +381,14 @@ fn ud_send_follows_its_address_vector() {
             qb,
             RecvWr {
                 wr_id: 1,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
     let mut dest = UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111));
     dest.av.traffic_class = 26 << 2;
     dest.av.hop_limit = 9;
-    let mut wr = SendWr::send(7, vec![w.hosts[0].sge(0, 16)]);
+    let mut wr = SendWr::send(7, [w.hosts[0].sge(0, 16)]);
     wr.ud = Some(dest);
     w.hosts[0].dev.post_send(qa, wr).unwrap();
     w.settle(10_000);
@@ -397,7 +397,7 @@ fn ud_send_follows_its_address_vector() {
     // A GID index the device does not have fails the WR, not the process.
     let mut bad = UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111));
     bad.av.sgid_index = 5;
-    let mut wr = SendWr::send(8, vec![w.hosts[0].sge(0, 16)]);
+    let mut wr = SendWr::send(8, [w.hosts[0].sge(0, 16)]);
     wr.ud = Some(bad);
     w.hosts[0].dev.post_send(qa, wr).unwrap();
     w.settle(10_000);

@@ -24,13 +24,13 @@ fn rc_send_write_read_atomics() {
             qb,
             RecvWr {
                 wr_id: 9,
-                sgl: vec![w.hosts[1].sge(0, 8192)],
+                sgl: vec![w.hosts[1].sge(0, 8192)].into(),
             },
         )
         .unwrap();
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 5000)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 5000)]))
         .unwrap();
     w.settle(100_000);
     let ca = w.hosts[0].poll();
@@ -55,13 +55,7 @@ fn rc_send_write_read_atomics() {
         .dev
         .post_send(
             qa,
-            SendWr::rdma(
-                2,
-                SendOp::Write,
-                vec![w.hosts[0].sge(10_000, 3000)],
-                dst,
-                rkey,
-            ),
+            SendWr::rdma(2, SendOp::Write, [w.hosts[0].sge(10_000, 3000)], dst, rkey),
         )
         .unwrap();
     w.settle(100_000);
@@ -82,13 +76,7 @@ fn rc_send_write_read_atomics() {
         .dev
         .post_send(
             qa,
-            SendWr::rdma(
-                3,
-                SendOp::Read,
-                vec![w.hosts[0].sge(200_000, 2500)],
-                src,
-                rkey,
-            ),
+            SendWr::rdma(3, SendOp::Read, [w.hosts[0].sge(200_000, 2500)], src, rkey),
         )
         .unwrap();
     w.settle(100_000);
@@ -109,7 +97,7 @@ fn rc_send_write_read_atomics() {
             SendWr::rdma(
                 4,
                 SendOp::FetchAdd { add: 2 },
-                vec![w.hosts[0].sge(300_000, 8)],
+                [w.hosts[0].sge(300_000, 8)],
                 va,
                 rkey,
             ),
@@ -125,7 +113,7 @@ fn rc_send_write_read_atomics() {
                     compare: 42,
                     swap: 7,
                 },
-                vec![w.hosts[0].sge(300_008, 8)],
+                [w.hosts[0].sge(300_008, 8)],
                 va,
                 rkey,
             ),
@@ -156,7 +144,7 @@ fn turns(tx_burst: u32) -> Vec<u32> {
     let (raddr, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
     for (i, qa) in [a1, a2].into_iter().enumerate() {
         let sge = w.hosts[0].sge(0, 65536);
-        let wr = SendWr::rdma(i as u64, SendOp::Write, vec![sge], raddr, rkey);
+        let wr = SendWr::rdma(i as u64, SendOp::Write, [sge], raddr, rkey);
         w.hosts[0].dev.post_send(qa, wr).unwrap();
     }
     let mut buf = vec![0u8; 4400];
@@ -201,13 +189,7 @@ fn max_outstanding_is_the_deepest_window() {
         .dev
         .post_send(
             qa,
-            SendWr::rdma(
-                1,
-                SendOp::Write,
-                vec![w.hosts[0].sge(0, 64 * 1024)],
-                dst,
-                rkey,
-            ),
+            SendWr::rdma(1, SendOp::Write, [w.hosts[0].sge(0, 64 * 1024)], dst, rkey),
         )
         .unwrap();
     w.settle(1_000_000);
@@ -226,13 +208,13 @@ fn max_outstanding_is_the_deepest_window() {
                 qd,
                 RecvWr {
                     wr_id: i,
-                    sgl: vec![w.hosts[1].sge(0, 64)],
+                    sgl: vec![w.hosts[1].sge(0, 64)].into(),
                 },
             )
             .unwrap();
         w.hosts[0]
             .dev
-            .post_send(qc, SendWr::send(i, vec![w.hosts[0].sge(0, 64)]))
+            .post_send(qc, SendWr::send(i, [w.hosts[0].sge(0, 64)]))
             .unwrap();
         w.settle(100_000);
     }

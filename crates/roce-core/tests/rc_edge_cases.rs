@@ -12,7 +12,7 @@ use roce_core::*;
 fn bad_write(w: &World, wr_id: u64) -> SendWr {
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
     let bad = Rkey::new(rkey.value() ^ 0x55);
-    SendWr::rdma(wr_id, SendOp::Write, vec![w.hosts[0].sge(128, 64)], va, bad)
+    SendWr::rdma(wr_id, SendOp::Write, [w.hosts[0].sge(128, 64)], va, bad)
 }
 
 /// A READ and then a bad WRITE reach the responder together: the READ was
@@ -23,7 +23,7 @@ fn read_then_bad_write(retry_cnt: u8) {
     w.hosts[1].write(0, b"owed before the NAK");
     let (qa, qb) = w.connect_with(QpType::Rc, 1024, |_, a| a.retry_cnt = retry_cnt);
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    let rd = SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(0, 64)], va, rkey);
+    let rd = SendWr::rdma(1, SendOp::Read, [w.hosts[0].sge(0, 64)], va, rkey);
     w.hosts[0].dev.post_send(qa, rd).unwrap();
     let wr = bad_write(&w, 2);
     w.hosts[0].dev.post_send(qa, wr).unwrap();
@@ -62,7 +62,7 @@ fn atomic_ack_precedes_a_later_requests_nak() {
     let fa = SendWr::rdma(
         1,
         SendOp::FetchAdd { add: 2 },
-        vec![w.hosts[0].sge(0, 8)],
+        [w.hosts[0].sge(0, 8)],
         va,
         rkey,
     );
@@ -99,7 +99,7 @@ fn read_failing_its_transmit_recheck_ends_the_responder() {
     let rd = SendWr::rdma(
         1,
         SendOp::Read,
-        vec![w.hosts[0].sge(0, 64)],
+        [w.hosts[0].sge(0, 64)],
         0x6000_0000,
         k.rkey,
     );
@@ -133,7 +133,7 @@ fn write_with_imm_is_accepted_when_retried_after_rnr() {
     let wr = SendWr::rdma(
         1,
         SendOp::WriteWithImm(7),
-        vec![w.hosts[0].sge(0, 64)],
+        [w.hosts[0].sge(0, 64)],
         va,
         rkey,
     );
@@ -171,7 +171,7 @@ fn rnr_wait_spends_no_transport_retry() {
         let sge = w.hosts[0].sge(0, 16);
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(id, vec![sge]))
+            .post_send(qa, SendWr::send(id, [sge]))
             .unwrap();
     }
     assert!(w.run_until(10_000, |w| w.hosts[1]
@@ -209,7 +209,7 @@ fn ack_timer_is_held_during_an_rnr_wait() {
         let sge = w.hosts[0].sge(0, 16);
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(id, vec![sge]))
+            .post_send(qa, SendWr::send(id, [sge]))
             .unwrap();
     }
     let start = w.now;
@@ -303,13 +303,13 @@ fn read_of_2_pow_23_psns_is_refused() {
         length: len,
         lkey,
     };
-    let rd = SendWr::rdma(1, SendOp::Read, vec![sge(1 << 31)], va, rkey);
+    let rd = SendWr::rdma(1, SendOp::Read, [sge(1 << 31)], va, rkey);
     match w.hosts[0].dev.post_send(qa, rd) {
         Err(PostError::InvalidWr(m)) => assert!(m.contains("2^23"), "{m}"),
         other => panic!("expected InvalidWr, got {other:?}"),
     }
     // One PSN fewer is a legal message (it fails on the small region).
-    let rd = SendWr::rdma(2, SendOp::Read, vec![sge((1 << 31) - 256)], va, rkey);
+    let rd = SendWr::rdma(2, SendOp::Read, [sge((1 << 31) - 256)], va, rkey);
     w.hosts[0].dev.post_send(qa, rd).unwrap();
     w.settle(100_000);
     assert_eq!(
@@ -329,7 +329,7 @@ fn no_responder_resources_refuses_reads() {
         }
     });
     let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-    let rd = SendWr::rdma(1, SendOp::Read, vec![w.hosts[0].sge(0, 64)], va, rkey);
+    let rd = SendWr::rdma(1, SendOp::Read, [w.hosts[0].sge(0, 64)], va, rkey);
     w.hosts[0].dev.post_send(qa, rd).unwrap();
     w.settle(100_000);
     assert_eq!(
@@ -345,7 +345,7 @@ fn ud_fields_of_an_rc_send_are_ignored() {
     let mut w = World::new(1 << 16);
     let (qa, qb) = w.connect(QpType::Rc, 1024);
     recv(&mut w, 1, qb, 20, 4096, 256);
-    let mut wr = SendWr::send(1, vec![w.hosts[0].sge(0, 16)]);
+    let mut wr = SendWr::send(1, [w.hosts[0].sge(0, 16)]);
     wr.ud = Some(UdDest::new(
         "10.9.9.9".parse().unwrap(),
         Qpn::new(0x999),

@@ -12,7 +12,7 @@ use roce_core::*;
 fn send_inv(w: &mut World, qa: Qpn, rkey: Rkey) {
     let wr = SendWr {
         op: SendOp::SendWithInv(rkey),
-        ..SendWr::send(7, vec![w.hosts[0].sge(0, 16)])
+        ..SendWr::send(7, [w.hosts[0].sge(0, 16)])
     };
     w.hosts[0].dev.post_send(qa, wr).unwrap();
 }
@@ -102,7 +102,7 @@ fn zero_length_operations_need_the_qps_remote_rights() {
         });
         recv(&mut w, 1, qb, 70, 0, 64);
         let (va, rkey) = (w.hosts[1].base, w.hosts[1].mr.rkey);
-        let wr = SendWr::rdma(1, op, vec![], va, rkey);
+        let wr = SendWr::rdma(1, op, [], va, rkey);
         w.hosts[0].dev.post_send(qa, wr).unwrap();
         w.settle(10_000);
         let a = w.hosts[0].poll();
@@ -130,7 +130,7 @@ fn reads_beyond_max_dest_rd_atomic_are_invalid_requests() {
     });
     for k in 0..4u64 {
         let (va, rkey) = (w.hosts[1].base + k * 64, w.hosts[1].mr.rkey);
-        let wr = SendWr::rdma(k, SendOp::Read, vec![w.hosts[0].sge(k * 64, 64)], va, rkey);
+        let wr = SendWr::rdma(k, SendOp::Read, [w.hosts[0].sge(k * 64, 64)], va, rkey);
         w.hosts[0].dev.post_send(qa, wr).unwrap();
     }
     w.settle(10_000);
@@ -145,7 +145,7 @@ fn reads_beyond_max_dest_rd_atomic_are_invalid_requests() {
     });
     for k in 0..4u64 {
         let (va, rkey) = (w.hosts[1].base + k * 64, w.hosts[1].mr.rkey);
-        let wr = SendWr::rdma(k, SendOp::Read, vec![w.hosts[0].sge(k * 64, 64)], va, rkey);
+        let wr = SendWr::rdma(k, SendOp::Read, [w.hosts[0].sge(k * 64, 64)], va, rkey);
         w.hosts[0].dev.post_send(qa, wr).unwrap();
     }
     w.settle(10_000);

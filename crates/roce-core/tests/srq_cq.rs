@@ -44,7 +44,7 @@ fn srq_receives_survive_a_qp_flush() {
     assert_eq!(w.hosts[1].dev.srq(srq).unwrap().len(), 4);
     w.hosts[0]
         .dev
-        .post_send(qa2, SendWr::send(1, vec![w.hosts[0].sge(0, 10)]))
+        .post_send(qa2, SendWr::send(1, [w.hosts[0].sge(0, 10)]))
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[1].poll()), vec![(100, WcStatus::Success)]);
@@ -68,7 +68,7 @@ fn srq_limit_rearm() {
     let send = |w: &mut World, id| {
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(id, vec![w.hosts[0].sge(0, 10)]))
+            .post_send(qa, SendWr::send(id, [w.hosts[0].sge(0, 10)]))
             .unwrap();
         w.settle(10_000);
     };
@@ -91,7 +91,7 @@ fn srq_limit_rearm() {
         srq,
         RecvWr {
             wr_id: 300,
-            sgl: vec![],
+            sgl: vec![].into(),
         },
     );
     assert_eq!(r, Err(PostError::QueueFull));
@@ -108,7 +108,7 @@ fn srq_post_checks_the_sge_limit() {
         srq,
         RecvWr {
             wr_id: 1,
-            sgl: vec![sge; 100_000],
+            sgl: vec![sge; 100_000].into(),
         },
     );
     assert_eq!(r, Err(PostError::TooManySge));
@@ -142,12 +142,12 @@ fn uc_srq_mid_message_loss() {
     });
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 768)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 768)]))
         .unwrap();
     w.settle(10_000);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(2, vec![w.hosts[0].sge(0, 300)]))
+        .post_send(qa, SendWr::send(2, [w.hosts[0].sge(0, 300)]))
         .unwrap();
     w.settle(10_000);
     let cb = w.hosts[1].poll();
@@ -177,7 +177,7 @@ fn recv_cq_overflow_puts_the_qp_in_error() {
     for i in 0..3 {
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(i, vec![w.hosts[0].sge(0, 10)]))
+            .post_send(qa, SendWr::send(i, [w.hosts[0].sge(0, 10)]))
             .unwrap();
     }
     let start = w.now;
@@ -213,7 +213,7 @@ fn solicited_only_notification() {
     }
     w.hosts[1].dev.cq(rcq).unwrap().req_notify(true);
     let send = |w: &mut World, id, sol: bool| {
-        let mut wr = SendWr::send(id, vec![w.hosts[0].sge(0, 10)]);
+        let mut wr = SendWr::send(id, [w.hosts[0].sge(0, 10)]);
         if sol {
             wr.flags = wr.flags | SendFlags::SOLICITED;
         }
@@ -244,7 +244,7 @@ fn unsignaled_sends() {
             let mut wr = SendWr::rdma(
                 round * 10 + i,
                 SendOp::Write,
-                vec![w.hosts[0].sge(0, 8)],
+                [w.hosts[0].sge(0, 8)],
                 va,
                 rkey,
             );
@@ -257,7 +257,7 @@ fn unsignaled_sends() {
     let mut wr = SendWr::rdma(
         99,
         SendOp::Write,
-        vec![w.hosts[0].sge(0, 8)],
+        [w.hosts[0].sge(0, 8)],
         va,
         Rkey::new(rkey.value() ^ 0x40),
     );
@@ -297,7 +297,7 @@ fn srq_qp_error_mid_message_and_last_wqe_reached() {
     });
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 768)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 768)]))
         .unwrap();
     w.run_until(50, |_| false);
     let a = QpAttr {
@@ -328,7 +328,7 @@ fn rc_srq_rnr_then_post() {
     });
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 10)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 10)]))
         .unwrap();
     w.run_until(200, |_| false);
     srq_recv(&mut w, srq, 100, 0, 64);
@@ -360,7 +360,7 @@ fn srq_receive_in_progress_returns_on_destroy_and_reset() {
         });
         w.hosts[0]
             .dev
-            .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 768)]))
+            .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 768)]))
             .unwrap();
         w.run_until(50, |_| false);
         assert_eq!(w.hosts[1].dev.srq(srq).unwrap().len(), 0);

@@ -39,7 +39,7 @@ fn uc_mid_message_loss_reuses_the_receive() {
     w.hosts[0].write(2048, &d2);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 768)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 768)]))
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(1, WcStatus::Success)]);
@@ -49,7 +49,7 @@ fn uc_mid_message_loss_reuses_the_receive() {
     );
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(2, vec![w.hosts[0].sge(2048, 600)]))
+        .post_send(qa, SendWr::send(2, [w.hosts[0].sge(2048, 600)]))
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(2, WcStatus::Success)]);
@@ -82,11 +82,11 @@ fn uc_lost_last_resyncs_on_next_first() {
     w.hosts[0].write(4096, &data);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 512)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 512)]))
         .unwrap();
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(2, vec![w.hosts[0].sge(4096, 512)]))
+        .post_send(qa, SendWr::send(2, [w.hosts[0].sge(4096, 512)]))
         .unwrap();
     w.settle(10_000);
     let cb = w.hosts[1].poll();
@@ -130,7 +130,7 @@ fn uc_requester_completes_at_send() {
     w.filter = Box::new(|_, _| Verdict::Drop);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 1000)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 1000)]))
         .unwrap();
     w.settle(10_000);
     assert_eq!(statuses(&w.hosts[0].poll()), vec![(1, WcStatus::Success)]);
@@ -146,7 +146,7 @@ fn uc_receive_too_small_keeps_the_qp() {
     recv(&mut w, 1, qb, 100, 0, 100);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(1, vec![w.hosts[0].sge(0, 200)]))
+        .post_send(qa, SendWr::send(1, [w.hosts[0].sge(0, 200)]))
         .unwrap();
     w.settle(10_000);
     assert!(w.hosts[1].poll().is_empty());
@@ -155,7 +155,7 @@ fn uc_receive_too_small_keeps_the_qp() {
     w.hosts[0].write(0, &[0x3c; 80]);
     w.hosts[0]
         .dev
-        .post_send(qa, SendWr::send(2, vec![w.hosts[0].sge(0, 80)]))
+        .post_send(qa, SendWr::send(2, [w.hosts[0].sge(0, 80)]))
         .unwrap();
     w.settle(10_000);
     let cb = w.hosts[1].poll();
@@ -183,7 +183,7 @@ fn ud_qkey_rules() {
         .enumerate()
     {
         recv(&mut w, 1, qb, 100 + i as u64, 0, 1000);
-        let mut wr = SendWr::send(i as u64, vec![w.hosts[0].sge(0, 16)]);
+        let mut wr = SendWr::send(i as u64, [w.hosts[0].sge(0, 16)]);
         wr.ud = Some(UdDest::new(w.hosts[1].addr(), qb, Qkey::new(qkey)));
         w.hosts[0].dev.post_send(qa, wr).unwrap();
         w.settle(10_000);
@@ -213,7 +213,7 @@ fn ud_receive_too_small() {
     recv(&mut w, 1, qb, 101, 1024, 50);
     recv(&mut w, 1, qb, 102, 2048, 56);
     for i in 0..3 {
-        let mut wr = SendWr::send(i, vec![w.hosts[0].sge(0, 16)]);
+        let mut wr = SendWr::send(i, [w.hosts[0].sge(0, 16)]);
         wr.ud = Some(UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111)));
         w.hosts[0].dev.post_send(qa, wr).unwrap();
     }
@@ -269,12 +269,12 @@ fn ud_grh_exchange(from: &str, to: &str) -> (Wc, Vec<u8>, Vec<u8>) {
             qb,
             RecvWr {
                 wr_id: 5,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
     a.write(0, b"hello6");
-    let mut wr = SendWr::send(1, vec![a.sge(0, 6)]);
+    let mut wr = SendWr::send(1, [a.sge(0, 6)]);
     wr.ud = Some(UdDest::new(ba, qb, Qkey::new(0x1111_1111)));
     a.dev.post_send(qa, wr).unwrap();
     let mut buf = vec![0u8; 4400];
@@ -330,7 +330,7 @@ fn bad_pkey_is_dropped() {
             Verdict::Deliver
         }
     });
-    let mut wr = SendWr::send(1, vec![w.hosts[0].sge(0, 16)]);
+    let mut wr = SendWr::send(1, [w.hosts[0].sge(0, 16)]);
     wr.ud = Some(UdDest::new(w.hosts[1].addr(), qb, Qkey::new(0x1111_1111)));
     w.hosts[0].dev.post_send(qa, wr).unwrap();
     w.settle(10_000);
@@ -375,7 +375,7 @@ fn uc_random_loss_never_completes_partial_messages() {
             let data = pattern(len, i as u8);
             w.hosts[0].write(4096 * i, &data);
             msgs.push(data);
-            let mut wr = SendWr::send(i, vec![w.hosts[0].sge(4096 * i, len as u32)]);
+            let mut wr = SendWr::send(i, [w.hosts[0].sge(4096 * i, len as u32)]);
             if next() % 3 == 0 {
                 wr.op = SendOp::SendWithImm(i as u32);
             }

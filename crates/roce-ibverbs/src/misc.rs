@@ -193,7 +193,7 @@ fn l2_of(c: &Context, dest: std::net::IpAddr) -> Res<[u8; 6]> {
     if info.loopback {
         return Err(libc::EHOSTUNREACH);
     }
-    match roce_verbs::roce_io::neighbor(&info.name, info.index, dest, NEIGH_WAIT) {
+    match roce_io::neighbor(&info.name, info.index, dest, NEIGH_WAIT) {
         Ok(Some(m)) => Ok(m.0),
         Ok(None) => Err(libc::EHOSTUNREACH),
         Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),

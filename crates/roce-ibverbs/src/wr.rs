@@ -8,7 +8,7 @@
 
 use std::os::raw::c_int;
 
-use roce_verbs::{Lkey, RecvWr, Sge};
+use roce_verbs::{Lkey, RecvWr, Sge, SgeList};
 
 use crate::abi::*;
 use crate::ffi::{errno_of, Res};
@@ -28,13 +28,13 @@ pub(crate) fn sge_count(n: c_int, max: u32) -> Res<usize> {
 ///
 /// # Safety
 /// `sg` must point to `n` entries (any when `n` is 0) when `n <= max`.
-pub(crate) unsafe fn sgl(sg: *const ibv_sge, n: c_int, max: u32) -> Res<Vec<Sge>> {
+pub(crate) unsafe fn sgl(sg: *const ibv_sge, n: c_int, max: u32) -> Res<SgeList> {
     let n = sge_count(n, max)?;
     if n > 0 && sg.is_null() {
         return Err(libc::EINVAL);
     }
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(SgeList::new());
     }
     // SAFETY: the caller's contract.
     let s = unsafe { std::slice::from_raw_parts(sg, n) };

@@ -40,7 +40,7 @@ fn target() -> Target {
 
 #[test]
 fn host_writes_and_reads_back_through_the_target() {
-    let fabric = roce_verbs::roce_io::Fabric::new();
+    let fabric = roce_io::Fabric::new();
     let taddr: IpAddr = "10.0.0.1".parse().unwrap();
     let tctx = Context::open_fabric(&fabric, taddr).unwrap();
     let hctx = Context::open_fabric(&fabric, "10.0.0.2".parse().unwrap()).unwrap();

@@ -136,7 +136,7 @@ export! {
                             lock(&ctx.table()).forget(i);
                         }
                         return Err(match e {
-                            roce_verbs::Error::Verbs(roce_verbs::roce_core::VerbsError::Busy) => {
+                            roce_verbs::Error::Verbs(roce_core::VerbsError::Busy) => {
                                 libc::EADDRINUSE
                             }
                             e => crate::ffi::errno_of(&e),

@@ -26,9 +26,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use roce_verbs::roce_io::host::{
-    check_port, free_port, may_bind_low, HostError, HostTable, PortHolder,
-};
+use roce_io::host::{check_port, free_port, may_bind_low, HostError, HostTable, PortHolder};
 
 use crate::config::{self, log};
 use crate::ffi::Res;
@@ -229,7 +227,7 @@ pub(crate) fn release(id: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use roce_verbs::roce_io::host::EPHEMERAL;
+    use roce_io::host::EPHEMERAL;
 
     const TCP: u32 = 0x0106;
     const UDP: u32 = 0x0111;

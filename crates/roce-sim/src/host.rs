@@ -204,7 +204,7 @@ impl Host {
         let wr = SendWr::rdma(
             id as u64,
             SendOp::Write,
-            vec![Sge {
+            [Sge {
                 addr: MR_BASE,
                 length: len,
                 lkey: self.mr.lkey,

@@ -36,7 +36,7 @@ fn wait_one(cq: &CompletionQueue) -> Result<Completion, Box<dyn std::error::Erro
     for spins in 0u64.. {
         if let Some(c) = cq.poll_one()? {
             if !c.is_success() {
-                return Err(format!("work request {} failed: {:?}", c.wr_id, c.status).into());
+                return Err(format!("work request {} failed: {:?}", c.wr_id(), c.status()).into());
             }
             return Ok(c);
         }
@@ -96,11 +96,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let len = size as u32;
     server.qp.post_recv(RecvWr {
         wr_id: 0,
-        sgl: vec![server.rx.sge(0, len)],
+        sgl: vec![server.rx.sge(0, len)].into(),
     })?;
     client.qp.post_recv(RecvWr {
         wr_id: 0,
-        sgl: vec![client.rx.sge(0, len)],
+        sgl: vec![client.rx.sge(0, len)].into(),
     })?;
 
     // The server echoes every message. Its SEND's completion and the next
@@ -113,12 +113,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut received, mut sends_done) = (0, 0);
         while received < iters || sends_done < received {
             let c = wait_one(&s.cq).map_err(|e| e.to_string())?;
-            match c.opcode {
+            match c.opcode() {
                 WcOpcode::Send => {
                     sends_done += 1;
                     continue;
                 }
-                WcOpcode::Recv if c.byte_len == len && received < iters => {}
+                WcOpcode::Recv if c.byte_len() == len && received < iters => {}
                 _ => return Err(format!("server: unexpected completion {c:?}")),
             }
             s.rx.read(0, &mut buf).map_err(|e| e.to_string())?;
@@ -128,11 +128,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             received += 1;
             s.qp.post_recv(RecvWr {
                 wr_id: 0,
-                sgl: vec![s.rx.sge(0, len)],
+                sgl: vec![s.rx.sge(0, len)].into(),
             })
             .map_err(|e| e.to_string())?;
             s.tx.write(0, &buf).map_err(|e| e.to_string())?;
-            s.qp.post_send(SendWr::send(1, vec![s.tx.sge(0, len)]))
+            s.qp.post_send(SendWr::send(1, [s.tx.sge(0, len)]))
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -163,12 +163,12 @@ fn run_client(c: &Side, iters: usize, size: usize) -> Result<(), Box<dyn std::er
     for i in 0..iters {
         let data = payload(i, size);
         c.tx.write(0, &data)?;
-        c.qp.post_send(SendWr::send(1, vec![c.tx.sge(0, len)]))?;
+        c.qp.post_send(SendWr::send(1, [c.tx.sge(0, len)]))?;
         // The SEND's completion and the echo, in either order.
         let mut got_echo = false;
         for _ in 0..2 {
             let done = wait_one(&c.cq)?;
-            if done.opcode == WcOpcode::Recv {
+            if done.opcode() == WcOpcode::Recv {
                 got_echo = true;
             }
         }
@@ -181,7 +181,7 @@ fn run_client(c: &Side, iters: usize, size: usize) -> Result<(), Box<dyn std::er
         }
         c.qp.post_recv(RecvWr {
             wr_id: 0,
-            sgl: vec![c.rx.sge(0, len)],
+            sgl: vec![c.rx.sge(0, len)].into(),
         })?;
     }
     Ok(())

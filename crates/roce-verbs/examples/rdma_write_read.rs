@@ -30,7 +30,7 @@ fn wait(cq: &CompletionQueue, n: usize) -> Result<(), Box<dyn std::error::Error>
         return Err(format!("{} of {n} completions", got.len()).into());
     }
     if let Some(bad) = got.iter().find(|c| !c.is_success()) {
-        return Err(format!("work request {} failed: {:?}", bad.wr_id, bad.status).into());
+        return Err(format!("work request {} failed: {:?}", bad.wr_id(), bad.status()).into());
     }
     Ok(())
 }
@@ -54,7 +54,7 @@ fn stream(
             let wr = SendWr::rdma(
                 posted as u64,
                 op,
-                vec![local.sge(0, MIB as u32)],
+                [local.sge(0, MIB as u32)],
                 remote.addr,
                 remote.rkey,
             );
@@ -64,7 +64,7 @@ fn stream(
         out.clear();
         cq.poll(&mut out, depth)?;
         if let Some(bad) = out.iter().find(|c| !c.is_success()) {
-            return Err(format!("work request {} failed: {:?}", bad.wr_id, bad.status).into());
+            return Err(format!("work request {} failed: {:?}", bad.wr_id(), bad.status()).into());
         }
         done += out.len();
         if start.elapsed() > Duration::from_secs(60) {
@@ -123,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     qa.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![src.sge_all()],
+        [src.sge_all()],
         remote.addr,
         remote.rkey,
     ))?;
@@ -136,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     qa.post_send(SendWr::rdma(
         2,
         SendOp::Read,
-        vec![back.sge_all()],
+        [back.sge_all()],
         remote.addr,
         remote.rkey,
     ))?;

@@ -17,9 +17,9 @@ use roce_core::cm::{CmEvent, CmId, ConnParam, ConnRequest, ListenId, UdRequest};
 use roce_core::{Owner, QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
-use crate::owners;
 use crate::progress::kick;
-use crate::shared::{lock, Shared};
+use crate::state::owners;
+use crate::state::{lock, Shared};
 use crate::{Context, QueuePair};
 
 /// Why a connection attempt or wait failed.
@@ -77,7 +77,7 @@ fn wait_event(
 ) -> Option<CmEvent> {
     // A timeout too long to add to the clock waits for good.
     let end = Instant::now().checked_add(timeout);
-    let mut q = lock(&shared.cm_events);
+    let mut q = lock(&shared.events.cm);
     loop {
         if let Some(i) = q.iter().position(&mut want) {
             return q.remove(i);
@@ -89,6 +89,7 @@ fn wait_event(
         // The progress thread delivers events; make sure it is awake.
         shared.unpark();
         q = shared
+            .events
             .cm_cv
             .wait_timeout(q, left.min(Duration::from_millis(10)))
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -100,14 +101,14 @@ fn wait_event(
 /// later ones are not queued (`core` is the engine, locked). With
 /// `abandon`, a connection not yet established is given up in the engine
 /// too (REJ, see `Device::cm_abandon`).
-fn forget_connection(shared: &Shared, core: &mut crate::shared::Core, id: CmId, abandon: bool) {
+fn forget_connection(shared: &Shared, core: &mut crate::state::Core, id: CmId, abandon: bool) {
     if abandon {
         core.dev.cm_abandon(id);
     }
     if core.dev.cm_state(id).is_some() && !core.cm_dropped.contains(&id) {
         core.cm_dropped.push(id);
     }
-    lock(&shared.cm_events).retain(|e| e.id() != id);
+    lock(&shared.events.cm).retain(|e| e.id() != id);
 }
 
 /// After a wait for `id` timed out: gives the attempt up, unless it got
@@ -188,7 +189,7 @@ impl Context {
     }
 
     /// Stops listener `id`, its service ID released host-wide.
-    pub(crate) fn unlisten_in(core: &mut crate::shared::Core, id: ListenId) {
+    pub(crate) fn unlisten_in(core: &mut crate::state::Core, id: ListenId) {
         let _ = core.dev.cm_stop_listen(id);
         core.retired.release(Owner::Service(id.0));
     }
@@ -343,7 +344,7 @@ impl Drop for CmListener {
         // the application holds) are the application's to answer.
         crate::progress::collect_cm_events(&mut core, shared);
         let id = self.id;
-        let queued: Vec<CmId> = lock(&shared.cm_events)
+        let queued: Vec<CmId> = lock(&shared.events.cm)
             .iter()
             .filter_map(|e| match e {
                 CmEvent::ConnectRequest(r) if r.listen == id => Some(r.id),
@@ -561,7 +562,7 @@ impl CmConnection {
 
     /// True while the CM has not seen a disconnect.
     pub fn is_connected(&self) -> bool {
-        let gone = lock(&self.shared.cm_events)
+        let gone = lock(&self.shared.events.cm)
             .iter()
             .any(|e| e.id() == self.id && matches!(e, CmEvent::Disconnected { .. }));
         !gone && self.shared.core_quiet().dev.cm_state(self.id).is_some()
@@ -657,8 +658,8 @@ mod tests {
             drop(server); // both sides drop their connection
             std::thread::sleep(Duration::from_millis(50));
         }
-        let na = crate::shared::lock(&a.shared().cm_events).len();
-        let nb = crate::shared::lock(&b.shared().cm_events).len();
+        let na = crate::state::lock(&a.shared().events.cm).len();
+        let nb = crate::state::lock(&b.shared().events.cm).len();
         assert_eq!((na, nb), (0, 0));
         // Nor any id kept for them, once the engine forgot the connections.
         std::thread::sleep(Duration::from_millis(200));

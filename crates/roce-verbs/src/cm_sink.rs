@@ -20,17 +20,16 @@
 
 use std::net::IpAddr;
 
-use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ListenId};
+#[cfg(doc)]
+use roce_core::cm::CmEvent;
+use roce_core::cm::{CmId, CmState, ConnParam, ListenId};
 use roce_core::{QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
 use crate::error::Error;
 use crate::progress::kick;
 use crate::{Context, QueuePair};
 
-/// Where a context's CM events go ([`Context::set_cm_sink`]): called once
-/// per event, in order, with the engine locked. It must not block on
-/// anything a context call can hold, nor call into the context.
-pub type CmSink = Box<dyn Fn(CmEvent) + Send + Sync>;
+pub use crate::state::CmSink;
 
 /// rdma_cm's port spaces that this CM serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +45,7 @@ impl Context {
     /// module docs). Only the first call takes effect; false for a later
     /// one.
     pub fn set_cm_sink(&self, sink: CmSink) -> bool {
-        self.shared().cm_sink.set(sink).is_ok()
+        self.shared().events.cm_sink.set(sink).is_ok()
     }
 
     /// `rdma_listen(id, backlog)` on `port`: requests arrive at the sink

@@ -6,17 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::shared::{EventSink, Notifier};
-
 use roce_core::{AsyncEvent, Device, DeviceConfig, DeviceCounters};
 use roce_io::{Backend, Fabric, FabricPort};
 
 use crate::config::ProgressConfig;
-use crate::cq::{CompletionChannel, CompletionQueue};
 use crate::error::Error;
-use crate::pd::ProtectionDomain;
 use crate::progress::{self, Doorbell};
-use crate::shared::{lock, Shared};
+use crate::state::{lock, EventSink, Notifier, Shared};
 
 #[derive(Debug)]
 struct ContextInner {
@@ -32,7 +28,7 @@ impl Drop for ContextInner {
             .is_some_and(|t| t.thread().id() == std::thread::current().id())
         {
             // The last handle went away inside the progress thread's own
-            // step (a completion channel it was notifying held it). That
+            // step (a notifier or sink it ran held it). That
             // thread holds the I/O lock, so it can neither flush nor join
             // itself: it stops at its next look at `shutdown`, detached,
             // and what it owns (the shared state) goes with it.
@@ -167,7 +163,7 @@ impl Context {
                 }
             })
             .map_err(|_| Error::ThreadSpawn)?;
-        let _ = shared.thread.set(handle.thread().clone());
+        let _ = shared.waker.thread.set(handle.thread().clone());
         Ok(Context {
             inner: Arc::new(ContextInner {
                 shared,
@@ -189,31 +185,10 @@ impl Context {
         &self.inner.shared.addrs
     }
 
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> ProtectionDomain {
-        let id = self.shared().core().dev.alloc_pd();
-        ProtectionDomain::new(self.clone(), id)
-    }
-
-    /// `ibv_create_cq`: a CQ of `cqe` entries, raising its events on
-    /// `channel` when armed.
-    pub fn create_cq(
-        &self,
-        cqe: usize,
-        channel: Option<&CompletionChannel>,
-    ) -> Result<CompletionQueue, Error> {
-        CompletionQueue::create(self, cqe, channel)
-    }
-
-    /// `ibv_create_comp_channel`.
-    pub fn create_comp_channel(&self) -> CompletionChannel {
-        CompletionChannel::new(self)
-    }
-
     /// Sets the callback run once per asynchronous event queued (see
     /// [`Notifier`]). Only the first call takes effect; false for a later one.
     pub fn set_event_notifier(&self, notifier: Notifier) -> bool {
-        self.shared().event_notifier.set(notifier).is_ok()
+        self.shared().events.notifier.set(notifier).is_ok()
     }
 
     /// Sends every later asynchronous event to `sink` instead of the
@@ -222,7 +197,7 @@ impl Context {
     /// drop-in libibverbs, whose contexts of one device share an engine).
     /// Only the first call takes effect; false for a later one.
     pub fn set_event_sink(&self, sink: EventSink) -> bool {
-        self.shared().event_sink.set(sink).is_ok()
+        self.shared().events.sink.set(sink).is_ok()
     }
 
     /// `ibv_get_async_event`: the next asynchronous event (QP fatal, CQ
@@ -230,20 +205,22 @@ impl Context {
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Option<AsyncEvent> {
         let shared = self.shared();
         let end = timeout.map(|t| Instant::now() + t);
-        let mut q = lock(&shared.events);
+        let mut q = lock(&shared.events.queue);
         loop {
             if let Some(e) = q.pop_front() {
                 return Some(e);
             }
             q = match end {
                 None => shared
-                    .events_cv
+                    .events
+                    .cv
                     .wait(q)
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
                 Some(end) => {
                     let left = end.checked_duration_since(Instant::now())?;
                     shared
-                        .events_cv
+                        .events
+                        .cv
                         .wait_timeout(q, left)
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .0

@@ -1,18 +1,18 @@
 //! Completion queues, completions and completion channels.
 
+use std::any::Any;
 use std::cell::Cell;
-use std::collections::VecDeque;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use roce_core::{CqId, Wc, WcStatus};
+use roce_core::CqId;
 
+use crate::completion::Completion;
 use crate::context::Context;
 use crate::error::Error;
 use crate::progress;
-use crate::shared::{lock, Graveyard, Notifier, NotifyReg, Shared};
+use crate::state::{lock, ChannelQueue, CqHandle, Graveyard, Notifier, NotifyReg, Shared};
 
 thread_local! {
     /// [`CompletionQueue::poll_one`]'s list, kept by each polling thread
@@ -21,38 +21,6 @@ thread_local! {
     /// The region references a poll releases, likewise kept: polling a
     /// completion does not allocate.
     static GRAVE: Cell<Graveyard> = const { Cell::new(Vec::new()) };
-}
-
-/// A work completion as the application sees it: the engine's [`Wc`] with
-/// the application's `wr_id`, plus the buffer of an owned-buffer work
-/// request ([`QueuePair::post_send_owned`](crate::QueuePair::post_send_owned),
-/// [`QueuePair::post_recv_owned`](crate::QueuePair::post_recv_owned)),
-/// handed back whatever the status.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Completion {
-    /// The completion.
-    pub wc: Wc,
-    /// The owned buffer of the work request, if it had one.
-    pub buffer: Option<Vec<u8>>,
-}
-
-impl Completion {
-    /// True when the work request succeeded.
-    pub fn is_success(&self) -> bool {
-        self.wc.status == WcStatus::Success
-    }
-
-    /// Takes the owned buffer out.
-    pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
-        self.buffer.take()
-    }
-}
-
-impl Deref for Completion {
-    type Target = Wc;
-    fn deref(&self) -> &Wc {
-        &self.wc
-    }
 }
 
 #[derive(Debug)]
@@ -88,6 +56,23 @@ impl PartialEq for CompletionQueue {
 
 impl Eq for CompletionQueue {}
 
+impl Context {
+    /// `ibv_create_cq`: a CQ of `cqe` entries, raising its events on
+    /// `channel` when armed.
+    pub fn create_cq(
+        &self,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue, Error> {
+        CompletionQueue::create(self, cqe, channel)
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> CompletionChannel {
+        CompletionChannel::new(self)
+    }
+}
+
 impl CompletionQueue {
     pub(crate) fn create(
         ctx: &Context,
@@ -98,7 +83,7 @@ impl CompletionQueue {
             return Err(Error::InvalidArgument("cqe must be in 1..=4194304"));
         }
         if let Some(ch) = channel {
-            if !ch.inner.ctx.same(ctx) {
+            if !ch.ctx.same(ctx) {
                 return Err(Error::WrongContext);
             }
         }
@@ -112,10 +97,13 @@ impl CompletionQueue {
             unacked: AtomicU64::new(0),
         });
         if let Some(ch) = channel {
+            let any: Arc<dyn Any + Send + Sync> = inner.clone();
+            let handle: CqHandle = Arc::downgrade(&any);
+            drop(any);
             core.notify.push(NotifyReg {
                 cq: id,
-                handle: Arc::downgrade(&inner),
-                channel: Arc::downgrade(&ch.inner),
+                handle,
+                channel: Arc::downgrade(&ch.queue),
             });
         }
         drop(core);
@@ -261,39 +249,19 @@ impl CompletionQueue {
     }
 }
 
-pub(crate) struct ChannelInner {
-    pub(crate) queue: Mutex<VecDeque<Weak<CqInner>>>,
-    pub(crate) cv: Condvar,
-    /// [`CompletionChannel::set_notifier`].
-    pub(crate) notifier: OnceLock<Notifier>,
-    pub(crate) ctx: Context,
-}
-
-impl std::fmt::Debug for ChannelInner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChannelInner")
-            .field("queued", &lock(&self.queue).len())
-            .field("notifier", &self.notifier.get().is_some())
-            .finish()
-    }
-}
-
 /// A completion channel (`ibv_comp_channel`): where armed CQs raise their
 /// events, for a thread to block on instead of polling.
 #[derive(Clone, Debug)]
 pub struct CompletionChannel {
-    pub(crate) inner: Arc<ChannelInner>,
+    pub(crate) queue: Arc<ChannelQueue>,
+    pub(crate) ctx: Context,
 }
 
 impl CompletionChannel {
     pub(crate) fn new(ctx: &Context) -> CompletionChannel {
         CompletionChannel {
-            inner: Arc::new(ChannelInner {
-                queue: Mutex::new(VecDeque::new()),
-                cv: Condvar::new(),
-                notifier: OnceLock::new(),
-                ctx: ctx.clone(),
-            }),
+            queue: Arc::new(ChannelQueue::new()),
+            ctx: ctx.clone(),
         }
     }
 
@@ -301,7 +269,7 @@ impl CompletionChannel {
     /// file descriptor a program can poll: an eventfd it writes to). Only
     /// the first call takes effect; false for a later one.
     pub fn set_notifier(&self, notifier: Notifier) -> bool {
-        self.inner.notifier.set(notifier).is_ok()
+        self.queue.notifier.set(notifier).is_ok()
     }
 
     /// `ibv_get_cq_event`: blocks until an armed CQ of this channel raises
@@ -309,29 +277,30 @@ impl CompletionChannel {
     /// the CQ. Re-arm it with [`CompletionQueue::req_notify`] and
     /// acknowledge with [`CompletionQueue::ack_events`].
     pub fn get_event(&self, timeout: Option<Duration>) -> Option<CompletionQueue> {
-        let shared = self.inner.ctx.shared();
+        let shared = self.ctx.shared();
         // Nobody polls while this thread sleeps: let the progress thread
         // take doorbells again.
         shared.sig.handed_over();
         shared.unpark();
         let end = timeout.map(|t| Instant::now() + t);
-        let mut q = lock(&self.inner.queue);
+        let mut q = lock(&self.queue.queue);
         loop {
             while let Some(w) = q.pop_front() {
-                if let Some(inner) = w.upgrade() {
+                let inner = w.upgrade().and_then(|a| a.downcast::<CqInner>().ok());
+                if let Some(inner) = inner {
                     inner.unacked.fetch_add(1, Ordering::Relaxed);
                     return Some(CompletionQueue { inner });
                 }
             }
             q = match end {
                 None => self
-                    .inner
+                    .queue
                     .cv
                     .wait(q)
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
                 Some(end) => {
                     let left = end.checked_duration_since(Instant::now())?;
-                    self.inner
+                    self.queue
                         .cv
                         .wait_timeout(q, left)
                         .unwrap_or_else(std::sync::PoisonError::into_inner)

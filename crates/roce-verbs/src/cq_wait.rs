@@ -11,9 +11,9 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cq::{CompletionChannel, CompletionQueue};
+use crate::cq::{CompletionChannel, CompletionQueue, CqInner};
 use crate::schedule::{self, RUNNING};
-use crate::shared::{lock, Shared};
+use crate::state::{lock, Shared};
 
 /// How [`CompletionChannel::wait_io`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,16 +57,17 @@ impl Drop for Waiting<'_> {
 
 impl CompletionChannel {
     fn shared(&self) -> &Arc<Shared> {
-        self.inner.ctx.shared()
+        self.ctx.shared()
     }
 
     /// Takes the next event queued on this channel, without waiting (and
     /// without handing progress to the progress thread, as
     /// [`get_event`](Self::get_event) does): the armed CQ that raised it.
     pub fn take_event(&self) -> Option<CompletionQueue> {
-        let mut q = lock(&self.inner.queue);
+        let mut q = lock(&self.queue.queue);
         while let Some(w) = q.pop_front() {
-            if let Some(inner) = w.upgrade() {
+            let inner = w.upgrade().and_then(|a| a.downcast::<CqInner>().ok());
+            if let Some(inner) = inner {
                 inner.unacked.fetch_add(1, Ordering::Relaxed);
                 return Some(CompletionQueue { inner });
             }
@@ -109,6 +110,7 @@ impl CompletionChannel {
 
         let shared = self.shared();
         let Some(sleeper) = shared
+            .waker
             .sleeper
             .as_ref()
             .filter(|_| shared.cfg.inline_progress)
@@ -129,7 +131,7 @@ impl CompletionChannel {
             let (next, now) = {
                 let mut io = lock(&shared.io);
                 let out = step(shared, &mut io, Driver::Thread);
-                if !lock(&self.inner.queue).is_empty() {
+                if !lock(&self.queue.queue).is_empty() {
                     shared.sig.wait_ended(true);
                     return ChannelWait::Event;
                 }

@@ -137,18 +137,6 @@ impl BackendKind {
 /// injector), outermost last; may refuse with a message.
 pub type Wrap = Box<dyn FnOnce(Box<dyn Backend + Send>) -> Result<Box<dyn Backend + Send>, String>>;
 
-/// The `ROCE_SHM` convention of the drop-in library and the `roce` tools
-/// (docs/shm.md), for a caller to pass what it read from the environment:
-/// unset, empty or `1` turn the same-host path on ([`OpenOptions::shm`]),
-/// `0` off; anything else is an error naming the value.
-pub fn shm_setting(value: Option<&str>) -> Result<bool, String> {
-    match value.map(str::trim) {
-        None | Some("") | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(other) => Err(format!("ROCE_SHM={other}: use 1 or 0")),
-    }
-}
-
 /// How to open a context: the backend, the GID (local address) and
 /// interface, the RoCE port, and the engine's configuration.
 pub struct OpenOptions {

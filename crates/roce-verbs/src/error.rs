@@ -5,8 +5,6 @@ use std::fmt;
 use roce_core::{Lkey, PostError, VerbsError};
 use roce_io::FabricError;
 
-use crate::mr::MemoryRegion;
-
 /// Why a verbs call was refused. Every failure on user input is one of
 /// these; nothing in this crate panics on bad arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,24 +94,6 @@ impl From<FabricError> for Error {
     }
 }
 
-/// A refused [`MemoryRegion::into_inner`] / [`MemoryRegion::dereg`]: the
-/// region comes back unchanged with the reason.
-#[derive(Debug)]
-pub struct DeregError {
-    /// The region, still registered.
-    pub mr: MemoryRegion,
-    /// Why: [`Error::MrInUse`] or [`Error::NotOwned`].
-    pub error: Error,
-}
-
-impl fmt::Display for DeregError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot deregister: {}", self.error)
-    }
-}
-
-impl std::error::Error for DeregError {}
-
 /// A refused owned-buffer post: the buffer comes back with the reason.
 #[derive(Debug)]
 pub struct OwnedPostError {
@@ -130,3 +110,30 @@ impl fmt::Display for OwnedPostError {
 }
 
 impl std::error::Error for OwnedPostError {}
+
+/// A refused [`QueuePair::post_send_list`](crate::QueuePair::post_send_list):
+/// the WRs before the refused one were posted (`ibv_post_send`'s
+/// `bad_wr`), the refused one and those after it were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostListError {
+    /// How many WRs of the list were posted, in order, before the refused one.
+    pub posted: usize,
+    /// Why the next one was refused.
+    pub error: Error,
+}
+
+impl fmt::Display for PostListError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "work request {} of the list refused: {}",
+            self.posted, self.error
+        )
+    }
+}
+
+impl std::error::Error for PostListError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}

@@ -28,11 +28,11 @@
 //! qb.connect(eb.psn, &ea, &ConnectOptions::default())?;
 //!
 //! let rx = pb.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE)?;
-//! qb.post_recv(RecvWr { wr_id: 1, sgl: vec![rx.sge(0, 64)] })?;
-//! qa.post_send_owned(SendWr::send(7, vec![]), b"hello".to_vec())?;
+//! qb.post_recv(RecvWr::new(1, [rx.sge(0, 64)]))?;
+//! qa.post_send_owned(SendWr::send(7, []), b"hello".to_vec())?;
 //!
-//! assert_eq!(ca.poll_until(1, Duration::from_secs(5))?[0].wr_id, 7);
-//! assert_eq!(cb.poll_until(1, Duration::from_secs(5))?[0].byte_len, 5);
+//! assert_eq!(ca.poll_until(1, Duration::from_secs(5))?[0].wr_id(), 7);
+//! assert_eq!(cb.poll_until(1, Duration::from_secs(5))?[0].byte_len(), 5);
 //! let mut got = [0u8; 5];
 //! rx.read(0, &mut got)?;
 //! assert_eq!(&got, b"hello");
@@ -118,6 +118,7 @@
 
 mod cm;
 mod cm_sink;
+mod completion;
 mod config;
 mod connect;
 mod context;
@@ -134,40 +135,43 @@ pub mod loopback;
 mod limits;
 #[allow(unsafe_code)]
 mod mr;
-mod owners;
 // `reg_mr_raw`, the unsafe entry to raw regions.
 #[allow(unsafe_code)]
 mod pd;
 mod progress;
 mod qp;
 mod random;
+mod recv;
 mod schedule;
-mod shared;
 mod srq;
+mod state;
 
 pub use cm::{CmAccepting, CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use cm_sink::{CmSink, PortSpace};
+pub use completion::Completion;
 pub use config::ProgressConfig;
 pub use connect::{ConnectOptions, QpEndpoint};
 pub use context::Context;
-pub use cq::{Completion, CompletionChannel, CompletionQueue};
+pub use cq::{CompletionChannel, CompletionQueue};
 pub use cq_wait::{ChannelWait, WaitCounters};
-pub use device::{node_guid, shm_setting, BackendKind, Device, OpenError, OpenOptions, Wrap};
-pub use error::{DeregError, Error, OwnedPostError};
+pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
+pub use error::{Error, OwnedPostError, PostListError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
-pub use mr::{MemoryRegion, RemoteMr, Revoker};
+pub use mr::{DeregError, MemoryRegion, RemoteMr, Revoker};
 pub use pd::{AddressHandle, AhAttr, ProtectionDomain};
 pub use qp::{QpInitAttr, QueuePair};
 pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
-pub use shared::{clock_nanos, EventSink, Notifier};
 pub use srq::SharedReceiveQueue;
+pub use state::{clock_nanos, EventSink, Notifier};
 
+// The protocol's vocabulary, named one by one (docs/architecture.md, "The
+// Rust API of roce-verbs"): the crates `roce_core` and `roce_io` are not
+// re-exported.
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, IcrcCheck,
     Lkey, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters,
-    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcFlags,
-    WcOpcode, WcStatus,
+    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList, SrqId, UdDest, Wc,
+    WcFlags, WcOpcode, WcStatus,
 };
-pub use {roce_core, roce_io};

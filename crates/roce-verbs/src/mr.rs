@@ -8,67 +8,91 @@
 //! polled (or its QP is destroyed or reset). The last reference
 //! deregisters the region.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
-use roce_core::{Access, Lkey, MemFault, MrKeys, PdId, RegionMemory, Rkey, Sge};
+use roce_core::{Access, Lkey, MemFault, MrKeys, RegionMemory, Rkey, Sge};
 
-use crate::error::{DeregError, Error};
+use crate::error::Error;
 use crate::pd::ProtectionDomain;
-use crate::shared::{lock, Home, Shared};
+use crate::state::{lock, Home, MrCore, OwnedMem, Shared};
 
-/// The registration a memory region and its outstanding work requests
-/// share. Dropping the last reference deregisters the region (so it must
-/// never be dropped under the core lock; see `shared`).
-///
-/// The PD, address, length and rights change only under the core lock
-/// (a re-registration), and are read under it where they matter (the
-/// SGE checks of a post): atomics only because the handle is shared.
-#[derive(Debug)]
-pub(crate) struct MrCore {
-    pub(crate) keys: MrKeys,
-    pd: AtomicU32,
-    va: AtomicU64,
-    len: AtomicU64,
-    access: AtomicU32,
-    shared: Weak<Shared>,
-    /// Where the bytes of an owned region go on deregistration.
-    home: Option<Home>,
-    /// Deregistered explicitly (`into_inner` / `dereg`).
-    released: AtomicBool,
-}
-
-impl MrCore {
-    pub(crate) fn pd(&self) -> PdId {
-        PdId(self.pd.load(Ordering::Relaxed))
+impl ProtectionDomain {
+    /// `ibv_reg_mr` over an owned buffer: the buffer moves into the engine
+    /// (no copy) until [`MemoryRegion::into_inner`] hands it back. On error
+    /// the buffer is dropped.
+    pub fn reg_mr(&self, buf: impl Into<Vec<u8>>, access: Access) -> Result<MemoryRegion, Error> {
+        let buf: Vec<u8> = buf.into();
+        let home: Home = Arc::new(Mutex::new(None));
+        let mem = OwnedMem::new(buf, home.clone(), self.shared().cfg.copy_piece);
+        register(self, Box::new(mem), None, Some(home), access)
     }
 
-    pub(crate) fn va(&self) -> u64 {
-        self.va.load(Ordering::Relaxed)
+    /// `ibv_reg_mr` over memory the caller keeps: zero-copy, the engine
+    /// reads and writes `ptr..ptr + len` directly (at virtual address
+    /// `ptr`).
+    ///
+    /// # Safety
+    ///
+    /// From this call until the region is deregistered — the returned
+    /// [`MemoryRegion`] was dropped (or [`MemoryRegion::dereg`] returned
+    /// `Ok`) *and* every work request that references it has completed
+    /// and its completion was polled (or its QP was destroyed or reset; a
+    /// receive posted on an SRQ belongs to the SRQ, not to the QP that
+    /// began filling it, until it completes or the SRQ is destroyed), or
+    /// the context was closed — the memory must:
+    ///
+    /// * stay allocated and valid for reads and writes of `len` bytes;
+    /// * not be accessed by the application in a way that races with the
+    ///   engine, which writes it (from the progress thread or any thread
+    ///   that polls or posts) whenever a receive, READ or atomic result
+    ///   lands, or a peer writes with the region's rkey, and reads it
+    ///   whenever data is sent. In practice: no live `&`/`&mut` to it across
+    ///   verbs calls; touch it only when no WR that writes it is
+    ///   outstanding and no peer may write it.
+    ///
+    /// Every access of the engine goes through [`crate::guard::copy`]:
+    /// with [`crate::guard::install_fault_handler`] in place, memory that
+    /// is unmapped or protected despite the rule above makes the access
+    /// fail (a local protection or remote access error, and the region is
+    /// revoked) instead of raising `SIGSEGV`. Memory that was freed and
+    /// mapped again for something else is still written: that remains a
+    /// breach of this contract.
+    pub unsafe fn reg_mr_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, Error> {
+        // SAFETY: the same contract.
+        unsafe { self.reg_mr_raw_iova(ptr, len, ptr as u64, access) }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed) as usize
-    }
-
-    fn access(&self) -> Access {
-        Access(self.access.load(Ordering::Relaxed))
-    }
-}
-
-impl Drop for MrCore {
-    fn drop(&mut self) {
-        if self.released.load(Ordering::Relaxed) {
-            return;
+    /// `ibv_reg_mr_iova2`: [`reg_mr_raw`](Self::reg_mr_raw) with the
+    /// region seen at virtual address `iova` (work requests and peers
+    /// address its first byte as `iova`).
+    ///
+    /// # Safety
+    /// As [`reg_mr_raw`](Self::reg_mr_raw).
+    pub unsafe fn reg_mr_raw_iova(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion, Error> {
+        if ptr.is_null() && len > 0 {
+            return Err(Error::InvalidArgument("null pointer"));
         }
-        // The context may be gone already, and the engine with it.
-        if let Some(shared) = self.shared.upgrade() {
-            let mut core = shared.core();
-            core.mrs.remove(&self.keys.lkey.value());
-            let mem = core.dev.dereg_mr(self.keys);
-            drop(core);
-            drop(mem);
+        if (ptr as u64).checked_add(len as u64).is_none() || iova.checked_add(len as u64).is_none()
+        {
+            return Err(Error::InvalidArgument("region wraps the address space"));
         }
+        // SAFETY: the caller upholds the contract above, which is exactly
+        // what `RawMem::new` requires.
+        let mem = unsafe { RawMem::new(ptr, len, self.shared().cfg.copy_piece) };
+        register(self, Box::new(mem), Some(iova), None, access)
     }
 }
 
@@ -554,3 +578,21 @@ mod tests {
         }
     }
 }
+
+/// A refused [`MemoryRegion::into_inner`] / [`MemoryRegion::dereg`]: the
+/// region comes back unchanged with the reason.
+#[derive(Debug)]
+pub struct DeregError {
+    /// The region, still registered.
+    pub mr: MemoryRegion,
+    /// Why: [`Error::MrInUse`] or [`Error::NotOwned`].
+    pub error: Error,
+}
+
+impl fmt::Display for DeregError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot deregister: {}", self.error)
+    }
+}
+
+impl std::error::Error for DeregError {}

@@ -1,16 +1,13 @@
 //! Protection domains and address handles.
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use roce_core::{Access, AddressVector, PdId, Qkey, Qpn, UdDest};
+use roce_core::{AddressVector, PdId, Qkey, Qpn, UdDest};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::mr::{self, MemoryRegion, RawMem};
-use crate::qp::{QpInitAttr, QueuePair};
-use crate::shared::{Home, OwnedMem, Shared};
-use crate::srq::SharedReceiveQueue;
+use crate::state::Shared;
 
 #[derive(Debug)]
 struct PdInner {
@@ -33,6 +30,14 @@ impl PartialEq for ProtectionDomain {
 
 impl Eq for ProtectionDomain {}
 
+impl Context {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        let id = self.shared().core().dev.alloc_pd();
+        ProtectionDomain::new(self.clone(), id)
+    }
+}
+
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Context, id: PdId) -> ProtectionDomain {
         ProtectionDomain {
@@ -52,92 +57,6 @@ impl ProtectionDomain {
     /// The context.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
-    }
-
-    /// `ibv_reg_mr` over an owned buffer: the buffer moves into the engine
-    /// (no copy) until [`MemoryRegion::into_inner`] hands it back. On error
-    /// the buffer is dropped.
-    pub fn reg_mr(&self, buf: impl Into<Vec<u8>>, access: Access) -> Result<MemoryRegion, Error> {
-        let buf: Vec<u8> = buf.into();
-        let home: Home = Arc::new(Mutex::new(None));
-        let mem = OwnedMem::new(buf, home.clone(), self.shared().cfg.copy_piece);
-        mr::register(self, Box::new(mem), None, Some(home), access)
-    }
-
-    /// `ibv_reg_mr` over memory the caller keeps: zero-copy, the engine
-    /// reads and writes `ptr..ptr + len` directly (at virtual address
-    /// `ptr`).
-    ///
-    /// # Safety
-    ///
-    /// From this call until the region is deregistered — the returned
-    /// [`MemoryRegion`] was dropped (or [`MemoryRegion::dereg`] returned
-    /// `Ok`) *and* every work request that references it has completed
-    /// and its completion was polled (or its QP was destroyed or reset; a
-    /// receive posted on an SRQ belongs to the SRQ, not to the QP that
-    /// began filling it, until it completes or the SRQ is destroyed), or
-    /// the context was closed — the memory must:
-    ///
-    /// * stay allocated and valid for reads and writes of `len` bytes;
-    /// * not be accessed by the application in a way that races with the
-    ///   engine, which writes it (from the progress thread or any thread
-    ///   that polls or posts) whenever a receive, READ or atomic result
-    ///   lands, or a peer writes with the region's rkey, and reads it
-    ///   whenever data is sent. In practice: no live `&`/`&mut` to it across
-    ///   verbs calls; touch it only when no WR that writes it is
-    ///   outstanding and no peer may write it.
-    ///
-    /// Every access of the engine goes through [`crate::guard::copy`]:
-    /// with [`crate::guard::install_fault_handler`] in place, memory that
-    /// is unmapped or protected despite the rule above makes the access
-    /// fail (a local protection or remote access error, and the region is
-    /// revoked) instead of raising `SIGSEGV`. Memory that was freed and
-    /// mapped again for something else is still written: that remains a
-    /// breach of this contract.
-    pub unsafe fn reg_mr_raw(
-        &self,
-        ptr: *mut u8,
-        len: usize,
-        access: Access,
-    ) -> Result<MemoryRegion, Error> {
-        // SAFETY: the same contract.
-        unsafe { self.reg_mr_raw_iova(ptr, len, ptr as u64, access) }
-    }
-
-    /// `ibv_reg_mr_iova2`: [`reg_mr_raw`](Self::reg_mr_raw) with the
-    /// region seen at virtual address `iova` (work requests and peers
-    /// address its first byte as `iova`).
-    ///
-    /// # Safety
-    /// As [`reg_mr_raw`](Self::reg_mr_raw).
-    pub unsafe fn reg_mr_raw_iova(
-        &self,
-        ptr: *mut u8,
-        len: usize,
-        iova: u64,
-        access: Access,
-    ) -> Result<MemoryRegion, Error> {
-        if ptr.is_null() && len > 0 {
-            return Err(Error::InvalidArgument("null pointer"));
-        }
-        if (ptr as u64).checked_add(len as u64).is_none() || iova.checked_add(len as u64).is_none()
-        {
-            return Err(Error::InvalidArgument("region wraps the address space"));
-        }
-        // SAFETY: the caller upholds the contract above, which is exactly
-        // what `RawMem::new` requires.
-        let mem = unsafe { RawMem::new(ptr, len, self.shared().cfg.copy_piece) };
-        mr::register(self, Box::new(mem), Some(iova), None, access)
-    }
-
-    /// `ibv_create_qp`: a QP in RESET.
-    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair, Error> {
-        QueuePair::create(self, attr)
-    }
-
-    /// `ibv_create_srq`: a shared receive queue of `max_wr` entries.
-    pub fn create_srq(&self, max_wr: usize) -> Result<SharedReceiveQueue, Error> {
-        SharedReceiveQueue::create(self, max_wr)
     }
 
     /// `ibv_create_ah`: an address handle for UD sends.

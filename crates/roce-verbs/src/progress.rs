@@ -7,12 +7,12 @@ use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 
 use roce_core::{Nanos, Tx};
-use roce_io::{Backend, FabricPort, PacketBatch};
+use roce_io::{Backend, FabricPort};
 
 pub(crate) use crate::config::ProgressConfig;
-use crate::owners;
 use crate::schedule::{self, Post, Rest, Stepped, ThreadRules, RUNNING};
-use crate::shared::{lock, Io, Shared};
+use crate::state::owners;
+use crate::state::{hand_to_engine, lock, Io, Shared};
 
 /// What one progress step did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,25 +207,6 @@ fn receive(shared: &Shared, io: &mut Io, clock: &mut Clock) -> Received {
     r
 }
 
-/// Hands the `i`-th received datagram of `rx` to the engine, with `meta`:
-/// a UDP payload with its header ([`Device::handle_udp`]), or a whole IP
-/// datagram ([`Device::handle_datagram`]).
-///
-/// [`Device::handle_udp`]: roce_core::Device::handle_udp
-/// [`Device::handle_datagram`]: roce_core::Device::handle_datagram
-pub(crate) fn hand_to_engine(
-    dev: &mut roce_core::Device,
-    now: Nanos,
-    rx: &PacketBatch,
-    i: usize,
-    meta: roce_core::RxMeta,
-) -> roce_core::RxOutcome {
-    match rx.header(i) {
-        Some(h) => dev.handle_udp(now, h, rx.get(i), meta),
-        None => dev.handle_datagram(now, rx.get(i), meta),
-    }
-}
-
 /// What a step's transmit phase did.
 struct Transmitted {
     work: bool,
@@ -308,13 +289,13 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
 /// engine lock and delivered after it.
 #[derive(Default)]
 struct Raised {
-    channels: Vec<Arc<crate::cq::ChannelInner>>,
+    channels: Vec<Arc<crate::state::ChannelQueue>>,
     events: Vec<roce_core::AsyncEvent>,
     cm_queued: bool,
 }
 
 impl Raised {
-    fn collect(&mut self, core: &mut crate::shared::Core, shared: &Shared) {
+    fn collect(&mut self, core: &mut crate::state::Core, shared: &Shared) {
         collect_events(core, &mut self.channels, &mut self.events);
         self.cm_queued |= collect_cm_events(core, shared);
     }
@@ -327,7 +308,7 @@ impl Raised {
             shared.queue_events(self.events);
         }
         if self.cm_queued {
-            shared.cm_cv.notify_all();
+            shared.events.cm_cv.notify_all();
         }
     }
 }
@@ -336,25 +317,25 @@ impl Raised {
 /// let go of; true when it queued any. Under the engine lock, so that an
 /// application letting go of a connection (also under it) either finds
 /// its events queued, to remove them, or has them filtered here.
-pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared) -> bool {
-    let crate::shared::Core {
+pub(crate) fn collect_cm_events(core: &mut crate::state::Core, shared: &Shared) -> bool {
+    let crate::state::Core {
         dev, cm_dropped, ..
     } = core;
     let mut queued = false;
     while let Some(e) = dev.poll_cm_event() {
-        if let Some(sink) = shared.cm_sink.get() {
+        if let Some(sink) = shared.events.cm_sink.get() {
             sink(e);
             continue;
         }
         if !cm_dropped.contains(&e.id()) {
-            let mut q = lock(&shared.cm_events);
-            if q.len() >= crate::shared::MAX_CM_EVENTS {
+            let mut q = lock(&shared.events.cm);
+            if q.len() >= crate::state::MAX_CM_EVENTS {
                 // Nobody takes them: requests the engine has since
                 // dropped (timed out) go first; past that, new events
                 // are lost rather than queued without bound.
                 q.retain(|e| !e.is_request() || dev.cm_state(e.id()).is_some());
             }
-            if q.len() < crate::shared::MAX_CM_EVENTS {
+            if q.len() < crate::state::MAX_CM_EVENTS {
                 q.push_back(e);
                 queued = true;
             }
@@ -367,21 +348,16 @@ pub(crate) fn collect_cm_events(core: &mut crate::shared::Core, shared: &Shared)
 }
 
 fn collect_events(
-    core: &mut crate::shared::Core,
-    channels: &mut Vec<Arc<crate::cq::ChannelInner>>,
+    core: &mut crate::state::Core,
+    channels: &mut Vec<Arc<crate::state::ChannelQueue>>,
     events: &mut Vec<roce_core::AsyncEvent>,
 ) {
-    let crate::shared::Core { dev, notify, .. } = core;
+    let crate::state::Core { dev, notify, .. } = core;
     for reg in notify.iter() {
         let fired = dev.cq(reg.cq).is_some_and(|c| c.take_notification());
         if fired {
             if let Some(ch) = reg.channel.upgrade() {
-                let mut q = lock(&ch.queue);
-                q.push_back(reg.handle.clone());
-                if let Some(n) = ch.notifier.get() {
-                    n();
-                }
-                drop(q);
+                ch.raise(reg.handle.clone());
                 channels.push(ch);
             }
         }
@@ -637,7 +613,7 @@ mod tests {
         let p = pair(QpType::Rc, 4, 64);
         p.qa.post_recv(RecvWr {
             wr_id: 9,
-            sgl: vec![p.ma.sge(0, 64)],
+            sgl: [p.ma.sge(0, 64)].into_iter().collect(),
         })
         .unwrap();
         let shared = p.b.shared().clone();
@@ -653,8 +629,7 @@ mod tests {
         assert!(!touched.idle, "{touched:?}");
         assert!(step(&shared, &mut io, Driver::Poll).idle);
         // This thread holds B's I/O: the post's own step cannot run.
-        p.qb.post_send(SendWr::send(1, vec![p.mb.sge(0, 16)]))
-            .unwrap();
+        p.qb.post_send(SendWr::send(1, [p.mb.sge(0, 16)])).unwrap();
         let sent = step(&shared, &mut io, Driver::Poll);
         assert!(!sent.idle && sent.work, "{sent:?}");
         assert!(io.tx.is_empty());
@@ -663,7 +638,7 @@ mod tests {
         drop(io);
         let got = p.cq_a.poll_until(1, Duration::from_secs(5)).unwrap();
         assert_eq!(got.len(), 1, "A received nothing");
-        assert_eq!((got[0].wr_id, got[0].byte_len), (9, 16), "{:?}", got[0]);
+        assert_eq!((got[0].wr_id(), got[0].byte_len()), (9, 16), "{:?}", got[0]);
     }
 
     /// Panics with `what` once `limit` has passed since it was made.
@@ -744,13 +719,7 @@ mod tests {
         let mut io = lock(&shared.io);
         step(&shared, &mut io, Driver::Poll);
         let r = p.ma.remote();
-        let wr = SendWr::rdma(
-            1,
-            crate::SendOp::Write,
-            vec![p.mb.sge_all()],
-            r.addr,
-            r.rkey,
-        );
+        let wr = SendWr::rdma(1, crate::SendOp::Write, [p.mb.sge_all()], r.addr, r.rkey);
         // This thread holds B's I/O: the post leaves the sending to steps.
         p.qb.post_send(wr).unwrap();
         let first = step(&shared, &mut io, Driver::Post);

@@ -8,14 +8,13 @@ use roce_core::{
 };
 
 use crate::cq::CompletionQueue;
-use crate::error::{Error, OwnedPostError};
-use crate::owners;
+use crate::error::{Error, OwnedPostError, PostListError};
 use crate::pd::{AddressHandle, ProtectionDomain};
 use crate::progress;
-use crate::shared::{
-    lock, Core, Graveyard, OwnedBuf, RecvEntry, RecvOwner, Refs, SendEntry, Shared,
-};
+use crate::recv::{post_recv, post_recv_owned};
 use crate::srq::SharedReceiveQueue;
+use crate::state::owners;
+use crate::state::{lock, Core, Graveyard, OwnedBuf, RecvOwner, Refs, SendEntry, Shared};
 
 /// Creation attributes of a QP (`ibv_qp_init_attr`).
 ///
@@ -108,6 +107,13 @@ impl Drop for QpInner {
 #[derive(Clone, Debug)]
 pub struct QueuePair {
     inner: Arc<QpInner>,
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_qp`: a QP in RESET.
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair, Error> {
+        QueuePair::create(self, attr)
+    }
 }
 
 impl QueuePair {
@@ -258,18 +264,19 @@ impl QueuePair {
     /// registered until the WR completes (see the crate docs). Unsignaled WRs release their
     /// regions when a later signaled WR of the QP completes.
     pub fn post_send(&self, wr: SendWr) -> Result<(), Error> {
-        self.post_send_list(std::iter::once(wr)).map_err(|(_, e)| e)
+        self.post_send_list(std::iter::once(wr))
+            .map_err(|e| e.error)
     }
 
     /// `ibv_post_send` with a list: posts `wrs` in order under one lock
     /// and transmits once, so a burst of small messages leaves in a few
-    /// system calls instead of one each. Stops at the first WR refused and
-    /// returns how many were posted before it with the error (as
-    /// `bad_wr`); the WRs after it are not posted.
+    /// system calls instead of one each. Stops at the first WR refused:
+    /// [`PostListError`] says how many were posted before it (as
+    /// `bad_wr`) and why it was refused; the WRs after it are not posted.
     pub fn post_send_list(
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
-    ) -> Result<(), (usize, Error)> {
+    ) -> Result<(), PostListError> {
         let shared = self.shared();
         let mut posted = 0;
         let mut refused = None;
@@ -297,7 +304,7 @@ impl QueuePair {
         }
         match refused {
             None => Ok(()),
-            Some(e) => Err((posted, e)),
+            Some(error) => Err(PostListError { posted, error }),
         }
     }
 
@@ -339,11 +346,15 @@ impl QueuePair {
             match core.register_owned(self.pd().id(), buf, Access::LOCAL_WRITE) {
                 Err((error, buffer)) => Err(OwnedPostError { buffer, error }),
                 Ok((keys, va, home)) => {
-                    wr.payload = Payload::Sgl(vec![Sge {
-                        addr: va,
-                        length: len,
-                        lkey: keys.lkey,
-                    }]);
+                    wr.payload = Payload::Sgl(
+                        [Sge {
+                            addr: va,
+                            length: len,
+                            lkey: keys.lkey,
+                        }]
+                        .into_iter()
+                        .collect(),
+                    );
                     wr.flags = wr.flags | SendFlags::SIGNALED;
                     let owned = OwnedBuf { keys, home };
                     self.post_send_locked(&mut core, wr, &mut refs, Some(owned))
@@ -424,111 +435,4 @@ impl QueuePair {
             buf,
         )
     }
-}
-
-/// Posts a receive to a QP's or an SRQ's queue; region references the
-/// post did not keep are left in `refs` for the caller to drop unlocked.
-pub(crate) fn post_recv_locked(
-    shared: &Shared,
-    owner: RecvOwner,
-    pd: &ProtectionDomain,
-    mut wr: RecvWr,
-    refs: &mut Refs,
-    owned: Option<OwnedBuf>,
-) -> Result<(), (Error, Option<OwnedBuf>)> {
-    let mut core = shared.core();
-    if owned.is_none() {
-        if let Err(e) = core.resolve(pd.id(), &wr.sgl, refs) {
-            return Err((e, owned));
-        }
-    }
-    let id = core.next_recv_id();
-    let user = wr.wr_id;
-    wr.wr_id = id;
-    let (r, in_error) = match owner {
-        RecvOwner::Qp(q) => {
-            let qpn = Qpn::new(q);
-            let r = core.dev.post_recv(qpn, wr);
-            let err = core.dev.qp(qpn).is_some_and(|x| x.state() == QpState::Err);
-            (r, err)
-        }
-        RecvOwner::Srq(s) => (core.dev.post_srq_recv(s, wr), false),
-    };
-    match r {
-        Ok(()) => {
-            core.recvs.insert(
-                id,
-                RecvEntry {
-                    owner,
-                    wr_id: user,
-                    refs: std::mem::take(refs),
-                    owned,
-                },
-            );
-            drop(core);
-            if in_error {
-                // The receive completed (flushed) at once: raise its event.
-                progress::kick(shared);
-            }
-            Ok(())
-        }
-        Err(e) => Err((e.into(), owned)),
-    }
-}
-
-/// The receive of a QP or an SRQ into registered memory: the region
-/// references a failed post took are dropped here, after the lock.
-pub(crate) fn post_recv(
-    shared: &Shared,
-    owner: RecvOwner,
-    pd: &ProtectionDomain,
-    wr: RecvWr,
-) -> Result<(), Error> {
-    let mut refs = Refs::new();
-    let r = post_recv_locked(shared, owner, pd, wr, &mut refs, None).map_err(|(e, _)| e);
-    drop(refs);
-    r
-}
-
-/// The owned-buffer receive of a QP or an SRQ.
-pub(crate) fn post_recv_owned(
-    shared: &Shared,
-    owner: RecvOwner,
-    pd: &ProtectionDomain,
-    wr_id: u64,
-    buf: Vec<u8>,
-) -> Result<(), OwnedPostError> {
-    let Ok(len) = u32::try_from(buf.len()) else {
-        return Err(OwnedPostError {
-            buffer: buf,
-            error: Error::InvalidArgument("buffer longer than 4 GiB - 1"),
-        });
-    };
-    let reg = shared
-        .core()
-        .register_owned(pd.id(), buf, Access::LOCAL_WRITE);
-    let (keys, va, home) = reg.map_err(|(error, buffer)| OwnedPostError { buffer, error })?;
-    let wr = RecvWr {
-        wr_id,
-        sgl: vec![Sge {
-            addr: va,
-            length: len,
-            lkey: keys.lkey,
-        }],
-    };
-    let mut refs = Refs::new();
-    let r = post_recv_locked(
-        shared,
-        owner,
-        pd,
-        wr,
-        &mut refs,
-        Some(OwnedBuf { keys, home }),
-    );
-    r.map_err(|(error, owned)| OwnedPostError {
-        buffer: owned
-            .and_then(|o| shared.core().take_owned(o))
-            .unwrap_or_default(),
-        error,
-    })
 }

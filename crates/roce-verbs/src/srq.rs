@@ -6,8 +6,8 @@ use roce_core::{RecvWr, SrqId};
 
 use crate::error::{Error, OwnedPostError};
 use crate::pd::ProtectionDomain;
-use crate::qp::{post_recv, post_recv_owned};
-use crate::shared::{Graveyard, RecvOwner};
+use crate::recv::{post_recv, post_recv_owned};
+use crate::state::{Graveyard, RecvOwner};
 
 #[derive(Debug)]
 struct SrqInner {
@@ -37,6 +37,13 @@ impl Drop for SrqInner {
 #[derive(Clone, Debug)]
 pub struct SharedReceiveQueue {
     inner: Arc<SrqInner>,
+}
+
+impl ProtectionDomain {
+    /// `ibv_create_srq`: a shared receive queue of `max_wr` entries.
+    pub fn create_srq(&self, max_wr: usize) -> Result<SharedReceiveQueue, Error> {
+        SharedReceiveQueue::create(self, max_wr)
+    }
 }
 
 impl SharedReceiveQueue {

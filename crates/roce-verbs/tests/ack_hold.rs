@@ -116,7 +116,7 @@ fn recorded_pair(opts: &ConnectOptions) -> (Side, Side, SendLog) {
 fn post_recv(s: &Side, mr: &MemoryRegion) {
     s.qp.post_recv(RecvWr {
         wr_id: RECV,
-        sgl: vec![mr.sge(0, 64)],
+        sgl: vec![mr.sge(0, 64)].into(),
     })
     .unwrap();
 }
@@ -137,14 +137,14 @@ fn a_ping_pong_answer_goes_before_its_ack() {
     // answer was posted: its ACK waited for the deadline, not the answer.
     let mut waited = 0;
     for i in 0..ROUNDS as u64 {
-        a.qp.post_send(SendWr::send(i, vec![ma.sge(0, 8)])).unwrap();
+        a.qp.post_send(SendWr::send(i, [ma.sge(0, 8)])).unwrap();
         let r = one(&b.cq);
-        assert_eq!((r.wr_id, r.byte_len), (RECV, 8), "{r:?}");
+        assert_eq!((r.wr_id(), r.byte_len()), (RECV, 8), "{r:?}");
         post_recv(&b, &mb);
-        b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 8)])).unwrap();
+        b.qp.post_send(SendWr::send(i, [mb.sge(0, 8)])).unwrap();
         let answered = std::time::Instant::now();
         // A: its SEND's completion and B's answer, in either order.
-        let mut got: Vec<u64> = (0..2).map(|_| one(&a.cq).wr_id).collect();
+        let mut got: Vec<u64> = (0..2).map(|_| one(&a.cq).wr_id()).collect();
         if answered.elapsed() >= HOLD {
             waited += 1;
         }
@@ -152,7 +152,7 @@ fn a_ping_pong_answer_goes_before_its_ack() {
         assert_eq!(got, [i, RECV]);
         post_recv(&a, &ma);
         // B's SEND completes (A's ACK) before the next round.
-        assert_eq!(one(&b.cq).wr_id, i);
+        assert_eq!(one(&b.cq).wr_id(), i);
     }
     assert!(
         waited <= ROUNDS / 10,
@@ -192,7 +192,7 @@ fn a_held_ack_leaves_before_the_qp_goes_to_error() {
         let ma = a.pd.reg_mr(vec![1u8; 64], Access::NONE).unwrap();
         let mb = b.pd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
         post_recv(&b, &mb);
-        a.qp.post_send(SendWr::send(1, vec![ma.sge(0, 8)])).unwrap();
+        a.qp.post_send(SendWr::send(1, [ma.sge(0, 8)])).unwrap();
         assert!(one(&b.cq).is_success());
         let attr = QpAttr {
             qp_state: QpState::Err,
@@ -203,7 +203,7 @@ fn a_held_ack_leaves_before_the_qp_goes_to_error() {
         assert!(
             c.is_success(),
             "round {round}: A's SEND ended {:?}; B sent {:?}; A {:?}; B {:?}",
-            c.status,
+            c.status(),
             log.lock().unwrap(),
             a.qp.counters(),
             b.qp.counters()
@@ -258,11 +258,11 @@ fn a_held_ack_leaves_when_the_whole_context_goes() {
         let mb = bpd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
         bqp.post_recv(RecvWr {
             wr_id: RECV,
-            sgl: vec![mb.sge(0, 64)],
+            sgl: vec![mb.sge(0, 64)].into(),
         })
         .unwrap();
         bcq.req_notify(false).unwrap();
-        aqp.post_send(SendWr::send(1, vec![ma.sge(0, 8)])).unwrap();
+        aqp.post_send(SendWr::send(1, [ma.sge(0, 8)])).unwrap();
         let ev = ch
             .get_event(Some(Duration::from_secs(5)))
             .expect("B's event");
@@ -273,7 +273,7 @@ fn a_held_ack_leaves_when_the_whole_context_goes() {
         assert!(
             c.is_success(),
             "round {round}: A's SEND ended {:?}",
-            c.status
+            c.status()
         );
     }
 }

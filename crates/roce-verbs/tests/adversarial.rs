@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use roce_core::cc::CcConfig;
 use roce_io::{UdpBackend, UdpConfig};
 use roce_testkit::frames;
-use roce_verbs::roce_core::cc::CcConfig;
 use roce_verbs::*;
 use roce_wire::cm::{self as wcm, port_space, CmMessage, PathRepr, ReqRepr};
 use roce_wire::{
@@ -176,7 +176,7 @@ fn session_works(a: &Side, b: &Side) {
     let inbox = b.pd.reg_mr(vec![0u8; 64], ALL).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 900,
-        sgl: vec![inbox.sge(0, 64)],
+        sgl: vec![inbox.sge(0, 64)].into(),
     })
     .unwrap();
     a.mr.write(0, b"a real write").unwrap();
@@ -184,18 +184,21 @@ fn session_works(a: &Side, b: &Side) {
     a.qp.post_send(SendWr::rdma(
         901,
         SendOp::Write,
-        vec![a.mr.sge(0, 12)],
+        [a.mr.sge(0, 12)],
         r.addr + 100,
         r.rkey,
     ))
     .unwrap();
-    a.qp.post_send(SendWr::send(902, vec![a.mr.sge(0, 12)]))
+    a.qp.post_send(SendWr::send(902, [a.mr.sge(0, 12)]))
         .unwrap();
     let got = a.cq.poll_until(2, WAIT).unwrap();
     assert_eq!(got.len(), 2, "the session's own work did not complete");
-    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert!(
+        got.iter().all(|c| c.status() == WcStatus::Success),
+        "{got:?}"
+    );
     let got = b.cq.poll_until(1, WAIT).unwrap();
-    assert_eq!(got[0].status, WcStatus::Success);
+    assert_eq!(got[0].status(), WcStatus::Success);
     let mut out = [0u8; 12];
     b.mr.read(100, &mut out).unwrap();
     assert_eq!(&out, b"a real write");
@@ -381,7 +384,7 @@ fn forged_naks_and_acks_do_not_end_or_complete_a_stream() {
             a.qp.post_send(SendWr::rdma(
                 posted,
                 SendOp::Write,
-                vec![a.mr.sge(off, 4096)],
+                [a.mr.sge(off, 4096)],
                 r.addr + off,
                 r.rkey,
             ))
@@ -392,10 +395,10 @@ fn forged_naks_and_acks_do_not_end_or_complete_a_stream() {
         a.cq.poll(&mut got, 64).unwrap();
         for c in &got {
             assert_eq!(
-                c.status,
+                c.status(),
                 WcStatus::Success,
                 "WR {} ended by a forgery",
-                c.wr_id
+                c.wr_id()
             );
         }
         done += got.len() as u64;
@@ -432,18 +435,18 @@ fn send_with_invalidate_cannot_reach_a_local_region() {
     let inbox = b.pd.reg_mr(vec![0u8; 64], ALL).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![inbox.sge(0, 64)],
+        sgl: vec![inbox.sge(0, 64)].into(),
     })
     .unwrap();
     let wr = SendWr {
         op: SendOp::SendWithInv(local.rkey()),
-        ..SendWr::send(2, vec![a.mr.sge(0, 16)])
+        ..SendWr::send(2, [a.mr.sge(0, 16)])
     };
     a.qp.post_send(wr).unwrap();
     let ca = a.cq.poll_until(1, WAIT).unwrap();
-    assert_eq!(ca[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(ca[0].status(), WcStatus::RemInvReqErr);
     let cb = b.cq.poll_until(1, WAIT).unwrap();
-    assert_eq!(cb[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(cb[0].status(), WcStatus::RemInvReqErr);
     // The region is valid and whole.
     let mut out = [0u8; 256];
     local.read(0, &mut out).unwrap();

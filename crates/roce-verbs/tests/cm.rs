@@ -58,13 +58,16 @@ fn accept_connect_send_write_and_disconnect() {
         qp.to_init(&ConnectOptions::default()).unwrap();
         qp.post_recv(RecvWr {
             wr_id: 5,
-            sgl: vec![inbox.sge(0, 64)],
+            sgl: vec![inbox.sge(0, 64)].into(),
         })
         .unwrap();
         let conn = req.accept(&qp, &param, WAIT).unwrap();
         assert_eq!(conn.qp().state(), QpState::Rts);
         let c = one(&cq);
-        assert_eq!((c.wr_id, c.status, c.byte_len), (5, WcStatus::Success, 16));
+        assert_eq!(
+            (c.wr_id(), c.status(), c.byte_len()),
+            (5, WcStatus::Success, 16)
+        );
         assert_eq!(&inbox.to_vec().unwrap()[..16], b"a SEND via RC CM");
         seen_tx.send(()).unwrap();
         // The client WRITEs, then disconnects; we see it.
@@ -94,9 +97,9 @@ fn accept_connect_send_write_and_disconnect() {
     let src = pd
         .reg_mr(b"a SEND via RC CMwritten".to_vec(), Access::NONE)
         .unwrap();
-    qp.post_send(SendWr::send(1, vec![src.sge(0, 16)])).unwrap();
+    qp.post_send(SendWr::send(1, [src.sge(0, 16)])).unwrap();
     assert!(one(&cq).is_success());
-    let wr = SendWr::rdma(2, SendOp::Write, vec![src.sge(16, 7)], addr, rkey);
+    let wr = SendWr::rdma(2, SendOp::Write, [src.sge(16, 7)], addr, rkey);
     qp.post_send(wr).unwrap();
     assert!(one(&cq).is_success());
     if seen_rx.recv_timeout(WAIT).is_err() {

@@ -97,7 +97,7 @@ fn post_recvs(side: &Side, mr: &MemoryRegion, n: u64, step: u64) {
         side.qp
             .post_recv(RecvWr {
                 wr_id: i,
-                sgl: vec![mr.sge(i * step, 64)],
+                sgl: vec![mr.sge(i * step, 64)].into(),
             })
             .unwrap();
     }
@@ -119,7 +119,7 @@ fn burst(window: Duration) -> usize {
     std::thread::sleep(Duration::from_millis(20));
     let before = calls.load(Ordering::Relaxed);
     for i in 0..MESSAGES {
-        b.qp.post_send(SendWr::send(i, vec![mb.sge(i * 64, 64)]))
+        b.qp.post_send(SendWr::send(i, [mb.sge(i * 64, 64)]))
             .unwrap();
     }
     // B polls (its sends' completions): that ends the burst.
@@ -165,14 +165,13 @@ fn coalesced_posts_leave_without_a_poll() {
     post_recvs(&a, &ma, 3, 0);
     let start = Instant::now();
     for i in 0..3 {
-        b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
-            .unwrap();
+        b.qp.post_send(SendWr::send(i, [mb.sge(0, 64)])).unwrap();
     }
     // Only A polls.
     let got = a.cq.poll_until(3, WAIT).unwrap();
     assert_eq!(got.len(), 3, "the coalesced posts never left");
     assert!(
-        got.iter().all(|c| c.is_success() && c.byte_len == 64),
+        got.iter().all(|c| c.is_success() && c.byte_len() == 64),
         "{got:?}"
     );
     assert!(start.elapsed() < WAIT, "took {:?}", start.elapsed());
@@ -205,7 +204,7 @@ fn a_polling_programs_burst_leaves_at_its_poll() {
         assert!(b.cq.poll_one().unwrap().is_none());
         let before = calls.load(Ordering::Relaxed);
         for i in 0..n as u64 {
-            b.qp.post_send(SendWr::send(i, vec![mb.sge(i * 64, 64)]))
+            b.qp.post_send(SendWr::send(i, [mb.sge(i * 64, 64)]))
                 .unwrap();
             // Well within the window, and time enough for a woken
             // progress thread to send what waits.
@@ -235,14 +234,13 @@ fn a_burst_after_the_last_poll_still_leaves() {
     post_recvs(&a, &ma, 3, 0);
     assert!(b.cq.poll_one().unwrap().is_none());
     for i in 0..3 {
-        b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
-            .unwrap();
+        b.qp.post_send(SendWr::send(i, [mb.sge(0, 64)])).unwrap();
     }
     // B never polls again; only A does.
     let got = a.cq.poll_until(3, WAIT).unwrap();
     assert_eq!(got.len(), 3, "the burst never left");
     assert!(
-        got.iter().all(|c| c.is_success() && c.byte_len == 64),
+        got.iter().all(|c| c.is_success() && c.byte_len() == 64),
         "{got:?}"
     );
     assert_eq!(ma.to_vec().unwrap(), pattern(64, 8));
@@ -271,15 +269,14 @@ fn a_post_after_a_poll_leaves_at_once() {
             // A poll between posts, as a latency loop's.
             completed += usize::from(b.cq.poll_one().unwrap().is_some());
             let before = calls.load(Ordering::Relaxed);
-            b.qp.post_send(SendWr::send(i, vec![mb.sge(0, 64)]))
-                .unwrap();
+            b.qp.post_send(SendWr::send(i, [mb.sge(0, 64)])).unwrap();
             at_once += usize::from(calls.load(Ordering::Relaxed) > before);
         }
         best = best.max(at_once);
         let got = a.cq.poll_until(n as usize, WAIT).unwrap();
         assert_eq!(got.len(), n as usize);
         assert!(
-            got.iter().all(|c| c.is_success() && c.byte_len == 64),
+            got.iter().all(|c| c.is_success() && c.byte_len() == 64),
             "{got:?}"
         );
         let rest = n as usize - completed;

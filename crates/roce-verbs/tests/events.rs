@@ -38,7 +38,7 @@ fn get_event_wakes_on_a_completion_and_times_out_without_one() {
     cb.req_notify(false).unwrap();
     let sender = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
-        qa.post_send_owned(SendWr::send(1, vec![]), b"wake up".to_vec())
+        qa.post_send_owned(SendWr::send(1, []), b"wake up".to_vec())
             .unwrap();
         assert!(one(&ca).is_success());
     });
@@ -73,22 +73,21 @@ fn qp_errors_raise_async_events_and_flush() {
     a.qp.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![src.sge_all()],
+        [src.sge_all()],
         dst.addr(),
         bad,
     ))
     .unwrap();
     let c = one(&a.cq);
-    assert_eq!(c.status, WcStatus::RemAccessErr);
+    assert_eq!(c.status(), WcStatus::RemAccessErr);
     assert_eq!(
         a.ctx.get_async_event(Some(WAIT)),
         Some(AsyncEvent::QpFatal(a.qp.qpn()))
     );
     assert_eq!(a.qp.state(), QpState::Err);
     // Later posts flush, and their regions are released.
-    a.qp.post_send(SendWr::send(2, vec![src.sge_all()]))
-        .unwrap();
+    a.qp.post_send(SendWr::send(2, [src.sge_all()])).unwrap();
     let c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (2, WcStatus::WrFlushErr));
+    assert_eq!((c.wr_id(), c.status()), (2, WcStatus::WrFlushErr));
     assert!(src.into_inner().is_ok());
 }

@@ -78,7 +78,7 @@ fn the_second_gid_carries_traffic_and_is_bound_on_first_use() {
     a.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![src.sge_all()],
+        [src.sge_all()],
         r.addr,
         r.rkey,
     ))

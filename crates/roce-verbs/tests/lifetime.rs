@@ -28,7 +28,7 @@ fn dereg_is_refused_while_a_wr_is_outstanding() {
     a.qp.post_send(SendWr::rdma(
         1,
         SendOp::Read,
-        vec![local.sge_all()],
+        [local.sge_all()],
         r.addr,
         r.rkey,
     ))
@@ -62,7 +62,7 @@ fn dropping_a_region_under_an_outstanding_wr_keeps_it_registered() {
     a.qp.post_send(SendWr::rdma(
         7,
         SendOp::Read,
-        vec![local.sge_all()],
+        [local.sge_all()],
         r.addr,
         r.rkey,
     ))
@@ -71,14 +71,14 @@ fn dropping_a_region_under_an_outstanding_wr_keeps_it_registered() {
     // The response data lands 30 ms later: into a region that must still be
     // registered, or the READ would fail with a local protection error.
     let c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (7, WcStatus::Success), "{c:?}");
+    assert_eq!((c.wr_id(), c.status()), (7, WcStatus::Success), "{c:?}");
     assert!(
         t.elapsed() >= Duration::from_millis(25),
         "the READ was in flight"
     );
     // Polling released the last reference: the region is gone now.
     assert_eq!(
-        a.qp.post_send(SendWr::send(8, vec![sge])),
+        a.qp.post_send(SendWr::send(8, [sge])),
         Err(Error::UnknownLkey(lkey))
     );
     assert_eq!(keep, pattern(64 * 1024, 8));
@@ -89,13 +89,13 @@ fn owned_buffers_come_back_with_their_completions() {
     let (a, b) = pair(QpType::Rc);
     // Receive into an owned buffer, send from one.
     b.qp.post_recv_owned(5, vec![0u8; 1000]).unwrap();
-    a.qp.post_send_owned(SendWr::send(1, vec![]), pattern(700, 2))
+    a.qp.post_send_owned(SendWr::send(1, []), pattern(700, 2))
         .unwrap();
     let mut c = one(&a.cq);
     assert!(c.is_success());
     assert_eq!(c.take_buffer().unwrap(), pattern(700, 2));
     let mut r = one(&b.cq);
-    assert_eq!((r.wr_id, r.byte_len), (5, 700));
+    assert_eq!((r.wr_id(), r.byte_len()), (5, 700));
     let got = r.take_buffer().unwrap();
     assert_eq!(got.len(), 1000);
     assert_eq!(&got[..700], &pattern(700, 2)[..]);
@@ -103,19 +103,19 @@ fn owned_buffers_come_back_with_their_completions() {
     // READ into an owned buffer.
     let remote = b.pd.reg_mr(pattern(5000, 6), ALL).unwrap();
     let rm = remote.remote();
-    let wr = SendWr::rdma(2, SendOp::Read, vec![], rm.addr, rm.rkey);
+    let wr = SendWr::rdma(2, SendOp::Read, [], rm.addr, rm.rkey);
     a.qp.post_send_owned(wr, vec![0u8; 5000]).unwrap();
     let mut c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (2, WcStatus::Success));
+    assert_eq!((c.wr_id(), c.status()), (2, WcStatus::Success));
     assert_eq!(c.take_buffer().unwrap(), pattern(5000, 6));
 
     // A refused post hands the buffer back.
-    let wr = SendWr::rdma(3, SendOp::FetchAdd { add: 1 }, vec![], rm.addr, rm.rkey);
+    let wr = SendWr::rdma(3, SendOp::FetchAdd { add: 1 }, [], rm.addr, rm.rkey);
     a.qp.post_send_owned(wr, vec![0u8; 8]).unwrap();
     assert!(one(&a.cq).is_success());
     let err =
         a.qp.post_send_owned(
-            SendWr::rdma(4, SendOp::FetchAdd { add: 1 }, vec![], rm.addr, rm.rkey),
+            SendWr::rdma(4, SendOp::FetchAdd { add: 1 }, [], rm.addr, rm.rkey),
             vec![1; 3],
         )
         .unwrap_err();
@@ -143,7 +143,7 @@ fn raw_regions_are_zero_copy() {
     a.qp.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![ms.sge_all()],
+        [ms.sge_all()],
         r.addr,
         r.rkey,
     ))

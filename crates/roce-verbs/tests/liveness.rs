@@ -158,7 +158,7 @@ impl End {
         self.qp
             .post_recv(RecvWr {
                 wr_id: RECV,
-                sgl: vec![self.mr.sge(off, LEN as u32)],
+                sgl: vec![self.mr.sge(off, LEN as u32)].into(),
             })
             .unwrap();
     }
@@ -187,7 +187,7 @@ fn expect(e: &End, sends: usize, recvs: usize) -> Vec<Completion> {
     let (mut s, mut r) = (0, Vec::new());
     while s < sends || r.len() < recvs {
         let c = e.next();
-        if c.wr_id == RECV {
+        if c.wr_id() == RECV {
             r.push(c);
         } else {
             s += 1;
@@ -213,17 +213,17 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 s.spawn(|| {
                     for i in 0..iters {
                         let got = expect(b, usize::from(i > 0), 1);
-                        assert_eq!(got[0].byte_len, 8);
+                        assert_eq!(got[0].byte_len(), 8);
                         assert_eq!(b.mr.to_vec().unwrap()[..8], stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(i)).unwrap();
-                        b.post(signaled(SendWr::send(i, vec![b.mr.sge(LEN as u64, 8)])));
+                        b.post(signaled(SendWr::send(i, [b.mr.sge(LEN as u64, 8)])));
                     }
                     expect(b, 1, 0);
                 });
                 for i in 0..iters {
                     a.mr.write(LEN as u64, &stamp(i)).unwrap();
-                    a.post(signaled(SendWr::send(i, vec![a.mr.sge(LEN as u64, 8)])));
+                    a.post(signaled(SendWr::send(i, [a.mr.sge(LEN as u64, 8)])));
                     expect(a, 1, 1);
                     assert_eq!(a.mr.to_vec().unwrap()[..8], stamp(i));
                     a.recv(0);
@@ -237,14 +237,14 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 s.spawn(|| {
                     for i in 0..iters {
                         let got = expect(b, usize::from(i > 0), 1);
-                        assert_eq!(got[0].imm_data, i as u32, "{:?}", got[0]);
+                        assert_eq!(got[0].imm_data(), i as u32, "{:?}", got[0]);
                         assert_eq!(b.mr.to_vec().unwrap()[..8], stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(i)).unwrap();
                         let mut wr = SendWr::rdma(
                             i,
                             SendOp::WriteWithImm(i as u32),
-                            vec![b.mr.sge(LEN as u64, 8)],
+                            [b.mr.sge(LEN as u64, 8)],
                             ra.addr,
                             ra.rkey,
                         );
@@ -258,13 +258,13 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                     let wr = SendWr::rdma(
                         i,
                         SendOp::WriteWithImm(i as u32),
-                        vec![a.mr.sge(LEN as u64, 8)],
+                        [a.mr.sge(LEN as u64, 8)],
                         rb.addr,
                         rb.rkey,
                     );
                     a.post(signaled(wr));
                     let got = expect(a, 1, 1);
-                    assert_eq!(got[0].imm_data, i as u32);
+                    assert_eq!(got[0].imm_data(), i as u32);
                     assert_eq!(a.mr.to_vec().unwrap()[..8], stamp(i));
                     a.recv(0);
                 }
@@ -275,13 +275,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
             // writes between them: A reads what B last stamped.
             for i in 0..iters {
                 b.mr.write(0, &stamp(i)).unwrap();
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::Read,
-                    vec![a.mr.sge(LEN as u64, 8)],
-                    rb.addr,
-                    rb.rkey,
-                );
+                let wr = SendWr::rdma(i, SendOp::Read, [a.mr.sge(LEN as u64, 8)], rb.addr, rb.rkey);
                 a.post(signaled(wr));
                 expect(a, 1, 0);
                 assert_eq!(a.mr.to_vec().unwrap()[LEN..LEN + 8], stamp(i));
@@ -293,7 +287,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 let wr = SendWr::rdma(
                     i,
                     SendOp::FetchAdd { add: 3 },
-                    vec![a.mr.sge(LEN as u64, 8)],
+                    [a.mr.sge(LEN as u64, 8)],
                     rb.addr,
                     rb.rkey,
                 );
@@ -313,13 +307,8 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                     let i = w * 16 + k;
                     let off = (i % 32) * 8;
                     a.mr.write(off, &stamp(i)).unwrap();
-                    let mut wr = SendWr::rdma(
-                        i,
-                        SendOp::Write,
-                        vec![a.mr.sge(off, 8)],
-                        rb.addr + off,
-                        rb.rkey,
-                    );
+                    let mut wr =
+                        SendWr::rdma(i, SendOp::Write, [a.mr.sge(off, 8)], rb.addr + off, rb.rkey);
                     // Unsignaled but the last: its completion retires
                     // the window.
                     wr.flags = if k == 15 {
@@ -332,7 +321,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 expect(a, 1, 0);
             }
             a.mr.write(LEN as u64, b"done").unwrap();
-            a.post(signaled(SendWr::send(0, vec![a.mr.sge(LEN as u64, 4)])));
+            a.post(signaled(SendWr::send(0, [a.mr.sge(LEN as u64, 4)])));
             expect(a, 1, 0);
             expect(b, 0, 1);
             let last = iters / 16 * 16;
@@ -351,7 +340,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         // A's request; answered by a WRITE of the data and
                         // a SEND saying it is there.
                         let got = expect(b, if i > 0 { 2 } else { 0 }, 1);
-                        assert_eq!(got[0].byte_len, 8);
+                        assert_eq!(got[0].byte_len(), 8);
                         let req = b.mr.to_vec().unwrap()[..8].to_vec();
                         assert_eq!(req, stamp(i));
                         b.recv(0);
@@ -359,18 +348,18 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         let wr = SendWr::rdma(
                             i,
                             SendOp::Write,
-                            vec![b.mr.sge(LEN as u64, 8)],
+                            [b.mr.sge(LEN as u64, 8)],
                             ra.addr + 64,
                             ra.rkey,
                         );
                         b.post(signaled(wr));
-                        b.post(signaled(SendWr::send(i, vec![b.mr.sge(LEN as u64, 8)])));
+                        b.post(signaled(SendWr::send(i, [b.mr.sge(LEN as u64, 8)])));
                     }
                     expect(b, 2, 0);
                 });
                 for i in 0..iters {
                     a.mr.write(LEN as u64, &stamp(i)).unwrap();
-                    a.post(signaled(SendWr::send(i, vec![a.mr.sge(LEN as u64, 8)])));
+                    a.post(signaled(SendWr::send(i, [a.mr.sge(LEN as u64, 8)])));
                     expect(a, 1, 1);
                     let mem = a.mr.to_vec().unwrap();
                     assert_eq!(mem[64..72], stamp(!i), "the answer's WRITE");

@@ -72,16 +72,14 @@ fn a_ping_pong_on_one_cpu_completes() {
             to.qp
                 .post_recv(RecvWr {
                     wr_id: i,
-                    sgl: vec![mt.sge(0, 64)],
+                    sgl: vec![mt.sge(0, 64)].into(),
                 })
                 .unwrap();
             mf.write(0, &pattern(64, i as u8)).unwrap();
-            from.qp
-                .post_send(SendWr::send(i, vec![mf.sge(0, 64)]))
-                .unwrap();
+            from.qp.post_send(SendWr::send(i, [mf.sge(0, 64)])).unwrap();
             let got = to.cq.poll_until(1, wait).unwrap();
             assert_eq!(got.len(), 1, "round {i}: nothing arrived");
-            assert!(got[0].is_success() && got[0].wr_id == i, "{got:?}");
+            assert!(got[0].is_success() && got[0].wr_id() == i, "{got:?}");
             assert_eq!(mt.to_vec().unwrap(), pattern(64, i as u8), "round {i}");
             let sent = from.cq.poll_until(1, wait).unwrap();
             assert!(sent.len() == 1 && sent[0].is_success(), "{sent:?}");

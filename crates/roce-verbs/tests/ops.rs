@@ -15,34 +15,36 @@ fn send_and_send_with_imm() {
             .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 10,
-        sgl: vec![dst.sge(0, 10_000)],
+        sgl: vec![dst.sge(0, 10_000)].into(),
     })
     .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 11,
-        sgl: vec![dst.sge(10_000, 10_000)],
+        sgl: vec![dst.sge(10_000, 10_000)].into(),
     })
     .unwrap();
 
-    a.qp.post_send(SendWr::send(1, vec![src.sge_all()]))
-        .unwrap();
-    let mut imm = SendWr::send(2, vec![src.sge(0, 100)]);
+    a.qp.post_send(SendWr::send(1, [src.sge_all()])).unwrap();
+    let mut imm = SendWr::send(2, [src.sge(0, 100)]);
     imm.op = SendOp::SendWithImm(0xdead_beef);
     a.qp.post_send(imm).unwrap();
 
     for want in [1, 2] {
         let c = one(&a.cq);
         assert!(c.is_success(), "{c:?}");
-        assert_eq!((c.wr_id, c.opcode), (want, WcOpcode::Send));
+        assert_eq!((c.wr_id(), c.opcode()), (want, WcOpcode::Send));
     }
     let r = one(&b.cq);
     assert_eq!(
-        (r.wr_id, r.opcode, r.byte_len),
+        (r.wr_id(), r.opcode(), r.byte_len()),
         (10, WcOpcode::Recv, 10_000)
     );
     let r = one(&b.cq);
-    assert_eq!((r.wr_id, r.byte_len, r.imm_data), (11, 100, 0xdead_beef));
-    assert!(r.wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(
+        (r.wr_id(), r.byte_len(), r.imm_data()),
+        (11, 100, 0xdead_beef)
+    );
+    assert!(r.wc_flags().contains(WcFlags::WITH_IMM));
     let got = dst.to_vec().unwrap();
     assert_eq!(&got[..10_000], &pattern(10_000, 1)[..]);
     assert_eq!(&got[10_000..10_100], &pattern(100, 1)[..]);
@@ -59,7 +61,7 @@ fn write_write_with_imm_and_read() {
     a.qp.post_send(SendWr::rdma(
         1,
         SendOp::Write,
-        vec![local.sge_all()],
+        [local.sge_all()],
         r.addr,
         r.rkey,
     ))
@@ -70,25 +72,25 @@ fn write_write_with_imm_and_read() {
     // WRITE with immediate consumes a receive at the responder.
     b.qp.post_recv(RecvWr {
         wr_id: 50,
-        sgl: vec![],
+        sgl: vec![].into(),
     })
     .unwrap();
     let wr = SendWr::rdma(
         2,
         SendOp::WriteWithImm(42),
-        vec![local.sge(0, 64)],
+        [local.sge(0, 64)],
         r.addr + 1000,
         r.rkey,
     );
     a.qp.post_send(wr).unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.wr_id, c.opcode, c.status),
+        (c.wr_id(), c.opcode(), c.status()),
         (2, WcOpcode::RdmaWrite, WcStatus::Success)
     );
     let rc = one(&b.cq);
     assert_eq!(
-        (rc.wr_id, rc.opcode, rc.imm_data),
+        (rc.wr_id(), rc.opcode(), rc.imm_data()),
         (50, WcOpcode::RecvRdmaWithImm, 42)
     );
 
@@ -98,14 +100,14 @@ fn write_write_with_imm_and_read() {
     a.qp.post_send(SendWr::rdma(
         3,
         SendOp::Read,
-        vec![local.sge_all()],
+        [local.sge_all()],
         r.addr,
         r.rkey,
     ))
     .unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.wr_id, c.opcode, c.byte_len),
+        (c.wr_id(), c.opcode(), c.byte_len()),
         (3, WcOpcode::RdmaRead, len as u32)
     );
     assert_eq!(local.to_vec().unwrap(), pattern(len, 9));
@@ -123,19 +125,19 @@ fn atomics() {
         compare: 100,
         swap: 7,
     };
-    a.qp.post_send(SendWr::rdma(1, cas, vec![result.sge(0, 8)], r.addr, r.rkey))
+    a.qp.post_send(SendWr::rdma(1, cas, [result.sge(0, 8)], r.addr, r.rkey))
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.opcode, c.status),
+        (c.opcode(), c.status()),
         (WcOpcode::CompSwap, WcStatus::Success)
     );
     let faa = SendOp::FetchAdd { add: 5 };
-    a.qp.post_send(SendWr::rdma(2, faa, vec![result.sge(8, 8)], r.addr, r.rkey))
+    a.qp.post_send(SendWr::rdma(2, faa, [result.sge(8, 8)], r.addr, r.rkey))
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
-        (c.opcode, c.status),
+        (c.opcode(), c.status()),
         (WcOpcode::FetchAdd, WcStatus::Success)
     );
 
@@ -165,17 +167,20 @@ fn ud_through_an_address_handle() {
             .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 9,
-        sgl: vec![rx.sge_all()],
+        sgl: vec![rx.sge_all()].into(),
     })
     .unwrap();
     let ah = a.pd.create_ah(AhAttr::new(b.ctx.addrs()[0])).unwrap();
     let tx = a.pd.reg_mr(pattern(512, 3), Access::NONE).unwrap();
-    a.qp.post_send_ud(SendWr::send(1, vec![tx.sge_all()]), &ah, b.qp.qpn(), qkey)
+    a.qp.post_send_ud(SendWr::send(1, [tx.sge_all()]), &ah, b.qp.qpn(), qkey)
         .unwrap();
     assert!(one(&a.cq).is_success());
     let c = one(&b.cq);
-    assert_eq!((c.wr_id, c.byte_len, c.src_qp), (9, 40 + 512, a.qp.qpn()));
-    assert!(c.wc_flags.contains(WcFlags::GRH));
+    assert_eq!(
+        (c.wr_id(), c.byte_len(), c.src_qp()),
+        (9, 40 + 512, a.qp.qpn())
+    );
+    assert!(c.wc_flags().contains(WcFlags::GRH));
     let got = rx.to_vec().unwrap();
     assert_eq!(&got[40..], &pattern(512, 3)[..]);
 
@@ -186,7 +191,7 @@ fn ud_through_an_address_handle() {
         .create_ah(AhAttr::new(b.ctx.addrs()[0]))
         .unwrap();
     let err =
-        a.qp.post_send_ud(SendWr::send(2, vec![]), &other, b.qp.qpn(), qkey);
+        a.qp.post_send_ud(SendWr::send(2, []), &other, b.qp.qpn(), qkey);
     assert_eq!(err, Err(Error::WrongPd));
     let bad = AhAttr {
         sgid_index: 3,
@@ -213,7 +218,7 @@ fn srq_feeds_two_qps_and_raises_its_limit() {
     for i in 0..4u64 {
         srq.post_recv(RecvWr {
             wr_id: 100 + i,
-            sgl: vec![rx.sge(i * 256, 256)],
+            sgl: vec![rx.sge(i * 256, 256)].into(),
         })
         .unwrap();
     }
@@ -234,23 +239,23 @@ fn srq_feeds_two_qps_and_raises_its_limit() {
         assert!(qb
             .post_recv(RecvWr {
                 wr_id: 0,
-                sgl: vec![]
+                sgl: vec![].into()
             })
             .is_err());
         pairs.push((qa, qb));
     }
     for (i, (qa, _)) in pairs.iter().enumerate() {
-        qa.post_send_owned(SendWr::send(i as u64, vec![]), vec![i as u8 + 1; 200])
+        qa.post_send_owned(SendWr::send(i as u64, []), vec![i as u8 + 1; 200])
             .unwrap();
         assert!(one(&ca).is_success());
     }
     let mut got = cb.poll_until(2, WAIT).unwrap();
-    got.sort_by_key(|c| c.wr_id);
+    got.sort_by_key(|c| c.wr_id());
     assert_eq!(
-        got.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        got.iter().map(|c| c.wr_id()).collect::<Vec<_>>(),
         vec![100, 101]
     );
-    let qpns: Vec<Qpn> = got.iter().map(|c| c.qp_num).collect();
+    let qpns: Vec<Qpn> = got.iter().map(|c| c.qp_num()).collect();
     assert!(qpns.contains(&pairs[0].1.qpn()) && qpns.contains(&pairs[1].1.qpn()));
     let bytes = rx.to_vec().unwrap();
     let mut firsts = [bytes[0], bytes[256]];
@@ -271,7 +276,7 @@ fn unsignaled_sends_complete_silently_and_release_their_regions() {
         let mut wr = SendWr::rdma(
             i,
             SendOp::Write,
-            vec![src.sge(i * 1024, 1024)],
+            [src.sge(i * 1024, 1024)],
             r.addr + i * 1024,
             r.rkey,
         );
@@ -281,7 +286,7 @@ fn unsignaled_sends_complete_silently_and_release_their_regions() {
         a.qp.post_send(wr).unwrap();
     }
     let c = one(&a.cq);
-    assert_eq!(c.wr_id, 3, "only the signaled WR completes");
+    assert_eq!(c.wr_id(), 3, "only the signaled WR completes");
     assert!(a.cq.poll_one().unwrap().is_none());
     assert_eq!(dst.to_vec().unwrap(), pattern(4096, 5));
     // Every WR released the source region.
@@ -298,16 +303,16 @@ fn post_errors_are_values() {
         lkey: Lkey::new(0x7777),
     };
     assert_eq!(
-        a.qp.post_send(SendWr::send(1, vec![bad])),
+        a.qp.post_send(SendWr::send(1, [bad])),
         Err(Error::UnknownLkey(Lkey::new(0x7777)))
     );
     assert_eq!(
-        a.qp.post_send(SendWr::send(1, vec![mr.sge(32, 64)])),
+        a.qp.post_send(SendWr::send(1, [mr.sge(32, 64)])),
         Err(Error::SgeOutOfBounds(mr.lkey()))
     );
     let same_ctx_other_pd = a.ctx.alloc_pd().reg_mr(vec![0u8; 8], Access::NONE).unwrap();
     assert_eq!(
-        a.qp.post_send(SendWr::send(1, vec![same_ctx_other_pd.sge(0, 8)])),
+        a.qp.post_send(SendWr::send(1, [same_ctx_other_pd.sge(0, 8)])),
         Err(Error::WrongPd)
     );
     assert!(matches!(
@@ -343,34 +348,37 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
         SendWr::rdma(
             i,
             SendOp::Write,
-            vec![local.sge(64 * i, 64)],
+            [local.sge(64 * i, 64)],
             r.addr + 64 * i,
             r.rkey,
         )
     };
     a.qp.post_send_list((0..100).map(write)).unwrap();
     let done = a.cq.poll_until(100, WAIT).unwrap();
-    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id()).collect();
     assert_eq!(ids, (0..100).collect::<Vec<_>>());
     assert!(done.iter().all(|c| c.is_success()));
     assert_eq!(remote.to_vec().unwrap(), pattern(64 * 100, 3));
 
     // WR 2 of 4 names an lkey that does not exist: 0 and 1 are posted.
     let mut bad = write(101);
-    bad.payload = roce_core::Payload::Sgl(vec![Sge {
-        addr: 0,
-        length: 8,
-        lkey: roce_core::Lkey::new(0xdead),
-    }]);
+    bad.payload = roce_core::Payload::Sgl(
+        vec![Sge {
+            addr: 0,
+            length: 8,
+            lkey: roce_core::Lkey::new(0xdead),
+        }]
+        .into(),
+    );
     let list = vec![write(0), write(1), bad, write(3)];
-    let (posted, err) = a.qp.post_send_list(list).unwrap_err();
-    assert_eq!(posted, 2);
-    assert!(matches!(err, Error::UnknownLkey(_)), "{err:?}");
+    let err = a.qp.post_send_list(list).unwrap_err();
+    assert_eq!(err.posted, 2);
+    assert!(matches!(err.error, Error::UnknownLkey(_)), "{err:?}");
     let ids: Vec<u64> =
         a.cq.poll_until(2, WAIT)
             .unwrap()
             .iter()
-            .map(|c| c.wr_id)
+            .map(|c| c.wr_id())
             .collect();
     assert_eq!(ids, [0, 1]);
     std::thread::sleep(std::time::Duration::from_millis(50));

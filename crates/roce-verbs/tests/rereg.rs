@@ -8,14 +8,8 @@ use roce_verbs::*;
 
 /// A peer's RDMA WRITE of `data` into `(addr, rkey)`, and its status.
 fn write(a: &Side, data: &MemoryRegion, addr: u64, rkey: Rkey) -> WcStatus {
-    a.qp.post_send(SendWr::rdma(
-        7,
-        SendOp::Write,
-        vec![data.sge_all()],
-        addr,
-        rkey,
-    ))
-    .unwrap();
+    a.qp.post_send(SendWr::rdma(7, SendOp::Write, [data.sge_all()], addr, rkey))
+        .unwrap();
     one(&a.cq).wc.status
 }
 
@@ -102,7 +96,7 @@ fn a_resized_cq_holds_more_and_refuses_to_shrink_below_what_waits() {
         qa.post_send(SendWr::rdma(
             i,
             SendOp::Write,
-            vec![src.sge_all()],
+            [src.sge_all()],
             r.addr,
             r.rkey,
         ))

@@ -144,7 +144,7 @@ fn last_context_reference_dropped_on_the_progress_thread() {
     stage.store(1, Ordering::SeqCst);
     let ah = pb.create_ah(AhAttr::new(a.addrs()[0])).unwrap();
     qb.post_send_ud(
-        SendWr::send(1, vec![]),
+        SendWr::send(1, []),
         &ah,
         qa.qpn(),
         ConnectOptions::default().qkey,
@@ -186,7 +186,7 @@ fn a_dead_progress_thread_is_reported() {
     let qkey = ConnectOptions::default().qkey;
     // A datagram (dropped: no receive posted) reaches A's progress
     // thread, whose backend then panics.
-    qb.post_send_ud(SendWr::send(1, vec![]), &ah, qa.qpn(), qkey)
+    qb.post_send_ud(SendWr::send(1, []), &ah, qa.qpn(), qkey)
         .unwrap();
     assert!(one(&cb).is_success());
     let fatal = a.get_async_event(Some(Duration::from_secs(5)));
@@ -204,7 +204,7 @@ fn post_send_list_runs_the_callers_iterator_outside_the_engine_lock() {
     for i in 0..4u64 {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sgl: vec![rx.sge(i * 64, 64)],
+            sgl: vec![rx.sge(i * 64, 64)].into(),
         })
         .unwrap();
     }
@@ -214,7 +214,7 @@ fn post_send_list_runs_the_callers_iterator_outside_the_engine_lock() {
     thread::spawn(move || {
         let wrs = (0..4u64).map(|i| {
             m.write(i * 64, &[i as u8; 64]).unwrap();
-            SendWr::send(i, vec![m.sge(i * 64, 64)])
+            SendWr::send(i, [m.sge(i * 64, 64)])
         });
         let r = qp.post_send_list(wrs);
         let _ = done_tx.send(r);
@@ -239,7 +239,7 @@ fn a_solicited_arm_does_not_downgrade_a_next_completion_arm() {
     ca.req_notify(true).unwrap();
     let ah = pb.create_ah(AhAttr::new(a.addrs()[0])).unwrap();
     qb.post_send_ud(
-        SendWr::send(1, vec![]),
+        SendWr::send(1, []),
         &ah,
         qa.qpn(),
         ConnectOptions::default().qkey,
@@ -362,7 +362,7 @@ fn an_overflowed_cq_raises_one_error_event() {
     let ah = pb.create_ah(AhAttr::new(a.addrs()[0])).unwrap();
     let qkey = ConnectOptions::default().qkey;
     for i in 0..6 {
-        qb.post_send_ud(SendWr::send(i, vec![]), &ah, qa.qpn(), qkey)
+        qb.post_send_ud(SendWr::send(i, []), &ah, qa.qpn(), qkey)
             .unwrap();
         assert!(one(&cb).is_success());
     }
@@ -389,7 +389,7 @@ fn a_dropped_srq_releases_its_receives() {
     let srq = pd.create_srq(4).unwrap();
     srq.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![mr.sge_all()],
+        sgl: vec![mr.sge_all()].into(),
     })
     .unwrap();
     drop(srq);
@@ -484,13 +484,13 @@ fn an_srq_receive_in_progress_goes_back_to_the_srq_on_destroy() {
     let remote = rx.remote();
     srq.post_recv(RecvWr {
         wr_id: 1,
-        sgl: vec![rx.sge_all()],
+        sgl: vec![rx.sge_all()].into(),
     })
     .unwrap();
     // A 4 KiB SEND: 4 packets at the 1024-byte MTU; only the first arrives.
     let tx = pa.reg_mr(vec![7u8; 4096], Access::NONE).unwrap();
     stage.store(1, Ordering::SeqCst);
-    qa.post_send(SendWr::send(1, vec![tx.sge_all()])).unwrap();
+    qa.post_send(SendWr::send(1, [tx.sge_all()])).unwrap();
     thread::sleep(Duration::from_millis(100));
     assert_eq!(srq.len(), 0, "the responder took the SRQ receive");
     // B destroys the QP (no completion is owed for a destroyed QP's
@@ -507,14 +507,14 @@ fn an_srq_receive_in_progress_goes_back_to_the_srq_on_destroy() {
     qa2.post_send(SendWr::rdma(
         2,
         SendOp::Write,
-        vec![w.sge_all()],
+        [w.sge_all()],
         remote.addr,
         remote.rkey,
     ))
     .unwrap();
     let c = one(&ca);
     assert_eq!(
-        c.status,
+        c.status(),
         WcStatus::RemAccessErr,
         "the region was still registered"
     );

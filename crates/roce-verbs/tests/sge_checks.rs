@@ -54,30 +54,28 @@ fn a_receive_into_another_pds_region_fails_when_a_send_meets_it() {
         .unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 5,
-        sgl: vec![other.sge(0, 64)],
+        sgl: vec![other.sge(0, 64)].into(),
     })
     .unwrap();
     let src = a.pd.reg_mr(pattern(64, 1), Access::NONE).unwrap();
-    a.qp.post_send(SendWr::send(1, vec![src.sge_all()]))
-        .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::RemOpErr);
+    a.qp.post_send(SendWr::send(1, [src.sge_all()])).unwrap();
+    assert_eq!(one(&a.cq).status(), WcStatus::RemOpErr);
     let r = one(&b.cq);
-    assert_eq!((r.wr_id, r.status), (5, WcStatus::LocProtErr));
+    assert_eq!((r.wr_id(), r.status()), (5, WcStatus::LocProtErr));
 }
 
 #[test]
 fn sends_outside_their_region_or_of_no_region_complete_in_error() {
     let (a, _b) = lenient_pair();
     let mr = a.pd.reg_mr(vec![0u8; 64], Access::LOCAL_WRITE).unwrap();
-    a.qp.post_send(SendWr::send(1, vec![mr.sge(32, 64)]))
-        .unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::LocProtErr);
+    a.qp.post_send(SendWr::send(1, [mr.sge(32, 64)])).unwrap();
+    assert_eq!(one(&a.cq).status(), WcStatus::LocProtErr);
     let (a, _b) = lenient_pair();
     let bad = Sge {
         addr: 0x1000,
         length: 8,
         lkey: Lkey::new(0x7777),
     };
-    a.qp.post_send(SendWr::send(2, vec![bad])).unwrap();
-    assert_eq!(one(&a.cq).status, WcStatus::LocProtErr);
+    a.qp.post_send(SendWr::send(2, [bad])).unwrap();
+    assert_eq!(one(&a.cq).status(), WcStatus::LocProtErr);
 }

@@ -100,15 +100,14 @@ fn rc_between_two_contexts_on_one_address() {
     let dst = b.pd.reg_mr(vec![0u8; 200_000], ALL).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 7,
-        sgl: vec![dst.sge(0, 50_000)],
+        sgl: vec![dst.sge(0, 50_000)].into(),
     })
     .unwrap();
-    a.qp.post_send(SendWr::send(1, vec![src.sge_all()]))
-        .unwrap();
+    a.qp.post_send(SendWr::send(1, [src.sge_all()])).unwrap();
     assert!(one(&a.cq).is_success());
     let r = one(&b.cq);
     assert_eq!(
-        (r.wr_id, r.byte_len, r.status),
+        (r.wr_id(), r.byte_len(), r.status()),
         (7, 50_000, WcStatus::Success)
     );
     assert_eq!(&dst.to_vec().unwrap()[..50_000], &pattern(50_000, 3)[..]);
@@ -118,7 +117,7 @@ fn rc_between_two_contexts_on_one_address() {
     let w = SendWr::rdma(
         2,
         SendOp::Write,
-        vec![src.sge_all()],
+        [src.sge_all()],
         rb.addr + 100_000,
         rb.rkey,
     );
@@ -132,7 +131,7 @@ fn rc_between_two_contexts_on_one_address() {
     let rd = SendWr::rdma(
         3,
         SendOp::Read,
-        vec![back.sge_all()],
+        [back.sge_all()],
         rb.addr + 100_000,
         rb.rkey,
     );
@@ -148,7 +147,7 @@ fn rc_between_two_contexts_on_one_address() {
     let faa = SendWr::rdma(
         4,
         SendOp::FetchAdd { add: 2 },
-        vec![result.sge(0, 8)],
+        [result.sge(0, 8)],
         t.addr,
         t.rkey,
     );
@@ -158,7 +157,7 @@ fn rc_between_two_contexts_on_one_address() {
         compare: 42,
         swap: 9,
     };
-    a.qp.post_send(SendWr::rdma(5, cas, vec![result.sge(8, 8)], t.addr, t.rkey))
+    a.qp.post_send(SendWr::rdma(5, cas, [result.sge(8, 8)], t.addr, t.rkey))
         .unwrap();
     assert!(one(&a.cq).is_success());
     let mut v = [0u8; 16];
@@ -196,14 +195,14 @@ fn ud_between_two_contexts_on_one_address() {
     for i in 0..20u64 {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sgl: vec![rx.sge_all()],
+            sgl: vec![rx.sge_all()].into(),
         })
         .unwrap();
-        a.qp.post_send_ud(SendWr::send(i, vec![tx.sge_all()]), &ah, b.qp.qpn(), qkey)
+        a.qp.post_send_ud(SendWr::send(i, [tx.sge_all()]), &ah, b.qp.qpn(), qkey)
             .unwrap();
         assert!(one(&a.cq).is_success());
         let r = one(&b.cq);
-        assert_eq!((r.wr_id, r.byte_len, r.src_qp), (i, 1040, a.qp.qpn()));
+        assert_eq!((r.wr_id(), r.byte_len(), r.src_qp()), (i, 1040, a.qp.qpn()));
         assert_eq!(&rx.to_vec().unwrap()[40..], &pattern(1000, 5)[..]);
     }
 }
@@ -225,14 +224,14 @@ fn cm_connects_to_a_listener_of_the_other_context() {
         b.qp.to_init(&ConnectOptions::default()).unwrap();
         b.qp.post_recv(RecvWr {
             wr_id: 1,
-            sgl: vec![inbox.sge_all()],
+            sgl: vec![inbox.sge_all()].into(),
         })
         .unwrap();
         let req = listener.get_request(WAIT).unwrap();
         assert_eq!(req.info().peer, addr);
         let _conn = req.accept(&b.qp, &ConnParam::default(), WAIT).unwrap();
         let r = one(&b.cq);
-        assert_eq!((r.byte_len, r.status), (11, WcStatus::Success));
+        assert_eq!((r.byte_len(), r.status()), (11, WcStatus::Success));
         assert_eq!(&inbox.to_vec().unwrap()[..11], b"via the CM.");
         b
     });
@@ -241,8 +240,7 @@ fn cm_connects_to_a_listener_of_the_other_context() {
         a.qp.cm_connect(addr, 9000, &ConnParam::default(), WAIT)
             .unwrap();
     let msg = a.pd.reg_mr(b"via the CM.".to_vec(), ALL).unwrap();
-    a.qp.post_send(SendWr::send(1, vec![msg.sge_all()]))
-        .unwrap();
+    a.qp.post_send(SendWr::send(1, [msg.sge_all()])).unwrap();
     let c = one(&a.cq);
     assert!(
         c.is_success(),

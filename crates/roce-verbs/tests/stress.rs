@@ -52,17 +52,11 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             for i in 0..100u64 {
                 let data = pattern(256, t.wrapping_add(i as u8));
                 src.write(0, &data).unwrap();
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::Write,
-                    vec![src.sge_all()],
-                    r.addr + i * 256,
-                    r.rkey,
-                );
+                let wr = SendWr::rdma(i, SendOp::Write, [src.sge_all()], r.addr + i * 256, r.rkey);
                 qa.post_send(wr).unwrap();
                 let c = one_starved(&ca);
-                assert_eq!((c.wr_id, c.status), (i, WcStatus::Success));
-                qa.post_send(SendWr::send(1000 + i, vec![src.sge(0, 8)]))
+                assert_eq!((c.wr_id(), c.status()), (i, WcStatus::Success));
+                qa.post_send(SendWr::send(1000 + i, [src.sge(0, 8)]))
                     .unwrap();
                 assert!(one_starved(&ca).is_success());
             }
@@ -80,7 +74,7 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             for i in 0..100u64 {
                 qb.post_recv(RecvWr {
                     wr_id: i,
-                    sgl: vec![rx.sge(0, 8)],
+                    sgl: vec![rx.sge(0, 8)].into(),
                 })
                 .unwrap();
             }
@@ -89,7 +83,7 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             assert!(got
                 .iter()
                 .enumerate()
-                .all(|(i, c)| c.is_success() && c.wr_id == i as u64));
+                .all(|(i, c)| c.is_success() && c.wr_id() == i as u64));
         }));
     }
     for h in handles {
@@ -130,7 +124,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                 let wr = SendWr::rdma(
                     i,
                     SendOp::Write,
-                    vec![local.sge(off, SZ as u32)],
+                    [local.sge(off, SZ as u32)],
                     r.addr + off,
                     r.rkey,
                 );
@@ -140,10 +134,10 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                 local.write(off, &pattern(SZ as usize, i as u8)).unwrap();
                 b.qp.post_recv(RecvWr {
                     wr_id: i,
-                    sgl: vec![inbox.sge(off, SZ as u32)],
+                    sgl: vec![inbox.sge(off, SZ as u32)].into(),
                 })
                 .unwrap();
-                a.qp.post_send(SendWr::send(i, vec![local.sge(off, SZ as u32)]))
+                a.qp.post_send(SendWr::send(i, [local.sge(off, SZ as u32)]))
                     .unwrap();
             }
             _ => {
@@ -151,7 +145,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
                 let wr = SendWr::rdma(
                     i,
                     SendOp::FetchAdd { add: 1 },
-                    vec![local.sge(off, 8)],
+                    [local.sge(off, 8)],
                     c.addr,
                     c.rkey,
                 );
@@ -164,12 +158,16 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
             .unwrap();
     assert_eq!(done.len(), N as usize, "completions: {}", done.len());
     for (i, c) in done.iter().enumerate() {
-        assert_eq!((c.wr_id, c.status), (i as u64, WcStatus::Success), "{c:?}");
+        assert_eq!(
+            (c.wr_id(), c.status()),
+            (i as u64, WcStatus::Success),
+            "{c:?}"
+        );
     }
     let recvs = b.cq.poll_until((N / 4) as usize, WAIT).unwrap();
     assert!(recvs
         .iter()
-        .all(|c| c.is_success() && c.byte_len == SZ as u32));
+        .all(|c| c.is_success() && c.byte_len() == SZ as u32));
     let mut v = [0u8; 8];
     counter.read(0, &mut v).unwrap();
     assert_eq!(
@@ -194,13 +192,13 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
     a.qp.post_send(SendWr::rdma(
         9999,
         SendOp::Read,
-        vec![back.sge_all()],
+        [back.sge_all()],
         r.addr,
         r.rkey,
     ))
     .unwrap();
     let c = one(&a.cq);
-    assert_eq!((c.wr_id, c.status), (9999, WcStatus::Success));
+    assert_eq!((c.wr_id(), c.status()), (9999, WcStatus::Success));
     assert_eq!(back.to_vec().unwrap(), all);
     assert!(
         a.qp.counters().retransmitted + b.qp.counters().retransmitted > 0,
@@ -257,7 +255,7 @@ fn any_backend_works_without_doorbells() {
     let target = pb.reg_mr(vec![0u8; 50_000], ALL).unwrap();
     let r = target.remote();
     for i in 0..20u64 {
-        let wr = SendWr::rdma(i, SendOp::Write, vec![], r.addr, r.rkey);
+        let wr = SendWr::rdma(i, SendOp::Write, [], r.addr, r.rkey);
         qa.post_send_owned(wr, pattern(50_000, i as u8)).unwrap();
         let mut c = one(&ca);
         assert!(c.is_success());

@@ -152,8 +152,8 @@ pub(crate) fn open_context(
     o.config.link_bps = (args.link_gbps * 1e9) as u64;
     let cc = match args.cc {
         CcChoice::None => None,
-        CcChoice::Dcqcn => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn()),
-        CcChoice::DcqcnMlx5 => Some(roce_verbs::roce_core::cc::CcConfig::dcqcn_mlx5()),
+        CcChoice::Dcqcn => Some(roce_core::cc::CcConfig::dcqcn()),
+        CcChoice::DcqcnMlx5 => Some(roce_core::cc::CcConfig::dcqcn_mlx5()),
     };
     if let Some(cc) = cc {
         o.config.cc = cc;

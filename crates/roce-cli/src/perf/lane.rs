@@ -56,7 +56,9 @@ impl Lane<'_> {
     pub(crate) fn repost(&self, slot: u64, size: u64) -> Result<(), PerfError> {
         let wr = RecvWr {
             wr_id: slot,
-            sgl: vec![self.mr.sge(self.ring + slot * size, size as u32)],
+            sgl: [self.mr.sge(self.ring + slot * size, size as u32)]
+                .into_iter()
+                .collect(),
         };
         self.qp.post_recv(wr).map_err(super::during("post_recv"))
     }

@@ -94,7 +94,7 @@ impl Channel {
         self.qp
             .post_recv(RecvWr {
                 wr_id: RECV,
-                sgl: vec![self.recv.sge(0, MSG as u32)],
+                sgl: [self.recv.sge(0, MSG as u32)].into_iter().collect(),
             })
             .map_err(|e| PerfError::Failed(format!("control receive: {e}")))
     }
@@ -102,15 +102,12 @@ impl Channel {
     fn send(&self, mine: &[u8]) -> Result<(), PerfError> {
         self.send.write(0, mine)?;
         self.qp
-            .post_send(SendWr::send(
-                SEND,
-                vec![self.send.sge(0, mine.len() as u32)],
-            ))
+            .post_send(SendWr::send(SEND, [self.send.sge(0, mine.len() as u32)]))
             .map_err(super::during("control send"))?;
         let c = self.scq.poll_until(1, self.wait)?;
         match c.first() {
             Some(c) if c.is_success() => Ok(()),
-            Some(c) => Err(PerfError::Failed(format!("control send: {:?}", c.status))),
+            Some(c) => Err(PerfError::Failed(format!("control send: {:?}", c.status()))),
             None => Err(PerfError::Timeout("control send: no completion".into())),
         }
     }
@@ -122,7 +119,7 @@ impl Channel {
             Some(c) => {
                 return Err(PerfError::Failed(format!(
                     "control receive: {:?}",
-                    c.status
+                    c.status()
                 )))
             }
             None => {

@@ -13,7 +13,7 @@ pub(crate) const OUT_READS: u16 = 16;
 
 /// perftest's ibv_mtu enum for a path MTU.
 pub(crate) fn mtu_enum(mtu: u32) -> u8 {
-    roce_verbs::roce_core::qp::mtu_to_enum(mtu)
+    roce_core::qp::mtu_to_enum(mtu)
 }
 
 /// The MTU message: the enum as a digit and a NUL.

@@ -154,10 +154,10 @@ pub(crate) const RULE: &str =
 pub(super) fn failed(c: &Completion) -> String {
     format!(
         "work request failed: {} ({:?}) on QP {}{}",
-        c.status.as_str(),
-        c.status,
-        c.qp_num,
-        hint(c.status)
+        c.status().as_str(),
+        c.status(),
+        c.qp_num(),
+        hint(c.status())
     )
 }
 

@@ -116,12 +116,10 @@ impl Traffic<'_> {
         let local = d.mr.sge(d.source, self.len());
         let (addr, rkey) = self.remotes[q];
         match self.test {
-            Test::WriteBw => SendWr::rdma(wr_id, SendOp::Write, vec![local], addr, rkey),
-            Test::ReadBw => SendWr::rdma(wr_id, SendOp::Read, vec![local], addr, rkey),
-            Test::AtomicBw => {
-                SendWr::rdma(wr_id, SendOp::FetchAdd { add: 1 }, vec![local], addr, rkey)
-            }
-            _ => SendWr::send(wr_id, vec![local]),
+            Test::WriteBw => SendWr::rdma(wr_id, SendOp::Write, [local], addr, rkey),
+            Test::ReadBw => SendWr::rdma(wr_id, SendOp::Read, [local], addr, rkey),
+            Test::AtomicBw => SendWr::rdma(wr_id, SendOp::FetchAdd { add: 1 }, [local], addr, rkey),
+            _ => SendWr::send(wr_id, [local]),
         }
     }
 }
@@ -248,18 +246,18 @@ fn requester(t: &Traffic<'_>, recv: bool, watch: &mut impl Watch) -> Result<Coun
                 });
                 let r = d.qp.post_send_list(list);
                 k.posted += room;
-                r.map_err(|(_, e)| super::during("post_send")(e))?;
+                r.map_err(|e| super::during("post_send")(e.error))?;
             }
             d.poll(&mut comps)?;
             for cmp in &comps {
                 progress = true;
-                if cmp.wr_id & SEND_BIT != 0 {
+                if cmp.wr_id() & SEND_BIT != 0 {
                     // Sends complete in order: this one and all before it.
-                    k.sent = (cmp.wr_id & !SEND_BIT) + 1;
+                    k.sent = (cmp.wr_id() & !SEND_BIT) + 1;
                 } else {
                     k.received += 1;
                     received_all += 1;
-                    took(t, d, cmp.wr_id, received_all, &mut k.reposted)?;
+                    took(t, d, cmp.wr_id(), received_all, &mut k.reposted)?;
                 }
             }
             if !(k.sent == iters || over && k.sent == k.posted) {
@@ -367,7 +365,7 @@ pub(crate) fn server_receive(
                 progress = true;
                 got[i] += 1;
                 total += 1;
-                took(t, d, c.wr_id, total, &mut reposted[i])?;
+                took(t, d, c.wr_id(), total, &mut reposted[i])?;
             }
         }
         if progress {

@@ -155,7 +155,7 @@ pub(crate) fn write_ping_pong(
         let wr = SendWr::rdma(
             n,
             SendOp::Write,
-            vec![d.mr.sge(d.source, size as u32)],
+            [d.mr.sge(d.source, size as u32)],
             addr,
             rkey,
         );
@@ -207,7 +207,7 @@ pub(crate) fn one_sided(t: &Traffic<'_>, watch: &mut impl Watch) -> Result<Vec<f
             break;
         }
         let t0 = Instant::now();
-        let wr = SendWr::rdma(n, op, vec![d.mr.sge(d.source, t.len())], addr, rkey);
+        let wr = SendWr::rdma(n, op, [d.mr.sge(d.source, t.len())], addr, rkey);
         d.qp.post_send(wr).map_err(super::during("post_send"))?;
         let mut spins = 0u32;
         loop {
@@ -265,18 +265,18 @@ pub(crate) fn send_ping_pong(
                     completed: &mut bool,
                     got: &mut [u8]| {
         for c in comps {
-            if c.wr_id & SEND_BIT != 0 {
-                *completed |= sent > 0 && c.wr_id == id(sent - 1);
+            if c.wr_id() & SEND_BIT != 0 {
+                *completed |= sent > 0 && c.wr_id() == id(sent - 1);
                 continue;
             }
             *received += 1;
             if t.verify.is_some() {
-                d.mr.read(d.slot_at(c.wr_id, size), got)?;
+                d.mr.read(d.slot_at(c.wr_id(), size), got)?;
                 check(got, t.verify, false, *received)?;
             }
             if reposted < iters {
                 reposted += 1;
-                d.repost(c.wr_id, size)?;
+                d.repost(c.wr_id(), size)?;
             }
         }
         Ok::<(), PerfError>(())
@@ -289,7 +289,7 @@ pub(crate) fn send_ping_pong(
             // before anything else.
             if completed && (client && sent == 0 || received > sent - u64::from(client)) {
                 stamps.push(Instant::now());
-                let mut wr = SendWr::send(id(sent), vec![d.mr.sge(d.source, size as u32)]);
+                let mut wr = SendWr::send(id(sent), [d.mr.sge(d.source, size as u32)]);
                 wr.flags = inline;
                 d.qp.post_send(wr).map_err(super::during("post_send"))?;
                 sent += 1;

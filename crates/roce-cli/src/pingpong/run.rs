@@ -207,7 +207,9 @@ impl Side {
     fn post_recv(&self, slot: u32) -> Result<(), String> {
         let wr = RecvWr {
             wr_id: RECV | u64::from(slot) << 8,
-            sgl: vec![self.mr.sge(self.recv_off(slot), self.rslot)],
+            sgl: [self.mr.sge(self.recv_off(slot), self.rslot)]
+                .into_iter()
+                .collect(),
         };
         match &self.srq {
             Some(s) => s.post_recv(wr),
@@ -222,7 +224,7 @@ impl Side {
             .map_err(|e| e.to_string())?;
         let wr = SendWr::send(
             SEND | (q as u64) << 8,
-            vec![self.mr.sge(self.send_off(q), self.p.size)],
+            [self.mr.sge(self.send_off(q), self.p.size)],
         );
         let r = match &self.ah {
             Some(ah) => {
@@ -712,30 +714,30 @@ fn pingpong(s: &Side) -> Result<(), String> {
             if !wc.is_success() {
                 return Err(format!(
                     "Failed status {} ({}) for wr_id {}",
-                    wc.status.as_str(),
-                    wc.status as u32,
-                    wc.wr_id & 0xff
+                    wc.status().as_str(),
+                    wc.status() as u32,
+                    wc.wr_id() & 0xff
                 ));
             }
-            let Some(q) = qpn_index(wc.qp_num) else {
-                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num.value()));
+            let Some(q) = qpn_index(wc.qp_num()) else {
+                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num().value()));
             };
-            let kind = wc.wr_id & 0xff;
+            let kind = wc.wr_id() & 0xff;
             match kind {
                 SEND => scnt += 1,
                 RECV => {
-                    let slot = (wc.wr_id >> 8) as u32;
+                    let slot = (wc.wr_id() >> 8) as u32;
                     let off = if p.transport == Transport::Ud {
                         GRH as usize
                     } else {
                         0
                     };
                     let want = off + size;
-                    if p.chk && wc.byte_len as usize != want {
+                    if p.chk && wc.byte_len() as usize != want {
                         return Err(format!(
                             "received {} bytes on QPN {:06x}, expected {want}",
-                            wc.byte_len,
-                            wc.qp_num.value()
+                            wc.byte_len(),
+                            wc.qp_num().value()
                         ));
                     }
                     s.mr.read(s.recv_off(slot), &mut buf)
@@ -763,7 +765,7 @@ fn pingpong(s: &Side) -> Result<(), String> {
                             return Err(format!(
                                 "invalid data in message {} on QPN {:06x}{bad}",
                                 k + 1,
-                                wc.qp_num.value()
+                                wc.qp_num().value()
                             ));
                         }
                     }
@@ -782,7 +784,7 @@ fn pingpong(s: &Side) -> Result<(), String> {
                     }
                     rcnt += 1;
                 }
-                _ => return Err(format!("Completion for unknown wr_id {}", wc.wr_id)),
+                _ => return Err(format!("Completion for unknown wr_id {}", wc.wr_id())),
             }
             pending[q] &= !kind;
             if scnt < iters && pending[q] == 0 {

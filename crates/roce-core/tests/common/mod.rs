@@ -144,7 +144,7 @@ impl World {
     pub fn post_rdma(&mut self, qp: Qpn, op: SendOp, local_off: u64, len: u32, remote_off: u64) {
         let (va, rkey) = (self.hosts[1].base + remote_off, self.hosts[1].mr.rkey);
         let sge = self.hosts[0].sge(local_off, len);
-        let wr = SendWr::rdma(1, op, vec![sge], va, rkey);
+        let wr = SendWr::rdma(1, op, [sge], va, rkey);
         self.hosts[0].dev.post_send(qp, wr).unwrap();
     }
 
@@ -351,7 +351,7 @@ pub fn recv(w: &mut World, h: usize, qp: Qpn, wr_id: u64, off: u64, len: u32) {
             qp,
             RecvWr {
                 wr_id,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();
@@ -404,7 +404,7 @@ pub fn srq_recv(w: &mut World, srq: SrqId, wr_id: u64, off: u64, len: u32) {
             srq,
             RecvWr {
                 wr_id,
-                sgl: vec![sge],
+                sgl: vec![sge].into(),
             },
         )
         .unwrap();

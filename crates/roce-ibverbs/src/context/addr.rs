@@ -29,7 +29,7 @@ fn open_on(
     dev: &Device,
     backend: &roce_verbs::BackendKind,
     ack_delay: roce_verbs::AckDelay,
-    cpu: roce_verbs::roce_io::CpuTuning,
+    cpu: roce_io::CpuTuning,
     shm: bool,
     addr: IpAddr,
     port: u16,
@@ -143,7 +143,7 @@ pub(crate) fn open_engine(
     loop {
         match open_on(dev, &backend, ack_delay, cpu, shm, addr, port) {
             Ok(c) => {
-                let emu = if cpu == roce_verbs::roce_io::CpuTuning::EMULATED {
+                let emu = if cpu == roce_io::CpuTuning::EMULATED {
                     " (code for an emulated CPU)"
                 } else {
                     ""

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use roce_verbs::roce_io::{
+use roce_io::{
     self, Backend, FaultAction, FaultInjector, FaultLog, FaultPlan, Injection, PcapTap, QpIndex,
     SharedPcap, TargetedFaults,
 };

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use roce_verbs::roce_core::QpCounters;
+use roce_core::QpCounters;
 
 use super::{each_seen, Debug, Seen, DEBUG};
 use crate::trace::WC_STATUS;

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use roce_verbs::roce_core::QpState;
+use roce_core::QpState;
 
 use super::{each_seen, Seen};
 use crate::config::say;
@@ -70,7 +70,7 @@ impl Top {
         if std::env::var("ROCE_TOP").is_ok_and(|v| v.trim() == "0") {
             return None;
         }
-        let dir = roce_verbs::roce_io::host::default_dir();
+        let dir = roce_io::host::default_dir();
         let (uid, pid) = (uid(), std::process::id());
         sweep(&dir, uid);
         let top = Top {

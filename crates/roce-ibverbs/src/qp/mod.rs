@@ -257,8 +257,7 @@ fn attr_of(a: &ibv_qp_attr, mask: QpAttrMask) -> Res<QpAttr> {
         r.cur_qp_state = state_of(a.cur_qp_state)?;
     }
     if mask.contains(QpAttrMask::PATH_MTU) {
-        r.path_mtu =
-            roce_verbs::roce_core::qp::mtu_from_enum(a.path_mtu as u8).ok_or(libc::EINVAL)?;
+        r.path_mtu = roce_core::qp::mtu_from_enum(a.path_mtu as u8).ok_or(libc::EINVAL)?;
     }
     r.qkey = Qkey::new(a.qkey);
     r.rq_psn = Psn::new(a.rq_psn & 0xff_ffff);

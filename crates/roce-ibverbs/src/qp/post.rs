@@ -99,7 +99,7 @@ unsafe fn post_then(
     match q.qp.post_send_list(wrs) {
         Ok(()) => Err((e, at)),
         // SAFETY: n is below the WRs walked.
-        Err((n, pe)) => Err((errno_of(&pe), unsafe { nth(wr, n) })),
+        Err(pe) => Err((errno_of(&pe.error), unsafe { nth(wr, pe.posted) })),
     }
 }
 
@@ -132,7 +132,7 @@ entry! {
             }
             // SAFETY: as above.
             q.qp.post_send_list(wrs)
-                .map_err(|(n, e)| (errno_of(&e), unsafe { nth(wr, n) }))
+                .map_err(|e| (errno_of(&e.error), unsafe { nth(wr, e.posted) }))
         })
     }
 }
@@ -195,7 +195,7 @@ unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp, remote_addr: u64, rkey: u32) {
     b.wrs.push(SendWr {
         wr_id: x.wr_id,
         op,
-        payload: Payload::Sgl(Vec::new()),
+        payload: Payload::Sgl(Default::default()),
         flags: SendFlags(x.wr_flags & 0xf),
         remote_addr,
         rkey: Rkey::new(rkey),
@@ -239,7 +239,7 @@ entry! {
             if let Some(e) = b.error.take() {
                 return Err(e);
             }
-            qp.qp.post_send_list(wrs).map_err(|(_, e)| errno_of(&e))
+            qp.qp.post_send_list(wrs).map_err(|e| errno_of(&e.error))
         })
     }
 }
@@ -314,11 +314,11 @@ entry! {
         void(|| {
             // SAFETY: the program's QP, in a builder session.
             if let Some(w) = unsafe { last(q) } {
-                w.payload = Payload::Sgl(vec![Sge {
+                w.payload = Payload::Sgl([Sge {
                     addr,
                     length,
                     lkey: Lkey::new(lkey),
-                }]);
+                }].into_iter().collect());
             }
             Ok(())
         })

@@ -148,7 +148,7 @@ impl Queue {
         capsule[2..4].copy_from_slice(&cid.0.to_le_bytes());
         let id = self.next_wr;
         self.next_wr = (self.next_wr + 1) & !RECV_BIT;
-        if let Err(e) = self.qp.post_send_owned(SendWr::send(id, vec![]), capsule) {
+        if let Err(e) = self.qp.post_send_owned(SendWr::send(id, []), capsule) {
             self.cids.free(cid);
             return Err(e.into());
         }
@@ -163,14 +163,14 @@ impl Queue {
             if !wc.is_success() {
                 return Err(DriverError::Protocol("work completion in error"));
             }
-            if wc.wr_id & RECV_BIT == 0 || wc.opcode != WcOpcode::Recv {
+            if wc.wr_id() & RECV_BIT == 0 || wc.opcode() != WcOpcode::Recv {
                 continue;
             }
             let mut b = wc.take_buffer().unwrap_or_default();
-            let n = (wc.byte_len as usize).min(b.len());
+            let n = (wc.byte_len() as usize).min(b.len());
             let c = CqeRepr::parse(&b[..n]).map_err(|_| DriverError::Protocol("short response"))?;
             b.fill(0);
-            self.qp.post_recv_owned(wc.wr_id, b)?;
+            self.qp.post_recv_owned(wc.wr_id(), b)?;
             if c.sqid != self.qid.0 {
                 return Err(DriverError::Protocol("response for another queue"));
             }

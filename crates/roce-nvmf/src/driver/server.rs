@@ -120,13 +120,13 @@ impl TargetServer {
             c.cq.poll(&mut wcs, 64)?;
             for mut wc in wcs {
                 busy = true;
-                let Some(op) = self.ops.remove(&wc.wr_id) else {
+                let Some(op) = self.ops.remove(&wc.wr_id()) else {
                     continue;
                 };
                 let buf = wc.take_buffer().unwrap_or_default();
                 match op {
                     Op::Recv(conn) if wc.is_success() => {
-                        let n = (wc.byte_len as usize).min(buf.len());
+                        let n = (wc.byte_len() as usize).min(buf.len());
                         self.target.on_capsule(conn, &buf[..n], now);
                         self.post_recv(conn, buf)?;
                     }
@@ -219,7 +219,7 @@ impl TargetServer {
                 key,
                 len,
             } => {
-                let wr = SendWr::rdma(0, SendOp::Read, vec![], addr, Rkey::new(key.0));
+                let wr = SendWr::rdma(0, SendOp::Read, [], addr, Rkey::new(key.0));
                 (conn, Op::Read(conn, cid), wr, vec![0; len as usize])
             }
             Action::WriteHost {
@@ -229,7 +229,7 @@ impl TargetServer {
                 data,
                 ..
             } => {
-                let wr = SendWr::rdma(0, SendOp::Write, vec![], addr, Rkey::new(key.0));
+                let wr = SendWr::rdma(0, SendOp::Write, [], addr, Rkey::new(key.0));
                 (conn, Op::Send(conn), wr, data)
             }
             Action::Respond {
@@ -237,7 +237,7 @@ impl TargetServer {
                 cqe,
                 invalidate,
             } => {
-                let mut wr = SendWr::send(0, vec![]);
+                let mut wr = SendWr::send(0, []);
                 if let Some(k) = invalidate {
                     wr.op = SendOp::SendWithInv(Rkey::new(k.0));
                 }

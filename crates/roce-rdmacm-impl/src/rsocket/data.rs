@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::os::raw::c_int;
 
-use roce_verbs::{Lkey, Payload, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge};
+use roce_verbs::{Lkey, Payload, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList};
 
 use super::buf::Region;
 use super::*;
@@ -127,7 +127,7 @@ impl Stream {
         self.qp()?
             .post_recv(RecvWr {
                 wr_id: WR_RECV,
-                sgl: Vec::new(),
+                sgl: Default::default(),
             })
             .map_err(verr)
     }
@@ -162,7 +162,7 @@ impl Stream {
     /// A zero-length control message (`rs_post_msg`).
     pub(super) fn post_msg(&mut self, m: u32) -> Res<()> {
         self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
-        self.post(m, Payload::Sgl(Vec::new()), 0, 0)
+        self.post(m, Payload::Sgl(Default::default()), 0, 0)
     }
 
     /// Sends credits, with a new receive buffer half when one is free
@@ -173,7 +173,7 @@ impl Stream {
         let m = msg(RS_OP_SGL, u32::from(self.rseq_no) + self.rq_size);
         let half = self.rbuf_size >> 1;
         if self.rbuf_bytes_avail < half {
-            return self.post(m, Payload::Sgl(Vec::new()), 0, 0);
+            return self.post(m, Payload::Sgl(Default::default()), 0, 0);
         }
         let (mut a, mut k, mut l) = (
             self.rbuf.addr(self.rbuf_free_offset as usize),
@@ -191,11 +191,15 @@ impl Stream {
             let off =
                 self.sbuf_size as usize + 16 * (self.ctrl_seqno as usize & (RS_QP_CTRL_SIZE - 1));
             self.sbuf.write(off, &sge);
-            Payload::Sgl(vec![Sge {
-                addr: self.sbuf.addr(off),
-                length: 16,
-                lkey: Lkey::new(self.sbuf.lkey()),
-            }])
+            Payload::Sgl(
+                [Sge {
+                    addr: self.sbuf.addr(off),
+                    length: 16,
+                    lkey: Lkey::new(self.sbuf.lkey()),
+                }]
+                .into_iter()
+                .collect(),
+            )
         } else {
             Payload::Inline(sge.to_vec())
         };
@@ -256,7 +260,7 @@ impl Stream {
     }
 
     /// Copies `data` into the send ring and gives the SGEs naming it.
-    pub(super) fn stage(&mut self, data: &[u8]) -> Vec<Sge> {
+    pub(super) fn stage(&mut self, data: &[u8]) -> SgeList {
         let left = (self.sbuf_size - self.sbuf_head) as usize;
         let lkey = Lkey::new(self.sbuf.lkey());
         let head = self.sbuf_head as usize;
@@ -267,16 +271,18 @@ impl Stream {
             } else {
                 0
             };
-            vec![Sge {
+            [Sge {
                 addr: self.sbuf.addr(head),
                 length: data.len() as u32,
                 lkey,
             }]
+            .into_iter()
+            .collect()
         } else {
             self.sbuf.write(head, &data[..left]);
             self.sbuf.write(0, &data[left..]);
             self.sbuf_head = (data.len() - left) as u32;
-            vec![
+            [
                 Sge {
                     addr: self.sbuf.addr(head),
                     length: left as u32,
@@ -288,6 +294,8 @@ impl Stream {
                     lkey,
                 },
             ]
+            .into_iter()
+            .collect()
         }
     }
 
@@ -363,11 +371,7 @@ impl Stream {
                         continue;
                     }
                     rcnt += 1;
-                    if !c
-                        .wc
-                        .wc_flags
-                        .contains(roce_verbs::roce_core::WcFlags::WITH_IMM)
-                    {
+                    if !c.wc.wc_flags.contains(roce_core::WcFlags::WITH_IMM) {
                         continue;
                     }
                     let m = c.wc.imm_data;

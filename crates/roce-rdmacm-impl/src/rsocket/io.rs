@@ -4,7 +4,7 @@
 
 use std::os::raw::{c_int, c_void};
 
-use roce_verbs::{Payload, Sge};
+use roce_verbs::Payload;
 
 use super::*;
 use crate::ffi::minus_one;
@@ -86,8 +86,7 @@ fn send(socket: c_int, iov: &[&[u8]], flags: c_int) -> Res<isize> {
         let payload = if xfer <= s.sq_inline {
             Payload::Inline(data)
         } else {
-            let sges: Vec<Sge> = s.stage(&data);
-            Payload::Sgl(sges)
+            Payload::Sgl(s.stage(&data))
         };
         if let Err(e) = s.write_data(payload, xfer) {
             err = Some(e);

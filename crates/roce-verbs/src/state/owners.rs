@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use roce_core::{Nanos, Owner, OwnerChange, RxOutcome};
 use roce_io::{Backend, Forwarded};
 
-use crate::shared::{Core, Io, Shared};
+use super::{Core, Io, Shared};
 
 /// QPNs of destroyed QPs this process keeps claimed, so that another
 /// process does not take one while datagrams for the old QP may still
@@ -120,7 +120,7 @@ pub(crate) fn hand_on(shared: &Shared, io: &mut Io, now: Nanos) -> bool {
         for &(i, _) in &again {
             let meta = io.rx.meta(i).with_forwarded(true);
             // Answered as an unshared device would: never foreign again.
-            crate::progress::hand_to_engine(&mut core.dev, now, &io.rx, i, meta);
+            super::hand_to_engine(&mut core.dev, now, &io.rx, i, meta);
         }
         io.owners.take_changes(&mut core);
         drop(core);

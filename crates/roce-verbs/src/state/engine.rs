@@ -1,36 +1,24 @@
-//! The state one context shares between the application's handles and its
-//! progress thread: the engine behind one lock, the I/O behind another, and
-//! the bookkeeping that keeps registered memory alive while work requests
-//! reference it.
-//!
-//! # Lock order
-//!
-//! `io` before `core` before a channel's or the event queue's lock. A
-//! [`MrCore`] locks `core` when its last reference drops, so no `MrCore`
-//! may be dropped while `core` is held: everything that releases them under
-//! the lock moves them into a [`Graveyard`] that the caller drops after
-//! unlocking.
+//! The engine and the I/O behind their two locks, and the bookkeeping
+//! that keeps registered memory alive while work requests reference it
+//! (the lock order is in the [parent module](super)).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
-use std::thread::Thread;
-use std::time::Instant;
+use std::sync::{Arc, Mutex, Weak};
 
 use roce_core::{
-    AsyncEvent, CqId, Device, MemFault, MrKeys, Nanos, PdId, Qpn, RegionMemory, Sge, SrqId, Wc,
-    WcOpcode, WcStatus,
+    CqId, Device, MemFault, MrKeys, Nanos, PdId, Qpn, RegionMemory, Sge, SrqId, Wc, WcOpcode,
+    WcStatus,
 };
 use roce_io::{Backend, PacketBatch};
 use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
-use crate::config::ProgressConfig;
-use crate::cq::{ChannelInner, Completion, CqInner};
+use super::events::{ChannelQueue, CqHandle};
+use super::region::MrCore;
+use super::{lock, Home};
+use crate::completion::Completion;
 use crate::error::Error;
-use crate::mr::MrCore;
 
 /// Internal work request ids of receives carry this bit; sends do not.
 pub(crate) const RECV_BIT: u64 = 1 << 63;
@@ -44,30 +32,7 @@ pub(crate) type Refs = SmallVec<[Arc<MrCore>; 2]>;
 
 /// The bookkeeping maps' keys are engine-made integers (lkeys, QPNs, WR
 /// ids), not attacker-chosen input: a fast non-keyed hash is enough.
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-
-/// Where an owned buffer goes when the engine hands its region back.
-pub(crate) type Home = Arc<Mutex<Option<Vec<u8>>>>;
-
-/// Locks a mutex, carrying on after a panic elsewhere (the state behind
-/// these locks stays consistent between statements).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// One clock for every context of the process: contexts that share an
-/// in-memory fabric compare each other's timestamps.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-/// Nanoseconds on the clock every context of the process gives its
-/// engine and backend as `now` (the engine's time): for placing a fault
-/// window or a device setting in that time (docs/debugging.md).
-pub fn clock_nanos() -> Nanos {
-    epoch().elapsed().as_nanos() as Nanos
-}
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// An owned buffer registered by the engine for the duration of one work
 /// request (the owned-buffer path): handed back with its completion.
@@ -102,63 +67,12 @@ pub(crate) struct RecvEntry {
     pub(crate) owned: Option<OwnedBuf>,
 }
 
-/// A callback run each time an event is queued where a notifier was set
-/// (a completion channel, the async event queue): one call per event,
-/// under the queue's lock, so a count it keeps (an eventfd's) always
-/// equals the events queued and not yet taken. It must not block or
-/// call back into the context.
-pub type Notifier = Box<dyn Fn() + Send + Sync>;
-
-/// Where asynchronous events go instead of the context's queue, once set
-/// ([`Context::set_event_sink`](crate::Context::set_event_sink)): called
-/// once per event, in order, from the thread that raised it (possibly
-/// under the engine's lock). It must not block or call back into the
-/// context.
-pub type EventSink = Box<dyn Fn(AsyncEvent) + Send + Sync>;
-
-impl Shared {
-    /// Puts GID `index` to use: the backend gets its address, if it does
-    /// not have it yet (a UDP backend binds the RoCE port there). Called
-    /// before a QP's or an AH's source GID is set, so that a GID nobody
-    /// sends from holds no port. Takes the I/O lock (never under the
-    /// core lock: the lock order is io, then core).
-    pub(crate) fn use_gid(&self, index: u8) -> Result<(), Error> {
-        let Some(&addr) = self.addrs.get(index as usize) else {
-            return Err(Error::InvalidArgument("sgid_index"));
-        };
-        let mut io = lock(&self.io);
-        if io.backend.local_addrs().contains(&addr) {
-            return Ok(());
-        }
-        io.backend
-            .add_local_addr(addr)
-            .map_err(|e| Error::AddrUnavailable(addr, e.kind()))
-    }
-
-    /// Queues asynchronous events and wakes their waiters.
-    pub(crate) fn queue_events(&self, events: impl IntoIterator<Item = AsyncEvent>) {
-        if let Some(sink) = self.event_sink.get() {
-            events.into_iter().for_each(sink);
-            return;
-        }
-        let mut q = lock(&self.events);
-        for e in events {
-            q.push_back(e);
-            if let Some(n) = self.event_notifier.get() {
-                n();
-            }
-        }
-        drop(q);
-        self.events_cv.notify_all();
-    }
-}
-
 /// A CQ armed to raise events on a channel.
 #[derive(Debug)]
 pub(crate) struct NotifyReg {
     pub(crate) cq: CqId,
-    pub(crate) handle: Weak<CqInner>,
-    pub(crate) channel: Weak<ChannelInner>,
+    pub(crate) handle: CqHandle,
+    pub(crate) channel: Weak<ChannelQueue>,
 }
 
 /// The engine and the bookkeeping that must change atomically with it.
@@ -182,14 +96,10 @@ pub(crate) struct Core {
     pub(crate) copy_piece: Option<usize>,
     /// [`ProgressConfig::check_sges_at_post`](crate::ProgressConfig::check_sges_at_post).
     pub(crate) check_sges_at_post: bool,
-    next_id: u64,
+    pub(super) next_id: u64,
     /// Destroyed QPs' numbers still claimed host-wide (docs/host.md).
-    pub(crate) retired: crate::owners::Retired,
+    pub(crate) retired: super::owners::Retired,
 }
-
-/// CM events queued for the application at most (the engine bounds its
-/// own queue, listeners' backlogs and pending requests' lifetimes).
-pub(crate) const MAX_CM_EVENTS: usize = 4096;
 
 /// The I/O side: the backend and its batches.
 pub(crate) struct Io {
@@ -202,184 +112,7 @@ pub(crate) struct Io {
     pub(crate) deadline: Option<Nanos>,
     /// What sharing the address with other processes needs
     /// (docs/host.md).
-    pub(crate) owners: crate::owners::Owners,
-}
-
-/// Everything a context's handles and its progress thread share.
-pub(crate) struct Shared {
-    pub(crate) core: Mutex<Core>,
-    pub(crate) io: Mutex<Io>,
-    pub(crate) cfg: ProgressConfig,
-    pub(crate) addrs: Vec<IpAddr>,
-    pub(crate) shutdown: AtomicBool,
-    pub(crate) thread: OnceLock<Thread>,
-    /// What the scheduling rules read (`schedule.rs`).
-    pub(crate) sig: crate::schedule::Signals,
-    /// The rules' tuning, from `cfg`.
-    pub(crate) tuning: crate::schedule::Tuning,
-    pub(crate) events: Mutex<VecDeque<AsyncEvent>>,
-    pub(crate) events_cv: Condvar,
-    /// Called once per event queued ([`Context::set_event_notifier`](crate::Context::set_event_notifier)).
-    pub(crate) event_notifier: OnceLock<Notifier>,
-    /// Takes the events instead of `events` ([`EventSink`]).
-    pub(crate) event_sink: OnceLock<EventSink>,
-    /// Connection manager events, taken by the handle they concern.
-    pub(crate) cm_events: Mutex<VecDeque<roce_core::cm::CmEvent>>,
-    pub(crate) cm_cv: Condvar,
-    /// Where CM events go instead of `cm_events`, once set
-    /// ([`Context::set_cm_sink`](crate::Context::set_cm_sink)).
-    pub(crate) cm_sink: OnceLock<crate::cm_sink::CmSink>,
-    /// Where the idle progress thread sleeps when the backend has a
-    /// descriptor: it wakes on an arriving datagram.
-    #[cfg(target_os = "linux")]
-    pub(crate) sleeper: Option<roce_io::Sleeper>,
-    /// The last reading of [`Shared::now`] (see [`Shared::recent`]).
-    clock: AtomicU64,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("addrs", &self.addrs)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Shared {
-    pub(crate) fn new(
-        dev: Device,
-        backend: Box<dyn Backend + Send>,
-        cfg: ProgressConfig,
-    ) -> Shared {
-        let addrs = dev.addrs().to_vec();
-        let slot = 4096 + 256;
-        #[cfg(target_os = "linux")]
-        let sleeper = backend
-            .wait_fd()
-            .and_then(|fd| roce_io::Sleeper::new(fd).ok());
-        Shared {
-            core: Mutex::new(Core {
-                dev,
-                mrs: FastMap::default(),
-                sends: FastMap::default(),
-                recvs: FastMap::default(),
-                notify: Vec::new(),
-                cm_dropped: Vec::new(),
-                copy_piece: cfg.copy_piece,
-                check_sges_at_post: cfg.check_sges_at_post,
-                next_id: 1,
-                retired: Default::default(),
-            }),
-            io: Mutex::new(Io {
-                backend,
-                rx: PacketBatch::new(cfg.batch, slot),
-                tx: PacketBatch::new(cfg.batch, slot),
-                stale_polls: 0,
-                deadline: None,
-                owners: Default::default(),
-            }),
-            cfg,
-            addrs,
-            shutdown: AtomicBool::new(false),
-            thread: OnceLock::new(),
-            sig: crate::schedule::Signals::default(),
-            tuning: crate::schedule::Tuning::new(&cfg),
-            events: Mutex::new(VecDeque::new()),
-            events_cv: Condvar::new(),
-            event_notifier: OnceLock::new(),
-            event_sink: OnceLock::new(),
-            cm_events: Mutex::new(VecDeque::new()),
-            cm_cv: Condvar::new(),
-            cm_sink: OnceLock::new(),
-            #[cfg(target_os = "linux")]
-            sleeper,
-            clock: AtomicU64::new(0),
-        }
-    }
-
-    /// Nanoseconds on the process-wide monotonic clock.
-    pub(crate) fn now(&self) -> Nanos {
-        let t = epoch().elapsed().as_nanos() as Nanos;
-        // Not a read-modify-write (a locked instruction on every reading):
-        // a thread preempted between its reading and the store can leave
-        // an older reading over a newer one, so `recent` may step back a
-        // little; its users (polling steps' timers, the progress thread's
-        // heuristics) then only act a little late.
-        if t > self.clock.load(Ordering::Relaxed) {
-            self.clock.store(t, Ordering::Relaxed);
-        }
-        t
-    }
-
-    /// The last reading of the clock by any thread of this context: for a
-    /// busy-polling loop, which should not read the clock on every empty
-    /// round. Reading it is a system call where the kernel's clock source
-    /// has no vDSO path (an emulated CPU whose TSC the kernel distrusts,
-    /// as in the lab VM).
-    pub(crate) fn recent(&self) -> Nanos {
-        self.clock.load(Ordering::Relaxed)
-    }
-
-    /// Locks the engine, marking it [`touched`](Shared::touched).
-    pub(crate) fn core(&self) -> MutexGuard<'_, Core> {
-        let core = lock(&self.core);
-        // Under the lock: a step clears the mark under it too, so a change
-        // made after the step looked is never left unmarked.
-        self.sig.touched.store(true, Ordering::Relaxed);
-        core
-    }
-
-    /// Locks the engine without marking it touched: only for what cannot
-    /// give it anything to send or a timer to run (polling a CQ, reading
-    /// or writing a region's bytes, reading a QP's state, attributes or
-    /// counters) and for the progress step itself.
-    pub(crate) fn core_quiet(&self) -> MutexGuard<'_, Core> {
-        lock(&self.core)
-    }
-
-    /// Wakes the progress thread (cheap when it is awake: a later park
-    /// returns at once; a system call only when it sleeps on the backend's
-    /// descriptor).
-    pub(crate) fn unpark(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
-        // Paired with `sleep`: either the thread sees `kicked` or this
-        // sees `in_sleep` (both sequentially consistent).
-        self.sig.kicked.store(true, Ordering::SeqCst);
-        #[cfg(target_os = "linux")]
-        if self.sig.in_sleep.load(Ordering::SeqCst) {
-            if let Some(s) = &self.sleeper {
-                s.wake();
-            }
-        }
-    }
-
-    /// The backend gave a descriptor to sleep on.
-    pub(crate) fn has_sleeper(&self) -> bool {
-        #[cfg(target_os = "linux")]
-        return self.sleeper.is_some();
-        #[cfg(not(target_os = "linux"))]
-        false
-    }
-
-    /// Sleeps the progress thread for at most `d`: on the backend's
-    /// descriptor (an arriving datagram or [`unpark`](Self::unpark) ends
-    /// it) when `on_io` and the backend has one, else parked.
-    pub(crate) fn sleep(&self, d: std::time::Duration, on_io: bool) {
-        #[cfg(target_os = "linux")]
-        if let (true, Some(s)) = (on_io, &self.sleeper) {
-            self.sig.in_sleep.store(true, Ordering::SeqCst);
-            if !self.sig.kicked.swap(false, Ordering::SeqCst) {
-                // An error (none expected from ppoll) only ends the nap.
-                let _ = s.sleep(d);
-            }
-            self.sig.in_sleep.store(false, Ordering::SeqCst);
-            return;
-        }
-        let _ = on_io;
-        std::thread::park_timeout(d);
-    }
+    pub(crate) owners: super::owners::Owners,
 }
 
 impl Core {
