@@ -1,12 +1,22 @@
 //! Engine benchmarks on the in-memory fabric (one core drives both sides):
 //! 8-byte RC SENDs per second, 64 KiB RDMA WRITEs (path MTU 4096) in GB/s
 //! next to a plain memcpy of the same bytes, and the engine's cost per
-//! packet. Run: `cargo bench -p roce-core --bench engine`.
+//! packet, and each step of one RDMA WRITE's round apart (`engine_step`:
+//! building the WRITE, receiving it, building its ACK, receiving that).
+//! Run: `cargo bench -p roce-core --bench engine`.
+//!
+//! Instruction counts per step, steadier than a clock on a shared host:
+//! `ROCE_BENCH_STEPS=100000 valgrind --tool=callgrind <bench binary>` runs
+//! the steps that many times and no criterion (`ROCE_BENCH_STEPS_LEN`:
+//! the WRITE's length, 8 by default; `ROCE_BENCH_STEPS_INTACT=1`: received
+//! as a same-host ring hands an engine's untouched datagram over); `callgrind_annotate
+//! --inclusive=yes` then gives each `step_*` function's instructions,
+//! which divided by the count are one step's.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use roce_core::*;
 use roce_io::{Backend, Fabric, FabricPort, PacketBatch};
 use roce_testkit::rc::{self, Link};
@@ -308,5 +318,119 @@ fn per_packet(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, send_rate, write_bw, per_packet);
-criterion_main!(benches);
+/// One RDMA WRITE of `len` bytes (unsignaled) posted and built into a
+/// datagram in `buf`.
+#[inline(never)]
+fn step_build_write(s: &mut Side, dst: u64, rkey: Rkey, len: u32, buf: &mut [u8]) -> Transmit {
+    let sge = Sge {
+        addr: s.base,
+        length: len,
+        lkey: s.mr.lkey,
+    };
+    let mut wr = SendWr::rdma(0, SendOp::Write, vec![sge], dst, rkey);
+    wr.flags = SendFlags::default();
+    s.dev.post_send(s.qp, wr).unwrap();
+    s.dev.poll_transmit(0, buf).datagram().expect("a WRITE")
+}
+
+/// One datagram `t` in `buf` handed to `to` as a same-host ring gives it:
+/// its UDP payload and header facts, the IPv4 identification known, and
+/// `meta` (marked intact or not).
+#[inline(never)]
+fn step_receive(to: &mut Side, t: &Transmit, buf: &[u8], meta: RxMeta) {
+    let h = RxHeader::new(t.src, t.destination.ip(), t.tos()).with_ipv4_id(Some(t.ipv4_id));
+    to.dev.handle_udp(0, h, &buf[t.header_len()..t.size], meta);
+}
+
+/// The responder's ACK built into `buf`.
+#[inline(never)]
+fn step_build_ack(s: &mut Side, buf: &mut [u8]) -> Transmit {
+    s.dev.poll_transmit(0, buf).datagram().expect("an ACK")
+}
+
+/// Which step of a WRITE's round a measurement times.
+#[derive(Clone, Copy, PartialEq)]
+enum Step {
+    BuildWrite,
+    ReceiveWrite,
+    BuildAck,
+    ReceiveAck,
+}
+
+/// Runs `n` rounds of one WRITE of `len` bytes and its ACK (one in
+/// flight, so every WRITE is ACKed at once), each datagram received with
+/// `meta`; returns the time spent in `step` alone.
+fn rounds(s: &mut [Side; 2], n: u64, len: u32, step: Step, meta: RxMeta) -> Duration {
+    let mut buf = vec![0u8; 4400];
+    let mut ack = vec![0u8; 256];
+    let (rkey, dst) = (s[1].mr.rkey, s[1].base + (4 << 20));
+    let mut total = Duration::ZERO;
+    let (a, b) = s.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let w = step_build_write(a, dst, rkey, len, &mut buf);
+        let t1 = Instant::now();
+        step_receive(b, &w, &buf, meta);
+        let t2 = Instant::now();
+        let k = step_build_ack(b, &mut ack);
+        let t3 = Instant::now();
+        step_receive(a, &k, &ack, meta);
+        let t4 = Instant::now();
+        total += match step {
+            Step::BuildWrite => t1 - t0,
+            Step::ReceiveWrite => t2 - t1,
+            Step::BuildAck => t3 - t2,
+            Step::ReceiveAck => t4 - t3,
+        };
+    }
+    total
+}
+
+fn steps(c: &mut Criterion) {
+    for len in [8u32, 4096] {
+        let mut g = c.benchmark_group(format!("engine_step_write_{len}B"));
+        g.throughput(Throughput::Elements(1));
+        for (name, step) in [
+            ("build_write", Step::BuildWrite),
+            ("receive_write", Step::ReceiveWrite),
+            ("build_ack", Step::BuildAck),
+            ("receive_ack", Step::ReceiveAck),
+        ] {
+            g.bench_function(name, |b| {
+                let meta = RxMeta::default();
+                b.iter_custom(|iters| rounds(&mut pair(4096), iters, len, step, meta))
+            });
+        }
+        // As a same-host ring hands over an engine's untouched datagram:
+        // the receiver takes its ICRC as the sender computed it.
+        for (name, step) in [
+            ("receive_write_host_intact", Step::ReceiveWrite),
+            ("receive_ack_host_intact", Step::ReceiveAck),
+        ] {
+            g.bench_function(name, |b| {
+                let meta = RxMeta::default().with_host_intact(true);
+                b.iter_custom(|iters| rounds(&mut pair(4096), iters, len, step, meta))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, send_rate, write_bw, per_packet, steps);
+
+fn main() {
+    // Under callgrind: the steps alone, `ROCE_BENCH_STEPS` rounds of a
+    // WRITE of `ROCE_BENCH_STEPS_LEN` bytes (8 unless given), received
+    // marked intact when `ROCE_BENCH_STEPS_INTACT` is 1 (see the
+    // module's documentation).
+    let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+    if let Some(n) = var("ROCE_BENCH_STEPS") {
+        let len = var("ROCE_BENCH_STEPS_LEN").unwrap_or(8);
+        let meta = RxMeta::default().with_host_intact(var("ROCE_BENCH_STEPS_INTACT") == Some(1));
+        rounds(&mut pair(4096), n, len as u32, Step::BuildWrite, meta);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

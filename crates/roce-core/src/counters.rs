@@ -89,6 +89,12 @@ pub struct DeviceCounters {
     /// ICRC cannot tell apart from another identification with
     /// probability 2^-25.
     pub rx_icrc_assumed_ipv4_id: u64,
+    /// Datagrams taken without computing their ICRC because another
+    /// engine of this host handed them over untouched
+    /// ([`DeviceConfig::icrc_trust_host`](crate::DeviceConfig::icrc_trust_host)):
+    /// not verified here, and not counted in `rx_icrc_unverified`, since
+    /// their sender computed the ICRC over the very bytes taken.
+    pub rx_icrc_host_trusted: u64,
     /// Datagrams for a QP that does not exist (and, on a shared device,
     /// that no other process owns: handed back forwarded).
     pub rx_unknown_qp: u64,

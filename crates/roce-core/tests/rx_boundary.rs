@@ -225,3 +225,42 @@ fn whole_datagrams_share_the_policy_and_the_counters() {
     dev.handle_udp(0, mixed, payload, RxMeta::default());
     assert_eq!(dev.counters().rx_malformed, 3);
 }
+
+#[test]
+fn a_host_intact_datagram_is_taken_unchecked_only_when_trusted() {
+    // A same-host ring's datagram (`RxMeta::host_intact`): its ICRC is
+    // its sender's engine's over these bytes, so a trusting device does
+    // not compute it; one here is deliberately wrong, to tell the two
+    // paths apart.
+    let d = datagram(v4(0, 26, Ecn::Ect0, 64), 100);
+    let (h, payload) = received(&d, true);
+    let mut bad = payload.to_vec();
+    let n = bad.len();
+    bad[n - 1] ^= 0x01;
+    let intact = RxMeta::default().with_host_intact(true);
+
+    let mut dev = device(B4, IcrcCheck::Require);
+    dev.handle_udp(0, h, &bad, intact);
+    assert_eq!(tally(&dev), (1, 0, 0, 0), "trusted: taken, not checked");
+    assert_eq!(dev.counters().rx_icrc_host_trusted, 1);
+    // The same bytes without the mark are checked, and dropped.
+    dev.handle_udp(0, h, &bad, RxMeta::default());
+    assert_eq!(tally(&dev), (1, 1, 0, 0), "unmarked: checked");
+    assert_eq!(dev.counters().rx_icrc_host_trusted, 1);
+
+    // A device told not to trust the host checks the marked ones too.
+    let mut cfg = DeviceConfig::new(ip(B4));
+    cfg.icrc_trust_host = false;
+    let mut strict = Device::new(cfg);
+    strict.handle_udp(0, h, &bad, intact);
+    assert_eq!(tally(&strict), (0, 1, 0, 0), "not trusted: dropped");
+    strict.handle_udp(0, h, payload, intact);
+    assert_eq!(tally(&strict), (1, 1, 0, 0), "not trusted, good: taken");
+    assert_eq!(strict.counters().rx_icrc_host_trusted, 0);
+
+    // A datagram that does not parse is refused before any trust.
+    let mut dev = device(B4, IcrcCheck::Require);
+    dev.handle_udp(0, h, &bad[..8], intact);
+    assert_eq!(dev.counters().rx_malformed, 1);
+    assert_eq!(dev.counters().rx_icrc_host_trusted, 0);
+}

@@ -79,6 +79,9 @@ pub struct PacketBatch {
     headers: Box<[Option<RxHeader>]>,
     /// How to send each datagram, when pushed with it.
     transmits: Box<[Option<Transmit>]>,
+    /// Pushed by [`PacketBatch::push_transmit_with`] and not handed out
+    /// mutably since ([`PacketBatch::intact`]).
+    intact: Box<[bool]>,
     slot_size: usize,
     len: usize,
 }
@@ -102,6 +105,7 @@ impl PacketBatch {
             metas: vec![RxMeta::default(); capacity].into_boxed_slice(),
             headers: vec![None; capacity].into_boxed_slice(),
             transmits: vec![None; capacity].into_boxed_slice(),
+            intact: vec![false; capacity].into_boxed_slice(),
             slot_size,
             len: 0,
         }
@@ -178,6 +182,7 @@ impl PacketBatch {
         self.metas[self.len] = RxMeta::default();
         self.headers[self.len] = None;
         self.transmits[self.len] = None;
+        self.intact[self.len] = false;
         self.len += 1;
         true
     }
@@ -209,6 +214,10 @@ impl PacketBatch {
     /// `Tx::Datagram`), or `None` to push nothing. Returns true when a datagram was pushed;
     /// false when the batch is full (then `f` is not called), `f` returned
     /// `None`, or its size is 0 or more than the slot.
+    ///
+    /// The datagram counts as the engine made it, its ICRC computed over
+    /// these very bytes ([`intact`](Self::intact)), until someone takes
+    /// it mutably ([`get_mut`](Self::get_mut)).
     pub fn push_transmit_with(&mut self, f: impl FnOnce(&mut [u8]) -> Option<Transmit>) -> bool {
         let mut sent = None;
         let pushed = self.push_with(|slot| match f(slot) {
@@ -220,8 +229,27 @@ impl PacketBatch {
         });
         if pushed {
             self.transmits[self.len - 1] = sent;
+            self.intact[self.len - 1] = true;
         }
         pushed
+    }
+
+    /// Whether the `i`-th datagram is as its sending engine made it: pushed
+    /// by [`push_transmit_with`](Self::push_transmit_with) and not taken
+    /// mutably since (middleware that damages or rewrites datagrams, a
+    /// fault injector, copies them into a batch of its own with
+    /// [`push_with`](Self::push_with), or rewrites them in place with
+    /// [`get_mut`](Self::get_mut), and either way they are not). A
+    /// same-host ring tells its receiver so (docs/shm.md, "What the
+    /// receiver trusts"), whose engine may then take the datagram without
+    /// computing its ICRC again.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn intact(&self, i: usize) -> bool {
+        assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.intact[i]
     }
 
     /// How to send the `i`-th datagram: the [`Transmit`] it was pushed with
@@ -263,13 +291,15 @@ impl PacketBatch {
         &self.arena[at..at + self.lens[i]]
     }
 
-    /// The `i`-th datagram, mutably (for middleware that rewrites headers).
+    /// The `i`-th datagram, mutably (for middleware that rewrites
+    /// headers): no longer [`intact`](Self::intact).
     ///
     /// # Panics
     ///
     /// If `i >= self.len()`.
     pub fn get_mut(&mut self, i: usize) -> &mut [u8] {
         assert!(i < self.len, "PacketBatch index {i} out of range");
+        self.intact[i] = false;
         let at = i * self.slot_size;
         &mut self.arena[at..at + self.lens[i]]
     }
@@ -340,6 +370,7 @@ impl PacketBatch {
             self.metas[i - n] = self.metas[i];
             self.headers[i - n] = self.headers[i];
             self.transmits[i - n] = self.transmits[i];
+            self.intact[i - n] = self.intact[i];
         }
         self.len -= n;
     }

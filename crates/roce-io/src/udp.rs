@@ -422,7 +422,7 @@ impl UdpBackend {
             };
             let hop = self.hop(now, &t);
             if hop != Hop::Udp {
-                self.send_by(now, batch.get(i), &t, hop);
+                self.send_by(now, batch.get(i), &t, hop, batch.intact(i));
                 i += 1;
                 continue;
             }

@@ -351,4 +351,40 @@ fn a_datagram_damaged_before_the_ring_fails_its_icrc_at_the_receiver() {
     let g = Got::of(&rx, 0);
     assert!(g.exact() && g.header.unwrap().ipv4_id == Some(0));
     assert!(!g.icrc_ok(), "the damage is caught");
+    // Pushed by hand, not as an engine's transmit: not marked intact, so
+    // the receiving engine checks it whatever its trust.
+    assert!(!g.meta.host_intact);
+}
+
+#[test]
+fn only_an_engines_untouched_datagram_arrives_marked_intact() {
+    let (clock, mut a, mut b, sa, sb, psn) = linked(24, 25);
+    // Three datagrams: pushed as an engine's transmits (one of them then
+    // rewritten in place, as middleware may), and one pushed by hand.
+    let specs: Vec<Spec> = (psn..psn + 3).map(|p| spec(sa, sb, p)).collect();
+    let mut tx = PacketBatch::new(3, SLOT);
+    for s in &specs[..2] {
+        assert!(tx.push_transmit_with(|slot| {
+            let n = emit(s, slot);
+            roce_wire::Transmit::of_datagram(&slot[..n])
+        }));
+    }
+    assert!(tx.intact(0) && tx.intact(1));
+    let _ = tx.get_mut(1);
+    assert!(!tx.intact(1), "taken mutably: no longer intact");
+    assert!(tx.push_with(|slot| emit(&specs[2], slot)));
+    assert!(!tx.intact(2));
+    let before = b.stats().shm_rx_datagrams;
+    assert_eq!(a.send(clock.now(), &tx).unwrap(), 3);
+    let mut rx = PacketBatch::new(4, 9216);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while got.len() < 3 && Instant::now() < deadline {
+        let n = b.recv(clock.now(), &mut rx).unwrap();
+        got.extend((0..n).map(|i| Got::of(&rx, i)));
+    }
+    assert_eq!(b.stats().shm_rx_datagrams, before + 3, "through the ring");
+    let marks: Vec<bool> = got.iter().map(|g| g.meta.host_intact).collect();
+    assert_eq!(marks, [true, false, false]);
+    assert!(got.iter().all(|g| g.icrc_ok()), "all sound all the same");
 }

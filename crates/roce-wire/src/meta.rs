@@ -276,6 +276,15 @@ pub struct RxMeta {
     /// handed it on (docs/host.md): if it is not this process's either,
     /// it is not handed on again.
     pub forwarded: bool,
+    /// The datagram came from another engine of this host through memory
+    /// only that engine's backend and this receiver's wrote (a same-host
+    /// ring, docs/shm.md), its bytes as that engine made them: the ICRC
+    /// in it was computed over them by the sender, and no wire lay
+    /// between. A receiver's policy may take it without computing the
+    /// ICRC again (roce-core's `DeviceConfig::icrc_trust_host`). False
+    /// (the default) for anything else, and for a datagram a fault
+    /// injector changed.
+    pub host_intact: bool,
 }
 
 impl Default for RxMeta {
@@ -291,6 +300,7 @@ impl RxMeta {
         RxMeta {
             header_exact: true,
             forwarded: false,
+            host_intact: false,
         }
     }
 
@@ -299,6 +309,7 @@ impl RxMeta {
         RxMeta {
             header_exact: false,
             forwarded: false,
+            host_intact: false,
         }
     }
 
@@ -311,6 +322,12 @@ impl RxMeta {
     /// Sets [`forwarded`](Self::forwarded).
     pub const fn with_forwarded(mut self, yes: bool) -> RxMeta {
         self.forwarded = yes;
+        self
+    }
+
+    /// Sets [`host_intact`](Self::host_intact).
+    pub const fn with_host_intact(mut self, yes: bool) -> RxMeta {
+        self.host_intact = yes;
         self
     }
 }

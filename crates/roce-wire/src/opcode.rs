@@ -518,25 +518,35 @@ impl Opcode {
         }
     }
 
-    /// Decodes an opcode byte.
+    /// Decodes an opcode byte: one look into a table made at compile time
+    /// (every received packet's opcode is decoded, more than once).
     pub const fn from_u8(v: u8) -> Result<Opcode> {
+        match DECODE[v as usize] {
+            Some(op) => Ok(op),
+            None => Err(Error::UnknownOpcode { opcode: v }),
+        }
+    }
+
+    /// Decodes an opcode byte by searching the operations' table (what
+    /// [`DECODE`] is made of).
+    const fn search(v: u8) -> Option<Opcode> {
         let transport = match v & 0xe0 {
             0x00 => Transport::Rc,
             0x20 => Transport::Uc,
             0x60 => Transport::Ud,
             0x80 => Transport::Cnp,
-            _ => return Err(Error::UnknownOpcode { opcode: v }),
+            _ => return None,
         };
         let code = v & 0x1f;
         let mut i = 0;
         while i < Operation::ALL.len() {
             let op = Operation::ALL[i];
             if op.code() == code && op.allowed_on(transport) {
-                return Ok(Opcode { transport, op });
+                return Some(Opcode { transport, op });
             }
             i += 1;
         }
-        Err(Error::UnknownOpcode { opcode: v })
+        None
     }
 
     /// The opcode byte.
@@ -636,6 +646,18 @@ impl fmt::Display for Opcode {
     }
 }
 
+/// Every opcode byte's decoding ([`Opcode::from_u8`]), made at compile
+/// time by searching the operations' table.
+const DECODE: [Option<Opcode>; 256] = {
+    let mut t = [None; 256];
+    let mut v = 0;
+    while v < 256 {
+        t[v] = Opcode::search(v as u8);
+        v += 1;
+    }
+    t
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,6 +725,27 @@ mod tests {
             assert_eq!(Opcode::from_u8(op.value()), Ok(op));
             assert_eq!(Opcode::new(op.transport(), op.operation()), Ok(op));
         }
+    }
+
+    #[test]
+    fn every_byte_decodes_to_itself_or_is_refused() {
+        // The compile-time table against the search it is made of, byte
+        // by byte: an opcode decoded says the byte it came from.
+        let mut known = 0;
+        for v in 0..=0xffu8 {
+            match Opcode::from_u8(v) {
+                Ok(op) => {
+                    assert_eq!(op.value(), v);
+                    assert_eq!(Opcode::search(v), Some(op));
+                    known += 1;
+                }
+                Err(e) => {
+                    assert_eq!(e, Error::UnknownOpcode { opcode: v });
+                    assert_eq!(Opcode::search(v), None);
+                }
+            }
+        }
+        assert_eq!(known, 40);
     }
 
     #[test]

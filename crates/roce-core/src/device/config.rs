@@ -101,6 +101,17 @@ pub struct DeviceConfig {
     /// identification the receiver could not see ([`IcrcCheck`]; the
     /// default: [`IcrcCheck::Require`]).
     pub icrc_check: IcrcCheck,
+    /// Take a datagram that another engine of this host handed over
+    /// through memory, untouched ([`RxMeta::host_intact`]: a same-host
+    /// ring's, docs/shm.md), without computing its ICRC: the sender's
+    /// engine computed it over the same bytes, and no wire lay between.
+    /// Counted in
+    /// [`rx_icrc_host_trusted`](crate::DeviceCounters::rx_icrc_host_trusted).
+    /// True by default; false checks every ICRC that can be checked (to
+    /// find a bug between two engines of one host).
+    ///
+    /// [`RxMeta::host_intact`]: roce_wire::RxMeta::host_intact
+    pub icrc_trust_host: bool,
     /// Other processes share this device's addresses (docs/host.md): each
     /// binds UDP 4791 with `SO_REUSEPORT`, so the kernel may hand this
     /// process a datagram that is another's. When true,
@@ -134,6 +145,7 @@ impl DeviceConfig {
             ack_delay: AckDelay::OFF,
             icrc_code: roce_wire::crc32::Code::Fast,
             icrc_check: IcrcCheck::Require,
+            icrc_trust_host: true,
             shared: false,
             force_rnr: None,
         }

@@ -94,7 +94,9 @@ impl Device {
             self.counters.rx_malformed += 1;
             return RxOutcome::Done;
         };
-        if !self.icrc_ok(&p, covered) {
+        if meta.host_intact && self.config.icrc_trust_host {
+            self.counters.rx_icrc_host_trusted += 1;
+        } else if !self.icrc_ok(&p, covered) {
             return RxOutcome::Done;
         }
         let out = self.dispatch(now, &p, meta);

@@ -480,14 +480,12 @@ impl Qp {
 
     /// Earliest timer deadline.
     pub(crate) fn poll_timeout(&self) -> Option<Nanos> {
-        [
-            self.req.poll_timeout(),
-            self.common.cc.poll_timeout(),
+        // Asked after every packet in and out: plain comparisons, no
+        // iterator over the three.
+        earliest(
+            earliest(self.req.poll_timeout(), self.common.cc.poll_timeout()),
             self.resp.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        )
     }
 
     /// Deferred ACK deadlines, congestion control timers, the local ACK
@@ -499,6 +497,15 @@ impl Qp {
         self.common.cc.on_timer(ctx.now);
         self.req.handle_timeout(&mut self.common, ctx);
         self.settle(ctx);
+    }
+}
+
+/// The earlier of two deadlines, either absent.
+fn earliest(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
     }
 }
 

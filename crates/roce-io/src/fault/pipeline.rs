@@ -177,7 +177,9 @@ impl Path {
             // now: the engine must see the damage (its header is the one
             // the ICRC covers, or the check fails, as it should for a
             // damaged datagram). A UDP payload's is checked by its header.
-            meta = meta.with_header_exact(true);
+            // Bytes changed here are no longer what the sending engine
+            // made: a same-host ring's datagram loses the trust it had.
+            meta = meta.with_header_exact(true).with_host_intact(false);
         }
         let mut transmit = transmit;
         let mut header = header;

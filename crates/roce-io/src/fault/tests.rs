@@ -471,7 +471,8 @@ fn targeted_rules_drop_freeze_and_link_down() {
 }
 
 /// A backend that receives UDP payloads with their headers, as the UDP
-/// backend does.
+/// backend does, each marked as its sending engine made it (as a
+/// same-host ring marks them).
 struct Payloads {
     addrs: Vec<IpAddr>,
     queue: VecDeque<(roce_wire::RxHeader, Vec<u8>)>,
@@ -487,7 +488,8 @@ impl Backend for Payloads {
     fn recv(&mut self, _now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
         batch.clear();
         while let Some((h, p)) = self.queue.pop_front() {
-            batch.push_payload_with(h, crate::RxMeta::default(), |slot| {
+            let meta = crate::RxMeta::default().with_host_intact(true);
+            batch.push_payload_with(h, meta, |slot| {
                 slot[..p.len()].copy_from_slice(&p);
                 p.len()
             });
@@ -533,6 +535,9 @@ fn received_payloads_are_marked_in_their_header_and_corrupted_in_their_bytes() {
         let ip = rx.header(i).unwrap().ip_repr().unwrap();
         let p = RocePacket::parse_udp_payload(ip, h.src.port(), got);
         assert!(p.is_err() || p.unwrap().check_icrc().is_err());
+        // Damaged: no longer what the sender's engine made, so the
+        // receiving engine is not told to trust its ICRC.
+        assert!(!rx.meta(i).host_intact, "corrupted, not intact");
     }
     assert_eq!((f.recv_stats().ce_marked, f.recv_stats().corrupted), (1, 2));
 }

@@ -127,16 +127,18 @@ impl UdpBackend {
         }
     }
 
-    /// Sends datagram `d` (sent as `t`) the way `hop` says, when that is
+    /// Sends datagram `d` (sent as `t`; `intact`: as its engine made it,
+    /// [`crate::PacketBatch::intact`]) the way `hop` says, when that is
     /// not UDP.
-    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop) {
+    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop, intact: bool) {
         match hop {
             Hop::Udp => {}
             Hop::Ring { link, by_qpn } => {
                 let Some(shm) = self.shm.as_mut() else { return };
                 let payload = &d[t.header_len()..];
                 let (sport, tos) = (t.src.port(), t.tos());
-                if shm.push_own(now, link, sport, tos, payload, &mut self.stats) && by_qpn {
+                let own = shm.push_own(now, link, sport, tos, intact, payload, &mut self.stats);
+                if own && by_qpn {
                     self.stats.shm_qpn_routes += 1;
                 }
             }
@@ -189,6 +191,7 @@ impl UdpBackend {
                         ipv4_id: h.ipv4_id.unwrap_or(0),
                         forwarded: true,
                         exact: h.exact(),
+                        intact: false,
                     };
                     sent = shm.push(now, link, &rec, payload, &mut self.stats);
                     shm.flush(&mut self.stats);

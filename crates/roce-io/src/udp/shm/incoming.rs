@@ -211,15 +211,21 @@ impl Shm {
                     break;
                 }
                 // The header is the sender's engine's to the bit (IPv4 ID
-                // and DF, the record's port and TOS): the engine checks
-                // the ICRC, and damage done between the two engines (a
-                // fault injector's, a bug) is caught as on a wire. A
-                // forwarded datagram's is as exact as its first
-                // receiver's was (an IPv4 one from a UDP socket has no
+                // and DF, the record's port and TOS), and so are the
+                // bytes of a datagram not forwarded: the sender's engine
+                // computed its ICRC over them, and the receiving engine
+                // may take it as such (`RxMeta::host_intact`; a fault
+                // injector that changes it takes that away, so damage
+                // done between the engines is caught as on a wire). A
+                // forwarded datagram came off a wire: its ICRC is
+                // checked, its header as exact as its first receiver's
+                // was (an IPv4 one from a UDP socket has no
                 // identification).
                 let h = RxHeader::new(SocketAddr::new(r.meta.src, r.meta.sport), dst, r.meta.tos)
                     .with_ipv4_id(r.meta.exact.then_some(r.meta.ipv4_id));
-                let meta = RxMeta::default().with_forwarded(r.meta.forwarded);
+                let meta = RxMeta::default()
+                    .with_forwarded(r.meta.forwarded)
+                    .with_host_intact(r.meta.intact && !r.meta.forwarded);
                 let mut took = false;
                 let pushed = batch.push_payload_with(h, meta, |slot| {
                     if r.len > slot.len() {

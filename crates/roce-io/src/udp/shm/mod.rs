@@ -506,19 +506,22 @@ impl Shm {
 
     /// [`push`](Self::push) of a datagram this backend's engine sent from
     /// `sport` with `tos`: its own address, exact, not forwarded (the
-    /// ring's short record).
+    /// ring's short record); `intact`: its bytes as the engine made them
+    /// ([`crate::PacketBatch::intact`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn push_own(
         &mut self,
         now: Nanos,
         i: usize,
         sport: u16,
         tos: u8,
+        intact: bool,
         payload: &[u8],
         stats: &mut UdpStats,
     ) -> bool {
         let piece = self.piece;
         self.push_with(now, i, payload.len(), stats, |r| {
-            r.push_own(sport, tos, payload, piece)
+            r.push_own(sport, tos, intact, payload, piece)
         })
     }
 

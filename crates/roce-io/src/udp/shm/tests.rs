@@ -58,6 +58,7 @@ fn a_ring_broken_by_its_writer_is_dropped_and_the_rest_goes_on() {
         ipv4_id: 0,
         forwarded: false,
         exact: true,
+        intact: false,
     };
     assert_eq!(p.push(&meta, b"hello", None), Ok(Push::Written));
     p.publish();

@@ -52,9 +52,10 @@ pub(crate) const MIN_CAP: usize = 1 << 16;
 pub(crate) const MAX_CAP: usize = 1 << 26;
 /// Largest payload a record carries (its length field is 16 bits).
 pub(crate) const MAX_PAYLOAD: usize = u16::MAX as usize;
-/// Version 2: the record header names its source (version 1 had 8 bytes
-/// without it); a ring of another version is refused.
-const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm2");
+/// Version 3: a record says whether its datagram is as the sending engine
+/// made it ([`FLAG_INTACT`]; version 2 had no such flag, version 1 no
+/// source in the record header); a ring of another version is refused.
+const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm3");
 const REC_HDR: usize = 32;
 /// The header of a record of the writer's own.
 const OWN_HDR: usize = 8;
@@ -62,6 +63,9 @@ const OWN_HDR: usize = 8;
 /// its header is exact ([`crate::RxMeta::header_exact`]).
 const FLAG_FORWARDED: u8 = 1;
 const FLAG_EXACT: u8 = 2;
+/// Record flag: the datagram's bytes are as the sending engine made them
+/// ([`crate::PacketBatch::intact`]), its ICRC computed over them.
+const FLAG_INTACT: u8 = 4;
 const KIND_DATAGRAM: u8 = 1;
 const KIND_SKIP: u8 = 2;
 const KIND_OWN: u8 = 3;
@@ -139,6 +143,9 @@ pub(crate) struct RecMeta {
     /// (the IPv4 identification known: not so for a forwarded datagram
     /// its first receiver had from a UDP socket).
     pub(crate) exact: bool,
+    /// The bytes are as the sending engine made them (never so for a
+    /// forwarded datagram, which came off a wire).
+    pub(crate) intact: bool,
 }
 
 impl RecMeta {
@@ -148,7 +155,8 @@ impl RecMeta {
         let l = len.to_le_bytes();
         let p = self.sport.to_le_bytes();
         let flags = if self.forwarded { FLAG_FORWARDED } else { 0 }
-            | if self.exact { FLAG_EXACT } else { 0 };
+            | if self.exact { FLAG_EXACT } else { 0 }
+            | if self.intact { FLAG_INTACT } else { 0 };
         let fam = if self.src.is_ipv4() { 4 } else { 6 };
         [l[0], l[1], p[0], p[1], self.tos, kind, flags, fam]
     }
@@ -175,6 +183,7 @@ impl RecMeta {
             ipv4_id: 0,
             forwarded: false,
             exact: true,
+            intact: h[6] & FLAG_INTACT != 0,
         }
     }
 
@@ -195,6 +204,7 @@ impl RecMeta {
             ipv4_id: u16::from_le_bytes([h[8], h[9]]),
             forwarded: h[6] & FLAG_FORWARDED != 0,
             exact: h[6] & FLAG_EXACT != 0,
+            intact: h[6] & FLAG_INTACT != 0,
         })
     }
 }
@@ -263,7 +273,7 @@ impl Producer {
         let own =
             Some(meta.src) == self.own_src && !meta.forwarded && meta.exact && meta.ipv4_id == 0;
         if own {
-            return self.push_own(meta.sport, meta.tos, payload, piece);
+            return self.push_own(meta.sport, meta.tos, meta.intact, payload, piece);
         }
         let h = meta.encode(payload.len() as u16, KIND_DATAGRAM);
         self.write_record(&h, payload, piece)
@@ -272,11 +282,12 @@ impl Producer {
     /// [`push`](Self::push) of a datagram of the writer's own, sent from
     /// `sport` with `tos` (exact, not forwarded), as a short record: for
     /// a producer made [`with_own_source`](Self::with_own_source) (any
-    /// other is broken by it).
+    /// other is broken by it); `intact` as [`RecMeta::intact`].
     pub(crate) fn push_own(
         &mut self,
         sport: u16,
         tos: u8,
+        intact: bool,
         payload: &[u8],
         piece: Option<usize>,
     ) -> Result<Push, Broken> {
@@ -292,6 +303,7 @@ impl Producer {
             ipv4_id: 0,
             forwarded: false,
             exact: true,
+            intact,
         };
         self.write_record(
             &meta.encode_short(payload.len() as u16, KIND_OWN),

@@ -16,6 +16,7 @@ fn m(sport: u16, tos: u8) -> RecMeta {
         ipv4_id: 0,
         forwarded: false,
         exact: true,
+        intact: false,
     }
 }
 
@@ -158,6 +159,7 @@ fn records_carry_their_source_flags_and_ipv4_id() {
         ipv4_id: 0,
         forwarded: true,
         exact: true,
+        intact: false,
     };
     let v4 = RecMeta {
         src: "10.1.2.3".parse().unwrap(),
@@ -311,4 +313,43 @@ fn the_writers_own_records_take_the_short_header() {
     ));
     p2.publish();
     assert!(c2.next().is_err());
+}
+
+#[test]
+fn a_record_says_whether_its_datagram_is_as_the_engine_made_it() {
+    // Both kinds: the short record of the link's own source, and the
+    // full one (a source of another address).
+    let src: IpAddr = "127.0.0.7".parse().unwrap();
+    let p = Producer::create(MIN_CAP).unwrap();
+    let fd = p.mem().fd().try_clone().unwrap();
+    let mut c = Consumer::open(SharedMem::open(fd, CONTROL + MIN_CAP).unwrap())
+        .unwrap()
+        .with_own_source(src);
+    let mut p = p.with_own_source(src);
+    let other = RecMeta {
+        src: "127.0.0.9".parse().unwrap(),
+        ..m(5, 6)
+    };
+    let sent = [
+        RecMeta {
+            intact: true,
+            ..m(1, 2)
+        },
+        m(1, 2),
+        RecMeta {
+            intact: true,
+            ..other
+        },
+        other,
+    ];
+    for meta in &sent {
+        assert_eq!(p.push(meta, b"abc", None), Ok(Push::Written));
+    }
+    p.publish();
+    for want in sent {
+        let r = c.next().unwrap().unwrap();
+        assert_eq!(r.meta, want);
+        c.skip(&r);
+    }
+    assert!(c.next().unwrap().is_none());
 }
