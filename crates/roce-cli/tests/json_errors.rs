@@ -116,16 +116,20 @@ fn icrc_counters_say_who_checked() {
 
 /// With the same-host path (the default), the datagrams after the first
 /// few come through shared memory with their headers exact (the IPv4 ID
-/// known): the engine checks their ICRCs without assuming one, and every
-/// datagram is verified.
+/// known) and, as an engine pushed them untouched, marked intact: the
+/// engine takes those on trust (docs/shm.md) and checks every other ICRC
+/// without assuming an ID; none goes unaccounted.
 #[test]
-fn same_host_datagrams_are_verified_by_the_engine() {
+fn same_host_datagrams_are_verified_or_trusted_by_the_engine() {
     let c = loopback_counters("1");
     let rx = c["device"]["rx_datagrams"].as_u64().unwrap();
     let same_host = c["icrc"]["same_host"].as_u64().unwrap();
     assert!(same_host > 0, "{c}");
     assert_eq!(c["backend"]["udp_shm_rx_datagrams"], same_host, "{c}");
-    assert_eq!(c["icrc"]["verified"], rx, "{c}");
+    let trusted = c["icrc"]["host_trusted"].as_u64().unwrap();
+    assert!(trusted > 0 && trusted <= same_host, "{c}");
+    assert_eq!(c["device"]["rx_icrc_host_trusted"], trusted, "{c}");
+    assert_eq!(c["icrc"]["verified"].as_u64().unwrap() + trusted, rx, "{c}");
     let assumed = c["icrc"]["verified_assuming_ip_id"].as_u64().unwrap();
     assert!(rx - assumed >= same_host, "{c}");
     assert_eq!(c["icrc"]["not_verified"], 0, "{c}");

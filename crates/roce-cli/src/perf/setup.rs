@@ -287,18 +287,21 @@ impl Session {
         // §4): verified (over the whole header, or, for IPv4 from a UDP
         // socket, which never shows the IP ID the ICRC covers, assuming
         // the ID 0 or a GSO segment's: a part of `verified`), failed
-        // (dropped), or taken unverified. `same_host` says how many came
-        // through the same-host path (docs/shm.md).
+        // (dropped), taken unverified, or taken on trust as an engine's
+        // untouched datagram off the same-host ring (`host_trusted`, not a
+        // part of `verified`). `same_host` says how many came through the
+        // same-host path (docs/shm.md).
         let b = |k: &str| backend.get(k).and_then(Value::as_u64).unwrap_or(0);
         let same_host = b("udp_shm_rx_datagrams");
-        let verified = d
-            .rx_datagrams
-            .saturating_sub(d.rx_malformed + d.rx_icrc_unverified + d.rx_bad_icrc);
+        let verified = d.rx_datagrams.saturating_sub(
+            d.rx_malformed + d.rx_icrc_unverified + d.rx_bad_icrc + d.rx_icrc_host_trusted,
+        );
         let icrc = json!({
             "verified": verified,
             "verified_assuming_ip_id": d.rx_icrc_assumed_ipv4_id,
             "failed": d.rx_bad_icrc,
             "same_host": same_host,
+            "host_trusted": d.rx_icrc_host_trusted,
             "not_verified": d.rx_icrc_unverified,
         });
         json!({
@@ -306,6 +309,7 @@ impl Session {
             "device": {"rx_datagrams": d.rx_datagrams, "rx_malformed": d.rx_malformed,
                        "rx_bad_icrc": d.rx_bad_icrc, "rx_icrc_unverified": d.rx_icrc_unverified,
                        "rx_icrc_assumed_ipv4_id": d.rx_icrc_assumed_ipv4_id,
+                       "rx_icrc_host_trusted": d.rx_icrc_host_trusted,
                        "rx_unknown_qp": d.rx_unknown_qp, "rx_cnp": d.rx_cnp,
                        "tx_datagrams": d.tx_datagrams},
             "backend": backend,
