@@ -332,21 +332,7 @@ pub(super) fn new_sock(domain: c_int, sizes: Sizes) -> Res<Arc<Sock>> {
     check(unsafe { rdma_create_id(ch.ptr(), &mut id, std::ptr::null_mut(), ps::TCP) })?;
     // SAFETY: the id just made (rsocket.c records the domain there).
     unsafe { (*id).route.addr.src.sa.sa_family = domain as libc::sa_family_t };
-    Ok(Arc::new(Sock {
-        fd: ch.c.fd,
-        ch,
-        st: std::sync::Mutex::new(Inner {
-            id,
-            state: RS_INIT,
-            fd_flags: 0,
-            err: 0,
-            so_opts: 0,
-            tcp_opts: 0,
-            ipv6_opts: 0,
-            sizes,
-            s: None,
-        }),
-    }))
+    Ok(Arc::new(Sock::fresh(ch, id, sizes)))
 }
 
 /// `rconnect` on a stream socket: address and route (immediate on this
@@ -465,21 +451,7 @@ fn accept_one(id: *mut rdma_cm_id, e: &Event, sizes: Sizes) -> Res<Arc<Sock>> {
             return Err(er);
         }
     };
-    let sock = Arc::new(Sock {
-        fd: ch.c.fd,
-        ch,
-        st: std::sync::Mutex::new(Inner {
-            id,
-            state: RS_INIT,
-            fd_flags: 0,
-            err: 0,
-            so_opts: 0,
-            tcp_opts: 0,
-            ipv6_opts: 0,
-            sizes,
-            s: None,
-        }),
-    });
+    let sock = Arc::new(Sock::fresh(ch, id, sizes));
     let mut g = sock.lock();
     if let Err(er) = accept_ep(&mut g, id, e) {
         // SAFETY: the request's id, refused before teardown frees it.

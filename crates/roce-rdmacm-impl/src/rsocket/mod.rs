@@ -139,6 +139,26 @@ struct Sock {
 }
 
 impl Sock {
+    /// A socket on `ch` with `id`, in its first state and with no
+    /// options set.
+    fn fresh(ch: Arc<Channel>, id: *mut rdma_cm_id, sizes: Sizes) -> Sock {
+        Sock {
+            fd: ch.c.fd,
+            ch,
+            st: Mutex::new(Inner {
+                id,
+                state: RS_INIT,
+                fd_flags: 0,
+                err: 0,
+                so_opts: 0,
+                tcp_opts: 0,
+                ipv6_opts: 0,
+                sizes,
+                s: None,
+            }),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         lock(&self.st)
     }
