@@ -309,8 +309,11 @@ pub(crate) fn open_moving<T, E>(
 }
 
 /// How the tools open a context on `local`: the CPU's code choices
-/// probed, the RoCE port `port` both ways, and the same-host path as
-/// `ROCE_SHM` says (on unless `0`, as in the drop-in library; docs/shm.md).
+/// probed, the RoCE port `port` both ways, the same-host path as
+/// `ROCE_SHM` says (on unless `0`, as in the drop-in library; docs/shm.md),
+/// and ICRCs that cannot be verified counted, not dropped: the peer may
+/// be Linux (rxe), whose IPv4 identification, which the ICRC covers, a
+/// UDP socket never sees (docs/security.md), as the drop-in library does.
 pub(crate) fn tool_options(
     kind: roce_verbs::BackendKind,
     local: IpAddr,
@@ -320,6 +323,7 @@ pub(crate) fn tool_options(
     Ok(roce_verbs::OpenOptions::new(kind, local)
         .cpu(roce_io::CpuTuning::detect())
         .roce_port(port, port)
+        .icrc_check(roce_verbs::IcrcCheck::Count)
         .shm(shm))
 }
 

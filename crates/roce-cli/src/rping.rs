@@ -156,12 +156,9 @@ impl Rig {
         let open = |at: IpAddr| -> Result<_, (bool, String)> {
             // The active MTU follows the link (rxe's rule: 1500 -> 1024): the
             // CM advertises it in the REQ, and packets must fit the
-            // interface. The peer may be rdma-core over a kernel rxe device,
-            // whose IPv4 identification a UDP socket cannot see: its ICRC
-            // cannot be verified, only counted (docs/security.md).
+            // interface.
             let mut o = crate::device::tool_options(BackendKind::Udp, at, port)
-                .map_err(|e| (false, e.to_string()))?
-                .icrc_check(roce_verbs::IcrcCheck::Count);
+                .map_err(|e| (false, e.to_string()))?;
             if let Some(w) =
                 crate::device::middleware(None, faults).map_err(|e| (false, e.to_string()))?
             {

@@ -73,12 +73,8 @@ impl Ud {
     fn open(local: IpAddr, args: &UdaddyArgs, moves: bool) -> Result<Ud, String> {
         // The error, and whether it is the UDP port taken.
         let open = |at: IpAddr| -> Result<_, (bool, String)> {
-            // The peer may be rdma-core over a kernel rxe device, whose IPv4
-            // identification a UDP socket cannot see: its ICRC cannot be
-            // verified, only counted (docs/security.md).
             let o = crate::device::tool_options(BackendKind::Udp, at, args.roce_port)
-                .map_err(|e| (false, e.to_string()))?
-                .icrc_check(roce_verbs::IcrcCheck::Count);
+                .map_err(|e| (false, e.to_string()))?;
             let mtu = o.link_mtu().map_err(|e| (false, e.to_string()))?;
             if args.size > mtu {
                 return Err((

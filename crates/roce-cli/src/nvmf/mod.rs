@@ -122,15 +122,12 @@ fn open_capturing(
     roce_port: u16,
     pcap: Option<&std::path::Path>,
 ) -> Result<Context, String> {
-    // The peer is usually Linux (nvme-rdma or nvmet-rdma over rxe), whose
-    // IPv4 identification a UDP socket cannot see: its ICRC cannot be
-    // verified, only counted (docs/security.md), as rping and pingpong do.
-    // With the engine's default every datagram from rxe is dropped and
-    // no connection request is ever seen (docs/interop.md, "NVMe-oF
-    // against Linux").
+    // The peer is usually Linux (nvme-rdma or nvmet-rdma over rxe): the
+    // tools' options count the ICRCs they cannot verify, where the
+    // engine's default would drop every datagram from rxe (docs/interop.md,
+    // "NVMe-oF against Linux"; tests/nvmf_rxe.rs).
     let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)
-        .map_err(|e| e.to_string())?
-        .icrc_check(roce_verbs::IcrcCheck::Count);
+        .map_err(|e| e.to_string())?;
     if let Some(w) = crate::device::middleware(pcap, None).map_err(|e| e.to_string())? {
         o = o.wrap(w);
     }

@@ -136,12 +136,12 @@ pub(crate) fn open_context(
         .map_err(|e| OpenFailure::Other(e.into()))?
         .interface(args.dev.as_deref())
         .vlan(args.vlan);
-    if args.perftest {
-        // The peer is this stack otherwise, whose IPv4 IDs the receiver
-        // can work out (the backend's default: a datagram whose ICRC
-        // matches none is dropped). A perftest peer may be rxe, whose
-        // kernel numbers IDs as it likes: there they are only counted.
-        o = o.icrc_check(roce_verbs::IcrcCheck::Count);
+    if !args.perftest {
+        // The peer is this stack, whose IPv4 IDs the receiver can work
+        // out: a datagram whose ICRC matches none is dropped. A perftest
+        // peer may be rxe, whose kernel numbers IDs as it likes: there
+        // they are only counted (tool_options' choice).
+        o = o.icrc_check(roce_verbs::IcrcCheck::Require);
     }
     if let Some(w) = crate::device::middleware(args.pcap.as_deref(), args.faults.as_deref())
         .map_err(|e| OpenFailure::Other(e.into()))?

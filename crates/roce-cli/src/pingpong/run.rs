@@ -148,12 +148,8 @@ fn open_context(
 ) -> Result<(Context, IpAddr), String> {
     // The error, and whether it is the UDP port taken.
     let open = |at: IpAddr| -> Result<Context, (bool, String)> {
-        // The peer may be rdma-core over a kernel rxe device, whose IPv4
-        // identification a UDP socket cannot see: its ICRC cannot be
-        // verified, only counted (docs/security.md).
         let mut o = crate::device::tool_options(BackendKind::Udp, at, p.roce_port)
-            .map_err(|e| (false, e.to_string()))?
-            .icrc_check(roce_verbs::IcrcCheck::Count);
+            .map_err(|e| (false, e.to_string()))?;
         o.config.active_mtu = p.mtu;
         o.open().map_err(|e| match e {
             OpenError::PortInUse { .. } => (true, e.to_string()),
