@@ -111,3 +111,15 @@ def pair(server, client, port, env, listen_timeout=20, client_timeout=120, serve
     finally:
         kill_group(cli)
         kill_group(srv)
+
+
+def figure(text, col):
+    """Column `col` of the first result row under perftest's `#bytes` header."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("#bytes"):
+            for row in lines[i + 1:]:
+                f = row.split()
+                if f and f[0].isdigit():
+                    return float(f[col])
+    raise RuntimeError("no result row in:\n" + text)

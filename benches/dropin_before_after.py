@@ -30,22 +30,15 @@ before the run. For a host of one's own on a shared machine, run the
 whole script in a private network namespace (root):
 `unshare -n sh -c 'ip link set lo up && python3 benches/dropin_before_after.py ...'`.
 """
-import importlib.util
 import json
 import os
 import statistics
 import sys
 import time
 
-from benchlib import free_port, pair, roce_port_holders, tail
+from benchlib import figure, free_port, pair, roce_port_holders, tail
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
-# perftest's result parsing is dropin_side_by_side.py's.
-_spec = importlib.util.spec_from_file_location("dropin_side_by_side", os.path.join(HERE, "dropin_side_by_side.py"))
-_sbs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_sbs)
-figure = _sbs.figure
 
 TESTS = [
     # name, perftest tool, args, result column, unit, higher-is-better

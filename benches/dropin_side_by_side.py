@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import figure
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROCE = os.path.join(ROOT, "target", "release", "roce")
 PORT = [26000 + os.getpid() % 1000 * 4]
@@ -49,17 +51,6 @@ TESTS = [
 PIN = "--pin" in sys.argv
 # --one-cpu: both on CPU 0, as in a one-CPU VM or container (the lab VM).
 ONE_CPU = "--one-cpu" in sys.argv
-
-
-def figure(text, col):
-    lines = text.splitlines()
-    for i, l in enumerate(lines):
-        if l.strip().startswith("#bytes"):
-            for row in lines[i + 1:]:
-                f = row.split()
-                if f and f[0].isdigit():
-                    return float(f[col])
-    raise RuntimeError("no result row in:\n" + text)
 
 
 def pair(server, client, env=None):

@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 
-from benchlib import free_port, pair, roce_port_holders, tail
+from benchlib import figure, free_port, pair, roce_port_holders, tail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, "target", "release")
@@ -115,14 +115,7 @@ def dropin_env():
 def perftest(tool, args, col):
     port = free_port()
     base = [tool] + args + ["-p", str(port)]
-    out = paired(base, base + ["127.0.0.1"], dropin_env(), port)
-    for i, line in enumerate(lines := out.splitlines()):
-        if line.strip().startswith("#bytes"):
-            for row in lines[i + 1:]:
-                f = row.split()
-                if f and f[0].isdigit():
-                    return float(f[col])
-    raise RuntimeError("no result row in:\n" + tail(out))
+    return figure(paired(base, base + ["127.0.0.1"], dropin_env(), port), col)
 
 
 def rc_pingpong_events():
