@@ -12,6 +12,7 @@
 //! Each block that differs is counted, the first few reported with their
 //! LBA, and the command fails.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -157,8 +158,8 @@ impl Io<'_> {
                     };
                     let r = if write {
                         let data = match self.pattern {
-                            Some(p) => p.data(lba, self.nlb),
-                            None => fixed.clone(),
+                            Some(p) => Cow::Owned(p.data(lba, self.nlb)),
+                            None => Cow::Borrowed(fixed.as_slice()),
                         };
                         self.host.submit_write(
                             Nsid(1),
