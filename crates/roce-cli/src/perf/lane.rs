@@ -4,7 +4,8 @@
 //! a slot per QP, `setup.rs`).
 
 use roce_verbs::{
-    Access, CompletionQueue, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr,
+    Access, Completion, CompletionQueue, MemoryRegion, QpCaps, QpInitAttr, QpType, Qpn, QueuePair,
+    RecvWr,
 };
 
 use super::error::PerfError;
@@ -69,13 +70,74 @@ impl Lane<'_> {
     }
 
     /// Polls the CQ; fails on an unsuccessful completion.
-    pub(crate) fn poll(&self, comps: &mut Vec<roce_verbs::Completion>) -> Result<(), PerfError> {
-        comps.clear();
-        self.cq.poll(comps, 256)?;
-        match comps.iter().find(|c| !c.is_success()) {
-            Some(c) => Err(PerfError::Failed(report::failed(c))),
-            None => Ok(()),
+    pub(crate) fn poll(&self, comps: &mut Vec<Completion>) -> Result<(), PerfError> {
+        poll(self.cq, comps)
+    }
+}
+
+/// Polls `cq` for up to 256 completions; fails on an unsuccessful one.
+fn poll(cq: &CompletionQueue, comps: &mut Vec<Completion>) -> Result<(), PerfError> {
+    comps.clear();
+    cq.poll(comps, 256)?;
+    match comps.iter().find(|c| !c.is_success()) {
+        Some(c) => Err(PerfError::Failed(report::failed(c))),
+        None => Ok(()),
+    }
+}
+
+/// The CQs of a set of lanes, each once (lanes may share one, as
+/// perftest's QPs share its send and receive CQs), and which lane each
+/// completion belongs to: a BW loop polls every CQ once a round rather
+/// than once per QP, since an empty poll steps the engine and may yield
+/// the CPU.
+pub(crate) struct CqSet<'a> {
+    cqs: Vec<&'a CompletionQueue>,
+    /// (QP number, lane index), sorted by QP number.
+    route: Vec<(Qpn, usize)>,
+}
+
+impl<'a> CqSet<'a> {
+    pub(crate) fn new(lanes: &[Lane<'a>]) -> CqSet<'a> {
+        let mut cqs: Vec<&CompletionQueue> = Vec::new();
+        for l in lanes {
+            if !cqs.iter().any(|c| std::ptr::eq(*c, l.cq)) {
+                cqs.push(l.cq);
+            }
         }
+        let mut route: Vec<(Qpn, usize)> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.qp.qpn(), i))
+            .collect();
+        route.sort_unstable_by_key(|&(q, _)| q);
+        CqSet { cqs, route }
+    }
+
+    /// Polls every CQ once; calls `each(lane index, completion)` for
+    /// what they held. A completion of a QP that is no lane's fails.
+    pub(crate) fn poll(
+        &self,
+        comps: &mut Vec<Completion>,
+        mut each: impl FnMut(usize, &Completion) -> Result<(), PerfError>,
+    ) -> Result<bool, PerfError> {
+        let mut any = false;
+        for cq in &self.cqs {
+            poll(cq, comps)?;
+            for c in comps.iter() {
+                any = true;
+                let q = c.qp_num();
+                let i = self
+                    .route
+                    .binary_search_by_key(&q, |&(n, _)| n)
+                    .map_err(|_| {
+                        PerfError::Failed(format!(
+                            "a completion of QP {q}, which this test did not create"
+                        ))
+                    })?;
+                each(self.route[i].1, c)?;
+            }
+        }
+        Ok(any)
     }
 }
 
