@@ -215,6 +215,11 @@ loss_case() {
     retries=$(grep -m1 -oE 'retries=[0-9]+' "$d/retries.log" | cut -d= -f2)
     [ "$tmo" -eq 0 ] && [ "$recov" -eq 0 ] || rc=1
     [ "$notfree" -gt 0 ] && why="; rxe refused $notfree fast registrations ('not free'): its retransmission executes REG_MR again (rxe defect, docs/interop.md 'NVMe-oF at 1 % loss')"
+    # A connect that failed (e.g. 6.1's host sends no Keep Alive while it sets up its I/O
+    # queues: slowed by loss past KATO, the controller is gone when they connect).
+    if grep -q 'could not add new controller' "$d/loss.log"; then
+        why="$why; nvme connect failed: $(grep -m1 -oE 'nvme[0-9]+: (Connect|failed to connect).*' "$d/dmesg-loss.log")"
+    fi
     result "$k" "$dir" "loss-fio" "$rc" "$LOSS % both ways ($(grep -oE 'dropped [0-9]+' "$d/loss.log" | awk '{s += $2} END {print s + 0}') dropped); $(grep -m2 -oE '(read|write): IOPS=[^,]+' "$d/loss.log" | tr '\n' ' ')in $(grep -m1 -oE 'run=[0-9]+' "$d/loss.log" | cut -d= -f2) ms; ${retries:-?} retransmissions of the host's rxe; $tmo I/O timeouts, $recov error recoveries$why"
 }
 
