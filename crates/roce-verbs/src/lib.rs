@@ -126,6 +126,7 @@ mod cq;
 mod cq_wait;
 mod device;
 mod error;
+mod error_ops;
 // Guarded copies of program memory: assembly, a signal handler, and
 // `process_vm_writev` (issue 33).
 #[allow(unsafe_code)]
@@ -145,6 +146,7 @@ mod recv;
 mod schedule;
 mod srq;
 mod state;
+mod wr;
 
 pub use cm::{CmAccepting, CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use cm_sink::{CmSink, PortSpace};
@@ -155,7 +157,9 @@ pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use cq_wait::{ChannelWait, WaitCounters};
 pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
-pub use error::{Error, OwnedPostError, PostListError};
+pub use error::{
+    CreateError, Error, ModifyQpError, OwnedPostError, PostError, PostListError, RegMrError,
+};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
 pub use mr::{DeregError, MemoryRegion, RemoteMr, Revoker};
@@ -165,13 +169,15 @@ pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
 pub use srq::SharedReceiveQueue;
 pub use state::{clock_nanos, EventSink, Notifier};
+pub use wr::{RemoteAddr, SendOp, SendWr};
 
 // The protocol's vocabulary, named one by one (docs/architecture.md, "The
 // Rust API of roce-verbs"): the crates `roce_core` and `roce_io` are not
-// re-exported.
+// re-exported. The engine's C-shaped `SendWr`/`SendOp` are not either:
+// the send work request of this API is `wr::SendWr`.
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, IcrcCheck,
-    Lkey, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters,
-    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList, SrqId, UdDest, Wc,
+    Lkey, ModifyError, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps,
+    QpCounters, QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, Sge, SgeList, SrqId, UdDest, Wc,
     WcFlags, WcOpcode, WcStatus,
 };
