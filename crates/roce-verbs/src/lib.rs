@@ -39,6 +39,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Work requests and errors
+//!
+//! A [`SendWr`]'s operation ([`SendOp`]) carries its operands, so the
+//! remote address and key ([`RemoteAddr`]) exist only on the RDMA
+//! operations; a UD destination is given to
+//! [`QueuePair::post_send_ud`]. Each kind of call has its own error type
+//! ([`PostError`], [`CreateError`], [`ModifyQpError`], [`RegMrError`],
+//! ...), and each converts into [`Error`] (docs/architecture.md, "The
+//! Rust API of roce-verbs"):
+//!
+//! ```no_run
+//! # use roce_verbs::*;
+//! # fn f(qp: &QueuePair, mr: &MemoryRegion, peer: RemoteMr) -> Result<(), Error> {
+//! qp.post_send(SendWr::write(1, [mr.sge(0, 64)], peer.at(128)).unsignaled())?;
+//! match qp.post_send(SendWr::read(2, [mr.sge(64, 64)], peer.at(0))) {
+//!     Err(PostError::QueueFull) => { /* poll, then post again */ }
+//!     r => r?,
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Threading model
 //!
 //! Each [`Context`] owns one engine (`roce_core::Device`) behind one
