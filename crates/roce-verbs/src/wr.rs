@@ -66,7 +66,10 @@ impl From<RemoteMr> for RemoteAddr {
 }
 
 /// What a send work request does (`ibv_wr_opcode` with its operands).
+/// Non-exhaustive: memory windows and local invalidation (IBTA Vol 1
+/// §10.6.6, §10.6.5) may come.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// SEND (IBTA Vol 1 §9.4.1): the payload lands in the responder's next
     /// receive.
