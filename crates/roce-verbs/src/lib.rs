@@ -190,7 +190,7 @@ pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
 pub use srq::SharedReceiveQueue;
 pub use state::{clock_nanos, EventSink, Notifier};
-pub use wr::{RemoteAddr, SendOp, SendWr};
+pub use wr::{RemoteAddr, SendBatch, SendOp, SendWr};
 
 // The protocol's vocabulary, named one by one (docs/architecture.md, "The
 // Rust API of roce-verbs"): the crates `roce_core` and `roce_io` are not

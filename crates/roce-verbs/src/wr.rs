@@ -11,6 +11,7 @@
 //! SGEs allocates nothing.
 
 use roce_core::{Payload, Rkey, SendFlags, Sge, UdDest};
+use smallvec::SmallVec;
 
 use crate::mr::RemoteMr;
 
@@ -316,6 +317,55 @@ impl SendWr {
             rkey,
             ud,
         }
+    }
+}
+
+/// Work requests gathered for one post under one lock
+/// ([`QueuePair::post_send_batch`](crate::QueuePair::post_send_batch)):
+/// each is converted to the engine's form as it is pushed, and up to
+/// eight are kept without a heap allocation, so a program that converts
+/// a list of its own (the drop-in libibverbs' `ibv_post_send`) copies
+/// each request once. Posting drains it; it can be reused.
+#[derive(Default)]
+pub struct SendBatch {
+    wrs: SmallVec<[roce_core::SendWr; 8]>,
+}
+
+impl SendBatch {
+    /// An empty batch.
+    pub fn new() -> SendBatch {
+        SendBatch::default()
+    }
+
+    /// Adds a send of a connected QP (RC, UC).
+    pub fn push(&mut self, wr: SendWr) {
+        self.wrs.push(wr.into_core(None));
+    }
+
+    /// Adds a UD send to `dest` (from
+    /// [`AddressHandle::ud_dest`](crate::AddressHandle::ud_dest)).
+    pub fn push_ud(&mut self, wr: SendWr, dest: UdDest) {
+        self.wrs.push(wr.into_core(Some(dest)));
+    }
+
+    /// How many requests it holds.
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    /// Drops what it holds.
+    pub fn clear(&mut self) {
+        self.wrs.clear();
+    }
+
+    /// The engine's requests, in order, taken out.
+    pub(crate) fn drain(&mut self) -> smallvec::Drain<'_, [roce_core::SendWr; 8]> {
+        self.wrs.drain(..)
     }
 }
 

@@ -4,11 +4,8 @@
 
 use std::os::raw::{c_int, c_void};
 
-use smallvec::SmallVec;
-
 use roce_verbs::{
-    Lkey, Payload, PostListError, Qkey, Qpn, RemoteAddr, Rkey, SendFlags, SendOp, SendWr, Sge,
-    UdDest,
+    Lkey, Payload, Qkey, Qpn, RemoteAddr, Rkey, SendBatch, SendFlags, SendOp, SendWr, Sge, UdDest,
 };
 
 use super::Qp;
@@ -85,28 +82,12 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<(SendWr, Option<UdDest>)> {
     Ok((wr, ud))
 }
 
-/// The WRs of one `ibv_post_send` call, converted: up to eight without
-/// a heap (as `post_send_list` keeps them), and a UD QP's destinations
-/// beside them (one per WR; none on a connected QP).
-#[derive(Default)]
-struct Converted {
-    wrs: SmallVec<[SendWr; 8]>,
-    dests: SmallVec<[UdDest; 8]>,
-}
-
-impl Converted {
-    fn push(&mut self, (wr, dest): (SendWr, Option<UdDest>)) {
-        self.wrs.push(wr);
-        self.dests.extend(dest);
-    }
-
-    /// Posts them in order under one lock.
-    fn post(self, q: &Qp) -> Result<(), PostListError> {
-        if self.dests.is_empty() {
-            q.qp.post_send_list(self.wrs)
-        } else {
-            q.qp.post_send_ud_list(self.wrs.into_iter().zip(self.dests))
-        }
+/// Adds a converted WR to the call's batch, with its UD destination on a
+/// UD QP.
+fn push(batch: &mut SendBatch, (wr, dest): (SendWr, Option<UdDest>)) {
+    match dest {
+        Some(d) => batch.push_ud(wr, d),
+        None => batch.push(wr),
     }
 }
 
@@ -119,11 +100,11 @@ impl Converted {
 unsafe fn post_then(
     q: &Qp,
     wr: *mut ibv_send_wr,
-    wrs: Converted,
+    wrs: &mut SendBatch,
     e: c_int,
     at: *mut ibv_send_wr,
 ) -> Result<(), (c_int, *mut ibv_send_wr)> {
-    match wrs.post(q) {
+    match q.qp.post_send_batch(wrs) {
         Ok(()) => Err((e, at)),
         // SAFETY: n is below the WRs walked.
         Err(pe) => Err((post_errno(&pe.error), unsafe { nth(wr, pe.posted) })),
@@ -133,8 +114,8 @@ unsafe fn post_then(
 entry! {
     /// `ops.post_send`. On error `*bad` is the first WR not posted; the
     /// ones before it are posted, as a provider posts them. The list is
-    /// converted first (no heap for up to eight WRs, as `post_send_list`
-    /// keeps them) and posted under one lock; at most `max_send_wr` WRs
+    /// converted first into a [`SendBatch`] (no heap for up to eight WRs)
+    /// and posted under one lock; at most `max_send_wr` WRs
     /// are walked (see [`Walk`]). Each WR becomes a typed
     /// [`SendWr`] (the remote address only on the operations that have
     /// one) by moves, with no heap for up to two SGEs.
@@ -142,7 +123,7 @@ entry! {
         posted(bad, wr, || {
             // SAFETY: the program's QP.
             let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
-            let mut wrs = Converted::default();
+            let mut wrs = SendBatch::new();
             let mut walk = Walk::new(wr, q.cap.max_send_wr as usize);
             loop {
                 // SAFETY: the program's list.
@@ -150,17 +131,17 @@ entry! {
                     Ok(Some(p)) => p,
                     Ok(None) => break,
                     // SAFETY: as above.
-                    Err(over) => return unsafe { post_then(q, wr, wrs, libc::ENOMEM, over) },
+                    Err(over) => return unsafe { post_then(q, wr, &mut wrs, libc::ENOMEM, over) },
                 };
                 // SAFETY: the program's WR.
                 match unsafe { send_wr_of(q, &*cur) } {
-                    Ok(s) => wrs.push(s),
+                    Ok(s) => push(&mut wrs, s),
                     // SAFETY: as above.
-                    Err(e) => return unsafe { post_then(q, wr, wrs, e, cur) },
+                    Err(e) => return unsafe { post_then(q, wr, &mut wrs, e, cur) },
                 }
             }
             // SAFETY: as above.
-            wrs.post(q)
+            q.qp.post_send_batch(&mut wrs)
                 .map_err(|e| (post_errno(&e.error), unsafe { nth(wr, e.posted) }))
         })
     }

@@ -10,7 +10,7 @@ use crate::pd::AddressHandle;
 use crate::progress;
 use crate::recv::{post_recv, post_recv_owned};
 use crate::state::{Core, OwnedBuf, RecvOwner, Refs, SendEntry};
-use crate::wr::SendWr;
+use crate::wr::{SendBatch, SendWr};
 
 impl QueuePair {
     /// `ibv_post_send`. Every scatter/gather entry must lie inside a live
@@ -68,17 +68,35 @@ impl QueuePair {
         self.post_core_list(wrs.into_iter().map(|(w, d)| w.into_core(Some(d))))
     }
 
+    /// Posts a [`SendBatch`] in order under one lock, as
+    /// [`post_send_list`](Self::post_send_list) posts a list, and leaves
+    /// it empty (what was not posted is dropped).
+    pub fn post_send_batch(&self, batch: &mut SendBatch) -> Result<(), PostListError> {
+        let r = self.post_gathered(batch.drain());
+        batch.clear();
+        r
+    }
+
     /// Posts engine WRs in order under one lock (see `post_send_list`).
     fn post_core_list(
+        &self,
+        wrs: impl Iterator<Item = roce_core::SendWr>,
+    ) -> Result<(), PostListError> {
+        // The caller's iterator runs before the engine is locked: it may
+        // touch the context (fill the region it posts from) or take time.
+        let wrs: smallvec::SmallVec<[roce_core::SendWr; 8]> = wrs.collect();
+        self.post_gathered(wrs.into_iter())
+    }
+
+    /// Posts WRs already gathered (nothing of the caller's runs while
+    /// the engine is locked).
+    fn post_gathered(
         &self,
         wrs: impl Iterator<Item = roce_core::SendWr>,
     ) -> Result<(), PostListError> {
         let shared = self.shared();
         let mut posted = 0;
         let mut refused = None;
-        // The caller's iterator runs before the engine is locked: it may
-        // touch the context (fill the region it posts from) or take time.
-        let wrs: smallvec::SmallVec<[roce_core::SendWr; 8]> = wrs.collect();
         // Region references a post did not keep are dropped unlocked.
         let mut refs = Refs::new();
         let mut unkept = Vec::new();
