@@ -137,6 +137,7 @@
 #![deny(unsafe_code)]
 
 mod backend;
+mod batch;
 mod datagram;
 #[allow(unsafe_code)]
 mod emu;

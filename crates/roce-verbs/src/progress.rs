@@ -242,16 +242,22 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
             }
         }
         let mut ended = Tx::Idle;
-        while !io.tx.is_full() {
-            let pushed = io
-                .tx
-                .push_transmit_with(|buf| match core.dev.poll_transmit(now, buf) {
-                    Tx::Datagram(t) => Some(t),
-                    end => {
+        let Io { tx, backend, .. } = &mut *io;
+        while !tx.is_full() {
+            // The ICRC is computed only where the backend needs it (not
+            // for a same-host ring's reader, docs/shm.md).
+            let pushed = tx.push_transmit_icrc_with(|buf| {
+                match core
+                    .dev
+                    .poll_transmit_icrc_if(now, buf, |t| backend.needs_icrc(now, t))
+                {
+                    (Tx::Datagram(t), icrc) => Some((t, icrc)),
+                    (end, _) => {
                         ended = end;
                         None
                     }
-                });
+                }
+            });
             if !pushed {
                 // At an end of batch (an answer before the ACK it
                 // released) what the engine still has goes in the next

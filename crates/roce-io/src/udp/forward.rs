@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use roce_wire::{Owner, RxHeader, Transmit};
 
 use super::share::Lookup;
-use super::shm::{ProcRoute, RecMeta};
+use super::shm::{Made, ProcRoute, RecMeta};
 use super::UdpBackend;
 use crate::backend::{Forwarded, Nanos, RxMeta};
 
@@ -127,17 +127,24 @@ impl UdpBackend {
         }
     }
 
-    /// Sends datagram `d` (sent as `t`; `intact`: as its engine made it,
-    /// [`crate::PacketBatch::intact`]) the way `hop` says, when that is
-    /// not UDP.
-    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop, intact: bool) {
+    /// Sends datagram `d` (sent as `t`; `made`: as its engine made it,
+    /// [`crate::PacketBatch::intact`], and without its ICRC,
+    /// [`crate::PacketBatch::icrc_present`]) the way `hop` says, when that
+    /// is not UDP; a datagram without its ICRC whose way is not a ring
+    /// (any more) is dropped.
+    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop, made: Made) {
+        if made.no_icrc && !matches!(hop, Hop::Ring { .. }) {
+            self.stats.shm_tx_no_icrc_dropped += 1;
+            return;
+        }
         match hop {
             Hop::Udp => {}
             Hop::Ring { link, by_qpn } => {
                 let Some(shm) = self.shm.as_mut() else { return };
                 let payload = &d[t.header_len()..];
                 let (sport, tos) = (t.src.port(), t.tos());
-                let own = shm.push_own(now, link, sport, tos, intact, payload, &mut self.stats);
+                let own = shm.push_own(now, link, sport, tos, made, payload, &mut self.stats);
+                self.stats.shm_tx_no_icrc += u64::from(own && made.no_icrc);
                 if own && by_qpn {
                     self.stats.shm_qpn_routes += 1;
                 }
@@ -192,6 +199,7 @@ impl UdpBackend {
                         forwarded: true,
                         exact: h.exact(),
                         intact: false,
+                        no_icrc: false,
                     };
                     sent = shm.push(now, link, &rec, payload, &mut self.stats);
                     shm.flush(&mut self.stats);

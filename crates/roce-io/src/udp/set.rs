@@ -116,6 +116,12 @@ impl Backend for UdpSet {
         &self.addrs
     }
 
+    fn needs_icrc(&mut self, now: Nanos, t: &roce_wire::Transmit) -> bool {
+        // With several addresses a run is copied into a batch of its own,
+        // which does not keep that a datagram comes without its ICRC.
+        self.parts.len() != 1 || self.parts[0].needs_icrc(now, t)
+    }
+
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         if self.parts.len() == 1 {
             return self.parts[0].send(now, batch);

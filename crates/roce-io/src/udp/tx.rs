@@ -105,6 +105,7 @@ impl UdpBackend {
                 match self.sendable(batch, i) {
                     Some(t)
                         if t.src.port() == t0.src.port()
+                            && batch.icrc_present(i)
                             && self.hop(now, &t) == super::Hop::Udp =>
                     {
                         t

@@ -47,8 +47,8 @@ use super::UdpStats;
 use crate::backend::{Nanos, PacketBatch, RxMeta};
 use crate::host::SlotName;
 pub(super) use link::process_name;
-pub(super) use ring::RecMeta;
 use ring::{Consumer, Producer, Push};
+pub(super) use ring::{Made, RecMeta};
 
 /// The record area of each ring a backend makes (`UdpConfig::shm_ring`).
 pub(crate) const DEFAULT_RING: usize = 4 << 20;
@@ -506,8 +506,9 @@ impl Shm {
 
     /// [`push`](Self::push) of a datagram this backend's engine sent from
     /// `sport` with `tos`: its own address, exact, not forwarded (the
-    /// ring's short record); `intact`: its bytes as the engine made them
-    /// ([`crate::PacketBatch::intact`]).
+    /// ring's short record); `made`: its bytes as the engine made them
+    /// ([`crate::PacketBatch::intact`]), its ICRC left out
+    /// ([`crate::PacketBatch::icrc_present`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push_own(
         &mut self,
@@ -515,13 +516,13 @@ impl Shm {
         i: usize,
         sport: u16,
         tos: u8,
-        intact: bool,
+        made: Made,
         payload: &[u8],
         stats: &mut UdpStats,
     ) -> bool {
         let piece = self.piece;
         self.push_with(now, i, payload.len(), stats, |r| {
-            r.push_own(sport, tos, intact, payload, piece)
+            r.push_own(sport, tos, made, payload, piece)
         })
     }
 

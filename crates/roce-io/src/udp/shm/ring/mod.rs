@@ -52,10 +52,11 @@ pub(crate) const MIN_CAP: usize = 1 << 16;
 pub(crate) const MAX_CAP: usize = 1 << 26;
 /// Largest payload a record carries (its length field is 16 bits).
 pub(crate) const MAX_PAYLOAD: usize = u16::MAX as usize;
-/// Version 3: a record says whether its datagram is as the sending engine
-/// made it ([`FLAG_INTACT`]; version 2 had no such flag, version 1 no
-/// source in the record header); a ring of another version is refused.
-const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm3");
+/// Version 4: a record says whether its datagram comes without its ICRC
+/// ([`FLAG_NO_ICRC`]; version 3 had no such flag, version 2 no
+/// [`FLAG_INTACT`], version 1 no source in the record header); a ring of
+/// another version is refused.
+const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm4");
 const REC_HDR: usize = 32;
 /// The header of a record of the writer's own.
 const OWN_HDR: usize = 8;
@@ -66,6 +67,9 @@ const FLAG_EXACT: u8 = 2;
 /// Record flag: the datagram's bytes are as the sending engine made them
 /// ([`crate::PacketBatch::intact`]), its ICRC computed over them.
 const FLAG_INTACT: u8 = 4;
+/// Record flag: the sending engine left the ICRC out (its four bytes are
+/// not the ICRC): the receiver computes it when anything needs it.
+const FLAG_NO_ICRC: u8 = 8;
 const KIND_DATAGRAM: u8 = 1;
 const KIND_SKIP: u8 = 2;
 const KIND_OWN: u8 = 3;
@@ -116,6 +120,14 @@ pub(crate) struct Producer {
     own_src: Option<IpAddr>,
 }
 
+/// How a datagram of the writer's own was made ([`RecMeta::intact`],
+/// [`RecMeta::no_icrc`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Made {
+    pub(crate) intact: bool,
+    pub(crate) no_icrc: bool,
+}
+
 /// What [`Producer::push`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Push {
@@ -146,6 +158,9 @@ pub(crate) struct RecMeta {
     /// The bytes are as the sending engine made them (never so for a
     /// forwarded datagram, which came off a wire).
     pub(crate) intact: bool,
+    /// The sending engine did not compute the ICRC (its four bytes mean
+    /// nothing).
+    pub(crate) no_icrc: bool,
 }
 
 impl RecMeta {
@@ -156,7 +171,8 @@ impl RecMeta {
         let p = self.sport.to_le_bytes();
         let flags = if self.forwarded { FLAG_FORWARDED } else { 0 }
             | if self.exact { FLAG_EXACT } else { 0 }
-            | if self.intact { FLAG_INTACT } else { 0 };
+            | if self.intact { FLAG_INTACT } else { 0 }
+            | if self.no_icrc { FLAG_NO_ICRC } else { 0 };
         let fam = if self.src.is_ipv4() { 4 } else { 6 };
         [l[0], l[1], p[0], p[1], self.tos, kind, flags, fam]
     }
@@ -184,6 +200,7 @@ impl RecMeta {
             forwarded: false,
             exact: true,
             intact: h[6] & FLAG_INTACT != 0,
+            no_icrc: h[6] & FLAG_NO_ICRC != 0,
         }
     }
 
@@ -205,6 +222,7 @@ impl RecMeta {
             forwarded: h[6] & FLAG_FORWARDED != 0,
             exact: h[6] & FLAG_EXACT != 0,
             intact: h[6] & FLAG_INTACT != 0,
+            no_icrc: h[6] & FLAG_NO_ICRC != 0,
         })
     }
 }
@@ -273,7 +291,11 @@ impl Producer {
         let own =
             Some(meta.src) == self.own_src && !meta.forwarded && meta.exact && meta.ipv4_id == 0;
         if own {
-            return self.push_own(meta.sport, meta.tos, meta.intact, payload, piece);
+            let made = Made {
+                intact: meta.intact,
+                no_icrc: meta.no_icrc,
+            };
+            return self.push_own(meta.sport, meta.tos, made, payload, piece);
         }
         let h = meta.encode(payload.len() as u16, KIND_DATAGRAM);
         self.write_record(&h, payload, piece)
@@ -282,12 +304,13 @@ impl Producer {
     /// [`push`](Self::push) of a datagram of the writer's own, sent from
     /// `sport` with `tos` (exact, not forwarded), as a short record: for
     /// a producer made [`with_own_source`](Self::with_own_source) (any
-    /// other is broken by it); `intact` as [`RecMeta::intact`].
+    /// other is broken by it); `made` as [`RecMeta::intact`] and
+    /// [`RecMeta::no_icrc`].
     pub(crate) fn push_own(
         &mut self,
         sport: u16,
         tos: u8,
-        intact: bool,
+        made: Made,
         payload: &[u8],
         piece: Option<usize>,
     ) -> Result<Push, Broken> {
@@ -303,7 +326,8 @@ impl Producer {
             ipv4_id: 0,
             forwarded: false,
             exact: true,
-            intact,
+            intact: made.intact,
+            no_icrc: made.no_icrc,
         };
         self.write_record(
             &meta.encode_short(payload.len() as u16, KIND_OWN),

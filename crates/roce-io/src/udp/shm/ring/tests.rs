@@ -17,6 +17,7 @@ fn m(sport: u16, tos: u8) -> RecMeta {
         forwarded: false,
         exact: true,
         intact: false,
+        no_icrc: false,
     }
 }
 
@@ -160,6 +161,7 @@ fn records_carry_their_source_flags_and_ipv4_id() {
         forwarded: true,
         exact: true,
         intact: false,
+        no_icrc: false,
     };
     let v4 = RecMeta {
         src: "10.1.2.3".parse().unwrap(),
@@ -341,6 +343,17 @@ fn a_record_says_whether_its_datagram_is_as_the_engine_made_it() {
             ..other
         },
         other,
+        // And whether it comes without its ICRC, in both kinds.
+        RecMeta {
+            intact: true,
+            no_icrc: true,
+            ..m(1, 2)
+        },
+        RecMeta {
+            intact: true,
+            no_icrc: true,
+            ..other
+        },
     ];
     for meta in &sent {
         assert_eq!(p.push(meta, b"abc", None), Ok(Push::Written));
