@@ -1,7 +1,8 @@
 //! The same-host path leaves the sender's ICRC out (docs/shm.md, "What
 //! the receiver trusts"): `roce perf` over it still verifies every byte,
-//! counts what went without an ICRC, and a capture taken at the receiver
-//! shows every frame with a valid ICRC, computed when it was recorded.
+//! counts what went without an ICRC (and what was built straight into the
+//! ring), and a capture taken at the receiver shows every frame with a
+//! valid ICRC, computed when it was recorded.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -43,6 +44,9 @@ fn loopback_writes_go_without_the_senders_icrc_and_arrive_intact() {
     assert!(counter(&v, "backend", "udp_shm_tx_no_icrc") >= deferred);
     assert_eq!(counter(&v, "device", "rx_bad_icrc"), 0);
     assert_eq!(counter(&v, "backend", "udp_shm_tx_no_icrc_dropped"), 0);
+    // Most of them built straight into the ring.
+    let in_place = counter(&v, "backend", "udp_shm_tx_in_place");
+    assert!(in_place * 2 > deferred, "{in_place} of {deferred}");
 }
 
 /// A server that records (`--pcap`) and a client that does not: the

@@ -48,6 +48,31 @@ pub enum Forwarded {
     Unshared,
 }
 
+/// What [`Backend::transmit_in_place`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InPlace {
+    /// The backend has no buffer of its own for the next datagram now
+    /// (the default; middleware; the UDP backend without a same-host
+    /// ring to the last destination, or with that ring full): the
+    /// builder was not called, push the datagram into a batch.
+    Unavailable,
+    /// The builder gave no datagram.
+    Nothing,
+    /// The builder gave a datagram and the backend took it: it goes with
+    /// the next [`Backend::send`] (an empty batch will do).
+    Taken,
+}
+
+/// Builds one datagram in a backend's own buffer
+/// ([`Backend::transmit_in_place`]): gets the buffer and `here`, which
+/// says whether a datagram sent as a given [`Transmit`] stays in it (then
+/// its ICRC may be left out, as [`Backend::needs_icrc`] says no); returns
+/// the datagram's `Transmit` and whether its ICRC is there, or `None`
+/// for no datagram. roce-core's `Device::poll_transmit_icrc_if` with
+/// `|t| !here(t)` is one.
+pub type BuildInPlace<'a> =
+    dyn FnMut(&mut [u8], &mut dyn FnMut(&Transmit) -> bool) -> Option<(Transmit, bool)> + 'a;
+
 /// Something that moves RoCE v2 datagrams to and from the network, a
 /// batch at a time: whole IP datagrams (IPv4 or IPv6 header, UDP, BTH,
 /// ..., ICRC; no Ethernet header) out, and in either whole or, from a
@@ -78,6 +103,19 @@ pub trait Backend {
     fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
         let _ = (now, t);
         true
+    }
+
+    /// Has the next datagram built straight into the backend's own
+    /// buffer, where that saves a copy: the UDP backend's same-host ring
+    /// to the destination it sent to last, where the record is written
+    /// around it (docs/shm.md). A datagram that then goes elsewhere is
+    /// copied out and sent as [`send`](Self::send) would. Only for a
+    /// caller with no datagram of its own waiting to be sent (the order
+    /// of its datagrams is kept so). The default:
+    /// [`InPlace::Unavailable`].
+    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        let _ = (now, build);
+        InPlace::Unavailable
     }
 
     /// Sends the datagrams of `batch` in order. Returns how many, from the
@@ -204,6 +242,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
         (**self).needs_icrc(now, t)
     }
+    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        (**self).transmit_in_place(now, build)
+    }
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         (**self).send(now, batch)
     }
@@ -253,6 +294,9 @@ impl<B: Backend + ?Sized> Backend for &mut B {
     }
     fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
         (**self).needs_icrc(now, t)
+    }
+    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        (**self).transmit_in_place(now, build)
     }
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         (**self).send(now, batch)

@@ -27,7 +27,7 @@ use nix::sys::time::TimeSpec;
 use roce_wire::ipv4;
 use socket2::Socket;
 
-use crate::backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
+use crate::backend::{Backend, BuildInPlace, Forwarded, InPlace, Nanos, PacketBatch, RxMeta};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
 use forward::Hop;
 use ports::PortSockets;
@@ -198,6 +198,9 @@ pub struct UdpBackend {
     left: bool,
     /// The way the last datagram sent through a host table went.
     last_hop: Option<forward::LastHop>,
+    /// A datagram built in a ring that turned out to go elsewhere is
+    /// copied here and sent the usual way ([`Backend::transmit_in_place`]).
+    spill: Option<PacketBatch>,
     /// The time the last call was given (for `wait_readable`, which is
     /// given none).
     last_now: Nanos,
@@ -319,6 +322,7 @@ impl UdpBackend {
             share,
             left: false,
             last_hop: None,
+            spill: None,
             last_now: 0,
             udp_last_data: 0,
             udp_next_probe: 0,
@@ -553,6 +557,10 @@ impl Backend for UdpBackend {
         &self.local
     }
 
+    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        self.build_in_place(now, build)
+    }
+
     fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
         // Only a ring's reader, whose engine may trust the sender's
         // bytes, can do without it (docs/shm.md, "What the receiver
@@ -649,6 +657,7 @@ impl Backend for UdpBackend {
             ("udp_shm_tx_bytes", s.shm_tx_bytes),
             ("udp_shm_tx_full_drops", s.shm_tx_full_drops),
             ("udp_shm_tx_no_icrc", s.shm_tx_no_icrc),
+            ("udp_shm_tx_in_place", s.shm_tx_in_place),
             ("udp_shm_tx_no_icrc_dropped", s.shm_tx_no_icrc_dropped),
             ("udp_shm_doorbells", s.shm_doorbells),
             ("udp_shm_links_out", s.shm_links_out),

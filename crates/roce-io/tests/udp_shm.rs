@@ -473,3 +473,72 @@ fn a_receiver_whose_engine_trusts_the_ring_takes_them_as_they_came() {
     assert_eq!(b.stats().shm_rx_no_icrc, 3);
     assert_eq!(b.stats().shm_rx_icrc_filled, 0);
 }
+
+/// Builds `s` in place at `a` as an engine does
+/// (`Backend::transmit_in_place`): the ICRC left out where `here` says
+/// the datagram stays in the ring.
+fn build_in_place(a: &mut UdpBackend, clock: &Clock, s: &Spec) -> roce_io::InPlace {
+    a.transmit_in_place(clock.now(), &mut |buf, here| {
+        let n = emit(s, buf);
+        let t = roce_wire::Transmit::of_datagram(&buf[..n])?;
+        let stays = here(&t);
+        if stays {
+            buf[n - 4..n].fill(0);
+        }
+        Some((t, !stays))
+    })
+}
+
+#[test]
+fn a_datagram_built_in_the_ring_arrives_and_one_for_elsewhere_is_sent_the_usual_way() {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = shm_pair(41, 42);
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    // No way taken yet: nothing to build in.
+    assert_eq!(
+        build_in_place(&mut a, &clock, &spec(sa, sb, 0)),
+        roce_io::InPlace::Unavailable
+    );
+    let psn = until_linked(&mut a, &mut b, &clock, 0);
+    // Linked, and the last way was the ring: built there, sizes from 1
+    // byte to nearly 4 KiB.
+    let specs: Vec<Spec> = (psn..psn + 6).map(|p| spec(sa, sb, p)).collect();
+    for s in &specs {
+        assert_eq!(build_in_place(&mut a, &clock, s), roce_io::InPlace::Taken);
+    }
+    assert_eq!(a.stats().shm_tx_in_place, 6);
+    assert_eq!(a.stats().shm_tx_no_icrc, 6);
+    // Published by the next send (an empty batch will do), not before.
+    let mut rx = PacketBatch::new(8, 9216);
+    assert_eq!(b.recv(clock.now(), &mut rx).unwrap(), 0);
+    assert_eq!(a.send(clock.now(), &PacketBatch::new(1, SLOT)).unwrap(), 0);
+    let got = take(&mut b, &clock, specs.len());
+    assert_eq!(got.len(), specs.len());
+    for (g, s) in got.iter().zip(&specs) {
+        assert!(g.meta.host_intact);
+        assert!(g.icrc_ok(), "computed by the receiver, psn {}", s.psn);
+        let p = g.packet().unwrap();
+        assert_eq!(p.bth.psn.value(), s.psn);
+        assert_eq!((p.ip.dscp(), p.ip.ecn()), (s.dscp, s.ecn));
+        assert_eq!(p.payload, &payload(s.psn, s.len)[..]);
+    }
+    // Nothing to build: nothing taken.
+    let r = a.transmit_in_place(clock.now(), &mut |_, _| None);
+    assert_eq!(r, roce_io::InPlace::Nothing);
+    // Built for another destination: copied out and sent by UDP, with
+    // its ICRC (`here` said no), never into this ring.
+    let elsewhere = spec(sa, ip("127.0.0.43"), psn + 6);
+    let by_udp = a.stats().tx_datagrams;
+    let in_ring = a.stats().shm_tx_datagrams;
+    assert_eq!(
+        build_in_place(&mut a, &clock, &elsewhere),
+        roce_io::InPlace::Taken
+    );
+    assert_eq!(a.stats().tx_datagrams, by_udp + 1);
+    assert_eq!(a.stats().shm_tx_datagrams, in_ring);
+    // That way taken last, the ring is not offered until it is again.
+    assert_eq!(
+        build_in_place(&mut a, &clock, &spec(sa, sb, psn + 7)),
+        roce_io::InPlace::Unavailable
+    );
+}

@@ -266,6 +266,10 @@ pub struct UdpStats {
     /// engine left it out because they were going into a ring
     /// ([`Backend::needs_icrc`](crate::Backend::needs_icrc)).
     pub shm_tx_no_icrc: u64,
+    /// Of `shm_tx_datagrams`, those the engine built straight into the
+    /// ring ([`Backend::transmit_in_place`](crate::Backend::transmit_in_place)):
+    /// not copied there from a batch.
+    pub shm_tx_in_place: u64,
     /// Datagrams without their ICRC whose way was no longer a ring when
     /// sent (the link broke between asking and sending): dropped, as a
     /// datagram lost, rather than sent with a wrong ICRC.

@@ -9,9 +9,9 @@ use std::net::IpAddr;
 use roce_wire::{Owner, RxHeader, Transmit};
 
 use super::share::Lookup;
-use super::shm::{Made, ProcRoute, RecMeta};
+use super::shm::{InRing, Made, ProcRoute, RecMeta};
 use super::UdpBackend;
-use crate::backend::{Forwarded, Nanos, RxMeta};
+use crate::backend::{BuildInPlace, Forwarded, InPlace, Nanos, RxMeta};
 
 /// The way the last datagram sent on a ring went, through a table or
 /// (not sharing) by address: while the link is active (and the table's
@@ -163,6 +163,100 @@ impl UdpBackend {
                 }
             }
         }
+    }
+
+    /// [`Backend::transmit_in_place`](crate::Backend::transmit_in_place)
+    /// of the UDP backend: into the ring of the last way taken, while
+    /// its link is active and the host table unchanged (as [`hop`](Self::hop)
+    /// would find it), the datagram built right after the record's
+    /// header. One for another destination (or owner, sharing) is copied
+    /// out and sent as `send` sends it.
+    pub(super) fn build_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        let Some(last) = self.last_hop else {
+            return InPlace::Unavailable;
+        };
+        let sharing = self.share.is_some();
+        let generation = self
+            .share
+            .as_ref()
+            .map_or(Some(0), |s| s.generation_at(last.dst));
+        if generation != Some(last.generation) {
+            return InPlace::Unavailable;
+        }
+        let Some(shm) = self.shm.as_mut() else {
+            return InPlace::Unavailable;
+        };
+        let Some(link) = shm.active_link(now, last.link, last.serial, &mut self.stats) else {
+            return InPlace::Unavailable;
+        };
+        let max = self.cfg.max_datagram.min(usize::from(u16::MAX));
+        // What stays here: to the last destination (and owner), from
+        // this backend's address, of its family, whole.
+        let (local, v6, rport) = (self.cfg.local, self.v6, self.cfg.remote_port);
+        let mut here = |t: &Transmit| {
+            let dst = match t.destination.port() {
+                roce_wire::ROCE_V2_PORT => std::net::SocketAddr::new(t.destination.ip(), rport),
+                _ => t.destination,
+            };
+            dst == last.dst
+                && (!sharing || t.dest_owner() == last.owner)
+                && t.src.ip() == local
+                && t.is_ipv6() == v6
+                && t.size <= max
+                && t.size >= t.header_len() + super::tx::MIN_TRANSPORT
+        };
+        let mut spill = self.spill.take();
+        let built = shm.build_in(now, link, max, &mut self.stats, |room| {
+            let Some((t, icrc)) = build(room, &mut here) else {
+                return (None, None);
+            };
+            if here(&t) {
+                let made = Made {
+                    intact: true,
+                    no_icrc: !icrc,
+                };
+                let c = InRing {
+                    sport: t.src.port(),
+                    tos: t.tos(),
+                    made,
+                    len: t.size,
+                    payload_len: t.size - t.header_len(),
+                };
+                return (Some(!icrc), Some(c));
+            }
+            // Elsewhere: copied out (the room lapses), sent below.
+            let b = spill.get_or_insert_with(|| crate::PacketBatch::new(1, max));
+            b.clear();
+            let size = t.size.min(room.len()).min(b.slot_size());
+            b.push_transmit_icrc_with(|slot| {
+                slot[..size].copy_from_slice(&room[..size]);
+                Some((Transmit { size, ..t }, icrc))
+            });
+            (None, None)
+        });
+        let result = match built {
+            None => InPlace::Unavailable,
+            Some((Some(no_icrc), ring)) => {
+                if ring {
+                    self.stats.shm_tx_no_icrc += u64::from(no_icrc);
+                    self.stats.shm_tx_in_place += 1;
+                    self.stats.shm_qpn_routes += u64::from(sharing);
+                }
+                InPlace::Taken
+            }
+            Some((None, _)) => match spill.as_ref() {
+                Some(b) if !b.is_empty() => {
+                    self.send_udp_and_rings(now, b);
+                    InPlace::Taken
+                }
+                _ => InPlace::Nothing,
+            },
+        };
+        if let Some(b) = spill.as_mut() {
+            b.clear();
+        }
+        self.spill = spill;
+        result
     }
 
     /// [`Backend::forward`](crate::Backend::forward) of the UDP backend.

@@ -526,6 +526,44 @@ impl Shm {
         })
     }
 
+    /// Builds a datagram straight into link `i`'s ring: `f` gets room
+    /// for up to `max` bytes at the tail ([`Producer::reserve`]) and
+    /// says what it built there: a whole IP datagram to commit
+    /// ([`InRing`], counted as [`push_own`](Self::push_own) counts it),
+    /// or nothing (the room lapses). `None`, without calling `f`, when
+    /// the link is not there or its ring has no room (the datagram then
+    /// goes the usual way, which counts the drop).
+    pub(super) fn build_in<R>(
+        &mut self,
+        now: Nanos,
+        i: usize,
+        max: usize,
+        stats: &mut UdpStats,
+        f: impl FnOnce(&mut [u8]) -> (R, Option<InRing>),
+    ) -> Option<(R, bool)> {
+        let o = self.outgoing.get_mut(i).and_then(Option::as_mut)?;
+        let mut r = match o.ring.reserve(max) {
+            Ok(r) => r?,
+            Err(_) => {
+                stats.shm_broken += 1;
+                self.close_out(now, i, false);
+                return None;
+            }
+        };
+        // SAFETY: the producer lives in `self.outgoing[i]`, which `f`
+        // cannot reach (it gets the room alone), and writes no other
+        // record until the commit below; the reader does not look past
+        // the published tail.
+        let (out, commit) = f(unsafe { r.room() });
+        let Some(c) = commit else {
+            return Some((out, false));
+        };
+        let ring = self.push_with(now, i, c.payload_len, stats, |p| {
+            p.commit(r, c.sport, c.tos, c.made, c.len)
+        });
+        Some((out, ring))
+    }
+
     fn push_with(
         &mut self,
         now: Nanos,
@@ -579,6 +617,18 @@ impl Shm {
             }
         }
     }
+}
+
+/// A datagram built in a ring ([`Shm::build_in`]): a whole IP datagram
+/// of `len` bytes whose UDP payload is `payload_len`, sent from `sport`
+/// with `tos`, made as `made` says.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InRing {
+    pub(super) sport: u16,
+    pub(super) tos: u8,
+    pub(super) made: Made,
+    pub(super) len: usize,
+    pub(super) payload_len: usize,
 }
 
 /// The first free slot of `v`, growing it up to [`MAX_LINKS`].
