@@ -1,10 +1,11 @@
 //! The QPs the traffic loops drive ([`super::traffic`]): a [`Lane`] is
-//! one QP and its part of a registered region, in perftest's layout (a
-//! [`DataQp`]: a region and a CQ per QP) or roce perf's (one region with
-//! a slot per QP, `setup.rs`).
+//! one QP and its part of a registered region, in perftest's layout
+//! ([`DataQps`]: a region per QP, one CQ for all) or roce perf's (one
+//! region with a slot per QP, `setup.rs`).
 
 use roce_verbs::{
-    Access, CompletionQueue, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr,
+    Access, Completion, CompletionQueue, MemoryRegion, QpCaps, QpInitAttr, QpType, Qpn, QueuePair,
+    RecvWr,
 };
 
 use super::error::PerfError;
@@ -69,13 +70,74 @@ impl Lane<'_> {
     }
 
     /// Polls the CQ; fails on an unsuccessful completion.
-    pub(crate) fn poll(&self, comps: &mut Vec<roce_verbs::Completion>) -> Result<(), PerfError> {
-        comps.clear();
-        self.cq.poll(comps, 256)?;
-        match comps.iter().find(|c| !c.is_success()) {
-            Some(c) => Err(PerfError::Failed(report::failed(c))),
-            None => Ok(()),
+    pub(crate) fn poll(&self, comps: &mut Vec<Completion>) -> Result<(), PerfError> {
+        poll(self.cq, comps)
+    }
+}
+
+/// Polls `cq` for up to 256 completions; fails on an unsuccessful one.
+fn poll(cq: &CompletionQueue, comps: &mut Vec<Completion>) -> Result<(), PerfError> {
+    comps.clear();
+    cq.poll(comps, 256)?;
+    match comps.iter().find(|c| !c.is_success()) {
+        Some(c) => Err(PerfError::Failed(report::failed(c))),
+        None => Ok(()),
+    }
+}
+
+/// The CQs of a set of lanes, each once (lanes may share one, as
+/// perftest's QPs share its send and receive CQs), and which lane each
+/// completion belongs to: a BW loop polls every CQ once a round rather
+/// than once per QP, since an empty poll steps the engine and may yield
+/// the CPU.
+pub(crate) struct CqSet<'a> {
+    cqs: Vec<&'a CompletionQueue>,
+    /// (QP number, lane index), sorted by QP number.
+    route: Vec<(Qpn, usize)>,
+}
+
+impl<'a> CqSet<'a> {
+    pub(crate) fn new(lanes: &[Lane<'a>]) -> CqSet<'a> {
+        let mut cqs: Vec<&CompletionQueue> = Vec::new();
+        for l in lanes {
+            if !cqs.iter().any(|c| std::ptr::eq(*c, l.cq)) {
+                cqs.push(l.cq);
+            }
         }
+        let mut route: Vec<(Qpn, usize)> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.qp.qpn(), i))
+            .collect();
+        route.sort_unstable_by_key(|&(q, _)| q);
+        CqSet { cqs, route }
+    }
+
+    /// Polls every CQ once; calls `each(lane index, completion)` for
+    /// what they held. A completion of a QP that is no lane's fails.
+    pub(crate) fn poll(
+        &self,
+        comps: &mut Vec<Completion>,
+        mut each: impl FnMut(usize, &Completion) -> Result<(), PerfError>,
+    ) -> Result<bool, PerfError> {
+        let mut any = false;
+        for cq in &self.cqs {
+            poll(cq, comps)?;
+            for c in comps.iter() {
+                any = true;
+                let q = c.qp_num();
+                let i = self
+                    .route
+                    .binary_search_by_key(&q, |&(n, _)| n)
+                    .map_err(|_| {
+                        PerfError::Failed(format!(
+                            "a completion of QP {q}, which this test did not create"
+                        ))
+                    })?;
+                each(self.route[i].1, c)?;
+            }
+        }
+        Ok(any)
     }
 }
 
@@ -84,7 +146,6 @@ impl Lane<'_> {
 /// ring of receive buffers of `ring_bytes` after them.
 pub(crate) struct DataQp {
     pub(crate) mr: MemoryRegion,
-    pub(crate) cq: CompletionQueue,
     pub(crate) qp: QueuePair,
     pub(crate) area: u64,
     pub(crate) ring_bytes: u64,
@@ -92,9 +153,16 @@ pub(crate) struct DataQp {
     pub(crate) slots: u64,
 }
 
-impl DataQp {
-    /// A QP with room for the plan's largest message.
-    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQp, PerfError> {
+/// perftest's data QPs (one per `-q`) and the CQ they share, as
+/// perftest's QPs share its send and receive CQs.
+pub(crate) struct DataQps {
+    pub(crate) cq: CompletionQueue,
+    pub(crate) qps: Vec<DataQp>,
+}
+
+impl DataQps {
+    /// The plan's QPs, each with room for its largest message.
+    pub(crate) fn create(ctx: &roce_verbs::Context, p: &Plan) -> Result<DataQps, PerfError> {
         let max = p.max_size();
         let ring_bytes = if p.is_send {
             (p.iters.min(MAX_RING) * max).min(RING_BYTES).max(2 * max)
@@ -103,15 +171,12 @@ impl DataQp {
         };
         let slots = if p.is_send { MAX_RING.min(p.iters) } else { 0 };
         let area = max.max(4096);
-        let pd = ctx.alloc_pd();
+        let per_qp = (p.tx_depth + slots) as usize * 2 + 64;
+        let cq = ctx.create_cq((per_qp * p.qps).min(4 << 20), None)?;
         let access = Access::LOCAL_WRITE
             | Access::REMOTE_WRITE
             | Access::REMOTE_READ
             | Access::REMOTE_ATOMIC;
-        let mr = pd
-            .reg_mr(vec![0u8; (2 * area + ring_bytes) as usize], access)
-            .map_err(super::during("cannot register memory"))?;
-        let cq = ctx.create_cq((p.tx_depth + slots) as usize * 2 + 64, None)?;
         let cap = QpCaps {
             max_send_wr: p.tx_depth as u32 + 16,
             max_recv_wr: slots as u32 + 16,
@@ -119,30 +184,40 @@ impl DataQp {
             max_recv_sge: 1,
             max_inline_data: 256,
         };
-        let qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
-            .map_err(super::during("cannot create a QP"))?;
-        Ok(DataQp {
-            mr,
-            cq,
-            qp,
-            area,
-            ring_bytes,
-            slots,
-        })
+        let mut qps = Vec::with_capacity(p.qps);
+        for _ in 0..p.qps {
+            let pd = ctx.alloc_pd();
+            let mr = pd
+                .reg_mr(vec![0u8; (2 * area + ring_bytes) as usize], access)
+                .map_err(super::during("cannot register memory"))?;
+            let qp = pd
+                .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).cap(cap))
+                .map_err(super::during("cannot create a QP"))?;
+            qps.push(DataQp {
+                mr,
+                qp,
+                area,
+                ring_bytes,
+                slots,
+            });
+        }
+        Ok(DataQps { cq, qps })
     }
 
-    /// This QP as a traffic loop uses it.
-    pub(crate) fn lane(&self) -> Lane<'_> {
-        Lane {
-            mr: &self.mr,
-            cq: &self.cq,
-            qp: &self.qp,
-            target: 0,
-            source: self.area,
-            ring: 2 * self.area,
-            ring_bytes: self.ring_bytes,
-            slots: self.slots,
-        }
+    /// The QPs as the traffic loops use them.
+    pub(crate) fn lanes(&self) -> Vec<Lane<'_>> {
+        self.qps
+            .iter()
+            .map(|d| Lane {
+                mr: &d.mr,
+                cq: &self.cq,
+                qp: &d.qp,
+                target: 0,
+                source: d.area,
+                ring: 2 * d.area,
+                ring_bytes: d.ring_bytes,
+                slots: d.slots,
+            })
+            .collect()
     }
 }

@@ -32,7 +32,7 @@ use roce_verbs::{ConnectOptions, Psn, QpEndpoint, RemoteMr, Rkey};
 use super::args::{BackendKind, PerfArgs};
 use super::backend::{gid_address, link_path_mtu, open_moving};
 use super::error::PerfError;
-use super::lane::DataQp;
+use super::lane::{DataQp, DataQps};
 use super::messages::Endpoint;
 use super::messages::Test;
 use super::net::{accept_interruptibly, connect_tcp, first_byte, resolve};
@@ -210,10 +210,9 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
         || (args.bind.is_none_or(|b| b.is_unspecified()) && args.gid_index.is_none());
     let peer: Vec<IpAddr> = oob.s.peer_addr().ok().map(|a| a.ip()).into_iter().collect();
     let (ctx, local) = open_moving(args, local, mtu, None, moves, &peer, args.json)?;
-    let qps = (0..plan.qps)
-        .map(|_| DataQp::create(&ctx, &plan))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mine = local_endpoints(&qps, &plan, local)?;
+    let set = DataQps::create(&ctx, &plan)?;
+    let qps = &set.qps;
+    let mine = local_endpoints(qps, &plan, local)?;
     let mut plane = PerftestPlane::new(&mut oob, &plan, client, plan.out_reads());
     // As in roce perf's own exchange: the GIDs the keys name are where
     // this side sends, so they must be the TCP peer's (unless -x), or a
@@ -260,14 +259,14 @@ pub(crate) fn run_on(args: &PerfArgs, stream: TcpStream, client: bool) -> Result
             .map_err(super::during("cannot connect the QP"))?;
     }
     let remotes = plane.confirm_keys(args)?;
-    let lanes: Vec<_> = qps.iter().map(DataQp::lane).collect();
+    let lanes = set.lanes();
     let rows = session::run(&mut plane, &plan.run(&lanes, &remotes, client))?;
     let last = plane.first_keys()?;
     if test != Test::WriteLat {
         oob.close(&last)?;
     }
     print_rows(&plan, mtu, &their_version, &rows, args);
-    drop(qps);
+    drop(set);
     Ok(())
 }
 

@@ -33,7 +33,7 @@ use roce_verbs::{
 use super::args::PerfArgs;
 use super::backend::{link_path_mtu, open_context};
 use super::error::PerfError;
-use super::lane::DataQp;
+use super::lane::DataQps;
 use super::messages::Endpoint;
 use super::messages::Test;
 use super::net::resolve;
@@ -308,14 +308,13 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     // zero sync (the client retries while the server is not listening
     // yet; the server takes the requests in the order they come) and
     // followed by another.
-    let dqs = (0..plan.qps)
-        .map(|_| DataQp::create(&ctx, &plan))
-        .collect::<Result<Vec<_>, _>>()?;
+    let set = DataQps::create(&ctx, &plan)?;
+    let dqs = &set.qps;
     let zeros = [0u8; MSG];
     let mut data = Vec::with_capacity(dqs.len());
     if let Some(s) = server {
         ch.xchg(&zeros, MSG)?;
-        for dq in &dqs {
+        for dq in dqs {
             data.push(connect_retrying(&dq.qp, s, args.port, &param(test))?);
         }
     } else {
@@ -326,7 +325,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
         )))?;
         ch.send(&zeros)?;
         let peer = client_addr.ok_or_else(|| PerfError::Failed("no control connection".into()))?;
-        for dq in &dqs {
+        for dq in dqs {
             let req = request_from(&l, peer, Duration::from_secs(60))?;
             data.push(
                 req.accept(&dq.qp, &param(test), Duration::from_secs(30))
@@ -339,7 +338,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     // The keys, as over TCP: per QP, then the confirming rounds. The
     // CM connected the QPs: the keys tell each side the peer's buffers.
     let mut mine = Vec::with_capacity(dqs.len());
-    for dq in &dqs {
+    for dq in dqs {
         let attr = dq.qp.query()?;
         mine.push(Endpoint {
             qpn: dq.qp.qpn().value(),
@@ -354,7 +353,7 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
     let mut plane = PerftestPlane::new(&mut ch, &plan, client, out_reads);
     plane.exchange(&Endpoints { qps: mine, mtu }, &|_| Ok(()))?;
     let remotes = plane.confirm_keys(args)?;
-    let lanes: Vec<_> = dqs.iter().map(DataQp::lane).collect();
+    let lanes = set.lanes();
     let rows = session::run(&mut plane, &plan.run(&lanes, &remotes, client))?;
     let last = plane.first_keys()?;
     // ib_write_lat has no closing round (over TCP it just closes).

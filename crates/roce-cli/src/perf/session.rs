@@ -171,7 +171,7 @@ mod tests {
     use roce_verbs::{ConnectOptions, Context, Psn, QpEndpoint, Qpn, RemoteMr, Rkey};
 
     use super::*;
-    use crate::perf::lane::DataQp;
+    use crate::perf::lane::DataQps;
     use crate::perf::messages::Endpoint;
     use crate::perf::perftest_plan::Plan;
     use crate::perf::plane::{CheckPeer, Endpoints};
@@ -297,9 +297,8 @@ mod tests {
     ) -> (Vec<Row>, Vec<String>) {
         let a: IpAddr = addr.parse().unwrap();
         let ctx = Context::open_fabric(&fabric, a).unwrap();
-        let qps: Vec<DataQp> = (0..plan.qps)
-            .map(|_| DataQp::create(&ctx, &plan).unwrap())
-            .collect();
+        let set = DataQps::create(&ctx, &plan).unwrap();
+        let qps = &set.qps;
         let mine: Vec<Endpoint> = qps
             .iter()
             .enumerate()
@@ -337,7 +336,7 @@ mod tests {
             q.qp.connect(Psn::new(m.psn), &ep, &ConnectOptions::default())
                 .unwrap();
         }
-        let lanes: Vec<_> = qps.iter().map(DataQp::lane).collect();
+        let lanes = set.lanes();
         let remotes: Vec<(u64, Rkey)> = theirs
             .qps
             .iter()

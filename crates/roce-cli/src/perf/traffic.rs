@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use roce_verbs::{Rkey, SendOp, SendWr};
 
 use super::error::PerfError;
-use super::lane::Lane;
+use super::lane::{CqSet, Lane};
 use super::messages::Test;
 use super::progress::Progress;
 use super::report::BwResult;
@@ -207,6 +207,7 @@ fn requester(t: &Traffic<'_>, recv: bool, watch: &mut impl Watch) -> Result<Coun
     }
     let mut line = vec![(0.0, 0u64)];
     let mut comps = Vec::with_capacity(256);
+    let cqs = CqSet::new(t.lanes);
     let start = Instant::now();
     let mut shown = Progress::new(
         t.duration,
@@ -248,18 +249,20 @@ fn requester(t: &Traffic<'_>, recv: bool, watch: &mut impl Watch) -> Result<Coun
                 k.posted += room;
                 r.map_err(|e| super::during("post_send")(e.error))?;
             }
-            d.poll(&mut comps)?;
-            for cmp in &comps {
-                progress = true;
-                if cmp.wr_id() & SEND_BIT != 0 {
-                    // Sends complete in order: this one and all before it.
-                    k.sent = (cmp.wr_id() & !SEND_BIT) + 1;
-                } else {
-                    k.received += 1;
-                    received_all += 1;
-                    took(t, d, cmp.wr_id(), received_all, &mut k.reposted)?;
-                }
+        }
+        progress |= cqs.poll(&mut comps, |i, cmp| {
+            let k = &mut c[i];
+            if cmp.wr_id() & SEND_BIT != 0 {
+                // Sends complete in order: this one and all before it.
+                k.sent = (cmp.wr_id() & !SEND_BIT) + 1;
+            } else {
+                k.received += 1;
+                received_all += 1;
+                took(t, &t.lanes[i], cmp.wr_id(), received_all, &mut k.reposted)?;
             }
+            Ok(())
+        })?;
+        for k in &c {
             if !(k.sent == iters || over && k.sent == k.posted) {
                 sending += 1;
             }
@@ -343,6 +346,7 @@ pub(crate) fn server_receive(
     let mut got = vec![0u64; t.lanes.len()];
     let mut reposted: Vec<u64> = t.lanes.iter().map(|q| q.ring_slots(size, iters)).collect();
     let mut comps = Vec::with_capacity(256);
+    let cqs = CqSet::new(t.lanes);
     let mut line = vec![(0.0, 0u64)];
     let mut start = None;
     let mut total = 0u64;
@@ -358,16 +362,11 @@ pub(crate) fn server_receive(
         if peer_sent.is_some_and(|p| total >= p) {
             break;
         }
-        let mut progress = false;
-        for (i, d) in t.lanes.iter().enumerate() {
-            d.poll(&mut comps)?;
-            for c in &comps {
-                progress = true;
-                got[i] += 1;
-                total += 1;
-                took(t, d, c.wr_id(), total, &mut reposted[i])?;
-            }
-        }
+        let progress = cqs.poll(&mut comps, |i, c| {
+            got[i] += 1;
+            total += 1;
+            took(t, &t.lanes[i], c.wr_id(), total, &mut reposted[i])
+        })?;
         if progress {
             let now = Instant::now();
             let s = *start.get_or_insert(now);
