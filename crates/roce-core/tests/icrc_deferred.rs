@@ -132,7 +132,7 @@ fn asked_for_the_icrc_is_there_and_the_datagram_as_poll_transmit_makes_it() {
         &mut w,
         |_| {
             n.set(n.get() + 1);
-            n.get() % 2 == 0
+            n.get().is_multiple_of(2)
         },
         true,
     );

@@ -354,7 +354,7 @@ impl PacketBatch {
     }
 
     /// Removes the first `n` datagrams (for example those a backend's
-    /// [`send`](Backend::send) took), moving the rest to the front in order.
+    /// [`send`](crate::Backend::send) took), moving the rest to the front in order.
     /// Removes everything when `n >= len`.
     pub fn drain_front(&mut self, n: usize) {
         if n >= self.len {
