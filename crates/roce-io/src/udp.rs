@@ -639,6 +639,7 @@ impl Backend for UdpBackend {
             ("udp_tx_gso_sends", s.tx_gso_sends),
             ("udp_tx_gso_datagrams", s.tx_gso_datagrams),
             ("udp_tx_malformed", s.tx_malformed),
+            ("udp_tx_not_own_source", s.tx_not_own_source),
             ("udp_tx_errors", s.tx_errors),
             ("udp_tx_sport_rewritten", s.tx_sport_rewritten),
             ("udp_tx_icrc_recomputed", s.tx_icrc_recomputed),

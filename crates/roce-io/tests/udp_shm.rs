@@ -522,6 +522,15 @@ fn a_datagram_built_in_the_ring_arrives_and_one_for_elsewhere_is_sent_the_usual_
         assert_eq!((p.ip.dscp(), p.ip.ecn()), (s.dscp, s.ecn));
         assert_eq!(p.payload, &payload(s.psn, s.len)[..]);
     }
+    // From an address that is not this backend's: dropped, counted.
+    let foreign = spec(ip("127.0.0.44"), sb, psn + 6);
+    let in_ring = a.stats().shm_tx_datagrams;
+    assert_eq!(
+        build_in_place(&mut a, &clock, &foreign),
+        roce_io::InPlace::Taken
+    );
+    assert_eq!(a.stats().tx_not_own_source, 1);
+    assert_eq!(a.stats().shm_tx_datagrams, in_ring);
     // Nothing to build: nothing taken.
     let r = a.transmit_in_place(clock.now(), &mut |_, _| None);
     assert_eq!(r, roce_io::InPlace::Nothing);

@@ -225,6 +225,12 @@ pub struct UdpStats {
     /// Datagrams that were not an IPv4 / IPv6 UDP datagram of the
     /// backend's family carrying at least a BTH and an ICRC; dropped.
     pub tx_malformed: u64,
+    /// Datagrams built in place
+    /// ([`Backend::transmit_in_place`](crate::Backend::transmit_in_place))
+    /// from an address that is not this backend's (a GID a
+    /// [`UdpSet`](crate::UdpSet) has not bound yet, which it drops as
+    /// well): dropped.
+    pub tx_not_own_source: u64,
     /// Datagrams the kernel refused (no route, too big for the path MTU,
     /// ...); dropped.
     pub tx_errors: u64,

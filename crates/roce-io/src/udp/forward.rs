@@ -27,6 +27,18 @@ pub(super) struct LastHop {
     serial: u64,
 }
 
+/// What [`UdpBackend::build_in_place`] had built in the ring.
+enum Built {
+    /// A datagram that stays there (its ICRC left out or not).
+    InRing { no_icrc: bool },
+    /// One for elsewhere, copied out.
+    Spilled,
+    /// One from an address that is not this backend's.
+    NotOwnSource,
+    /// None.
+    Nothing,
+}
+
 /// Where one outgoing datagram goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Hop {
@@ -208,7 +220,7 @@ impl UdpBackend {
         let mut spill = self.spill.take();
         let built = shm.build_in(now, link, max, &mut self.stats, |room| {
             let Some((t, icrc)) = build(room, &mut here) else {
-                return (None, None);
+                return (Built::Nothing, None);
             };
             if here(&t) {
                 let made = Made {
@@ -222,7 +234,12 @@ impl UdpBackend {
                     len: t.size,
                     payload_len: t.size - t.header_len(),
                 };
-                return (Some(!icrc), Some(c));
+                return (Built::InRing { no_icrc: !icrc }, Some(c));
+            }
+            // Not from this backend's address (a GID a UDP set has not
+            // bound yet, which it drops too): dropped.
+            if t.src.ip() != local {
+                return (Built::NotOwnSource, None);
             }
             // Elsewhere: copied out (the room lapses), sent below.
             let b = spill.get_or_insert_with(|| crate::PacketBatch::new(1, max));
@@ -232,11 +249,11 @@ impl UdpBackend {
                 slot[..size].copy_from_slice(&room[..size]);
                 Some((Transmit { size, ..t }, icrc))
             });
-            (None, None)
+            (Built::Spilled, None)
         });
         let result = match built {
             None => InPlace::Unavailable,
-            Some((Some(no_icrc), ring)) => {
+            Some((Built::InRing { no_icrc }, ring)) => {
                 if ring {
                     self.stats.shm_tx_no_icrc += u64::from(no_icrc);
                     self.stats.shm_tx_in_place += 1;
@@ -244,13 +261,17 @@ impl UdpBackend {
                 }
                 InPlace::Taken
             }
-            Some((None, _)) => match spill.as_ref() {
-                Some(b) if !b.is_empty() => {
+            Some((Built::Spilled, _)) => {
+                if let Some(b) = spill.as_ref().filter(|b| !b.is_empty()) {
                     self.send_udp_and_rings(now, b);
-                    InPlace::Taken
                 }
-                _ => InPlace::Nothing,
-            },
+                InPlace::Taken
+            }
+            Some((Built::NotOwnSource, _)) => {
+                self.stats.tx_not_own_source += 1;
+                InPlace::Taken
+            }
+            Some((Built::Nothing, _)) => InPlace::Nothing,
         };
         if let Some(b) = spill.as_mut() {
             b.clear();
