@@ -208,17 +208,18 @@ pub unsafe fn arg_mut<'a, T>(p: *mut T) -> Res<&'a mut T> {
 
 /// The errno rdma-core's kernel path gives for each engine error.
 pub fn errno_of(e: &roce_verbs::Error) -> Errno {
-    use roce_core::{PostError, VerbsError};
+    use roce_core::VerbsError;
     use roce_verbs::Error as E;
     match e {
         E::Verbs(VerbsError::NotFound) => libc::ENOENT,
         E::Verbs(VerbsError::Busy) | E::MrInUse => libc::EBUSY,
         E::Verbs(VerbsError::Access(_)) => libc::EINVAL,
         E::Verbs(VerbsError::Modify(_)) | E::Verbs(VerbsError::InvalidArgument(_)) => libc::EINVAL,
-        E::Post(PostError::QueueFull) => libc::ENOMEM,
-        E::Post(PostError::NoSuchObject) => libc::ENOENT,
-        E::Post(_) => libc::EINVAL,
-        E::UnknownLkey(_) | E::SgeOutOfBounds(_) | E::WrongPd | E::WrongContext => libc::EINVAL,
+        E::Post(p) => post_errno(p),
+        E::Create(c) => create_errno(c),
+        E::ModifyQp(m) => modify_errno(m),
+        E::RegMr(r) => reg_errno(r),
+        E::WrongContext => libc::EINVAL,
         E::CqOverflow => libc::EOVERFLOW,
         E::InvalidArgument(_) => libc::EINVAL,
         E::ThreadSpawn => libc::EAGAIN,
@@ -226,9 +227,53 @@ pub fn errno_of(e: &roce_verbs::Error) -> Errno {
     }
 }
 
-/// `errno_of` as a `map_err` argument.
-pub fn verr(e: roce_verbs::Error) -> Errno {
-    errno_of(&e)
+/// The errno of a refused post (`ibv_post_send`, `ibv_post_recv`,
+/// `ibv_post_srq_recv`): a full queue is `ENOMEM` as in rdma-core's
+/// providers, everything else about the WR `EINVAL`.
+pub fn post_errno(e: &roce_verbs::PostError) -> Errno {
+    use roce_verbs::PostError as P;
+    match e {
+        P::QueueFull => libc::ENOMEM,
+        P::NoSuchQueue => libc::ENOENT,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The errno of a refused creation (`ibv_create_qp`, `_cq`, `_srq`, `_ah`).
+pub fn create_errno(e: &roce_verbs::CreateError) -> Errno {
+    use roce_verbs::CreateError as C;
+    match e {
+        C::Exhausted => libc::EBUSY,
+        C::AddrUnavailable(_, std::io::ErrorKind::AddrInUse) => libc::EADDRINUSE,
+        C::AddrUnavailable(..) => libc::EADDRNOTAVAIL,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The errno of a refused `ibv_modify_qp`.
+pub fn modify_errno(e: &roce_verbs::ModifyQpError) -> Errno {
+    use roce_verbs::ModifyQpError as M;
+    match e {
+        M::NoSuchQp => libc::ENOENT,
+        M::AddrUnavailable(_, std::io::ErrorKind::AddrInUse) => libc::EADDRINUSE,
+        M::AddrUnavailable(..) => libc::EADDRNOTAVAIL,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The errno of a refused `ibv_reg_mr` / `ibv_rereg_mr`.
+pub fn reg_errno(e: &roce_verbs::RegMrError) -> Errno {
+    use roce_verbs::RegMrError as R;
+    match e {
+        R::NotRegistered => libc::ENOENT,
+        _ => libc::EINVAL,
+    }
+}
+
+/// `errno_of` as a `map_err` argument, for the general error and every
+/// call's own error type.
+pub fn verr(e: impl Into<roce_verbs::Error>) -> Errno {
+    errno_of(&e.into())
 }
 
 /// Copies `s` into a C `char` array, NUL-terminated and truncated.

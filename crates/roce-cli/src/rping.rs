@@ -18,7 +18,7 @@ use clap::Parser;
 use roce_verbs::{
     Access, BackendKind, CmAccepting, CmConnection, CmError, CmListener, CmRequest,
     CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttr,
-    QpType, QueuePair, RecvWr, Rkey, SendOp, SendWr, WcStatus,
+    QpType, QueuePair, RecvWr, RemoteAddr, Rkey, SendWr, WcStatus,
 };
 
 use crate::stop::Stop;
@@ -590,7 +590,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
         }
         let len = len.min(size as u32);
-        let read = SendWr::rdma(RDMA_ID, SendOp::Read, [rdma_buf.sge(0, len)], addr, rkey);
+        let read = SendWr::read(RDMA_ID, [rdma_buf.sge(0, len)], RemoteAddr::new(addr, rkey));
         rig.qp
             .post_send(read)
             .map_err(|e| format!("post read: {e}"))?;
@@ -608,7 +608,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         let (addr, rkey, _) = parse_info(&rig.recv.to_vec().map_err(|e| e.to_string())?);
         rig.post_recv()?;
         let n = (c_str(&data).len() + 1).min(size) as u32;
-        let write = SendWr::rdma(RDMA_ID, SendOp::Write, [rdma_buf.sge(0, n)], addr, rkey);
+        let write = SendWr::write(RDMA_ID, [rdma_buf.sge(0, n)], RemoteAddr::new(addr, rkey));
         rig.qp
             .post_send(write)
             .map_err(|e| format!("post write: {e}"))?;

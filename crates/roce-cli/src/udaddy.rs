@@ -12,7 +12,7 @@ use clap::Parser;
 use roce_verbs::{
     Access, AddressHandle, AhAttr, BackendKind, CompletionQueue, ConnectOptions, Context,
     MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
-    SendOp, SendWr, WcFlags,
+    SendWr, WcFlags,
 };
 
 /// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
@@ -143,8 +143,8 @@ impl Ud {
     /// `n` SENDs with immediate = our QPN to `qpn` at `ah`.
     fn send_to(&self, ah: &AddressHandle, qpn: Qpn, n: u32) -> Result<(), String> {
         for i in 0..n {
-            let mut wr = SendWr::send(1_000_000 + i as u64, [self.send.sge(0, self.size as u32)]);
-            wr.op = SendOp::SendWithImm(self.qp.qpn().value());
+            let sge = self.send.sge(0, self.size as u32);
+            let wr = SendWr::send_with_imm(1_000_000 + i as u64, [sge], self.qp.qpn().value());
             self.qp
                 .post_send_ud(wr, ah, qpn, Qkey::new(UDP_QKEY))
                 .map_err(|e| format!("post send: {e}"))?;

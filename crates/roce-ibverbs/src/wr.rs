@@ -11,7 +11,7 @@ use std::os::raw::c_int;
 use roce_verbs::{Lkey, RecvWr, Sge, SgeList};
 
 use crate::abi::*;
-use crate::ffi::{errno_of, Res};
+use crate::ffi::{post_errno, Res};
 
 /// Whether `n` scatter/gather entries fit a queue taking `max`: `EINVAL`
 /// as rxe answers (a negative count included), checked before a single
@@ -142,7 +142,7 @@ pub(crate) unsafe fn post_recv_list(
     wr: *mut ibv_recv_wr,
     depth: u32,
     max_sge: u32,
-    post: impl Fn(RecvWr) -> Result<(), roce_verbs::Error>,
+    post: impl Fn(RecvWr) -> Result<(), roce_verbs::PostError>,
 ) -> Result<(), (c_int, *mut ibv_recv_wr)> {
     let mut walk = Walk::new(wr, depth as usize);
     loop {
@@ -160,7 +160,7 @@ pub(crate) unsafe fn post_recv_list(
             wr_id: w.wr_id,
             sgl: sg,
         })
-        .map_err(|e| (errno_of(&e), cur))?;
+        .map_err(|e| (post_errno(&e), cur))?;
     }
 }
 

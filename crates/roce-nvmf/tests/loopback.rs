@@ -152,7 +152,9 @@ fn host_writes_and_reads_back_through_the_target() {
 
         // Keep-alive: KATO 400 ms; commands every 250 ms carry a Keep Alive
         // before them when half the KATO has passed, so the controller
-        // lives well beyond 400 ms; idle past the KATO, it is torn down.
+        // lives well beyond 400 ms; idle for a whole period after the one
+        // its last command fell in (traffic-based keep alive: at most two
+        // KATOs), it is torn down.
         let mut o = HostOptions::new(SUBNQN, HOSTNQN);
         o.kato_ms = 400;
         o.timeout = Duration::from_secs(2);
@@ -162,7 +164,7 @@ fn host_writes_and_reads_back_through_the_target() {
             h.read(Nsid(1), 8, 1, 512)
                 .map_err(|e| format!("read while alive: {e}"))?;
         }
-        thread::sleep(Duration::from_millis(700));
+        thread::sleep(Duration::from_millis(1000));
         assert!(
             h.read(Nsid(1), 8, 1, 512).is_err(),
             "the controller outlived its KATO"

@@ -42,7 +42,6 @@ fn stream(
     cq: &CompletionQueue,
     op: SendOp,
     local: &MemoryRegion,
-    remote: RemoteMr,
     total: usize,
     depth: usize,
 ) -> Result<Duration, Box<dyn std::error::Error>> {
@@ -51,13 +50,7 @@ fn stream(
     let mut out = Vec::new();
     while done < total {
         while posted < total && posted - done < depth {
-            let wr = SendWr::rdma(
-                posted as u64,
-                op,
-                [local.sge(0, MIB as u32)],
-                remote.addr,
-                remote.rkey,
-            );
+            let wr = SendWr::new(posted as u64, op, [local.sge(0, MIB as u32)]);
             qp.post_send(wr)?;
             posted += 1;
         }
@@ -120,26 +113,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         qa.query()?.path_mtu
     );
     let t = Instant::now();
-    qa.post_send(SendWr::rdma(
-        1,
-        SendOp::Write,
-        [src.sge_all()],
-        remote.addr,
-        remote.rkey,
-    ))?;
+    qa.post_send(SendWr::write(1, [src.sge_all()], remote.at(0)))?;
     wait(&ca, 1)?;
     let tw = t.elapsed();
     if target.to_vec()? != data {
         return Err("the WRITE did not land intact".into());
     }
     let t = Instant::now();
-    qa.post_send(SendWr::rdma(
-        2,
-        SendOp::Read,
-        [back.sge_all()],
-        remote.addr,
-        remote.rkey,
-    ))?;
+    qa.post_send(SendWr::read(2, [back.sge_all()], remote.at(0)))?;
     wait(&ca, 1)?;
     let tr = t.elapsed();
     if back.to_vec()? != data {
@@ -150,9 +131,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("READ", MIB, tr);
 
     println!("streaming {total} x 1 MiB, {depth} in flight:");
-    let t = stream(&qa, &ca, SendOp::Write, &src, remote, total, depth)?;
+    let write = SendOp::Write {
+        remote: remote.at(0),
+    };
+    let t = stream(&qa, &ca, write, &src, total, depth)?;
     report("WRITE", total * MIB, t);
-    let t = stream(&qa, &ca, SendOp::Read, &back, remote, total, depth)?;
+    let read = SendOp::Read {
+        remote: remote.at(0),
+    };
+    let t = stream(&qa, &ca, read, &back, total, depth)?;
     report("READ", total * MIB, t);
     if back.to_vec()? != data {
         return Err("streamed READs returned wrong data".into());

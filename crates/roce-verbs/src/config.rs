@@ -71,9 +71,9 @@ pub struct ProgressConfig {
     pub yield_when_idle: bool,
     /// Whether `post_send` and `post_recv` refuse a scatter/gather entry
     /// whose lkey names no region, a region of another PD, or bytes
-    /// outside its region ([`Error::UnknownLkey`](crate::Error::UnknownLkey),
-    /// [`Error::WrongPd`](crate::Error::WrongPd),
-    /// [`Error::SgeOutOfBounds`](crate::Error::SgeOutOfBounds)). On (the
+    /// outside its region ([`PostError::UnknownLkey`](crate::PostError::UnknownLkey),
+    /// [`PostError::WrongPd`](crate::PostError::WrongPd),
+    /// [`PostError::SgeOutOfBounds`](crate::PostError::SgeOutOfBounds)). On (the
     /// default) for the Rust API, which reports such a mistake where it
     /// is made. Off, such a work request is posted and the engine's own
     /// checks, when it runs, complete it with a local protection error

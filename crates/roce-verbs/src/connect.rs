@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use roce_core::{Access, AddressVector, Psn, Qkey, QpAttr, QpAttrMask, QpState, QpType, Qpn};
 
-use crate::error::Error;
+use crate::error::ModifyQpError;
 use crate::mr::RemoteMr;
 use crate::qp::QueuePair;
 
@@ -100,14 +100,14 @@ impl QueuePair {
         local_psn: Psn,
         remote: &QpEndpoint,
         opts: &ConnectOptions,
-    ) -> Result<(), Error> {
+    ) -> Result<(), ModifyQpError> {
         self.to_init(opts)?;
         self.to_rts(local_psn, remote, opts)
     }
 
     /// RESET → INIT with `opts.access` (UD: `opts.qkey`), P_Key index 0 and
     /// port 1. Receives may be posted from here on.
-    pub fn to_init(&self, opts: &ConnectOptions) -> Result<(), Error> {
+    pub fn to_init(&self, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         let a = QpAttr {
             qp_state: QpState::Init,
             pkey_index: 0,
@@ -127,7 +127,7 @@ impl QueuePair {
         local_psn: Psn,
         remote: &QpEndpoint,
         opts: &ConnectOptions,
-    ) -> Result<(), Error> {
+    ) -> Result<(), ModifyQpError> {
         let t = self.qp_type();
         let mut a = QpAttr {
             qp_state: QpState::Rtr,
@@ -142,7 +142,7 @@ impl QueuePair {
         };
         a.path_mtu = match opts.path_mtu {
             Some(m) => m,
-            None => self.query()?.path_mtu,
+            None => self.query().map_err(|_| ModifyQpError::NoSuchQp)?.path_mtu,
         };
         a.dest_qp_num = remote.qpn;
         a.rq_psn = remote.psn;
@@ -160,9 +160,9 @@ impl QueuePair {
     }
 
     /// Brings a UD QP from RESET to RTS with `opts.qkey`.
-    pub fn ready_ud(&self, psn: Psn, opts: &ConnectOptions) -> Result<(), Error> {
+    pub fn ready_ud(&self, psn: Psn, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         if self.qp_type() != QpType::Ud {
-            return Err(Error::InvalidArgument("ready_ud on a connected QP"));
+            return Err(ModifyQpError::InvalidArgument("ready_ud on a connected QP"));
         }
         let me = self.endpoint(psn);
         self.connect(psn, &me, opts)

@@ -10,7 +10,7 @@ use roce_core::CqId;
 
 use crate::completion::Completion;
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::{CreateError, Error};
 use crate::progress;
 use crate::state::{lock, ChannelQueue, CqHandle, Graveyard, Notifier, NotifyReg, Shared};
 
@@ -63,7 +63,7 @@ impl Context {
         &self,
         cqe: usize,
         channel: Option<&CompletionChannel>,
-    ) -> Result<CompletionQueue, Error> {
+    ) -> Result<CompletionQueue, CreateError> {
         CompletionQueue::create(self, cqe, channel)
     }
 
@@ -78,13 +78,13 @@ impl CompletionQueue {
         ctx: &Context,
         cqe: usize,
         channel: Option<&CompletionChannel>,
-    ) -> Result<CompletionQueue, Error> {
+    ) -> Result<CompletionQueue, CreateError> {
         if cqe == 0 || cqe > 1 << 22 {
-            return Err(Error::InvalidArgument("cqe must be in 1..=4194304"));
+            return Err(CreateError::InvalidArgument("cqe must be in 1..=4194304"));
         }
         if let Some(ch) = channel {
             if !ch.ctx.same(ctx) {
-                return Err(Error::WrongContext);
+                return Err(CreateError::WrongContext);
             }
         }
         let shared = ctx.shared();

@@ -228,7 +228,8 @@ impl OpenOptions {
     /// address of it; the UDP backend binds the local address at once and
     /// each other one when a QP or address handle first uses its GID
     /// index (a GID whose UDP port another process holds then fails that
-    /// call with [`Error::AddrUnavailable`](crate::Error::AddrUnavailable)).
+    /// call with `AddrUnavailable`, of [`CreateError`](crate::CreateError) or
+    /// [`ModifyQpError`](crate::ModifyQpError)).
     pub fn gids(mut self, gids: Vec<IpAddr>) -> OpenOptions {
         self.gids = Some(gids);
         self

@@ -1,26 +1,35 @@
-//! The error values of the verbs API.
+//! The error values of the verbs API: one type per kind of call, each
+//! listing only what that call can return ([`PostError`],
+//! [`CreateError`], [`ModifyQpError`], [`RegMrError`]; `OpenError`,
+//! `DeregError` and `CmError` live with their calls), and the general
+//! [`Error`] every one of them converts into, so that `?` works in code
+//! that returns `Error` or `Box<dyn std::error::Error>`
+//! (docs/architecture.md, "The Rust API of roce-verbs").
 
 use std::fmt;
 
-use roce_core::{Lkey, PostError, VerbsError};
+use roce_core::VerbsError;
 use roce_io::FabricError;
 
-/// Why a verbs call was refused. Every failure on user input is one of
-/// these; nothing in this crate panics on bad arguments.
+pub use crate::error_ops::{CreateError, ModifyQpError, PostError, RegMrError};
+
+/// Why a verbs call was refused: the general error, which each call's own
+/// error type converts into. Every failure on user input is one of these;
+/// nothing in this crate panics on bad arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
     /// The engine refused an object management call (create, modify,
     /// register, ...).
     Verbs(VerbsError),
-    /// The engine refused a post (queue full, bad state, ...).
+    /// A post was refused ([`QueuePair::post_send`](crate::QueuePair::post_send), ...).
     Post(PostError),
-    /// A scatter/gather entry names no live memory region of this context.
-    UnknownLkey(Lkey),
-    /// A scatter/gather entry reaches outside its memory region.
-    SgeOutOfBounds(Lkey),
-    /// An object belongs to another protection domain.
-    WrongPd,
+    /// Creating a QP, CQ, SRQ or AH was refused.
+    Create(CreateError),
+    /// Modifying a QP was refused.
+    ModifyQp(ModifyQpError),
+    /// Registering (or re-registering) a memory region was refused.
+    RegMr(RegMrError),
     /// An object belongs to another context.
     WrongContext,
     /// The completion queue overflowed; completions were lost.
@@ -39,10 +48,6 @@ pub enum Error {
     ThreadSpawn,
     /// The operating system's randomness (`getrandom`) was not available.
     NoRandomness,
-    /// A GID (local address) of the context's table could not be put to
-    /// use by its backend: its RoCE UDP port is taken there (another
-    /// process, a kernel rxe), or the backend cannot add addresses.
-    AddrUnavailable(std::net::IpAddr, std::io::ErrorKind),
 }
 
 impl fmt::Display for Error {
@@ -50,21 +55,12 @@ impl fmt::Display for Error {
         match self {
             Error::Verbs(e) => write!(f, "{e}"),
             Error::Post(e) => write!(f, "post refused: {e}"),
-            Error::UnknownLkey(k) => write!(f, "no memory region has lkey {:#x}", k.value()),
-            Error::SgeOutOfBounds(k) => write!(
-                f,
-                "scatter/gather entry outside the region of lkey {:#x}",
-                k.value()
-            ),
-            Error::WrongPd => f.write_str("object of another protection domain"),
+            Error::Create(e) => write!(f, "creation refused: {e}"),
+            Error::ModifyQp(e) => write!(f, "QP modify refused: {e}"),
+            Error::RegMr(e) => write!(f, "memory registration refused: {e}"),
             Error::WrongContext => f.write_str("object of another context"),
             Error::CqOverflow => f.write_str("completion queue overflowed"),
             Error::MrInUse => f.write_str("memory region still referenced"),
-            Error::AddrUnavailable(a, std::io::ErrorKind::AddrInUse) => write!(
-                f,
-                "the local address {a} cannot be used: its RoCE UDP port is taken (another process or RoCE stack holds it)"
-            ),
-            Error::AddrUnavailable(a, k) => write!(f, "the local address {a} cannot be used: {k}"),
             Error::NotOwned => f.write_str("memory region does not own its memory"),
             Error::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
             Error::Fabric(e) => write!(f, "{e}"),
@@ -74,7 +70,17 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Post(e) => Some(e),
+            Error::Create(e) => Some(e),
+            Error::ModifyQp(e) => Some(e),
+            Error::RegMr(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<VerbsError> for Error {
     fn from(e: VerbsError) -> Error {
@@ -85,6 +91,24 @@ impl From<VerbsError> for Error {
 impl From<PostError> for Error {
     fn from(e: PostError) -> Error {
         Error::Post(e)
+    }
+}
+
+impl From<CreateError> for Error {
+    fn from(e: CreateError) -> Error {
+        Error::Create(e)
+    }
+}
+
+impl From<ModifyQpError> for Error {
+    fn from(e: ModifyQpError) -> Error {
+        Error::ModifyQp(e)
+    }
+}
+
+impl From<RegMrError> for Error {
+    fn from(e: RegMrError) -> Error {
+        Error::RegMr(e)
     }
 }
 
@@ -100,7 +124,7 @@ pub struct OwnedPostError {
     /// The buffer, untouched.
     pub buffer: Vec<u8>,
     /// Why.
-    pub error: Error,
+    pub error: PostError,
 }
 
 impl fmt::Display for OwnedPostError {
@@ -109,7 +133,25 @@ impl fmt::Display for OwnedPostError {
     }
 }
 
-impl std::error::Error for OwnedPostError {}
+impl std::error::Error for OwnedPostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<OwnedPostError> for Error {
+    /// The reason (the buffer is dropped).
+    fn from(e: OwnedPostError) -> Error {
+        Error::Post(e.error)
+    }
+}
+
+impl From<PostListError> for Error {
+    /// The reason (how many were posted is dropped).
+    fn from(e: PostListError) -> Error {
+        Error::Post(e.error)
+    }
+}
 
 /// A refused [`QueuePair::post_send_list`](crate::QueuePair::post_send_list):
 /// the WRs before the refused one were posted (`ibv_post_send`'s
@@ -119,7 +161,7 @@ pub struct PostListError {
     /// How many WRs of the list were posted, in order, before the refused one.
     pub posted: usize,
     /// Why the next one was refused.
-    pub error: Error,
+    pub error: PostError,
 }
 
 impl fmt::Display for PostListError {

@@ -39,6 +39,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Work requests and errors
+//!
+//! A [`SendWr`]'s operation ([`SendOp`]) carries its operands, so the
+//! remote address and key ([`RemoteAddr`]) exist only on the RDMA
+//! operations; a UD destination is given to
+//! [`QueuePair::post_send_ud`]. Each kind of call has its own error type
+//! ([`PostError`], [`CreateError`], [`ModifyQpError`], [`RegMrError`],
+//! ...), and each converts into [`Error`] (docs/architecture.md, "The
+//! Rust API of roce-verbs"):
+//!
+//! ```no_run
+//! # use roce_verbs::*;
+//! # fn f(qp: &QueuePair, mr: &MemoryRegion, peer: RemoteMr) -> Result<(), Error> {
+//! qp.post_send(SendWr::write(1, [mr.sge(0, 64)], peer.at(128)).unsignaled())?;
+//! match qp.post_send(SendWr::read(2, [mr.sge(64, 64)], peer.at(0))) {
+//!     Err(PostError::QueueFull) => { /* poll, then post again */ }
+//!     r => r?,
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Threading model
 //!
 //! Each [`Context`] owns one engine (`roce_core::Device`) behind one
@@ -126,6 +147,7 @@ mod cq;
 mod cq_wait;
 mod device;
 mod error;
+mod error_ops;
 // Guarded copies of program memory: assembly, a signal handler, and
 // `process_vm_writev` (issue 33).
 #[allow(unsafe_code)]
@@ -145,6 +167,7 @@ mod recv;
 mod schedule;
 mod srq;
 mod state;
+mod wr;
 
 pub use cm::{CmAccepting, CmConnection, CmError, CmListener, CmRequest, UdCmRequest};
 pub use cm_sink::{CmSink, PortSpace};
@@ -155,7 +178,9 @@ pub use context::Context;
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use cq_wait::{ChannelWait, WaitCounters};
 pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
-pub use error::{Error, OwnedPostError, PostListError};
+pub use error::{
+    CreateError, Error, ModifyQpError, OwnedPostError, PostError, PostListError, RegMrError,
+};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
 pub use mr::{DeregError, MemoryRegion, RemoteMr, Revoker};
@@ -165,13 +190,15 @@ pub use random::{os_seed, random_psn, random_u64};
 pub use roce_core::cm::{CmEvent, CmId, CmState, ConnParam, ConnRequest, ListenId, UdRequest};
 pub use srq::SharedReceiveQueue;
 pub use state::{clock_nanos, EventSink, Notifier};
+pub use wr::{RemoteAddr, SendOp, SendWr};
 
 // The protocol's vocabulary, named one by one (docs/architecture.md, "The
 // Rust API of roce-verbs"): the crates `roce_core` and `roce_io` are not
-// re-exported.
+// re-exported. The engine's C-shaped `SendWr`/`SendOp` are not either:
+// the send work request of this API is `wr::SendWr`.
 pub use roce_core::{
     Access, AckDelay, AddressVector, AsyncEvent, CqId, DeviceConfig, DeviceCounters, IcrcCheck,
-    Lkey, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps, QpCounters,
-    QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList, SrqId, UdDest, Wc,
+    Lkey, ModifyError, Nanos, NetworkHdr, Payload, PdId, Psn, Qkey, QpAttr, QpAttrMask, QpCaps,
+    QpCounters, QpState, QpType, Qpn, RecvWr, Rkey, SendFlags, Sge, SgeList, SrqId, UdDest, Wc,
     WcFlags, WcOpcode, WcStatus,
 };

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use roce_core::{Access, Lkey, MemFault, MrKeys, RegionMemory, Rkey, Sge};
 
-use crate::error::Error;
+use crate::error::{Error, RegMrError};
 use crate::pd::ProtectionDomain;
 use crate::state::{lock, Home, MrCore, OwnedMem, Shared};
 
@@ -22,7 +22,11 @@ impl ProtectionDomain {
     /// `ibv_reg_mr` over an owned buffer: the buffer moves into the engine
     /// (no copy) until [`MemoryRegion::into_inner`] hands it back. On error
     /// the buffer is dropped.
-    pub fn reg_mr(&self, buf: impl Into<Vec<u8>>, access: Access) -> Result<MemoryRegion, Error> {
+    pub fn reg_mr(
+        &self,
+        buf: impl Into<Vec<u8>>,
+        access: Access,
+    ) -> Result<MemoryRegion, RegMrError> {
         let buf: Vec<u8> = buf.into();
         let home: Home = Arc::new(Mutex::new(None));
         let mem = OwnedMem::new(buf, home.clone(), self.shared().cfg.copy_piece);
@@ -64,7 +68,7 @@ impl ProtectionDomain {
         ptr: *mut u8,
         len: usize,
         access: Access,
-    ) -> Result<MemoryRegion, Error> {
+    ) -> Result<MemoryRegion, RegMrError> {
         // SAFETY: the same contract.
         unsafe { self.reg_mr_raw_iova(ptr, len, ptr as u64, access) }
     }
@@ -81,13 +85,15 @@ impl ProtectionDomain {
         len: usize,
         iova: u64,
         access: Access,
-    ) -> Result<MemoryRegion, Error> {
+    ) -> Result<MemoryRegion, RegMrError> {
         if ptr.is_null() && len > 0 {
-            return Err(Error::InvalidArgument("null pointer"));
+            return Err(RegMrError::InvalidArgument("null pointer"));
         }
         if (ptr as u64).checked_add(len as u64).is_none() || iova.checked_add(len as u64).is_none()
         {
-            return Err(Error::InvalidArgument("region wraps the address space"));
+            return Err(RegMrError::InvalidArgument(
+                "region wraps the address space",
+            ));
         }
         // SAFETY: the caller upholds the contract above, which is exactly
         // what `RawMem::new` requires.
@@ -268,7 +274,7 @@ impl MemoryRegion {
         &mut self,
         pd: Option<&ProtectionDomain>,
         access: Option<Access>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), RegMrError> {
         self.rereg_with(pd, access, None)
     }
 
@@ -292,18 +298,20 @@ impl MemoryRegion {
         iova: u64,
         pd: Option<&ProtectionDomain>,
         access: Option<Access>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), RegMrError> {
         if self.core.home.is_some() {
-            return Err(Error::InvalidArgument(
+            return Err(RegMrError::InvalidArgument(
                 "the memory of an owned region cannot be replaced",
             ));
         }
         if ptr.is_null() && len > 0 {
-            return Err(Error::InvalidArgument("null pointer"));
+            return Err(RegMrError::InvalidArgument("null pointer"));
         }
         if (ptr as u64).checked_add(len as u64).is_none() || iova.checked_add(len as u64).is_none()
         {
-            return Err(Error::InvalidArgument("region wraps the address space"));
+            return Err(RegMrError::InvalidArgument(
+                "region wraps the address space",
+            ));
         }
         // SAFETY: the caller's contract is `reg_mr_raw`'s, which is what
         // `RawMem::new` requires.
@@ -316,9 +324,9 @@ impl MemoryRegion {
         pd: Option<&ProtectionDomain>,
         access: Option<Access>,
         translation: Option<(u64, Box<dyn RegionMemory>)>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), RegMrError> {
         if pd.is_some_and(|p| !p.context().same(self.pd.context())) {
-            return Err(Error::WrongContext);
+            return Err(RegMrError::WrongContext);
         }
         let range = translation.as_ref().map(|(va, mem)| (*va, mem.len()));
         let shared = self.pd.shared().clone();
@@ -395,7 +403,7 @@ pub(crate) fn register(
     va: Option<u64>,
     home: Option<Home>,
     access: Access,
-) -> Result<MemoryRegion, Error> {
+) -> Result<MemoryRegion, RegMrError> {
     let shared = pd.shared();
     let len = mem.len();
     let mut core = shared.core();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use roce_core::{AddressVector, PdId, Qkey, Qpn, UdDest};
 
 use crate::context::Context;
-use crate::error::Error;
+use crate::error::CreateError;
 use crate::state::Shared;
 
 #[derive(Debug)]
@@ -60,14 +60,14 @@ impl ProtectionDomain {
     }
 
     /// `ibv_create_ah`: an address handle for UD sends.
-    pub fn create_ah(&self, attr: AhAttr) -> Result<AddressHandle, Error> {
+    pub fn create_ah(&self, attr: AhAttr) -> Result<AddressHandle, CreateError> {
         let local = self
             .context()
             .addrs()
             .get(attr.sgid_index as usize)
-            .ok_or(Error::InvalidArgument("sgid_index"))?;
+            .ok_or(CreateError::InvalidArgument("sgid_index"))?;
         if local.is_ipv4() != attr.dest.is_ipv4() {
-            return Err(Error::InvalidArgument(
+            return Err(CreateError::InvalidArgument(
                 "destination and source GID families differ",
             ));
         }
@@ -126,8 +126,8 @@ impl AddressHandle {
         &self.pd
     }
 
-    /// The UD destination of a send to `remote_qpn` with `qkey` (put it in
-    /// [`SendWr::ud`](roce_core::SendWr::ud)).
+    /// The UD destination of a send to `remote_qpn` with `qkey` (for
+    /// [`QueuePair::post_send_ud_list`](crate::QueuePair::post_send_ud_list)).
     pub fn ud_dest(&self, remote_qpn: Qpn, qkey: Qkey) -> UdDest {
         let av = AddressVector {
             dest: self.attr.dest,

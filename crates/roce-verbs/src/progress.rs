@@ -757,7 +757,7 @@ mod tests {
         let mut io = lock(&shared.io);
         step(&shared, &mut io, Driver::Poll);
         let r = p.ma.remote();
-        let wr = SendWr::rdma(1, crate::SendOp::Write, [p.mb.sge_all()], r.addr, r.rkey);
+        let wr = SendWr::write(1, [p.mb.sge_all()], r.at(0));
         // This thread holds B's I/O: the post leaves the sending to steps.
         p.qb.post_send(wr).unwrap();
         let first = step(&shared, &mut io, Driver::Post);

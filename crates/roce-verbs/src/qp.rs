@@ -1,25 +1,23 @@
-//! Queue pairs: creation, modify/query, and posting work requests.
+//! Queue pairs: creation, modify/query; posting is in `post`.
 
 use std::sync::Arc;
 
-use roce_core::{
-    Access, Owner, Payload, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn, RecvWr,
-    SendFlags, SendWr, Sge,
-};
+use roce_core::{Owner, QpAttr, QpAttrMask, QpCaps, QpCounters, QpState, QpType, Qpn};
 
 use crate::cq::CompletionQueue;
-use crate::error::{Error, OwnedPostError, PostListError};
-use crate::pd::{AddressHandle, ProtectionDomain};
+use crate::error::{CreateError, Error, ModifyQpError};
+use crate::pd::ProtectionDomain;
 use crate::progress;
-use crate::recv::{post_recv, post_recv_owned};
 use crate::srq::SharedReceiveQueue;
 use crate::state::owners;
-use crate::state::{lock, Core, Graveyard, OwnedBuf, RecvOwner, Refs, SendEntry, Shared};
+use crate::state::{lock, Graveyard, Shared};
+
+mod post;
 
 /// Creation attributes of a QP (`ibv_qp_init_attr`).
 ///
 /// ```no_run
-/// # fn f(pd: &roce_verbs::ProtectionDomain, cq: &roce_verbs::CompletionQueue) -> Result<(), roce_verbs::Error> {
+/// # fn f(pd: &roce_verbs::ProtectionDomain, cq: &roce_verbs::CompletionQueue) -> Result<(), roce_verbs::CreateError> {
 /// use roce_verbs::{QpInitAttr, QpType};
 /// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, cq, cq))?;
 /// # Ok(()) }
@@ -111,20 +109,23 @@ pub struct QueuePair {
 
 impl ProtectionDomain {
     /// `ibv_create_qp`: a QP in RESET.
-    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair, Error> {
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<QueuePair, CreateError> {
         QueuePair::create(self, attr)
     }
 }
 
 impl QueuePair {
-    pub(crate) fn create(pd: &ProtectionDomain, a: &QpInitAttr<'_>) -> Result<QueuePair, Error> {
+    pub(crate) fn create(
+        pd: &ProtectionDomain,
+        a: &QpInitAttr<'_>,
+    ) -> Result<QueuePair, CreateError> {
         let ctx = pd.context();
         if !a.send_cq.context().same(ctx) || !a.recv_cq.context().same(ctx) {
-            return Err(Error::WrongContext);
+            return Err(CreateError::WrongContext);
         }
         if let Some(s) = a.srq {
             if s.pd() != pd {
-                return Err(Error::WrongPd);
+                return Err(CreateError::WrongPd);
             }
         }
         let init = roce_core::QpInitAttr {
@@ -196,7 +197,7 @@ impl QueuePair {
     /// `ibv_modify_qp`: the transition and mask are checked against the
     /// IBTA table. Moving to RESET discards the queues without completions
     /// (their buffers' references are released).
-    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
         let shared = self.shared();
         if mask.contains(QpAttrMask::AV) {
             shared.use_gid(attr.ah_attr.sgid_index)?;
@@ -255,184 +256,5 @@ impl QueuePair {
             .dev
             .qp_cc_counters(self.inner.qpn)
             .unwrap_or_default()
-    }
-
-    /// `ibv_post_send`. Every scatter/gather entry must lie inside a live
-    /// memory region of this QP's PD (an error here, or with
-    /// [`ProgressConfig::check_sges_at_post`](crate::ProgressConfig::check_sges_at_post)
-    /// off a completion with a local protection error); the regions stay
-    /// registered until the WR completes (see the crate docs). Unsignaled WRs release their
-    /// regions when a later signaled WR of the QP completes.
-    pub fn post_send(&self, wr: SendWr) -> Result<(), Error> {
-        self.post_send_list(std::iter::once(wr))
-            .map_err(|e| e.error)
-    }
-
-    /// `ibv_post_send` with a list: posts `wrs` in order under one lock
-    /// and transmits once, so a burst of small messages leaves in a few
-    /// system calls instead of one each. Stops at the first WR refused:
-    /// [`PostListError`] says how many were posted before it (as
-    /// `bad_wr`) and why it was refused; the WRs after it are not posted.
-    pub fn post_send_list(
-        &self,
-        wrs: impl IntoIterator<Item = SendWr>,
-    ) -> Result<(), PostListError> {
-        let shared = self.shared();
-        let mut posted = 0;
-        let mut refused = None;
-        // The caller's iterator runs before the engine is locked: it may
-        // touch the context (fill the region it posts from) or take time.
-        let wrs: smallvec::SmallVec<[SendWr; 8]> = wrs.into_iter().collect();
-        // Region references a post did not keep are dropped unlocked.
-        let mut refs = Refs::new();
-        let mut unkept = Vec::new();
-        {
-            let mut core = shared.core();
-            for wr in wrs {
-                let r = self.post_send_locked(&mut core, wr, &mut refs, None);
-                unkept.extend(refs.drain(..));
-                if let Err((e, _)) = r {
-                    refused = Some(e);
-                    break;
-                }
-                posted += 1;
-            }
-        }
-        drop(unkept);
-        if posted > 0 {
-            progress::kick_post(shared);
-        }
-        match refused {
-            None => Ok(()),
-            Some(error) => Err(PostListError { posted, error }),
-        }
-    }
-
-    /// A UD send through an address handle: sets `wr.ud` to `ah`'s
-    /// destination, `remote_qpn` and `qkey`, then posts.
-    pub fn post_send_ud(
-        &self,
-        mut wr: SendWr,
-        ah: &AddressHandle,
-        remote_qpn: Qpn,
-        qkey: roce_core::Qkey,
-    ) -> Result<(), Error> {
-        if ah.pd() != self.pd() {
-            return Err(Error::WrongPd);
-        }
-        wr.ud = Some(ah.ud_dest(remote_qpn, qkey));
-        self.post_send(wr)
-    }
-
-    /// The owned-buffer send path: `buf` is registered for this one work
-    /// request (local access only, invisible to peers) and comes back in
-    /// [`Completion::buffer`](crate::Completion::buffer) when its
-    /// completion is polled, whatever the status. The WR is always
-    /// signaled; its payload becomes the whole buffer (the data to SEND or
-    /// WRITE, or where a READ or atomic result lands). On error the buffer
-    /// comes back in the error. Dropped, not returned, if the QP is
-    /// destroyed or reset first.
-    pub fn post_send_owned(&self, mut wr: SendWr, buf: Vec<u8>) -> Result<(), OwnedPostError> {
-        let Ok(len) = u32::try_from(buf.len()) else {
-            return Err(OwnedPostError {
-                buffer: buf,
-                error: Error::InvalidArgument("buffer longer than 4 GiB - 1"),
-            });
-        };
-        let shared = self.shared();
-        let mut refs = Refs::new();
-        let r = {
-            let mut core = shared.core();
-            match core.register_owned(self.pd().id(), buf, Access::LOCAL_WRITE) {
-                Err((error, buffer)) => Err(OwnedPostError { buffer, error }),
-                Ok((keys, va, home)) => {
-                    wr.payload = Payload::Sgl(
-                        [Sge {
-                            addr: va,
-                            length: len,
-                            lkey: keys.lkey,
-                        }]
-                        .into_iter()
-                        .collect(),
-                    );
-                    wr.flags = wr.flags | SendFlags::SIGNALED;
-                    let owned = OwnedBuf { keys, home };
-                    self.post_send_locked(&mut core, wr, &mut refs, Some(owned))
-                        .map_err(|(error, owned)| OwnedPostError {
-                            buffer: owned.and_then(|o| core.take_owned(o)).unwrap_or_default(),
-                            error,
-                        })
-                }
-            }
-        };
-        drop(refs);
-        if r.is_ok() {
-            progress::kick(shared);
-        }
-        r
-    }
-
-    fn post_send_locked(
-        &self,
-        core: &mut Core,
-        mut wr: SendWr,
-        refs: &mut Refs,
-        owned: Option<OwnedBuf>,
-    ) -> Result<(), (Error, Option<OwnedBuf>)> {
-        if owned.is_none() {
-            if let Payload::Sgl(sgl) = &wr.payload {
-                if let Err(e) = core.resolve(self.pd().id(), sgl, refs) {
-                    return Err((e, owned));
-                }
-            }
-        }
-        // Inline data is copied at post time: nothing to keep alive.
-        let keep = !wr.flags.contains(SendFlags::INLINE);
-        let id = core.next_send_id();
-        let user = wr.wr_id;
-        wr.wr_id = id;
-        match core.dev.post_send(self.inner.qpn, wr) {
-            Ok(()) => {
-                let refs = if keep {
-                    std::mem::take(refs)
-                } else {
-                    Refs::new()
-                };
-                core.sends
-                    .entry(self.inner.qpn.value())
-                    .or_default()
-                    .push_back(SendEntry {
-                        id,
-                        wr_id: user,
-                        refs,
-                        owned,
-                    });
-                Ok(())
-            }
-            Err(e) => Err((e.into(), owned)),
-        }
-    }
-
-    /// `ibv_post_recv`: the scatter/gather entries' regions stay
-    /// registered until the receive completes.
-    pub fn post_recv(&self, wr: RecvWr) -> Result<(), Error> {
-        post_recv(
-            self.shared(),
-            RecvOwner::Qp(self.inner.qpn.value()),
-            self.pd(),
-            wr,
-        )
-    }
-
-    /// The owned-buffer receive path: `buf` receives the message and comes
-    /// back in [`Completion::buffer`](crate::Completion::buffer).
-    pub fn post_recv_owned(&self, wr_id: u64, buf: Vec<u8>) -> Result<(), OwnedPostError> {
-        post_recv_owned(
-            self.shared(),
-            RecvOwner::Qp(self.inner.qpn.value()),
-            self.pd(),
-            wr_id,
-            buf,
-        )
     }
 }

@@ -3,7 +3,7 @@
 
 use roce_core::{Access, QpState, Qpn, RecvWr, Sge};
 
-use crate::error::{Error, OwnedPostError};
+use crate::error::{OwnedPostError, PostError};
 use crate::pd::ProtectionDomain;
 use crate::progress;
 use crate::state::{OwnedBuf, RecvEntry, RecvOwner, Refs, Shared};
@@ -17,7 +17,7 @@ pub(crate) fn post_recv_locked(
     mut wr: RecvWr,
     refs: &mut Refs,
     owned: Option<OwnedBuf>,
-) -> Result<(), (Error, Option<OwnedBuf>)> {
+) -> Result<(), (PostError, Option<OwnedBuf>)> {
     let mut core = shared.core();
     if owned.is_none() {
         if let Err(e) = core.resolve(pd.id(), &wr.sgl, refs) {
@@ -65,7 +65,7 @@ pub(crate) fn post_recv(
     owner: RecvOwner,
     pd: &ProtectionDomain,
     wr: RecvWr,
-) -> Result<(), Error> {
+) -> Result<(), PostError> {
     let mut refs = Refs::new();
     let r = post_recv_locked(shared, owner, pd, wr, &mut refs, None).map_err(|(e, _)| e);
     drop(refs);
@@ -83,7 +83,7 @@ pub(crate) fn post_recv_owned(
     let Ok(len) = u32::try_from(buf.len()) else {
         return Err(OwnedPostError {
             buffer: buf,
-            error: Error::InvalidArgument("buffer longer than 4 GiB - 1"),
+            error: PostError::InvalidArgument("buffer longer than 4 GiB - 1"),
         });
     };
     let reg = shared

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use roce_core::{RecvWr, SrqId};
 
-use crate::error::{Error, OwnedPostError};
+use crate::error::{CreateError, Error, OwnedPostError, PostError};
 use crate::pd::ProtectionDomain;
 use crate::recv::{post_recv, post_recv_owned};
 use crate::state::{Graveyard, RecvOwner};
@@ -41,7 +41,7 @@ pub struct SharedReceiveQueue {
 
 impl ProtectionDomain {
     /// `ibv_create_srq`: a shared receive queue of `max_wr` entries.
-    pub fn create_srq(&self, max_wr: usize) -> Result<SharedReceiveQueue, Error> {
+    pub fn create_srq(&self, max_wr: usize) -> Result<SharedReceiveQueue, CreateError> {
         SharedReceiveQueue::create(self, max_wr)
     }
 }
@@ -50,9 +50,11 @@ impl SharedReceiveQueue {
     pub(crate) fn create(
         pd: &ProtectionDomain,
         max_wr: usize,
-    ) -> Result<SharedReceiveQueue, Error> {
+    ) -> Result<SharedReceiveQueue, CreateError> {
         if max_wr == 0 || max_wr > 1 << 20 {
-            return Err(Error::InvalidArgument("max_wr must be in 1..=1048576"));
+            return Err(CreateError::InvalidArgument(
+                "max_wr must be in 1..=1048576",
+            ));
         }
         let id = pd.shared().core().dev.create_srq(pd.id(), max_wr);
         Ok(SharedReceiveQueue {
@@ -71,7 +73,7 @@ impl SharedReceiveQueue {
     }
 
     /// `ibv_post_srq_recv`.
-    pub fn post_recv(&self, wr: RecvWr) -> Result<(), Error> {
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
         post_recv(
             self.inner.pd.shared(),
             RecvOwner::Srq(self.inner.id),

@@ -181,14 +181,8 @@ fn session_works(a: &Side, b: &Side) {
     .unwrap();
     a.mr.write(0, b"a real write").unwrap();
     let r = b.mr.remote();
-    a.qp.post_send(SendWr::rdma(
-        901,
-        SendOp::Write,
-        [a.mr.sge(0, 12)],
-        r.addr + 100,
-        r.rkey,
-    ))
-    .unwrap();
+    a.qp.post_send(SendWr::write(901, [a.mr.sge(0, 12)], r.at(100)))
+        .unwrap();
     a.qp.post_send(SendWr::send(902, [a.mr.sge(0, 12)]))
         .unwrap();
     let got = a.cq.poll_until(2, WAIT).unwrap();
@@ -381,14 +375,8 @@ fn forged_naks_and_acks_do_not_end_or_complete_a_stream() {
     while done < total && Instant::now() < deadline {
         while posted < total && posted - done < 64 {
             let off = (posted % 8) * 4096;
-            a.qp.post_send(SendWr::rdma(
-                posted,
-                SendOp::Write,
-                [a.mr.sge(off, 4096)],
-                r.addr + off,
-                r.rkey,
-            ))
-            .unwrap();
+            a.qp.post_send(SendWr::write(posted, [a.mr.sge(off, 4096)], r.at(off)))
+                .unwrap();
             posted += 1;
         }
         got.clear();
@@ -438,10 +426,7 @@ fn send_with_invalidate_cannot_reach_a_local_region() {
         sgl: vec![inbox.sge(0, 64)].into(),
     })
     .unwrap();
-    let wr = SendWr {
-        op: SendOp::SendWithInv(local.rkey()),
-        ..SendWr::send(2, [a.mr.sge(0, 16)])
-    };
+    let wr = SendWr::send_with_inv(2, [a.mr.sge(0, 16)], local.rkey());
     a.qp.post_send(wr).unwrap();
     let ca = a.cq.poll_until(1, WAIT).unwrap();
     assert_eq!(ca[0].status(), WcStatus::RemInvReqErr);

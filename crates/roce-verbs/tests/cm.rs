@@ -99,7 +99,7 @@ fn accept_connect_send_write_and_disconnect() {
         .unwrap();
     qp.post_send(SendWr::send(1, [src.sge(0, 16)])).unwrap();
     assert!(one(&cq).is_success());
-    let wr = SendWr::rdma(2, SendOp::Write, [src.sge(16, 7)], addr, rkey);
+    let wr = SendWr::write(2, [src.sge(16, 7)], RemoteAddr::new(addr, rkey));
     qp.post_send(wr).unwrap();
     assert!(one(&cq).is_success());
     if seen_rx.recv_timeout(WAIT).is_err() {

@@ -70,12 +70,10 @@ fn qp_errors_raise_async_events_and_flush() {
     let src = a.pd.reg_mr(vec![1u8; 16], Access::NONE).unwrap();
     let dst = b.pd.reg_mr(vec![0u8; 16], ALL).unwrap();
     let bad = Rkey::new(dst.rkey().value() ^ 0xff00);
-    a.qp.post_send(SendWr::rdma(
+    a.qp.post_send(SendWr::write(
         1,
-        SendOp::Write,
         [src.sge_all()],
-        dst.addr(),
-        bad,
+        RemoteAddr::new(dst.addr(), bad),
     ))
     .unwrap();
     let c = one(&a.cq);

@@ -75,14 +75,8 @@ fn the_second_gid_carries_traffic_and_is_bound_on_first_use() {
     let src = pd.reg_mr(pattern(10_000, 4), Access::NONE).unwrap();
     let dst = pd.reg_mr(vec![0u8; 10_000], ALL).unwrap();
     let r = dst.remote();
-    a.post_send(SendWr::rdma(
-        1,
-        SendOp::Write,
-        [src.sge_all()],
-        r.addr,
-        r.rkey,
-    ))
-    .unwrap();
+    a.post_send(SendWr::write(1, [src.sge_all()], r.at(0)))
+        .unwrap();
     assert!(one(&cq).is_success());
     assert_eq!(dst.to_vec().unwrap(), pattern(10_000, 4));
     // Every packet went over ::1: the QP counted them, and none were
@@ -105,7 +99,10 @@ fn the_second_gid_carries_traffic_and_is_bound_on_first_use() {
     let mut eq = q.endpoint(Psn::new(1));
     eq.addr = v6;
     let e = q.connect(eq.psn, &ea, &opts).unwrap_err();
-    assert_eq!(e, Error::AddrUnavailable(v6, std::io::ErrorKind::AddrInUse));
+    assert_eq!(
+        e,
+        ModifyQpError::AddrUnavailable(v6, std::io::ErrorKind::AddrInUse)
+    );
     assert!(e.to_string().contains("taken"), "{e}");
     // Its own first GID still works.
     let q2 = opd

@@ -241,12 +241,11 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         assert_eq!(b.mr.to_vec().unwrap()[..8], stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(i)).unwrap();
-                        let mut wr = SendWr::rdma(
+                        let mut wr = SendWr::write_with_imm(
                             i,
-                            SendOp::WriteWithImm(i as u32),
                             [b.mr.sge(LEN as u64, 8)],
-                            ra.addr,
-                            ra.rkey,
+                            ra.at(0),
+                            i as u32,
                         );
                         wr = signaled(wr);
                         b.post(wr);
@@ -255,13 +254,8 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                 });
                 for i in 0..iters {
                     a.mr.write(LEN as u64, &stamp(i)).unwrap();
-                    let wr = SendWr::rdma(
-                        i,
-                        SendOp::WriteWithImm(i as u32),
-                        [a.mr.sge(LEN as u64, 8)],
-                        rb.addr,
-                        rb.rkey,
-                    );
+                    let wr =
+                        SendWr::write_with_imm(i, [a.mr.sge(LEN as u64, 8)], rb.at(0), i as u32);
                     a.post(signaled(wr));
                     let got = expect(a, 1, 1);
                     assert_eq!(got[0].imm_data(), i as u32);
@@ -275,7 +269,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
             // writes between them: A reads what B last stamped.
             for i in 0..iters {
                 b.mr.write(0, &stamp(i)).unwrap();
-                let wr = SendWr::rdma(i, SendOp::Read, [a.mr.sge(LEN as u64, 8)], rb.addr, rb.rkey);
+                let wr = SendWr::read(i, [a.mr.sge(LEN as u64, 8)], rb.at(0));
                 a.post(signaled(wr));
                 expect(a, 1, 0);
                 assert_eq!(a.mr.to_vec().unwrap()[LEN..LEN + 8], stamp(i));
@@ -284,13 +278,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
         Work::FetchAddPingPong => {
             b.mr.write(0, &0u64.to_ne_bytes()).unwrap();
             for i in 0..iters {
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::FetchAdd { add: 3 },
-                    [a.mr.sge(LEN as u64, 8)],
-                    rb.addr,
-                    rb.rkey,
-                );
+                let wr = SendWr::fetch_add(i, [a.mr.sge(LEN as u64, 8)], rb.at(0), 3);
                 a.post(signaled(wr));
                 expect(a, 1, 0);
                 let old = a.mr.to_vec().unwrap()[LEN..LEN + 8].to_vec();
@@ -307,8 +295,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                     let i = w * 16 + k;
                     let off = (i % 32) * 8;
                     a.mr.write(off, &stamp(i)).unwrap();
-                    let mut wr =
-                        SendWr::rdma(i, SendOp::Write, [a.mr.sge(off, 8)], rb.addr + off, rb.rkey);
+                    let mut wr = SendWr::write(i, [a.mr.sge(off, 8)], rb.at(off));
                     // Unsignaled but the last: its completion retires
                     // the window.
                     wr.flags = if k == 15 {
@@ -345,13 +332,7 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
                         assert_eq!(req, stamp(i));
                         b.recv(0);
                         b.mr.write(LEN as u64, &stamp(!i)).unwrap();
-                        let wr = SendWr::rdma(
-                            i,
-                            SendOp::Write,
-                            [b.mr.sge(LEN as u64, 8)],
-                            ra.addr + 64,
-                            ra.rkey,
-                        );
+                        let wr = SendWr::write(i, [b.mr.sge(LEN as u64, 8)], ra.at(64));
                         b.post(signaled(wr));
                         b.post(signaled(SendWr::send(i, [b.mr.sge(LEN as u64, 8)])));
                     }

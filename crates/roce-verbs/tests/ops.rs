@@ -25,8 +25,7 @@ fn send_and_send_with_imm() {
     .unwrap();
 
     a.qp.post_send(SendWr::send(1, [src.sge_all()])).unwrap();
-    let mut imm = SendWr::send(2, [src.sge(0, 100)]);
-    imm.op = SendOp::SendWithImm(0xdead_beef);
+    let imm = SendWr::send_with_imm(2, [src.sge(0, 100)], 0xdead_beef);
     a.qp.post_send(imm).unwrap();
 
     for want in [1, 2] {
@@ -58,14 +57,8 @@ fn write_write_with_imm_and_read() {
     let remote = b.pd.reg_mr(vec![0u8; len], ALL).unwrap();
     let r = remote.remote();
 
-    a.qp.post_send(SendWr::rdma(
-        1,
-        SendOp::Write,
-        [local.sge_all()],
-        r.addr,
-        r.rkey,
-    ))
-    .unwrap();
+    a.qp.post_send(SendWr::write(1, [local.sge_all()], r.at(0)))
+        .unwrap();
     assert!(one(&a.cq).is_success());
     assert_eq!(remote.to_vec().unwrap(), pattern(len, 7));
 
@@ -75,13 +68,7 @@ fn write_write_with_imm_and_read() {
         sgl: vec![].into(),
     })
     .unwrap();
-    let wr = SendWr::rdma(
-        2,
-        SendOp::WriteWithImm(42),
-        [local.sge(0, 64)],
-        r.addr + 1000,
-        r.rkey,
-    );
+    let wr = SendWr::write_with_imm(2, [local.sge(0, 64)], r.at(1000), 42);
     a.qp.post_send(wr).unwrap();
     let c = one(&a.cq);
     assert_eq!(
@@ -97,14 +84,8 @@ fn write_write_with_imm_and_read() {
     // READ it all back into a cleared local region.
     remote.write(0, &pattern(len, 9)).unwrap();
     local.write(0, &vec![0u8; len]).unwrap();
-    a.qp.post_send(SendWr::rdma(
-        3,
-        SendOp::Read,
-        [local.sge_all()],
-        r.addr,
-        r.rkey,
-    ))
-    .unwrap();
+    a.qp.post_send(SendWr::read(3, [local.sge_all()], r.at(0)))
+        .unwrap();
     let c = one(&a.cq);
     assert_eq!(
         (c.wr_id(), c.opcode(), c.byte_len()),
@@ -122,18 +103,22 @@ fn atomics() {
     let r = target.remote();
 
     let cas = SendOp::CompareSwap {
+        remote: r.at(0),
         compare: 100,
         swap: 7,
     };
-    a.qp.post_send(SendWr::rdma(1, cas, [result.sge(0, 8)], r.addr, r.rkey))
+    a.qp.post_send(SendWr::new(1, cas, [result.sge(0, 8)]))
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
         (c.opcode(), c.status()),
         (WcOpcode::CompSwap, WcStatus::Success)
     );
-    let faa = SendOp::FetchAdd { add: 5 };
-    a.qp.post_send(SendWr::rdma(2, faa, [result.sge(8, 8)], r.addr, r.rkey))
+    let faa = SendOp::FetchAdd {
+        remote: r.at(0),
+        add: 5,
+    };
+    a.qp.post_send(SendWr::new(2, faa, [result.sge(8, 8)]))
         .unwrap();
     let c = one(&a.cq);
     assert_eq!(
@@ -192,14 +177,14 @@ fn ud_through_an_address_handle() {
         .unwrap();
     let err =
         a.qp.post_send_ud(SendWr::send(2, []), &other, b.qp.qpn(), qkey);
-    assert_eq!(err, Err(Error::WrongPd));
+    assert_eq!(err, Err(PostError::WrongPd));
     let bad = AhAttr {
         sgid_index: 3,
         ..AhAttr::new(b.ctx.addrs()[0])
     };
     assert!(matches!(
         a.pd.create_ah(bad),
-        Err(Error::InvalidArgument(_))
+        Err(CreateError::InvalidArgument(_))
     ));
 }
 
@@ -273,13 +258,7 @@ fn unsignaled_sends_complete_silently_and_release_their_regions() {
     let r = dst.remote();
     let src = a.pd.reg_mr(pattern(4096, 5), Access::NONE).unwrap();
     for i in 0..4u64 {
-        let mut wr = SendWr::rdma(
-            i,
-            SendOp::Write,
-            [src.sge(i * 1024, 1024)],
-            r.addr + i * 1024,
-            r.rkey,
-        );
+        let mut wr = SendWr::write(i, [src.sge(i * 1024, 1024)], r.at(i * 1024));
         if i < 3 {
             wr.flags = SendFlags::default();
         }
@@ -304,24 +283,24 @@ fn post_errors_are_values() {
     };
     assert_eq!(
         a.qp.post_send(SendWr::send(1, [bad])),
-        Err(Error::UnknownLkey(Lkey::new(0x7777)))
+        Err(PostError::UnknownLkey(Lkey::new(0x7777)))
     );
     assert_eq!(
         a.qp.post_send(SendWr::send(1, [mr.sge(32, 64)])),
-        Err(Error::SgeOutOfBounds(mr.lkey()))
+        Err(PostError::SgeOutOfBounds(mr.lkey()))
     );
     let same_ctx_other_pd = a.ctx.alloc_pd().reg_mr(vec![0u8; 8], Access::NONE).unwrap();
     assert_eq!(
         a.qp.post_send(SendWr::send(1, [same_ctx_other_pd.sge(0, 8)])),
-        Err(Error::WrongPd)
+        Err(PostError::WrongPd)
     );
     assert!(matches!(
         a.ctx.create_cq(0, None),
-        Err(Error::InvalidArgument(_))
+        Err(CreateError::InvalidArgument(_))
     ));
     assert!(matches!(
         a.pd.reg_mr(vec![0u8; 8], Access::REMOTE_WRITE),
-        Err(Error::Verbs(_))
+        Err(RegMrError::InvalidAccess)
     ));
     // Modify errors are values too: RTS -> INIT is illegal.
     let attr = QpAttr {
@@ -330,7 +309,9 @@ fn post_errors_are_values() {
     };
     assert!(matches!(
         a.qp.modify(&attr, QpAttrMask::STATE),
-        Err(Error::Verbs(_))
+        Err(ModifyQpError::Transition(
+            ModifyError::IllegalTransition { .. }
+        ))
     ));
     assert_eq!(a.qp.state(), QpState::Rts);
     assert_eq!(a.qp.query().unwrap().dest_qp_num, b.qp.qpn());
@@ -344,15 +325,7 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
     let local = a.pd.reg_mr(pattern(64 * 100, 3), Access::NONE).unwrap();
     let remote = b.pd.reg_mr(vec![0u8; 64 * 100], ALL).unwrap();
     let r = remote.remote();
-    let write = |i: u64| {
-        SendWr::rdma(
-            i,
-            SendOp::Write,
-            [local.sge(64 * i, 64)],
-            r.addr + 64 * i,
-            r.rkey,
-        )
-    };
+    let write = |i: u64| SendWr::write(i, [local.sge(64 * i, 64)], r.at(64 * i));
     a.qp.post_send_list((0..100).map(write)).unwrap();
     let done = a.cq.poll_until(100, WAIT).unwrap();
     let ids: Vec<u64> = done.iter().map(|c| c.wr_id()).collect();
@@ -373,7 +346,7 @@ fn post_send_list_posts_in_order_and_stops_at_a_refused_wr() {
     let list = vec![write(0), write(1), bad, write(3)];
     let err = a.qp.post_send_list(list).unwrap_err();
     assert_eq!(err.posted, 2);
-    assert!(matches!(err.error, Error::UnknownLkey(_)), "{err:?}");
+    assert!(matches!(err.error, PostError::UnknownLkey(_)), "{err:?}");
     let ids: Vec<u64> =
         a.cq.poll_until(2, WAIT)
             .unwrap()

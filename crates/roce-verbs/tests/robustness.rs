@@ -504,14 +504,8 @@ fn an_srq_receive_in_progress_goes_back_to_the_srq_on_destroy() {
     // A peer writes through the old rkey.
     stage.store(0, Ordering::SeqCst);
     let w = pa.reg_mr(vec![0xAAu8; 16], Access::NONE).unwrap();
-    qa2.post_send(SendWr::rdma(
-        2,
-        SendOp::Write,
-        [w.sge_all()],
-        remote.addr,
-        remote.rkey,
-    ))
-    .unwrap();
+    qa2.post_send(SendWr::write(2, [w.sge_all()], remote.at(0)))
+        .unwrap();
     let c = one(&ca);
     assert_eq!(
         c.status(),

@@ -114,13 +114,7 @@ fn rc_between_two_contexts_on_one_address() {
 
     // WRITE and READ.
     let rb = dst.remote();
-    let w = SendWr::rdma(
-        2,
-        SendOp::Write,
-        [src.sge_all()],
-        rb.addr + 100_000,
-        rb.rkey,
-    );
+    let w = SendWr::write(2, [src.sge_all()], rb.at(100_000));
     a.qp.post_send(w).unwrap();
     assert!(one(&a.cq).is_success());
     assert_eq!(
@@ -128,13 +122,7 @@ fn rc_between_two_contexts_on_one_address() {
         &pattern(50_000, 3)[..]
     );
     let back = a.pd.reg_mr(vec![0u8; 50_000], ALL).unwrap();
-    let rd = SendWr::rdma(
-        3,
-        SendOp::Read,
-        [back.sge_all()],
-        rb.addr + 100_000,
-        rb.rkey,
-    );
+    let rd = SendWr::read(3, [back.sge_all()], rb.at(100_000));
     a.qp.post_send(rd).unwrap();
     assert!(one(&a.cq).is_success());
     assert_eq!(back.to_vec().unwrap(), pattern(50_000, 3));
@@ -144,20 +132,15 @@ fn rc_between_two_contexts_on_one_address() {
     target.write(0, &40u64.to_ne_bytes()).unwrap();
     let t = target.remote();
     let result = a.pd.reg_mr(vec![0u8; 16], ALL).unwrap();
-    let faa = SendWr::rdma(
-        4,
-        SendOp::FetchAdd { add: 2 },
-        [result.sge(0, 8)],
-        t.addr,
-        t.rkey,
-    );
+    let faa = SendWr::fetch_add(4, [result.sge(0, 8)], t.at(0), 2);
     a.qp.post_send(faa).unwrap();
     assert!(one(&a.cq).is_success());
     let cas = SendOp::CompareSwap {
+        remote: t.at(0),
         compare: 42,
         swap: 9,
     };
-    a.qp.post_send(SendWr::rdma(5, cas, [result.sge(8, 8)], t.addr, t.rkey))
+    a.qp.post_send(SendWr::new(5, cas, [result.sge(8, 8)]))
         .unwrap();
     assert!(one(&a.cq).is_success());
     let mut v = [0u8; 16];

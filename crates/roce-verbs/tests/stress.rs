@@ -52,7 +52,7 @@ fn threads_post_and_poll_on_their_own_qps_of_one_context() {
             for i in 0..100u64 {
                 let data = pattern(256, t.wrapping_add(i as u8));
                 src.write(0, &data).unwrap();
-                let wr = SendWr::rdma(i, SendOp::Write, [src.sge_all()], r.addr + i * 256, r.rkey);
+                let wr = SendWr::write(i, [src.sge_all()], r.at(i * 256));
                 qa.post_send(wr).unwrap();
                 let c = one_starved(&ca);
                 assert_eq!((c.wr_id(), c.status()), (i, WcStatus::Success));
@@ -121,13 +121,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
             // WRITE a slice; READ it back later.
             0 | 1 => {
                 local.write(off, &pattern(SZ as usize, i as u8)).unwrap();
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::Write,
-                    [local.sge(off, SZ as u32)],
-                    r.addr + off,
-                    r.rkey,
-                );
+                let wr = SendWr::write(i, [local.sge(off, SZ as u32)], r.at(off));
                 a.qp.post_send(wr).unwrap();
             }
             2 => {
@@ -142,13 +136,7 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
             }
             _ => {
                 let c = counter.remote();
-                let wr = SendWr::rdma(
-                    i,
-                    SendOp::FetchAdd { add: 1 },
-                    [local.sge(off, 8)],
-                    c.addr,
-                    c.rkey,
-                );
+                let wr = SendWr::fetch_add(i, [local.sge(off, 8)], c.at(0), 1);
                 a.qp.post_send(wr).unwrap();
             }
         }
@@ -189,14 +177,8 @@ fn rc_over_five_percent_loss_completes_200_mixed_wrs() {
     let back =
         a.pd.reg_mr(vec![0u8; (N * SZ) as usize], Access::LOCAL_WRITE)
             .unwrap();
-    a.qp.post_send(SendWr::rdma(
-        9999,
-        SendOp::Read,
-        [back.sge_all()],
-        r.addr,
-        r.rkey,
-    ))
-    .unwrap();
+    a.qp.post_send(SendWr::read(9999, [back.sge_all()], r.at(0)))
+        .unwrap();
     let c = one(&a.cq);
     assert_eq!((c.wr_id(), c.status()), (9999, WcStatus::Success));
     assert_eq!(back.to_vec().unwrap(), all);
@@ -255,7 +237,7 @@ fn any_backend_works_without_doorbells() {
     let target = pb.reg_mr(vec![0u8; 50_000], ALL).unwrap();
     let r = target.remote();
     for i in 0..20u64 {
-        let wr = SendWr::rdma(i, SendOp::Write, [], r.addr, r.rkey);
+        let wr = SendWr::write(i, [], r.at(0));
         qa.post_send_owned(wr, pattern(50_000, i as u8)).unwrap();
         let mut c = one(&ca);
         assert!(c.is_success());

@@ -11,6 +11,7 @@
 
 mod config;
 mod perf;
+mod verify;
 
 use std::net::IpAddr;
 use std::time::Duration;

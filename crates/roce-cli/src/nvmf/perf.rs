@@ -1,17 +1,26 @@
 //! `roce nvmf perf`: an I/O generator in the manner of fio or
 //! spdk_nvme_perf over `roce_nvmf`'s host driver: reads or writes of
 //! `--bs` bytes, sequential or random, `--qd` in flight on each of
-//! `--queues` I/O queues, for `--time` seconds; a progress line per
-//! second on stderr, then IOPS, MiB/s and latency percentiles (or a JSON
-//! object).
+//! `--queues` I/O queues, for `--time` seconds (or `--ios` I/Os); a
+//! progress line per second on stderr, then IOPS, MiB/s and latency
+//! percentiles (or a JSON object).
+//!
+//! `--verify` checks the data, as fio's `verify` does: writes carry the
+//! pattern of [`super::verify`] (each block its LBA and `--verify-seed`),
+//! and are read back and checked once the timed phase ends; reads are
+//! checked as they complete (a write pass with the same seed first).
+//! Each block that differs is counted, the first few reported with their
+//! LBA, and the command fails.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use roce_nvmf::driver::{connect, HostOptions, IoDone};
+use roce_nvmf::driver::{connect, Host, HostOptions, IoDone};
 use roce_nvmf::wire::Nsid;
 
+use super::verify::{Mismatch, Pattern};
 use crate::stop::Stop;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -57,6 +66,19 @@ pub(crate) struct PerfArgs {
     /// Writes carry their data in the command capsule when it fits.
     #[arg(long)]
     in_capsule: bool,
+    /// Stop after this many I/Os, or at --time, whichever comes first (0:
+    /// --time alone).
+    #[arg(long, default_value_t = 0)]
+    ios: u64,
+    /// Verify the data: writes carry a pattern of their LBA and
+    /// --verify-seed and are read back and checked after the run; reads
+    /// are checked against it. A block that differs fails the command.
+    #[arg(long)]
+    verify: bool,
+    /// The generation of the verified pattern: a read pass checks what a
+    /// write pass with the same seed left.
+    #[arg(long, default_value_t = 1)]
+    verify_seed: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -65,6 +87,9 @@ pub(crate) struct PerfArgs {
     roce_port: u16,
 }
 
+/// Mismatches reported one by one on stderr; the rest are only counted.
+const MISMATCHES_SHOWN: usize = 10;
+
 /// Latency percentile `p` (0..=100) of sorted samples, in microseconds.
 fn pct(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
@@ -72,6 +97,126 @@ fn pct(sorted: &[u32], p: f64) -> u32 {
     }
     let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// What a phase of I/O needs besides its source of LBAs.
+struct Io<'a> {
+    host: &'a mut Host,
+    bsz: u32,
+    nlb: u64,
+    in_capsule: bool,
+    /// Commands in flight at most.
+    qd: usize,
+    /// The pattern of a verified run.
+    pattern: Option<Pattern>,
+}
+
+/// What came back from the commands of a phase.
+#[derive(Default)]
+struct Tally {
+    ios: u64,
+    errors: u64,
+    lat: Vec<u32>,
+    /// Blocks read back and checked.
+    checked: u64,
+    mismatches: u64,
+    shown: Vec<Mismatch>,
+}
+
+impl Io<'_> {
+    /// Keeps up to `qd` commands in flight, each at the next LBA `next`
+    /// gives, until it gives none, `end` passes or `stop` is requested;
+    /// then waits for those in flight. Reads are checked against the
+    /// pattern when there is one; `progress` prints a line a second.
+    fn run(
+        &mut self,
+        write: bool,
+        next: &mut dyn FnMut() -> Option<u64>,
+        end: Instant,
+        stop: &Stop,
+        progress: bool,
+    ) -> Result<Tally, String> {
+        let start = Instant::now();
+        let mut t = Tally::default();
+        let mut started: Vec<Option<(Instant, u64)>> = vec![None; self.qd];
+        let mut done: Vec<IoDone> = Vec::new();
+        let mut next_report = start + Duration::from_secs(1);
+        let (mut last_ios, mut dry) = (0u64, false);
+        let fixed: Vec<u8> = (0..(self.nlb * self.bsz as u64) as usize)
+            .map(|i| (i * 37 + 11) as u8)
+            .collect();
+        loop {
+            let running = !dry && Instant::now() < end && !stop.requested();
+            if running {
+                for (slot, s) in started.iter_mut().enumerate() {
+                    if s.is_some() {
+                        continue;
+                    }
+                    let Some(lba) = next() else {
+                        dry = true;
+                        break;
+                    };
+                    let r = if write {
+                        let data = match self.pattern {
+                            Some(p) => Cow::Owned(p.data(lba, self.nlb)),
+                            None => Cow::Borrowed(fixed.as_slice()),
+                        };
+                        self.host.submit_write(
+                            Nsid(1),
+                            lba,
+                            &data,
+                            self.bsz,
+                            self.in_capsule,
+                            slot as u64,
+                        )
+                    } else {
+                        self.host
+                            .submit_read(Nsid(1), lba, self.nlb as u16, self.bsz, slot as u64)
+                    };
+                    r.map_err(|e| e.to_string())?;
+                    *s = Some((Instant::now(), lba));
+                }
+            } else if started.iter().all(Option::is_none) {
+                break;
+            }
+            done.clear();
+            self.host
+                .poll_io(&mut done, Duration::from_millis(10))
+                .map_err(|e| e.to_string())?;
+            let now = Instant::now();
+            for d in &done {
+                let Some((s, lba)) = started.get_mut(d.tag as usize).and_then(Option::take) else {
+                    continue;
+                };
+                t.lat
+                    .push(now.duration_since(s).as_micros().min(u32::MAX as u128) as u32);
+                t.ios += 1;
+                if !d.status.is_success() {
+                    t.errors += 1;
+                }
+                if let (Some(p), Some(data)) = (self.pattern, &d.data) {
+                    let mut bad = Vec::new();
+                    t.checked += p.check(lba, data, &mut bad);
+                    t.mismatches += bad.len() as u64;
+                    let room = MISMATCHES_SHOWN.saturating_sub(t.shown.len());
+                    t.shown.extend(bad.into_iter().take(room));
+                }
+            }
+            if progress && now >= next_report {
+                eprint!(
+                    "\r{:>6.1} s  {:>10} IOPS",
+                    now.duration_since(start).as_secs_f64(),
+                    t.ios - last_ios
+                );
+                last_ios = t.ios;
+                next_report += Duration::from_secs(1);
+            }
+            if !running && now > end.max(start) + Duration::from_secs(10) {
+                return Err("commands still in flight 10 s after the end".into());
+            }
+        }
+        Ok(t)
+    }
 }
 
 /// Runs the generator.
@@ -108,77 +253,67 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
     let qd = (a.qd as usize * queues).min(host.io_depth());
     let write = matches!(a.rw, Rw::Write | Rw::Randwrite);
     let random = matches!(a.rw, Rw::Randread | Rw::Randwrite);
-    let payload: Vec<u8> = (0..a.bs as usize).map(|i| (i * 37 + 11) as u8).collect();
+    let pattern = a.verify.then(|| Pattern::new(a.verify_seed, bsz));
+    // The slots a verified write touched, to read back afterwards.
+    let mut written = vec![false; if a.verify && write { slots as usize } else { 0 }];
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    let mut next_seq = 0u64;
+    let (mut next_seq, mut issued) = (0u64, 0u64);
     let mut pick = || {
-        if random {
+        if a.ios > 0 && issued >= a.ios {
+            return None;
+        }
+        issued += 1;
+        let s = if random {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x % slots) * nlb
+            x % slots
         } else {
-            let l = (next_seq % slots) * nlb;
+            let s = next_seq % slots;
             next_seq += 1;
-            l
+            s
+        };
+        if let Some(w) = written.get_mut(s as usize) {
+            *w = true;
         }
+        Some(s * nlb)
+    };
+    let mut io = Io {
+        host: &mut host,
+        bsz,
+        nlb,
+        in_capsule: a.in_capsule,
+        qd,
+        pattern,
     };
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.time.max(0.001));
-    let mut started: Vec<Option<Instant>> = vec![None; qd];
-    let mut lat: Vec<u32> = Vec::new();
-    let (mut ios, mut errors) = (0u64, 0u64);
-    let mut done: Vec<IoDone> = Vec::new();
-    let mut next_report = start + Duration::from_secs(1);
-    let mut last_ios = 0u64;
-    loop {
-        let now = Instant::now();
-        let running = now < end && !stop.requested();
-        if running {
-            for (slot, s) in started.iter_mut().enumerate() {
-                if s.is_some() {
-                    continue;
-                }
-                let lba = pick();
-                let r = if write {
-                    host.submit_write(Nsid(1), lba, &payload, bsz, a.in_capsule, slot as u64)
-                } else {
-                    host.submit_read(Nsid(1), lba, nlb as u16, bsz, slot as u64)
-                };
-                r.map_err(|e| e.to_string())?;
-                *s = Some(Instant::now());
-            }
-        } else if started.iter().all(Option::is_none) {
-            break;
-        }
-        done.clear();
-        host.poll_io(&mut done, Duration::from_millis(10))
-            .map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        for d in &done {
-            if let Some(s) = started.get_mut(d.tag as usize).and_then(Option::take) {
-                lat.push(t.duration_since(s).as_micros().min(u32::MAX as u128) as u32);
-            }
-            ios += 1;
-            if !d.status.is_success() {
-                errors += 1;
-            }
-        }
-        if t >= next_report && !a.json {
-            eprint!(
-                "\r{:>6.1} s  {:>10} IOPS",
-                t.duration_since(start).as_secs_f64(),
-                ios - last_ios
-            );
-            last_ios = ios;
-            next_report += Duration::from_secs(1);
-        }
-        if !running && t > end + Duration::from_secs(10) {
-            return Err("commands still in flight 10 s after the end".into());
-        }
-    }
+    let mut t = io.run(write, &mut pick, end, stop, !a.json)?;
     let secs = start.elapsed().as_secs_f64();
+    // The verify phase of a verified write: every slot written, read back
+    // in order (not counted in the figures above).
+    if a.verify && write && !stop.requested() {
+        let mut slot = written
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| **w)
+            .map(|(s, _)| s as u64 * nlb);
+        let far = Instant::now() + Duration::from_secs(24 * 3600);
+        let v = io.run(false, &mut || slot.next(), far, stop, false)?;
+        t.errors += v.errors;
+        t.checked = v.checked;
+        t.mismatches = v.mismatches;
+        t.shown = v.shown;
+    }
     host.disconnect().map_err(|e| e.to_string())?;
+    let Tally {
+        ios,
+        errors,
+        mut lat,
+        checked,
+        mismatches,
+        shown,
+    } = t;
     lat.sort_unstable();
     let iops = ios as f64 / secs;
     let mib = iops * a.bs as f64 / (1 << 20) as f64;
@@ -193,23 +328,46 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
         pct(&lat, 99.9),
         lat.last().copied().unwrap_or(0),
     );
+    if !a.json {
+        eprintln!();
+    }
+    for m in &shown {
+        eprintln!("verify: {m}");
+    }
+    if mismatches > shown.len() as u64 {
+        eprintln!(
+            "verify: {} more blocks differ",
+            mismatches - shown.len() as u64
+        );
+    }
     if a.json {
         let v = serde_json::json!({
             "rw": format!("{:?}", a.rw).to_lowercase(), "bs": a.bs, "qd": a.qd, "queues": queues, "seconds": secs,
             "ios": ios, "errors": errors, "iops": iops, "mib_per_s": mib,
             "lat_us": {"avg": avg, "p50": p50, "p99": p99, "p99_9": p999, "max": max},
+            "verify": {"enabled": a.verify, "seed": a.verify_seed, "blocks_checked": checked,
+                       "mismatches": mismatches,
+                       "first": shown.iter().map(|m| m.lba).collect::<Vec<_>>()},
         });
         println!("{v}");
     } else {
-        eprintln!();
         println!(
             "{:?} bs={} qd={} queues={queues}: {ios} I/Os in {secs:.2} s, {iops:.0} IOPS, {mib:.1} MiB/s, {errors} errors",
             a.rw, a.bs, a.qd
         );
         println!("latency (us): avg {avg:.1}, p50 {p50}, p99 {p99}, p99.9 {p999}, max {max}");
+        if a.verify {
+            println!(
+                "verify (seed {}): {checked} blocks checked, {mismatches} differ",
+                a.verify_seed
+            );
+        }
     }
     if errors > 0 {
         return Err(format!("{errors} commands failed"));
+    }
+    if mismatches > 0 {
+        return Err(format!("{mismatches} blocks failed verification"));
     }
     Ok(())
 }

@@ -45,11 +45,25 @@ mod traffic_lat;
 pub(crate) use args::PerfArgs;
 pub(crate) use run::run;
 
-impl From<roce_verbs::Error> for error::PerfError {
-    fn from(e: roce_verbs::Error) -> error::PerfError {
-        error::PerfError::Verbs(Box::new(e))
-    }
+/// A verbs call's error (the general one or a call's own) is a
+/// [`error::PerfError::Verbs`].
+macro_rules! from_verbs {
+    ($($t:ty),*) => {$(
+        impl From<$t> for error::PerfError {
+            fn from(e: $t) -> error::PerfError {
+                error::PerfError::Verbs(Box::new(e))
+            }
+        }
+    )*};
 }
+
+from_verbs!(
+    roce_verbs::Error,
+    roce_verbs::PostError,
+    roce_verbs::CreateError,
+    roce_verbs::ModifyQpError,
+    roce_verbs::RegMrError
+);
 
 impl From<crate::device::DeviceError> for error::PerfError {
     fn from(e: crate::device::DeviceError) -> error::PerfError {

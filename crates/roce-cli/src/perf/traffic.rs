@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use roce_verbs::{Rkey, SendOp, SendWr};
+use roce_verbs::{RemoteAddr, Rkey, SendWr};
 
 use super::error::PerfError;
 use super::lane::{CqSet, Lane};
@@ -116,9 +116,9 @@ impl Traffic<'_> {
         let local = d.mr.sge(d.source, self.len());
         let (addr, rkey) = self.remotes[q];
         match self.test {
-            Test::WriteBw => SendWr::rdma(wr_id, SendOp::Write, [local], addr, rkey),
-            Test::ReadBw => SendWr::rdma(wr_id, SendOp::Read, [local], addr, rkey),
-            Test::AtomicBw => SendWr::rdma(wr_id, SendOp::FetchAdd { add: 1 }, [local], addr, rkey),
+            Test::WriteBw => SendWr::write(wr_id, [local], RemoteAddr::new(addr, rkey)),
+            Test::ReadBw => SendWr::read(wr_id, [local], RemoteAddr::new(addr, rkey)),
+            Test::AtomicBw => SendWr::fetch_add(wr_id, [local], RemoteAddr::new(addr, rkey), 1),
             _ => SendWr::send(wr_id, [local]),
         }
     }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use roce_verbs::{Completion, SendFlags, SendOp, SendWr};
+use roce_verbs::{Completion, RemoteAddr, SendFlags, SendOp, SendWr};
 
 use super::error::PerfError;
 use super::messages::Test;
@@ -152,12 +152,10 @@ pub(crate) fn write_ping_pong(
         d.mr.write(d.source + last, &[n as u8])?;
         stamps.push(Instant::now());
         let (addr, rkey) = t.remotes[0];
-        let wr = SendWr::rdma(
+        let wr = SendWr::write(
             n,
-            SendOp::Write,
             [d.mr.sge(d.source, size as u32)],
-            addr,
-            rkey,
+            RemoteAddr::new(addr, rkey),
         );
         d.qp.post_send(wr).map_err(super::during("post_send"))?;
         posted = n;
@@ -193,12 +191,13 @@ pub(crate) fn write_ping_pong(
 /// a time; latency is each operation's completion time (microseconds).
 pub(crate) fn one_sided(t: &Traffic<'_>, watch: &mut impl Watch) -> Result<Vec<f64>, PerfError> {
     let d = &t.lanes[0];
-    let op = if t.test == Test::AtomicLat {
-        SendOp::FetchAdd { add: 1 }
-    } else {
-        SendOp::Read
-    };
     let (addr, rkey) = t.remotes[0];
+    let remote = RemoteAddr::new(addr, rkey);
+    let op = if t.test == Test::AtomicLat {
+        SendOp::FetchAdd { remote, add: 1 }
+    } else {
+        SendOp::Read { remote }
+    };
     let mut samples = Vec::with_capacity(t.cap());
     let mut comps = Vec::with_capacity(4);
     let mut shown = Progress::new(t.duration, Some(t.iters), t.size, t.progress_every);
@@ -207,7 +206,7 @@ pub(crate) fn one_sided(t: &Traffic<'_>, watch: &mut impl Watch) -> Result<Vec<f
             break;
         }
         let t0 = Instant::now();
-        let wr = SendWr::rdma(n, op, [d.mr.sge(d.source, t.len())], addr, rkey);
+        let wr = SendWr::new(n, op, [d.mr.sge(d.source, t.len())]);
         d.qp.post_send(wr).map_err(super::during("post_send"))?;
         let mut spins = 0u32;
         loop {

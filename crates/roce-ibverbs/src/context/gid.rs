@@ -26,13 +26,11 @@ pub(crate) fn gid_table(dev: &Device, local: IpAddr) -> Vec<IpAddr> {
 /// The errno of a verb that sets a source GID (`ibv_modify_qp` with an
 /// address vector, `ibv_create_ah`), saying on stderr why a GID cannot
 /// be used (its UDP port taken by another process).
-pub(crate) fn gid_err(e: roce_verbs::Error) -> Errno {
-    if let roce_verbs::Error::AddrUnavailable(_, kind) = e {
+pub(crate) fn gid_err(e: impl Into<roce_verbs::Error>) -> Errno {
+    use roce_verbs::{CreateError as C, Error as E, ModifyQpError as M};
+    let e = e.into();
+    if let E::Create(C::AddrUnavailable(..)) | E::ModifyQp(M::AddrUnavailable(..)) = e {
         crate::config::say(format_args!("{e}"));
-        return match kind {
-            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
-            _ => libc::EADDRNOTAVAIL,
-        };
     }
     crate::ffi::errno_of(&e)
 }

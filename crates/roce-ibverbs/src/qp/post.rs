@@ -6,47 +6,51 @@ use std::os::raw::{c_int, c_void};
 
 use smallvec::SmallVec;
 
-use roce_verbs::{Lkey, Payload, Qkey, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge};
+use roce_verbs::{
+    Lkey, Payload, PostListError, Qkey, Qpn, RemoteAddr, Rkey, SendFlags, SendOp, SendWr, Sge,
+    UdDest,
+};
 
 use super::Qp;
 use crate::abi::consts::*;
 use crate::abi::*;
-use crate::ffi::{errno_of, errno_ret, posted, void, Res};
+use crate::ffi::{errno_ret, post_errno, posted, void, Res};
 use crate::pd::Ah;
 use crate::wr::{inline, nth, post_recv_list, sgl, Walk};
 
-/// The engine's work request of a C one.
+/// The typed work request of a C one, and its destination on a UD QP
+/// (always there: a UD WR without an address handle is `EINVAL`).
 ///
 /// # Safety
 /// `w` is the program's, with its pointers valid.
-unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
+unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<(SendWr, Option<UdDest>)> {
     // SAFETY: the caller's contract.
     let sges = unsafe { sgl(w.sg_list, w.num_sge, q.cap.max_send_sge)? };
     // SAFETY: reading the union member the opcode selects.
     let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
+    let rdma_at = RemoteAddr::new(rdma.remote_addr, Rkey::new(rdma.rkey));
+    let atomic_at = RemoteAddr::new(atomic.remote_addr, Rkey::new(atomic.rkey));
     let op = match w.opcode {
         IBV_WR_SEND => SendOp::Send,
         IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(u32::from_be(w.imm_or_inv)),
         IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(Rkey::new(w.imm_or_inv)),
-        IBV_WR_RDMA_WRITE => SendOp::Write,
-        IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm(u32::from_be(w.imm_or_inv)),
-        IBV_WR_RDMA_READ => SendOp::Read,
+        IBV_WR_RDMA_WRITE => SendOp::Write { remote: rdma_at },
+        IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm {
+            remote: rdma_at,
+            imm: u32::from_be(w.imm_or_inv),
+        },
+        IBV_WR_RDMA_READ => SendOp::Read { remote: rdma_at },
         IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
+            remote: atomic_at,
             compare: atomic.compare_add,
             swap: atomic.swap,
         },
         IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
+            remote: atomic_at,
             add: atomic.compare_add,
         },
         // Memory windows, local invalidate, TSO: not on this device.
         _ => return Err(libc::EINVAL),
-    };
-    let (remote_addr, rkey) = if op.is_atomic() {
-        (atomic.remote_addr, atomic.rkey)
-    } else if op.is_rdma() {
-        (rdma.remote_addr, rdma.rkey)
-    } else {
-        (0, 0)
     };
     let payload = if w.send_flags & IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
         // More than the QP takes inline: EINVAL (as rxe) before a byte
@@ -71,16 +75,39 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
     } else {
         None
     };
-    Ok(SendWr {
+    let wr = SendWr {
         wr_id: w.wr_id,
         op,
         payload,
         // FENCE, SIGNALED, SOLICITED, INLINE have the engine's values.
         flags: SendFlags(w.send_flags & 0xf),
-        remote_addr,
-        rkey: Rkey::new(rkey),
-        ud,
-    })
+    };
+    Ok((wr, ud))
+}
+
+/// The WRs of one `ibv_post_send` call, converted: up to eight without
+/// a heap (as `post_send_list` keeps them), and a UD QP's destinations
+/// beside them (one per WR; none on a connected QP).
+#[derive(Default)]
+struct Converted {
+    wrs: SmallVec<[SendWr; 8]>,
+    dests: SmallVec<[UdDest; 8]>,
+}
+
+impl Converted {
+    fn push(&mut self, (wr, dest): (SendWr, Option<UdDest>)) {
+        self.wrs.push(wr);
+        self.dests.extend(dest);
+    }
+
+    /// Posts them in order under one lock.
+    fn post(self, q: &Qp) -> Result<(), PostListError> {
+        if self.dests.is_empty() {
+            q.qp.post_send_list(self.wrs)
+        } else {
+            q.qp.post_send_ud_list(self.wrs.into_iter().zip(self.dests))
+        }
+    }
 }
 
 /// Posts the WRs converted so far (the first of them is the list's
@@ -92,14 +119,14 @@ unsafe fn send_wr_of(q: &Qp, w: &ibv_send_wr) -> Res<SendWr> {
 unsafe fn post_then(
     q: &Qp,
     wr: *mut ibv_send_wr,
-    wrs: SmallVec<[SendWr; 8]>,
+    wrs: Converted,
     e: c_int,
     at: *mut ibv_send_wr,
 ) -> Result<(), (c_int, *mut ibv_send_wr)> {
-    match q.qp.post_send_list(wrs) {
+    match wrs.post(q) {
         Ok(()) => Err((e, at)),
         // SAFETY: n is below the WRs walked.
-        Err(pe) => Err((errno_of(&pe.error), unsafe { nth(wr, pe.posted) })),
+        Err(pe) => Err((post_errno(&pe.error), unsafe { nth(wr, pe.posted) })),
     }
 }
 
@@ -108,12 +135,14 @@ entry! {
     /// ones before it are posted, as a provider posts them. The list is
     /// converted first (no heap for up to eight WRs, as `post_send_list`
     /// keeps them) and posted under one lock; at most `max_send_wr` WRs
-    /// are walked (see [`Walk`]).
+    /// are walked (see [`Walk`]). Each WR becomes a typed
+    /// [`SendWr`] (the remote address only on the operations that have
+    /// one) by moves, with no heap for up to two SGEs.
     fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
         posted(bad, wr, || {
             // SAFETY: the program's QP.
             let q = unsafe { Qp::from_ptr(qp) }.map_err(|e| (e, wr))?;
-            let mut wrs: SmallVec<[SendWr; 8]> = SmallVec::new();
+            let mut wrs = Converted::default();
             let mut walk = Walk::new(wr, q.cap.max_send_wr as usize);
             loop {
                 // SAFETY: the program's list.
@@ -131,8 +160,8 @@ entry! {
                 }
             }
             // SAFETY: as above.
-            q.qp.post_send_list(wrs)
-                .map_err(|e| (errno_of(&e.error), unsafe { nth(wr, e.posted) }))
+            wrs.post(q)
+                .map_err(|e| (post_errno(&e.error), unsafe { nth(wr, e.posted) }))
         })
     }
 }
@@ -167,6 +196,8 @@ pub(crate) fn install(v: &mut verbs_context) {
 #[derive(Default)]
 pub(crate) struct Builder {
     wrs: Vec<SendWr>,
+    /// Each WR's UD destination (`ibv_wr_set_ud_addr`), beside it.
+    dests: Vec<Option<UdDest>>,
     error: Option<c_int>,
 }
 
@@ -184,7 +215,7 @@ unsafe fn builder<'a>(q: *mut ibv_qp_ex) -> (&'a Qp, &'a mut Builder, &'a ibv_qp
 ///
 /// # Safety
 /// As [`builder`].
-unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp, remote_addr: u64, rkey: u32) {
+unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp) {
     // SAFETY: the caller's contract.
     let (qp, b, x) = unsafe { builder(q) };
     // No more WRs than the send queue holds (rxe: ENOSPC once it is full).
@@ -197,10 +228,8 @@ unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp, remote_addr: u64, rkey: u32) {
         op,
         payload: Payload::Sgl(Default::default()),
         flags: SendFlags(x.wr_flags & 0xf),
-        remote_addr,
-        rkey: Rkey::new(rkey),
-        ud: None,
     });
+    b.dests.push(None);
 }
 
 /// The WR being built, or the builder's error if there is none.
@@ -223,6 +252,7 @@ entry! {
             // SAFETY: the program's QP.
             let (_, b, _) = unsafe { builder(q) };
             b.wrs.clear();
+            b.dests.clear();
             b.error = None;
             Ok(())
         })
@@ -236,10 +266,24 @@ entry! {
             // SAFETY: the program's QP.
             let (qp, b, _) = unsafe { builder(q) };
             let wrs = std::mem::take(&mut b.wrs);
+            let dests = std::mem::take(&mut b.dests);
             if let Some(e) = b.error.take() {
                 return Err(e);
             }
-            qp.qp.post_send_list(wrs).map_err(|e| errno_of(&e.error))
+            if qp.qp.qp_type() != roce_verbs::QpType::Ud {
+                return qp.qp.post_send_list(wrs).map_err(|e| post_errno(&e.error));
+            }
+            // A UD WR without `ibv_wr_set_ud_addr`: those before it are
+            // posted, then EINVAL (the engine's answer to a UD send
+            // without a destination).
+            let complete = dests.iter().all(Option::is_some);
+            let pairs = wrs.into_iter().zip(dests).map_while(|(w, d)| Some((w, d?)));
+            qp.qp.post_send_ud_list(pairs).map_err(|e| post_errno(&e.error))?;
+            if complete {
+                Ok(())
+            } else {
+                Err(libc::EINVAL)
+            }
         })
     }
 }
@@ -251,6 +295,7 @@ entry! {
             // SAFETY: the program's QP.
             let (_, b, _) = unsafe { builder(q) };
             b.wrs.clear();
+            b.dests.clear();
             b.error = None;
             Ok(())
         })
@@ -259,13 +304,13 @@ entry! {
 
 /// The builder's operations: each starts a WR (see [`begin`]).
 macro_rules! builder_op {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) => ($op:expr, $addr:expr, $rkey:expr)) => {
+    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),*) => $op:expr) => {
         entry! {
             $(#[$m])*
             fn $name(q: *mut ibv_qp_ex, $($a: $t),*) {
                 void(|| {
                     // SAFETY: the program's QP, in a builder session.
-                    unsafe { begin(q, $op, $addr, $rkey) };
+                    unsafe { begin(q, $op) };
                     Ok(())
                 })
             }
@@ -273,39 +318,45 @@ macro_rules! builder_op {
     };
 }
 
+/// The remote memory of a builder operation (`rkey`, `addr` as C passes them).
+fn at(addr: u64, rkey: u32) -> RemoteAddr {
+    RemoteAddr::new(addr, Rkey::new(rkey))
+}
+
 builder_op!(
     /// `ibv_wr_send`.
-    fn wr_send() => (SendOp::Send, 0, 0)
+    fn wr_send() => SendOp::Send
 );
 builder_op!(
     /// `ibv_wr_send_imm`.
-    fn wr_send_imm(imm: u32) => (SendOp::SendWithImm(u32::from_be(imm)), 0, 0)
+    fn wr_send_imm(imm: u32) => SendOp::SendWithImm(u32::from_be(imm))
 );
 builder_op!(
     /// `ibv_wr_send_inv`.
-    fn wr_send_inv(rkey: u32) => (SendOp::SendWithInv(Rkey::new(rkey)), 0, 0)
+    fn wr_send_inv(rkey: u32) => SendOp::SendWithInv(Rkey::new(rkey))
 );
 builder_op!(
     /// `ibv_wr_rdma_write`.
-    fn wr_rdma_write(rkey: u32, addr: u64) => (SendOp::Write, addr, rkey)
+    fn wr_rdma_write(rkey: u32, addr: u64) => SendOp::Write { remote: at(addr, rkey) }
 );
 builder_op!(
     /// `ibv_wr_rdma_write_imm`.
     fn wr_rdma_write_imm(rkey: u32, addr: u64, imm: u32) =>
-        (SendOp::WriteWithImm(u32::from_be(imm)), addr, rkey)
+        SendOp::WriteWithImm { remote: at(addr, rkey), imm: u32::from_be(imm) }
 );
 builder_op!(
     /// `ibv_wr_rdma_read`.
-    fn wr_rdma_read(rkey: u32, addr: u64) => (SendOp::Read, addr, rkey)
+    fn wr_rdma_read(rkey: u32, addr: u64) => SendOp::Read { remote: at(addr, rkey) }
 );
 builder_op!(
     /// `ibv_wr_atomic_cmp_swp`.
     fn wr_atomic_cmp_swp(rkey: u32, addr: u64, compare: u64, swap: u64) =>
-        (SendOp::CompareSwap { compare, swap }, addr, rkey)
+        SendOp::CompareSwap { remote: at(addr, rkey), compare, swap }
 );
 builder_op!(
     /// `ibv_wr_atomic_fetch_add`.
-    fn wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) => (SendOp::FetchAdd { add }, addr, rkey)
+    fn wr_atomic_fetch_add(rkey: u32, addr: u64, add: u64) =>
+        SendOp::FetchAdd { remote: at(addr, rkey), add }
 );
 
 entry! {
@@ -414,9 +465,10 @@ entry! {
                 let ah = ah.cast::<Ah>().as_ref();
                 // An AH of another context: EINVAL, as for ibv_post_send.
                 let ah = ah.filter(|a| a.ibv.context == qp.ibv.qp_base.context);
-                match (ah, last(q)) {
-                    (Some(a), Some(w)) => {
-                        w.ud = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
+                let dest = last(q).and(builder(q).1.dests.last_mut());
+                match (ah, dest) {
+                    (Some(a), Some(d)) => {
+                        *d = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
                     }
                     (None, _) => {
                         b.error.get_or_insert(libc::EINVAL);

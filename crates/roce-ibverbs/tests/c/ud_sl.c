@@ -5,7 +5,10 @@
  * wc.sl and through the extended CQ's ibv_wc_read_sl; the GRH area
  * holds the IP header where the kernel puts it (IPv4: 20 zero bytes,
  * then the IPv4 header; IPv6: the whole 40 bytes). GID 0 (IPv4) and,
- * when the table has it, GID 1 (IPv6, ::1 on loopback).
+ * when the table has it, GID 1 (IPv6, ::1 on loopback). And the
+ * ibv_wr_* builder on a UD QP: each WR goes where its
+ * ibv_wr_set_ud_addr says, and a WR without one makes ibv_wr_complete
+ * answer EINVAL after posting those before it.
  */
 #include "verbs_test.h"
 
@@ -18,11 +21,8 @@ static struct ibv_qp *qa, *qb;
 static struct ibv_mr *mr;
 static char *buf;
 
-static struct ibv_qp *ud_qp(struct ibv_cq *recv) {
-	struct ibv_qp_init_attr a = { .send_cq = scq, .recv_cq = recv,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_UD, .sq_sig_all = 1 };
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+/* Brings a new UD QP to RTS (Q_Key 0x11111111), or exits. */
+static struct ibv_qp *ready(struct ibv_qp *qp) {
 	struct ibv_qp_attr m = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
 	if (!qp || ibv_modify_qp(qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
 		goto fail;
@@ -36,6 +36,13 @@ static struct ibv_qp *ud_qp(struct ibv_cq *recv) {
 fail:
 	printf("FAIL setup: UD QP: %s\n", strerror(errno));
 	exit(100);
+}
+
+static struct ibv_qp *ud_qp(struct ibv_cq *recv) {
+	struct ibv_qp_init_attr a = { .send_cq = scq, .recv_cq = recv,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_UD, .sq_sig_all = 1 };
+	return ready(ibv_create_qp(pd, &a));
 }
 
 /* Posts a receive of slot `slot` on `qp`. */
@@ -112,6 +119,45 @@ static void check_gid(int idx, union ibv_gid *g, int v4) {
 	CHECK(name, r == IBV_WC_SUCCESS && grh_ok(slot + 1, g, v4), "GRH area not the %s header", v4 ? "IPv4" : "IPv6");
 }
 
+/* Three SENDs built with ibv_wr_*: the first two with their UD address
+ * (to qa over GID 0), the third without. */
+static void builder_ud(union ibv_gid *g) {
+	struct ibv_qp_init_attr_ex a = { .send_cq = scq, .recv_cq = scq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_UD, .sq_sig_all = 1,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND };
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+		.grh = { .dgid = *g, .sgid_index = 0, .hop_limit = 64 } };
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	struct ibv_qp *qp = ready(ibv_create_qp_ex(ctx, &a));
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	struct ibv_wc wc;
+	int i, rc, sent = 0, got = 0;
+
+	if (!ah || !x || recv_into(qa, 12) || recv_into(qa, 13)) {
+		printf("FAIL setup: builder UD: %s\n", strerror(errno));
+		exit(100);
+	}
+	ibv_wr_start(x);
+	for (i = 0; i < 3; i++) {
+		x->wr_id = 200 + i;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(x);
+		ibv_wr_set_sge(x, mr->lkey, (uintptr_t)(buf + 15 * SLOT), LEN);
+		if (i < 2)
+			ibv_wr_set_ud_addr(x, ah, qa->qp_num, 0x11111111);
+	}
+	rc = ibv_wr_complete(x);
+	for (i = 0; i < 2; i++)
+		sent += one(scq, &wc) == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)(200 + i);
+	for (i = 0; i < 2; i++)
+		got += one(rcq, &wc) == IBV_WC_SUCCESS && wc.src_qp == qp->qp_num &&
+		       wc.byte_len == 40 + LEN;
+	CHECK("builder_ud", rc == EINVAL && sent == 2 && got == 2 && ibv_poll_cq(scq, 1, &wc) == 0,
+	      "complete %d, %d sent, %d received", rc, sent, got);
+}
+
 int main(void) {
 	union ibv_gid g0, g1;
 	struct ibv_cq_init_attr_ex cx = { .cqe = 16, .wc_flags = IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_BYTE_LEN };
@@ -131,6 +177,7 @@ int main(void) {
 	qb = ud_qp(ibv_cq_ex_to_cq(rcqx));
 	CHECK("gid0_is_ipv4", !memcmp(g0.raw, mapped, 12), "GID 0 is not IPv4-mapped");
 	check_gid(0, &g0, 1);
+	builder_ud(&g0);
 	if (ibv_query_gid(ctx, 1, 1, &g1) == 0 && memcmp(g1.raw, mapped, 12))
 		check_gid(1, &g1, 0);
 	else

@@ -62,8 +62,21 @@ impl From<roce_verbs::CmError> for DriverError {
     }
 }
 
-impl From<roce_verbs::OwnedPostError> for DriverError {
-    fn from(e: roce_verbs::OwnedPostError) -> DriverError {
-        DriverError::Verbs(e.error)
-    }
+/// Each verbs call's own error is a [`DriverError::Verbs`].
+macro_rules! from_verbs {
+    ($($t:ty),*) => {$(
+        impl From<$t> for DriverError {
+            fn from(e: $t) -> DriverError {
+                DriverError::Verbs(e.into())
+            }
+        }
+    )*};
 }
+
+from_verbs!(
+    roce_verbs::OwnedPostError,
+    roce_verbs::PostError,
+    roce_verbs::CreateError,
+    roce_verbs::ModifyQpError,
+    roce_verbs::RegMrError
+);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use roce_verbs::{
     CmAccepting, CmConnection, CmListener, CompletionQueue, ConnParam, ConnectOptions, Context,
-    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, Rkey, SendOp, SendWr,
+    ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RemoteAddr, Rkey, SendWr,
 };
 
 use super::DriverError;
@@ -219,7 +219,7 @@ impl TargetServer {
                 key,
                 len,
             } => {
-                let wr = SendWr::rdma(0, SendOp::Read, [], addr, Rkey::new(key.0));
+                let wr = SendWr::read(0, [], RemoteAddr::new(addr, Rkey::new(key.0)));
                 (conn, Op::Read(conn, cid), wr, vec![0; len as usize])
             }
             Action::WriteHost {
@@ -229,7 +229,7 @@ impl TargetServer {
                 data,
                 ..
             } => {
-                let wr = SendWr::rdma(0, SendOp::Write, [], addr, Rkey::new(key.0));
+                let wr = SendWr::write(0, [], RemoteAddr::new(addr, Rkey::new(key.0)));
                 (conn, Op::Send(conn), wr, data)
             }
             Action::Respond {
@@ -237,10 +237,10 @@ impl TargetServer {
                 cqe,
                 invalidate,
             } => {
-                let mut wr = SendWr::send(0, []);
-                if let Some(k) = invalidate {
-                    wr.op = SendOp::SendWithInv(Rkey::new(k.0));
-                }
+                let wr = match invalidate {
+                    Some(k) => SendWr::send_with_inv(0, [], Rkey::new(k.0)),
+                    None => SendWr::send(0, []),
+                };
                 (conn, Op::Send(conn), wr, cqe.to_vec())
             }
             Action::Disconnect { conn } => {

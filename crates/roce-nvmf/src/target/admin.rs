@@ -9,7 +9,7 @@ use super::queue::{ConnId, QueueEvent, QueueState};
 use super::{Action, Target, ADMIN_QUEUE_DEPTH, DISCOVERY_NQN};
 use crate::wire::fabrics::{fctype, PropSize, PropertyCmd};
 use crate::wire::features::{self, fid};
-use crate::wire::identify::{self, cns, IdentifyController, IdentifyNamespace};
+use crate::wire::identify::{self, cns, IdentifyController, IdentifyNamespace, CTRATT_TBKAS};
 use crate::wire::log::{self, lid, DiscoveryEntry, GetLogPage, SmartLog, ERROR_ENTRY_LEN};
 use crate::wire::sgl::SglDesc;
 use crate::wire::sqe::{admin_opc, Sqe};
@@ -210,7 +210,8 @@ impl Target {
             cntlid: c.cntlid.0,
             ver: super::controller::VERSION_1_4,
             oaes: if io { 1 << 8 } else { 0 },
-            ctratt: 0,
+            // TBKAS (bit 6): any command restarts the keep alive timer.
+            ctratt: CTRATT_TBKAS,
             cntrltype: ty,
             oacs: 0,
             acl: 3,

@@ -142,6 +142,15 @@ impl Target {
             return;
         };
         q.consume();
+        // Traffic-based keep alive: any command on any of a controller's
+        // queues counts (Linux's host before 6.7 sends no Keep Alive while
+        // it connects its I/O queues, which loss can stretch past KATO).
+        if let Some(c) = q.cntlid().and_then(|id| self.ctrls.get_mut(&id)) {
+            c.note_traffic();
+        }
+        let Some(q) = self.conns.get_mut(&conn) else {
+            return;
+        };
         let cid = sqe.cid();
         if q.outstanding.contains(&cid) {
             // The CID stays with the command already running.

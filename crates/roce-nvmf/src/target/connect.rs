@@ -108,6 +108,8 @@ impl Target {
                 return fail(Status::COMMAND_SEQUENCE_ERROR);
             }
             c.io_conns.insert(cmd.qid, conn);
+            // An I/O queue's Connect is traffic too (TBKAS).
+            c.note_traffic();
             d.cntlid
         };
         if let Some(q) = self.conns.get_mut(&conn) {

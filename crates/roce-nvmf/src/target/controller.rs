@@ -40,6 +40,9 @@ pub(crate) struct Controller {
     /// Keep Alive Timeout in ms, 0 = disabled.
     pub(crate) kato_ms: u32,
     pub(crate) ka_deadline: Option<Duration>,
+    /// A command arrived since the keep alive timer was last (re)started
+    /// (traffic-based keep alive: [`Controller::note_traffic`]).
+    pub(crate) ka_traffic: bool,
     pub(crate) aec: u32,
     pub(crate) vwc_enabled: bool,
     /// Granted I/O queues, 0 until Set Features Number of Queues.
@@ -88,6 +91,7 @@ impl Controller {
             csts: 0,
             kato_ms,
             ka_deadline: None,
+            ka_traffic: false,
             aec: 0,
             vwc_enabled: true,
             io_queues: 0,
@@ -112,10 +116,32 @@ impl Controller {
     /// Restarts the keep alive timer (NVMe base 1.4 §7.12.1: on a Keep
     /// Alive command; a KATO of 0 disables it).
     pub(crate) fn restart_keep_alive(&mut self, now: Duration) {
+        self.ka_traffic = false;
         self.ka_deadline = match self.kato_ms {
             0 => None,
             ms => Some(now + Duration::from_millis(ms as u64)),
         };
+    }
+
+    /// Traffic-based keep alive (CTRATT.TBKAS, NVMe base 1.4 §7.12.1):
+    /// a command on any of the controller's queues counts as a Keep
+    /// Alive. As Linux's nvmet does, the timer is not moved per command:
+    /// when it runs out after traffic it starts one more period
+    /// ([`Controller::keep_alive_expired`]), so a host is given up only
+    /// after a whole KATO with no command at all, and at most two.
+    pub(crate) fn note_traffic(&mut self) {
+        self.ka_traffic = true;
+    }
+
+    /// The keep alive timer ran out at `now`: true when the controller
+    /// is to be torn down, false when traffic since its start bought
+    /// another period.
+    pub(crate) fn keep_alive_expired(&mut self, now: Duration) -> bool {
+        if !self.ka_traffic {
+            return true;
+        }
+        self.restart_keep_alive(now);
+        false
     }
 
     pub(crate) fn ready(&self) -> bool {

@@ -155,14 +155,16 @@ impl Target {
     }
 
     /// Tears down every controller whose keep-alive deadline is at or
-    /// before `now` (NVMe base 1.4 §7.12.1: the controller "shall treat
-    /// this as a fatal error"), disconnecting its queues.
+    /// before `now` with no command since its timer started (NVMe base
+    /// 1.4 §7.12.1: the controller "shall treat this as a fatal error"),
+    /// disconnecting its queues; one that had traffic gets another
+    /// period (traffic-based keep alive).
     pub fn on_timeout(&mut self, now: Duration) {
         let expired: Vec<Cntlid> = self
             .ctrls
-            .values()
+            .values_mut()
             .filter(|c| c.ka_deadline.is_some_and(|d| d <= now))
-            .map(|c| c.cntlid)
+            .filter_map(|c| c.keep_alive_expired(now).then_some(c.cntlid))
             .collect();
         for id in expired {
             self.destroy_controller(id);

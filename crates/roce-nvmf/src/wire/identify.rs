@@ -35,6 +35,11 @@ pub mod cntrltype {
     pub const DISCOVERY: u8 = 2;
 }
 
+/// CTRATT bit 6, Traffic Based Keep Alive Support: the controller
+/// restarts its keep alive timer on any command it processes (NVMe base
+/// 1.4 §7.12.1, Identify Controller's CTRATT).
+pub const CTRATT_TBKAS: u32 = 1 << 6;
+
 /// The Identify Controller fields a Linux host reads (NVMe base 1.4
 /// Figure 247; bytes 1792–2047 are the NVMe-oF attributes, NVMe-oF 1.1
 /// Figure 11). Fields not named are emitted as zero.
@@ -58,7 +63,7 @@ pub struct IdentifyController {
     /// Optional Asynchronous Events Supported (bytes 92–95; bit 8:
     /// namespace attribute notices).
     pub oaes: u32,
-    /// Controller Attributes (bytes 96–99).
+    /// Controller Attributes (bytes 96–99; [`CTRATT_TBKAS`]).
     pub ctratt: u32,
     /// Controller type (byte 111).
     pub cntrltype: u8,

@@ -5,7 +5,9 @@
 use std::collections::VecDeque;
 use std::os::raw::c_int;
 
-use roce_verbs::{Lkey, Payload, RecvWr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList};
+use roce_verbs::{
+    Lkey, Payload, RecvWr, RemoteAddr, Rkey, SendFlags, SendOp, SendWr, Sge, SgeList,
+};
 
 use super::buf::Region;
 use super::*;
@@ -85,24 +87,16 @@ impl Stream {
     /// Posts one signaled WRITE with immediate `imm` (wr_id `imm`, as
     /// rsocket.c identifies its sends).
     pub(super) fn post(&self, imm: u32, payload: Payload, raddr: u64, rkey: u32) -> Res<()> {
+        let remote = RemoteAddr::new(raddr, Rkey::new(rkey));
         self.post_op(
             u64::from(imm),
-            SendOp::WriteWithImm(imm),
+            SendOp::WriteWithImm { remote, imm },
             payload,
-            raddr,
-            rkey,
         )
     }
 
-    /// Posts one signaled WRITE (`op`) with `wr_id`.
-    pub(super) fn post_op(
-        &self,
-        wr_id: u64,
-        op: SendOp,
-        payload: Payload,
-        raddr: u64,
-        rkey: u32,
-    ) -> Res<()> {
+    /// Posts one signaled WRITE (`op`, with its remote address) with `wr_id`.
+    pub(super) fn post_op(&self, wr_id: u64, op: SendOp, payload: Payload) -> Res<()> {
         let inline = matches!(payload, Payload::Inline(_));
         let flags = if inline {
             SendFlags(SendFlags::SIGNALED.0 | SendFlags::INLINE.0)
@@ -115,9 +109,6 @@ impl Stream {
                 op,
                 payload,
                 flags,
-                remote_addr: raddr,
-                rkey: Rkey::new(rkey),
-                ud: None,
             })
             .map_err(verr)
     }

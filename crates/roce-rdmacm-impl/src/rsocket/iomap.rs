@@ -7,7 +7,7 @@
 use std::os::raw::{c_int, c_void};
 use std::sync::MutexGuard;
 
-use roce_verbs::{Payload, SendOp};
+use roce_verbs::{Payload, RemoteAddr, Rkey, SendOp};
 
 use super::*;
 use crate::ffi::minus_one;
@@ -245,7 +245,8 @@ fn write(socket: c_int, data: &[u8], mut offset: u64, flags: c_int) -> Res<isize
         s.sqe_avail -= 1;
         s.sbuf_bytes_avail -= xfer;
         let wr_id = u64::from(msg(RS_OP_WRITE, xfer));
-        if let Err(e) = s.post_op(wr_id, SendOp::Write, payload, iaddr + offset - ioff, ikey) {
+        let remote = RemoteAddr::new(iaddr + offset - ioff, Rkey::new(ikey));
+        if let Err(e) = s.post_op(wr_id, SendOp::Write { remote }, payload) {
             err = Some(e);
             break;
         }

@@ -18,7 +18,7 @@ use super::events::{ChannelQueue, CqHandle};
 use super::region::MrCore;
 use super::{lock, Home};
 use crate::completion::Completion;
-use crate::error::Error;
+use crate::error::{Error, PostError};
 
 /// Internal work request ids of receives carry this bit; sends do not.
 pub(crate) const RECV_BIT: u64 = 1 << 63;
@@ -144,24 +144,19 @@ impl Core {
         pd: PdId,
         buf: Vec<u8>,
         access: roce_core::Access,
-    ) -> Result<(MrKeys, u64, Home), (Error, Vec<u8>)> {
+    ) -> Result<(MrKeys, u64, Home), (PostError, Vec<u8>)> {
         if !access.is_valid() {
-            return Err((
-                Error::Verbs(roce_core::VerbsError::Access(
-                    roce_core::AccessError::NoPermission,
-                )),
-                buf,
-            ));
+            return Err((PostError::InvalidArgument("access rights"), buf));
         }
         let va = self.alloc_va(buf.len());
         let home: Home = Arc::new(Mutex::new(None));
         let mem = OwnedMem::new(buf, home.clone(), self.copy_piece);
         match self.dev.reg_mr(pd, va, Box::new(mem), access) {
             Ok(keys) => Ok((keys, va, home)),
-            Err(e) => {
+            Err(_) => {
                 // The engine dropped the memory: it went home.
                 let buf = lock(&home).take().unwrap_or_default();
-                Err((e.into(), buf))
+                Err((PostError::InvalidArgument("buffer not registrable"), buf))
             }
         }
     }
@@ -177,14 +172,14 @@ impl Core {
     /// unless `check_sges_at_post` is off: then the regions found are
     /// kept and the rest is left to the engine's checks when the work
     /// request runs.
-    pub(crate) fn resolve(&self, pd: PdId, sgl: &[Sge], refs: &mut Refs) -> Result<(), Error> {
+    pub(crate) fn resolve(&self, pd: PdId, sgl: &[Sge], refs: &mut Refs) -> Result<(), PostError> {
         for sge in sgl {
             let mr = self.mrs.get(&sge.lkey.value()).and_then(Weak::upgrade);
             if !self.check_sges_at_post {
                 refs.extend(mr);
                 continue;
             }
-            let mr = mr.ok_or(Error::UnknownLkey(sge.lkey))?;
+            let mr = mr.ok_or(PostError::UnknownLkey(sge.lkey))?;
             let (va, len) = (mr.va(), mr.len() as u64);
             let wrong_pd = mr.pd() != pd;
             let in_bounds = sge.addr >= va
@@ -194,10 +189,10 @@ impl Core {
                     .is_some_and(|end| end <= va + len);
             refs.push(mr);
             if wrong_pd {
-                return Err(Error::WrongPd);
+                return Err(PostError::WrongPd);
             }
             if !in_bounds {
-                return Err(Error::SgeOutOfBounds(sge.lkey));
+                return Err(PostError::SgeOutOfBounds(sge.lkey));
             }
         }
         Ok(())

@@ -48,7 +48,6 @@ pub use events::{CmSink, EventSink, Notifier};
 pub(crate) use region::MrCore;
 
 use crate::config::ProgressConfig;
-use crate::error::Error;
 use crate::schedule::{Signals, Tuning};
 
 /// Locks a mutex, carrying on after a panic elsewhere (the state behind
@@ -209,9 +208,9 @@ impl Shared {
     /// before a QP's or an AH's source GID is set, so that a GID nobody
     /// sends from holds no port. Takes the I/O lock (never under the
     /// core lock: the lock order is io, then core).
-    pub(crate) fn use_gid(&self, index: u8) -> Result<(), Error> {
+    pub(crate) fn use_gid(&self, index: u8) -> Result<(), GidError> {
         let Some(&addr) = self.addrs.get(index as usize) else {
-            return Err(Error::InvalidArgument("sgid_index"));
+            return Err(GidError::NoSuchIndex);
         };
         let mut io = lock(&self.io);
         if io.backend.local_addrs().contains(&addr) {
@@ -219,6 +218,33 @@ impl Shared {
         }
         io.backend
             .add_local_addr(addr)
-            .map_err(|e| Error::AddrUnavailable(addr, e.kind()))
+            .map_err(|e| GidError::Unavailable(addr, e.kind()))
+    }
+}
+
+/// Why a GID could not be put to use ([`Shared::use_gid`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum GidError {
+    /// The table has no GID at this index.
+    NoSuchIndex,
+    /// The backend refused the address.
+    Unavailable(std::net::IpAddr, std::io::ErrorKind),
+}
+
+impl From<GidError> for crate::error::CreateError {
+    fn from(e: GidError) -> Self {
+        match e {
+            GidError::NoSuchIndex => Self::InvalidArgument("sgid_index"),
+            GidError::Unavailable(a, k) => Self::AddrUnavailable(a, k),
+        }
+    }
+}
+
+impl From<GidError> for crate::error::ModifyQpError {
+    fn from(e: GidError) -> Self {
+        match e {
+            GidError::NoSuchIndex => Self::InvalidArgument("sgid_index"),
+            GidError::Unavailable(a, k) => Self::AddrUnavailable(a, k),
+        }
     }
 }

@@ -8,7 +8,7 @@ use crate::initiator as ini;
 use crate::target::*;
 use crate::wire::fabrics::prop;
 use crate::wire::features::fid;
-use crate::wire::identify::{cns, IdentifyController, IdentifyNamespace};
+use crate::wire::identify::{cns, IdentifyController, IdentifyNamespace, CTRATT_TBKAS};
 use crate::wire::log::{lid, parse_discovery_header, DiscoveryEntry};
 use crate::wire::sgl::SglDesc;
 use crate::wire::status::Status;
@@ -60,6 +60,7 @@ fn admin_flow_connect_properties_identify() {
     assert_eq!(id.ioccsz, 4 + 8192 / 16);
     assert_eq!(id.iorcsz, 1);
     assert_eq!(id.sgls, 1 | 1 << 2 | 1 << 20);
+    assert_eq!(id.ctratt, CTRATT_TBKAS);
     assert_eq!(id.maxcmd, 128);
     assert_eq!(id.cntrltype, 1);
     assert_eq!(id.kas, 1);
@@ -205,6 +206,50 @@ fn keep_alive_expiry_tears_down() {
     assert_eq!(s.t.next_deadline(), None);
     // A closed queue answers nothing.
     assert!(s.send(io, &ini::flush(Cid(1), Nsid(1))).is_none());
+}
+
+/// Traffic-based keep alive, as Linux's nvmet keeps it: when the timer
+/// runs out after a command on any of the controller's queues (an I/O
+/// queue's Connect included), it starts another period; a period with no
+/// command at all ends the controller.
+#[test]
+fn traffic_buys_another_keep_alive_period() {
+    let mut s = Sim::new(config());
+    let (admin, cntlid) = s.enabled_admin();
+    let r = s.cmd(
+        admin,
+        &ini::set_features(Cid(2), fid::NUMBER_OF_QUEUES, 0x0003_0003),
+    );
+    assert_eq!(r.status, Status::SUCCESS);
+    assert_eq!(s.t.next_deadline(), Some(Duration::from_millis(1000)));
+    // Commands before the deadline: at its end, another period.
+    s.t.on_timeout(Duration::from_millis(1000));
+    s.drive();
+    assert_eq!(s.t.controller_count(), 1);
+    assert_eq!(s.t.next_deadline(), Some(Duration::from_millis(2000)));
+    // A host slow to connect its I/O queue, sending no Keep Alive: its
+    // Connect inside the second period counts.
+    s.now = Duration::from_millis(1900);
+    let (io, c) = s.connect_io(cntlid, 1, 8);
+    assert_eq!(c.status, Status::SUCCESS);
+    s.t.on_timeout(Duration::from_millis(2000));
+    s.drive();
+    assert!(s.disconnects.is_empty());
+    assert_eq!(s.t.next_deadline(), Some(Duration::from_millis(3000)));
+    // An I/O command counts too.
+    s.now = Duration::from_millis(2500);
+    assert_eq!(
+        s.cmd(io, &ini::flush(Cid(1), Nsid(1))).status,
+        Status::SUCCESS
+    );
+    s.t.on_timeout(Duration::from_millis(3000));
+    s.drive();
+    assert_eq!(s.t.controller_count(), 1);
+    // A whole period of silence ends it.
+    s.t.on_timeout(Duration::from_millis(4000));
+    s.drive();
+    assert_eq!(s.disconnects, vec![io, admin]);
+    assert_eq!(s.t.controller_count(), 0);
 }
 
 #[test]
