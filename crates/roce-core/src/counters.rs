@@ -93,7 +93,8 @@ pub struct DeviceCounters {
     /// engine of this host handed them over untouched
     /// ([`DeviceConfig::icrc_trust_host`](crate::DeviceConfig::icrc_trust_host)):
     /// not verified here, and not counted in `rx_icrc_unverified`, since
-    /// their sender computed the ICRC over the very bytes taken.
+    /// their sender made the very bytes taken (and computed the ICRC over
+    /// them, or left it out for this receiver: `tx_icrc_deferred`).
     pub rx_icrc_host_trusted: u64,
     /// Datagrams for a QP that does not exist (and, on a shared device,
     /// that no other process owns: handed back forwarded).
@@ -107,4 +108,9 @@ pub struct DeviceCounters {
     pub rx_cnp: u64,
     /// Datagrams sent.
     pub tx_datagrams: u64,
+    /// Datagrams given without their ICRC, because the driver said their
+    /// receiver does not check it
+    /// ([`Device::poll_transmit_icrc_if`](crate::Device::poll_transmit_icrc_if)):
+    /// a part of `tx_datagrams`.
+    pub tx_icrc_deferred: u64,
 }

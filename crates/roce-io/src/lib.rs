@@ -137,6 +137,7 @@
 #![deny(unsafe_code)]
 
 mod backend;
+mod batch;
 mod datagram;
 #[allow(unsafe_code)]
 mod emu;
@@ -164,7 +165,7 @@ mod testutil;
 #[cfg(target_os = "linux")]
 mod udp;
 
-pub use backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
+pub use backend::{Backend, BuildInPlace, Forwarded, InPlace, Nanos, PacketBatch, RxMeta};
 pub use emu::{copy_payload, emulated, CpuTuning, COPY_PIECE};
 pub use fabric::{Fabric, FabricError, FabricPort, LinkConfig, PortStats};
 pub use fault::{

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use roce_capture::PcapWriter;
+use roce_wire::crc32::Code;
 use roce_wire::ethernet::{ethertype, EthernetFrame};
 use roce_wire::{udp, RxHeader, UdpChecksum, UdpRepr, ROCE_V2_PORT};
 
@@ -198,8 +199,10 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
     /// socket's): a capture needs one, so it gets the header its
     /// [`RxHeader`] tells (roce-wire's emitters; the IPv4 identification,
     /// when unknown, written 0, so that a UDP GSO segment's ICRC may not
-    /// match in the capture).
-    fn record_payload(&mut self, now: Nanos, h: &RxHeader, payload: &[u8]) {
+    /// match in the capture). `fill_icrc`: the datagram is as its sending
+    /// engine made it, which may have left its ICRC out for a same-host
+    /// ring (docs/shm.md): the capture gets it computed.
+    fn record_payload(&mut self, now: Nanos, h: &RxHeader, payload: &[u8], fill_icrc: bool) {
         if self.rec.error.is_some() || (self.rec.writer.is_none() && self.shared.is_none()) {
             return;
         }
@@ -224,6 +227,23 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
         whole.clear();
         whole.extend_from_slice(&head[..at + udp::HEADER_LEN]);
         whole.extend_from_slice(payload);
+        if fill_icrc {
+            // The engine's own bytes: the ICRC it computes, or would have.
+            let _ = roce_wire::icrc::fill(Code::Fast, &mut whole);
+        }
+        self.record(now, &whole);
+        self.whole = whole;
+    }
+
+    /// Records datagram `d`, which came without its ICRC: with it.
+    fn record_filling_icrc(&mut self, now: Nanos, d: &[u8]) {
+        if self.rec.error.is_some() || (self.rec.writer.is_none() && self.shared.is_none()) {
+            return;
+        }
+        let mut whole = std::mem::take(&mut self.whole);
+        whole.clear();
+        whole.extend_from_slice(d);
+        let _ = roce_wire::icrc::fill(Code::Fast, &mut whole);
         self.record(now, &whole);
         self.whole = whole;
     }
@@ -271,8 +291,12 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
 
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         let taken = self.inner.send(now, batch)?;
-        for d in batch.iter().take(taken) {
-            self.record(now, d);
+        for i in 0..taken.min(batch.len()) {
+            if batch.icrc_present(i) {
+                self.record(now, batch.get(i));
+            } else {
+                self.record_filling_icrc(now, batch.get(i));
+            }
         }
         Ok(taken)
     }
@@ -281,7 +305,10 @@ impl<B: Backend, W: Write> Backend for PcapTap<B, W> {
         let n = self.inner.recv(now, batch)?;
         for i in 0..batch.len() {
             match batch.header(i) {
-                Some(h) => self.record_payload(now, &h, batch.get(i)),
+                Some(h) => {
+                    let intact = batch.meta(i).host_intact;
+                    self.record_payload(now, &h, batch.get(i), intact)
+                }
                 None => self.record(now, batch.get(i)),
             }
         }

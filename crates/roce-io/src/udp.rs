@@ -27,12 +27,13 @@ use nix::sys::time::TimeSpec;
 use roce_wire::ipv4;
 use socket2::Socket;
 
-use crate::backend::{Backend, Forwarded, Nanos, PacketBatch, RxMeta};
+use crate::backend::{Backend, BuildInPlace, Forwarded, InPlace, Nanos, PacketBatch, RxMeta};
 use crate::sys::{self, RxInfo, TxMsg, MAX_MMSG};
 use forward::Hop;
 use ports::PortSockets;
-use roce_wire::{Owner, RxHeader};
+use roce_wire::{Owner, RxHeader, Transmit};
 use rx::FollowUp;
+use shm::Made;
 use tx::{Planned, Seg, Sent, Via};
 
 /// Most segments in one GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 on
@@ -197,6 +198,9 @@ pub struct UdpBackend {
     left: bool,
     /// The way the last datagram sent through a host table went.
     last_hop: Option<forward::LastHop>,
+    /// A datagram built in a ring that turned out to go elsewhere is
+    /// copied here and sent the usual way ([`Backend::transmit_in_place`]).
+    spill: Option<PacketBatch>,
     /// The time the last call was given (for `wait_readable`, which is
     /// given none).
     last_now: Nanos,
@@ -318,6 +322,7 @@ impl UdpBackend {
             share,
             left: false,
             last_hop: None,
+            spill: None,
             last_now: 0,
             udp_last_data: 0,
             udp_next_probe: 0,
@@ -421,8 +426,12 @@ impl UdpBackend {
                 continue;
             };
             let hop = self.hop(now, &t);
-            if hop != Hop::Udp {
-                self.send_by(now, batch.get(i), &t, hop, batch.intact(i));
+            if hop != Hop::Udp || !batch.icrc_present(i) {
+                let made = Made {
+                    intact: batch.intact(i),
+                    no_icrc: !batch.icrc_present(i),
+                };
+                self.send_by(now, batch.get(i), &t, hop, made);
                 i += 1;
                 continue;
             }
@@ -548,6 +557,17 @@ impl Backend for UdpBackend {
         &self.local
     }
 
+    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        self.build_in_place(now, build)
+    }
+
+    fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
+        // Only a ring's reader, whose engine may trust the sender's
+        // bytes, can do without it (docs/shm.md, "What the receiver
+        // trusts"); the way found here is remembered for `send`.
+        !matches!(self.hop(now, t), Hop::Ring { .. })
+    }
+
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         self.last_now = now;
         let taken = self.send_udp_and_rings(now, batch);
@@ -583,7 +603,8 @@ impl Backend for UdpBackend {
         let udp = udp.and(self.recv_flows(now, batch));
         let from_rings = batch.len();
         if let Some(shm) = self.shm.as_mut() {
-            shm.recv(batch, self.v6, &mut self.stats);
+            let trusted = self.cfg.shm_icrc_trusted;
+            shm.recv(batch, self.v6, trusted, &mut self.stats);
         }
         self.steer_forwarded(now, batch, from_rings);
         if let Some(share) = self.share.as_mut() {
@@ -618,6 +639,7 @@ impl Backend for UdpBackend {
             ("udp_tx_gso_sends", s.tx_gso_sends),
             ("udp_tx_gso_datagrams", s.tx_gso_datagrams),
             ("udp_tx_malformed", s.tx_malformed),
+            ("udp_tx_not_own_source", s.tx_not_own_source),
             ("udp_tx_errors", s.tx_errors),
             ("udp_tx_sport_rewritten", s.tx_sport_rewritten),
             ("udp_tx_icrc_recomputed", s.tx_icrc_recomputed),
@@ -635,6 +657,9 @@ impl Backend for UdpBackend {
             ("udp_shm_tx_datagrams", s.shm_tx_datagrams),
             ("udp_shm_tx_bytes", s.shm_tx_bytes),
             ("udp_shm_tx_full_drops", s.shm_tx_full_drops),
+            ("udp_shm_tx_no_icrc", s.shm_tx_no_icrc),
+            ("udp_shm_tx_in_place", s.shm_tx_in_place),
+            ("udp_shm_tx_no_icrc_dropped", s.shm_tx_no_icrc_dropped),
             ("udp_shm_doorbells", s.shm_doorbells),
             ("udp_shm_links_out", s.shm_links_out),
             ("udp_shm_links_in", s.shm_links_in),
@@ -642,6 +667,8 @@ impl Backend for UdpBackend {
             ("udp_shm_broken", s.shm_broken),
             ("udp_shm_rx_datagrams", s.shm_rx_datagrams),
             ("udp_shm_rx_bytes", s.shm_rx_bytes),
+            ("udp_shm_rx_no_icrc", s.shm_rx_no_icrc),
+            ("udp_shm_rx_icrc_filled", s.shm_rx_icrc_filled),
             ("udp_shm_rx_forwarded", s.shm_rx_forwarded),
             ("udp_shm_qpn_routes", s.shm_qpn_routes),
             ("udp_shm_local", s.shm_local),

@@ -388,3 +388,166 @@ fn only_an_engines_untouched_datagram_arrives_marked_intact() {
     assert_eq!(marks, [true, false, false]);
     assert!(got.iter().all(|g| g.icrc_ok()), "all sound all the same");
 }
+
+/// Sends `specs` from `a` as an engine that left their ICRC out does
+/// (`push_transmit_icrc_with`, the four bytes zero); returns how many
+/// were taken.
+fn send_without_icrc(a: &mut UdpBackend, clock: &Clock, specs: &[Spec]) -> usize {
+    let mut tx = PacketBatch::new(specs.len(), SLOT);
+    for s in specs {
+        assert!(tx.push_transmit_icrc_with(|slot| {
+            let n = emit(s, slot);
+            slot[n - 4..n].fill(0);
+            roce_wire::Transmit::of_datagram(&slot[..n]).map(|t| (t, false))
+        }));
+        assert!(!tx.icrc_present(tx.len() - 1));
+    }
+    a.send(clock.now(), &tx).unwrap()
+}
+
+/// Receives at `b` until `want` datagrams came or two seconds passed.
+fn take(b: &mut UdpBackend, clock: &Clock, want: usize) -> Vec<Got> {
+    let mut rx = PacketBatch::new(8, 9216);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while got.len() < want && Instant::now() < deadline {
+        let n = b.recv(clock.now(), &mut rx).unwrap();
+        got.extend((0..n).map(|i| Got::of(&rx, i)));
+    }
+    got
+}
+
+fn transmit_of(s: &Spec) -> roce_wire::Transmit {
+    let mut slot = vec![0u8; SLOT];
+    let n = emit(s, &mut slot);
+    roce_wire::Transmit::of_datagram(&slot[..n]).unwrap()
+}
+
+#[test]
+fn a_datagram_sent_without_its_icrc_gets_it_from_a_receiver_that_checks() {
+    let (clock, mut a, mut b, sa, sb, psn) = linked(26, 27);
+    // Into the ring the engine may leave the ICRC out; not by UDP.
+    assert!(!a.needs_icrc(clock.now(), &transmit_of(&spec(sa, sb, psn))));
+    let elsewhere = spec(sa, ip("127.0.0.28"), psn);
+    assert!(a.needs_icrc(clock.now(), &transmit_of(&elsewhere)));
+    // Odd sizes, from 1 byte to nearly the MTU.
+    let specs: Vec<Spec> = (psn..psn + 6).map(|p| spec(sa, sb, p)).collect();
+    assert_eq!(send_without_icrc(&mut a, &clock, &specs), specs.len());
+    let got = take(&mut b, &clock, specs.len());
+    assert_eq!(got.len(), specs.len());
+    for (g, s) in got.iter().zip(&specs) {
+        assert!(g.meta.host_intact);
+        assert!(g.icrc_ok(), "computed by the receiver, psn {}", s.psn);
+        assert_eq!(g.packet().unwrap().payload, &payload(s.psn, s.len)[..]);
+    }
+    let n = specs.len() as u64;
+    assert_eq!(a.stats().shm_tx_no_icrc, n);
+    assert_eq!(
+        (b.stats().shm_rx_no_icrc, b.stats().shm_rx_icrc_filled),
+        (n, n)
+    );
+    // One whose way is not a ring is dropped, never sent with a wrong
+    // ICRC.
+    let sent_by_udp = a.stats().tx_datagrams;
+    assert_eq!(send_without_icrc(&mut a, &clock, &[elsewhere]), 1);
+    assert_eq!(a.stats().shm_tx_no_icrc_dropped, 1);
+    assert_eq!(a.stats().tx_datagrams, sent_by_udp);
+}
+
+#[test]
+fn a_receiver_whose_engine_trusts_the_ring_takes_them_as_they_came() {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = pair(ip("127.0.0.29"), ip("127.0.0.30"), |c: UdpConfig| {
+        c.shm(true).shm_ring(1 << 16).shm_icrc_trusted(true)
+    });
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    let psn = until_linked(&mut a, &mut b, &clock, 0);
+    let specs: Vec<Spec> = (psn..psn + 3).map(|p| spec(sa, sb, p)).collect();
+    assert_eq!(send_without_icrc(&mut a, &clock, &specs), specs.len());
+    let got = take(&mut b, &clock, specs.len());
+    assert_eq!(got.len(), specs.len());
+    for g in &got {
+        assert!(g.meta.host_intact, "the engine takes it unchecked");
+        assert_eq!(g.bytes[g.bytes.len() - 4..], [0; 4], "not computed");
+    }
+    assert_eq!(b.stats().shm_rx_no_icrc, 3);
+    assert_eq!(b.stats().shm_rx_icrc_filled, 0);
+}
+
+/// Builds `s` in place at `a` as an engine does
+/// (`Backend::transmit_in_place`): the ICRC left out where `here` says
+/// the datagram stays in the ring.
+fn build_in_place(a: &mut UdpBackend, clock: &Clock, s: &Spec) -> roce_io::InPlace {
+    a.transmit_in_place(clock.now(), &mut |buf, here| {
+        let n = emit(s, buf);
+        let t = roce_wire::Transmit::of_datagram(&buf[..n])?;
+        let stays = here(&t);
+        if stays {
+            buf[n - 4..n].fill(0);
+        }
+        Some((t, !stays))
+    })
+}
+
+#[test]
+fn a_datagram_built_in_the_ring_arrives_and_one_for_elsewhere_is_sent_the_usual_way() {
+    let clock = Clock(Instant::now());
+    let (mut a, mut b) = shm_pair(41, 42);
+    let (sa, sb) = (a.local_addr().ip(), b.local_addr().ip());
+    // No way taken yet: nothing to build in.
+    assert_eq!(
+        build_in_place(&mut a, &clock, &spec(sa, sb, 0)),
+        roce_io::InPlace::Unavailable
+    );
+    let psn = until_linked(&mut a, &mut b, &clock, 0);
+    // Linked, and the last way was the ring: built there, sizes from 1
+    // byte to nearly 4 KiB.
+    let specs: Vec<Spec> = (psn..psn + 6).map(|p| spec(sa, sb, p)).collect();
+    for s in &specs {
+        assert_eq!(build_in_place(&mut a, &clock, s), roce_io::InPlace::Taken);
+    }
+    assert_eq!(a.stats().shm_tx_in_place, 6);
+    assert_eq!(a.stats().shm_tx_no_icrc, 6);
+    // Published by the next send (an empty batch will do), not before.
+    let mut rx = PacketBatch::new(8, 9216);
+    assert_eq!(b.recv(clock.now(), &mut rx).unwrap(), 0);
+    assert_eq!(a.send(clock.now(), &PacketBatch::new(1, SLOT)).unwrap(), 0);
+    let got = take(&mut b, &clock, specs.len());
+    assert_eq!(got.len(), specs.len());
+    for (g, s) in got.iter().zip(&specs) {
+        assert!(g.meta.host_intact);
+        assert!(g.icrc_ok(), "computed by the receiver, psn {}", s.psn);
+        let p = g.packet().unwrap();
+        assert_eq!(p.bth.psn.value(), s.psn);
+        assert_eq!((p.ip.dscp(), p.ip.ecn()), (s.dscp, s.ecn));
+        assert_eq!(p.payload, &payload(s.psn, s.len)[..]);
+    }
+    // From an address that is not this backend's: dropped, counted.
+    let foreign = spec(ip("127.0.0.44"), sb, psn + 6);
+    let in_ring = a.stats().shm_tx_datagrams;
+    assert_eq!(
+        build_in_place(&mut a, &clock, &foreign),
+        roce_io::InPlace::Taken
+    );
+    assert_eq!(a.stats().tx_not_own_source, 1);
+    assert_eq!(a.stats().shm_tx_datagrams, in_ring);
+    // Nothing to build: nothing taken.
+    let r = a.transmit_in_place(clock.now(), &mut |_, _| None);
+    assert_eq!(r, roce_io::InPlace::Nothing);
+    // Built for another destination: copied out and sent by UDP, with
+    // its ICRC (`here` said no), never into this ring.
+    let elsewhere = spec(sa, ip("127.0.0.43"), psn + 6);
+    let by_udp = a.stats().tx_datagrams;
+    let in_ring = a.stats().shm_tx_datagrams;
+    assert_eq!(
+        build_in_place(&mut a, &clock, &elsewhere),
+        roce_io::InPlace::Taken
+    );
+    assert_eq!(a.stats().tx_datagrams, by_udp + 1);
+    assert_eq!(a.stats().shm_tx_datagrams, in_ring);
+    // That way taken last, the ring is not offered until it is again.
+    assert_eq!(
+        build_in_place(&mut a, &clock, &spec(sa, sb, psn + 7)),
+        roce_io::InPlace::Unavailable
+    );
+}

@@ -333,6 +333,9 @@ impl OpenOptions {
                     .remote_port(self.remote_port)
                     .cpu(self.cpu)
                     .shm(self.shm)
+                    // What the engine takes from a ring unchecked may
+                    // come without its ICRC (docs/shm.md).
+                    .shm_icrc_trusted(self.config.icrc_trust_host)
                     // With the same-host path, processes of this user
                     // share the address (docs/host.md).
                     .share(self.shm);

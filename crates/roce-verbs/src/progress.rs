@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 
 use roce_core::{Nanos, Tx};
-use roce_io::{Backend, FabricPort};
+use roce_io::{Backend, FabricPort, InPlace};
 
 pub(crate) use crate::config::ProgressConfig;
 use crate::schedule::{self, Post, Rest, Stepped, ThreadRules, RUNNING};
@@ -241,23 +241,60 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
                 t.work = true;
             }
         }
-        let mut ended = Tx::Idle;
-        while !io.tx.is_full() {
-            let pushed = io
-                .tx
-                .push_transmit_with(|buf| match core.dev.poll_transmit(now, buf) {
-                    Tx::Datagram(t) => Some(t),
-                    end => {
-                        ended = end;
-                        None
+        let Io { tx, backend, .. } = &mut *io;
+        // Built straight into the backend's own buffer (a same-host ring,
+        // docs/shm.md) while nothing waits in the batch: no copy from the
+        // batch into the ring. `stop`: the engine had no more.
+        let mut in_place = 0;
+        let mut stop = None;
+        while tx.is_empty() && in_place < tx.capacity() {
+            let mut end = Tx::Idle;
+            let r = backend.transmit_in_place(now, &mut |buf, here| match core
+                .dev
+                .poll_transmit_icrc_if(now, buf, |t| !here(t))
+            {
+                (Tx::Datagram(t), icrc) => Some((t, icrc)),
+                (e, _) => {
+                    end = e;
+                    None
+                }
+            });
+            match r {
+                InPlace::Taken => in_place += 1,
+                InPlace::Nothing => {
+                    stop = Some(end);
+                    break;
+                }
+                InPlace::Unavailable => break,
+            }
+        }
+        if let Some(end) = stop {
+            t.drained = end == Tx::Idle;
+        } else if in_place < tx.capacity() {
+            let mut ended = Tx::Idle;
+            while !tx.is_full() {
+                // The ICRC is computed only where the backend needs it
+                // (not for a same-host ring's reader, docs/shm.md).
+                let pushed = tx.push_transmit_icrc_with(|buf| {
+                    match core
+                        .dev
+                        .poll_transmit_icrc_if(now, buf, |t| backend.needs_icrc(now, t))
+                    {
+                        (Tx::Datagram(t), icrc) => Some((t, icrc)),
+                        (end, _) => {
+                            ended = end;
+                            None
+                        }
                     }
                 });
-            if !pushed {
-                // At an end of batch (an answer before the ACK it
-                // released) what the engine still has goes in the next
-                // round's send call; at idle it has nothing more.
-                t.drained = ended == Tx::Idle;
-                break;
+                if !pushed {
+                    // At an end of batch (an answer before the ACK it
+                    // released) what the engine still has goes in the
+                    // next round's send call; at idle it has nothing
+                    // more.
+                    t.drained = ended == Tx::Idle;
+                    break;
+                }
             }
         }
         t.raised.collect(&mut core, shared);
@@ -266,10 +303,11 @@ fn transmit(shared: &Shared, io: &mut Io, now: Nanos) -> Transmitted {
         drop(core);
         // Claims first: an answer to what goes out may come at once.
         owners::apply(io, &shared.addrs);
-        if io.tx.is_empty() {
+        if io.tx.is_empty() && in_place == 0 {
             break;
         }
         t.work = true;
+        // Also what was built in place goes now (an empty batch will do).
         let taken = io.backend.send(now, &io.tx).unwrap_or(0);
         io.tx.drain_front(taken);
         if !io.tx.is_empty() {

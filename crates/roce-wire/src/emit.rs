@@ -71,7 +71,7 @@ impl FrameRepr<'_> {
             buf,
             payload.len(),
             |dst| dst.copy_from_slice(payload),
-            Code::Fast,
+            Some(Code::Fast),
         )
     }
 
@@ -85,7 +85,7 @@ impl FrameRepr<'_> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<usize> {
-        self.emit_inner(buf, payload_len, fill, Code::Fast)
+        self.emit_inner(buf, payload_len, fill, Some(Code::Fast))
     }
 
     /// [`emit_with`](Self::emit_with), computing the ICRC by `code`
@@ -97,6 +97,21 @@ impl FrameRepr<'_> {
         fill: impl FnOnce(&mut [u8]),
         code: Code,
     ) -> Result<usize> {
+        self.emit_inner(buf, payload_len, fill, Some(code))
+    }
+
+    /// [`emit_with_code`](Self::emit_with_code), or, with `code` `None`,
+    /// without computing the ICRC: its four bytes are left zero, for a
+    /// datagram whose receiver does not check it (a same-host ring's,
+    /// docs/shm.md); [`icrc::fill`] computes it later when something
+    /// needs it. A UDP checksum asked for is not computed either.
+    pub fn emit_with_icrc(
+        &self,
+        buf: &mut [u8],
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        code: Option<Code>,
+    ) -> Result<usize> {
         self.emit_inner(buf, payload_len, fill, code)
     }
 
@@ -105,7 +120,7 @@ impl FrameRepr<'_> {
         buf: &mut [u8],
         plen: usize,
         fill: impl FnOnce(&mut [u8]),
-        code: Code,
+        code: Option<Code>,
     ) -> Result<usize> {
         let opcode = self.bth.opcode;
         let rule = opcode.payload();
@@ -149,6 +164,10 @@ impl FrameRepr<'_> {
         at += plen;
         buf[at..at + pad].fill(0);
         at += pad;
+        let Some(code) = code else {
+            buf[at..at + icrc::LEN].fill(0);
+            return Ok(total);
+        };
         let crc = icrc::compute_with(code, &buf[ip_start..at], &[])?;
         buf[at..at + icrc::LEN].copy_from_slice(&icrc::to_wire(crc));
         at += icrc::LEN;

@@ -446,6 +446,33 @@ fn x8n_mod(n: usize) -> u32 {
     p
 }
 
+/// Computes the ICRC of a whole IP datagram carrying RoCE v2 (from its IP
+/// header to its ICRC, as [`crate::FrameRepr::emit_with_icrc`] leaves it
+/// without one) by `code` and writes it into the datagram's last four
+/// bytes. A UDP checksum in the datagram is not updated (the engine
+/// sends none).
+pub fn fill(code: Code, datagram: &mut [u8]) -> Result<()> {
+    let end = datagram
+        .len()
+        .checked_sub(LEN)
+        .ok_or(Error::Truncated { layer: Layer::Icrc })?;
+    let crc = compute_with(code, &datagram[..end], &[])?;
+    datagram[end..].copy_from_slice(&to_wire(crc));
+    Ok(())
+}
+
+/// [`fill`] for a datagram held as its UDP payload (BTH to ICRC) beside
+/// its header fields `h`, as [`compute_udp`] takes them.
+pub fn fill_udp(code: Code, h: &HeaderFields, payload: &mut [u8]) -> Result<()> {
+    let end = payload
+        .len()
+        .checked_sub(LEN)
+        .ok_or(Error::Truncated { layer: Layer::Icrc })?;
+    let crc = compute_udp(code, h, &payload[..end])?;
+    payload[end..].copy_from_slice(&to_wire(crc));
+    Ok(())
+}
+
 /// The ICRC as found at the end of a packet (little-endian on the wire).
 pub fn read(icrc_bytes: [u8; LEN]) -> u32 {
     u32::from_le_bytes(icrc_bytes)

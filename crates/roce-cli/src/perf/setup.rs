@@ -310,7 +310,8 @@ impl Session {
                        "rx_icrc_assumed_ipv4_id": d.rx_icrc_assumed_ipv4_id,
                        "rx_icrc_host_trusted": d.rx_icrc_host_trusted,
                        "rx_unknown_qp": d.rx_unknown_qp, "rx_cnp": d.rx_cnp,
-                       "tx_datagrams": d.tx_datagrams},
+                       "tx_datagrams": d.tx_datagrams,
+                       "tx_icrc_deferred": d.tx_icrc_deferred},
             "backend": backend,
             "qps": qps,
         })

@@ -750,7 +750,7 @@ impl Device {
                 ecn: Ecn::NotEct,
                 ttl: 64,
                 flow_label: 0,
-                icrc_code: self.config.icrc_code,
+                icrc_code: Some(self.config.icrc_code),
             };
             let psn = Psn::new(self.cm.gsi_psn);
             self.cm.gsi_psn = (self.cm.gsi_psn + 1) & 0xff_ffff;

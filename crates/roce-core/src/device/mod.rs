@@ -124,7 +124,7 @@ macro_rules! ctx {
             max_unacked: $s.config.max_unacked_psns,
             ack_delay: $s.config.ack_delay,
             boundary: false,
-            icrc_code: $s.config.icrc_code,
+            icrc_code: Some($s.config.icrc_code),
             cq_lost: false,
             force_rnr: $s
                 .config

@@ -53,11 +53,45 @@ impl Device {
     /// on the answer). A driver that only polls again later loses nothing
     /// either.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Tx {
-        self.next_datagram(now, buf)
+        self.next_datagram(now, buf, false)
     }
 
-    /// The next datagram [`poll_transmit`](Self::poll_transmit) sends.
-    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8]) -> Tx {
+    /// [`poll_transmit`](Self::poll_transmit), asking `needs_icrc`
+    /// whether the datagram's ICRC must be computed: when it says no (a
+    /// backend that hands the datagram to a receiver that does not check
+    /// it, a same-host ring's, docs/shm.md), the ICRC is not computed and
+    /// its four bytes are left zero; the second value is then false
+    /// (`true`: the datagram's ICRC is valid, as `poll_transmit` gives
+    /// it). The caller computes it later, when something needs it after
+    /// all, with [`roce_wire::icrc::fill`] and
+    /// [`DeviceConfig::icrc_code`](crate::DeviceConfig). Counted in
+    /// `tx_icrc_deferred`.
+    pub fn poll_transmit_icrc_if(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        needs_icrc: impl FnOnce(&Transmit) -> bool,
+    ) -> (Tx, bool) {
+        let tx = self.next_datagram(now, buf, true);
+        let Tx::Datagram(t) = tx else {
+            return (tx, true);
+        };
+        if !needs_icrc(&t) {
+            self.counters.tx_icrc_deferred += 1;
+            return (tx, false);
+        }
+        // Packets of QPs were built without it; a CM datagram or a stored
+        // ACK has it already, and gets the same value again.
+        let code = self.config.icrc_code;
+        let filled = buf
+            .get_mut(..t.size)
+            .is_some_and(|d| roce_wire::icrc::fill(code, d).is_ok());
+        (tx, filled)
+    }
+
+    /// The next datagram [`poll_transmit`](Self::poll_transmit) sends;
+    /// with `defer_icrc`, a QP's packet without its ICRC.
+    fn next_datagram(&mut self, now: Nanos, buf: &mut [u8], defer_icrc: bool) -> Tx {
         // A QP's last ACK before the CM message that may end it (a DREQ),
         // and before an end of batch (a send-call split for latency),
         // which must not hold it back from the batch a closing device's
@@ -87,6 +121,9 @@ impl Device {
             };
             qp.queued = false;
             let mut ctx = ctx!(self, now);
+            if defer_icrc {
+                ctx.icrc_code = None;
+            }
             let sent = qp.poll_transmit(&mut ctx, buf);
             self.boundary = ctx.boundary;
             qp.check_cq_lost(&mut ctx);

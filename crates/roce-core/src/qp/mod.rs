@@ -59,8 +59,10 @@ pub(crate) struct Ctx<'a> {
     /// A request packet released a held ACK: the ACK goes in the next
     /// batch, after the answer (see `Device::poll_transmit`).
     pub(crate) boundary: bool,
-    /// [`DeviceConfig::icrc_code`](crate::DeviceConfig).
-    pub(crate) icrc_code: roce_wire::crc32::Code,
+    /// [`DeviceConfig::icrc_code`](crate::DeviceConfig); `None` while
+    /// [`Device::poll_transmit_icrc_if`](crate::Device::poll_transmit_icrc_if)
+    /// leaves the ICRC of the packets it builds to its caller.
+    pub(crate) icrc_code: Option<roce_wire::crc32::Code>,
     /// A completion did not fit its CQ: the QP that made it must go to the
     /// error state (see [`Ctx::complete`]).
     pub(crate) cq_lost: bool,

@@ -22,8 +22,9 @@ pub(crate) struct Path {
     pub(crate) ecn: Ecn,
     pub(crate) ttl: u8,
     pub(crate) flow_label: u32,
-    /// How the ICRC is computed ([`DeviceConfig::icrc_code`](crate::DeviceConfig)).
-    pub(crate) icrc_code: roce_wire::crc32::Code,
+    /// How the ICRC is computed ([`DeviceConfig::icrc_code`](crate::DeviceConfig));
+    /// `None`: not at all, its bytes left zero (`Device::poll_transmit_icrc_if`).
+    pub(crate) icrc_code: Option<roce_wire::crc32::Code>,
 }
 
 /// The UDP source port of a QP: fixed per QP for ECMP, in 0xC000..=0xFFFF
@@ -84,7 +85,7 @@ impl Path {
             payload: &[],
         };
         let size = repr
-            .emit_with_code(buf, payload_len, fill, self.icrc_code)
+            .emit_with_icrc(buf, payload_len, fill, self.icrc_code)
             .ok()?;
         // How to send it, from what the header was built of (no parse).
         Some(Transmit {

@@ -38,6 +38,7 @@ pub struct UdpConfig {
     pub(super) cpu: CpuTuning,
     pub(super) shm: bool,
     pub(super) shm_ring: usize,
+    pub(super) shm_icrc_trusted: bool,
     pub(super) share: bool,
     pub(super) share_dir: Option<PathBuf>,
 }
@@ -63,6 +64,7 @@ impl UdpConfig {
             cpu: CpuTuning::NATIVE,
             shm: false,
             shm_ring: super::shm::DEFAULT_RING,
+            shm_icrc_trusted: false,
             share: false,
             share_dir: None,
         }
@@ -150,6 +152,19 @@ impl UdpConfig {
         self
     }
 
+    /// Whether the engine this backend feeds takes a same-host ring's
+    /// intact datagrams ([`RxMeta::host_intact`](crate::RxMeta::host_intact))
+    /// without checking their ICRC (roce-core's
+    /// `DeviceConfig::icrc_trust_host`). Then a datagram whose sender left
+    /// its ICRC out goes to the engine so; otherwise (the default) this
+    /// backend computes the ICRC first (`udp_shm_rx_icrc_filled`). Either
+    /// way the ICRC a same-host sender leaves out is one nobody on its
+    /// side needed (docs/shm.md, "What the receiver trusts").
+    pub fn shm_icrc_trusted(mut self, yes: bool) -> Self {
+        self.shm_icrc_trusted = yes;
+        self
+    }
+
     /// Share the address and port with the other processes of this user
     /// on this host (default false; docs/host.md): the receive socket
     /// binds with `SO_REUSEPORT` (the kernel refuses another user's
@@ -210,6 +225,12 @@ pub struct UdpStats {
     /// Datagrams that were not an IPv4 / IPv6 UDP datagram of the
     /// backend's family carrying at least a BTH and an ICRC; dropped.
     pub tx_malformed: u64,
+    /// Datagrams built in place
+    /// ([`Backend::transmit_in_place`](crate::Backend::transmit_in_place))
+    /// from an address that is not this backend's (a GID a
+    /// [`UdpSet`](crate::UdpSet) has not bound yet, which it drops as
+    /// well): dropped.
+    pub tx_not_own_source: u64,
     /// Datagrams the kernel refused (no route, too big for the path MTU,
     /// ...); dropped.
     pub tx_errors: u64,
@@ -247,6 +268,18 @@ pub struct UdpStats {
     pub shm_tx_bytes: u64,
     /// Datagrams dropped because the peer's ring was full.
     pub shm_tx_full_drops: u64,
+    /// Of `shm_tx_datagrams`, those written without their ICRC: the
+    /// engine left it out because they were going into a ring
+    /// ([`Backend::needs_icrc`](crate::Backend::needs_icrc)).
+    pub shm_tx_no_icrc: u64,
+    /// Of `shm_tx_datagrams`, those the engine built straight into the
+    /// ring ([`Backend::transmit_in_place`](crate::Backend::transmit_in_place)):
+    /// not copied there from a batch.
+    pub shm_tx_in_place: u64,
+    /// Datagrams without their ICRC whose way was no longer a ring when
+    /// sent (the link broke between asking and sending): dropped, as a
+    /// datagram lost, rather than sent with a wrong ICRC.
+    pub shm_tx_no_icrc_dropped: u64,
     /// Doorbells rung (eventfd writes to wake a reader).
     pub shm_doorbells: u64,
     /// Rings a same-host peer took from this backend.
@@ -261,6 +294,13 @@ pub struct UdpStats {
     pub shm_rx_datagrams: u64,
     /// Their UDP payload bytes.
     pub shm_rx_bytes: u64,
+    /// Of `shm_rx_datagrams`, those that came without their ICRC
+    /// (the sending engine left it out).
+    pub shm_rx_no_icrc: u64,
+    /// Of those, the ones whose ICRC this backend computed, because its
+    /// engine checks it ([`UdpConfig::shm_icrc_trusted`] off, or the
+    /// datagram not intact).
+    pub shm_rx_icrc_filled: u64,
     /// Of those, datagrams another process forwarded
     /// ([`RxMeta::forwarded`](crate::RxMeta::forwarded)).
     pub shm_rx_forwarded: u64,

@@ -9,9 +9,9 @@ use std::net::IpAddr;
 use roce_wire::{Owner, RxHeader, Transmit};
 
 use super::share::Lookup;
-use super::shm::{ProcRoute, RecMeta};
+use super::shm::{InRing, Made, ProcRoute, RecMeta};
 use super::UdpBackend;
-use crate::backend::{Forwarded, Nanos, RxMeta};
+use crate::backend::{BuildInPlace, Forwarded, InPlace, Nanos, RxMeta};
 
 /// The way the last datagram sent on a ring went, through a table or
 /// (not sharing) by address: while the link is active (and the table's
@@ -25,6 +25,18 @@ pub(super) struct LastHop {
     generation: u64,
     link: usize,
     serial: u64,
+}
+
+/// What [`UdpBackend::build_in_place`] had built in the ring.
+enum Built {
+    /// A datagram that stays there (its ICRC left out or not).
+    InRing { no_icrc: bool },
+    /// One for elsewhere, copied out.
+    Spilled,
+    /// One from an address that is not this backend's.
+    NotOwnSource,
+    /// None.
+    Nothing,
 }
 
 /// Where one outgoing datagram goes.
@@ -127,17 +139,24 @@ impl UdpBackend {
         }
     }
 
-    /// Sends datagram `d` (sent as `t`; `intact`: as its engine made it,
-    /// [`crate::PacketBatch::intact`]) the way `hop` says, when that is
-    /// not UDP.
-    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop, intact: bool) {
+    /// Sends datagram `d` (sent as `t`; `made`: as its engine made it,
+    /// [`crate::PacketBatch::intact`], and without its ICRC,
+    /// [`crate::PacketBatch::icrc_present`]) the way `hop` says, when that
+    /// is not UDP; a datagram without its ICRC whose way is not a ring
+    /// (any more) is dropped.
+    pub(super) fn send_by(&mut self, now: Nanos, d: &[u8], t: &Transmit, hop: Hop, made: Made) {
+        if made.no_icrc && !matches!(hop, Hop::Ring { .. }) {
+            self.stats.shm_tx_no_icrc_dropped += 1;
+            return;
+        }
         match hop {
             Hop::Udp => {}
             Hop::Ring { link, by_qpn } => {
                 let Some(shm) = self.shm.as_mut() else { return };
                 let payload = &d[t.header_len()..];
                 let (sport, tos) = (t.src.port(), t.tos());
-                let own = shm.push_own(now, link, sport, tos, intact, payload, &mut self.stats);
+                let own = shm.push_own(now, link, sport, tos, made, payload, &mut self.stats);
+                self.stats.shm_tx_no_icrc += u64::from(own && made.no_icrc);
                 if own && by_qpn {
                     self.stats.shm_qpn_routes += 1;
                 }
@@ -156,6 +175,109 @@ impl UdpBackend {
                 }
             }
         }
+    }
+
+    /// [`Backend::transmit_in_place`](crate::Backend::transmit_in_place)
+    /// of the UDP backend: into the ring of the last way taken, while
+    /// its link is active and the host table unchanged (as [`hop`](Self::hop)
+    /// would find it), the datagram built right after the record's
+    /// header. One for another destination (or owner, sharing) is copied
+    /// out and sent as `send` sends it.
+    pub(super) fn build_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        let Some(last) = self.last_hop else {
+            return InPlace::Unavailable;
+        };
+        let sharing = self.share.is_some();
+        let generation = self
+            .share
+            .as_ref()
+            .map_or(Some(0), |s| s.generation_at(last.dst));
+        if generation != Some(last.generation) {
+            return InPlace::Unavailable;
+        }
+        let Some(shm) = self.shm.as_mut() else {
+            return InPlace::Unavailable;
+        };
+        let Some(link) = shm.active_link(now, last.link, last.serial, &mut self.stats) else {
+            return InPlace::Unavailable;
+        };
+        let max = self.cfg.max_datagram.min(usize::from(u16::MAX));
+        // What stays here: to the last destination (and owner), from
+        // this backend's address, of its family, whole.
+        let (local, v6, rport) = (self.cfg.local, self.v6, self.cfg.remote_port);
+        let mut here = |t: &Transmit| {
+            let dst = match t.destination.port() {
+                roce_wire::ROCE_V2_PORT => std::net::SocketAddr::new(t.destination.ip(), rport),
+                _ => t.destination,
+            };
+            dst == last.dst
+                && (!sharing || t.dest_owner() == last.owner)
+                && t.src.ip() == local
+                && t.is_ipv6() == v6
+                && t.size <= max
+                && t.size >= t.header_len() + super::tx::MIN_TRANSPORT
+        };
+        let mut spill = self.spill.take();
+        let built = shm.build_in(now, link, max, &mut self.stats, |room| {
+            let Some((t, icrc)) = build(room, &mut here) else {
+                return (Built::Nothing, None);
+            };
+            if here(&t) {
+                let made = Made {
+                    intact: true,
+                    no_icrc: !icrc,
+                };
+                let c = InRing {
+                    sport: t.src.port(),
+                    tos: t.tos(),
+                    made,
+                    len: t.size,
+                    payload_len: t.size - t.header_len(),
+                };
+                return (Built::InRing { no_icrc: !icrc }, Some(c));
+            }
+            // Not from this backend's address (a GID a UDP set has not
+            // bound yet, which it drops too): dropped.
+            if t.src.ip() != local {
+                return (Built::NotOwnSource, None);
+            }
+            // Elsewhere: copied out (the room lapses), sent below.
+            let b = spill.get_or_insert_with(|| crate::PacketBatch::new(1, max));
+            b.clear();
+            let size = t.size.min(room.len()).min(b.slot_size());
+            b.push_transmit_icrc_with(|slot| {
+                slot[..size].copy_from_slice(&room[..size]);
+                Some((Transmit { size, ..t }, icrc))
+            });
+            (Built::Spilled, None)
+        });
+        let result = match built {
+            None => InPlace::Unavailable,
+            Some((Built::InRing { no_icrc }, ring)) => {
+                if ring {
+                    self.stats.shm_tx_no_icrc += u64::from(no_icrc);
+                    self.stats.shm_tx_in_place += 1;
+                    self.stats.shm_qpn_routes += u64::from(sharing);
+                }
+                InPlace::Taken
+            }
+            Some((Built::Spilled, _)) => {
+                if let Some(b) = spill.as_ref().filter(|b| !b.is_empty()) {
+                    self.send_udp_and_rings(now, b);
+                }
+                InPlace::Taken
+            }
+            Some((Built::NotOwnSource, _)) => {
+                self.stats.tx_not_own_source += 1;
+                InPlace::Taken
+            }
+            Some((Built::Nothing, _)) => InPlace::Nothing,
+        };
+        if let Some(b) = spill.as_mut() {
+            b.clear();
+        }
+        self.spill = spill;
+        result
     }
 
     /// [`Backend::forward`](crate::Backend::forward) of the UDP backend.
@@ -192,6 +314,7 @@ impl UdpBackend {
                         forwarded: true,
                         exact: h.exact(),
                         intact: false,
+                        no_icrc: false,
                     };
                     sent = shm.push(now, link, &rec, payload, &mut self.stats);
                     shm.flush(&mut self.stats);

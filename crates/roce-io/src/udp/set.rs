@@ -116,6 +116,26 @@ impl Backend for UdpSet {
         &self.addrs
     }
 
+    fn transmit_in_place(
+        &mut self,
+        now: Nanos,
+        build: &mut crate::backend::BuildInPlace<'_>,
+    ) -> crate::backend::InPlace {
+        // One address bound: its backend's ring, as for `needs_icrc`;
+        // a datagram from a GID not bound yet is dropped there, as
+        // `send` drops it here (`udp_set_tx_no_source`).
+        match self.parts.as_mut_slice() {
+            [one] => one.transmit_in_place(now, build),
+            _ => crate::backend::InPlace::Unavailable,
+        }
+    }
+
+    fn needs_icrc(&mut self, now: Nanos, t: &roce_wire::Transmit) -> bool {
+        // With several addresses a run is copied into a batch of its own,
+        // which does not keep that a datagram comes without its ICRC.
+        self.parts.len() != 1 || self.parts[0].needs_icrc(now, t)
+    }
+
     fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
         if self.parts.len() == 1 {
             return self.parts[0].send(now, batch);

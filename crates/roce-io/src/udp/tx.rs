@@ -14,7 +14,7 @@ use super::hdr;
 use super::{UdpBackend, GSO_MAX_BYTES, GSO_MAX_SEGMENTS, TX_CHUNK};
 
 /// The shortest UDP payload a RoCE datagram has: a BTH and an ICRC.
-const MIN_TRANSPORT: usize = roce_wire::bth::HEADER_LEN + roce_wire::icrc::LEN;
+pub(super) const MIN_TRANSPORT: usize = roce_wire::bth::HEADER_LEN + roce_wire::icrc::LEN;
 use crate::backend::PacketBatch;
 use crate::sys::{self, TxMsg, MAX_MMSG};
 
@@ -105,6 +105,7 @@ impl UdpBackend {
                 match self.sendable(batch, i) {
                     Some(t)
                         if t.src.port() == t0.src.port()
+                            && batch.icrc_present(i)
                             && self.hop(now, &t) == super::Hop::Udp =>
                     {
                         t

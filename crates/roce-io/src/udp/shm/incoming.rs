@@ -3,6 +3,8 @@
 //! (docs/shm.md, "Sleeping and waking", "What the receiver trusts").
 
 use super::*;
+use roce_wire::crc32::Code;
+use roce_wire::icrc::{self, HeaderFields};
 
 impl Shm {
     /// Whether the listener and connections are due a look even though
@@ -172,8 +174,17 @@ impl Shm {
     /// identification when the record's header is exact; [`RxHeader`],
     /// destination `local`) and its metadata from the record's flags,
     /// taking the rings in turn. A record whose source is not of this
-    /// backend's family (`v6`: IPv6) breaks its link.
-    pub(in crate::udp) fn recv(&mut self, batch: &mut PacketBatch, v6: bool, stats: &mut UdpStats) {
+    /// backend's family (`v6`: IPv6) breaks its link. A datagram that
+    /// came without its ICRC gets it computed here unless the engine
+    /// takes it unchecked (`trusted`, `UdpConfig::shm_icrc_trusted`, and
+    /// the datagram intact).
+    pub(in crate::udp) fn recv(
+        &mut self,
+        batch: &mut PacketBatch,
+        v6: bool,
+        trusted: bool,
+        stats: &mut UdpStats,
+    ) {
         let n = self.incoming.len();
         if n == 0 {
             return;
@@ -223,9 +234,22 @@ impl Shm {
                 // identification).
                 let h = RxHeader::new(SocketAddr::new(r.meta.src, r.meta.sport), dst, r.meta.tos)
                     .with_ipv4_id(r.meta.exact.then_some(r.meta.ipv4_id));
+                let intact = r.meta.intact && !r.meta.forwarded;
                 let meta = RxMeta::default()
                     .with_forwarded(r.meta.forwarded)
-                    .with_host_intact(r.meta.intact && !r.meta.forwarded);
+                    .with_host_intact(intact);
+                // Without its ICRC (the sender's engine left it out for
+                // this ring): computed over the bytes as copied, unless
+                // the engine will not look at it. A datagram that is not
+                // intact gets it too; a sender that lies about either
+                // flag only makes its own datagram fail the check.
+                let fill = (r.meta.no_icrc && !(trusted && intact)).then_some(HeaderFields {
+                    src: r.meta.src,
+                    dst,
+                    src_port: r.meta.sport,
+                    ipv4_id: r.meta.ipv4_id,
+                    dont_frag: true,
+                });
                 let mut took = false;
                 let pushed = batch.push_payload_with(h, meta, |slot| {
                     if r.len > slot.len() {
@@ -233,9 +257,16 @@ impl Shm {
                     }
                     ring.take(&r, &mut slot[..r.len], piece);
                     took = true;
+                    if let Some(f) = &fill {
+                        // A payload too short for an ICRC is left as it
+                        // is: the engine finds it malformed.
+                        let _ = icrc::fill_udp(Code::Fast, f, &mut slot[..r.len]);
+                    }
                     r.len
                 });
                 if pushed {
+                    stats.shm_rx_no_icrc += u64::from(r.meta.no_icrc);
+                    stats.shm_rx_icrc_filled += u64::from(fill.is_some());
                     stats.shm_rx_datagrams += 1;
                     stats.shm_rx_bytes += r.len as u64;
                     stats.shm_rx_forwarded += u64::from(r.meta.forwarded);

@@ -47,8 +47,8 @@ use super::UdpStats;
 use crate::backend::{Nanos, PacketBatch, RxMeta};
 use crate::host::SlotName;
 pub(super) use link::process_name;
-pub(super) use ring::RecMeta;
 use ring::{Consumer, Producer, Push};
+pub(super) use ring::{Made, RecMeta};
 
 /// The record area of each ring a backend makes (`UdpConfig::shm_ring`).
 pub(crate) const DEFAULT_RING: usize = 4 << 20;
@@ -506,8 +506,9 @@ impl Shm {
 
     /// [`push`](Self::push) of a datagram this backend's engine sent from
     /// `sport` with `tos`: its own address, exact, not forwarded (the
-    /// ring's short record); `intact`: its bytes as the engine made them
-    /// ([`crate::PacketBatch::intact`]).
+    /// ring's short record); `made`: its bytes as the engine made them
+    /// ([`crate::PacketBatch::intact`]), its ICRC left out
+    /// ([`crate::PacketBatch::icrc_present`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push_own(
         &mut self,
@@ -515,14 +516,52 @@ impl Shm {
         i: usize,
         sport: u16,
         tos: u8,
-        intact: bool,
+        made: Made,
         payload: &[u8],
         stats: &mut UdpStats,
     ) -> bool {
         let piece = self.piece;
         self.push_with(now, i, payload.len(), stats, |r| {
-            r.push_own(sport, tos, intact, payload, piece)
+            r.push_own(sport, tos, made, payload, piece)
         })
+    }
+
+    /// Builds a datagram straight into link `i`'s ring: `f` gets room
+    /// for up to `max` bytes at the tail ([`Producer::reserve`]) and
+    /// says what it built there: a whole IP datagram to commit
+    /// ([`InRing`], counted as [`push_own`](Self::push_own) counts it),
+    /// or nothing (the room lapses). `None`, without calling `f`, when
+    /// the link is not there or its ring has no room (the datagram then
+    /// goes the usual way, which counts the drop).
+    pub(super) fn build_in<R>(
+        &mut self,
+        now: Nanos,
+        i: usize,
+        max: usize,
+        stats: &mut UdpStats,
+        f: impl FnOnce(&mut [u8]) -> (R, Option<InRing>),
+    ) -> Option<(R, bool)> {
+        let o = self.outgoing.get_mut(i).and_then(Option::as_mut)?;
+        let mut r = match o.ring.reserve(max) {
+            Ok(r) => r?,
+            Err(_) => {
+                stats.shm_broken += 1;
+                self.close_out(now, i, false);
+                return None;
+            }
+        };
+        // SAFETY: the producer lives in `self.outgoing[i]`, which `f`
+        // cannot reach (it gets the room alone), and writes no other
+        // record until the commit below; the reader does not look past
+        // the published tail.
+        let (out, commit) = f(unsafe { r.room() });
+        let Some(c) = commit else {
+            return Some((out, false));
+        };
+        let ring = self.push_with(now, i, c.payload_len, stats, |p| {
+            p.commit(r, c.sport, c.tos, c.made, c.len)
+        });
+        Some((out, ring))
     }
 
     fn push_with(
@@ -578,6 +617,18 @@ impl Shm {
             }
         }
     }
+}
+
+/// A datagram built in a ring ([`Shm::build_in`]): a whole IP datagram
+/// of `len` bytes whose UDP payload is `payload_len`, sent from `sport`
+/// with `tos`, made as `made` says.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InRing {
+    pub(super) sport: u16,
+    pub(super) tos: u8,
+    pub(super) made: Made,
+    pub(super) len: usize,
+    pub(super) payload_len: usize,
 }
 
 /// The first free slot of `v`, growing it up to [`MAX_LINKS`].

@@ -59,11 +59,12 @@ fn a_ring_broken_by_its_writer_is_dropped_and_the_rest_goes_on() {
         forwarded: false,
         exact: true,
         intact: false,
+        no_icrc: false,
     };
     assert_eq!(p.push(&meta, b"hello", None), Ok(Push::Written));
     p.publish();
     let mut batch = PacketBatch::new(4, 9216);
-    shm.recv(&mut batch, false, &mut stats);
+    shm.recv(&mut batch, false, false, &mut stats);
     assert_eq!(batch.len(), 1);
     assert_eq!(batch.get(0), b"hello", "the payload alone");
     let h = batch.header(0).expect("with its header");
@@ -82,7 +83,7 @@ fn a_ring_broken_by_its_writer_is_dropped_and_the_rest_goes_on() {
         unsafe { &*(forged.base().as_ptr().add(128) as *const std::sync::atomic::AtomicU64) };
     tail.store(3 << 16, std::sync::atomic::Ordering::SeqCst);
     batch.clear();
-    shm.recv(&mut batch, false, &mut stats);
+    shm.recv(&mut batch, false, false, &mut stats);
     assert_eq!((batch.len(), stats.shm_broken), (0, 1));
     assert!(shm.incoming.iter().all(Option::is_none), "the link is gone");
     assert!(link::closed(&conn), "and its connection closed");

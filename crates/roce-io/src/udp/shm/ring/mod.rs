@@ -14,6 +14,9 @@
 //! whose source is the original sender's, not the writer's (docs/host.md),
 //! has a 32-byte one that adds the address family, the IPv4
 //! identification and the source address (docs/shm.md, "The ring"). A
+//! datagram of the writer's own may also be built in place
+//! ([`Producer::reserve`], [`Producer::commit`]): the short header, then
+//! the whole IP datagram, of which the consumer takes the UDP payload. A
 //! record that would not fit before the end is preceded by a skip record
 //! covering the rest.
 //!
@@ -52,10 +55,12 @@ pub(crate) const MIN_CAP: usize = 1 << 16;
 pub(crate) const MAX_CAP: usize = 1 << 26;
 /// Largest payload a record carries (its length field is 16 bits).
 pub(crate) const MAX_PAYLOAD: usize = u16::MAX as usize;
-/// Version 3: a record says whether its datagram is as the sending engine
-/// made it ([`FLAG_INTACT`]; version 2 had no such flag, version 1 no
-/// source in the record header); a ring of another version is refused.
-const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm3");
+/// Version 4: a record says whether its datagram comes without its ICRC
+/// ([`FLAG_NO_ICRC`]), and may hold a whole datagram built in place
+/// ([`KIND_OWN_WHOLE`]; version 3 had neither, version 2 no
+/// [`FLAG_INTACT`], version 1 no source in the record header); a ring of
+/// another version is refused.
+const MAGIC: u64 = u64::from_le_bytes(*b"RoCEshm4");
 const REC_HDR: usize = 32;
 /// The header of a record of the writer's own.
 const OWN_HDR: usize = 8;
@@ -66,9 +71,27 @@ const FLAG_EXACT: u8 = 2;
 /// Record flag: the datagram's bytes are as the sending engine made them
 /// ([`crate::PacketBatch::intact`]), its ICRC computed over them.
 const FLAG_INTACT: u8 = 4;
+/// Record flag: the sending engine left the ICRC out (its four bytes are
+/// not the ICRC): the receiver computes it when anything needs it.
+const FLAG_NO_ICRC: u8 = 8;
 const KIND_DATAGRAM: u8 = 1;
 const KIND_SKIP: u8 = 2;
 const KIND_OWN: u8 = 3;
+/// A datagram of the writer's own built in the ring ([`Producer::reserve`]):
+/// the short header, then the whole IP datagram, whose UDP payload starts
+/// after its IP and UDP headers ([`whole_skip`]).
+const KIND_OWN_WHOLE: u8 = 4;
+
+/// The IP and UDP header in front of a [`KIND_OWN_WHOLE`] record's
+/// payload, by the family byte: 28 bytes for IPv4 (no options), 48 for
+/// IPv6.
+fn whole_skip(family: u8) -> Option<usize> {
+    match family {
+        4 => Some(20 + 8),
+        6 => Some(40 + 8),
+        _ => None,
+    }
+}
 
 /// A control word alone on its cache line.
 #[repr(C, align(64))]
@@ -116,6 +139,40 @@ pub(crate) struct Producer {
     own_src: Option<IpAddr>,
 }
 
+/// Room at the tail for a datagram built in place ([`Producer::reserve`]).
+#[derive(Debug)]
+pub(crate) struct Reserved {
+    /// The tail the room is at (any other record written since voids it).
+    tail: u64,
+    /// The room's first byte (after the record's header) and its size.
+    ptr: *mut u8,
+    max: usize,
+}
+
+impl Reserved {
+    /// The room, to build the datagram in.
+    ///
+    /// # Safety
+    ///
+    /// The producer that made it must be alive and must not write
+    /// another record while the slice is used; the consumer does not
+    /// read these bytes before they are published.
+    pub(crate) unsafe fn room(&mut self) -> &mut [u8] {
+        // SAFETY: `reserve` checked that `max` bytes from `ptr` lie in the
+        // record area, before its end, in bytes no published record
+        // covers; the caller keeps the mapping alive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.max) }
+    }
+}
+
+/// How a datagram of the writer's own was made ([`RecMeta::intact`],
+/// [`RecMeta::no_icrc`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Made {
+    pub(crate) intact: bool,
+    pub(crate) no_icrc: bool,
+}
+
 /// What [`Producer::push`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Push {
@@ -146,6 +203,9 @@ pub(crate) struct RecMeta {
     /// The bytes are as the sending engine made them (never so for a
     /// forwarded datagram, which came off a wire).
     pub(crate) intact: bool,
+    /// The sending engine did not compute the ICRC (its four bytes mean
+    /// nothing).
+    pub(crate) no_icrc: bool,
 }
 
 impl RecMeta {
@@ -156,7 +216,8 @@ impl RecMeta {
         let p = self.sport.to_le_bytes();
         let flags = if self.forwarded { FLAG_FORWARDED } else { 0 }
             | if self.exact { FLAG_EXACT } else { 0 }
-            | if self.intact { FLAG_INTACT } else { 0 };
+            | if self.intact { FLAG_INTACT } else { 0 }
+            | if self.no_icrc { FLAG_NO_ICRC } else { 0 };
         let fam = if self.src.is_ipv4() { 4 } else { 6 };
         [l[0], l[1], p[0], p[1], self.tos, kind, flags, fam]
     }
@@ -184,6 +245,7 @@ impl RecMeta {
             forwarded: false,
             exact: true,
             intact: h[6] & FLAG_INTACT != 0,
+            no_icrc: h[6] & FLAG_NO_ICRC != 0,
         }
     }
 
@@ -205,6 +267,7 @@ impl RecMeta {
             forwarded: h[6] & FLAG_FORWARDED != 0,
             exact: h[6] & FLAG_EXACT != 0,
             intact: h[6] & FLAG_INTACT != 0,
+            no_icrc: h[6] & FLAG_NO_ICRC != 0,
         })
     }
 }
@@ -273,7 +336,11 @@ impl Producer {
         let own =
             Some(meta.src) == self.own_src && !meta.forwarded && meta.exact && meta.ipv4_id == 0;
         if own {
-            return self.push_own(meta.sport, meta.tos, meta.intact, payload, piece);
+            let made = Made {
+                intact: meta.intact,
+                no_icrc: meta.no_icrc,
+            };
+            return self.push_own(meta.sport, meta.tos, made, payload, piece);
         }
         let h = meta.encode(payload.len() as u16, KIND_DATAGRAM);
         self.write_record(&h, payload, piece)
@@ -282,12 +349,13 @@ impl Producer {
     /// [`push`](Self::push) of a datagram of the writer's own, sent from
     /// `sport` with `tos` (exact, not forwarded), as a short record: for
     /// a producer made [`with_own_source`](Self::with_own_source) (any
-    /// other is broken by it); `intact` as [`RecMeta::intact`].
+    /// other is broken by it); `made` as [`RecMeta::intact`] and
+    /// [`RecMeta::no_icrc`].
     pub(crate) fn push_own(
         &mut self,
         sport: u16,
         tos: u8,
-        intact: bool,
+        made: Made,
         payload: &[u8],
         piece: Option<usize>,
     ) -> Result<Push, Broken> {
@@ -303,13 +371,86 @@ impl Producer {
             ipv4_id: 0,
             forwarded: false,
             exact: true,
-            intact,
+            intact: made.intact,
+            no_icrc: made.no_icrc,
         };
         self.write_record(
             &meta.encode_short(payload.len() as u16, KIND_OWN),
             payload,
             piece,
         )
+    }
+
+    /// Room at the tail for a record of the writer's own of up to `max`
+    /// bytes of datagram (at most [`MAX_PAYLOAD`]), to build it in place
+    /// ([`Reserved::room`]) and then [`commit`](Self::commit) it; `None`
+    /// when the ring has no such room now. A skip record may be written
+    /// first (harmless if nothing is committed).
+    pub(crate) fn reserve(&mut self, max: usize) -> Result<Option<Reserved>, Broken> {
+        if max > MAX_PAYLOAD || self.own_src.is_none() {
+            return Ok(None);
+        }
+        let total = align8(OWN_HDR + max) as u64;
+        let pos = self.tail % self.cap;
+        let to_end = self.cap - pos;
+        let skip = if total > to_end { to_end } else { 0 };
+        if !self.room(skip + total)? {
+            return Ok(None);
+        }
+        if skip > 0 {
+            self.write_header(pos, &[0, 0, 0, 0, 0, KIND_SKIP, 0, 0]);
+            self.tail += skip;
+        }
+        let pos = self.tail % self.cap;
+        // SAFETY: `pos + total <= cap`: the room lies inside the record
+        // area, past the tail, where the consumer does not read.
+        let ptr = unsafe { self.data_ptr().add(pos as usize + OWN_HDR) };
+        Ok(Some(Reserved {
+            tail: self.tail,
+            ptr,
+            max,
+        }))
+    }
+
+    /// Writes the header of the record reserved by `r`, whose first `len`
+    /// bytes now hold an IP datagram of the writer's own (its family's IP
+    /// and UDP header, then the UDP payload), sent from `sport` with
+    /// `tos`, and moves the tail past it (visible at
+    /// [`publish`](Self::publish)). `TooBig` when `len` exceeds the room
+    /// or is shorter than the headers; `Full` when another record was
+    /// written since the reservation (nothing is written then).
+    pub(crate) fn commit(
+        &mut self,
+        r: Reserved,
+        sport: u16,
+        tos: u8,
+        made: Made,
+        len: usize,
+    ) -> Result<Push, Broken> {
+        let Some(src) = self.own_src else {
+            return Err(Broken("a short record on a link without a source"));
+        };
+        let meta = RecMeta {
+            src,
+            sport,
+            tos,
+            ipv4_id: 0,
+            forwarded: false,
+            exact: true,
+            intact: made.intact,
+            no_icrc: made.no_icrc,
+        };
+        let h = meta.encode_short(len as u16, KIND_OWN_WHOLE);
+        let skip = whole_skip(h[7]).unwrap_or(usize::MAX);
+        if len > r.max || len < skip {
+            return Ok(Push::TooBig);
+        }
+        if r.tail != self.tail {
+            return Ok(Push::Full);
+        }
+        self.write_header(self.tail % self.cap, &h);
+        self.tail += align8(OWN_HDR + len) as u64;
+        Ok(Push::Written)
     }
 
     /// Writes a record of header `h` (of fixed size, so that its copy is
@@ -472,14 +613,27 @@ impl Consumer {
                     }
                     self.head += to_end;
                 }
-                kind @ (KIND_DATAGRAM | KIND_OWN) => {
-                    let hdr = if kind == KIND_OWN { OWN_HDR } else { REC_HDR };
+                kind @ (KIND_DATAGRAM | KIND_OWN | KIND_OWN_WHOLE) => {
+                    let hdr = if kind == KIND_DATAGRAM {
+                        REC_HDR
+                    } else {
+                        OWN_HDR
+                    };
                     let len = usize::from(u16::from_le_bytes([h[0], h[1]]));
                     let total = align8(hdr + len) as u64;
                     if total > to_end || total > avail {
                         return Err(Broken("a record goes past the tail or the ring's end"));
                     }
-                    let meta = if kind == KIND_OWN {
+                    // A whole datagram: its payload after its IP and UDP
+                    // header, which must fit in it.
+                    let skip = if kind == KIND_OWN_WHOLE {
+                        whole_skip(h[7])
+                            .filter(|s| *s <= len)
+                            .ok_or(Broken("a whole datagram shorter than its headers"))?
+                    } else {
+                        0
+                    };
+                    let meta = if kind != KIND_DATAGRAM {
                         let src = self
                             .own_src
                             .ok_or(Broken("a short record on a link without a source"))?;
@@ -501,8 +655,8 @@ impl Consumer {
                     };
                     return Ok(Some(Record {
                         meta,
-                        len,
-                        at: pos as usize + hdr,
+                        len: len - skip,
+                        at: pos as usize + hdr + skip,
                         total,
                     }));
                 }

@@ -17,6 +17,7 @@ fn m(sport: u16, tos: u8) -> RecMeta {
         forwarded: false,
         exact: true,
         intact: false,
+        no_icrc: false,
     }
 }
 
@@ -160,6 +161,7 @@ fn records_carry_their_source_flags_and_ipv4_id() {
         forwarded: true,
         exact: true,
         intact: false,
+        no_icrc: false,
     };
     let v4 = RecMeta {
         src: "10.1.2.3".parse().unwrap(),
@@ -341,6 +343,17 @@ fn a_record_says_whether_its_datagram_is_as_the_engine_made_it() {
             ..other
         },
         other,
+        // And whether it comes without its ICRC, in both kinds.
+        RecMeta {
+            intact: true,
+            no_icrc: true,
+            ..m(1, 2)
+        },
+        RecMeta {
+            intact: true,
+            no_icrc: true,
+            ..other
+        },
     ];
     for meta in &sent {
         assert_eq!(p.push(meta, b"abc", None), Ok(Push::Written));
@@ -352,4 +365,75 @@ fn a_record_says_whether_its_datagram_is_as_the_engine_made_it() {
         c.skip(&r);
     }
     assert!(c.next().unwrap().is_none());
+}
+
+/// A datagram built in place: the consumer sees its UDP payload, after
+/// the IP and UDP header of the family the record names; a length
+/// shorter than those headers is refused at commit and breaks the ring
+/// when forged; a record written since the reservation voids it.
+#[test]
+fn a_datagram_built_in_the_ring_arrives_as_its_payload() {
+    for (src, skip) in [("127.0.0.7", 28usize), ("fd00::7", 48)] {
+        let src: IpAddr = src.parse().unwrap();
+        let p = Producer::create(MIN_CAP).unwrap();
+        let fd = p.mem().fd().try_clone().unwrap();
+        let mut c = Consumer::open(SharedMem::open(fd, CONTROL + MIN_CAP).unwrap())
+            .unwrap()
+            .with_own_source(src);
+        let mut p = p.with_own_source(src);
+        let made = Made {
+            intact: true,
+            no_icrc: true,
+        };
+        // Enough rounds to wrap: the room before the end is too short
+        // for 4200 bytes once, and a skip record comes first.
+        for round in 0..40u32 {
+            let len = skip + 1 + (round as usize * 331) % 4000;
+            let mut r = p.reserve(4200).unwrap().expect("room");
+            // SAFETY: the producer is alive and writes nothing else
+            // until the commit.
+            let room = unsafe { r.room() };
+            assert_eq!(room.len(), 4200);
+            for (k, b) in room[..len].iter_mut().enumerate() {
+                *b = (k as u32 ^ round) as u8;
+            }
+            assert_eq!(p.commit(r, 0xC000, 7, made, len), Ok(Push::Written));
+            p.publish();
+            let rec = c.next().unwrap().expect("a record");
+            assert_eq!(rec.len, len - skip);
+            assert_eq!((rec.meta.sport, rec.meta.tos), (0xC000, 7));
+            assert!(rec.meta.intact && rec.meta.no_icrc && rec.meta.exact);
+            let mut v = vec![0u8; rec.len];
+            c.take(&rec, &mut v, None);
+            let want: Vec<u8> = (skip..len).map(|k| (k as u32 ^ round) as u8).collect();
+            assert_eq!(v, want, "round {round}");
+            c.release();
+        }
+        // Shorter than the headers, or longer than the room: refused.
+        let r = p.reserve(4200).unwrap().unwrap();
+        assert_eq!(p.commit(r, 1, 0, made, skip - 1), Ok(Push::TooBig));
+        let r = p.reserve(100).unwrap().unwrap();
+        assert_eq!(p.commit(r, 1, 0, made, 101), Ok(Push::TooBig));
+        // Another record since the reservation: nothing written.
+        let r = p.reserve(100).unwrap().unwrap();
+        assert_eq!(p.push_own(1, 0, made, b"between", None), Ok(Push::Written));
+        assert_eq!(p.commit(r, 1, 0, made, 60), Ok(Push::Full));
+        p.publish();
+        let rec = c.next().unwrap().unwrap();
+        assert_eq!(rec.len, 7);
+        c.skip(&rec);
+        assert!(c.next().unwrap().is_none());
+        // A forged whole record shorter than its headers breaks the ring.
+        let r = p.reserve(100).unwrap().unwrap();
+        assert_eq!(p.commit(r, 1, 0, made, 60), Ok(Push::Written));
+        p.publish();
+        let pos = (c.head % MIN_CAP as u64) as usize;
+        // SAFETY: the length field of the record just published, inside
+        // the record area; single-threaded test.
+        unsafe { (c.data_ptr() as *mut u8).add(pos).write(skip as u8 - 1) };
+        assert_eq!(
+            c.next().unwrap_err(),
+            Broken("a whole datagram shorter than its headers")
+        );
+    }
 }

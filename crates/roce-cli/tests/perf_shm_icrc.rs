@@ -1,0 +1,113 @@
+//! The same-host path leaves the sender's ICRC out (docs/shm.md, "What
+//! the receiver trusts"): `roce perf` over it still verifies every byte,
+//! counts what went without an ICRC (and what was built straight into the
+//! ring), and a capture taken at the receiver shows every frame with a
+//! valid ICRC, computed when it was recorded.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use roce_testkit::port_args;
+use serde_json::Value;
+
+fn json_of(o: &std::process::Output) -> Value {
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+    serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+fn counter(v: &Value, group: &str, name: &str) -> u64 {
+    v["counters"][group][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {group}.{name}: {v}"))
+}
+
+/// An odd message size (three packets, the last not a multiple of 4) on
+/// `--loopback`: the data arrives intact, the sender left the ICRC of
+/// what went into the ring out, and the receiver failed none.
+#[test]
+fn loopback_writes_go_without_the_senders_icrc_and_arrive_intact() {
+    let (port, rport) = port_args();
+    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["perf", "write-bw", "--loopback", "-s", "9001", "-n", "300"])
+        .args(["--json", "-p", &port, "--roce-port", &rport])
+        .output()
+        .expect("run roce");
+    let v = json_of(&o);
+    assert_eq!(v["verified"], true, "{v}");
+    let deferred = counter(&v, "device", "tx_icrc_deferred");
+    assert!(deferred >= 900, "3 packets a message: {deferred}");
+    assert!(counter(&v, "backend", "udp_shm_tx_no_icrc") >= deferred);
+    assert_eq!(counter(&v, "device", "rx_bad_icrc"), 0);
+    assert_eq!(counter(&v, "backend", "udp_shm_tx_no_icrc_dropped"), 0);
+    // Most of them built straight into the ring.
+    let in_place = counter(&v, "backend", "udp_shm_tx_in_place");
+    assert!(in_place * 2 > deferred, "{in_place} of {deferred}");
+}
+
+/// A server that records (`--pcap`) and a client that does not: the
+/// client leaves its ICRCs out, the server's capture shows each of its
+/// WRITE packets with a valid one.
+#[test]
+fn a_capture_at_the_receiver_shows_valid_icrcs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("server.pcap");
+    let (port, rport) = port_args();
+    let common = ["-s", "9001", "-n", "40", "-p", &port, "--roce-port", &rport];
+    let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["perf", "write-bw", "--bind", "127.0.0.1", "--pcap"])
+        .arg(&pcap)
+        .args(common)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args([
+            "perf",
+            "write-bw",
+            "127.0.0.1",
+            "--bind",
+            "127.0.0.2",
+            "--json",
+        ])
+        .args(common)
+        .output()
+        .unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert_eq!(
+        s.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    let v = json_of(&client);
+    assert_eq!(v["verified"], true, "{v}");
+    assert!(counter(&v, "device", "tx_icrc_deferred") > 0, "{v}");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["inspect", "--json", "--summary"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let s: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let s = &s["summary"];
+    assert!(s["roce_packets"].as_u64().unwrap() >= 120, "{s}");
+    assert_eq!(s["malformed"], 0, "{s}");
+    assert_eq!(s["icrc_failures"], 0, "{s}");
+    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .arg("inspect")
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let writes: Vec<&str> = out.lines().filter(|l| l.contains("RDMA_WRITE_")).collect();
+    assert!(writes.len() >= 120, "{out}");
+    assert!(writes.iter().all(|l| l.ends_with("icrc=ok")), "{out}");
+}
