@@ -558,6 +558,9 @@ impl Backend for UdpBackend {
     }
 
     fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+        if !self.cfg.shm_build_in_place {
+            return InPlace::Unavailable;
+        }
         self.build_in_place(now, build)
     }
 

@@ -93,7 +93,7 @@ fn shm_pair(a: u8, b: u8) -> (UdpBackend, UdpBackend) {
     pair(
         ip(&format!("127.0.0.{a}")),
         ip(&format!("127.0.0.{b}")),
-        |c: UdpConfig| c.shm(true).shm_ring(1 << 16),
+        |c: UdpConfig| c.shm(true).shm_ring(1 << 16).shm_build_in_place(true),
     )
 }
 
