@@ -235,111 +235,66 @@ pub trait Backend {
     }
 }
 
-impl<B: Backend + ?Sized> Backend for Box<B> {
-    fn local_addrs(&self) -> &[IpAddr] {
-        (**self).local_addrs()
-    }
-    fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
-        (**self).needs_icrc(now, t)
-    }
-    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
-        (**self).transmit_in_place(now, build)
-    }
-    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
-        (**self).send(now, batch)
-    }
-    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
-        (**self).recv(now, batch)
-    }
-    fn poll_at(&self) -> Option<Nanos> {
-        (**self).poll_at()
-    }
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        (**self).counters()
-    }
-    #[cfg(unix)]
-    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        (**self).wait_fd()
-    }
-    fn prepare_wait(&mut self, now: Nanos) -> bool {
-        (**self).prepare_wait(now)
-    }
-    fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
-        (**self).add_local_addr(addr)
-    }
-    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
-        (**self).claim(local, owner)
-    }
-    fn release(&mut self, local: IpAddr, owner: Owner) {
-        (**self).release(local, owner)
-    }
-    fn forward(
-        &mut self,
-        now: Nanos,
-        header: RxHeader,
-        payload: &[u8],
-        meta: RxMeta,
-        owner: Owner,
-    ) -> Forwarded {
-        (**self).forward(now, header, payload, meta, owner)
-    }
-    fn leave(&mut self) -> bool {
-        (**self).leave()
-    }
+/// A boxed or borrowed backend is a backend: every call goes to the one
+/// it holds.
+macro_rules! delegate_backend {
+    ($($ty:ty),*) => {$(
+        impl<B: Backend + ?Sized> Backend for $ty {
+            fn local_addrs(&self) -> &[IpAddr] {
+                (**self).local_addrs()
+            }
+            fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
+                (**self).needs_icrc(now, t)
+            }
+            fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
+                (**self).transmit_in_place(now, build)
+            }
+            fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
+                (**self).send(now, batch)
+            }
+            fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
+                (**self).recv(now, batch)
+            }
+            fn poll_at(&self) -> Option<Nanos> {
+                (**self).poll_at()
+            }
+            fn counters(&self) -> Vec<(&'static str, u64)> {
+                (**self).counters()
+            }
+            #[cfg(unix)]
+            fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+                (**self).wait_fd()
+            }
+            fn prepare_wait(&mut self, now: Nanos) -> bool {
+                (**self).prepare_wait(now)
+            }
+            fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
+                (**self).add_local_addr(addr)
+            }
+            fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
+                (**self).claim(local, owner)
+            }
+            fn release(&mut self, local: IpAddr, owner: Owner) {
+                (**self).release(local, owner)
+            }
+            fn forward(
+                &mut self,
+                now: Nanos,
+                header: RxHeader,
+                payload: &[u8],
+                meta: RxMeta,
+                owner: Owner,
+            ) -> Forwarded {
+                (**self).forward(now, header, payload, meta, owner)
+            }
+            fn leave(&mut self) -> bool {
+                (**self).leave()
+            }
+        }
+    )*};
 }
 
-impl<B: Backend + ?Sized> Backend for &mut B {
-    fn local_addrs(&self) -> &[IpAddr] {
-        (**self).local_addrs()
-    }
-    fn needs_icrc(&mut self, now: Nanos, t: &Transmit) -> bool {
-        (**self).needs_icrc(now, t)
-    }
-    fn transmit_in_place(&mut self, now: Nanos, build: &mut BuildInPlace<'_>) -> InPlace {
-        (**self).transmit_in_place(now, build)
-    }
-    fn send(&mut self, now: Nanos, batch: &PacketBatch) -> io::Result<usize> {
-        (**self).send(now, batch)
-    }
-    fn recv(&mut self, now: Nanos, batch: &mut PacketBatch) -> io::Result<usize> {
-        (**self).recv(now, batch)
-    }
-    fn poll_at(&self) -> Option<Nanos> {
-        (**self).poll_at()
-    }
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        (**self).counters()
-    }
-    #[cfg(unix)]
-    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        (**self).wait_fd()
-    }
-    fn prepare_wait(&mut self, now: Nanos) -> bool {
-        (**self).prepare_wait(now)
-    }
-    fn add_local_addr(&mut self, addr: IpAddr) -> io::Result<()> {
-        (**self).add_local_addr(addr)
-    }
-    fn claim(&mut self, local: IpAddr, owner: Owner) -> io::Result<bool> {
-        (**self).claim(local, owner)
-    }
-    fn release(&mut self, local: IpAddr, owner: Owner) {
-        (**self).release(local, owner)
-    }
-    fn forward(
-        &mut self,
-        now: Nanos,
-        header: RxHeader,
-        payload: &[u8],
-        meta: RxMeta,
-        owner: Owner,
-    ) -> Forwarded {
-        (**self).forward(now, header, payload, meta, owner)
-    }
-    fn leave(&mut self) -> bool {
-        (**self).leave()
-    }
-}
+delegate_backend!(Box<B>, &mut B);
 
 /// Smallest of two optional deadlines.
 pub(crate) fn min_deadline(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
