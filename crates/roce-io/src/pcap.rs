@@ -9,7 +9,7 @@ use std::path::Path;
 use roce_capture::PcapWriter;
 use roce_wire::crc32::Code;
 use roce_wire::ethernet::{ethertype, EthernetFrame};
-use roce_wire::{udp, RxHeader, UdpChecksum, UdpRepr, ROCE_V2_PORT};
+use roce_wire::{icrc, udp, RxHeader, UdpChecksum, UdpRepr, ROCE_V2_PORT};
 
 use crate::backend::{Backend, Nanos, PacketBatch};
 use crate::datagram;
@@ -21,6 +21,11 @@ pub use shared::SharedPcap;
 /// EtherType written for datagrams that are neither IPv4 nor IPv6 (IEEE
 /// 802 local experimental), so that they are recorded but not misread.
 pub const ETHERTYPE_UNKNOWN: u16 = 0x88b5;
+
+/// The largest IPv4 identification looked for in a received datagram
+/// whose socket did not tell it (a GSO send's segment number; roce-core
+/// looks as far when it checks the ICRC).
+const MAX_SOLVED_IPV4_ID: u16 = 127;
 
 /// The synthetic MAC address the tap gives an IP address: `02:00:a:b:c:d`
 /// for IPv4 `a.b.c.d`, `02` and the last five bytes for IPv6 (locally
@@ -100,6 +105,8 @@ pub struct PcapTap<B, W: Write = BufWriter<File>> {
     stats: PcapStats,
     /// Records go to this file, shared with other taps, instead.
     shared: Option<SharedPcap>,
+    /// Finds the IPv4 identifications a UDP socket did not tell.
+    rebaser: icrc::Rebaser,
 }
 
 impl<B: Backend> PcapTap<B, BufWriter<File>> {
@@ -123,6 +130,7 @@ impl<B: Backend> PcapTap<B, BufWriter<File>> {
             ts_offset: 0,
             stats: PcapStats::default(),
             shared: Some(file.clone()),
+            rebaser: icrc::Rebaser::default(),
         }
     }
 }
@@ -142,6 +150,7 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
             ts_offset: 0,
             stats: PcapStats::default(),
             shared: None,
+            rebaser: icrc::Rebaser::default(),
         })
     }
 
@@ -230,9 +239,35 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
         if fill_icrc {
             // The engine's own bytes: the ICRC it computes, or would have.
             let _ = roce_wire::icrc::fill(Code::Fast, &mut whole);
+        } else if h.ipv4_id.is_none() {
+            // A UDP GSO sender's segments carry identifications 1, 2, ...
+            // that the socket did not tell: the one the ICRC says.
+            if let (Some(id), roce_wire::IpRepr::V4(v4)) = (self.solve_ipv4_id(&whole), &mut ip) {
+                v4.ident = id;
+                if ip.emit(&mut whole[..at]).is_err() {
+                    self.stats.skipped += 1;
+                    self.whole = whole;
+                    return;
+                }
+            }
         }
         self.record(now, &whole);
         self.whole = whole;
+    }
+
+    /// The IPv4 identification, 1 to 127, with which IPv4 datagram
+    /// `whole` (written with identification 0) has the ICRC it carries:
+    /// `None` when 0 is right, or no such number exists (a damaged
+    /// datagram stays damaged in the capture).
+    fn solve_ipv4_id(&mut self, whole: &[u8]) -> Option<u16> {
+        let end = whole.len().checked_sub(icrc::LEN)?;
+        if whole.first()? >> 4 != 4 {
+            return None;
+        }
+        let id0 = icrc::compute_with(Code::Fast, &whole[..end], &[]).ok()?;
+        let found = icrc::read(whole[end..].try_into().ok()?);
+        self.rebaser
+            .solve_ipv4_id(id0, found, end, MAX_SOLVED_IPV4_ID)
     }
 
     /// Records datagram `d`, which came without its ICRC: with it.
