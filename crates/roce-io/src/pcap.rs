@@ -207,8 +207,9 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
     /// Records a UDP payload received without its header (a UDP
     /// socket's): a capture needs one, so it gets the header its
     /// [`RxHeader`] tells (roce-wire's emitters; the IPv4 identification,
-    /// when unknown, written 0, so that a UDP GSO segment's ICRC may not
-    /// match in the capture). `fill_icrc`: the datagram is as its sending
+    /// when unknown, the one from 0 to 127 that the ICRC matches, as a UDP
+    /// GSO send numbers its segments, else 0: a peer numbering its own,
+    /// as rxe does, shows a failed ICRC in the capture). `fill_icrc`: the datagram is as its sending
     /// engine made it, which may have left its ICRC out for a same-host
     /// ring (docs/shm.md): the capture gets it computed.
     fn record_payload(&mut self, now: Nanos, h: &RxHeader, payload: &[u8], fill_icrc: bool) {
