@@ -220,10 +220,24 @@ pub fn errno_of(e: &roce_verbs::Error) -> Errno {
         E::ModifyQp(m) => modify_errno(m),
         E::RegMr(r) => reg_errno(r),
         E::WrongContext => libc::EINVAL,
-        E::CqOverflow => libc::EOVERFLOW,
+        E::Cq(c) => cq_errno(c),
+        E::SrqLimit(roce_verbs::SrqLimitError::NoSuchSrq) => libc::ENOENT,
+        E::SrqLimit(_) => libc::EINVAL,
+        E::Region(_) => libc::EFAULT,
         E::InvalidArgument(_) => libc::EINVAL,
         E::ThreadSpawn => libc::EAGAIN,
         _ => libc::EIO,
+    }
+}
+
+/// The errno of a failed CQ call (`ibv_poll_cq`, `ibv_req_notify_cq`,
+/// `ibv_resize_cq`): an overflow is `EOVERFLOW`, a bad size `EINVAL`.
+pub fn cq_errno(e: &roce_verbs::CqError) -> Errno {
+    use roce_verbs::CqError as C;
+    match e {
+        C::Overflow => libc::EOVERFLOW,
+        C::NoSuchCq => libc::ENOENT,
+        _ => libc::EINVAL,
     }
 }
 

@@ -10,7 +10,8 @@ use roce_core::CqId;
 
 use crate::completion::Completion;
 use crate::context::Context;
-use crate::error::{CreateError, Error};
+use crate::error::CreateError;
+use crate::error_objects::CqError;
 use crate::progress;
 use crate::state::{lock, ChannelQueue, CqHandle, Graveyard, Notifier, NotifyReg, Shared};
 
@@ -133,7 +134,7 @@ impl CompletionQueue {
     /// how many. When the CQ is empty and inline progress is on, runs one
     /// progress step on this thread first (unless another thread is
     /// driving the I/O), so a polling loop is also the progress loop.
-    pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
+    pub fn poll(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, CqError> {
         let shared = self.shared();
         shared.sig.cq_polled();
         let mut n = self.poll_engine(out, max)?;
@@ -165,7 +166,7 @@ impl CompletionQueue {
 
     /// Polls one completion. Does not allocate: the one-element list is
     /// the calling thread's, kept from call to call.
-    pub fn poll_one(&self) -> Result<Option<Completion>, Error> {
+    pub fn poll_one(&self) -> Result<Option<Completion>, CqError> {
         let mut v = ONE.take();
         v.clear();
         let r = self.poll(&mut v, 1);
@@ -177,7 +178,7 @@ impl CompletionQueue {
     /// Polls until `n` completions arrived or `timeout` passed; returns
     /// what arrived. Busy-polls (with inline progress): for tests and
     /// simple programs.
-    pub fn poll_until(&self, n: usize, timeout: Duration) -> Result<Vec<Completion>, Error> {
+    pub fn poll_until(&self, n: usize, timeout: Duration) -> Result<Vec<Completion>, CqError> {
         let mut out = Vec::with_capacity(n);
         let end = Instant::now() + timeout;
         while out.len() < n {
@@ -192,7 +193,7 @@ impl CompletionQueue {
         Ok(out)
     }
 
-    fn poll_engine(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, Error> {
+    fn poll_engine(&self, out: &mut Vec<Completion>, max: usize) -> Result<usize, CqError> {
         let mut grave = GRAVE.take();
         let r = {
             let mut core = self.shared().core_quiet();
@@ -208,13 +209,10 @@ impl CompletionQueue {
     /// `ibv_req_notify_cq`: the next completion (or, with
     /// `solicited_only`, the next solicited or error completion) raises an
     /// event on the CQ's channel.
-    pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), CqError> {
         let shared = self.shared();
         let mut core = shared.core();
-        let cq = core
-            .dev
-            .cq(self.inner.id)
-            .ok_or(Error::Verbs(roce_core::VerbsError::NotFound))?;
+        let cq = core.dev.cq(self.inner.id).ok_or(CqError::NoSuchCq)?;
         cq.req_notify(solicited_only);
         Ok(())
     }
@@ -223,9 +221,9 @@ impl CompletionQueue {
     /// completions waiting stay). Refused, changing nothing, outside
     /// `1..=4194304` or below the number of completions waiting (as the
     /// kernel's rxe refuses it: `EINVAL`).
-    pub fn resize(&self, cqe: usize) -> Result<(), Error> {
+    pub fn resize(&self, cqe: usize) -> Result<(), CqError> {
         if cqe == 0 || cqe > 1 << 22 {
-            return Err(Error::InvalidArgument("cqe must be in 1..=4194304"));
+            return Err(CqError::SizeOutOfRange);
         }
         let shared = self.shared();
         let mut core = shared.core();

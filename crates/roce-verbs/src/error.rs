@@ -11,6 +11,8 @@ use std::fmt;
 use roce_core::VerbsError;
 use roce_io::FabricError;
 
+use crate::error_objects::{CqError, RegionError, SrqLimitError};
+
 pub use crate::error_ops::{CreateError, ModifyQpError, PostError, RegMrError};
 
 /// Why a verbs call was refused: the general error, which each call's own
@@ -32,8 +34,12 @@ pub enum Error {
     RegMr(RegMrError),
     /// An object belongs to another context.
     WrongContext,
-    /// The completion queue overflowed; completions were lost.
-    CqOverflow,
+    /// A completion queue call failed (its overflow among them).
+    Cq(CqError),
+    /// A shared receive queue's limit was refused.
+    SrqLimit(SrqLimitError),
+    /// A memory region's bytes could not be read or written.
+    Region(RegionError),
     /// The memory region is still referenced by outstanding work requests
     /// (or by another handle).
     MrInUse,
@@ -59,7 +65,9 @@ impl fmt::Display for Error {
             Error::ModifyQp(e) => write!(f, "QP modify refused: {e}"),
             Error::RegMr(e) => write!(f, "memory registration refused: {e}"),
             Error::WrongContext => f.write_str("object of another context"),
-            Error::CqOverflow => f.write_str("completion queue overflowed"),
+            Error::Cq(e) => write!(f, "{e}"),
+            Error::SrqLimit(e) => write!(f, "{e}"),
+            Error::Region(e) => write!(f, "{e}"),
             Error::MrInUse => f.write_str("memory region still referenced"),
             Error::NotOwned => f.write_str("memory region does not own its memory"),
             Error::InvalidArgument(w) => write!(f, "invalid argument: {w}"),
@@ -77,6 +85,9 @@ impl std::error::Error for Error {
             Error::Create(e) => Some(e),
             Error::ModifyQp(e) => Some(e),
             Error::RegMr(e) => Some(e),
+            Error::Cq(e) => Some(e),
+            Error::SrqLimit(e) => Some(e),
+            Error::Region(e) => Some(e),
             _ => None,
         }
     }
@@ -109,6 +120,24 @@ impl From<ModifyQpError> for Error {
 impl From<RegMrError> for Error {
     fn from(e: RegMrError) -> Error {
         Error::RegMr(e)
+    }
+}
+
+impl From<CqError> for Error {
+    fn from(e: CqError) -> Error {
+        Error::Cq(e)
+    }
+}
+
+impl From<SrqLimitError> for Error {
+    fn from(e: SrqLimitError) -> Error {
+        Error::SrqLimit(e)
+    }
+}
+
+impl From<RegionError> for Error {
+    fn from(e: RegionError) -> Error {
+        Error::Region(e)
     }
 }
 

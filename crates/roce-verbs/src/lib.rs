@@ -147,6 +147,7 @@ mod cq;
 mod cq_wait;
 mod device;
 mod error;
+mod error_objects;
 mod error_ops;
 // Guarded copies of program memory: assembly, a signal handler, and
 // `process_vm_writev` (issue 33).
@@ -181,6 +182,7 @@ pub use device::{node_guid, BackendKind, Device, OpenError, OpenOptions, Wrap};
 pub use error::{
     CreateError, Error, ModifyQpError, OwnedPostError, PostError, PostListError, RegMrError,
 };
+pub use error_objects::{CqError, RegionError, SrqLimitError};
 pub use limits::{DeviceLimits, LIMITS};
 pub use loopback::free_loopback_v4;
 pub use mr::{DeregError, MemoryRegion, RemoteMr, Revoker};

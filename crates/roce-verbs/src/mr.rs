@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use roce_core::{Access, Lkey, MemFault, MrKeys, RegionMemory, Rkey, Sge};
 
 use crate::error::{Error, RegMrError};
+use crate::error_objects::RegionError;
 use crate::pd::ProtectionDomain;
 use crate::state::{lock, Home, MrCore, OwnedMem, Shared};
 
@@ -230,35 +231,35 @@ impl MemoryRegion {
     /// Copies `out.len()` bytes at `offset` out of the region, under the
     /// engine lock (so never torn by a packet being written, though a
     /// message may be half delivered).
-    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), Error> {
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), RegionError> {
         let va = self
             .core
             .va()
             .checked_add(offset)
-            .ok_or(Error::InvalidArgument("offset"))?;
+            .ok_or(RegionError::OutOfBounds)?;
         let shared = self.pd.shared();
         let core = shared.core_quiet();
         core.dev
             .mr_read(self.core.keys, self.core.pd(), va, out)
-            .map_err(Error::from)
+            .map_err(region_error)
     }
 
     /// Copies `data` into the region at `offset`, under the engine lock.
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), Error> {
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), RegionError> {
         let va = self
             .core
             .va()
             .checked_add(offset)
-            .ok_or(Error::InvalidArgument("offset"))?;
+            .ok_or(RegionError::OutOfBounds)?;
         let shared = self.pd.shared();
         let mut core = shared.core_quiet();
         core.dev
             .mr_write(self.core.keys, self.core.pd(), va, data)
-            .map_err(Error::from)
+            .map_err(region_error)
     }
 
     /// A copy of the whole region.
-    pub fn to_vec(&self) -> Result<Vec<u8>, Error> {
+    pub fn to_vec(&self) -> Result<Vec<u8>, RegionError> {
         let mut v = vec![0u8; self.core.len()];
         self.read(0, &mut v)?;
         Ok(v)
@@ -604,3 +605,11 @@ impl fmt::Display for DeregError {
 }
 
 impl std::error::Error for DeregError {}
+
+/// The engine's refusal of an application-side access to a region.
+fn region_error(e: roce_core::VerbsError) -> RegionError {
+    match e {
+        roce_core::VerbsError::Access(a) => a.into(),
+        _ => RegionError::Revoked,
+    }
+}

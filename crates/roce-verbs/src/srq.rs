@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use roce_core::{RecvWr, SrqId};
 
-use crate::error::{CreateError, Error, OwnedPostError, PostError};
+use crate::error::{CreateError, OwnedPostError, PostError};
+use crate::error_objects::SrqLimitError;
 use crate::pd::ProtectionDomain;
 use crate::recv::{post_recv, post_recv_owned};
 use crate::state::{Graveyard, RecvOwner};
@@ -97,16 +98,18 @@ impl SharedReceiveQueue {
     /// `ibv_modify_srq` with `IBV_SRQ_LIMIT`: an
     /// [`AsyncEvent::SrqLimitReached`](roce_core::AsyncEvent::SrqLimitReached)
     /// fires once when fewer than `limit` receives remain; 0 disarms.
-    pub fn set_limit(&self, limit: usize) -> Result<(), Error> {
+    pub fn set_limit(&self, limit: usize) -> Result<(), SrqLimitError> {
         let shared = self.inner.pd.shared();
         let mut core = shared.core();
         let srq = core
             .dev
             .srq(self.inner.id)
-            .ok_or(Error::Verbs(roce_core::VerbsError::NotFound))?;
+            .ok_or(SrqLimitError::NoSuchSrq)?;
         // As ibv_modify_srq: a limit above the SRQ's size is EINVAL.
         if limit > srq.max_wr() {
-            return Err(Error::InvalidArgument("SRQ limit above its max_wr"));
+            return Err(SrqLimitError::AboveMaxWr {
+                max_wr: srq.max_wr(),
+            });
         }
         srq.set_limit(limit);
         Ok(())

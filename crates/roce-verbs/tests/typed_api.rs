@@ -219,3 +219,52 @@ fn each_error_type_converts_for_question_mark() {
         (Error::ModifyQp(_), Error::RegMr(_))
     ));
 }
+
+/// A CQ that overflowed fails every poll with `CqError::Overflow`; an SRQ
+/// limit above its size is `SrqLimitError`; a region copy outside the
+/// region is `RegionError`. Each converts into the general `Error`.
+#[test]
+fn cq_srq_and_region_calls_fail_with_their_own_errors() {
+    let (a, b) = pair(QpType::Rc);
+    let cq = a.ctx.create_cq(2, None).unwrap();
+    let qa =
+        a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+    let qb =
+        b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq, &b.cq))
+            .unwrap();
+    let (ea, eb) = (qa.endpoint(Psn::new(1)), qb.endpoint(Psn::new(2)));
+    qa.connect(ea.psn, &eb, &ConnectOptions::default()).unwrap();
+    qb.connect(eb.psn, &ea, &ConnectOptions::default()).unwrap();
+    let src = a.pd.reg_mr(pattern(16, 3), Access::NONE).unwrap();
+    let dst = b.pd.reg_mr(vec![0u8; 16], ALL).unwrap();
+    // Three signaled WRITEs into a CQ of two, nobody polling until they
+    // are acknowledged (one ACK may cover all three).
+    for i in 0..3 {
+        qa.post_send(SendWr::write(i, [src.sge_all()], dst.remote().at(0)))
+            .unwrap();
+    }
+    let end = std::time::Instant::now() + WAIT;
+    while qa.counters().rx_packets == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(cq.poll_one().unwrap_err(), CqError::Overflow);
+    let mut v = Vec::new();
+    assert_eq!(cq.poll(&mut v, 4), Err(CqError::Overflow));
+    let general: Error = cq.poll_until(1, WAIT).unwrap_err().into();
+    assert_eq!(general, Error::Cq(CqError::Overflow));
+
+    let srq = a.pd.create_srq(8).unwrap();
+    assert_eq!(
+        srq.set_limit(9),
+        Err(SrqLimitError::AboveMaxWr { max_wr: 8 })
+    );
+    srq.set_limit(8).unwrap();
+
+    let mut out = [0u8; 8];
+    assert_eq!(src.read(12, &mut out), Err(RegionError::OutOfBounds));
+    assert_eq!(src.write(u64::MAX, &out), Err(RegionError::OutOfBounds));
+    src.read(8, &mut out).unwrap();
+    assert_eq!(&out[..], &pattern(16, 3)[8..]);
+}

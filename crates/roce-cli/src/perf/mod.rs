@@ -62,7 +62,9 @@ from_verbs!(
     roce_verbs::PostError,
     roce_verbs::CreateError,
     roce_verbs::ModifyQpError,
-    roce_verbs::RegMrError
+    roce_verbs::RegMrError,
+    roce_verbs::CqError,
+    roce_verbs::RegionError
 );
 
 impl From<crate::device::DeviceError> for error::PerfError {

@@ -74,6 +74,8 @@ macro_rules! from_verbs {
 }
 
 from_verbs!(
+    roce_verbs::CqError,
+    roce_verbs::RegionError,
     roce_verbs::OwnedPostError,
     roce_verbs::PostError,
     roce_verbs::CreateError,

@@ -18,7 +18,8 @@ use super::events::{ChannelQueue, CqHandle};
 use super::region::MrCore;
 use super::{lock, Home};
 use crate::completion::Completion;
-use crate::error::{Error, PostError};
+use crate::error::PostError;
+use crate::error_objects::CqError;
 
 /// Internal work request ids of receives carry this bit; sends do not.
 pub(crate) const RECV_BIT: u64 = 1 << 63;
@@ -247,7 +248,7 @@ impl Core {
         max: usize,
         out: &mut Vec<Completion>,
         grave: &mut Graveyard,
-    ) -> Result<usize, Error> {
+    ) -> Result<usize, CqError> {
         const CHUNK: usize = 16;
         let mut wcs = [Wc::new(0, WcStatus::Success, WcOpcode::Send, Qpn::new(0)); CHUNK];
         let mut produced = 0;
@@ -256,7 +257,7 @@ impl Core {
             let n = self
                 .dev
                 .poll_cq(cq, &mut wcs[..want])
-                .map_err(|_| Error::CqOverflow)?;
+                .map_err(|_| CqError::Overflow)?;
             for wc in &wcs[..n] {
                 if let Some(c) = self.map(*wc, grave) {
                     out.push(c);
