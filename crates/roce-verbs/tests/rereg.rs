@@ -83,15 +83,7 @@ fn new_rights_and_pd_apply_to_the_next_access() {
 fn a_resized_cq_holds_more_and_refuses_to_shrink_below_what_waits() {
     let (a, b) = pair(QpType::Rc);
     let cq = a.ctx.create_cq(2, None).unwrap();
-    let qa =
-        a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-            .unwrap();
-    let qb =
-        b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq, &b.cq))
-            .unwrap();
-    let (ea, eb) = (qa.endpoint(Psn::new(1)), qb.endpoint(Psn::new(2)));
-    qa.connect(ea.psn, &eb, &ConnectOptions::default()).unwrap();
-    qb.connect(eb.psn, &ea, &ConnectOptions::default()).unwrap();
+    let (qa, _qb) = rc_pair_on(&a, &b, &cq);
     cq.resize(4).unwrap();
     let src = a.pd.reg_mr(pattern(16, 3), Access::NONE).unwrap();
     let dst = b.pd.reg_mr(vec![0u8; 16], ALL).unwrap();

@@ -227,15 +227,7 @@ fn each_error_type_converts_for_question_mark() {
 fn cq_srq_and_region_calls_fail_with_their_own_errors() {
     let (a, b) = pair(QpType::Rc);
     let cq = a.ctx.create_cq(2, None).unwrap();
-    let qa =
-        a.pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-            .unwrap();
-    let qb =
-        b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq, &b.cq))
-            .unwrap();
-    let (ea, eb) = (qa.endpoint(Psn::new(1)), qb.endpoint(Psn::new(2)));
-    qa.connect(ea.psn, &eb, &ConnectOptions::default()).unwrap();
-    qb.connect(eb.psn, &ea, &ConnectOptions::default()).unwrap();
+    let (qa, _qb) = rc_pair_on(&a, &b, &cq);
     let src = a.pd.reg_mr(pattern(16, 3), Access::NONE).unwrap();
     let dst = b.pd.reg_mr(vec![0u8; 16], ALL).unwrap();
     // Three signaled WRITEs into a CQ of two, nobody polling until they

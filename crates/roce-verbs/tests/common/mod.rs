@@ -70,6 +70,21 @@ pub fn pair_with(
     (a, b)
 }
 
+/// A second RC pair between the contexts of `a` and `b`: `a`'s QP on
+/// `cq` (a CQ of `a`'s context, for both queues), `b`'s on its own CQ.
+pub fn rc_pair_on(a: &Side, b: &Side, cq: &CompletionQueue) -> (QueuePair, QueuePair) {
+    let qa =
+        a.pd.create_qp(&QpInitAttr::new(QpType::Rc, cq, cq))
+            .unwrap();
+    let qb =
+        b.pd.create_qp(&QpInitAttr::new(QpType::Rc, &b.cq, &b.cq))
+            .unwrap();
+    let (ea, eb) = (qa.endpoint(Psn::new(1)), qb.endpoint(Psn::new(2)));
+    qa.connect(ea.psn, &eb, &ConnectOptions::default()).unwrap();
+    qb.connect(eb.psn, &ea, &ConnectOptions::default()).unwrap();
+    (qa, qb)
+}
+
 /// Polls exactly one completion (within `WAIT`).
 pub fn one(cq: &CompletionQueue) -> Completion {
     let mut v = cq.poll_until(1, WAIT).unwrap();
