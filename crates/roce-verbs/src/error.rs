@@ -93,59 +93,28 @@ impl std::error::Error for Error {
     }
 }
 
-impl From<VerbsError> for Error {
-    fn from(e: VerbsError) -> Error {
-        Error::Verbs(e)
-    }
+/// Each call's own error is a variant of the general one.
+macro_rules! wrap_in_error {
+    ($($t:ty => $variant:ident),* $(,)?) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::$variant(e)
+            }
+        }
+    )*};
 }
 
-impl From<PostError> for Error {
-    fn from(e: PostError) -> Error {
-        Error::Post(e)
-    }
-}
-
-impl From<CreateError> for Error {
-    fn from(e: CreateError) -> Error {
-        Error::Create(e)
-    }
-}
-
-impl From<ModifyQpError> for Error {
-    fn from(e: ModifyQpError) -> Error {
-        Error::ModifyQp(e)
-    }
-}
-
-impl From<RegMrError> for Error {
-    fn from(e: RegMrError) -> Error {
-        Error::RegMr(e)
-    }
-}
-
-impl From<CqError> for Error {
-    fn from(e: CqError) -> Error {
-        Error::Cq(e)
-    }
-}
-
-impl From<SrqLimitError> for Error {
-    fn from(e: SrqLimitError) -> Error {
-        Error::SrqLimit(e)
-    }
-}
-
-impl From<RegionError> for Error {
-    fn from(e: RegionError) -> Error {
-        Error::Region(e)
-    }
-}
-
-impl From<FabricError> for Error {
-    fn from(e: FabricError) -> Error {
-        Error::Fabric(e)
-    }
-}
+wrap_in_error!(
+    VerbsError => Verbs,
+    PostError => Post,
+    CreateError => Create,
+    ModifyQpError => ModifyQp,
+    RegMrError => RegMr,
+    CqError => Cq,
+    SrqLimitError => SrqLimit,
+    RegionError => Region,
+    FabricError => Fabric,
+);
 
 /// A refused owned-buffer post: the buffer comes back with the reason.
 #[derive(Debug)]
