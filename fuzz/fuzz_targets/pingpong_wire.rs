@@ -8,6 +8,12 @@
 
 use libfuzzer_sys::fuzz_target;
 
+/// The error type the included file names (`super::wire_error::WireError`),
+/// compiled in by path too.
+#[allow(dead_code)]
+#[path = "../../crates/roce-cli/src/pingpong/wire_error.rs"]
+mod wire_error;
+
 #[allow(dead_code)]
 #[path = "../../crates/roce-cli/src/pingpong/wire.rs"]
 mod wire;

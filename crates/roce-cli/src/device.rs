@@ -12,10 +12,10 @@ use std::path::Path;
 pub(crate) enum DeviceError {
     /// A `--faults` specification refused (roce-io's reason).
     Faults(String),
-    /// `ROCE_SHM` has a value other than 0 or 1 (roce-verbs' reason).
+    /// `ROCE_SHM` has a value other than 0 or 1: the value.
     Sharing(String),
     /// A device named by `--dev` or holding the address cannot be read.
-    Device(String),
+    Device(roce_verbs::OpenError),
     /// No loopback address is free for the RoCE UDP port.
     NoFreeLoopback { port: u16 },
     /// A GID index beyond every device's table.
@@ -32,9 +32,9 @@ pub(crate) enum DeviceError {
 impl fmt::Display for DeviceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            DeviceError::Faults(m) | DeviceError::Sharing(m) | DeviceError::Device(m) => {
-                f.write_str(m)
-            }
+            DeviceError::Faults(m) => f.write_str(m),
+            DeviceError::Sharing(value) => write!(f, "ROCE_SHM={value}: use 1 or 0"),
+            DeviceError::Device(e) => write!(f, "{e}"),
             DeviceError::NoFreeLoopback { port } => write!(
                 f,
                 "UDP port {port} is taken on every loopback address tried (a kernel rxe device, or \
@@ -58,7 +58,14 @@ impl fmt::Display for DeviceError {
     }
 }
 
-impl std::error::Error for DeviceError {}
+impl std::error::Error for DeviceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DeviceError::Device(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// The middleware the flags ask for: `--faults` outermost, so that a
 /// `--pcap` tap under it records what goes on the wire (as `tc netem`
@@ -140,11 +147,11 @@ pub(crate) fn sharing() -> bool {
 /// `ROCE_SHM`, read as the drop-in library reads it (docs/shm.md): unset,
 /// empty or `1` turn the same-host path on, `0` off; anything else is an
 /// error naming the value.
-fn shm_setting() -> Result<bool, String> {
+fn shm_setting() -> Result<bool, DeviceError> {
     match std::env::var("ROCE_SHM").ok().as_deref().map(str::trim) {
         None | Some("") | Some("1") => Ok(true),
         Some("0") => Ok(false),
-        Some(other) => Err(format!("ROCE_SHM={other}: use 1 or 0")),
+        Some(other) => Err(DeviceError::Sharing(other.to_string())),
     }
 }
 
@@ -319,7 +326,7 @@ pub(crate) fn tool_options(
     local: IpAddr,
     port: u16,
 ) -> Result<roce_verbs::OpenOptions, DeviceError> {
-    let shm = shm_setting().map_err(DeviceError::Sharing)?;
+    let shm = shm_setting()?;
     Ok(roce_verbs::OpenOptions::new(kind, local)
         .cpu(roce_io::CpuTuning::detect())
         .roce_port(port, port)
@@ -339,9 +346,7 @@ pub(crate) fn check_gid_index(
     dev: Option<&str>,
 ) -> Result<(), DeviceError> {
     let device = match (dev, local) {
-        (Some(d), _) => {
-            Some(roce_verbs::Device::by_name(d).map_err(|e| DeviceError::Device(e.to_string()))?)
-        }
+        (Some(d), _) => Some(roce_verbs::Device::by_name(d).map_err(DeviceError::Device)?),
         (None, Some(l)) => roce_verbs::OpenOptions::new(roce_verbs::BackendKind::Udp, l)
             .device()
             .ok()
@@ -349,12 +354,9 @@ pub(crate) fn check_gid_index(
         (None, None) => None,
     };
     if let Some(d) = device {
-        return d
-            .gid(x)
-            .map(|_| ())
-            .map_err(|e| DeviceError::Device(e.to_string()));
+        return d.gid(x).map(|_| ()).map_err(DeviceError::Device);
     }
-    let devs = roce_verbs::Device::list().map_err(|e| DeviceError::Device(e.to_string()))?;
+    let devs = roce_verbs::Device::list().map_err(DeviceError::Device)?;
     let most = devs.iter().map(|d| d.gids().len()).max().unwrap_or(0);
     if x < most {
         return Ok(());

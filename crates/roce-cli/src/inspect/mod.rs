@@ -4,6 +4,7 @@
 //! when any ICRC failed or a RoCE packet was malformed, 2 when a file could
 //! not be read or was truncated (reported in one line on stderr).
 
+mod error;
 mod fixup;
 mod nvmf;
 mod render;
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use roce_capture::{CaptureReader, Payload};
 use roce_wire::Frame;
 
+use error::QpnError;
 use fixup::Link;
 use summary::Summary;
 
@@ -36,14 +38,14 @@ pub(crate) struct InspectArgs {
     qp: Option<u32>,
 }
 
-fn parse_qpn(s: &str) -> Result<u32, String> {
+fn parse_qpn(s: &str) -> Result<u32, QpnError> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u32::from_str_radix(h, 16),
         None => s.parse(),
     }
-    .map_err(|_| format!("'{s}' is not a QP number"))?;
+    .map_err(|_| QpnError::NotANumber(s.to_string()))?;
     if v > 0xff_ffff {
-        return Err(format!("QP number {s} is wider than 24 bits"));
+        return Err(QpnError::TooWide(s.to_string()));
     }
     Ok(v)
 }

@@ -11,45 +11,44 @@
 //! `device.block_size` (default 512). Ignored: referrals, ANA groups,
 //! passthru, discovery NQN settings, TCP/FC ports.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use roce_nvmf::target::*;
 use roce_nvmf::wire::Nsid;
 use serde_json::Value;
 
+use super::config_error::ConfigError;
+
 /// Parses a 16-byte identifier written as hex with optional dashes (a
 /// UUID or an NGUID).
-fn hex16(s: &str) -> Result<[u8; 16], String> {
+fn hex16(s: &str) -> Result<[u8; 16], ConfigError> {
     let h: String = s.chars().filter(|c| *c != '-').collect();
     if h.len() != 32 || !h.is_ascii() {
-        return Err(format!("'{s}' is not 16 bytes of hex"));
+        return Err(ConfigError::NotHex16(s.to_string()));
     }
     let mut b = [0u8; 16];
     for (i, o) in b.iter_mut().enumerate() {
         *o = u8::from_str_radix(&h[2 * i..2 * i + 2], 16)
-            .map_err(|_| format!("'{s}' is not hex"))?;
+            .map_err(|_| ConfigError::NotHex(s.to_string()))?;
     }
     Ok(b)
 }
 
-fn text<'a>(v: &'a Value, what: &str) -> Result<&'a str, String> {
-    v.as_str().ok_or_else(|| format!("{what} is not a string"))
+fn text<'a>(v: &'a Value, what: &str) -> Result<&'a str, ConfigError> {
+    v.as_str()
+        .ok_or_else(|| ConfigError::NotString(what.to_string()))
 }
 
 /// Opens a namespace's storage as the configuration says.
-fn storage(dev: &Value, nsid: u32) -> Result<Box<dyn Namespace>, String> {
+fn storage(dev: &Value, nsid: u32) -> Result<Box<dyn Namespace>, ConfigError> {
     let bs = dev.get("block_size").and_then(Value::as_u64).unwrap_or(512);
     let bs = u32::try_from(bs)
         .ok()
         .filter(|b| b.is_power_of_two() && *b >= 512 && *b <= 65536);
-    let bs = bs.ok_or_else(|| {
-        format!("namespace {nsid}: block_size must be a power of two from 512 to 65536")
-    })?;
+    let bs = bs.ok_or(ConfigError::BlockSize { nsid })?;
     if let Some(n) = dev.get("mem_blocks").and_then(Value::as_u64) {
         if n == 0 || n.saturating_mul(bs as u64) > 1 << 36 {
-            return Err(format!(
-                "namespace {nsid}: mem_blocks must be from 1 to 64 GiB worth"
-            ));
+            return Err(ConfigError::MemBlocks { nsid });
         }
         return Ok(Box::new(MemNamespace::new(n, bs)));
     }
@@ -61,9 +60,17 @@ fn storage(dev: &Value, nsid: u32) -> Result<Box<dyn Namespace>, String> {
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|e| format!("namespace {nsid}: {path}: {e}"))?;
-    let len = std::io::Seek::seek(&mut &f, std::io::SeekFrom::End(0))
-        .map_err(|e| format!("{path}: {e}"))?;
+        .map_err(|error| ConfigError::OpenDevice {
+            nsid,
+            path: PathBuf::from(path),
+            error,
+        })?;
+    let len = std::io::Seek::seek(&mut &f, std::io::SeekFrom::End(0)).map_err(|error| {
+        ConfigError::Io {
+            path: PathBuf::from(path),
+            error,
+        }
+    })?;
     Ok(Box::new(FileNamespace::new(f, len, bs)))
 }
 
@@ -71,8 +78,8 @@ fn storage(dev: &Value, nsid: u32) -> Result<Box<dyn Namespace>, String> {
 pub(super) fn parse(
     doc: &str,
     default_ids: impl Fn(&str, u32) -> ([u8; 16], [u8; 16]),
-) -> Result<TargetConfig, String> {
-    let v: Value = serde_json::from_str(doc).map_err(|e| format!("not JSON: {e}"))?;
+) -> Result<TargetConfig, ConfigError> {
+    let v: Value = serde_json::from_str(doc).map_err(ConfigError::NotJson)?;
     let limits = Limits::default();
     let mut port = PortInfo::default();
     let mut served: Option<Vec<String>> = None;
@@ -114,9 +121,7 @@ pub(super) fn parse(
     {
         let nqn = text(&s["nqn"], "subsystems[].nqn")?;
         if nqn.is_empty() || nqn.len() > 223 {
-            return Err(format!(
-                "subsystem NQN '{nqn}' is empty or longer than 223 bytes"
-            ));
+            return Err(ConfigError::BadNqn(nqn.to_string()));
         }
         if served.as_ref().is_some_and(|l| !l.iter().any(|n| n == nqn)) {
             continue;
@@ -140,15 +145,18 @@ pub(super) fn parse(
                 .as_u64()
                 .and_then(|x| u32::try_from(x).ok())
                 .filter(|x| *x != 0 && *x != u32::MAX);
-            let nsid = nsid.ok_or_else(|| format!("{nqn}: a namespace without a valid nsid"))?;
+            let nsid = nsid.ok_or_else(|| ConfigError::NoNsid(nqn.to_string()))?;
             if sub.namespaces.len() >= limits.max_namespaces {
-                return Err(format!(
-                    "{nqn}: more than {} namespaces",
-                    limits.max_namespaces
-                ));
+                return Err(ConfigError::TooManyNamespaces {
+                    nqn: nqn.to_string(),
+                    max: limits.max_namespaces,
+                });
             }
             if sub.namespaces.iter().any(|e| e.nsid == Nsid(nsid)) {
-                return Err(format!("{nqn}: namespace {nsid} twice"));
+                return Err(ConfigError::NsidTwice {
+                    nqn: nqn.to_string(),
+                    nsid,
+                });
             }
             let dev = &n["device"];
             let (mut nguid, mut uuid) = default_ids(nqn, nsid);
@@ -169,7 +177,7 @@ pub(super) fn parse(
         subsystems.push(sub);
     }
     if subsystems.is_empty() {
-        return Err("no subsystem to serve".into());
+        return Err(ConfigError::NoSubsystem);
     }
     Ok(TargetConfig {
         subsystems,
@@ -182,12 +190,16 @@ pub(super) fn parse(
 pub(super) fn load(
     path: &Path,
     default_ids: impl Fn(&str, u32) -> ([u8; 16], [u8; 16]),
-) -> Result<TargetConfig, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+) -> Result<TargetConfig, ConfigError> {
+    let io = |error| ConfigError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
     if meta.len() > 1 << 20 {
-        return Err(format!("{}: larger than 1 MiB", path.display()));
+        return Err(ConfigError::TooLarge(path.to_path_buf()));
     }
-    let doc = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let doc = std::fs::read_to_string(path).map_err(io)?;
     parse(&doc, default_ids)
 }
 
@@ -253,17 +265,41 @@ mod tests {
 
     #[test]
     fn bad_documents() {
-        assert!(parse("[", ids).unwrap_err().starts_with("not JSON"));
-        assert_eq!(parse("{}", ids).unwrap_err(), "no subsystem to serve");
+        let e = parse("[", ids).unwrap_err();
+        assert!(matches!(e, ConfigError::NotJson(_)), "{e:?}");
+        assert!(e.to_string().starts_with("not JSON: "), "{e}");
+        let e = parse("{}", ids).unwrap_err();
+        assert!(matches!(e, ConfigError::NoSubsystem), "{e:?}");
+        assert_eq!(e.to_string(), "no subsystem to serve");
         let bad_bs = DOC.replace("\"block_size\": 4096", "\"block_size\": 1000");
-        assert!(parse(&bad_bs, ids).unwrap_err().contains("block_size"));
+        let e = parse(&bad_bs, ids).unwrap_err();
+        assert!(matches!(e, ConfigError::BlockSize { nsid: 2 }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "namespace 2: block_size must be a power of two from 512 to 65536"
+        );
         let bad_guid = DOC.replace("00112233-4455", "zz112233-4455");
-        assert!(parse(&bad_guid, ids).unwrap_err().contains("not hex"));
+        let e = parse(&bad_guid, ids).unwrap_err();
+        assert!(matches!(e, ConfigError::NotHex(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "'zz112233-4455-6677-8899-aabbccddeeff' is not hex"
+        );
         let twice = DOC
             .replace("\"nsid\": 3", "\"nsid\": 2")
             .replace("\"enable\": 0", "\"enable\": 1");
-        assert!(parse(&twice, ids).unwrap_err().contains("twice"));
+        let e = parse(&twice, ids).unwrap_err();
+        assert!(matches!(e, ConfigError::NsidTwice { nsid: 2, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "nqn.2026-01.test:a: namespace 2 twice");
         let nofile = DOC.replace("\"mem_blocks\": 128,", "\"path\": \"/nonexistent/x\",");
-        assert!(parse(&nofile, ids).unwrap_err().contains("/nonexistent/x"));
+        let e = parse(&nofile, ids).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::OpenDevice { nsid: 2, .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with("namespace 2: /nonexistent/x: "),
+            "{e}"
+        );
     }
 }

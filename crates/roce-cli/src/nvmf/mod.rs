@@ -10,6 +10,8 @@
 //!   bandwidth and latency percentiles ([`perf`]).
 
 mod config;
+mod config_error;
+mod error;
 mod perf;
 mod verify;
 
@@ -25,6 +27,7 @@ use roce_nvmf::wire::{Cid, Nsid};
 use roce_verbs::{BackendKind, Context};
 
 use crate::stop::Stop;
+use error::NvmfError;
 
 /// `roce nvmf` and its subcommands.
 #[derive(Args, Debug)]
@@ -113,7 +116,7 @@ struct HostArgs {
     pcap: Option<std::path::PathBuf>,
 }
 
-pub(super) fn open(bind: IpAddr, roce_port: u16) -> Result<Context, String> {
+pub(super) fn open(bind: IpAddr, roce_port: u16) -> Result<Context, NvmfError> {
     open_capturing(bind, roce_port, None)
 }
 
@@ -122,17 +125,16 @@ fn open_capturing(
     bind: IpAddr,
     roce_port: u16,
     pcap: Option<&std::path::Path>,
-) -> Result<Context, String> {
+) -> Result<Context, NvmfError> {
     // The peer is usually Linux (nvme-rdma or nvmet-rdma over rxe): the
     // tools' options count the ICRCs they cannot verify, where the
     // engine's default would drop every datagram from rxe (docs/interop.md,
     // "NVMe-oF against Linux"; tests/nvmf_rxe.rs).
-    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)
-        .map_err(|e| e.to_string())?;
-    if let Some(w) = crate::device::middleware(pcap, None).map_err(|e| e.to_string())? {
+    let mut o = crate::device::tool_options(BackendKind::Udp, bind, roce_port)?;
+    if let Some(w) = crate::device::middleware(pcap, None)? {
         o = o.wrap(w);
     }
-    o.open().map_err(|e| e.to_string())
+    Ok(o.open()?)
 }
 
 /// Runs `roce nvmf`; returns the exit status.
@@ -145,21 +147,21 @@ pub(crate) fn run(args: &NvmfArgs, stop: &Stop) -> i32 {
     };
     match r {
         Ok(()) => 0,
-        Err(e) => crate::fail("nvmf", false, &e, 1),
+        Err(e) => crate::fail("nvmf", false, &e.to_string(), 1),
     }
 }
 
 /// The configuration the flags describe: one subsystem, namespace 1.
-fn flags_config(a: &TargetArgs) -> Result<TargetConfig, String> {
+fn flags_config(a: &TargetArgs) -> Result<TargetConfig, NvmfError> {
     let storage: Box<dyn Namespace> = match &a.file {
         Some(p) => {
             let f = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .open(p)
-                .map_err(|e| e.to_string())?;
+                .map_err(NvmfError::NamespaceFile)?;
             let len = std::io::Seek::seek(&mut &f, std::io::SeekFrom::End(0))
-                .map_err(|e| e.to_string())?;
+                .map_err(NvmfError::NamespaceFile)?;
             Box::new(FileNamespace::new(f, len, a.block_size))
         }
         None => Box::new(MemNamespace::new(a.mem, a.block_size)),
@@ -191,7 +193,7 @@ fn flags_config(a: &TargetArgs) -> Result<TargetConfig, String> {
     Ok(cfg)
 }
 
-fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
+fn target(a: &TargetArgs, stop: &Stop) -> Result<(), NvmfError> {
     let (cfg, bind, port) = match &a.config {
         // The file's RDMA port says where to listen, when it names one.
         Some(path) => {
@@ -217,7 +219,7 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
     let ctx = open(bind, a.roce_port)?;
     let names: Vec<&str> = cfg.subsystems.iter().map(|s| s.nqn.as_str()).collect();
     let names = names.join(", ");
-    let mut server = TargetServer::new(&ctx, port, Target::new(cfg)).map_err(|e| e.to_string())?;
+    let mut server = TargetServer::new(&ctx, port, Target::new(cfg))?;
     eprintln!("roce nvmf: serving {names} on {bind}:{port}");
     let mut busy = false;
     while !stop.requested() {
@@ -226,7 +228,7 @@ fn target(a: &TargetArgs, stop: &Stop) -> Result<(), String> {
         } else {
             Duration::from_millis(1)
         };
-        busy = server.poll(wait).map_err(|e| e.to_string())?;
+        busy = server.poll(wait)?;
     }
     Ok(())
 }
@@ -255,13 +257,10 @@ fn ns_ids(nqn: &str, nsid: u32) -> ([u8; 16], [u8; 16]) {
     (nguid, uuid)
 }
 
-fn check(a: &HostArgs) -> Result<(), String> {
+fn check(a: &HostArgs) -> Result<(), NvmfError> {
     let ctx = open_capturing(a.bind, a.roce_port, a.pcap.as_deref())?;
-    let mut host = connect(&ctx, a.addr, a.port, &HostOptions::new(&a.nqn, &a.hostnqn))
-        .map_err(|e| e.to_string())?;
-    let ns = host
-        .identify_namespace(Nsid(1))
-        .map_err(|e| e.to_string())?;
+    let mut host = connect(&ctx, a.addr, a.port, &HostOptions::new(&a.nqn, &a.hostnqn))?;
+    let ns = host.identify_namespace(Nsid(1))?;
     let bs = 1u32 << ns.lbaf0_lbads;
     let blocks = (a.blocks as u64).min(ns.nsze) as u16;
     let pattern: Vec<u8> = (0..blocks as usize * bs as usize)
@@ -272,34 +271,29 @@ fn check(a: &HostArgs) -> Result<(), String> {
     let mut back = Vec::with_capacity(pattern.len());
     for (i, chunk) in pattern.chunks(per * bs as usize).enumerate() {
         let lba = (i * per) as u64;
-        host.write(Nsid(1), lba, chunk, bs, false)
-            .map_err(|e| e.to_string())?;
+        host.write(Nsid(1), lba, chunk, bs, false)?;
     }
     for (i, chunk) in pattern.chunks(per * bs as usize).enumerate() {
         let lba = (i * per) as u64;
         let n = (chunk.len() / bs as usize) as u16;
-        back.extend(host.read(Nsid(1), lba, n, bs).map_err(|e| e.to_string())?);
+        back.extend(host.read(Nsid(1), lba, n, bs)?);
     }
-    host.disconnect().map_err(|e| e.to_string())?;
+    host.disconnect()?;
     if back != pattern {
-        return Err(format!(
-            "{} blocks read back differ from what was written",
-            blocks
-        ));
+        return Err(NvmfError::Differ { blocks });
     }
     println!("{blocks} blocks of {bs} bytes written and read back identical");
     Ok(())
 }
 
-fn discover(a: &HostArgs) -> Result<(), String> {
+fn discover(a: &HostArgs) -> Result<(), NvmfError> {
     let ctx = open(a.bind, a.roce_port)?;
     let mut host = connect(
         &ctx,
         a.addr,
         a.port,
         &HostOptions::new(DISCOVERY_NQN, &a.hostnqn),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let len = 16 * DISCOVERY_RECORD_LEN;
     let sqe = roce_nvmf::initiator::get_log_page(
         Cid(0),
@@ -310,13 +304,13 @@ fn discover(a: &HostArgs) -> Result<(), String> {
         false,
         SglDesc::InCapsule { offset: 0, len: 0 },
     );
-    let page = host.admin_data(sqe, len).map_err(|e| e.to_string())?;
-    let (genctr, numrec) = parse_discovery_header(&page).map_err(|e| e.to_string())?;
+    let page = host.admin_data(sqe, len)?;
+    let (genctr, numrec) = parse_discovery_header(&page)?;
     println!("Discovery Log Number of Records {numrec}, Generation counter {genctr}");
     for i in 0..(numrec as usize).min(15) {
         let at = DISCOVERY_RECORD_LEN * (i + 1);
-        let e = DiscoveryEntry::parse(&page[at..]).map_err(|e| e.to_string())?;
+        let e = DiscoveryEntry::parse(&page[at..])?;
         println!("=====Discovery Log Entry {i}======\ntrtype:  rdma\nsubnqn:  {}\ntraddr:  {}\ntrsvcid: {}\nportid:  {}", e.subnqn, e.traddr, e.trsvcid, e.portid);
     }
-    host.disconnect().map_err(|e| e.to_string())
+    Ok(host.disconnect()?)
 }

@@ -20,6 +20,7 @@ use clap::{Args, ValueEnum};
 use roce_nvmf::driver::{connect, Host, HostOptions, IoDone};
 use roce_nvmf::wire::Nsid;
 
+use super::error::NvmfError;
 use super::verify::{Mismatch, Pattern};
 use crate::stop::Stop;
 
@@ -135,7 +136,7 @@ impl Io<'_> {
         end: Instant,
         stop: &Stop,
         progress: bool,
-    ) -> Result<Tally, String> {
+    ) -> Result<Tally, NvmfError> {
         let start = Instant::now();
         let mut t = Tally::default();
         let mut started: Vec<Option<(Instant, u64)>> = vec![None; self.qd];
@@ -173,16 +174,14 @@ impl Io<'_> {
                         self.host
                             .submit_read(Nsid(1), lba, self.nlb as u16, self.bsz, slot as u64)
                     };
-                    r.map_err(|e| e.to_string())?;
+                    r?;
                     *s = Some((Instant::now(), lba));
                 }
             } else if started.iter().all(Option::is_none) {
                 break;
             }
             done.clear();
-            self.host
-                .poll_io(&mut done, Duration::from_millis(10))
-                .map_err(|e| e.to_string())?;
+            self.host.poll_io(&mut done, Duration::from_millis(10))?;
             let now = Instant::now();
             for d in &done {
                 let Some((s, lba)) = started.get_mut(d.tag as usize).and_then(Option::take) else {
@@ -212,7 +211,7 @@ impl Io<'_> {
                 next_report += Duration::from_secs(1);
             }
             if !running && now > end.max(start) + Duration::from_secs(10) {
-                return Err("commands still in flight 10 s after the end".into());
+                return Err(NvmfError::StillInFlight);
             }
         }
         Ok(t)
@@ -220,33 +219,28 @@ impl Io<'_> {
 }
 
 /// Runs the generator.
-pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
+pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), NvmfError> {
     let ctx = super::open(a.bind, a.roce_port)?;
     let mut o = HostOptions::new(&a.nqn, &a.hostnqn);
     o.queue_depth = a.qd.max(2);
     o.io_queues = a.queues;
-    let mut host = connect(&ctx, a.addr, a.port, &o).map_err(|e| e.to_string())?;
-    let ns = host
-        .identify_namespace(Nsid(1))
-        .map_err(|e| e.to_string())?;
+    let mut host = connect(&ctx, a.addr, a.port, &o)?;
+    let ns = host.identify_namespace(Nsid(1))?;
     let bsz = 1u32 << ns.lbaf0_lbads;
     if a.bs == 0 || !a.bs.is_multiple_of(bsz) {
-        return Err(format!(
-            "--bs {} is not a multiple of the block size {bsz}",
-            a.bs
-        ));
+        return Err(NvmfError::BsNotMultiple {
+            bs: a.bs,
+            block: bsz,
+        });
     }
     if host.max_transfer().is_some_and(|m| a.bs as usize > m) {
         let m = host.max_transfer().unwrap_or(0);
-        return Err(format!(
-            "--bs {} is larger than the controller's largest transfer ({m} bytes)",
-            a.bs
-        ));
+        return Err(NvmfError::BsAboveMdts { bs: a.bs, max: m });
     }
     let nlb = (a.bs / bsz) as u64;
     let slots = ns.nsze / nlb;
     if slots == 0 {
-        return Err("the namespace is smaller than one I/O".into());
+        return Err(NvmfError::NamespaceTooSmall);
     }
     // Slot `s` goes to queue `s % queues`: qd slots per queue.
     let queues = host.io_queues().max(1);
@@ -305,7 +299,7 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
         t.mismatches = v.mismatches;
         t.shown = v.shown;
     }
-    host.disconnect().map_err(|e| e.to_string())?;
+    host.disconnect()?;
     let Tally {
         ios,
         errors,
@@ -364,10 +358,10 @@ pub(crate) fn run(a: &PerfArgs, stop: &Stop) -> Result<(), String> {
         }
     }
     if errors > 0 {
-        return Err(format!("{errors} commands failed"));
+        return Err(NvmfError::CommandsFailed(errors));
     }
     if mismatches > 0 {
-        return Err(format!("{mismatches} blocks failed verification"));
+        return Err(NvmfError::VerifyFailed(mismatches));
     }
     Ok(())
 }

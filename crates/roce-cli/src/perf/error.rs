@@ -21,8 +21,9 @@ pub(crate) enum PerfError {
     /// as [`PerfError::Verbs`]).
     Call(String, Box<dyn std::error::Error + Send + Sync>),
     /// A helper shared with the other commands refused (a
-    /// `crate::device::DeviceError`, boxed so that this file names no
-    /// crate module).
+    /// `crate::device::DeviceError`, or a `crate::rping::RpingError` of
+    /// the rdma_cm accept loop, boxed so that this file names no crate
+    /// module).
     Device(Box<dyn std::error::Error + Send + Sync>),
     /// The peer sent what its exchange does not allow (a malformed or
     /// unexpected message).

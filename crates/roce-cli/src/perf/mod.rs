@@ -73,6 +73,14 @@ impl From<crate::device::DeviceError> for error::PerfError {
     }
 }
 
+/// The failures of the rdma_cm accept loop shared with `roce rping`
+/// ([`crate::rping::first_to_connect`]).
+impl From<crate::rping::RpingError> for error::PerfError {
+    fn from(e: crate::rping::RpingError) -> error::PerfError {
+        error::PerfError::Device(Box::new(e))
+    }
+}
+
 /// A failed verbs (or rdma_cm) call, said with what was being done
 /// (`.map_err(during("post_send"))`).
 pub(crate) fn during<E: std::error::Error + Send + Sync + 'static>(

@@ -286,15 +286,14 @@ pub(crate) fn run(args: &PerfArgs) -> Result<(), PerfError> {
         // (no RTU) holds no real client up; the data connections must
         // then come from the same address.
         let (conn, (c, peer)) =
-            crate::rping::first_to_connect(&l, Duration::from_secs(3600), |req| {
+            crate::rping::first_to_connect::<_, PerfError>(&l, Duration::from_secs(3600), |req| {
                 let peer = req.info().peer;
-                let c = Channel::new(&ctx, false).map_err(|e| e.to_string())?;
+                let c = Channel::new(&ctx, false)?;
                 Ok(req
                     .accept_nowait(&c.qp, &control)
                     .ok()
                     .map(|a| (a, (c, peer))))
-            })
-            .map_err(PerfError::Failed)?;
+            })?;
         ch = c;
         ch.conn = Some(conn);
         client_addr = Some(peer);

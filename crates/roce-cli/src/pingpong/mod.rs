@@ -8,13 +8,18 @@
 //! with `-c`, every buffer checked out), 1 on a failure at run time, 2 on
 //! bad flags (one line on stderr).
 
+mod error;
 mod run;
+mod traffic;
 mod wire;
+mod wire_error;
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::Parser;
+
+use error::PingpongError;
 
 /// Transport, as the four tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -39,14 +44,14 @@ pub(crate) struct RawArgs {
     args: Vec<String>,
 }
 
-fn num<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
+fn num<T: TryFrom<u64>>(s: &str) -> Result<T, PingpongError> {
     // strtoul(..., 0) as the tools: decimal, or hex with 0x.
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse::<u64>(),
     }
-    .map_err(|_| format!("'{s}' is not a number"))?;
-    T::try_from(v).map_err(|_| format!("{s} is out of range"))
+    .map_err(|_| PingpongError::NotANumber(s.to_string()))?;
+    T::try_from(v).map_err(|_| PingpongError::OutOfRange(s.to_string()))
 }
 
 /// Ping-pong SENDs with an rdma-core `ibv_*_pingpong` peer (or another
@@ -150,13 +155,13 @@ pub(crate) struct Params {
 }
 
 impl PingpongArgs {
-    fn check(&self) -> Result<Params, String> {
+    fn check(&self) -> Result<Params, PingpongError> {
         let t = self.transport;
         if self.ib_port != 1 {
-            return Err(format!(
+            return Err(PingpongError::Args(format!(
                 "port {} of the device does not exist (only 1)",
                 self.ib_port
-            ));
+            )));
         }
         let mtu = match (self.mtu, t) {
             (Some(m), _) => m,
@@ -164,41 +169,51 @@ impl PingpongArgs {
             (None, _) => 1024,
         };
         if !matches!(mtu, 256 | 512 | 1024 | 2048 | 4096) {
-            return Err(format!(
+            return Err(PingpongError::Args(format!(
                 "MTU {mtu} is not one of 256, 512, 1024, 2048, 4096"
-            ));
+            )));
         }
         let size = self
             .size
             .unwrap_or(if t == Transport::Ud { 2048 } else { 4096 });
         if size == 0 || size > 1 << 30 {
-            return Err("the size must be between 1 byte and 1 GiB".into());
+            return Err(PingpongError::Args(
+                "the size must be between 1 byte and 1 GiB".into(),
+            ));
         }
         if t == Transport::Ud && size > mtu {
-            return Err(format!("Requested size larger than port MTU ({mtu})"));
+            return Err(PingpongError::Args(format!(
+                "Requested size larger than port MTU ({mtu})"
+            )));
         }
         if self.rx_depth == 0 || self.rx_depth > 1 << 16 {
-            return Err("the rx-depth must be between 1 and 65536".into());
+            return Err(PingpongError::Args(
+                "the rx-depth must be between 1 and 65536".into(),
+            ));
         }
         if self.iters == 0 {
-            return Err("the number of iterations must be at least 1".into());
+            return Err(PingpongError::Args(
+                "the number of iterations must be at least 1".into(),
+            ));
         }
         if self.sl > 15 {
-            return Err("the service level must be between 0 and 15".into());
+            return Err(PingpongError::Args(
+                "the service level must be between 0 and 15".into(),
+            ));
         }
         let num_qp = if t == Transport::Srq { self.num_qp } else { 1 };
         if t == Transport::Srq {
             if num_qp == 0 || num_qp as usize > wire::SRQ_SLOTS {
-                return Err(format!(
+                return Err(PingpongError::Args(format!(
                     "the number of QPs must be between 1 and {}",
                     wire::SRQ_SLOTS
-                ));
+                )));
             }
             if num_qp > self.rx_depth {
-                return Err(format!(
+                return Err(PingpongError::Args(format!(
                     "rx_depth {} is too small for {} QPs -- must have at least one receive per QP.",
                     self.rx_depth, num_qp
-                ));
+                )));
             }
         }
         // A GID index past the table is wrong whatever address the
@@ -206,13 +221,14 @@ impl PingpongArgs {
         // at start-up, not once a peer connects.
         if let Some(g) = self.gid_idx {
             let bind = self.bind.filter(|b| !b.is_unspecified());
-            crate::device::check_gid_index(usize::from(g), bind, None)
-                .map_err(|e| e.to_string())?;
+            crate::device::check_gid_index(usize::from(g), bind, None)?;
         }
         let gid_idx = self.gid_idx;
         let slot = u64::from(size) + 40;
         if slot * u64::from(self.rx_depth + num_qp) > 1 << 30 {
-            return Err("size × rx-depth needs more than 1 GiB of buffers".into());
+            return Err(PingpongError::Args(
+                "size × rx-depth needs more than 1 GiB of buffers".into(),
+            ));
         }
         Ok(Params {
             transport: t,

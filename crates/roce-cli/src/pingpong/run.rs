@@ -1,83 +1,52 @@
 //! One run of `roce pingpong`: the context on the UDP backend, the QPs, the
-//! TCP exchange, and the ping-pong loop of the rdma-core tools.
-//!
-//! The loop is theirs: `rx_depth` receives are posted up front (to the QP,
-//! or to the SRQ) and topped up when at most 1 (SRQ: `num_qp`) remain; the
-//! client posts one SEND per QP at the start; per QP a new SEND is posted
-//! when both the previous SEND and a receive have completed, while fewer
-//! than `iters` SENDs have completed; the run ends when `iters` SENDs and
-//! `iters` receives have completed (for SRQ, in total over the QPs). Every
-//! side sends back what it last received on that QP.
+//! TCP exchange, then the ping-pong loop of the rdma-core tools
+//! ([`super::traffic`]).
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use roce_verbs::{
-    Access, AddressHandle, AhAttr, BackendKind, Completion, CompletionChannel, CompletionQueue,
-    ConnectOptions, Context, MemoryRegion, OpenError, OpenOptions, ProtectionDomain, Psn, Qkey,
-    QpCaps, QpEndpoint, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
+    Access, AddressHandle, AhAttr, BackendKind, CompletionChannel, CompletionQueue, ConnectOptions,
+    Context, MemoryRegion, OpenError, OpenOptions, ProtectionDomain, Psn, Qkey, QpCaps, QpEndpoint,
+    QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendWr, SharedReceiveQueue,
 };
 
+use super::error::PingpongError;
+use super::traffic::pingpong;
 use super::wire::{self, Dest};
 use super::{Params, Transport};
 
-const RECV: u64 = 1;
-const SEND: u64 = 2;
+/// The kind of a work request (the low byte of its ID): a receive.
+pub(super) const RECV: u64 = 1;
+/// The kind of a work request: a SEND.
+pub(super) const SEND: u64 = 2;
 /// Room for the GRH in front of a UD receive.
-const GRH: u32 = 40;
+pub(super) const GRH: u32 = 40;
 /// The UD Q_Key of the tools.
 const QKEY: u32 = 0x1111_1111;
-/// Page size the tools' `-c` works in (the first byte of each page).
-const PAGE: usize = 4096;
-
-/// What `-c` expects a sender's buffer to hold: zero at the start of each
-/// page (what rdma-core's `-c` checks) and bytes that change with `k`
-/// elsewhere.
-pub(crate) fn pattern(k: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|j| {
-            if j % PAGE == 0 {
-                0
-            } else {
-                (j as u64)
-                    .wrapping_mul(31)
-                    .wrapping_add(k.wrapping_mul(101))
-                    .wrapping_add(0x5a) as u8
-            }
-        })
-        .collect()
-}
-
-/// True for what an rdma-core client's buffer holds: one byte value
-/// throughout (0x7b, or 0 for srq), the start of each page possibly 0
-/// (their `-c`).
-fn rdma_core_content(b: &[u8]) -> bool {
-    let fill = b.get(1).or(b.first()).copied().unwrap_or(0);
-    b.iter()
-        .enumerate()
-        .all(|(j, &x)| x == fill || (j % PAGE == 0 && x == 0))
-}
 
 /// A random 24-bit PSN from the operating system (the tools use
 /// `lrand48() & 0xffffff`; a clock- or pid-derived one helps a blind
 /// attacker guess the connection's window).
-fn random_psn() -> Result<u32, String> {
-    roce_verbs::random_psn()
-        .map(|p| p.value())
-        .map_err(|e| e.to_string())
+fn random_psn() -> Result<u32, PingpongError> {
+    Ok(roce_verbs::random_psn()?.value())
 }
 
-fn deadline(t: Option<Duration>) -> Option<Instant> {
+/// `t` from now, if any.
+pub(super) fn deadline(t: Option<Duration>) -> Option<Instant> {
     t.map(|t| Instant::now() + t)
 }
 
 /// The client's TCP connection, retrying while nothing listens yet.
-fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStream, String> {
+fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStream, PingpongError> {
     use std::net::ToSocketAddrs;
     let addrs: Vec<SocketAddr> = (server, p.port)
         .to_socket_addrs()
-        .map_err(|e| format!("{server}: {e}"))?
+        .map_err(|error| PingpongError::Resolve {
+            server: server.to_string(),
+            error,
+        })?
         .collect();
     let end = deadline(p.timeout);
     let mut told = false;
@@ -106,8 +75,11 @@ fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStre
             .as_ref()
             .is_some_and(|e| e.kind() == ErrorKind::ConnectionRefused);
         if !refused || end.is_some_and(|e| Instant::now() >= e) {
-            let why = last.map_or("no address".to_string(), |e| e.to_string());
-            return Err(format!("Couldn't connect to {server}:{} ({why})", p.port));
+            return Err(PingpongError::Connect {
+                server: server.to_string(),
+                port: p.port,
+                error: last,
+            });
         }
         if !told {
             // A server started a moment later is found: say that this
@@ -129,11 +101,13 @@ fn connect_tcp(p: &Params, server: &str, bind: Option<IpAddr>) -> Result<TcpStre
 }
 
 /// The server's TCP connection.
-fn accept_tcp(p: &Params) -> Result<TcpStream, String> {
+fn accept_tcp(p: &Params) -> Result<TcpStream, PingpongError> {
     let bind = p.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let l = TcpListener::bind((bind, p.port))
-        .map_err(|e| format!("Couldn't listen to port {} ({e})", p.port))?;
-    let (s, _) = l.accept().map_err(|e| format!("accept() failed: {e}"))?;
+    let l = TcpListener::bind((bind, p.port)).map_err(|error| PingpongError::Listen {
+        port: p.port,
+        error,
+    })?;
+    let (s, _) = l.accept().map_err(PingpongError::Accept)?;
     Ok(s)
 }
 
@@ -145,46 +119,34 @@ fn open_context(
     local: IpAddr,
     moves: bool,
     peer: IpAddr,
-) -> Result<(Context, IpAddr), String> {
-    // The error, and whether it is the UDP port taken.
-    let open = |at: IpAddr| -> Result<Context, (bool, String)> {
-        let mut o = crate::device::tool_options(BackendKind::Udp, at, p.roce_port)
-            .map_err(|e| (false, e.to_string()))?;
+) -> Result<(Context, IpAddr), PingpongError> {
+    let open = |at: IpAddr| -> Result<Context, PingpongError> {
+        let mut o = crate::device::tool_options(BackendKind::Udp, at, p.roce_port)?;
         o.config.active_mtu = p.mtu;
         o.open().map_err(|e| match e {
-            OpenError::PortInUse { .. } => (true, e.to_string()),
-            OpenError::NotLocal(_) => (false, e.to_string()),
-            e => (false, format!("Couldn't open the device on {at}: {e}")),
+            OpenError::PortInUse { .. } | OpenError::NotLocal(_) => PingpongError::Open(e),
+            error => PingpongError::OpenOn { at, error },
         })
     };
+    // The UDP port taken: a side that chose its address moves on.
+    let taken = |e: &PingpongError| matches!(e, PingpongError::Open(OpenError::PortInUse { .. }));
     let at = (local, p.roce_port);
-    crate::device::open_moving("pingpong", at, moves, &[peer], false, open, |e| e.0)
-        .map_err(|e| e.1)
+    crate::device::open_moving("pingpong", at, moves, &[peer], false, open, taken)
 }
 
-/// How the server's `-c` reads the client's data, decided on the first
-/// message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Peer {
-    Unknown,
-    /// `roce pingpong -c`: `pattern(k)`.
-    Ours,
-    /// An rdma-core client: its uniform buffer.
-    RdmaCore,
-}
-
-struct Side {
-    p: Params,
-    is_client: bool,
+/// One side's resources: its context, QPs, CQ and buffers.
+pub(super) struct Side {
+    pub(super) p: Params,
+    pub(super) is_client: bool,
     ctx: Context,
     _pd: ProtectionDomain,
-    cq: CompletionQueue,
-    channel: Option<CompletionChannel>,
+    pub(super) cq: CompletionQueue,
+    pub(super) channel: Option<CompletionChannel>,
     srq: Option<SharedReceiveQueue>,
-    qps: Vec<QueuePair>,
-    mr: MemoryRegion,
+    pub(super) qps: Vec<QueuePair>,
+    pub(super) mr: MemoryRegion,
     /// Bytes per receive slot (UD: size + 40).
-    rslot: u32,
+    pub(super) rslot: u32,
     /// Receive slots start here in `mr`; send slots (one per QP) at 0.
     rbase: u64,
     ah: Option<AddressHandle>,
@@ -192,15 +154,18 @@ struct Side {
 }
 
 impl Side {
-    fn send_off(&self, q: usize) -> u64 {
+    /// Where QP `q`'s send buffer is in `mr`.
+    pub(super) fn send_off(&self, q: usize) -> u64 {
         q as u64 * u64::from(self.p.size)
     }
 
-    fn recv_off(&self, slot: u32) -> u64 {
+    /// Where receive slot `slot` is in `mr`.
+    pub(super) fn recv_off(&self, slot: u32) -> u64 {
         self.rbase + u64::from(slot) * u64::from(self.rslot)
     }
 
-    fn post_recv(&self, slot: u32) -> Result<(), String> {
+    /// Posts receive slot `slot` (to the SRQ, if any).
+    pub(super) fn post_recv(&self, slot: u32) -> Result<(), PingpongError> {
         let wr = RecvWr {
             wr_id: RECV | u64::from(slot) << 8,
             sgl: [self.mr.sge(self.recv_off(slot), self.rslot)]
@@ -211,13 +176,12 @@ impl Side {
             Some(s) => s.post_recv(wr),
             None => self.qps[0].post_recv(wr),
         }
-        .map_err(|e| format!("Couldn't post receive: {e}"))
+        .map_err(PingpongError::PostRecv)
     }
 
-    fn post_send(&self, q: usize, data: &[u8]) -> Result<(), String> {
-        self.mr
-            .write(self.send_off(q), data)
-            .map_err(|e| e.to_string())?;
+    /// SENDs `data` on QP `q`.
+    pub(super) fn post_send(&self, q: usize, data: &[u8]) -> Result<(), PingpongError> {
+        self.mr.write(self.send_off(q), data)?;
         let wr = SendWr::send(
             SEND | (q as u64) << 8,
             [self.mr.sge(self.send_off(q), self.p.size)],
@@ -228,7 +192,7 @@ impl Side {
             }
             None => self.qps[q].post_send(wr),
         };
-        r.map_err(|e| format!("Couldn't post send: {e}"))
+        r.map_err(PingpongError::PostSend)
     }
 }
 
@@ -240,18 +204,18 @@ fn setup(
     is_client: bool,
     moves: bool,
     peer: IpAddr,
-) -> Result<(Side, IpAddr), String> {
+) -> Result<(Side, IpAddr), PingpongError> {
     let (ctx, local) = open_context(p, local, moves, peer)?;
     let pd = ctx.alloc_pd();
     let nq = p.num_qp as usize;
     let channel = p.events.then(|| ctx.create_comp_channel());
     let cq = ctx
         .create_cq((p.rx_depth + p.num_qp) as usize * 2 + 16, channel.as_ref())
-        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        .map_err(PingpongError::CreateCq)?;
     let srq = if p.transport == Transport::Srq {
         Some(
             pd.create_srq(p.rx_depth as usize)
-                .map_err(|e| format!("Couldn't create SRQ: {e}"))?,
+                .map_err(PingpongError::CreateSrq)?,
         )
     } else {
         None
@@ -271,7 +235,7 @@ fn setup(
     };
     let mr = pd
         .reg_mr(vec![fill; total as usize], Access::LOCAL_WRITE)
-        .map_err(|e| format!("Couldn't register MR: {e}"))?;
+        .map_err(PingpongError::RegMr)?;
     let qp_type = match p.transport {
         Transport::Rc | Transport::Srq => QpType::Rc,
         Transport::Uc => QpType::Uc,
@@ -290,10 +254,7 @@ fn setup(
         if let Some(s) = &srq {
             a = a.srq(s);
         }
-        qps.push(
-            pd.create_qp(&a)
-                .map_err(|e| format!("Couldn't create QP: {e}"))?,
-        );
+        qps.push(pd.create_qp(&a).map_err(PingpongError::CreateQp)?);
     }
     let side = Side {
         p: p.clone(),
@@ -339,18 +300,22 @@ fn tool_options(p: &Params) -> ConnectOptions {
 }
 
 /// RESET → INIT, as the tools do before posting receives.
-fn to_init(s: &Side) -> Result<(), String> {
+fn to_init(s: &Side) -> Result<(), PingpongError> {
     let opts = tool_options(&s.p);
     for qp in &s.qps {
-        qp.to_init(&opts)
-            .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+        qp.to_init(&opts).map_err(PingpongError::ToInit)?;
     }
     Ok(())
 }
 
 /// INIT → RTR → RTS against the peer's `remote` with the tools' attributes
 /// (UD: only the state and SQ PSN, then an AH to the peer).
-fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result<(), String> {
+fn connect(
+    s: &mut Side,
+    mine: &[Dest],
+    remote: &[Dest],
+    peer: IpAddr,
+) -> Result<(), PingpongError> {
     let p = &s.p;
     let opts = tool_options(p);
     for (q, qp) in s.qps.iter().enumerate() {
@@ -363,7 +328,7 @@ fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result
             mr: None,
         };
         qp.to_rts(Psn::new(mine[q].psn), &ep, &opts)
-            .map_err(|e| format!("Failed to modify QP[{q}] to RTR/RTS: {e}"))?;
+            .map_err(|error| PingpongError::ToRts { qp: q, error })?;
         if p.transport == Transport::Ud {
             let ah = s
                 ._pd
@@ -373,7 +338,7 @@ fn connect(s: &mut Side, mine: &[Dest], remote: &[Dest], peer: IpAddr) -> Result
                     traffic_class: 0,
                     sgid_index: 0,
                 })
-                .map_err(|e| format!("Failed to create AH: {e}"))?;
+                .map_err(PingpongError::CreateAh)?;
             s.ah = Some(ah);
         }
     }
@@ -392,7 +357,7 @@ fn canonical(a: IpAddr) -> IpAddr {
     a.to_canonical()
 }
 
-pub(crate) fn run(p: &Params) -> Result<(), String> {
+pub(crate) fn run(p: &Params) -> Result<(), PingpongError> {
     let is_client = p.server.is_some();
     // No address given (no --bind, no -g): both ends may be on this
     // host's loopback, where they share the address as processes share a
@@ -405,8 +370,7 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
     if let (Some(server), false) = (&p.server, chosen) {
         if let Some((addr, local)) = route_source(server, p.port) {
             if let Some((a, note)) =
-                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port)
-                    .map_err(|e| e.to_string())?
+                crate::device::loopback_client_local("pingpong", addr, local, p.roce_port)?
             {
                 bind = Some(a);
                 moved = Some(note);
@@ -421,11 +385,12 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         eprintln!("{note}");
     }
     let _ = tcp.set_nodelay(true);
-    tcp.set_read_timeout(p.timeout).map_err(|e| e.to_string())?;
-    let peer_ip = canonical(tcp.peer_addr().map_err(|e| e.to_string())?.ip());
+    tcp.set_read_timeout(p.timeout)
+        .map_err(PingpongError::Socket)?;
+    let peer_ip = canonical(tcp.peer_addr().map_err(PingpongError::Socket)?.ip());
     let tcp_local = match bind {
         Some(b) if !b.is_unspecified() => b,
-        _ => tcp.local_addr().map_err(|e| e.to_string())?.ip(),
+        _ => tcp.local_addr().map_err(PingpongError::Socket)?.ip(),
     };
     let tcp_local = canonical(tcp_local);
     let local = match p.gid_idx {
@@ -434,16 +399,15 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         // 127.0.0.2, has a table of its own: itself).
         Some(g) => {
             let g = usize::from(g);
-            let dev = OpenOptions::new(BackendKind::Udp, tcp_local)
-                .device()
-                .map_err(|e| e.to_string())?;
+            let dev = OpenOptions::new(BackendKind::Udp, tcp_local).device()?;
             match dev {
-                Some(d) => d.gid(g).map_err(|e| e.to_string())?,
+                Some(d) => d.gid(g)?,
                 None if g == 0 => tcp_local,
                 None => {
-                    return Err(format!(
-                        "GID index {g} is not in the GID table of {tcp_local} (an address no interface lists has one entry, 0)"
-                    ))
+                    return Err(PingpongError::GidIndex {
+                        index: g,
+                        addr: tcp_local,
+                    })
                 }
             }
         }
@@ -479,7 +443,7 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
         s.post_recv(slot)?;
     }
     if s.channel.is_some() {
-        s.cq.req_notify(false).map_err(|e| e.to_string())?;
+        s.cq.req_notify(false)?;
     }
     let gid = wire::gid_of(local);
     let ud = p.transport == Transport::Ud;
@@ -494,7 +458,7 @@ pub(crate) fn run(p: &Params) -> Result<(), String> {
                 gid,
             })
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_, PingpongError>>()?;
     for d in &mine {
         println!("{}", wire::address_line(false, ud, d));
     }
@@ -546,7 +510,7 @@ fn check_family(
     remote: &[Dest],
     peer: IpAddr,
     is_client: bool,
-) -> Result<(), String> {
+) -> Result<(), PingpongError> {
     for d in remote {
         let pair = crate::device::GidPair {
             me: if is_client {
@@ -561,7 +525,7 @@ fn check_family(
             dev: None,
         };
         if let Some(e) = crate::device::family_mismatch(&pair) {
-            return Err(e);
+            return Err(PingpongError::FamilyMismatch(e));
         }
     }
     Ok(())
@@ -569,23 +533,28 @@ fn check_family(
 
 /// The GIDs of the peer's address message must be its TCP address
 /// (unless `-g`): [`crate::device::check_peer_qps`].
-fn check_peer(p: &Params, remote: &[Dest], peer: IpAddr) -> Result<(), String> {
+fn check_peer(p: &Params, remote: &[Dest], peer: IpAddr) -> Result<(), PingpongError> {
     let at = remote.iter().map(|d| (d.qpn, remote_addr(d, peer)));
-    crate::device::check_peer_qps(p.gid_idx.is_some(), at, Some(peer), "-g")
-        .map_err(|e| e.to_string())
+    Ok(crate::device::check_peer_qps(
+        p.gid_idx.is_some(),
+        at,
+        Some(peer),
+        "-g",
+    )?)
 }
 
-fn check_remote(p: &Params, theirs: Vec<Dest>) -> Result<Vec<Dest>, String> {
+fn check_remote(p: &Params, theirs: Vec<Dest>) -> Result<Vec<Dest>, PingpongError> {
     let nq = p.num_qp as usize;
     let used = theirs.iter().filter(|d| !d.is_zero()).count();
     if p.transport == Transport::Srq && used != nq {
-        return Err(format!(
-            "the peer has {used} QPs and this side {nq} (run both with the same -q)"
-        ));
+        return Err(PingpongError::QpCount {
+            peer: used,
+            mine: nq,
+        });
     }
     let remote: Vec<Dest> = theirs.into_iter().take(nq).collect();
     if remote.iter().any(|d| d.qpn == 0) {
-        return Err("the peer sent QPN 0".into());
+        return Err(PingpongError::ZeroQpn);
     }
     Ok(remote)
 }
@@ -596,256 +565,9 @@ fn print_remote(remote: &[Dest]) {
     }
 }
 
-/// How long a connected peer may leave this side without a completion:
-/// the tools ping-pong without pause, so a peer silent this long is gone
-/// (a killed process sends nothing; its QP just stops answering).
-const PEER_SILENCE: Duration = Duration::from_secs(10);
-
-/// Waits for completions: busy-polling, or on the channel with `-e`; at
-/// most [`PEER_SILENCE`] (less with a shorter `--timeout`, unbounded with
-/// `--timeout 0`).
-fn wait(s: &Side, out: &mut Vec<Completion>, events: &mut u64) -> Result<(), String> {
-    let limit = s.p.timeout.map(|t| t.min(PEER_SILENCE));
-    let end = deadline(limit);
-    let idle = || {
-        format!(
-            "no completion for {} s: {} stopped answering (killed, or unreachable): giving up",
-            limit.map_or(0, |t| t.as_secs()),
-            if s.is_client {
-                "the server"
-            } else {
-                "the client"
-            }
-        )
-    };
-    if let Some(ch) = &s.channel {
-        loop {
-            // Completions already queued (more than one event's worth).
-            if s.cq.poll(out, 64).map_err(|e| e.to_string())? > 0 {
-                return Ok(());
-            }
-            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|l| l.is_zero()) {
-                return Err(idle());
-            }
-            let Some(cq) = ch.get_event(left) else {
-                return Err(idle());
-            };
-            *events += 1;
-            cq.req_notify(false).map_err(|e| e.to_string())?;
-        }
-    }
-    let mut spins = 0u64;
-    loop {
-        if s.cq.poll(out, 64).map_err(|e| e.to_string())? > 0 {
-            return Ok(());
-        }
-        spins += 1;
-        if spins.is_multiple_of(64) {
-            std::thread::yield_now();
-            if end.is_some_and(|e| Instant::now() >= e) {
-                return Err(idle());
-            }
-        }
-    }
-}
-
-fn pingpong(s: &Side) -> Result<(), String> {
-    let p = &s.p;
-    let nq = s.qps.len();
-    let size = p.size as usize;
-    let srq = p.transport == Transport::Srq;
-    let iters = u64::from(p.iters);
-    let refill_at = if srq { p.num_qp } else { 1 };
-    // What each QP sends next, and what it last sent (for the client's -c).
-    let initial = {
-        let mut b = vec![0u8; size];
-        s.mr.read(s.send_off(0), &mut b)
-            .map_err(|e| e.to_string())?;
-        b
-    };
-    let mut next: Vec<Vec<u8>> = vec![initial; nq];
-    let mut last_sent: Vec<Vec<u8>> = vec![Vec::new(); nq];
-    let mut sent_k = vec![0u64; nq];
-    let mut recv_k = vec![0u64; nq];
-    let mut pending = vec![0u64; nq];
-    let mut free: Vec<u32> = Vec::new();
-    let mut routs = p.rx_depth;
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut peer = Peer::Unknown;
-    let mut events = 0u64;
-    let qpn_index = |qpn: Qpn| s.qps.iter().position(|q| q.qpn() == qpn);
-    let content = |k: u64| pattern(if srq { 0 } else { k }, size);
-
-    let send = |q: usize,
-                next: &mut Vec<Vec<u8>>,
-                last_sent: &mut Vec<Vec<u8>>,
-                sent_k: &mut Vec<u64>|
-     -> Result<(), String> {
-        if p.chk && s.is_client {
-            next[q] = content(sent_k[q]);
-        }
-        s.post_send(q, &next[q])?;
-        last_sent[q] = next[q].clone();
-        sent_k[q] += 1;
-        Ok(())
-    };
-
-    let start = Instant::now();
-    if s.is_client {
-        for (q, pend) in pending.iter_mut().enumerate() {
-            send(q, &mut next, &mut last_sent, &mut sent_k)?;
-            *pend = SEND | RECV;
-        }
-    } else {
-        pending.fill(RECV);
-    }
-
-    let mut wcs = Vec::with_capacity(64);
-    let mut buf = vec![0u8; s.rslot as usize];
-    while rcnt < iters || scnt < iters {
-        wcs.clear();
-        wait(s, &mut wcs, &mut events)?;
-        for wc in &wcs {
-            if !wc.is_success() {
-                return Err(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status().as_str(),
-                    wc.status() as u32,
-                    wc.wr_id() & 0xff
-                ));
-            }
-            let Some(q) = qpn_index(wc.qp_num()) else {
-                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num().value()));
-            };
-            let kind = wc.wr_id() & 0xff;
-            match kind {
-                SEND => scnt += 1,
-                RECV => {
-                    let slot = (wc.wr_id() >> 8) as u32;
-                    let off = if p.transport == Transport::Ud {
-                        GRH as usize
-                    } else {
-                        0
-                    };
-                    let want = off + size;
-                    if p.chk && wc.byte_len() as usize != want {
-                        return Err(format!(
-                            "received {} bytes on QPN {:06x}, expected {want}",
-                            wc.byte_len(),
-                            wc.qp_num().value()
-                        ));
-                    }
-                    s.mr.read(s.recv_off(slot), &mut buf)
-                        .map_err(|e| e.to_string())?;
-                    let got = &buf[off..want];
-                    if p.chk {
-                        let k = recv_k[q];
-                        let ok = if s.is_client {
-                            got == last_sent[q].as_slice()
-                        } else {
-                            if peer == Peer::Unknown {
-                                peer = if got == content(k).as_slice() {
-                                    Peer::Ours
-                                } else {
-                                    Peer::RdmaCore
-                                };
-                            }
-                            match peer {
-                                Peer::Ours => got == content(k).as_slice(),
-                                _ => rdma_core_content(got),
-                            }
-                        };
-                        if !ok {
-                            let bad = first_diff(got, s.is_client.then(|| last_sent[q].as_slice()));
-                            return Err(format!(
-                                "invalid data in message {} on QPN {:06x}{bad}",
-                                k + 1,
-                                wc.qp_num().value()
-                            ));
-                        }
-                    }
-                    recv_k[q] += 1;
-                    next[q].copy_from_slice(got);
-                    free.push(slot);
-                    routs -= 1;
-                    if routs <= refill_at {
-                        for slot in free.drain(..) {
-                            s.post_recv(slot)?;
-                            routs += 1;
-                        }
-                        if routs < p.rx_depth {
-                            return Err(format!("Couldn't post receive ({routs})"));
-                        }
-                    }
-                    rcnt += 1;
-                }
-                _ => return Err(format!("Completion for unknown wr_id {}", wc.wr_id())),
-            }
-            pending[q] &= !kind;
-            if scnt < iters && pending[q] == 0 {
-                send(q, &mut next, &mut last_sent, &mut sent_k)?;
-                pending[q] = SEND | RECV;
-            }
-        }
-    }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    if s.channel.is_some() {
-        s.cq.ack_events(events);
-    }
-    let bytes = u64::from(p.size) * iters * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
-        usec / 1e6,
-        usec / iters as f64
-    );
-    // The last SENDs may still wait for their ACKs: give the RC peer a
-    // moment so it does not retransmit into a closed port.
-    linger(s);
-    Ok(())
-}
-
-/// Keeps the context (and its progress thread, which sends ACKs) alive a
-/// moment after the last completion.
-fn linger(_s: &Side) {
-    std::thread::sleep(Duration::from_millis(200));
-}
-
-fn first_diff(got: &[u8], want: Option<&[u8]>) -> String {
-    match want {
-        Some(w) => match got.iter().zip(w).position(|(a, b)| a != b) {
-            Some(i) => format!(" (byte {i}: got 0x{:02x}, sent 0x{:02x})", got[i], w[i]),
-            None => String::new(),
-        },
-        None => String::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chk_pattern_zero_at_pages_and_varies() {
-        let a = pattern(0, 9000);
-        let b = pattern(1, 9000);
-        assert_eq!((a[0], a[4096], a[8192]), (0, 0, 0));
-        assert_ne!(a, b);
-        assert!(!rdma_core_content(&a));
-        let mut theirs = vec![0x7bu8; 8192];
-        assert!(rdma_core_content(&theirs));
-        theirs[4096] = 0;
-        theirs[0] = 0;
-        assert!(rdma_core_content(&theirs));
-        theirs[5] = 1;
-        assert!(!rdma_core_content(&theirs));
-        assert!(rdma_core_content(&[0u8; 64]));
-    }
 
     #[test]
     fn psn_is_24_bits_and_random() {

@@ -17,6 +17,8 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr};
 
+use super::wire_error::WireError;
+
 /// Bytes of one message: 51 characters and the NUL.
 pub(crate) const MSG_LEN: usize = 52;
 /// The client's final handshake.
@@ -61,16 +63,15 @@ impl Dest {
     /// Parses a message (with or without its NUL), as `sscanf("%x:%x:%x:%s")`
     /// and `wire_gid_to_gid` do, but strictly: four fields of hex digits,
     /// the last exactly 32.
-    pub(crate) fn from_wire(msg: &[u8]) -> Result<Dest, String> {
+    pub(crate) fn from_wire(msg: &[u8]) -> Result<Dest, WireError> {
         let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
-        let text = std::str::from_utf8(&msg[..end])
-            .map_err(|_| "the peer's address message is not text".to_string())?;
-        let bad = || format!("malformed address message from the peer: {text:?}");
+        let text = std::str::from_utf8(&msg[..end]).map_err(|_| WireError::NotText)?;
+        let bad = || WireError::Malformed(text.to_string());
         let parts: Vec<&str> = text.split(':').collect();
         if parts.len() != 4 || parts.iter().any(|p| p.is_empty()) {
             return Err(bad());
         }
-        let hex = |s: &str, max: usize| -> Result<u32, String> {
+        let hex = |s: &str, max: usize| -> Result<u32, WireError> {
             if s.len() > max || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(bad());
             }
@@ -146,32 +147,21 @@ pub(crate) fn address_line(remote: bool, ud: bool, d: &Dest) -> String {
     )
 }
 
-fn io_err(what: &str, e: std::io::Error) -> String {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        format!("{what}: the peer closed the connection")
-    } else if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut
-    {
-        format!("{what}: timed out")
-    } else {
-        format!("{what}: {e}")
-    }
-}
-
-fn write_dests(s: &mut impl Write, mine: &[Dest], slots: usize) -> Result<(), String> {
+fn write_dests(s: &mut impl Write, mine: &[Dest], slots: usize) -> Result<(), WireError> {
     let mut buf = Vec::with_capacity(slots * MSG_LEN);
     for i in 0..slots {
         buf.extend_from_slice(&mine.get(i).copied().unwrap_or(Dest::ZERO).to_wire());
     }
     s.write_all(&buf)
-        .map_err(|e| io_err("Couldn't send local address", e))
+        .map_err(|e| WireError::io("Couldn't send local address", e))
 }
 
-fn read_dests(s: &mut impl Read, slots: usize) -> Result<Vec<Dest>, String> {
+fn read_dests(s: &mut impl Read, slots: usize) -> Result<Vec<Dest>, WireError> {
     let mut out = Vec::with_capacity(slots);
     let mut msg = [0u8; MSG_LEN];
     for _ in 0..slots {
         s.read_exact(&mut msg)
-            .map_err(|e| io_err("Couldn't read remote address", e))?;
+            .map_err(|e| WireError::io("Couldn't read remote address", e))?;
         out.push(Dest::from_wire(&msg)?);
     }
     Ok(out)
@@ -182,16 +172,16 @@ pub(crate) fn client_exchange(
     s: &mut (impl Read + Write),
     mine: &[Dest],
     slots: usize,
-) -> Result<Vec<Dest>, String> {
+) -> Result<Vec<Dest>, WireError> {
     write_dests(s, mine, slots)?;
     let theirs = read_dests(s, slots)?;
     s.write_all(DONE)
-        .map_err(|e| io_err("Couldn't write \"done\"", e))?;
+        .map_err(|e| WireError::io("Couldn't write \"done\"", e))?;
     Ok(theirs)
 }
 
 /// The server's side, first half: read the client's messages.
-pub(crate) fn server_read(s: &mut impl Read, slots: usize) -> Result<Vec<Dest>, String> {
+pub(crate) fn server_read(s: &mut impl Read, slots: usize) -> Result<Vec<Dest>, WireError> {
     read_dests(s, slots)
 }
 
@@ -201,15 +191,14 @@ pub(crate) fn server_finish(
     s: &mut (impl Read + Write),
     mine: &[Dest],
     slots: usize,
-) -> Result<(), String> {
+) -> Result<(), WireError> {
     write_dests(s, mine, slots)?;
     let mut done = [0u8; 5];
     s.read_exact(&mut done)
-        .map_err(|e| io_err("Couldn't read \"done\" from the client", e))?;
+        .map_err(|e| WireError::io("Couldn't read \"done\" from the client", e))?;
     if &done != DONE {
-        return Err(format!(
-            "the client sent {:?} instead of \"done\"",
-            String::from_utf8_lossy(&done)
+        return Err(WireError::NotDone(
+            String::from_utf8_lossy(&done).into_owned(),
         ));
     }
     Ok(())

@@ -12,11 +12,15 @@
 //! program also sees `/dev/infiniband/uverbs_<device>` files, in a mount
 //! namespace of its own ([`crate::devfiles`]).
 
+mod error;
+
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+
+use error::ExecError;
 
 /// `roce exec` options.
 #[derive(Args, Debug)]
@@ -93,11 +97,11 @@ pub(crate) struct ExecArgs {
 const LIBRARIES: [&str; 2] = ["libibverbs", "librdmacm"];
 
 /// Where the libraries are: `ROCE_LIB_DIR`, else beside this executable.
-fn library_dir() -> Result<PathBuf, String> {
+fn library_dir() -> Result<PathBuf, ExecError> {
     match std::env::var_os("ROCE_LIB_DIR") {
         Some(d) => Ok(PathBuf::from(d)),
         None => Ok(std::env::current_exe()
-            .map_err(|e| format!("cannot find this executable: {e}"))?
+            .map_err(ExecError::CurrentExe)?
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default()),
@@ -105,7 +109,7 @@ fn library_dir() -> Result<PathBuf, String> {
 }
 
 /// The current file of library `name` in `dir`.
-fn library(dir: &Path, name: &str) -> Result<PathBuf, String> {
+fn library(dir: &Path, name: &'static str) -> Result<PathBuf, ExecError> {
     // Cargo builds the library of a dependency in `deps/` and copies it
     // beside the binaries only when its own crate is built: the newer
     // of the two is the current one.
@@ -119,23 +123,23 @@ fn library(dir: &Path, name: &str) -> Result<PathBuf, String> {
     .max_by_key(|(t, _)| *t);
     match newest {
         Some((_, p)) => Ok(p),
-        None => Err(format!(
-            "no {name}.so in {} (build it with `cargo build --release -p roce-cli`, or set ROCE_LIB_DIR)",
-            dir.display()
-        )),
+        None => Err(ExecError::NoLibrary {
+            name,
+            dir: dir.to_path_buf(),
+        }),
     }
 }
 
 /// The directory holding `<name>.so.1` → each library: beside them when
 /// writable, else in the temporary directory. The links are replaced
 /// atomically, so concurrent `roce exec`s never see one missing.
-fn dropin_dir(dir: &Path) -> Result<PathBuf, String> {
+fn dropin_dir(dir: &Path) -> Result<PathBuf, ExecError> {
     let mut targets = Vec::new();
     for name in LIBRARIES {
         let lib = library(dir, name)?;
         let t = lib
             .canonicalize()
-            .map_err(|e| format!("{}: {e}", lib.display()))?;
+            .map_err(|error| ExecError::Resolve { path: lib, error })?;
         targets.push((format!("{name}.so.1"), t));
     }
     let uid = nix::unistd::getuid();
@@ -157,20 +161,17 @@ fn dropin_dir(dir: &Path) -> Result<PathBuf, String> {
         });
         match made {
             Ok(()) => return Ok(base),
-            Err(e) => tried.push(format!("{}: {e}", base.display())),
+            Err(e) => tried.push((base, e)),
         }
     }
-    Err(format!(
-        "cannot make the library directory ({})",
-        tried.join("; ")
-    ))
+    Err(ExecError::LinkDir(tried))
 }
 
 /// Runs `roce exec`; returns only on failure.
 pub(crate) fn run(args: &ExecArgs) -> i32 {
     let dir = match library_dir().and_then(|d| dropin_dir(&d)) {
         Ok(d) => d,
-        Err(e) => return crate::fail("exec", false, &e, 2),
+        Err(e) => return crate::fail("exec", false, &e.to_string(), 2),
     };
     if args.print_path {
         println!("{}", dir.display());

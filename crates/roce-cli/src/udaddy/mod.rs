@@ -5,6 +5,8 @@
 //! QPN the immediate names and the address the GRH carries. Either side
 //! may be the Linux tool.
 
+mod error;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -14,6 +16,8 @@ use roce_verbs::{
     MemoryRegion, ProtectionDomain, Psn, Qkey, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr,
     SendWr, WcFlags,
 };
+
+use error::UdaddyError;
 
 /// rdma_cm's Q_Key for the UDP port space (`RDMA_UDP_QKEY`).
 const UDP_QKEY: u32 = 0x0123_4567;
@@ -70,54 +74,46 @@ impl Ud {
     /// Opens on `local`, or, when this side chose it itself (`moves`) and
     /// a stack that does not share it holds it, on another loopback
     /// address ([`crate::device::open_moving`]).
-    fn open(local: IpAddr, args: &UdaddyArgs, moves: bool) -> Result<Ud, String> {
-        // The error, and whether it is the UDP port taken.
-        let open = |at: IpAddr| -> Result<_, (bool, String)> {
-            let o = crate::device::tool_options(BackendKind::Udp, at, args.roce_port)
-                .map_err(|e| (false, e.to_string()))?;
-            let mtu = o.link_mtu().map_err(|e| (false, e.to_string()))?;
+    fn open(local: IpAddr, args: &UdaddyArgs, moves: bool) -> Result<Ud, UdaddyError> {
+        let open = |at: IpAddr| -> Result<_, UdaddyError> {
+            let o = crate::device::tool_options(BackendKind::Udp, at, args.roce_port)?;
+            let mtu = o.link_mtu()?;
             if args.size > mtu {
-                return Err((
-                    false,
-                    format!(
-                        "-S {} is larger than the path MTU {mtu} (a UD message is one packet)",
-                        args.size
-                    ),
-                ));
+                return Err(UdaddyError::SizeAboveMtu {
+                    size: args.size,
+                    mtu,
+                });
             }
-            o.open().map_err(|e| {
-                (
-                    matches!(e, roce_verbs::OpenError::PortInUse { .. }),
-                    e.to_string(),
-                )
-            })
+            Ok(o.open()?)
+        };
+        // The UDP port taken: a side that chose its address moves on.
+        let taken = |e: &UdaddyError| {
+            matches!(
+                e,
+                UdaddyError::Open(roce_verbs::OpenError::PortInUse { .. })
+            )
         };
         let at = (local, args.roce_port);
-        let (ctx, _) = crate::device::open_moving("udaddy", at, moves, &[], false, open, |e| e.0)
-            .map_err(|e| e.1)?;
+        let (ctx, _) = crate::device::open_moving("udaddy", at, moves, &[], false, open, taken)?;
         let pd = ctx.alloc_pd();
         let n = args.count as usize;
-        let scq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;
-        let rcq = ctx.create_cq(n + 16, None).map_err(|e| e.to_string())?;
+        let scq = ctx.create_cq(n + 16, None)?;
+        let rcq = ctx.create_cq(n + 16, None)?;
         let mut init = QpInitAttr::new(QpType::Ud, &scq, &rcq);
         init.cap = QpCaps {
             max_send_wr: args.count.max(1),
             max_recv_wr: args.count.max(1),
             ..QpCaps::default()
         };
-        let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
+        let qp = pd.create_qp(&init)?;
         let opts = ConnectOptions {
             qkey: Qkey::new(UDP_QKEY),
             ..ConnectOptions::default()
         };
-        qp.ready_ud(Psn::new(0), &opts).map_err(|e| e.to_string())?;
+        qp.ready_ud(Psn::new(0), &opts)?;
         let size = args.size as usize;
-        let recv = pd
-            .reg_mr(vec![0u8; n.max(1) * (size + GRH)], Access::LOCAL_WRITE)
-            .map_err(|e| e.to_string())?;
-        let send = pd
-            .reg_mr(vec![0x5a; size], Access::NONE)
-            .map_err(|e| e.to_string())?;
+        let recv = pd.reg_mr(vec![0u8; n.max(1) * (size + GRH)], Access::LOCAL_WRITE)?;
+        let send = pd.reg_mr(vec![0x5a; size], Access::NONE)?;
         for i in 0..n {
             qp.post_recv(RecvWr {
                 wr_id: i as u64,
@@ -125,7 +121,7 @@ impl Ud {
                     .into_iter()
                     .collect(),
             })
-            .map_err(|e| format!("post recv: {e}"))?;
+            .map_err(|e| UdaddyError::Post("post recv", e))?;
         }
         Ok(Ud {
             ctx,
@@ -141,48 +137,43 @@ impl Ud {
     }
 
     /// `n` SENDs with immediate = our QPN to `qpn` at `ah`.
-    fn send_to(&self, ah: &AddressHandle, qpn: Qpn, n: u32) -> Result<(), String> {
+    fn send_to(&self, ah: &AddressHandle, qpn: Qpn, n: u32) -> Result<(), UdaddyError> {
         for i in 0..n {
             let sge = self.send.sge(0, self.size as u32);
             let wr = SendWr::send_with_imm(1_000_000 + i as u64, [sge], self.qp.qpn().value());
             self.qp
                 .post_send_ud(wr, ah, qpn, Qkey::new(UDP_QKEY))
-                .map_err(|e| format!("post send: {e}"))?;
+                .map_err(|e| UdaddyError::Post("post send", e))?;
         }
-        let done = self
-            .scq
-            .poll_until(n as usize, self.wait)
-            .map_err(|e| e.to_string())?;
+        let done = self.scq.poll_until(n as usize, self.wait)?;
         if done.len() < n as usize || done.iter().any(|c| !c.is_success()) {
-            return Err(format!(
-                "{} of {n} sends completed",
-                done.iter().filter(|c| c.is_success()).count()
-            ));
+            return Err(UdaddyError::SendsIncomplete {
+                completed: done.iter().filter(|c| c.is_success()).count(),
+                sent: n,
+            });
         }
         Ok(())
     }
 
     /// Waits for `n` datagrams; returns (source address, immediate) of each.
-    fn receive(&self, n: u32) -> Result<Vec<(IpAddr, u32)>, String> {
-        let got = self
-            .rcq
-            .poll_until(n as usize, self.wait)
-            .map_err(|e| e.to_string())?;
+    fn receive(&self, n: u32) -> Result<Vec<(IpAddr, u32)>, UdaddyError> {
+        let got = self.rcq.poll_until(n as usize, self.wait)?;
         if got.len() < n as usize {
-            return Err(format!("received {} of {n} datagrams", got.len()));
+            return Err(UdaddyError::ReceivedTooFew {
+                received: got.len(),
+                expected: n,
+            });
         }
         let mut out = Vec::new();
         for c in got {
             if !c.is_success() {
-                return Err(format!("receive completion {:?}", c.status()));
+                return Err(UdaddyError::RecvCompletion(c.status()));
             }
             let off = c.wr_id() as usize * (self.size + GRH);
             let mut grh = [0u8; GRH];
-            self.recv
-                .read(off as u64, &mut grh)
-                .map_err(|e| e.to_string())?;
+            self.recv.read(off as u64, &mut grh)?;
             let src = if !c.wc.wc_flags.contains(WcFlags::GRH) {
-                return Err("a datagram without a GRH".into());
+                return Err(UdaddyError::NoGrh);
             } else if grh[20] >> 4 == 4 {
                 IpAddr::V4(Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]))
             } else {
@@ -221,19 +212,18 @@ pub(crate) fn run(args: &UdaddyArgs) -> i32 {
     }
 }
 
-fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
+fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), UdaddyError> {
     println!("udaddy: starting client");
     let mut local = args
         .bind
         .or_else(|| crate::rping::route_source(server))
-        .ok_or(format!("no route to {server}"))?;
+        .ok_or(UdaddyError::NoRoute(server))?;
     if args.bind.is_none() {
         // Both ends on this host's loopback with ROCE_SHM=0: the client
         // moves off the server's address (as perf, pingpong and rping
         // do). Otherwise both share it, as processes share a NIC's port.
         if let Some((a, note)) =
-            crate::device::loopback_client_local("udaddy", server, local, args.roce_port)
-                .map_err(|e| e.to_string())?
+            crate::device::loopback_client_local("udaddy", server, local, args.roce_port)?
         {
             eprintln!("{note}");
             local = a;
@@ -251,45 +241,47 @@ fn client(args: &UdaddyArgs, server: IpAddr) -> Result<(), String> {
     );
     let resolved = ud.ctx.cm_resolve_ud(server, args.port, &[], ud.wait);
     drop(notice);
-    let (qpn, qkey) = resolved.map_err(|e| format!("resolve {server}:{}: {e}", args.port))?;
+    let (qpn, qkey) = resolved.map_err(|error| UdaddyError::Resolve {
+        server,
+        port: args.port,
+        error,
+    })?;
     if qkey != UDP_QKEY {
-        return Err(format!(
-            "the server's Q_Key {qkey:#x} is not rdma_cm's {UDP_QKEY:#x}"
-        ));
+        return Err(UdaddyError::Qkey {
+            qkey,
+            expected: UDP_QKEY,
+        });
     }
-    let ah = ud
-        .pd
-        .create_ah(AhAttr::new(server))
-        .map_err(|e| e.to_string())?;
+    let ah = ud.pd.create_ah(AhAttr::new(server))?;
     println!("initiating data transfers");
     ud.send_to(&ah, qpn, args.count)?;
     println!("receiving data transfers");
     let got = ud.receive(args.count)?;
     if let Some((src, _)) = got.iter().find(|(src, _)| *src != server) {
-        return Err(format!("a reply came from {src}, not {server}"));
+        return Err(UdaddyError::ReplyFrom { src: *src, server });
     }
     println!("data transfers complete");
     Ok(())
 }
 
-fn server(args: &UdaddyArgs) -> Result<(), String> {
+fn server(args: &UdaddyArgs) -> Result<(), UdaddyError> {
     println!("udaddy: starting server");
-    let local = args
-        .bind
-        .ok_or("the server needs its RoCE address: -b ADDR")?;
+    let local = args.bind.ok_or(UdaddyError::NeedBind)?;
     let ud = Ud::open(local, args, false)?;
     let listener = ud
         .ctx
         .cm_listen_ud(args.port)
-        .map_err(|e| format!("listen on port {}: {e}", args.port))?;
+        .map_err(|error| UdaddyError::Listen {
+            port: args.port,
+            error,
+        })?;
     let req = listener
         .get_ud_request(ud.wait)
-        .map_err(|e| format!("waiting for a client: {e}"))?;
+        .map_err(UdaddyError::Wait)?;
     // The first request is served (no peer is known beforehand:
     // docs/security.md); the replies then go to its sender only.
     let client = req.info().peer;
-    req.accept(&ud.qp, UDP_QKEY)
-        .map_err(|e| format!("accept: {e}"))?;
+    req.accept(&ud.qp, UDP_QKEY).map_err(UdaddyError::Accept)?;
     println!("receiving data transfers");
     let got = ud.receive(args.count)?;
     println!("sending replies");
@@ -297,15 +289,12 @@ fn server(args: &UdaddyArgs) -> Result<(), String> {
     // from other addresses (rdma_cm's Q_Key is well known) name no
     // destination: a forged one must not aim the replies elsewhere.
     let Some((src, imm)) = from_client(&got, client) else {
-        return Err(format!(
-            "none of the {} datagrams came from the client ({client})",
-            got.len()
-        ));
+        return Err(UdaddyError::NotFromClient {
+            received: got.len(),
+            client,
+        });
     };
-    let ah = ud
-        .pd
-        .create_ah(AhAttr::new(src))
-        .map_err(|e| e.to_string())?;
+    let ah = ud.pd.create_ah(AhAttr::new(src))?;
     ud.send_to(&ah, Qpn::new(imm & 0xff_ffff), args.count)?;
     println!("data transfers complete");
     Ok(())

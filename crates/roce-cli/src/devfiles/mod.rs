@@ -30,6 +30,8 @@
 //! programs run without their privilege. The covered directory is a copy
 //! made at start: entries the host adds to it later do not appear.
 
+mod error;
+
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -39,6 +41,8 @@ use std::path::{Path, PathBuf};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{geteuid, getgid, getuid};
+
+use error::DevFilesError;
 
 /// Where the kernel's uverbs device files are (rdma-core and UCX:
 /// `/dev/infiniband/<dev_name>`).
@@ -76,7 +80,7 @@ fn usable(p: &Path) -> bool {
 /// already. An error says why not; the view is then unchanged, or (an
 /// entry that could not be bound back) lacks that entry, which the error
 /// names.
-pub(crate) fn provide(files: &[PathBuf]) -> Result<(), String> {
+pub(crate) fn provide(files: &[PathBuf]) -> Result<(), DevFilesError> {
     if files.iter().all(|f| usable(f)) {
         return Ok(());
     }
@@ -89,18 +93,18 @@ pub(crate) fn provide(files: &[PathBuf]) -> Result<(), String> {
         MsFlags::MS_REC | MsFlags::MS_SLAVE,
         None::<&str>,
     )
-    .map_err(|e| format!("making the mounts private: {e}"))?;
+    .map_err(DevFilesError::MakePrivate)?;
     let dir = Path::new(DIR);
     let cover = if dir.is_dir() { dir } else { Path::new("/dev") };
     let lost = cover_dir(cover)?;
     if !dir.is_dir() {
-        std::fs::create_dir(dir).map_err(|e| format!("{DIR}: {e}"))?;
+        std::fs::create_dir(dir).map_err(DevFilesError::io(DIR))?;
     }
     for f in files {
         if usable(f) {
             continue;
         }
-        File::create(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        File::create(f).map_err(DevFilesError::io(f))?;
         mount(
             Some("/dev/null"),
             f.as_path(),
@@ -108,31 +112,33 @@ pub(crate) fn provide(files: &[PathBuf]) -> Result<(), String> {
             MsFlags::MS_BIND,
             None::<&str>,
         )
-        .map_err(|e| format!("binding /dev/null to {}: {e}", f.display()))?;
+        .map_err(|error| DevFilesError::Bind {
+            file: f.clone(),
+            error,
+        })?;
     }
     if lost.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "the device files are in place, but these entries of {} could not be bound back: {}",
-            cover.display(),
-            lost.join(", ")
-        ))
+        Err(DevFilesError::Lost {
+            dir: cover.to_path_buf(),
+            entries: lost,
+        })
     }
 }
 
 /// A new mount namespace, in a new user namespace unless this process may
 /// mount already (root with `CAP_SYS_ADMIN`).
-fn enter_namespaces() -> Result<(), String> {
+fn enter_namespaces() -> Result<(), DevFilesError> {
     let (uid, gid) = (getuid(), getgid());
     if geteuid().is_root() && unshare(CloneFlags::CLONE_NEWNS).is_ok() {
         return Ok(());
     }
     unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS)
-        .map_err(|e| format!("no user and mount namespace ({e}): are user namespaces disabled?"))?;
+        .map_err(DevFilesError::Namespaces)?;
     let write = |file: &str, text: String| {
-        std::fs::write(format!("/proc/self/{file}"), text)
-            .map_err(|e| format!("/proc/self/{file}: {e}"))
+        let path = format!("/proc/self/{file}");
+        std::fs::write(&path, text).map_err(DevFilesError::io(path))
     };
     // A process without CAP_SETGID in the parent namespace must deny
     // setgroups before it may write its gid_map (user_namespaces(7)).
@@ -146,13 +152,13 @@ fn enter_namespaces() -> Result<(), String> {
 /// back from the covered directory (reached through a descriptor opened
 /// before), each symbolic link copied. Returns the entries that could not
 /// be.
-fn cover_dir(dir: &Path) -> Result<Vec<String>, String> {
+fn cover_dir(dir: &Path) -> Result<Vec<String>, DevFilesError> {
     let entries: Vec<(OsString, std::fs::FileType)> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .map_err(DevFilesError::io(dir))?
         .filter_map(|e| e.ok())
         .filter_map(|e| Some((e.file_name(), e.file_type().ok()?)))
         .collect();
-    let old = File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let old = File::open(dir).map_err(DevFilesError::io(dir))?;
     let old_path = PathBuf::from(format!("/proc/self/fd/{}", old.as_raw_fd()));
     mount(
         Some("tmpfs"),
@@ -161,7 +167,10 @@ fn cover_dir(dir: &Path) -> Result<Vec<String>, String> {
         MsFlags::MS_NOSUID,
         Some("mode=0755"),
     )
-    .map_err(|e| format!("a tmpfs over {}: {e}", dir.display()))?;
+    .map_err(|error| DevFilesError::Tmpfs {
+        dir: dir.to_path_buf(),
+        error,
+    })?;
     let mut lost = Vec::new();
     for (name, kind) in entries {
         let (from, to) = (old_path.join(&name), dir.join(&name));

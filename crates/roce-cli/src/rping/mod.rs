@@ -10,18 +10,22 @@
 //! client disconnects after `-C` pings; the server serves until the client
 //! disconnects.
 
-use std::collections::VecDeque;
+mod accept;
+mod error;
+
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use roce_verbs::{
-    Access, BackendKind, CmAccepting, CmConnection, CmError, CmListener, CmRequest,
-    CompletionQueue, ConnParam, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttr,
-    QpType, QueuePair, RecvWr, RemoteAddr, Rkey, SendWr, WcStatus,
+    Access, BackendKind, CmConnection, CmError, CmListener, CompletionQueue, ConnParam, Context,
+    MemoryRegion, ProtectionDomain, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, RemoteAddr,
+    Rkey, SendWr, WcStatus,
 };
 
 use crate::stop::Stop;
+pub(crate) use accept::first_to_connect;
+pub(crate) use error::RpingError;
 
 /// `rping` over this stack (the client with `-c`, the server with `-s`).
 #[derive(Parser, Debug, Clone)]
@@ -151,37 +155,26 @@ impl Rig {
         faults: Option<&str>,
         moves: bool,
         quiet: bool,
-    ) -> Result<(Rig, IpAddr), String> {
-        // The error, and whether it is the UDP port taken.
-        let open = |at: IpAddr| -> Result<_, (bool, String)> {
+    ) -> Result<(Rig, IpAddr), RpingError> {
+        let open = |at: IpAddr| -> Result<_, RpingError> {
             // The active MTU follows the link (rxe's rule: 1500 -> 1024): the
             // CM advertises it in the REQ, and packets must fit the
             // interface.
-            let mut o = crate::device::tool_options(BackendKind::Udp, at, port)
-                .map_err(|e| (false, e.to_string()))?;
-            if let Some(w) =
-                crate::device::middleware(None, faults).map_err(|e| (false, e.to_string()))?
-            {
+            let mut o = crate::device::tool_options(BackendKind::Udp, at, port)?;
+            if let Some(w) = crate::device::middleware(None, faults)? {
                 o = o.wrap(w);
             }
-            o.open().map_err(|e| {
-                (
-                    matches!(e, roce_verbs::OpenError::PortInUse { .. }),
-                    e.to_string(),
-                )
-            })
+            Ok(o.open()?)
         };
+        // The UDP port taken: a side that chose its address moves on.
+        let taken =
+            |e: &RpingError| matches!(e, RpingError::Open(roce_verbs::OpenError::PortInUse { .. }));
         let (ctx, local) =
-            crate::device::open_moving("rping", (local, port), moves, &[], quiet, open, |e| e.0)
-                .map_err(|e| e.1)?;
+            crate::device::open_moving("rping", (local, port), moves, &[], quiet, open, taken)?;
         let pd = ctx.alloc_pd();
         let (cq, qp) = endpoint(&ctx, &pd)?;
-        let recv = pd
-            .reg_mr(vec![0u8; 16], Access::LOCAL_WRITE)
-            .map_err(|e| e.to_string())?;
-        let send = pd
-            .reg_mr(vec![0u8; 16], Access::NONE)
-            .map_err(|e| e.to_string())?;
+        let recv = pd.reg_mr(vec![0u8; 16], Access::LOCAL_WRITE)?;
+        let send = pd.reg_mr(vec![0u8; 16], Access::NONE)?;
         let rig = Rig {
             _ctx: ctx,
             pd,
@@ -197,20 +190,20 @@ impl Rig {
         Ok((rig, local))
     }
 
-    fn post_recv(&self) -> Result<(), String> {
+    fn post_recv(&self) -> Result<(), RpingError> {
         post_recv_on(&self.qp, &self.recv)
     }
 
-    fn send_bytes(&self, b: &[u8; 16]) -> Result<(), String> {
-        self.send.write(0, b).map_err(|e| e.to_string())?;
+    fn send_bytes(&self, b: &[u8; 16]) -> Result<(), RpingError> {
+        self.send.write(0, b)?;
         self.qp
             .post_send(SendWr::send(SEND_ID, [self.send.sge(0, 16)]))
-            .map_err(|e| format!("post send: {e}"))
+            .map_err(|e| RpingError::Post("post send", e))
     }
 
     /// Waits for the completion `id`; a flushed receive means the peer
     /// disconnected (`Ok(false)`).
-    fn wait_for(&self, id: u64) -> Result<bool, String> {
+    fn wait_for(&self, id: u64) -> Result<bool, RpingError> {
         {
             let mut early = self.early.borrow_mut();
             if let Some(i) = early.iter().position(|&x| x == id) {
@@ -219,29 +212,24 @@ impl Rig {
             }
         }
         loop {
-            let v = self
-                .cq
-                .poll_until(1, self.silence)
-                .map_err(|e| e.to_string())?;
+            let v = self.cq.poll_until(1, self.silence)?;
             let Some(c) = v.into_iter().next() else {
                 // Nothing for that long from a peer that pings without
                 // pause: it is gone without a disconnect (killed, where
                 // the kernel's rdma_cm would still send one).
-                return Err(format!(
-                    "{} sent nothing for {} s and did not disconnect (killed, or unreachable): giving up",
-                    self.peer,
-                    self.silence.as_secs()
-                ));
+                return Err(RpingError::PeerSilent {
+                    peer: self.peer,
+                    secs: self.silence.as_secs(),
+                });
             };
             if c.status() == WcStatus::WrFlushErr {
                 return Ok(false);
             }
             if !c.is_success() {
-                return Err(format!(
-                    "completion error: {:?} (wr_id {})",
-                    c.status(),
-                    c.wr_id()
-                ));
+                return Err(RpingError::Completion {
+                    status: c.status(),
+                    wr_id: c.wr_id(),
+                });
             }
             if c.wr_id() == id {
                 return Ok(true);
@@ -252,83 +240,28 @@ impl Rig {
 }
 
 /// A CQ and an RC QP in INIT on it, as rping's.
-fn endpoint(ctx: &Context, pd: &ProtectionDomain) -> Result<(CompletionQueue, QueuePair), String> {
-    let cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
+fn endpoint(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+) -> Result<(CompletionQueue, QueuePair), RpingError> {
+    let cq = ctx.create_cq(64, None)?;
     let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq);
     init.cap = QpCaps {
         max_send_wr: 16,
         max_recv_wr: 16,
         ..QpCaps::default()
     };
-    let qp = pd.create_qp(&init).map_err(|e| e.to_string())?;
-    qp.to_init(&roce_verbs::ConnectOptions::default())
-        .map_err(|e| e.to_string())?;
+    let qp = pd.create_qp(&init)?;
+    qp.to_init(&roce_verbs::ConnectOptions::default())?;
     Ok((cq, qp))
 }
 
-fn post_recv_on(qp: &QueuePair, recv: &MemoryRegion) -> Result<(), String> {
+fn post_recv_on(qp: &QueuePair, recv: &MemoryRegion) -> Result<(), RpingError> {
     qp.post_recv(RecvWr {
         wr_id: RECV_ID,
         sgl: [recv.sge(0, 16)].into_iter().collect(),
     })
-    .map_err(|e| format!("post recv: {e}"))
-}
-
-/// Connection requests a server has accepted at once, each on a QP of
-/// its own, while it waits for one of them to connect (its RTU).
-const MAX_ACCEPTING: usize = 16;
-
-/// How long an accepted request keeps its place among the
-/// [`MAX_ACCEPTING`] before a newer request may take it (a real client's
-/// RTU follows the REP within a round trip).
-const ACCEPT_PATIENCE: Duration = Duration::from_millis(500);
-
-/// Waits up to `wait` for a client of `listener`: accepts the requests
-/// as they come (`start` accepts one on a QP of its own and returns what
-/// goes with it, or None to skip it), several at once as rdma_cm's event
-/// channel allows, and returns the first that connects; the others are
-/// given up (REJ). A request whose RTU never comes, such as a forged one
-/// from a flood (docs/security.md, "A fair share per source"), holds no
-/// real client up.
-pub(crate) fn first_to_connect<T>(
-    listener: &CmListener,
-    wait: Duration,
-    mut start: impl FnMut(CmRequest) -> Result<Option<(CmAccepting, T)>, String>,
-) -> Result<(CmConnection, T), String> {
-    let end = Instant::now().checked_add(wait);
-    let mut accepting: VecDeque<(Instant, CmAccepting, T)> = VecDeque::new();
-    loop {
-        let mut i = 0;
-        while i < accepting.len() {
-            match accepting[i].1.wait(Duration::ZERO) {
-                None => i += 1,
-                Some(Ok(conn)) => {
-                    let (_, _, t) = accepting.remove(i).expect("in range");
-                    return Ok((conn, t));
-                }
-                // Refused, or the REP's resends went unanswered.
-                Some(Err(_)) => drop(accepting.remove(i)),
-            }
-        }
-        if end.is_some_and(|end| Instant::now() >= end) {
-            return Err("waiting for a client: timed out".into());
-        }
-        if accepting.len() >= MAX_ACCEPTING {
-            if accepting[0].0.elapsed() < ACCEPT_PATIENCE {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            accepting.pop_front();
-        }
-        let req = match listener.get_request(Duration::from_millis(10)) {
-            Ok(r) => r,
-            Err(CmError::TimedOut) => continue,
-            Err(e) => return Err(format!("waiting for a client: {e}")),
-        };
-        if let Some((a, t)) = start(req)? {
-            accepting.push_back((Instant::now(), a, t));
-        }
-    }
+    .map_err(|e| RpingError::Post("post recv", e))
 }
 
 /// rping's server waits for its client with [`first_to_connect`], each
@@ -338,8 +271,8 @@ fn first_client(
     rig: &Rig,
     ctx: &Context,
     listener: &CmListener,
-) -> Result<(CmConnection, CompletionQueue, QueuePair), String> {
-    let (conn, (cq, qp)) = first_to_connect(listener, rig.wait, |req| {
+) -> Result<(CmConnection, CompletionQueue, QueuePair), RpingError> {
+    let (conn, (cq, qp)) = first_to_connect::<_, RpingError>(listener, rig.wait, |req| {
         let (cq, qp) = endpoint(ctx, &rig.pd)?;
         post_recv_on(&qp, &rig.recv)?;
         // A request gone meanwhile (its wait for us timed out) is skipped.
@@ -431,18 +364,17 @@ fn param() -> ConnParam {
     }
 }
 
-fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
+fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), RpingError> {
     let local = match args.bind.or_else(|| route_source(server)) {
         Some(a) => a,
-        None => return Err(format!("no route to {server}")),
+        None => return Err(RpingError::NoRoute(server)),
     };
     // Both ends on this host's loopback with ROCE_SHM=0: the server holds
     // the address this client dials, so the client takes another.
     // Otherwise both share it, as two processes share a NIC's port.
     let (local, moved) = match args.bind {
         Some(_) => (local, None),
-        None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)
-            .map_err(|e| e.to_string())?
+        None => match crate::device::loopback_client_local("rping", server, local, args.roce_port)?
         {
             Some((a, note)) => (a, Some(note)),
             None => (local, None),
@@ -454,26 +386,20 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
     rig.silence = silence(args);
     rig.peer = "the server";
     let size = args.size as usize;
-    let start_buf = rig
-        .pd
-        .reg_mr(
-            vec![0u8; size],
-            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
-        )
-        .map_err(|e| e.to_string())?;
-    let rdma_buf = rig
-        .pd
-        .reg_mr(
-            vec![0u8; size],
-            Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
-        )
-        .map_err(|e| e.to_string())?;
+    let start_buf = rig.pd.reg_mr(
+        vec![0u8; size],
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    )?;
+    let rdma_buf = rig.pd.reg_mr(
+        vec![0u8; size],
+        Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+    )?;
     rig.post_recv()?;
     // A missing server is reported within CONNECT_WAIT, as rping's
     // rdma_cm reports one within a few seconds (the CM alone would retry
     // its request for about 17 s). `--timeout 0` keeps trying, saying so.
     let (addr, port) = (server, args.port);
-    let hint = format!("is a server running there: roce rping -s -a {addr}, or rping -s?");
+    let hint = error::server_hint(addr);
     let limit = connect_wait(args);
     let notice = (args.timeout == 0).then(|| {
         crate::notice::SlowNotice::start(
@@ -483,12 +409,13 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
     });
     let conn = rig.qp.cm_connect(server, args.port, &param(), limit);
     drop(notice);
-    let conn: CmConnection = conn.map_err(|e| match e {
-        CmError::TimedOut | CmError::Unreachable => format!(
-            "connect to {addr}:{port}: no answer in {} s ({hint})",
-            limit.as_secs()
-        ),
-        e => format!("connect to {addr}:{port}: {e}"),
+    let conn: CmConnection = conn.map_err(|error| match error {
+        CmError::TimedOut | CmError::Unreachable => RpingError::NoAnswer {
+            addr,
+            port,
+            secs: limit.as_secs(),
+        },
+        error => RpingError::Connect { addr, port, error },
     })?;
     if let Some(note) = moved {
         eprintln!("{note}");
@@ -498,41 +425,38 @@ fn client(args: &RpingArgs, server: IpAddr, stop: &Stop) -> Result<(), String> {
     while (args.count == 0 || ping < args.count) && !stop.requested() {
         let text = ping_text(ping, start, size);
         start = if start >= b'z' { b'A' } else { start + 1 };
-        start_buf.write(0, &text).map_err(|e| e.to_string())?;
-        rdma_buf
-            .write(0, &vec![0u8; size])
-            .map_err(|e| e.to_string())?;
+        start_buf.write(0, &text)?;
+        rdma_buf.write(0, &vec![0u8; size])?;
         // Advertise the start buffer; the server READs it and says go.
         rig.send_bytes(&info(&start_buf))?;
         if !rig.wait_for(SEND_ID)? || !rig.wait_for(RECV_ID)? {
-            return Err("the server disconnected".into());
+            return Err(RpingError::ServerDisconnected);
         }
         rig.post_recv()?;
         // Advertise where the server WRITEs the echo.
         rig.send_bytes(&info(&rdma_buf))?;
         if !rig.wait_for(SEND_ID)? || !rig.wait_for(RECV_ID)? {
-            return Err("the server disconnected".into());
+            return Err(RpingError::ServerDisconnected);
         }
         rig.post_recv()?;
-        let echo = rdma_buf.to_vec().map_err(|e| e.to_string())?;
+        let echo = rdma_buf.to_vec()?;
         if args.validate && c_str(&echo) != c_str(&text) {
-            return Err(format!(
-                "data mismatch on ping {ping}: sent '{}', got '{}'",
-                c_str(&text),
-                c_str(&echo)
-            ));
+            return Err(RpingError::Mismatch {
+                ping,
+                sent: c_str(&text),
+                got: c_str(&echo),
+            });
         }
         if args.verbose {
             println!("ping data: {}", c_str(&echo));
         }
         ping += 1;
     }
-    conn.disconnect(rig.wait)
-        .map_err(|e| format!("disconnect: {e}"))?;
+    conn.disconnect(rig.wait).map_err(RpingError::Disconnect)?;
     Ok(())
 }
 
-fn server(args: &RpingArgs) -> Result<(), String> {
+fn server(args: &RpingArgs) -> Result<(), RpingError> {
     // rping listens on every address; this stack listens on one: with
     // none given, this host's loopback, where a client on this host finds
     // it (or, where a stack that does not share it holds its port, the
@@ -540,9 +464,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
     let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let (local, moves) = match (args.bind, args.addr) {
         (Some(b), _) => (b, false),
-        (None, Some(a)) if a.is_unspecified() => {
-            return Err("give the RoCE device's address with -a or --bind".into())
-        }
+        (None, Some(a)) if a.is_unspecified() => return Err(RpingError::NeedAddress),
         (None, Some(a)) => (a, false),
         (None, None) => (
             crate::device::loopback_server_local("rping", lo, None, args.roce_port, true, None),
@@ -562,14 +484,14 @@ fn server(args: &RpingArgs) -> Result<(), String> {
     rig.silence = silence(args);
     rig.peer = "the client";
     let mut size = args.size as usize;
-    let mut rdma_buf = rig
-        .pd
-        .reg_mr(vec![0u8; size], Access::LOCAL_WRITE)
-        .map_err(|e| e.to_string())?;
+    let mut rdma_buf = rig.pd.reg_mr(vec![0u8; size], Access::LOCAL_WRITE)?;
     let ctx = rig.pd.context().clone();
     let listener = ctx
         .cm_listen(args.port)
-        .map_err(|e| format!("listen on port {}: {e}", args.port))?;
+        .map_err(|error| RpingError::Listen {
+            port: args.port,
+            error,
+        })?;
     let (conn, cq, qp) = first_client(&rig, &ctx, &listener)?;
     (rig.cq, rig.qp) = (cq, qp);
     let mut pings = 0u64;
@@ -578,26 +500,23 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         if !rig.wait_for(RECV_ID)? {
             break;
         }
-        let (addr, rkey, len) = parse_info(&rig.recv.to_vec().map_err(|e| e.to_string())?);
+        let (addr, rkey, len) = parse_info(&rig.recv.to_vec()?);
         rig.post_recv()?;
         if len as usize > size {
             // The client pings with more than our -S: grow the buffer (up
             // to rping's 16 MiB limit) rather than cut its string.
             size = (len as usize).min(1 << 24);
-            rdma_buf = rig
-                .pd
-                .reg_mr(vec![0u8; size], Access::LOCAL_WRITE)
-                .map_err(|e| e.to_string())?;
+            rdma_buf = rig.pd.reg_mr(vec![0u8; size], Access::LOCAL_WRITE)?;
         }
         let len = len.min(size as u32);
         let read = SendWr::read(RDMA_ID, [rdma_buf.sge(0, len)], RemoteAddr::new(addr, rkey));
         rig.qp
             .post_send(read)
-            .map_err(|e| format!("post read: {e}"))?;
+            .map_err(|e| RpingError::Post("post read", e))?;
         if !rig.wait_for(RDMA_ID)? {
             break;
         }
-        let data = rdma_buf.to_vec().map_err(|e| e.to_string())?;
+        let data = rdma_buf.to_vec()?;
         if args.verbose {
             println!("server ping data: {}", c_str(&data));
         }
@@ -605,13 +524,13 @@ fn server(args: &RpingArgs) -> Result<(), String> {
         if !rig.wait_for(SEND_ID)? || !rig.wait_for(RECV_ID)? {
             break;
         }
-        let (addr, rkey, _) = parse_info(&rig.recv.to_vec().map_err(|e| e.to_string())?);
+        let (addr, rkey, _) = parse_info(&rig.recv.to_vec()?);
         rig.post_recv()?;
         let n = (c_str(&data).len() + 1).min(size) as u32;
         let write = SendWr::write(RDMA_ID, [rdma_buf.sge(0, n)], RemoteAddr::new(addr, rkey));
         rig.qp
             .post_send(write)
-            .map_err(|e| format!("post write: {e}"))?;
+            .map_err(|e| RpingError::Post("post write", e))?;
         if !rig.wait_for(RDMA_ID)? {
             break;
         }
@@ -623,7 +542,7 @@ fn server(args: &RpingArgs) -> Result<(), String> {
     }
     // The receive flushed: the client disconnected (or is about to).
     if !conn.wait_disconnect(Duration::from_secs(5)) {
-        return Err("the connection broke without a disconnect".into());
+        return Err(RpingError::NoDisconnect);
     }
     println!("server DISCONNECT EVENT... ({pings} pings served)");
     Ok(())

@@ -7,11 +7,15 @@
 //! state, netdev MTU and active path MTU, the GID table, and (with `-v`)
 //! the limits of the engine (`roce-core`) and the verbs layer.
 
+mod error;
+
 use std::net::{IpAddr, Ipv6Addr};
 
 use roce_core::qp::path_mtu_for_link;
 use roce_io::InterfaceInfo;
 use serde_json::{json, Value};
+
+use error::DevinfoError;
 
 /// Options of `roce devinfo`.
 #[derive(clap::Args, Debug, Clone)]
@@ -294,7 +298,7 @@ fn device_text(i: &InterfaceInfo, verbose: bool) -> String {
 }
 
 /// The interfaces to show: the named one, or every one that is up.
-fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInfo>, String> {
+fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInfo>, DevinfoError> {
     match dev {
         Some(name) => all
             .into_iter()
@@ -302,7 +306,7 @@ fn select(all: Vec<InterfaceInfo>, dev: Option<&str>) -> Result<Vec<InterfaceInf
             // roce-verbs and the other tools name it).
             .find(|i| i.name == name.strip_prefix("roce_").unwrap_or(name))
             .map(|i| vec![i])
-            .ok_or(format!("no interface {name}")),
+            .ok_or_else(|| DevinfoError::NoInterface(name.to_string())),
         None => Ok(all.into_iter().filter(|i| i.up && i.running).collect()),
     }
 }
@@ -332,11 +336,11 @@ pub(crate) fn run(args: &DevinfoArgs) -> i32 {
     // The devices roce-verbs opens: interfaces with an address.
     let devs = match roce_verbs::Device::list()
         .map(|l| l.into_iter().map(|d| d.interface().clone()).collect())
-        .map_err(|e| e.to_string())
+        .map_err(DevinfoError::List)
         .and_then(|all| select(all, args.dev.as_deref()))
     {
         Ok(d) => d,
-        Err(e) => return crate::fail("devinfo", args.json, &e, 1),
+        Err(e) => return crate::fail("devinfo", args.json, &e.to_string(), 1),
     };
     if args.json {
         let v: Vec<Value> = devs.iter().map(device_json).collect();
