@@ -23,6 +23,19 @@
 //! cargo roce sim scenarios/incast_8to1_dcqcn.toml
 //! ```
 
+/// `wrap_errors!(Target: Inner => Variant, ...)`: each inner error says
+/// the same wherever a command meets it, so `?` wraps it as it is in
+/// the command's error type.
+macro_rules! wrap_errors {
+    ($target:ident: $($t:ty => $variant:ident),* $(,)?) => {$(
+        impl From<$t> for $target {
+            fn from(e: $t) -> $target {
+                $target::$variant(e)
+            }
+        }
+    )*};
+}
+
 mod devfiles;
 mod device;
 mod devinfo;

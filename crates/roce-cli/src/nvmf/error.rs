@@ -87,19 +87,8 @@ impl std::error::Error for NvmfError {
     }
 }
 
-/// The errors that say the same in every call of `roce nvmf`: `?` wraps
-/// them as they are.
-macro_rules! wrap {
-    ($($t:ty => $variant:ident),* $(,)?) => {$(
-        impl From<$t> for NvmfError {
-            fn from(e: $t) -> NvmfError {
-                NvmfError::$variant(e)
-            }
-        }
-    )*};
-}
-
-wrap!(
+wrap_errors!(
+    NvmfError:
     DeviceError => Device,
     OpenError => Open,
     ConfigError => Config,

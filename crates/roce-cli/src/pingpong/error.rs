@@ -217,19 +217,8 @@ impl std::error::Error for PingpongError {
     }
 }
 
-/// The errors that say the same in every call of `roce pingpong`: `?`
-/// wraps them as they are.
-macro_rules! wrap {
-    ($($t:ty => $variant:ident),* $(,)?) => {$(
-        impl From<$t> for PingpongError {
-            fn from(e: $t) -> PingpongError {
-                PingpongError::$variant(e)
-            }
-        }
-    )*};
-}
-
-wrap!(
+wrap_errors!(
+    PingpongError:
     DeviceError => Device,
     OpenError => Open,
     WireError => Wire,

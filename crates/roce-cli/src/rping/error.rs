@@ -139,19 +139,8 @@ impl std::error::Error for RpingError {
     }
 }
 
-/// The errors that say the same in every call of `roce rping`: `?`
-/// wraps them as they are.
-macro_rules! wrap {
-    ($($t:ty => $variant:ident),* $(,)?) => {$(
-        impl From<$t> for RpingError {
-            fn from(e: $t) -> RpingError {
-                RpingError::$variant(e)
-            }
-        }
-    )*};
-}
-
-wrap!(
+wrap_errors!(
+    RpingError:
     DeviceError => Device,
     OpenError => Open,
     CreateError => Create,

@@ -133,19 +133,8 @@ impl std::error::Error for UdaddyError {
     }
 }
 
-/// The errors that say the same in every call of `roce udaddy`: `?`
-/// wraps them as they are.
-macro_rules! wrap {
-    ($($t:ty => $variant:ident),* $(,)?) => {$(
-        impl From<$t> for UdaddyError {
-            fn from(e: $t) -> UdaddyError {
-                UdaddyError::$variant(e)
-            }
-        }
-    )*};
-}
-
-wrap!(
+wrap_errors!(
+    UdaddyError:
     DeviceError => Device,
     OpenError => Open,
     CreateError => Create,
