@@ -172,7 +172,8 @@ impl UdpConfig {
     /// docs/shm.md, "Building in place"; default false). It saves the
     /// copy from the send batch into the ring (about 10 % of the
     /// instructions of a 64 KiB WRITE) but costs small messages more than
-    /// it saves (docs/performance.md, "Building in the ring"), so it is
+    /// it saves (docs/performance.md, "A 64 KiB WRITE between two
+    /// engines of one host"), so it is
     /// off until that is understood.
     pub fn shm_build_in_place(mut self, yes: bool) -> Self {
         self.shm_build_in_place = yes;
