@@ -362,18 +362,7 @@ impl Producer {
         if payload.len() > MAX_PAYLOAD {
             return Ok(Push::TooBig);
         }
-        let meta = RecMeta {
-            src: self
-                .own_src
-                .ok_or(Broken("a short record on a link without a source"))?,
-            sport,
-            tos,
-            ipv4_id: 0,
-            forwarded: false,
-            exact: true,
-            intact: made.intact,
-            no_icrc: made.no_icrc,
-        };
+        let meta = self.own_meta(sport, tos, made)?;
         self.write_record(
             &meta.encode_short(payload.len() as u16, KIND_OWN),
             payload,
@@ -391,17 +380,9 @@ impl Producer {
             return Ok(None);
         }
         let total = align8(OWN_HDR + max) as u64;
-        let pos = self.tail % self.cap;
-        let to_end = self.cap - pos;
-        let skip = if total > to_end { to_end } else { 0 };
-        if !self.room(skip + total)? {
+        let Some(pos) = self.room_before_end(total)? else {
             return Ok(None);
-        }
-        if skip > 0 {
-            self.write_header(pos, &[0, 0, 0, 0, 0, KIND_SKIP, 0, 0]);
-            self.tail += skip;
-        }
-        let pos = self.tail % self.cap;
+        };
         // SAFETY: `pos + total <= cap`: the room lies inside the record
         // area, past the tail, where the consumer does not read.
         let ptr = unsafe { self.data_ptr().add(pos as usize + OWN_HDR) };
@@ -427,19 +408,7 @@ impl Producer {
         made: Made,
         len: usize,
     ) -> Result<Push, Broken> {
-        let Some(src) = self.own_src else {
-            return Err(Broken("a short record on a link without a source"));
-        };
-        let meta = RecMeta {
-            src,
-            sport,
-            tos,
-            ipv4_id: 0,
-            forwarded: false,
-            exact: true,
-            intact: made.intact,
-            no_icrc: made.no_icrc,
-        };
+        let meta = self.own_meta(sport, tos, made)?;
         let h = meta.encode_short(len as u16, KIND_OWN_WHOLE);
         let skip = whole_skip(h[7]).unwrap_or(usize::MAX);
         if len > r.max || len < skip {
@@ -462,19 +431,9 @@ impl Producer {
         piece: Option<usize>,
     ) -> Result<Push, Broken> {
         let total = align8(N + payload.len()) as u64;
-        let pos = self.tail % self.cap;
-        let to_end = self.cap - pos;
-        let skip = if total > to_end { to_end } else { 0 };
-        if !self.room(skip + total)? {
+        let Some(pos) = self.room_before_end(total)? else {
             return Ok(Push::Full);
-        }
-        if skip > 0 {
-            // A skip record needs its kind alone; the rest of the area
-            // may be shorter than a record header.
-            self.write_header(pos, &[0, 0, 0, 0, 0, KIND_SKIP, 0, 0]);
-            self.tail += skip;
-        }
-        let pos = self.tail % self.cap;
+        };
         self.write_header(pos, h);
         // SAFETY: `pos + total <= cap` (records never cross the end), so
         // the payload lands inside the record area, in bytes the consumer
@@ -485,6 +444,43 @@ impl Producer {
         }
         self.tail += total;
         Ok(Push::Written)
+    }
+
+    /// The header of a record of the writer's own datagram.
+    fn own_meta(&self, sport: u16, tos: u8, made: Made) -> Result<RecMeta, Broken> {
+        let src = self
+            .own_src
+            .ok_or(Broken("a short record on a link without a source"))?;
+        Ok(RecMeta {
+            src,
+            sport,
+            tos,
+            ipv4_id: 0,
+            forwarded: false,
+            exact: true,
+            intact: made.intact,
+            no_icrc: made.no_icrc,
+        })
+    }
+
+    /// Room at the tail for a record of `total` bytes that does not cross
+    /// the end of the area (records never do): a skip record over the
+    /// rest of the area first when it would; the record's position, or
+    /// `None` when the consumer has not freed that much.
+    fn room_before_end(&mut self, total: u64) -> Result<Option<u64>, Broken> {
+        let pos = self.tail % self.cap;
+        let to_end = self.cap - pos;
+        let skip = if total > to_end { to_end } else { 0 };
+        if !self.room(skip + total)? {
+            return Ok(None);
+        }
+        if skip > 0 {
+            // A skip record needs its kind alone; the rest of the area
+            // may be shorter than a record header.
+            self.write_header(pos, &[0, 0, 0, 0, 0, KIND_SKIP, 0, 0]);
+            self.tail += skip;
+        }
+        Ok(Some(self.tail % self.cap))
     }
 
     fn data_ptr(&self) -> *mut u8 {
