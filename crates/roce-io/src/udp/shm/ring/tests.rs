@@ -7,6 +7,13 @@ fn pair(cap: usize) -> (Producer, Consumer) {
     (p, c)
 }
 
+/// A ring of the least size whose two ends know `src` as the link's own
+/// source (short records).
+fn own_pair(src: IpAddr) -> (Producer, Consumer) {
+    let (p, c) = pair(MIN_CAP);
+    (p.with_own_source(src), c.with_own_source(src))
+}
+
 /// A record's metadata: from 127.0.0.7, `sport`, `tos`.
 fn m(sport: u16, tos: u8) -> RecMeta {
     RecMeta {
@@ -322,12 +329,7 @@ fn a_record_says_whether_its_datagram_is_as_the_engine_made_it() {
     // Both kinds: the short record of the link's own source, and the
     // full one (a source of another address).
     let src: IpAddr = "127.0.0.7".parse().unwrap();
-    let p = Producer::create(MIN_CAP).unwrap();
-    let fd = p.mem().fd().try_clone().unwrap();
-    let mut c = Consumer::open(SharedMem::open(fd, CONTROL + MIN_CAP).unwrap())
-        .unwrap()
-        .with_own_source(src);
-    let mut p = p.with_own_source(src);
+    let (mut p, mut c) = own_pair(src);
     let other = RecMeta {
         src: "127.0.0.9".parse().unwrap(),
         ..m(5, 6)
@@ -375,12 +377,7 @@ fn a_record_says_whether_its_datagram_is_as_the_engine_made_it() {
 fn a_datagram_built_in_the_ring_arrives_as_its_payload() {
     for (src, skip) in [("127.0.0.7", 28usize), ("fd00::7", 48)] {
         let src: IpAddr = src.parse().unwrap();
-        let p = Producer::create(MIN_CAP).unwrap();
-        let fd = p.mem().fd().try_clone().unwrap();
-        let mut c = Consumer::open(SharedMem::open(fd, CONTROL + MIN_CAP).unwrap())
-            .unwrap()
-            .with_own_source(src);
-        let mut p = p.with_own_source(src);
+        let (mut p, mut c) = own_pair(src);
         let made = Made {
             intact: true,
             no_icrc: true,
