@@ -22,11 +22,6 @@ pub use shared::SharedPcap;
 /// 802 local experimental), so that they are recorded but not misread.
 pub const ETHERTYPE_UNKNOWN: u16 = 0x88b5;
 
-/// The largest IPv4 identification looked for in a received datagram
-/// whose socket did not tell it (a GSO send's segment number; roce-core
-/// looks as far when it checks the ICRC).
-const MAX_SOLVED_IPV4_ID: u16 = 127;
-
 /// The synthetic MAC address the tap gives an IP address: `02:00:a:b:c:d`
 /// for IPv4 `a.b.c.d`, `02` and the last five bytes for IPv6 (locally
 /// administered, unicast).
@@ -268,7 +263,7 @@ impl<B: Backend, W: Write> PcapTap<B, W> {
         let id0 = icrc::compute_with(Code::Fast, &whole[..end], &[]).ok()?;
         let found = icrc::read(whole[end..].try_into().ok()?);
         self.rebaser
-            .solve_ipv4_id(id0, found, end, MAX_SOLVED_IPV4_ID)
+            .solve_ipv4_id(id0, found, end, icrc::MAX_GSO_IPV4_ID)
     }
 
     /// Records datagram `d`, which came without its ICRC: with it.

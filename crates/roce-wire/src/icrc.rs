@@ -368,6 +368,11 @@ impl Rebaser {
     }
 }
 
+/// The largest IPv4 identification a receiver that cannot see it tries
+/// ([`solve_ipv4_id`](fn@solve_ipv4_id)): the segment numbers of a UDP
+/// GSO send (at most 128 segments).
+pub const MAX_GSO_IPV4_ID: u16 = 127;
+
 /// The IPv4 identification in `1..=max` (at most 127) with which a
 /// datagram whose ICRC for identification 0 is `icrc_id0` has the ICRC
 /// `found`, all else equal; `covered_len` as for [`rebase`]. A receiver

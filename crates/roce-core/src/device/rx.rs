@@ -12,11 +12,6 @@ use crate::qp::state::QpState;
 use crate::qp::Ctx;
 use crate::Nanos;
 
-/// Largest IPv4 identification the engine tries for a datagram received
-/// without it ([`icrc::Rebaser::solve_ipv4_id`]): the segment numbers of a
-/// UDP GSO send (at most 128 segments).
-const MAX_SOLVED_ID: u16 = 127;
-
 /// What is known of the header fields a datagram's ICRC covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Covered {
@@ -132,7 +127,7 @@ impl Device {
                 if id0 == p.icrc
                     || self
                         .rebaser
-                        .solve_ipv4_id(id0, p.icrc, covered_len, MAX_SOLVED_ID)
+                        .solve_ipv4_id(id0, p.icrc, covered_len, icrc::MAX_GSO_IPV4_ID)
                         .is_some()
                 {
                     self.counters.rx_icrc_assumed_ipv4_id += 1;
