@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import kill_group, tail
+from benchlib import figure, kill_group, tail
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 120  # s for any one client or job
@@ -180,14 +180,7 @@ def perftest(tool, args, col):
         port = next_port()
         a = args + ["-p", str(port)]
         out, _ = pair(roce_exec([tool] + a), roce_exec([tool] + a + [ADDR]), env(), lambda: tcp_listening(port))
-        lines = out.splitlines()
-        for i, l in enumerate(lines):
-            if l.strip().startswith("#bytes"):
-                for row in lines[i + 1:]:
-                    f = row.split()
-                    if f and f[0].isdigit():
-                        return float(f[col])
-        raise RuntimeError("no result row:\n" + tail(out))
+        return figure(out, col)
     return run
 
 
