@@ -3,6 +3,8 @@
 //! flags, unknown or unreachable peer, a port held by a stack that does
 //! not share, peer killed, Ctrl-C); `--loopback` on one shared address.
 
+mod common;
+
 use std::net::UdpSocket;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -18,16 +20,7 @@ fn roce(args: &[&str]) -> Output {
 }
 
 fn json_run(args: &[&str]) -> Value {
-    let o = roce(args);
-    let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "roce {args:?}\nstdout: {out}\nstderr: {err}"
-    );
-    serde_json::from_str(out.lines().last().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+    common::json_of(&roce(args))
 }
 
 /// The data check can fail: told to expect another pattern from the peer

@@ -4,21 +4,16 @@
 //! ring), and a capture taken at the receiver shows every frame with a
 //! valid ICRC, computed when it was recorded.
 
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::Duration;
 
+use common::{json_of, spawn, text};
 use roce_testkit::port_args;
 use serde_json::Value;
 
-fn json_of(o: &std::process::Output) -> Value {
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert_eq!(o.status.code(), Some(0), "stdout: {out}\nstderr: {err}");
-    serde_json::from_str(out.lines().last().unwrap_or(""))
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
+/// Longest any one `roce` run of these tests may take.
+const LIMIT: Duration = Duration::from_secs(60);
 
 fn counter(v: &Value, group: &str, name: &str) -> u64 {
     v["counters"][group][name]
@@ -32,11 +27,21 @@ fn counter(v: &Value, group: &str, name: &str) -> u64 {
 #[test]
 fn loopback_writes_go_without_the_senders_icrc_and_arrive_intact() {
     let (port, rport) = port_args();
-    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(["perf", "write-bw", "--loopback", "-s", "9001", "-n", "300"])
-        .args(["--json", "-p", &port, "--roce-port", &rport])
-        .output()
-        .expect("run roce");
+    let o = spawn(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "-s",
+        "9001",
+        "-n",
+        "300",
+        "--json",
+        "-p",
+        &port,
+        "--roce-port",
+        &rport,
+    ])
+    .wait(LIMIT);
     let v = json_of(&o);
     assert_eq!(v["verified"], true, "{v}");
     let deferred = counter(&v, "device", "tx_icrc_deferred");
@@ -57,42 +62,36 @@ fn a_capture_at_the_receiver_shows_valid_icrcs() {
     let pcap = dir.path().join("server.pcap");
     let (port, rport) = port_args();
     let common = ["-s", "9001", "-n", "40", "-p", &port, "--roce-port", &rport];
-    let server = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(["perf", "write-bw", "--bind", "127.0.0.1", "--pcap"])
-        .arg(&pcap)
-        .args(common)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args([
-            "perf",
-            "write-bw",
-            "127.0.0.1",
-            "--bind",
-            "127.0.0.2",
-            "--json",
-        ])
-        .args(common)
-        .output()
-        .unwrap();
-    let s = server.wait_with_output().unwrap();
-    assert_eq!(
-        s.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&s.stderr)
+    let pcap_s = pcap.to_str().unwrap();
+    let server = spawn(
+        &[
+            &["perf", "write-bw", "--bind", "127.0.0.1", "--pcap", pcap_s][..],
+            &common[..],
+        ]
+        .concat(),
     );
+    std::thread::sleep(Duration::from_millis(300));
+    let client = spawn(
+        &[
+            &[
+                "perf",
+                "write-bw",
+                "127.0.0.1",
+                "--bind",
+                "127.0.0.2",
+                "--json",
+            ][..],
+            &common[..],
+        ]
+        .concat(),
+    )
+    .wait(LIMIT);
+    let s = server.wait(LIMIT);
+    assert_eq!(s.status.code(), Some(0), "{}", text(&s).1);
     let v = json_of(&client);
     assert_eq!(v["verified"], true, "{v}");
     assert!(counter(&v, "device", "tx_icrc_deferred") > 0, "{v}");
-    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .args(["inspect", "--json", "--summary"])
-        .arg(&pcap)
-        .output()
-        .unwrap();
+    let o = spawn(&["inspect", "--json", "--summary", pcap_s]).wait(LIMIT);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}");
     let s: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
@@ -100,11 +99,7 @@ fn a_capture_at_the_receiver_shows_valid_icrcs() {
     assert!(s["roce_packets"].as_u64().unwrap() >= 120, "{s}");
     assert_eq!(s["malformed"], 0, "{s}");
     assert_eq!(s["icrc_failures"], 0, "{s}");
-    let o = Command::new(env!("CARGO_BIN_EXE_roce"))
-        .arg("inspect")
-        .arg(&pcap)
-        .output()
-        .unwrap();
+    let o = spawn(&["inspect", pcap_s]).wait(LIMIT);
     let out = String::from_utf8_lossy(&o.stdout);
     let writes: Vec<&str> = out.lines().filter(|l| l.contains("RDMA_WRITE_")).collect();
     assert!(writes.len() >= 120, "{out}");

@@ -25,6 +25,15 @@ pub fn spawn(args: &[&str]) -> Guard {
     Guard::spawn(c)
 }
 
+/// The JSON document on the last line of a `roce ... --json` run that
+/// exited 0 (the test fails with its output otherwise).
+pub fn json_of(o: &std::process::Output) -> serde_json::Value {
+    let (out, err) = text(o);
+    assert_eq!(o.status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+    serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
 /// Where cargo left the drop-in libraries (`libibverbs.so`,
 /// `librdmacm.so`) for this build of `roce`: its `deps` directory when
 /// both are there, else beside the binary (`ROCE_LIB_DIR` for `roce
