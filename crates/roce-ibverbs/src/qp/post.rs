@@ -213,13 +213,10 @@ unsafe fn begin(q: *mut ibv_qp_ex, op: SendOp) {
     b.dests.push(None);
 }
 
-/// The WR being built, or the builder's error if there is none.
-///
-/// # Safety
-/// As [`builder`].
-unsafe fn last<'a>(q: *mut ibv_qp_ex) -> Option<&'a mut SendWr> {
-    // SAFETY: the caller's contract.
-    let (_, b, _) = unsafe { builder(q) };
+/// The WR being built, or the builder's error (`EINVAL`) if there is
+/// none. Every setter reaches the WR through the one `&mut Builder` it
+/// took from [`builder`], never through a second.
+fn last(b: &mut Builder) -> Option<&mut SendWr> {
     if b.wrs.is_empty() {
         b.error.get_or_insert(libc::EINVAL);
     }
@@ -345,7 +342,8 @@ entry! {
     fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
         void(|| {
             // SAFETY: the program's QP, in a builder session.
-            if let Some(w) = unsafe { last(q) } {
+            let (_, b, _) = unsafe { builder(q) };
+            if let Some(w) = last(b) {
                 w.payload = Payload::Sgl([Sge {
                     addr,
                     length,
@@ -371,12 +369,17 @@ entry! {
                     b.error.get_or_insert(libc::ENOSPC);
                     return Ok(());
                 }
-                match (sgl(list, n as c_int, max), last(q)) {
-                    (Ok(s), Some(w)) => w.payload = Payload::Sgl(s),
-                    (Err(e), _) => {
+                match sgl(list, n as c_int, max) {
+                    Ok(s) => {
+                        if let Some(w) = last(b) {
+                            w.payload = Payload::Sgl(s);
+                        }
+                    }
+                    Err(e) => {
+                        // No WR being built is EINVAL first, as before.
+                        let _ = last(b);
                         b.error.get_or_insert(e);
                     }
-                    _ => {}
                 }
             }
             Ok(())
@@ -417,22 +420,27 @@ entry! {
 /// As [`builder`]; each buffer is the program's readable memory.
 unsafe fn set_inline(q: *mut ibv_qp_ex, bufs: &[ibv_data_buf]) {
     // SAFETY: the caller's contract.
-    unsafe {
-        let max = builder(q).0.cap.max_inline_data as usize;
-        let Some(w) = last(q) else { return };
-        let total = bufs.iter().try_fold(0usize, |t, d| t.checked_add(d.length));
-        if total.is_none_or(|t| t > max) {
-            builder(q).1.error.get_or_insert(libc::ENOSPC);
-            return;
-        }
-        match inline(bufs.iter().map(|d| (d.addr as u64, d.length))) {
-            Ok(v) => w.payload = Payload::Inline(v),
-            Err(e) => {
-                builder(q).1.error.get_or_insert(e);
-                return;
+    let (qp, b, _) = unsafe { builder(q) };
+    let max = qp.cap.max_inline_data as usize;
+    if last(b).is_none() {
+        return;
+    }
+    let total = bufs.iter().try_fold(0usize, |t, d| t.checked_add(d.length));
+    if total.is_none_or(|t| t > max) {
+        b.error.get_or_insert(libc::ENOSPC);
+        return;
+    }
+    // SAFETY: the caller's contract (each buffer readable).
+    match unsafe { inline(bufs.iter().map(|d| (d.addr as u64, d.length))) } {
+        Ok(v) => {
+            if let Some(w) = b.wrs.last_mut() {
+                w.payload = Payload::Inline(v);
+                w.flags = w.flags | SendFlags::INLINE;
             }
         }
-        w.flags = w.flags | SendFlags::INLINE;
+        Err(e) => {
+            b.error.get_or_insert(e);
+        }
     }
 }
 
@@ -446,15 +454,17 @@ entry! {
                 let ah = ah.cast::<Ah>().as_ref();
                 // An AH of another context: EINVAL, as for ibv_post_send.
                 let ah = ah.filter(|a| a.ibv.context == qp.ibv.qp_base.context);
-                let dest = last(q).and(builder(q).1.dests.last_mut());
-                match (ah, dest) {
-                    (Some(a), Some(d)) => {
-                        *d = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)))
+                let building = last(b).is_some();
+                match ah {
+                    Some(a) if building => {
+                        if let Some(d) = b.dests.last_mut() {
+                            *d = Some(a.ah.ud_dest(Qpn::new(qpn & 0xff_ffff), Qkey::new(qkey)));
+                        }
                     }
-                    (None, _) => {
+                    Some(_) => {}
+                    None => {
                         b.error.get_or_insert(libc::EINVAL);
                     }
-                    _ => {}
                 }
             }
             Ok(())
