@@ -212,12 +212,22 @@ fn each_error_type_converts_for_question_mark() {
     );
     let e = boxed(&a.pd).unwrap_err();
     assert!(e.downcast_ref::<CreateError>().is_some(), "{e}");
-    let modify: Error = ModifyQpError::NoSuchQp.into();
-    let reg: Error = RegMrError::InvalidAccess.into();
-    assert!(matches!(
-        (modify, reg),
-        (Error::ModifyQp(_), Error::RegMr(_))
-    ));
+    // Each general error names the call's error as its source.
+    let general: [(Error, String); 3] = [
+        (
+            ModifyQpError::NoSuchQp.into(),
+            ModifyQpError::NoSuchQp.to_string(),
+        ),
+        (
+            RegMrError::InvalidAccess.into(),
+            RegMrError::InvalidAccess.to_string(),
+        ),
+        (CqError::Overflow.into(), CqError::Overflow.to_string()),
+    ];
+    for (e, want) in general {
+        let source = std::error::Error::source(&e).map(|s| s.to_string());
+        assert_eq!(source.as_deref(), Some(want.as_str()), "{e:?}");
+    }
 }
 
 /// A CQ that overflowed fails every poll with `CqError::Overflow`; an SRQ
