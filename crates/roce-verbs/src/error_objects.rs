@@ -114,3 +114,13 @@ impl From<AccessError> for RegionError {
         }
     }
 }
+
+impl From<VerbsError> for RegionError {
+    /// The engine's refusal of an application-side access to a region.
+    fn from(e: VerbsError) -> RegionError {
+        match e {
+            VerbsError::Access(a) => a.into(),
+            _ => RegionError::Revoked,
+        }
+    }
+}

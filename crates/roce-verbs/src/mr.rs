@@ -241,7 +241,7 @@ impl MemoryRegion {
         let core = shared.core_quiet();
         core.dev
             .mr_read(self.core.keys, self.core.pd(), va, out)
-            .map_err(region_error)
+            .map_err(RegionError::from)
     }
 
     /// Copies `data` into the region at `offset`, under the engine lock.
@@ -255,7 +255,7 @@ impl MemoryRegion {
         let mut core = shared.core_quiet();
         core.dev
             .mr_write(self.core.keys, self.core.pd(), va, data)
-            .map_err(region_error)
+            .map_err(RegionError::from)
     }
 
     /// A copy of the whole region.
@@ -605,11 +605,3 @@ impl fmt::Display for DeregError {
 }
 
 impl std::error::Error for DeregError {}
-
-/// The engine's refusal of an application-side access to a region.
-fn region_error(e: roce_core::VerbsError) -> RegionError {
-    match e {
-        roce_core::VerbsError::Access(a) => a.into(),
-        _ => RegionError::Revoked,
-    }
-}

@@ -72,9 +72,8 @@ impl QueuePair {
     /// [`post_send_list`](Self::post_send_list) posts a list, and leaves
     /// it empty (what was not posted is dropped).
     pub fn post_send_batch(&self, batch: &mut SendBatch) -> Result<(), PostListError> {
-        let r = self.post_gathered(batch.drain());
-        batch.clear();
-        r
+        // The drain empties the batch when dropped, posted or not.
+        self.post_gathered(batch.drain())
     }
 
     /// Posts engine WRs in order under one lock (see `post_send_list`).

@@ -87,8 +87,8 @@ const KIND_OWN_WHOLE: u8 = 4;
 /// IPv6.
 fn whole_skip(family: u8) -> Option<usize> {
     match family {
-        4 => Some(20 + 8),
-        6 => Some(40 + 8),
+        4 => Some(roce_wire::ipv4::HEADER_LEN + roce_wire::udp::HEADER_LEN),
+        6 => Some(roce_wire::ipv6::HEADER_LEN + roce_wire::udp::HEADER_LEN),
         _ => None,
     }
 }
