@@ -25,12 +25,12 @@
 
 /// `wrap_errors!(Target: Inner => Variant, ...)`: each inner error says
 /// the same wherever a command meets it, so `?` wraps it as it is in
-/// the command's error type.
+/// the command's error type (boxed where the variant holds a box).
 macro_rules! wrap_errors {
-    ($target:ident: $($t:ty => $variant:ident),* $(,)?) => {$(
+    ($target:path: $($t:ty => $variant:ident),* $(,)?) => {$(
         impl From<$t> for $target {
-            fn from(e: $t) -> $target {
-                $target::$variant(e)
+            fn from(e: $t) -> Self {
+                Self::$variant(e.into())
             }
         }
     )*};

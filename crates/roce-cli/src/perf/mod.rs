@@ -45,41 +45,22 @@ mod traffic_lat;
 pub(crate) use args::PerfArgs;
 pub(crate) use run::run;
 
-/// A verbs call's error (the general one or a call's own) is a
-/// [`error::PerfError::Verbs`].
-macro_rules! from_verbs {
-    ($($t:ty),*) => {$(
-        impl From<$t> for error::PerfError {
-            fn from(e: $t) -> error::PerfError {
-                error::PerfError::Verbs(Box::new(e))
-            }
-        }
-    )*};
-}
-
-from_verbs!(
-    roce_verbs::Error,
-    roce_verbs::PostError,
-    roce_verbs::CreateError,
-    roce_verbs::ModifyQpError,
-    roce_verbs::RegMrError,
-    roce_verbs::CqError,
-    roce_verbs::RegionError
+// A verbs call's error (the general one or a call's own) is a
+// `PerfError::Verbs`; the shared helpers' (`crate::device`, and the
+// rdma_cm accept loop of `crate::rping::first_to_connect`) a
+// `PerfError::Device`.
+wrap_errors!(
+    error::PerfError:
+    roce_verbs::Error => Verbs,
+    roce_verbs::PostError => Verbs,
+    roce_verbs::CreateError => Verbs,
+    roce_verbs::ModifyQpError => Verbs,
+    roce_verbs::RegMrError => Verbs,
+    roce_verbs::CqError => Verbs,
+    roce_verbs::RegionError => Verbs,
+    crate::device::DeviceError => Device,
+    crate::rping::RpingError => Device,
 );
-
-impl From<crate::device::DeviceError> for error::PerfError {
-    fn from(e: crate::device::DeviceError) -> error::PerfError {
-        error::PerfError::Device(Box::new(e))
-    }
-}
-
-/// The failures of the rdma_cm accept loop shared with `roce rping`
-/// ([`crate::rping::first_to_connect`]).
-impl From<crate::rping::RpingError> for error::PerfError {
-    fn from(e: crate::rping::RpingError) -> error::PerfError {
-        error::PerfError::Device(Box::new(e))
-    }
-}
 
 /// A failed verbs (or rdma_cm) call, said with what was being done
 /// (`.map_err(during("post_send"))`).
