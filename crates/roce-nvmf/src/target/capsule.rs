@@ -148,9 +148,6 @@ impl Target {
         if let Some(c) = q.cntlid().and_then(|id| self.ctrls.get_mut(&id)) {
             c.note_traffic();
         }
-        let Some(q) = self.conns.get_mut(&conn) else {
-            return;
-        };
         let cid = sqe.cid();
         if q.outstanding.contains(&cid) {
             // The CID stays with the command already running.
