@@ -73,13 +73,15 @@ def roce_port_holders():
     return n
 
 
-def pair(server, client, port, env, listen_timeout=20, client_timeout=120, server_timeout=20):
+def pair(server, client, port, env, listen_timeout=20, client_timeout=120, server_timeout=20,
+         server_env=None):
     """Runs a server command until it listens on TCP `port`, then the
     client command; each in a process group of its own, both ended at the
-    end whatever happens. Returns (client output, None) or (None, why)."""
+    end whatever happens. The server runs with `server_env` when given,
+    else `env`. Returns (client output, None) or (None, why)."""
     srv = cli = None
     try:
-        srv = subprocess.Popen(server, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        srv = subprocess.Popen(server, env=server_env if server_env is not None else env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
         deadline = time.monotonic() + listen_timeout
         while port not in tcp_ports(True):

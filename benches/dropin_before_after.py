@@ -4,14 +4,17 @@ before and after a change, in one sitting, alternating, two processes on
 one host (issue 32 item 5: the same-host shared-memory path after "one
 device per host").
 
-    python3 benches/dropin_before_after.py BEFORE_LIB_DIR AFTER_LIB_DIR [ROUNDS] [--json]
+    python3 benches/dropin_before_after.py BEFORE_LIB_DIR AFTER_LIB_DIR [ROUNDS] [--json] [--only=TEXT]
 
 Each LIB_DIR holds libibverbs.so.1 (and librdmacm.so.1), e.g. symlinks
 to target/release/libibverbs.so of a release build of each tree. Every
 run is exactly what a user types: LD_LIBRARY_PATH=LIB_DIR
 ROCE_DEVICES=lo, no ROCE_ADDR (the other ROCE_* variables are cleared),
 server `ib_write_lat -s 2 -n 20000 -p PORT`, client the same and
-127.0.0.1. Within a round the two builds take turns, before-after then
+127.0.0.1 (for "write_lat 2 B, ACKs at once" the server has
+ROCE_ACK_DELAY=0: it acknowledges every packet at once, as the kernel's
+rxe and RoCE NICs do). --only=TEXT runs the tests whose name holds TEXT.
+Within a round the two builds take turns, before-after then
 after-before (ABBA, also flipped from round to round) so drift of a
 shared machine falls on both alike.
 
@@ -41,8 +44,10 @@ from benchlib import figure, free_port, pair, roce_port_holders, tail
 
 
 TESTS = [
-    # name, perftest tool, args, result column, unit, higher-is-better
+    # name, perftest tool, args, result column, unit, higher-is-better[, the server's extra env]
     ("write_lat 2 B", "ib_write_lat", ["-s", "2", "-n", "20000"], 4, "t_typical us", False),
+    ("write_lat 2 B, ACKs at once", "ib_write_lat", ["-s", "2", "-n", "20000"], 5, "t_avg us", False,
+     {"ROCE_ACK_DELAY": "0"}),
     ("write_bw 64 KiB", "ib_write_bw", ["-s", "65536", "-D", "2"], 3, "MB/s avg", True),
     ("send_bw 8 B", "ib_send_bw", ["-s", "8", "-D", "2"], 4, "Mpps", True),
     ("send_lat 2 B", "ib_send_lat", ["-s", "2", "-n", "20000"], 4, "t_typical us", False),
@@ -60,11 +65,12 @@ def say(*a):
     print(*a, file=OUT, flush=True)
 
 
-def run_pair(tool, args, env):
+def run_pair(tool, args, env, server_extra=None):
     """Runs a perftest server and client; returns (client stdout, None) or (None, why)."""
     port = str(free_port())
+    server_env = dict(env, **server_extra) if server_extra else None
     return pair([tool] + args + ["-p", port], [tool] + args + ["-p", port, "127.0.0.1"], int(port), env,
-                LISTEN_TIMEOUT, CLIENT_TIMEOUT, SERVER_TIMEOUT)
+                LISTEN_TIMEOUT, CLIENT_TIMEOUT, SERVER_TIMEOUT, server_env)
 
 
 def load():
@@ -92,9 +98,16 @@ def fmt(x, nd=3):
 
 
 def main():
+    global TESTS
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    if len(args) not in (2, 3) or any(a not in ("--json",) for a in sys.argv[1:] if a.startswith("--")):
+    opts = [a for a in sys.argv[1:] if a.startswith("--")]
+    if len(args) not in (2, 3) or any(a != "--json" and not a.startswith("--only=") for a in opts):
         sys.exit(__doc__)
+    for o in opts:
+        if o.startswith("--only="):
+            TESTS = [t for t in TESTS if o[len("--only="):] in t[0]]
+    if not TESTS:
+        sys.exit("--only: no test by that name")
     libs = {"before": os.path.abspath(args[0]), "after": os.path.abspath(args[1])}
     rounds = int(args[2]) if len(args) == 3 else 5
     for side, d in libs.items():
@@ -109,11 +122,11 @@ def main():
     failures = []
     start = time.monotonic()
     for r in range(rounds):
-        for i, (name, tool, targs, col, unit, _) in enumerate(TESTS):
+        for i, (name, tool, targs, col, unit, _, *extra) in enumerate(TESTS):
             order = ("before", "after") if (r + i) % 2 == 0 else ("after", "before")
             for side in order:
                 held = roce_port_holders()
-                out, why = run_pair(tool, targs, envs[side])
+                out, why = run_pair(tool, targs, envs[side], extra[0] if extra else None)
                 value = None
                 if out is not None:
                     try:
@@ -129,7 +142,7 @@ def main():
     elapsed = time.monotonic() - start
 
     rows = []
-    for name, tool, targs, col, unit, higher in TESTS:
+    for name, tool, targs, col, unit, higher, *_ in TESTS:
         b, a = results[name]["before"], results[name]["after"]
         mb, ma = median(b), median(a)
         paired = [y / x for x, y in zip(b, a) if x and y is not None]

@@ -155,11 +155,16 @@ impl CompletionQueue {
         }
         if n > 0 && shared.cfg.hand_over_on_completion {
             // It polled until this: it may now wait by other means. The
-            // progress thread sees that at its next look; waking it now
-            // would cost this thread a context switch where CPUs are
-            // scarce, and the answer to a request usually came with the
-            // completion (roce-core's ACK deferral sends it first).
-            shared.sig.handed_over();
+            // progress thread sees that at its next look; it is woken now
+            // only while datagrams came when the program was away
+            // (`schedule::hand_over_wakes`): a wake-up costs this thread
+            // a context switch where CPUs are scarce, and the answer to a
+            // request usually came with the completion (roce-core's ACK
+            // deferral sends it first).
+            shared.sig.handed_over(shared.recent());
+            if shared.sig.hand_over_view() {
+                shared.unpark();
+            }
         }
         Ok(n)
     }
@@ -278,7 +283,7 @@ impl CompletionChannel {
         let shared = self.ctx.shared();
         // Nobody polls while this thread sleeps: let the progress thread
         // take doorbells again.
-        shared.sig.handed_over();
+        shared.sig.handed_over(shared.recent());
         shared.unpark();
         let end = timeout.map(|t| Instant::now() + t);
         let mut q = lock(&self.queue.queue);

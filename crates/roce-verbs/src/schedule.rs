@@ -10,7 +10,7 @@
 //! The rules and the measurements behind each are in the docs of
 //! [`ProgressConfig`]'s fields and in docs/architecture.md ("Threads and locks of the progress engine").
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use roce_core::Nanos;
 
@@ -23,6 +23,11 @@ pub(crate) const RUNNING: u64 = u64::MAX;
 /// nothing is scheduled (an arriving datagram, a kick or a timer ends it
 /// sooner).
 pub(crate) const IDLE_ON_IO: Nanos = 100_000_000;
+
+/// Receives while the application polls that a hand-over goes on waking
+/// the progress thread after one for an application that had handed over
+/// ([`Signals::received`]).
+pub(crate) const AWAY_RECEIVES: u32 = 8;
 
 /// What the scheduling rules read, written by application threads and
 /// the progress thread without a lock (relaxed, but for the sleep
@@ -72,6 +77,15 @@ pub(crate) struct Signals {
     /// step raised, and by one another thread raised.
     pub(crate) events_own_step: AtomicU64,
     pub(crate) events_woken: AtomicU64,
+    /// Receives to come while the application polls before a hand-over
+    /// stops waking the progress thread ([`Signals::received`]).
+    pub(crate) away: AtomicU32,
+    /// When the application last handed over.
+    pub(crate) handed_at: AtomicU64,
+    /// Calls of application threads into the engine (posts, polls), and
+    /// their count at the last hand-over.
+    pub(crate) calls: AtomicU64,
+    pub(crate) calls_at_hand_over: AtomicU64,
 }
 
 impl Default for Signals {
@@ -92,6 +106,10 @@ impl Default for Signals {
             waiter_until: AtomicU64::new(RUNNING),
             events_own_step: AtomicU64::new(0),
             events_woken: AtomicU64::new(0),
+            away: AtomicU32::new(0),
+            handed_at: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            calls_at_hand_over: AtomicU64::new(0),
         }
     }
 }
@@ -129,6 +147,7 @@ impl Signals {
     /// An application thread polls a CQ.
     pub(crate) fn cq_polled(&self) {
         bump(&self.cq_polls);
+        self.called();
     }
 
     /// The CQ was empty: the thread drives a step itself at `now`.
@@ -141,8 +160,58 @@ impl Signals {
     /// means now ([`ProgressConfig::hand_over_on_completion`], and a
     /// thread about to block on a channel): the progress thread takes
     /// over at its next look.
-    pub(crate) fn handed_over(&self) {
+    pub(crate) fn handed_over(&self, now: Nanos) {
         self.last_inline.store(0, Ordering::Relaxed);
+        self.handed_at.store(now, Ordering::Relaxed);
+        self.calls_at_hand_over
+            .store(self.calls.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// An application thread called into the engine (a post, a poll).
+    pub(crate) fn called(&self) {
+        bump(&self.calls);
+    }
+
+    /// A step received datagrams at `now`: the progress thread's
+    /// (`by_thread`) or an application thread's. Datagrams that come
+    /// while the application is away (it spins on memory a peer's WRITE
+    /// fills, after its poll returned the ACK's completion: `ib_write_lat`
+    /// against a peer that ACKs at once) wait for the progress thread,
+    /// napping beside a program that polled ([`away_receive`]). From the
+    /// first that waited, a hand-over wakes the thread
+    /// ([`hand_over_wakes`]), until [`AWAY_RECEIVES`] receives in a row
+    /// come while the application polls (it takes them itself: no
+    /// wake-up needed, and each would cost it a context switch where
+    /// CPUs are scarce).
+    pub(crate) fn received(&self, t: &Tuning, by_thread: bool, now: Nanos) {
+        let left = self.away.load(Ordering::Relaxed);
+        let handed = by_thread && self.last_inline.load(Ordering::Relaxed) == 0;
+        let next = if !handed {
+            left.saturating_sub(1)
+        } else if away_receive(
+            t,
+            left,
+            self.handed_at.load(Ordering::Relaxed),
+            now,
+            self.calls.load(Ordering::Relaxed) != self.calls_at_hand_over.load(Ordering::Relaxed),
+        ) {
+            AWAY_RECEIVES
+        } else {
+            left
+        };
+        if next != left {
+            self.away.store(next, Ordering::Relaxed);
+        }
+    }
+
+    /// The application handed over ([`handed_over`](Self::handed_over)):
+    /// whether to wake the progress thread now ([`hand_over_wakes`]).
+    pub(crate) fn hand_over_view(&self) -> bool {
+        hand_over_wakes(
+            self.away.load(Ordering::Relaxed),
+            self.wake_at.load(Ordering::Acquire),
+            self.in_sleep.load(Ordering::SeqCst),
+        )
     }
 
     /// A post of send work at `now` is sent by [`post`]'s decision;
@@ -266,6 +335,32 @@ pub(crate) fn wake_after_step(
     more || (!polled_soon && early)
 }
 
+/// Whether the progress thread's receive at `now`, for an application
+/// that handed over at `handed_at` and has not `called` into the engine
+/// since (no post, no poll), shows datagrams waiting for it while the
+/// application was away: once woken for that (`away` left), every such
+/// receive; before, one at least `spin` after the hand-over. A program
+/// that posts and polls on after its completion, as a bandwidth loop
+/// does, is not away, whoever receives its ACKs.
+pub(crate) fn away_receive(
+    t: &Tuning,
+    away: u32,
+    handed_at: Nanos,
+    now: Nanos,
+    called: bool,
+) -> bool {
+    !called && (away > 0 || now.saturating_sub(handed_at) >= t.spin)
+}
+
+/// Whether an application's hand-over wakes the progress thread: while
+/// datagrams came when the application was away (`away`, from
+/// [`Signals::received`]), and only from a nap off the descriptor (asleep
+/// on it, it wakes for the next datagram anyway; awake, it sees the
+/// hand-over at its next look).
+pub(crate) fn hand_over_wakes(away: u32, wake_at: Nanos, in_sleep: bool) -> bool {
+    away > 0 && wake_at != RUNNING && !in_sleep
+}
+
 /// Whether a datagram queued on a fabric port wakes the progress thread:
 /// not while an application polls (within `spin`: it takes the datagram
 /// itself) nor while the thread is awake.
@@ -318,6 +413,10 @@ pub(crate) struct Stepped {
     /// An application thread waits on the backend's descriptor
     /// ([`Signals::waiters`]): it takes what arrives.
     pub(crate) beside_waiter: bool,
+    /// The application's hand-overs wake this thread
+    /// ([`Signals::received`]): it sleeps on the descriptor at once
+    /// rather than spin for what comes next.
+    pub(crate) woken_at_hand_over: bool,
 }
 
 impl ThreadRules {
@@ -444,7 +543,7 @@ impl ThreadRules {
         // call is slow).
         let inline_active =
             s.driven || s.beside_waiter || now.saturating_sub(last_inline) < t.max_park;
-        if !inline_active && now.saturating_sub(self.last_work) < t.spin {
+        if !inline_active && !s.woken_at_hand_over && now.saturating_sub(self.last_work) < t.spin {
             return Rest::Yield;
         }
         let on_io = !inline_active && has_sleeper;

@@ -55,6 +55,7 @@ fn open_on(
         poller_park: std::time::Duration::from_millis(1),
         coalesce_posts: std::time::Duration::from_micros(4),
         check_sges_at_post: false,
+        hand_over_on_completion: true,
         ..roce_verbs::ProgressConfig::default()
     };
     // Peers that number their IPv4 identifications (Linux rxe, and the

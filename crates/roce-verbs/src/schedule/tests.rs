@@ -322,8 +322,9 @@ fn the_signals_feed_the_rules() {
     s.polled_empty(42);
     assert_eq!(s.last_inline.load(Ordering::Relaxed), 42);
     assert_eq!(s.polls.load(Ordering::Relaxed), 1);
-    s.handed_over();
+    s.handed_over(50);
     assert_eq!(s.last_inline.load(Ordering::Relaxed), 0);
+    assert_eq!(s.handed_at.load(Ordering::Relaxed), 50);
 }
 
 /// Beside an application thread blocked for a completion event on the
@@ -483,4 +484,70 @@ fn a_timer_the_waiter_does_not_know_is_the_threads() {
     // Nobody waits: every timer is this thread's.
     r.note_step(Some(now + 7 * MS), RUNNING);
     assert_eq!(r.watch_beside(&t, now + 8 * MS, 0, 0, Some(3)), None);
+}
+
+/// A hand-over wakes the progress thread only after datagrams waited for
+/// it while the application was away (spin or more after its hand-over),
+/// and only from a nap off the descriptor; the waking stops after
+/// AWAY_RECEIVES receives in a row while it polls.
+#[test]
+fn a_hand_over_wakes_the_thread_after_datagrams_waited_for_it() {
+    let t = tuning();
+    // The pure rules.
+    assert!(hand_over_wakes(1, 5 * MS, false));
+    assert!(!hand_over_wakes(0, 5 * MS, false), "nothing waited");
+    assert!(
+        !hand_over_wakes(1, RUNNING, false),
+        "awake: it looks itself"
+    );
+    assert!(
+        !hand_over_wakes(1, 5 * MS, true),
+        "asleep on the descriptor"
+    );
+    let at = 10 * MS;
+    assert!(!away_receive(&t, 0, at, at + 49 * US, false), "back soon");
+    assert!(away_receive(&t, 0, at, at + 50 * US, false));
+    assert!(away_receive(&t, 1, at, at, false), "woken for it");
+    for away in [0, 1] {
+        assert!(!away_receive(&t, away, at, at + MS, true), "it posted");
+    }
+
+    let s = Signals::default();
+    s.wake_at.store(5 * MS, Ordering::Relaxed);
+    let away = |s: &Signals| s.away.load(Ordering::Relaxed);
+    assert!(!s.hand_over_view(), "a fresh context: no wake-up");
+    // The application polls and takes what arrives: still none.
+    s.polled_empty(MS);
+    s.received(&t, false, MS);
+    s.received(&t, true, MS);
+    assert!(!s.hand_over_view());
+    // A bandwidth loop: the thread receives just after a hand-over, or
+    // long after it while the program posts.
+    s.handed_over(2 * MS);
+    s.received(&t, true, 2 * MS + 10 * US);
+    assert!(!s.hand_over_view(), "the program was not away long");
+    s.called();
+    s.received(&t, true, 2 * MS + 500 * US);
+    assert!(!s.hand_over_view(), "the program posted since");
+    s.handed_over(2 * MS + 600 * US);
+    // A datagram waited for the thread while the application was away.
+    s.received(&t, true, 3 * MS);
+    assert_eq!(away(&s), AWAY_RECEIVES);
+    assert!(s.hand_over_view());
+    // Woken at once from now on, the thread's receives keep the mark...
+    s.handed_over(4 * MS);
+    s.received(&t, true, 4 * MS + US);
+    assert_eq!(away(&s), AWAY_RECEIVES);
+    // ... and receives while the application polls wear it off.
+    s.polled_empty(5 * MS);
+    for left in (1..AWAY_RECEIVES).rev() {
+        s.received(&t, left % 2 == 0, 5 * MS);
+        assert_eq!(away(&s), left);
+        assert!(s.hand_over_view());
+    }
+    s.received(&t, false, 5 * MS);
+    assert!(!s.hand_over_view(), "the application takes its datagrams");
+    s.in_sleep.store(true, Ordering::Relaxed);
+    s.away.store(1, Ordering::Relaxed);
+    assert!(!s.hand_over_view(), "asleep on the descriptor");
 }

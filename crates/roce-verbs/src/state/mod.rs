@@ -172,6 +172,7 @@ impl Shared {
         // Under the lock: a step clears the mark under it too, so a change
         // made after the step looked is never left unmarked.
         self.sig.touched.store(true, Ordering::Relaxed);
+        self.sig.called();
         core
     }
 
