@@ -185,7 +185,10 @@ impl Signals {
     /// CPUs are scarce).
     pub(crate) fn received(&self, t: &Tuning, by_thread: bool, now: Nanos) {
         let left = self.away.load(Ordering::Relaxed);
-        let handed = by_thread && self.last_inline.load(Ordering::Relaxed) == 0;
+        // A thread blocked for a completion event is not away: it takes
+        // what arrives itself (`Waiter`).
+        let handed =
+            by_thread && self.last_inline.load(Ordering::Relaxed) == 0 && !self.waiting();
         let next = if !handed {
             left.saturating_sub(1)
         } else if away_receive(

@@ -530,6 +530,11 @@ fn a_hand_over_wakes_the_thread_after_datagrams_waited_for_it() {
     s.received(&t, true, 2 * MS + 500 * US);
     assert!(!s.hand_over_view(), "the program posted since");
     s.handed_over(2 * MS + 600 * US);
+    // One blocked for a completion event takes what arrives itself.
+    s.waiters.store(1, Ordering::SeqCst);
+    s.received(&t, true, 3 * MS);
+    assert!(!s.hand_over_view(), "a waiter is not away");
+    s.waiters.store(0, Ordering::SeqCst);
     // A datagram waited for the thread while the application was away.
     s.received(&t, true, 3 * MS);
     assert_eq!(away(&s), AWAY_RECEIVES);
