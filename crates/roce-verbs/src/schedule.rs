@@ -187,8 +187,7 @@ impl Signals {
         let left = self.away.load(Ordering::Relaxed);
         // A thread blocked for a completion event is not away: it takes
         // what arrives itself (`Waiter`).
-        let handed =
-            by_thread && self.last_inline.load(Ordering::Relaxed) == 0 && !self.waiting();
+        let handed = by_thread && self.last_inline.load(Ordering::Relaxed) == 0 && !self.waiting();
         let next = if !handed {
             left.saturating_sub(1)
         } else if away_receive(
