@@ -13,7 +13,8 @@ ROCE_DEVICES=lo, no ROCE_ADDR (the other ROCE_* variables are cleared),
 server `ib_write_lat -s 2 -n 20000 -p PORT`, client the same and
 127.0.0.1 (for "write_lat 2 B, ACKs at once" the server has
 ROCE_ACK_DELAY=0: it acknowledges every packet at once, as the kernel's
-rxe and RoCE NICs do). --only=TEXT runs the tests whose name holds TEXT.
+rxe and RoCE NICs do). --only=TEXT runs the test of that name, or if
+none, those whose name holds TEXT; several --only add up.
 Within a round the two builds take turns, before-after then
 after-before (ABBA, also flipped from round to round) so drift of a
 shared machine falls on both alike.
@@ -43,7 +44,7 @@ from benchlib import figure, free_port, pair, roce_port_holders, tail
 
 
 
-TESTS = [
+ALL_TESTS = TESTS = [
     # name, perftest tool, args, result column, unit, higher-is-better[, the server's extra env]
     ("write_lat 2 B", "ib_write_lat", ["-s", "2", "-n", "20000"], 4, "t_typical us", False),
     ("write_lat 2 B, ACKs at once", "ib_write_lat", ["-s", "2", "-n", "20000"], 5, "t_avg us", False,
@@ -103,11 +104,13 @@ def main():
     opts = [a for a in sys.argv[1:] if a.startswith("--")]
     if len(args) not in (2, 3) or any(a != "--json" and not a.startswith("--only=") for a in opts):
         sys.exit(__doc__)
-    for o in opts:
-        if o.startswith("--only="):
-            TESTS = [t for t in TESTS if o[len("--only="):] in t[0]]
-    if not TESTS:
-        sys.exit("--only: no test by that name")
+    only = [o[len("--only="):] for o in opts if o.startswith("--only=")]
+    if only:
+        def chosen(name):
+            return any(name == w or (w and w in name and not any(t[0] == w for t in TESTS)) for w in only)
+        TESTS = [t for t in TESTS if chosen(t[0])]
+        if not TESTS:
+            sys.exit(f"--only: no test named or holding {only}; the tests: {[t[0] for t in ALL_TESTS]}")
     libs = {"before": os.path.abspath(args[0]), "after": os.path.abspath(args[1])}
     rounds = int(args[2]) if len(args) == 3 else 5
     for side, d in libs.items():
@@ -157,14 +160,14 @@ def main():
         })
 
     say(f"\n{rounds} rounds in {elapsed / 60:.1f} min, load {load()} at end; ratio = after / before")
-    head = f"{'test':<32} {'n b/a':>5} {'median before':>13} {'median after':>12} {'ratio':>6} {'paired':>6}  {'before min-max':>17}  {'after min-max':>17}"
+    head = f"{'test':<40} {'n b/a':>5} {'median before':>13} {'median after':>12} {'ratio':>6} {'paired':>6}  {'before min-max':>17}  {'after min-max':>17}"
     say(head)
     say("-" * len(head))
     for row in rows:
         rb = "-" if row["range_before"] is None else f"{fmt(row['range_before'][0])}-{fmt(row['range_before'][1])}"
         ra = "-" if row["range_after"] is None else f"{fmt(row['range_after'][0])}-{fmt(row['range_after'][1])}"
         label = f"{row['test']} {row['unit']} ({'hi' if row['higher_is_better'] else 'lo'})"
-        say(f"{label:<32} {row['n_before']}/{row['n_after']:<3} {fmt(row['median_before']):>13} {fmt(row['median_after']):>12} "
+        say(f"{label:<40} {row['n_before']}/{row['n_after']:<3} {fmt(row['median_before']):>13} {fmt(row['median_after']):>12} "
             f"{fmt(row['ratio'], 2):>6} {fmt(row['paired_ratio_median'], 2):>6}  {rb:>17}  {ra:>17}")
     say("(hi: higher is better, lo: lower is better; paired: median of the per-round after/before ratios)")
     if failures:

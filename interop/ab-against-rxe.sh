@@ -30,7 +30,9 @@ ITERS=${ITERS:-3000}
 [ $# -ge 2 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
 BEFORE=$(cd "$1" && pwd) AFTER=$(cd "$2" && pwd) ROUNDS=${3:-4}
 for d in "$BEFORE" "$AFTER"; do
-    [ -f "$d/libibverbs.so.1" ] || { echo "no libibverbs.so.1 in $d" >&2; exit 2; }
+    for l in libibverbs.so.1 librdmacm.so.1; do
+        [ -f "$d/$l" ] || { echo "no $l in $d" >&2; exit 2; }
+    done
 done
 [ -x "$ROCE" ] || { echo "no roce binary at $ROCE" >&2; exit 2; }
 
@@ -43,7 +45,9 @@ fi
 OUT=$(mktemp -d)
 srv=
 cleanup() {
-    # Our server, if a run was cut short (timeout passes the signal on).
+    # Our server, if a run was cut short: $srv is its `timeout`, which
+    # passes the signal on. (A job already given to the guest ends by its
+    # own timeout, or with the VM when this script started it.)
     [ -n "$srv" ] && kill "$srv" 2>/dev/null
     [ "$STARTED" = 1 ] && bash "$LAB_DIR/peer.sh" stop "$PEER" >/dev/null 2>&1
     rm -rf "$OUT"
@@ -51,12 +55,15 @@ cleanup() {
 trap cleanup EXIT
 OUR_IF=$(ip netns exec rxelab ip -o -4 addr show | awk -v ip="$HOST_IP" '{split($4, a, "/")} a[1] == ip {print $2; exit}')
 ours() { # LIB ARGS...: the host's perftest over LIB's drop-in, in the lab's namespace
+    # (ip and env exec in turn: the process is `timeout`; --foreground
+    # keeps it in this script's process group, so Ctrl-C reaches it)
     local lib=$1; shift
-    ip netns exec rxelab env ROCE_LIB_DIR="$lib" timeout 90 \
+    exec ip netns exec rxelab env ROCE_LIB_DIR="$lib" timeout --foreground 90 \
         "$ROCE" exec --devices "roce_${OUR_IF:-br0}" --addr "$HOST_IP" -- "$@" -x 0 2>&1
 }
-# The result row's t_typical and t_avg (columns 5 and 6).
-row() { awk '/#bytes/ {getline; print $5, $6; exit}'; }
+# The result row's t_typical and t_avg (columns 5 and 6): the first line
+# after the header that starts with the size.
+row() { awk '/#bytes/ {h = 1; next} h && $1 ~ /^[0-9]+$/ && NF >= 6 {print $5, $6; exit}'; }
 
 port=$((20000 + RANDOM % 20000))
 for r in $(seq "$ROUNDS"); do
@@ -70,10 +77,10 @@ for r in $(seq "$ROUNDS"); do
                 if [ "$role" = client ]; then
                     id=$(bash "$LAB_DIR/peer.sh" bg "$PEER" "timeout 90 $tool -d \$DEV -x \$GIDX $args")
                     sleep 2
-                    res=$(ours "$lib" "$tool" $args "$PEER_IP" | row)
+                    res=$( (ours "$lib" "$tool" $args "$PEER_IP") | row)
                     TIMEOUT=100 bash "$LAB_DIR/peer.sh" wait "$PEER" "$id" >/dev/null 2>&1
                 else
-                    ours "$lib" "$tool" $args > "$OUT/server.log" &
+                    (ours "$lib" "$tool" $args) > "$OUT/server.log" &
                     srv=$!
                     sleep 2
                     res=$(TIMEOUT=100 bash "$LAB_DIR/peer.sh" exec "$PEER" \

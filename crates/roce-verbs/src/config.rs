@@ -50,7 +50,7 @@ pub struct ProgressConfig {
     /// on the backend's descriptor. Once a datagram has waited for it so
     /// (against a peer that acknowledges at once, as rxe and NICs do),
     /// hand-overs wake it, until receives in a row come while the
-    /// application polls (`schedule::hand_over_wakes`): perftest's
+    /// application polls or posts (`schedule::Signals::received`): perftest's
     /// `ib_write_lat` against such a peer went from about 570 µs to 29 µs
     /// an iteration on two busy CPUs (docs/dropin.md). Off by default (the
     /// drop-in libibverbs, whose programs are unknown, turns it on).

@@ -161,7 +161,7 @@ impl CompletionQueue {
             // a context switch where CPUs are scarce, and the answer to a
             // request usually came with the completion (roce-core's ACK
             // deferral sends it first).
-            shared.sig.handed_over(shared.recent());
+            shared.sig.handed_over_at_completion(shared.recent());
             if shared.sig.hand_over_view() {
                 shared.unpark();
             }
@@ -283,7 +283,7 @@ impl CompletionChannel {
         let shared = self.ctx.shared();
         // Nobody polls while this thread sleeps: let the progress thread
         // take doorbells again.
-        shared.sig.handed_over(shared.recent());
+        shared.sig.handed_over();
         shared.unpark();
         let end = timeout.map(|t| Instant::now() + t);
         let mut q = lock(&self.queue.queue);

@@ -79,7 +79,7 @@ impl CompletionChannel {
     /// notifier's descriptor): the progress thread takes the I/O.
     pub fn hand_over(&self) {
         let shared = self.shared();
-        shared.sig.handed_over(shared.recent());
+        shared.sig.handed_over();
         shared.unpark();
     }
 
@@ -120,7 +120,7 @@ impl CompletionChannel {
         };
         let _waiting = Waiting::enter(shared);
         // Nobody polls while this thread waits.
-        shared.sig.handed_over(shared.recent());
+        shared.sig.handed_over();
         if shared.sig.in_sleep.load(Ordering::SeqCst) {
             // The progress thread sleeps on the descriptor: it leaves it
             // to this thread at its next look.

@@ -24,8 +24,9 @@ pub(crate) const RUNNING: u64 = u64::MAX;
 /// sooner).
 pub(crate) const IDLE_ON_IO: Nanos = 100_000_000;
 
-/// Receives while the application polls that a hand-over goes on waking
-/// the progress thread after one for an application that had handed over
+/// How many receives in a row while the application polls or posts end
+/// the waking of the progress thread at its hand-overs, after a datagram
+/// waited for the thread while the application was away
 /// ([`Signals::received`]).
 pub(crate) const AWAY_RECEIVES: u32 = 8;
 
@@ -80,10 +81,14 @@ pub(crate) struct Signals {
     /// Receives to come while the application polls before a hand-over
     /// stops waking the progress thread ([`Signals::received`]).
     pub(crate) away: AtomicU32,
-    /// When the application last handed over.
+    /// When the application last handed over after a poll that returned
+    /// completions (0: its last hand-over was of another kind, or none).
     pub(crate) handed_at: AtomicU64,
-    /// Calls of application threads into the engine (posts, polls), and
-    /// their count at the last hand-over.
+    /// Calls of application threads into the engine (polls of a CQ and
+    /// every lock of the engine that may change it: posts, but also
+    /// creating objects or arming a CQ), and their count at the last
+    /// hand-over after a poll. A hint: two threads calling at once may
+    /// count one call.
     pub(crate) calls: AtomicU64,
     pub(crate) calls_at_hand_over: AtomicU64,
 }
@@ -156,15 +161,23 @@ impl Signals {
         bump(&self.polls);
     }
 
-    /// The application found what it polled for and may wait by other
-    /// means now ([`ProgressConfig::hand_over_on_completion`], and a
-    /// thread about to block on a channel): the progress thread takes
-    /// over at its next look.
-    pub(crate) fn handed_over(&self, now: Nanos) {
-        self.last_inline.store(0, Ordering::Relaxed);
-        self.handed_at.store(now, Ordering::Relaxed);
+    /// The application waits by other means now (a thread about to
+    /// block on a channel): the progress thread takes over at its next
+    /// look.
+    pub(crate) fn handed_over(&self) {
+        self.handed_at.store(0, Ordering::Relaxed);
+        self.last_inline.store(0, Ordering::Release);
+    }
+
+    /// A poll at `now` returned completions and the application may wait
+    /// by other means now ([`ProgressConfig::hand_over_on_completion`]):
+    /// [`handed_over`](Self::handed_over), noting when and the calls so
+    /// far ([`received`](Self::received) reads them after `last_inline`).
+    pub(crate) fn handed_over_at_completion(&self, now: Nanos) {
         self.calls_at_hand_over
             .store(self.calls.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.handed_at.store(now, Ordering::Relaxed);
+        self.last_inline.store(0, Ordering::Release);
     }
 
     /// An application thread called into the engine (a post, a poll).
@@ -178,25 +191,24 @@ impl Signals {
     /// fills, after its poll returned the ACK's completion: `ib_write_lat`
     /// against a peer that ACKs at once) wait for the progress thread,
     /// napping beside a program that polled ([`away_receive`]). From the
-    /// first that waited, a hand-over wakes the thread
+    /// first that waited, a hand-over after a poll wakes the thread
     /// ([`hand_over_wakes`]), until [`AWAY_RECEIVES`] receives in a row
-    /// come while the application polls (it takes them itself: no
-    /// wake-up needed, and each would cost it a context switch where
-    /// CPUs are scarce).
+    /// come while the application polls or posts (it takes them itself:
+    /// no wake-up needed, and each would cost it a context switch where
+    /// CPUs are scarce). Only hand-overs after a poll count
+    /// ([`handed_over_at_completion`](Self::handed_over_at_completion)):
+    /// there are none unless `hand_over_on_completion` is on.
     pub(crate) fn received(&self, t: &Tuning, by_thread: bool, now: Nanos) {
         let left = self.away.load(Ordering::Relaxed);
         // A thread blocked for a completion event is not away: it takes
         // what arrives itself (`Waiter`).
-        let handed = by_thread && self.last_inline.load(Ordering::Relaxed) == 0 && !self.waiting();
-        let next = if !handed {
+        let handed = by_thread && self.last_inline.load(Ordering::Acquire) == 0 && !self.waiting();
+        let handed_at = self.handed_at.load(Ordering::Relaxed);
+        let called =
+            self.calls_at_hand_over.load(Ordering::Relaxed) != self.calls.load(Ordering::Relaxed);
+        let next = if !handed || handed_at == 0 || called {
             left.saturating_sub(1)
-        } else if away_receive(
-            t,
-            left,
-            self.handed_at.load(Ordering::Relaxed),
-            now,
-            self.calls.load(Ordering::Relaxed) != self.calls_at_hand_over.load(Ordering::Relaxed),
-        ) {
+        } else if away_receive(t, left, handed_at, now) {
             AWAY_RECEIVES
         } else {
             left
@@ -211,7 +223,6 @@ impl Signals {
     pub(crate) fn hand_over_view(&self) -> bool {
         hand_over_wakes(
             self.away.load(Ordering::Relaxed),
-            self.wake_at.load(Ordering::Acquire),
             self.in_sleep.load(Ordering::SeqCst),
         )
     }
@@ -338,29 +349,25 @@ pub(crate) fn wake_after_step(
 }
 
 /// Whether the progress thread's receive at `now`, for an application
-/// that handed over at `handed_at` and has not `called` into the engine
-/// since (no post, no poll), shows datagrams waiting for it while the
-/// application was away: once woken for that (`away` left), every such
-/// receive; before, one at least `spin` after the hand-over. A program
-/// that posts and polls on after its completion, as a bandwidth loop
-/// does, is not away, whoever receives its ACKs.
-pub(crate) fn away_receive(
-    t: &Tuning,
-    away: u32,
-    handed_at: Nanos,
-    now: Nanos,
-    called: bool,
-) -> bool {
-    !called && (away > 0 || now.saturating_sub(handed_at) >= t.spin)
+/// that handed over at `handed_at` after a poll and has not called into
+/// the engine since (no post, no poll: [`Signals::received`] looks), shows
+/// datagrams waiting for it while the application was away: once woken
+/// for that (`away` left), every such receive; before, one at least
+/// `spin` after the hand-over. A program that posts and polls on after
+/// its completion, as a bandwidth loop does, is not away, whoever
+/// receives its ACKs.
+pub(crate) fn away_receive(t: &Tuning, away: u32, handed_at: Nanos, now: Nanos) -> bool {
+    away > 0 || now.saturating_sub(handed_at) >= t.spin
 }
 
-/// Whether an application's hand-over wakes the progress thread: while
-/// datagrams came when the application was away (`away`, from
-/// [`Signals::received`]), and only from a nap off the descriptor (asleep
-/// on it, it wakes for the next datagram anyway; awake, it sees the
-/// hand-over at its next look).
-pub(crate) fn hand_over_wakes(away: u32, wake_at: Nanos, in_sleep: bool) -> bool {
-    away > 0 && wake_at != RUNNING && !in_sleep
+/// Whether an application's hand-over after a poll wakes the progress
+/// thread: while datagrams came when the application was away (`away`,
+/// from [`Signals::received`]), unless it sleeps on the descriptor (it
+/// wakes for the next datagram anyway). Also while it is awake: it may
+/// have read the application's last poll and be about to nap (waking a
+/// running thread only leaves it a token, and its next nap is skipped).
+pub(crate) fn hand_over_wakes(away: u32, in_sleep: bool) -> bool {
+    away > 0 && !in_sleep
 }
 
 /// Whether a datagram queued on a fabric port wakes the progress thread:
@@ -416,8 +423,8 @@ pub(crate) struct Stepped {
     /// ([`Signals::waiters`]): it takes what arrives.
     pub(crate) beside_waiter: bool,
     /// The application's hand-overs wake this thread
-    /// ([`Signals::received`]): it sleeps on the descriptor at once
-    /// rather than spin for what comes next.
+    /// ([`Signals::received`]): with a descriptor to sleep on, it sleeps
+    /// there at once rather than spin for what comes next.
     pub(crate) woken_at_hand_over: bool,
 }
 
@@ -545,7 +552,8 @@ impl ThreadRules {
         // call is slow).
         let inline_active =
             s.driven || s.beside_waiter || now.saturating_sub(last_inline) < t.max_park;
-        if !inline_active && !s.woken_at_hand_over && now.saturating_sub(self.last_work) < t.spin {
+        let spin = !(s.woken_at_hand_over && has_sleeper);
+        if !inline_active && spin && now.saturating_sub(self.last_work) < t.spin {
             return Rest::Yield;
         }
         let on_io = !inline_active && has_sleeper;

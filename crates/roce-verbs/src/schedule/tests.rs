@@ -322,9 +322,11 @@ fn the_signals_feed_the_rules() {
     s.polled_empty(42);
     assert_eq!(s.last_inline.load(Ordering::Relaxed), 42);
     assert_eq!(s.polls.load(Ordering::Relaxed), 1);
-    s.handed_over(50);
+    s.handed_over_at_completion(50);
     assert_eq!(s.last_inline.load(Ordering::Relaxed), 0);
     assert_eq!(s.handed_at.load(Ordering::Relaxed), 50);
+    s.handed_over();
+    assert_eq!(s.handed_at.load(Ordering::Relaxed), 0, "not after a poll");
 }
 
 /// Beside an application thread blocked for a completion event on the
@@ -486,73 +488,102 @@ fn a_timer_the_waiter_does_not_know_is_the_threads() {
     assert_eq!(r.watch_beside(&t, now + 8 * MS, 0, 0, Some(3)), None);
 }
 
-/// A hand-over wakes the progress thread only after datagrams waited for
-/// it while the application was away (spin or more after its hand-over),
-/// and only from a nap off the descriptor; the waking stops after
-/// AWAY_RECEIVES receives in a row while it polls.
+/// A hand-over after a poll wakes the progress thread only after
+/// datagrams waited for it while the application was away (no call since,
+/// spin or more after the hand-over), and not while it sleeps on the
+/// descriptor; the waking stops after AWAY_RECEIVES receives in a row
+/// while the application polls or posts. Other hand-overs (a thread about
+/// to block on a channel) never start it.
 #[test]
 fn a_hand_over_wakes_the_thread_after_datagrams_waited_for_it() {
     let t = tuning();
     // The pure rules.
-    assert!(hand_over_wakes(1, 5 * MS, false));
-    assert!(!hand_over_wakes(0, 5 * MS, false), "nothing waited");
-    assert!(
-        !hand_over_wakes(1, RUNNING, false),
-        "awake: it looks itself"
-    );
-    assert!(
-        !hand_over_wakes(1, 5 * MS, true),
-        "asleep on the descriptor"
-    );
+    assert!(hand_over_wakes(1, false));
+    assert!(!hand_over_wakes(0, false), "nothing waited");
+    assert!(!hand_over_wakes(1, true), "asleep on the descriptor");
     let at = 10 * MS;
-    assert!(!away_receive(&t, 0, at, at + 49 * US, false), "back soon");
-    assert!(away_receive(&t, 0, at, at + 50 * US, false));
-    assert!(away_receive(&t, 1, at, at, false), "woken for it");
-    for away in [0, 1] {
-        assert!(!away_receive(&t, away, at, at + MS, true), "it posted");
-    }
+    assert!(!away_receive(&t, 0, at, at + 49 * US), "back soon");
+    assert!(away_receive(&t, 0, at, at + 50 * US));
+    assert!(away_receive(&t, 1, at, at), "woken for it");
 
     let s = Signals::default();
-    s.wake_at.store(5 * MS, Ordering::Relaxed);
     let away = |s: &Signals| s.away.load(Ordering::Relaxed);
     assert!(!s.hand_over_view(), "a fresh context: no wake-up");
-    // The application polls and takes what arrives: still none.
-    s.polled_empty(MS);
-    s.received(&t, false, MS);
+    // Before any poll, and after a hand-over that is not a poll's.
     s.received(&t, true, MS);
+    s.handed_over();
+    s.received(&t, true, 2 * MS);
+    assert_eq!(away(&s), 0, "not a poll's hand-over");
+    // The application polls and takes what arrives: still none.
+    s.polled_empty(2 * MS);
+    s.received(&t, false, 2 * MS);
+    s.received(&t, true, 2 * MS);
     assert!(!s.hand_over_view());
     // A bandwidth loop: the thread receives just after a hand-over, or
     // long after it while the program posts.
-    s.handed_over(2 * MS);
-    s.received(&t, true, 2 * MS + 10 * US);
+    s.handed_over_at_completion(3 * MS);
+    s.received(&t, true, 3 * MS + 10 * US);
     assert!(!s.hand_over_view(), "the program was not away long");
     s.called();
-    s.received(&t, true, 2 * MS + 500 * US);
+    s.received(&t, true, 3 * MS + 500 * US);
     assert!(!s.hand_over_view(), "the program posted since");
-    s.handed_over(2 * MS + 600 * US);
+    s.handed_over_at_completion(4 * MS);
     // One blocked for a completion event takes what arrives itself.
     s.waiters.store(1, Ordering::SeqCst);
-    s.received(&t, true, 3 * MS);
+    s.received(&t, true, 5 * MS);
     assert!(!s.hand_over_view(), "a waiter is not away");
     s.waiters.store(0, Ordering::SeqCst);
     // A datagram waited for the thread while the application was away.
-    s.received(&t, true, 3 * MS);
+    s.received(&t, true, 5 * MS);
     assert_eq!(away(&s), AWAY_RECEIVES);
     assert!(s.hand_over_view());
-    // Woken at once from now on, the thread's receives keep the mark...
-    s.handed_over(4 * MS);
-    s.received(&t, true, 4 * MS + US);
+    // Woken at once from now on (awake or napping), the thread's
+    // receives before the next call keep the mark...
+    s.wake_at.store(RUNNING, Ordering::Relaxed);
+    assert!(s.hand_over_view(), "awake, it may be about to nap");
+    s.handed_over_at_completion(6 * MS);
+    s.received(&t, true, 6 * MS + US);
     assert_eq!(away(&s), AWAY_RECEIVES);
-    // ... and receives while the application polls wear it off.
-    s.polled_empty(5 * MS);
+    // ... and receives once the program calls again wear it off, the
+    // thread's too.
+    s.called();
     for left in (1..AWAY_RECEIVES).rev() {
-        s.received(&t, left % 2 == 0, 5 * MS);
+        s.received(&t, left % 2 == 0, 7 * MS);
         assert_eq!(away(&s), left);
         assert!(s.hand_over_view());
     }
-    s.received(&t, false, 5 * MS);
+    s.received(&t, false, 7 * MS);
     assert!(!s.hand_over_view(), "the application takes its datagrams");
     s.in_sleep.store(true, Ordering::Relaxed);
     s.away.store(1, Ordering::Relaxed);
     assert!(!s.hand_over_view(), "asleep on the descriptor");
+}
+
+/// While hand-overs wake it, the thread sleeps on the descriptor at once
+/// after a step instead of spinning; without a descriptor it spins as
+/// before (its nap would not end for an arriving datagram).
+#[test]
+fn woken_at_hand_overs_the_thread_sleeps_on_the_descriptor_at_once() {
+    let t = tuning();
+    let now = 10 * MS;
+    let woken = Stepped {
+        woken_at_hand_over: true,
+        ..stepped(false, None)
+    };
+    let mut r = ThreadRules::new(&t, now - US);
+    assert_eq!(r.rest(&t, now, stepped(false, None), 0, true), Rest::Yield);
+    let mut r2 = ThreadRules::new(&t, now - US);
+    assert_eq!(
+        r2.rest(&t, now, woken, 0, true),
+        Rest::Sleep {
+            until: now + IDLE_ON_IO.max(t.max_park),
+            on_io: true
+        }
+    );
+    let mut r3 = ThreadRules::new(&t, now - US);
+    assert_eq!(
+        r3.rest(&t, now, woken, 0, false),
+        Rest::Yield,
+        "no descriptor"
+    );
 }
