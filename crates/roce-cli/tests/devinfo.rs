@@ -40,7 +40,7 @@ fn loopback_when_named() {
     let caps = &d["caps"];
     assert_eq!(caps["max_sge"], 16);
     assert_eq!(caps["max_inline_data"], 4096);
-    assert_eq!(caps["max_qp_rd_atom"], 16);
+    assert_eq!(caps["max_qp_rd_atom"], 128);
     assert_eq!(caps["atomic_cap"], "ATOMIC_HCA");
     assert_eq!(caps["transports"], serde_json::json!(["RC", "UC", "UD"]));
     assert_eq!(caps["udp_sport_range"], serde_json::json!([0xc000, 0xffff]));

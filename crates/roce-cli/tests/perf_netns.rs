@@ -668,7 +668,7 @@ fn devinfo_shows_veth_mtus_and_gids() {
             "{text}"
         );
         assert!(text.contains(&format!("GID[  0]:\t\t::ffff:{ip}, RoCE v2")));
-        assert!(text.contains("max_qp_rd_atom:\t\t\t16"), "{text}");
+        assert!(text.contains("max_qp_rd_atom:\t\t\t128"), "{text}");
     }
     // One byte less and 2048 no longer fits.
     lab.a

@@ -2,10 +2,12 @@
 //! the QPN space (24 bits, 0 and 1 reserved), memory keys (a 24-bit
 //! index), the CQ and SRQ bounds of this crate, `max_inline_data`
 //! (roce-core refuses more than 4096), messages up to 2^31 bytes,
-//! [`QpCaps`](roce_core::QpCaps)' 16 SGEs and the 16 outstanding
-//! READ/atomics [`ConnectOptions`](crate::ConnectOptions) sets. `roce
-//! devinfo` prints them; the drop-in libibverbs answers
-//! `ibv_query_device` with them.
+//! [`QpCaps`](roce_core::QpCaps)' 16 SGEs, and 128 outstanding
+//! READ/atomics each way (the engine's bound is the attribute's 255; 128
+//! is rxe's, so that programs that take the peer's figure for their own,
+//! as perftest does, connect to rxe; [`ConnectOptions`](crate::ConnectOptions)
+//! asks for 16). `roce devinfo` prints them; the drop-in libibverbs
+//! answers `ibv_query_device` with them.
 
 /// Device limits (`ibv_device_attr`'s fields of the same names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,8 +56,8 @@ pub const LIMITS: DeviceLimits = DeviceLimits {
     max_mr: (1 << 24) - 1,
     max_pd: u32::MAX,
     max_ah: u32::MAX,
-    max_qp_rd_atom: 16,
-    max_qp_init_rd_atom: 16,
+    max_qp_rd_atom: 128,
+    max_qp_init_rd_atom: 128,
     max_srq_wr: 1 << 20,
     max_srq_sge: roce_core::MAX_SRQ_SGE as u32,
     max_inline_data: 4096,
