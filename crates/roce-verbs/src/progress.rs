@@ -26,8 +26,6 @@ pub(crate) struct StepOutcome {
     /// A polling step that received nothing and had nothing to look at:
     /// it left the engine as it was (no completion can have appeared).
     pub(crate) idle: bool,
-    /// Datagrams were received.
-    pub(crate) received: bool,
 }
 
 fn min_opt(a: Option<Nanos>, b: Option<Nanos>) -> Option<Nanos> {
@@ -71,7 +69,12 @@ pub(crate) fn step(shared: &Shared, io: &mut Io, driver: Driver) -> StepOutcome 
             raised,
         } = receive(shared, io, &mut clock);
         out.work = got;
-        out.received = got;
+        if got {
+            // Who took them, for the hand-over rules.
+            shared
+                .sig
+                .received(&shared.tuning, driver == Driver::Thread, clock.now);
+        }
         raised.wake(shared);
         // A poll that took datagrams after which the engine has nothing
         // to send now (an ACK it defers, a response not yet due) returns
@@ -417,9 +420,6 @@ pub(crate) fn inline_step(shared: &Shared, driver: Driver) -> Option<StepOutcome
         Err(TryLockError::WouldBlock) => return None,
         Err(TryLockError::Poisoned(p)) => step(shared, &mut p.into_inner(), driver),
     };
-    if out.received {
-        shared.sig.received(&shared.tuning, false, shared.recent());
-    }
     // The rules of when a step wakes the progress thread:
     // `schedule::wake_after_step`.
     let wake_at = shared.sig.wake_at.load(Ordering::Acquire);
@@ -596,9 +596,6 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// A step of the progress thread, as its rules read it.
 fn thread_step(shared: &Shared, io: &mut Io) -> Stepped {
     let out = step(shared, io, Driver::Thread);
-    if out.received {
-        shared.sig.received(&shared.tuning, true, shared.recent());
-    }
     Stepped {
         work: out.work,
         more: out.more,
