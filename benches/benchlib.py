@@ -81,8 +81,8 @@ def pair(server, client, port, env, listen_timeout=20, client_timeout=120, serve
     else `env`. Returns (client output, None) or (None, why)."""
     srv = cli = None
     try:
-        srv = subprocess.Popen(server, env=server_env if server_env is not None else env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+        srv = subprocess.Popen(server, env=env if server_env is None else server_env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
         deadline = time.monotonic() + listen_timeout
         while port not in tcp_ports(True):
             if srv.poll() is not None:
