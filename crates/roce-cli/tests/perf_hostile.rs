@@ -13,31 +13,51 @@ use std::time::{Duration, Instant};
 
 use common::roce;
 
+/// A control port and a RoCE port for the next server, below the
+/// kernel's ephemeral range (32768 and up), where this binary's own
+/// connections and other tests' port-0 sockets take theirs.
 fn ports() -> (u16, u16) {
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let base = 44_000 + (std::process::id() % 200) as u16 * 40;
+    let n = NEXT.fetch_add(1, Ordering::SeqCst) % 20;
+    let base = 12_000 + (std::process::id() % 200) as u16 * 40;
     (base + 2 * n, base + 2 * n + 1)
 }
 
-/// A `roce perf write-bw` server on 127.0.0.1, with a connection to it.
+/// A `roce perf` server on 127.0.0.1 with a connection to it, and its
+/// control and RoCE ports. A server that ends before listening (a port
+/// another program holds) is started again on the next ports, three
+/// times at most; then the test fails with what it printed.
 #[allow(clippy::zombie_processes)] // finish() or the test waits for it
-fn server(test: &str, port: u16, rport: u16) -> (Child, TcpStream) {
-    let child = roce()
-        .args(["perf", test, "--bind", "127.0.0.1", "-p", &port.to_string()])
-        .args(["--roce-port", &rport.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            return (child, s);
+fn server(test: &str) -> (Child, TcpStream, u16, u16) {
+    let mut said = String::new();
+    for _ in 0..3 {
+        let (port, rport) = ports();
+        let mut child = roce()
+            .args(["perf", test, "--bind", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--roce-port", &rport.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+                return (child, s, port, rport);
+            }
+            if child.try_wait().unwrap().is_some() {
+                let o = child.wait_with_output().unwrap();
+                said = String::from_utf8_lossy(&o.stderr).into_owned();
+                break;
+            }
+            if Instant::now() > end {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the server does not listen on {port} after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(Instant::now() < end, "the server does not listen");
-        std::thread::sleep(Duration::from_millis(20));
     }
+    panic!("the server ended before listening, three times; last: {said}");
 }
 
 /// The server's resident memory in KiB (0 once it has gone).
@@ -75,8 +95,7 @@ fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String, u64) {
 /// for 400 MiB).
 #[test]
 fn an_endless_line_is_cut_off() {
-    let (port, rport) = ports();
-    let (c, mut s) = server("write-bw", port, rport);
+    let (c, mut s, _, _) = server("write-bw");
     let writer = std::thread::spawn(move || {
         let chunk = vec![b'a'; 1 << 20];
         let _ = s.write_all(b"{\"type\":\"hello\",\"x\":\"");
@@ -115,8 +134,7 @@ fn a_hostile_hello_is_refused_before_allocating() {
         (r#""sizes":[4096],"qps":100000"#.to_string(), "'qps'"),
         (format!(r#""sizes":[{}],"qps":1"#, many.join(",")), "sizes"),
     ] {
-        let (port, rport) = ports();
-        let (c, mut s) = server("write-bw", port, rport);
+        let (c, mut s, _, _) = server("write-bw");
         let a = answer(&mut s, &format!("{{{base},{fields}}}"));
         let (code, err, peak) = finish(c, Duration::from_secs(15));
         assert!(a.contains("\"error\"") && a.contains(want), "{want}: {a}");
@@ -124,8 +142,7 @@ fn a_hostile_hello_is_refused_before_allocating() {
         assert!(err.contains(want), "{want}: {err}");
         assert!(peak < 100 << 10, "{want}: peak resident {peak} KiB");
     }
-    let (port, rport) = ports();
-    let (c, mut s) = server("write-lat", port, rport);
+    let (c, mut s, _, _) = server("write-lat");
     let a = answer(
         &mut s,
         r#"{"type":"hello","version":1,"test":"write-lat","sizes":[2],"iters":1099511627776,"qps":1,"tx_depth":1,"mtu":4096,"seed":1}"#,
@@ -141,8 +158,7 @@ fn a_hostile_hello_is_refused_before_allocating() {
 /// host: a client on loopback may have moved to one.)
 #[test]
 fn endpoints_at_another_host_are_refused() {
-    let (port, rport) = ports();
-    let (c, mut s) = server("write-bw", port, rport);
+    let (c, mut s, _, _) = server("write-bw");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(
         br#"{"type":"hello","version":1,"test":"write-bw","sizes":[4096],"iters":10,"qps":1,"tx_depth":16,"mtu":4096,"seed":1,"roce_port":0}
@@ -156,8 +172,7 @@ fn endpoints_at_another_host_are_refused() {
     assert!(line.contains("--roce-port"), "{line}");
     let _ = finish(c, Duration::from_secs(15));
 
-    let (port, rport) = ports();
-    let (c, mut s) = server("write-bw", port, rport);
+    let (c, mut s, _, rport) = server("write-bw");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let hello = format!(
         r#"{{"type":"hello","version":1,"test":"write-bw","sizes":[4096],"iters":10,"qps":1,"tx_depth":16,"mtu":4096,"seed":1,"roce_port":{rport}}}"#
@@ -188,8 +203,7 @@ fn endpoints_at_another_host_are_refused() {
 /// refused once its keys arrive, before any QP is connected to them.
 #[test]
 fn perftest_keys_at_another_host_are_refused() {
-    let (port, rport) = ports();
-    let (c, mut s) = server("write-bw", port, rport);
+    let (c, mut s, _, _) = server("write-bw");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut xchg = |mine: &[u8], n: usize| {
         s.write_all(mine).unwrap();
@@ -225,8 +239,7 @@ fn perftest_keys_at_another_host_are_refused() {
 /// error, instead of holding the server forever.
 #[test]
 fn a_silent_peer_times_out() {
-    let (port, rport) = ports();
-    let (c, s) = server("write-bw", port, rport);
+    let (c, s, _, _) = server("write-bw");
     let start = Instant::now();
     let (code, err, _) = finish(c, Duration::from_secs(20));
     assert_eq!(code, Some(1), "{err}");
@@ -238,8 +251,7 @@ fn a_silent_peer_times_out() {
 /// `--bind 127.0.0.1` listens there only: 127.0.0.3 is refused.
 #[test]
 fn the_server_listens_on_the_bound_address_only() {
-    let (port, rport) = ports();
-    let (mut c, s) = server("write-bw", port, rport);
+    let (mut c, s, port, _) = server("write-bw");
     assert!(TcpStream::connect(("127.0.0.3", port)).is_err());
     drop(s);
     let _ = c.kill();

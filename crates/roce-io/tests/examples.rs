@@ -21,7 +21,7 @@ fn udp_blast_reports_both_modes() {
 /// between namespaces.
 #[test]
 fn udp_pingpong_on_loopback() {
-    let port = 30_000 + (std::process::id() % 10_000) as u16;
+    let port = 20_000 + (std::process::id() % 10_000) as u16; // below the ephemeral range
     let (a, b) = (
         format!("127.0.0.1:{port}"),
         format!("127.0.0.1:{}", port + 1),
