@@ -25,8 +25,7 @@ fn run_pair_with(server: &[&str], client: &[&str], env: &[(&str, &str)]) -> (Out
         c.args(args).envs(env.iter().copied());
         Guard::spawn(c)
     };
-    let server = spawn(server);
-    std::thread::sleep(Duration::from_millis(400));
+    let server = common::once_listening(spawn(server), server);
     let client = spawn(client).wait(Duration::from_secs(30));
     let server = server.wait(Duration::from_secs(30));
     (server, client)

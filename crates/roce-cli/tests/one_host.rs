@@ -16,7 +16,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use common::{roce, text, Guard};
-use roce_testkit::port_args;
+use roce_testkit::{free_ports, port_args};
 
 /// Runs `server` and, once it listens, `client`, both with `env`; both
 /// bounded in time.
@@ -26,8 +26,7 @@ fn run_pair_with(server: &[&str], client: &[&str], env: &[(&str, &str)]) -> (Out
         c.args(args).envs(env.iter().copied());
         Guard::spawn(c)
     };
-    let server = spawn(server);
-    std::thread::sleep(Duration::from_millis(400));
+    let server = common::once_listening(spawn(server), server);
     let client = spawn(client).wait(Duration::from_secs(60));
     let server = server.wait(Duration::from_secs(30));
     (server, client)
@@ -258,26 +257,32 @@ fn rping_without_bind() {
 #[test]
 fn perf_pairs_started_at_once_share_one_address() {
     const PAIRS: usize = 6;
-    let all: Vec<(String, String)> = (0..PAIRS).map(|_| port_args()).collect();
-    let rport = all[0].1.clone();
+    let ports: [u16; PAIRS + 1] = free_ports();
+    let rport = ports[PAIRS].to_string();
+    let all: Vec<String> = ports[..PAIRS].iter().map(u16::to_string).collect();
     let flags = |tcp: &str| -> Vec<String> {
         ["-n", "200", "-p", tcp, "--roce-port", &rport]
             .iter()
             .map(|s| s.to_string())
             .collect()
     };
-    let servers: Vec<_> = all
+    // All started before any is waited for: their devices open at once.
+    let started: Vec<_> = all
         .iter()
-        .map(|(tcp, _)| {
+        .map(|tcp| {
             let f = flags(tcp);
             let f: Vec<&str> = f.iter().map(String::as_str).collect();
             common::spawn(&[&["perf", "write-bw"][..], &f].concat())
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    let servers: Vec<_> = started
+        .into_iter()
+        .zip(&all)
+        .map(|(s, tcp)| s.listening(tcp.parse().unwrap()))
+        .collect();
     let clients: Vec<_> = all
         .iter()
-        .map(|(tcp, _)| {
+        .map(|tcp| {
             let f = flags(tcp);
             let f: Vec<&str> = f.iter().map(String::as_str).collect();
             common::spawn(&[&["perf", "write-bw", "127.0.0.1"][..], &f].concat())

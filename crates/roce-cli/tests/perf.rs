@@ -12,6 +12,14 @@ use std::time::{Duration, Instant};
 use roce_testkit::port_args;
 use serde_json::Value;
 
+/// Returns once `server` listens on TCP `port` (a `roce perf` client does
+/// not retry a refused connection); fails if it exits first.
+fn listening(server: &mut std::process::Child, port: &str) {
+    if let Err(status) = roce_testkit::wait_listening(server, port.parse().unwrap()) {
+        panic!("the server exited ({status}) before listening on {port}");
+    }
+}
+
 fn roce(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_roce"))
         .args(args)
@@ -459,7 +467,7 @@ fn peer_killed_mid_run_ends_with_an_error() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    listening(&mut server, &port);
     let mut client = Command::new(env!("CARGO_BIN_EXE_roce"))
         .args([
             "perf",
@@ -696,7 +704,7 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
     ];
     for (test, cm) in tests.into_iter().flat_map(|t| [(t, None), (t, Some("-R"))]) {
         let (port, roce_port) = port_args();
-        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+        let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
             .args(["perf", test, "--perftest", "--bind", "127.0.0.1"])
             .args(cm)
             .args(["-n", "300", "-p", &port, "--roce-port", &roce_port])
@@ -704,7 +712,10 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        if cm.is_none() {
+            // (with -R the client retries until the server listens)
+            listening(&mut server, &port);
+        }
         let mut args = vec![
             "perf",
             test,
@@ -763,14 +774,17 @@ fn perftest_json_pair(test: &str, flags: &[&str]) -> [Value; 2] {
         &roce_port,
     ];
     common.extend_from_slice(flags);
-    let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+    let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
         .args(["perf", test, "--bind", "127.0.0.1"])
         .args(&common)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    if !flags.contains(&"-R") {
+        // (with -R the client retries until the server listens)
+        listening(&mut server, &port);
+    }
     let mut args = vec!["perf", test, "127.0.0.1", "--bind", "127.0.0.2"];
     args.extend(&common);
     let c = roce(&args);

@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{roce, Guard};
-use roce_testkit::{free_port, text_of};
+use roce_testkit::{free_port, free_ports, text_of};
 
 fn check(server_addr: Ipv4Addr, client_addr: &str, perftest: bool) {
     let tcp = free_port().to_string();
@@ -89,8 +89,7 @@ fn a_native_server_with_bind_holds_its_address_from_the_start() {
 #[test]
 fn a_sharing_server_with_bind_joins_its_address() {
     let addr = "127.0.62.5";
-    let (tcp, rport) = (free_port().to_string(), free_port().to_string());
-    let other_tcp = free_port().to_string();
+    let [tcp, rport, other_tcp] = free_ports().map(|p: u16| p.to_string());
     let spawn = |args: &[&str]| {
         let mut c = roce();
         c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -99,7 +98,10 @@ fn a_sharing_server_with_bind_joins_its_address() {
     let common = ["--bind", addr, "--roce-port", &rport, "-n", "200"];
     let s1 = spawn(&[&["perf", "send-bw", "-p", &tcp][..], &common].concat());
     let s2 = spawn(&[&["perf", "send-bw", "-p", &other_tcp][..], &common].concat());
-    std::thread::sleep(Duration::from_millis(400));
+    let (s1, s2) = (
+        s1.listening(tcp.parse().unwrap()),
+        s2.listening(other_tcp.parse().unwrap()),
+    );
     let flags = ["--roce-port", &rport, "-n", "200"];
     let c1 = spawn(&[&["perf", "send-bw", addr, "-p", &tcp][..], &flags].concat());
     let c2 = spawn(&[&["perf", "send-bw", addr, "-p", &other_tcp][..], &flags].concat());
@@ -130,7 +132,7 @@ fn a_sharing_server_with_bind_joins_its_address() {
 #[test]
 fn a_second_server_on_the_same_address_and_port_fails_at_once() {
     let addr = "127.0.62.6";
-    let (tcp, rport) = (free_port().to_string(), free_port().to_string());
+    let [tcp, rport] = free_ports().map(|p: u16| p.to_string());
     let spawn = |args: &[&str]| {
         let mut c = roce();
         c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -147,7 +149,7 @@ fn a_second_server_on_the_same_address_and_port_fails_at_once() {
         "200",
     ];
     let first = spawn(&[&["perf", "send-bw"][..], &common].concat());
-    std::thread::sleep(Duration::from_millis(400));
+    let first = first.listening(tcp.parse().unwrap());
     let start = std::time::Instant::now();
     let second = spawn(&[&["perf", "send-bw"][..], &common].concat()).wait(Duration::from_secs(10));
     let text = text_of(&second);

@@ -94,8 +94,8 @@ fn help_texts_are_current() {
     assert!(help(&["devinfo", "--help"]).contains("--ib-dev"));
 }
 
-/// Starts `roce perf ARGS` as a server on 127.0.0.1 and gives it time to
-/// listen.
+/// Starts `roce perf ARGS` as a server on 127.0.0.1 and returns once it
+/// listens on the port of its `-p`.
 fn server(args: &[&str]) -> Guard {
     let child = roce()
         .args(["perf"])
@@ -105,8 +105,8 @@ fn server(args: &[&str]) -> Guard {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400));
-    Guard(Some(child))
+    let at = args.iter().position(|a| *a == "-p").expect("-p PORT");
+    Guard(Some(child)).listening(args[at + 1].parse().unwrap())
 }
 
 /// A plain server recognises a perftest client (here `roce perf

@@ -69,8 +69,8 @@ fn a_capture_at_the_receiver_shows_valid_icrcs() {
             &common[..],
         ]
         .concat(),
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    )
+    .listening(port.parse().unwrap());
     let client = spawn(
         &[
             &[

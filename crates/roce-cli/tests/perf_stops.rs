@@ -26,6 +26,13 @@ fn spawn(args: &[&str]) -> Child {
         .expect("run roce")
 }
 
+/// `server` once it listens on TCP `port` (its Ctrl-C handler is set by
+/// then: `roce` installs it first).
+fn listening(server: Child, port: &str) -> Child {
+    let mut g = Guard(Some(server)).listening(port.parse().unwrap());
+    g.0.take().expect("spawned")
+}
+
 fn interrupt(c: &Child) {
     let st = Command::new("kill")
         .args(["-INT", &c.id().to_string()])
@@ -58,8 +65,7 @@ fn ctrl_c_on_the_server_ends_both_sides_with_reports() {
         let common = ["-p", &port, "--roce-port", &roce_port];
         let mut sargs = vec!["perf", test, "--bind", "127.0.0.2"];
         sargs.extend(common);
-        let server = spawn(&sargs);
-        std::thread::sleep(Duration::from_millis(400));
+        let server = listening(spawn(&sargs), &port);
         let mut cargs = vec![
             "perf",
             test,
@@ -123,7 +129,7 @@ fn ctrl_c_in_a_loopback_send_bw_run() {
 fn ctrl_c_before_a_client_came() {
     let (port, roce_port) = port_args();
     let server = spawn(&["perf", "write-bw", "-p", &port, "--roce-port", &roce_port]);
-    std::thread::sleep(Duration::from_millis(500));
+    let server = listening(server, &port);
     interrupt(&server);
     let o = wait_bounded(server, Duration::from_secs(5));
     let (_, err) = text(&o);

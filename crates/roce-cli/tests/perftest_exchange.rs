@@ -83,7 +83,7 @@ fn captured(name: &str) -> (Seq, usize) {
 /// A relay from `listen` to `to` that records every read chunk.
 type Log = Arc<Mutex<Vec<(bool, Vec<u8>)>>>;
 
-fn relay(listen: TcpListener, to: String, log: Log) {
+fn relay(listen: TcpListener, to: String, log: Log) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let (a, _) = listen.accept().unwrap();
         let b = TcpStream::connect(&to).unwrap();
@@ -116,7 +116,7 @@ fn relay(listen: TcpListener, to: String, log: Log) {
         let t2 = pipe(b, a, false, log);
         let _ = t1.join();
         let _ = t2.join();
-    });
+    })
 }
 
 /// Runs `test` with `flags` between our two processes through the relay
@@ -142,11 +142,11 @@ fn check(name: &str, test: &str, flags: &[&str]) {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
-    ));
-    std::thread::sleep(Duration::from_millis(300));
+    ))
+    .listening(tcp.parse().unwrap());
     let log = Arc::new(Mutex::new(Vec::new()));
     let l = TcpListener::bind(("127.0.0.1", relay_port)).unwrap();
-    relay(l, format!("127.0.0.1:{tcp}"), log.clone());
+    let relayed = relay(l, format!("127.0.0.1:{tcp}"), log.clone());
     let c = roce()
         .args([
             "perf",
@@ -170,7 +170,8 @@ fn check(name: &str, test: &str, flags: &[&str]) {
     let s = server.wait(Duration::from_secs(120));
     let sout = String::from_utf8_lossy(&s.stdout).into_owned();
     assert_eq!(s.status.code(), Some(0), "{name}: {sout}");
-    std::thread::sleep(Duration::from_millis(100));
+    // Both ends have exited: the relay sees both connections close.
+    relayed.join().expect("the relay");
     let (got, dones) = normalize(log.lock().unwrap().clone());
     assert_eq!(got, want, "{name}: our exchange differs from perftest's");
     // Both sides' "done", or neither (ib_write_lat).

@@ -21,7 +21,7 @@ fn pair(test: &str, server_n: &str, client_n: &str) -> (Output, Output) {
     let (port, rport) = port_args();
     let p = ["-p", &port, "--roce-port", &rport];
     let server = spawn(&[&["perf", test, "-n", server_n][..], &p].concat());
-    std::thread::sleep(Duration::from_millis(400));
+    let server = server.listening(port.parse().unwrap());
     let client = spawn(
         &[
             &["perf", test, "127.0.0.1", "--perftest", "-n", client_n][..],

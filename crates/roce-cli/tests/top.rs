@@ -69,17 +69,8 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn wait_listening(port: u16) {
-    let want = format!(":{port:04X}");
     let end = Instant::now() + LIMIT;
-    while !["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let c: Vec<&str> = l.split_whitespace().collect();
-                c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
-            })
-    }) {
+    while !roce_testkit::tcp_listening(port) {
         assert!(Instant::now() < end, "the server did not listen");
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -9,6 +9,9 @@
 //! * [`Guard::spawn_roce_server`] and [`roce_bound`]: a RoCE server
 //!   started and waited for until its device is open (an rdma_cm client
 //!   does not retry a refused connection);
+//! * [`tcp_listening`], [`wait_listening`] and [`Guard::listening`]: a
+//!   server's control port waited for until it listens (a `roce perf`
+//!   or perftest client does not retry a refused connection either);
 //! * [`frames`]: RoCE v2 packets built by hand (the default IPv4 and UDP
 //!   headers, a frame's bytes with its ICRC, a datagram re-emitted after
 //!   its headers were edited);
@@ -131,6 +134,58 @@ impl Guard {
         std::thread::sleep(Duration::from_millis(300));
         g
     }
+}
+
+impl Guard {
+    /// Returns once a TCP socket listens on `port` ([`wait_listening`]),
+    /// failing with what the server printed if it exits first.
+    pub fn listening(mut self, port: u16) -> Guard {
+        let child = self.0.as_mut().expect("spawned");
+        if wait_listening(child, port).is_err() {
+            let out = self.0.take().expect("spawned").wait_with_output();
+            let out = out.expect("wait");
+            panic!(
+                "the server exited ({}) before listening on port {port}:\n{}",
+                out.status,
+                text_of(&out)
+            );
+        }
+        self
+    }
+}
+
+/// Waits (at most 20 s, then fails the test) for a TCP socket listening
+/// on `port`, read from `/proc/net/tcp` and `tcp6` (no probe connection:
+/// a server that serves one client would take it for its client).
+/// `Err` with the exit status when `child` exits first.
+pub fn wait_listening(child: &mut Child, port: u16) -> Result<(), std::process::ExitStatus> {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !tcp_listening(port) {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Err(status);
+        }
+        assert!(
+            Instant::now() < end,
+            "nothing listens on port {port} after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+/// Whether a TCP socket on this host listens on `port`, on any address.
+pub fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                // local address, remote address, state (0A: LISTEN)
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+    })
 }
 
 /// Whether UDP port 4791 (RoCE v2) is bound on `addr`, read from

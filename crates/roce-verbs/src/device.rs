@@ -519,15 +519,15 @@ mod tests {
     fn a_busy_port_is_named_and_the_fabric_opens() {
         let a: IpAddr = "127.0.33.1".parse().unwrap();
         let first = OpenOptions::new(BackendKind::Udp, a)
-            .roce_port(47_331, 47_331)
+            .roce_port(27_331, 27_331)
             .open()
             .unwrap();
         let e = OpenOptions::new(BackendKind::Udp, a)
-            .roce_port(47_331, 47_331)
+            .roce_port(27_331, 27_331)
             .open()
             .unwrap_err();
         assert!(
-            matches!(e, OpenError::PortInUse { addr, port: 47_331 } if addr == a),
+            matches!(e, OpenError::PortInUse { addr, port: 27_331 } if addr == a),
             "{e}"
         );
         drop(first);

@@ -88,23 +88,12 @@ impl FrameRepr<'_> {
         self.emit_inner(buf, payload_len, fill, Some(Code::Fast))
     }
 
-    /// [`emit_with`](Self::emit_with), computing the ICRC by `code`
-    /// (see [`crate::crc32`]).
-    pub fn emit_with_code(
-        &self,
-        buf: &mut [u8],
-        payload_len: usize,
-        fill: impl FnOnce(&mut [u8]),
-        code: Code,
-    ) -> Result<usize> {
-        self.emit_inner(buf, payload_len, fill, Some(code))
-    }
-
-    /// [`emit_with_code`](Self::emit_with_code), or, with `code` `None`,
-    /// without computing the ICRC: its four bytes are left zero, for a
-    /// datagram whose receiver does not check it (a same-host ring's,
-    /// docs/shm.md); [`icrc::fill`] computes it later when something
-    /// needs it. A UDP checksum asked for is not computed either.
+    /// [`emit_with`](Self::emit_with), computing the ICRC by `code` (see
+    /// [`crate::crc32`]), or, with `code` `None`, not at all: its four
+    /// bytes are left zero, for a datagram whose receiver does not check
+    /// it (a same-host ring's, docs/shm.md); [`icrc::fill`] computes it
+    /// later when something needs it. A UDP checksum asked for is not
+    /// computed either.
     pub fn emit_with_icrc(
         &self,
         buf: &mut [u8],

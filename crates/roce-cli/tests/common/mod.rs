@@ -25,6 +25,19 @@ pub fn spawn(args: &[&str]) -> Guard {
     Guard::spawn(c)
 }
 
+/// `server`, started with `args`, once it listens when it is a `roce
+/// perf` server given `-p PORT`: a `roce perf` client, like perftest's,
+/// does not retry a refused connection. Other servers (pingpong, rping)
+/// are returned at once: their clients retry.
+pub fn once_listening(server: Guard, args: &[&str]) -> Guard {
+    match args.iter().position(|a| *a == "-p") {
+        Some(at) if args.first() == Some(&"perf") => {
+            server.listening(args[at + 1].parse().expect("-p PORT"))
+        }
+        _ => server,
+    }
+}
+
 /// The JSON document on the last line of a `roce ... --json` run that
 /// exited 0 (the test fails with its output otherwise).
 pub fn json_of(o: &std::process::Output) -> serde_json::Value {

@@ -90,18 +90,8 @@ pub(crate) fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
 /// Whether a socket listens on TCP `port` (read from /proc, without
 /// connecting: perftest's server takes the first connection as its
 /// client).
-pub(crate) fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-    })
-}
+#[allow(unused_imports)]
+pub(crate) use roce_testkit::tcp_listening as listening;
 
 /// Builds `tests/c/<name>.c` against rdma-core's headers and libraries
 /// (`-lrdmacm -libverbs`, as any program is built), once per process,
