@@ -187,8 +187,12 @@ fn a_req_flood_from_one_address_does_not_lock_rping_out() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    assert!(sent > 20_000, "the flood was not sent: {sent}");
-    let bound = Duration::from_millis(1500);
+    // The bounds leave room for a loaded machine (a client takes ~35 ms
+    // here, and gave up after 4 s when the flood locked the listener out
+    // for the REP's resends, ~17 s); a flood is thousands of REQs against
+    // 16 slots (about 40,000 are sent on a quiet machine).
+    assert!(sent > 5_000, "the flood was not sent: {sent}");
+    let bound = Duration::from_secs(4);
     assert!(
         during < bound,
         "during the flood the client took {during:?}"
@@ -260,6 +264,7 @@ fn a_perftest_rdma_cm_server_serves_a_client_right_after_a_req_flood() {
     let s = server.wait(Duration::from_secs(10));
     assert_eq!(s.status.code(), Some(0), "server: {}", text(&s));
     println!("{sent} forged REQs; the -R client then took {took:?}");
-    assert!(sent > 20_000, "the flood was not sent: {sent}");
-    assert!(took < Duration::from_secs(3), "the client took {took:?}");
+    // (The server used to wait 30 s for the first forged request's RTU.)
+    assert!(sent > 5_000, "the flood was not sent: {sent}");
+    assert!(took < Duration::from_secs(6), "the client took {took:?}");
 }

@@ -75,11 +75,12 @@ fn a_destroyed_listener_rejects_the_requests_it_had() {
     let Some(exe) = program() else { return };
     let b = block();
     let (s, c) = (format!("{b}.1"), format!("{b}.2"));
-    let srv = server(&exe, &s, &["drop_listener", &s, "7003", "3"]);
+    let srv = server(&exe, &s, &["drop_listener", &s, "7003", "20"]);
     let o = client(&exe, &c, &["connect", &s, "7003"], Duration::from_secs(30));
     assert_eq!(event(&o), "EVENT RDMA_CM_EVENT_REJECTED 28");
     let so = srv.wait(Duration::from_secs(10));
-    assert!(text_of(&so).contains("DESTROYED"), "{}", text_of(&so));
+    let t = text_of(&so);
+    assert!(t.contains("QUEUED") && t.contains("DESTROYED"), "{t}");
 }
 
 #[test]

@@ -150,21 +150,23 @@ fn host_writes_and_reads_back_through_the_target() {
         assert_eq!(DiscoveryEntry::parse(&page[1024..]).unwrap().subnqn, SUBNQN);
         d.disconnect().map_err(|e| e.to_string())?;
 
-        // Keep-alive: KATO 400 ms; commands every 250 ms carry a Keep Alive
+        // Keep-alive: KATO 1 s; commands every 250 ms carry a Keep Alive
         // before them when half the KATO has passed, so the controller
-        // lives well beyond 400 ms; idle for a whole period after the one
-        // its last command fell in (traffic-based keep alive: at most two
-        // KATOs), it is torn down.
+        // lives beyond 1 s; idle for a whole period after the one its
+        // last command fell in (traffic-based keep alive: at most two
+        // KATOs), it is torn down. (With a KATO of 400 ms, a stall of the
+        // test's thread for half a second on a loaded machine could end
+        // the controller while the test still counted it alive.)
         let mut o = HostOptions::new(SUBNQN, HOSTNQN);
-        o.kato_ms = 400;
+        o.kato_ms = 1000;
         o.timeout = Duration::from_secs(2);
         let mut h = connect(&hctx, taddr, PORT, &o).map_err(|e| format!("connect: {e}"))?;
-        for _ in 0..4 {
+        for _ in 0..6 {
             thread::sleep(Duration::from_millis(250));
             h.read(Nsid(1), 8, 1, 512)
                 .map_err(|e| format!("read while alive: {e}"))?;
         }
-        thread::sleep(Duration::from_millis(1000));
+        thread::sleep(Duration::from_millis(2800));
         assert!(
             h.read(Nsid(1), 8, 1, 512).is_err(),
             "the controller outlived its KATO"

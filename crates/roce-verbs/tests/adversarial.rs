@@ -588,12 +588,18 @@ fn a_req_flood_is_bounded_and_a_real_client_still_connects() {
     );
     // Each address holds at most its share (8 of 128), the listener 128:
     // the first 16 addresses fill it 8 by 8 (the first 15 are refused
-    // their other 492 for their share), the 24 others find it full.
+    // their other 492 for their share), the 24 others find it full. A
+    // datagram the kernel dropped (a full socket buffer on a loaded
+    // machine) is one fewer refusal at most.
     assert!(
         c.dropped_backlog + c.dropped_source_share >= c.rx_mads.saturating_sub(128),
         "{c:?}"
     );
-    assert!(c.dropped_source_share >= 15 * (500 - 8), "{c:?}");
+    let lost = sent.saturating_sub(c.rx_mads);
+    assert!(
+        c.dropped_source_share + lost >= 15 * (500 - 8),
+        "{lost} lost: {c:?}"
+    );
     assert!(c.rx_mads > 1000, "the flood did not arrive: {c:?}");
     assert!(
         after < before + 16 * 1024,

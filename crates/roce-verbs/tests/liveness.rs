@@ -353,11 +353,12 @@ fn run(work: Work, a: &End, b: &End, iters: u64) {
 }
 
 /// Distinct loopback addresses and UDP ports per cell, so cells (and
-/// other tests) running at once never share a socket.
+/// other tests) running at once never share a socket; below the kernel's
+/// ephemeral range (32768 and up), where port-0 sockets take theirs.
 fn next_port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
     let pid = std::process::id() as u16;
-    41_000
+    11_000
         + (pid
             .wrapping_mul(97)
             .wrapping_add(NEXT.fetch_add(2, Ordering::Relaxed)))

@@ -8,8 +8,8 @@
  *   connect_exit ADDR PORT connect, then exit without disconnecting
  *   serve ADDR PORT        accept one connection; print its next event
  *   drop_listener ADDR PORT SECONDS
- *                          listen, let requests queue, destroy the
- *                          listener without taking them
+ *                          listen, let a request queue (SECONDS at
+ *                          most), destroy the listener without taking it
  *   noroute ADDR           rdma_resolve_addr; print errno on failure
  */
 #include <errno.h>
@@ -142,7 +142,12 @@ int main(int argc, char **argv)
 			die("rdma_listen");
 		printf("LISTENING\n");
 		if (!strcmp(argv[1], "drop_listener")) {
-			sleep(argc > 4 ? atoi(argv[4]) : 2);
+			/* Until a request waits on the channel (not taken),
+			 * SECONDS at most. */
+			struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+			if (poll(&p, 1, (argc > 4 ? atoi(argv[4]) : 2) * 1000) == 1)
+				printf("QUEUED\n");
 			if (rdma_destroy_id(listen_id))
 				die("rdma_destroy_id");
 			printf("DESTROYED\n");
