@@ -83,16 +83,18 @@ fn ipv4_batches_with_ecn_dscp_and_per_qp_ports() {
 #[test]
 fn ipv6_on_loopback() {
     let l = ip("::1");
-    // One address: two ports, each backend sending to the other's.
-    let a0 = UdpBackend::bind(UdpConfig::new(l).port(0)).unwrap();
-    let pa = a0.local_addr().port();
-    drop(a0);
-    let mut b = UdpBackend::bind(UdpConfig::new(l).port(0).remote_port(pa)).unwrap();
-    let pb = b.local_addr().port();
-    let mut a = match UdpBackend::bind(UdpConfig::new(l).port(pa).remote_port(pb)) {
-        Ok(a) => a,
-        Err(e) => panic!("rebinding [::1]:{pa}: {e}"),
-    };
+    // One address: two ports, each backend sending to the other's, both
+    // below the ephemeral range (a port-0 socket elsewhere can take one
+    // between a probe and the bind).
+    let (mut a, mut b) = (0..50u16)
+        .find_map(|attempt| {
+            let pa = 22_000 + ((std::process::id() as u16).wrapping_mul(7) % 5000) + attempt * 101;
+            let pb = pa + 1;
+            let a = UdpBackend::bind(UdpConfig::new(l).port(pa).remote_port(pb)).ok()?;
+            let b = UdpBackend::bind(UdpConfig::new(l).port(pb).remote_port(pa)).ok()?;
+            Some((a, b))
+        })
+        .expect("two free ports on [::1]");
     let specs: Vec<Spec> = (0..100u32)
         .map(|i| Spec {
             src: l,
