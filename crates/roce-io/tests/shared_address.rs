@@ -168,6 +168,26 @@ impl Kid {
         nix::sys::signal::kill(pid, sig).unwrap();
     }
 
+    /// Returns once the child is stopped (state T in /proc: a signal
+    /// takes effect after `kill` returns, when the child is next
+    /// scheduled), at most 10 s.
+    fn wait_stopped(&self) {
+        let stat = format!("/proc/{}/stat", self.0.id());
+        let t = Instant::now();
+        loop {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            // pid (comm) STATE ...: the state follows the last ')'.
+            let state = s
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
+            if state == Some(Some('T')) {
+                return;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "not stopped: {s}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// SIGKILL, and waits for the end.
     fn kill(&mut self) {
         let _ = self.0.kill();
@@ -432,6 +452,7 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
     // ring: the hello goes unanswered for its 1 s): the datagram is
     // dropped unanswered, not answered as nobody's, and the slot stays.
     kid2.signal(nix::sys::signal::Signal::SIGSTOP);
+    kid2.wait_stopped();
     let t = Instant::now();
     let unreachable = a.stats().shm_forward_unreachable;
     loop {
@@ -440,7 +461,11 @@ fn two_processes_share_one_address_and_forward_to_the_owner() {
         if f == Forwarded::Unreachable {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(4), "never refused");
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "never refused: {f:?} {:?}",
+            a.stats()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(a.stats().shm_forward_unreachable, unreachable + 1);
