@@ -8,26 +8,22 @@ mod common;
 use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{roce, Guard};
 use roce_testkit::free_ports;
 
 #[allow(clippy::zombie_processes)] // the Guard waits for it
 fn start(args: &[&str], port: u16) -> (Child, TcpStream) {
-    let child = roce()
+    let mut child = roce()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            return (child, s);
-        }
-        assert!(Instant::now() < end, "the server does not listen");
-        std::thread::sleep(Duration::from_millis(20));
+    match roce_testkit::connect_when_listening(&mut child, port) {
+        Ok(s) => (child, s),
+        Err(status) => panic!("the server ended ({status}) before listening"),
     }
 }
 
@@ -61,7 +57,7 @@ fn pingpong_server_against_garbage_and_silence() {
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let (c, s) = start(&a, p);
     let t = std::thread::spawn(move || flood(s, b""));
-    let o = Guard(Some(c)).wait(Duration::from_secs(10));
+    let o = Guard(Some(c)).wait(Duration::from_secs(20));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("malformed address message"), "{err}");
@@ -71,7 +67,7 @@ fn pingpong_server_against_garbage_and_silence() {
     let a = args(p, r);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let (c, s) = start(&a, p);
-    let o = Guard(Some(c)).wait(Duration::from_secs(10));
+    let o = Guard(Some(c)).wait(Duration::from_secs(20));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("timed out"), "{err}");

@@ -39,23 +39,12 @@ fn server(test: &str) -> (Child, TcpStream, u16, u16) {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let end = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-                return (child, s, port, rport);
-            }
-            if child.try_wait().unwrap().is_some() {
-                let o = child.wait_with_output().unwrap();
-                said = String::from_utf8_lossy(&o.stderr).into_owned();
-                break;
-            }
-            if Instant::now() > end {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server does not listen on {port} after 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let connected = roce_testkit::connect_when_listening(&mut child, port);
+        if let Ok(s) = connected {
+            return (child, s, port, rport);
         }
+        let o = child.wait_with_output().unwrap();
+        said = String::from_utf8_lossy(&o.stderr).into_owned();
     }
     panic!("the server ended before listening, three times; last: {said}");
 }

@@ -38,16 +38,7 @@ fn exec(prog: &str, args: &[&str]) -> Command {
 /// Whether a socket listens on TCP `port`, read from /proc: a probe
 /// connection would be taken for the client by a perftest server.
 fn listening(port: &str) -> bool {
-    let want = format!(":{:04X}", port.parse::<u16>().unwrap());
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .unwrap_or_default()
-            .lines()
-            .any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-    })
+    roce_testkit::tcp_listening(port.parse().unwrap())
 }
 
 fn text(o: &Output) -> String {

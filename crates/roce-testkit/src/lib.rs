@@ -12,6 +12,7 @@
 //! * [`tcp_listening`], [`wait_listening`] and [`Guard::listening`]: a
 //!   server's control port waited for until it listens (a `roce perf`
 //!   or perftest client does not retry a refused connection either);
+//!   [`connect_when_listening`] for a test that is the client itself;
 //! * [`frames`]: RoCE v2 packets built by hand (the default IPv4 and UDP
 //!   headers, a frame's bytes with its ICRC, a datagram re-emitted after
 //!   its headers were edited);
@@ -171,6 +172,30 @@ pub fn wait_listening(child: &mut Child, port: u16) -> Result<(), std::process::
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
+}
+
+/// A connection to a server `child` that listens on 127.0.0.1:`port`,
+/// tried every 20 ms for 10 s (then the test fails): for servers that
+/// take their first connection as their client. `Err` with the exit
+/// status when `child` exits first (say, its port was taken).
+pub fn connect_when_listening(
+    child: &mut Child,
+    port: u16,
+) -> Result<std::net::TcpStream, std::process::ExitStatus> {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)) {
+            return Ok(s);
+        }
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Err(status);
+        }
+        assert!(
+            Instant::now() < end,
+            "nothing listens on port {port} after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Whether a TCP socket on this host listens on `port`, on any address.
