@@ -17,7 +17,7 @@ use roce_testkit::port_args;
 /// client (SIGKILL) and returns the server's output and how long after
 /// the kill it ended.
 fn kill_client_mid_run(server: &[&str], client: &[&str]) -> (Output, Duration) {
-    let server = common::once_listening(spawn(server), server);
+    let server = spawn(server);
     std::thread::sleep(Duration::from_millis(500));
     let mut client = spawn(client);
     std::thread::sleep(Duration::from_millis(2000));

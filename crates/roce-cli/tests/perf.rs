@@ -12,14 +12,6 @@ use std::time::{Duration, Instant};
 use roce_testkit::port_args;
 use serde_json::Value;
 
-/// Returns once `server` listens on TCP `port` (a `roce perf` client does
-/// not retry a refused connection); fails if it exits first.
-fn listening(server: &mut std::process::Child, port: &str) {
-    if let Err(status) = roce_testkit::wait_listening(server, port.parse().unwrap()) {
-        panic!("the server exited ({status}) before listening on {port}");
-    }
-}
-
 fn roce(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_roce"))
         .args(args)
@@ -467,7 +459,7 @@ fn peer_killed_mid_run_ends_with_an_error() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    listening(&mut server, &port);
+    common::wait_listening(&mut server, &port);
     let mut client = Command::new(env!("CARGO_BIN_EXE_roce"))
         .args([
             "perf",
@@ -714,7 +706,7 @@ fn perftest_latency_and_atomic_tests_between_two_processes() {
             .unwrap();
         if cm.is_none() {
             // (with -R the client retries until the server listens)
-            listening(&mut server, &port);
+            common::wait_listening(&mut server, &port);
         }
         let mut args = vec![
             "perf",
@@ -783,7 +775,7 @@ fn perftest_json_pair(test: &str, flags: &[&str]) -> [Value; 2] {
         .unwrap();
     if !flags.contains(&"-R") {
         // (with -R the client retries until the server listens)
-        listening(&mut server, &port);
+        common::wait_listening(&mut server, &port);
     }
     let mut args = vec!["perf", test, "127.0.0.1", "--bind", "127.0.0.2"];
     args.extend(&common);

@@ -105,8 +105,7 @@ fn server(args: &[&str]) -> Guard {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let at = args.iter().position(|a| *a == "-p").expect("-p PORT");
-    Guard(Some(child)).listening(args[at + 1].parse().unwrap())
+    Guard(Some(child)).listening(common::control_port(args).expect("-p PORT"))
 }
 
 /// A plain server recognises a perftest client (here `roce perf

@@ -26,13 +26,6 @@ fn spawn(args: &[&str]) -> Child {
         .expect("run roce")
 }
 
-/// `server` once it listens on TCP `port` (its Ctrl-C handler is set by
-/// then: `roce` installs it first).
-fn listening(server: Child, port: &str) -> Child {
-    let mut g = Guard(Some(server)).listening(port.parse().unwrap());
-    g.0.take().expect("spawned")
-}
-
 fn interrupt(c: &Child) {
     let st = Command::new("kill")
         .args(["-INT", &c.id().to_string()])
@@ -65,7 +58,8 @@ fn ctrl_c_on_the_server_ends_both_sides_with_reports() {
         let common = ["-p", &port, "--roce-port", &roce_port];
         let mut sargs = vec!["perf", test, "--bind", "127.0.0.2"];
         sargs.extend(common);
-        let server = listening(spawn(&sargs), &port);
+        let mut server = spawn(&sargs);
+        common::wait_listening(&mut server, &port);
         let mut cargs = vec![
             "perf",
             test,
@@ -128,8 +122,9 @@ fn ctrl_c_in_a_loopback_send_bw_run() {
 #[test]
 fn ctrl_c_before_a_client_came() {
     let (port, roce_port) = port_args();
-    let server = spawn(&["perf", "write-bw", "-p", &port, "--roce-port", &roce_port]);
-    let server = listening(server, &port);
+    let mut server = spawn(&["perf", "write-bw", "-p", &port, "--roce-port", &roce_port]);
+    // Its Ctrl-C handler is set by then: `roce` installs it first.
+    common::wait_listening(&mut server, &port);
     interrupt(&server);
     let o = wait_bounded(server, Duration::from_secs(5));
     let (_, err) = text(&o);

@@ -35,12 +35,6 @@ fn exec(prog: &str, args: &[&str]) -> Command {
     c
 }
 
-/// Whether a socket listens on TCP `port`, read from /proc: a probe
-/// connection would be taken for the client by a perftest server.
-fn listening(port: &str) -> bool {
-    roce_testkit::tcp_listening(port.parse().unwrap())
-}
-
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -58,16 +52,9 @@ fn pair(server: Command, client: Command, port: &str) -> (String, String) {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let end = Instant::now() + LIMIT;
-    let mut s = Guard::spawn(server);
-    while !listening(port) {
-        let child = s.0.as_mut().unwrap();
-        if child.try_wait().unwrap().is_some() {
-            let out = s.0.take().unwrap().wait_with_output().unwrap();
-            panic!("the server exited before it listened:\n{}", text(&out));
-        }
-        assert!(Instant::now() < end, "the server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Waited for in /proc: a probe connection would be taken for the
+    // client by a perftest server.
+    let s = Guard::spawn(server).listening(port.parse().unwrap());
     let c = Guard::spawn(client).wait(end.saturating_duration_since(Instant::now()));
     let (ct, c_ok) = (text(&c), c.status.success());
     let s = s.wait(if c_ok {

@@ -68,14 +68,6 @@ fn files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn wait_listening(port: u16) {
-    let end = Instant::now() + LIMIT;
-    while !roce_testkit::tcp_listening(port) {
-        assert!(Instant::now() < end, "the server did not listen");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Two running processes and their connected QPs, with packets counted
 /// and rates; after they are killed, none (their files removed by `roce
 /// top`, as their processes are dead).
@@ -86,8 +78,7 @@ fn top_sees_two_processes_and_their_qps() {
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let server = Guard::spawn(pingpong(dir.path(), port, 100_000_000, None));
-    wait_listening(port);
+    let server = Guard::spawn(pingpong(dir.path(), port, 100_000_000, None)).listening(port);
     let client = Guard::spawn(pingpong(dir.path(), port, 100_000_000, Some("127.0.0.1")));
     let pids = [
         server.0.as_ref().unwrap().id() as u64,
@@ -155,8 +146,7 @@ fn the_files_go_when_the_processes_exit() {
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let server = Guard::spawn(pingpong(dir.path(), port, 2000, None));
-    wait_listening(port);
+    let server = Guard::spawn(pingpong(dir.path(), port, 2000, None)).listening(port);
     let client = Guard::spawn(pingpong(dir.path(), port, 2000, Some("127.0.0.1"))).wait(LIMIT);
     let server = server.wait(LIMIT);
     assert!(

@@ -97,6 +97,46 @@ impl Guard {
         }
         c.wait_with_output().expect("wait")
     }
+
+    /// Spawns a RoCE server and returns once UDP port 4791 is bound on
+    /// `addr` (its device is open) and it had a moment to listen: from
+    /// opening its device to listening, a server makes no network round
+    /// trip. Fails if the server exits first or never binds (20 s).
+    pub fn spawn_roce_server(cmd: Command, addr: std::net::Ipv4Addr) -> Guard {
+        let mut g = Guard::spawn(cmd);
+        let child = g.0.as_mut().expect("spawned");
+        let what = format!("the server never opened {addr}");
+        let ready = until(child, Duration::from_secs(20), 10, &what, || {
+            roce_bound(addr).then_some(())
+        });
+        if ready.is_err() {
+            g.exited(&format!("before it opened {addr}"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        g
+    }
+
+    /// Returns once a TCP socket listens on `port` ([`wait_listening`]),
+    /// failing with what the server printed if it exits first.
+    pub fn listening(mut self, port: u16) -> Guard {
+        let child = self.0.as_mut().expect("spawned");
+        if wait_listening(child, port).is_err() {
+            self.exited(&format!("before listening on port {port}"));
+        }
+        self
+    }
+
+    /// Fails the test with the exit status and output of the child, which
+    /// has exited `when`.
+    fn exited(&mut self, when: &str) -> ! {
+        let out = self.0.take().expect("spawned").wait_with_output();
+        let out = out.expect("wait");
+        panic!(
+            "the server exited ({}) {when}:\n{}",
+            out.status,
+            text_of(&out)
+        );
+    }
 }
 
 impl Drop for Guard {
@@ -108,50 +148,26 @@ impl Drop for Guard {
     }
 }
 
-impl Guard {
-    /// Spawns a RoCE server and returns once UDP port 4791 is bound on
-    /// `addr` (its device is open) and it had a moment to listen: from
-    /// opening its device to listening, a server makes no network round
-    /// trip. Fails if the server exits first or never binds (20 s).
-    pub fn spawn_roce_server(cmd: Command, addr: std::net::Ipv4Addr) -> Guard {
-        let mut g = Guard::spawn(cmd);
-        let end = Instant::now() + Duration::from_secs(20);
-        while !roce_bound(addr) {
-            let child = g.0.as_mut().expect("spawned");
-            if child.try_wait().expect("try_wait").is_some() {
-                let out =
-                    g.0.take()
-                        .expect("spawned")
-                        .wait_with_output()
-                        .expect("wait");
-                panic!(
-                    "the server exited before it opened {addr}:\n{}",
-                    text_of(&out)
-                );
-            }
-            assert!(Instant::now() < end, "the server never opened {addr}");
-            std::thread::sleep(Duration::from_millis(10));
+/// Tries `ready` every `pause_ms` until it gives a value; `Err` with the
+/// exit status when `child` exits first; past `limit` the test fails,
+/// saying `what`.
+fn until<T>(
+    child: &mut Child,
+    limit: Duration,
+    pause_ms: u64,
+    what: &str,
+    mut ready: impl FnMut() -> Option<T>,
+) -> Result<T, std::process::ExitStatus> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = ready() {
+            return Ok(v);
         }
-        std::thread::sleep(Duration::from_millis(300));
-        g
-    }
-}
-
-impl Guard {
-    /// Returns once a TCP socket listens on `port` ([`wait_listening`]),
-    /// failing with what the server printed if it exits first.
-    pub fn listening(mut self, port: u16) -> Guard {
-        let child = self.0.as_mut().expect("spawned");
-        if wait_listening(child, port).is_err() {
-            let out = self.0.take().expect("spawned").wait_with_output();
-            let out = out.expect("wait");
-            panic!(
-                "the server exited ({}) before listening on port {port}:\n{}",
-                out.status,
-                text_of(&out)
-            );
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Err(status);
         }
-        self
+        assert!(Instant::now() < end, "{what}");
+        std::thread::sleep(Duration::from_millis(pause_ms));
     }
 }
 
@@ -160,18 +176,10 @@ impl Guard {
 /// a server that serves one client would take it for its client).
 /// `Err` with the exit status when `child` exits first.
 pub fn wait_listening(child: &mut Child, port: u16) -> Result<(), std::process::ExitStatus> {
-    let end = Instant::now() + Duration::from_secs(20);
-    while !tcp_listening(port) {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Err(status);
-        }
-        assert!(
-            Instant::now() < end,
-            "nothing listens on port {port} after 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
+    let what = format!("nothing listens on port {port} after 20 s");
+    until(child, Duration::from_secs(20), 5, &what, || {
+        tcp_listening(port).then_some(())
+    })
 }
 
 /// A connection to a server `child` that listens on 127.0.0.1:`port`,
@@ -182,20 +190,10 @@ pub fn connect_when_listening(
     child: &mut Child,
     port: u16,
 ) -> Result<std::net::TcpStream, std::process::ExitStatus> {
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(s) = std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)) {
-            return Ok(s);
-        }
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Err(status);
-        }
-        assert!(
-            Instant::now() < end,
-            "nothing listens on port {port} after 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("nothing listens on port {port} after 10 s");
+    until(child, Duration::from_secs(10), 20, &what, || {
+        std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).ok()
+    })
 }
 
 /// Whether a TCP socket on this host listens on `port`, on any address.

@@ -25,16 +25,28 @@ pub fn spawn(args: &[&str]) -> Guard {
     Guard::spawn(c)
 }
 
+/// The control port `args` give with `-p PORT`, if any.
+pub fn control_port(args: &[&str]) -> Option<u16> {
+    let at = args.iter().position(|a| *a == "-p")?;
+    Some(args.get(at + 1)?.parse().expect("-p PORT"))
+}
+
 /// `server`, started with `args`, once it listens when it is a `roce
 /// perf` server given `-p PORT`: a `roce perf` client, like perftest's,
 /// does not retry a refused connection. Other servers (pingpong, rping)
 /// are returned at once: their clients retry.
 pub fn once_listening(server: Guard, args: &[&str]) -> Guard {
-    match args.iter().position(|a| *a == "-p") {
-        Some(at) if args.first() == Some(&"perf") => {
-            server.listening(args[at + 1].parse().expect("-p PORT"))
-        }
+    match control_port(args) {
+        Some(port) if args.first() == Some(&"perf") => server.listening(port),
         _ => server,
+    }
+}
+
+/// Returns once `server` listens on TCP `port` (a `roce perf` client does
+/// not retry a refused connection); fails if it exits first.
+pub fn wait_listening(server: &mut std::process::Child, port: &str) {
+    if let Err(status) = roce_testkit::wait_listening(server, port.parse().unwrap()) {
+        panic!("the server exited ({status}) before listening on {port}");
     }
 }
 
