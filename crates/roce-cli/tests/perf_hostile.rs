@@ -8,30 +8,21 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use common::roce;
-
-/// A control port and a RoCE port for the next server, below the
-/// kernel's ephemeral range (32768 and up), where this binary's own
-/// connections and other tests' port-0 sockets take theirs.
-fn ports() -> (u16, u16) {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let n = NEXT.fetch_add(1, Ordering::SeqCst) % 20;
-    let base = 12_000 + (std::process::id() % 200) as u16 * 40;
-    (base + 2 * n, base + 2 * n + 1)
-}
+use roce_testkit::free_ports;
 
 /// A `roce perf` server on 127.0.0.1 with a connection to it, and its
-/// control and RoCE ports. A server that ends before listening (a port
-/// another program holds) is started again on the next ports, three
-/// times at most; then the test fails with what it printed.
+/// control and RoCE ports ([`free_ports`]). A server that ends before
+/// listening (a port another program took since) is started again on
+/// other ports, three times at most; then the test fails with what it
+/// printed.
 #[allow(clippy::zombie_processes)] // finish() or the test waits for it
 fn server(test: &str) -> (Child, TcpStream, u16, u16) {
     let mut said = String::new();
     for _ in 0..3 {
-        let (port, rport) = ports();
+        let [port, rport] = free_ports();
         let mut child = roce()
             .args(["perf", test, "--bind", "127.0.0.1", "-p", &port.to_string()])
             .args(["--roce-port", &rport.to_string()])

@@ -22,7 +22,7 @@ fn gid_table_second_gid_traffic_and_l2_from_c() {
         eprintln!("skipped: the loopback interface has one address");
         return;
     }
-    let port = 26_000 + std::process::id() % 1000; // below the ephemeral range
+    let port = roce_testkit::free_port();
     let mut c = Command::new(&exe);
     c.env("LD_LIBRARY_PATH", common::dropin("gids-dropin"))
         .env("ROCE_DEVICES", "lo")

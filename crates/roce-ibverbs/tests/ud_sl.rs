@@ -21,7 +21,7 @@ fn ud_receives_report_the_network_header_type_in_sl() {
     };
     let lo = roce_verbs::Device::by_name("lo").unwrap();
     let v6 = lo.gids().len() >= 2;
-    let port = 27_000 + std::process::id() % 1000; // below the ephemeral range
+    let port = roce_testkit::free_port();
     let mut c = Command::new(&exe);
     c.env("LD_LIBRARY_PATH", common::dropin("ud-sl-dropin"))
         .env("ROCE_DEVICES", "lo")

@@ -21,11 +21,8 @@ fn udp_blast_reports_both_modes() {
 /// between namespaces.
 #[test]
 fn udp_pingpong_on_loopback() {
-    let port = 20_000 + (std::process::id() % 10_000) as u16; // below the ephemeral range
-    let (a, b) = (
-        format!("127.0.0.1:{port}"),
-        format!("127.0.0.1:{}", port + 1),
-    );
+    let [pa, pb] = roce_testkit::free_ports();
+    let (a, b) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"));
     let mut echo = Command::new(example("udp_pingpong"));
     echo.args(["echo", &b, &a, "2000"]);
     let echo = Guard::spawn(echo);

@@ -83,13 +83,11 @@ fn ipv4_batches_with_ecn_dscp_and_per_qp_ports() {
 #[test]
 fn ipv6_on_loopback() {
     let l = ip("::1");
-    // One address: two ports, each backend sending to the other's, both
-    // below the ephemeral range (a port-0 socket elsewhere can take one
-    // between a probe and the bind).
-    let (mut a, mut b) = (0..50u16)
-        .find_map(|attempt| {
-            let pa = 22_000 + ((std::process::id() as u16).wrapping_mul(7) % 5000) + attempt * 101;
-            let pb = pa + 1;
+    // One address: two ports, each backend sending to the other's
+    // (free when asked; asked again if one was taken before its bind).
+    let (mut a, mut b) = (0..50)
+        .find_map(|_| {
+            let [pa, pb] = roce_testkit::free_ports();
             let a = UdpBackend::bind(UdpConfig::new(l).port(pa).remote_port(pb)).ok()?;
             let b = UdpBackend::bind(UdpConfig::new(l).port(pb).remote_port(pa)).ok()?;
             Some((a, b))

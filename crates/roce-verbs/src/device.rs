@@ -518,16 +518,17 @@ mod tests {
     #[test]
     fn a_busy_port_is_named_and_the_fabric_opens() {
         let a: IpAddr = "127.0.33.1".parse().unwrap();
+        let port = roce_testkit::free_port();
         let first = OpenOptions::new(BackendKind::Udp, a)
-            .roce_port(27_331, 27_331)
+            .roce_port(port, port)
             .open()
             .unwrap();
         let e = OpenOptions::new(BackendKind::Udp, a)
-            .roce_port(27_331, 27_331)
+            .roce_port(port, port)
             .open()
             .unwrap_err();
         assert!(
-            matches!(e, OpenError::PortInUse { addr, port: 27_331 } if addr == a),
+            matches!(e, OpenError::PortInUse { addr, port: p } if addr == a && p == port),
             "{e}"
         );
         drop(first);

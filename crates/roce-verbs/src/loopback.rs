@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn a_taken_address_is_skipped() {
         // A port of this test's own, on addresses no other test uses.
-        let port = 28_700 + (std::process::id() % 200) as u16;
+        let port = roce_testkit::free_port();
         let first = Ipv4Addr::new(127, 0, 41, 1);
         let held = UdpSocket::bind((first, port)).unwrap();
         assert!(!udp_port_free(IpAddr::V4(first), port));
@@ -119,7 +119,7 @@ mod tests {
 
     #[test]
     fn the_search_stays_in_127_8() {
-        let port = 28_900 + (std::process::id() % 50) as u16;
+        let port = roce_testkit::free_port();
         let got = free_loopback_v4(port, Ipv4Addr::new(10, 0, 0, 1)).unwrap();
         assert_eq!(got.octets()[0], 127);
         let last = Ipv4Addr::new(127, 255, 255, 254);
