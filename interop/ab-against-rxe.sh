@@ -65,7 +65,7 @@ ours() { # LIB ARGS...: the host's perftest over LIB's drop-in, in the lab's nam
 # after the header that starts with the size.
 row() { awk '/#bytes/ {h = 1; next} h && $1 ~ /^[0-9]+$/ && NF >= 6 {print $5, $6; exit}'; }
 
-port=$((20000 + RANDOM % 20000))
+port=$((10000 + RANDOM % 20000)) # below the ephemeral range (32768 and up)
 for r in $(seq "$ROUNDS"); do
     for tool in $TOOLS; do
         for role in $ROLES; do
